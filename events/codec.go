@@ -1,0 +1,101 @@
+package events
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// ErrUnknownType is returned for an event type no decoder or upcaster knows.
+var ErrUnknownType = errors.New("unknown event type")
+
+// Upcaster turns the payload of an old event version into the payload of a
+// newer one. Chains are followed until a current type is reached.
+type Upcaster func(payload json.RawMessage) (newType string, newPayload json.RawMessage, err error)
+
+// Codec decodes stored events into current-version payloads. The zero value
+// is not usable; use NewCodec.
+type Codec struct {
+	upcasters map[string]Upcaster
+}
+
+// NewCodec returns a codec that knows every current type and the given
+// upcasters, keyed by the old type they read.
+func NewCodec(upcasters map[string]Upcaster) *Codec {
+	c := &Codec{upcasters: map[string]Upcaster{}}
+	for t, u := range upcasters {
+		c.upcasters[t] = u
+	}
+	return c
+}
+
+// DefaultCodec knows the current types; no old versions exist yet.
+var DefaultCodec = NewCodec(nil)
+
+// Encode returns the JSON payload of an event.
+func Encode(e Event) (json.RawMessage, error) {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", e.EventType(), err)
+	}
+	return b, nil
+}
+
+// Decode returns the current-version event for a stored type and payload,
+// upcasting old versions first.
+func (c *Codec) Decode(typ string, payload json.RawMessage) (Event, error) {
+	for hops := 0; ; hops++ {
+		if hops > 16 {
+			return nil, fmt.Errorf("decode %s: upcaster chain too long", typ)
+		}
+		u, ok := c.upcasters[typ]
+		if !ok {
+			break
+		}
+		nt, np, err := u(payload)
+		if err != nil {
+			return nil, fmt.Errorf("upcast %s: %w", typ, err)
+		}
+		typ, payload = nt, np
+	}
+	var e Event
+	switch typ {
+	case TypeUserRegistered:
+		e = &UserRegistered{}
+	case TypePostCreated:
+		e = &PostCreated{}
+	case TypePostDeleted:
+		e = &PostDeleted{}
+	case TypeFollowed:
+		e = &Followed{}
+	case TypeUnfollowed:
+		e = &Unfollowed{}
+	default:
+		return nil, fmt.Errorf("decode %q: %w", typ, ErrUnknownType)
+	}
+	if err := json.Unmarshal(payload, e); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", typ, err)
+	}
+	return deref(e), nil
+}
+
+// DecodeEnvelope decodes an envelope's payload.
+func (c *Codec) DecodeEnvelope(env Envelope) (Event, error) {
+	return c.Decode(env.Type, env.Payload)
+}
+
+func deref(e Event) Event {
+	switch v := e.(type) {
+	case *UserRegistered:
+		return *v
+	case *PostCreated:
+		return *v
+	case *PostDeleted:
+		return *v
+	case *Followed:
+		return *v
+	case *Unfollowed:
+		return *v
+	}
+	return e
+}

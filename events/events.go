@@ -1,0 +1,107 @@
+// Package events defines the facts the system records: their versioned type
+// names, their payloads, the envelope they travel in, and the codec that turns
+// stored or streamed bytes back into current-version events. It imports
+// nothing of ours, so every other package can depend on it.
+package events
+
+import (
+	"strconv"
+	"time"
+)
+
+// Versioned event type names. A payload change that old readers cannot
+// ignore gets a new version and an upcaster from the old one (see Codec).
+// WARNING: these strings are stored in the log and in Kafka forever; never
+// rename one.
+const (
+	TypeUserRegistered = "user.registered.v1"
+	TypePostCreated    = "post.created.v1"
+	TypePostDeleted    = "post.deleted.v1"
+	TypeFollowed       = "user.followed.v1"
+	TypeUnfollowed     = "user.unfollowed.v1"
+)
+
+// Event is implemented by every payload type.
+type Event interface {
+	// EventType is the versioned type name stored with the event.
+	EventType() string
+	// StreamID names the stream the event is appended to; optimistic
+	// concurrency is per stream.
+	StreamID() string
+	// AudienceKey is the account whose audience the event concerns: the
+	// author for post events, the followee for follow events. It is the
+	// Kafka message key, so one partition holds, in order, everything about
+	// one account's posts and its followers.
+	AudienceKey() int64
+}
+
+// UserRegistered: a new account exists.
+type UserRegistered struct {
+	UserID int64  `json:"userId,string"`
+	Name   string `json:"name"`
+}
+
+// PostCreated: an author published a post. AuthorFollowers is the author's
+// follower count in the transaction that created the post (facts, not policy:
+// projectors decide push or pull from it with their own threshold).
+type PostCreated struct {
+	PostID          int64     `json:"postId,string"`
+	AuthorID        int64     `json:"authorId,string"`
+	Content         string    `json:"content"`
+	CreatedAt       time.Time `json:"createdAt"`
+	AuthorFollowers int64     `json:"authorFollowers"`
+}
+
+// PostDeleted: the author deleted a post.
+type PostDeleted struct {
+	PostID    int64     `json:"postId,string"`
+	AuthorID  int64     `json:"authorId,string"`
+	DeletedAt time.Time `json:"deletedAt"`
+}
+
+// Followed: FollowerID now follows FolloweeID. FolloweeFollowers is the
+// followee's follower count after this event, so crossing the celebrity
+// threshold is visible in the stream itself.
+type Followed struct {
+	FollowerID        int64 `json:"followerId,string"`
+	FolloweeID        int64 `json:"followeeId,string"`
+	FolloweeFollowers int64 `json:"followeeFollowers"`
+}
+
+// Unfollowed: FollowerID no longer follows FolloweeID. FolloweeFollowers is
+// the followee's follower count after this event.
+type Unfollowed struct {
+	FollowerID        int64 `json:"followerId,string"`
+	FolloweeID        int64 `json:"followeeId,string"`
+	FolloweeFollowers int64 `json:"followeeFollowers"`
+}
+
+func (UserRegistered) EventType() string { return TypeUserRegistered }
+func (PostCreated) EventType() string    { return TypePostCreated }
+func (PostDeleted) EventType() string    { return TypePostDeleted }
+func (Followed) EventType() string       { return TypeFollowed }
+func (Unfollowed) EventType() string     { return TypeUnfollowed }
+
+func (e UserRegistered) StreamID() string { return UserStream(e.UserID) }
+func (e PostCreated) StreamID() string    { return PostStream(e.PostID) }
+func (e PostDeleted) StreamID() string    { return PostStream(e.PostID) }
+func (e Followed) StreamID() string       { return FollowStream(e.FollowerID, e.FolloweeID) }
+func (e Unfollowed) StreamID() string     { return FollowStream(e.FollowerID, e.FolloweeID) }
+
+func (e UserRegistered) AudienceKey() int64 { return e.UserID }
+func (e PostCreated) AudienceKey() int64    { return e.AuthorID }
+func (e PostDeleted) AudienceKey() int64    { return e.AuthorID }
+func (e Followed) AudienceKey() int64       { return e.FolloweeID }
+func (e Unfollowed) AudienceKey() int64     { return e.FolloweeID }
+
+// UserStream is the stream of one account's registration.
+func UserStream(userID int64) string { return "user-" + strconv.FormatInt(userID, 10) }
+
+// PostStream is the stream of one post: created at version 1, deleted at 2.
+func PostStream(postID int64) string { return "post-" + strconv.FormatInt(postID, 10) }
+
+// FollowStream is the stream of one (follower, followee) relationship; its
+// versions order that pair's follows and unfollows.
+func FollowStream(followerID, followeeID int64) string {
+	return "follow-" + strconv.FormatInt(followerID, 10) + "-" + strconv.FormatInt(followeeID, 10)
+}

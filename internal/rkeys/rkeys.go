@@ -1,0 +1,32 @@
+// Package rkeys names the Redis keys of the read models, in one place, so the
+// projectors that write them and the query side that reads them agree. Every
+// key of one account carries that account's id as a Redis Cluster hash tag.
+package rkeys
+
+import "strconv"
+
+// Keys builds key names under a namespace prefix ("" in production by
+// default; a versioned prefix during a rebuild; a random one in tests).
+type Keys struct {
+	Prefix string
+}
+
+func id(v int64) string { return strconv.FormatInt(v, 10) }
+
+// Inbox is a user's home-feed sorted set: member post id, score created_at ms.
+func (k Keys) Inbox(userID int64) string { return k.Prefix + "feed:{" + id(userID) + "}" }
+
+// Timeline is an author's recent posts, same member and score as the inbox.
+func (k Keys) Timeline(authorID int64) string { return k.Prefix + "timeline:{" + id(authorID) + "}" }
+
+// Post is the cached post body (JSON) used to hydrate feed pages.
+func (k Keys) Post(postID int64) string { return k.Prefix + "post:{" + id(postID) + "}" }
+
+// Followers holds an account's follower count and its idempotency state.
+func (k Keys) Followers(userID int64) string { return k.Prefix + "followers:{" + id(userID) + "}" }
+
+// Following is the set of accounts a user follows.
+func (k Keys) Following(userID int64) string { return k.Prefix + "following:{" + id(userID) + "}" }
+
+// Celebrities is the set of authors at or over the celebrity threshold.
+func (k Keys) Celebrities() string { return k.Prefix + "celebrities" }

@@ -1,0 +1,182 @@
+// Package testenv gives each test its own PostgreSQL database and Redis key
+// prefix on the real servers, cleaned up with t.Cleanup, so tests run in
+// parallel without seeing each other.
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/feedco/feed/migrations"
+)
+
+// AdminURL is the maintenance database tests create their databases from.
+func AdminURL() string {
+	if u := os.Getenv("FEED_TEST_DATABASE_URL"); u != "" {
+		return u
+	}
+	return "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+}
+
+// RedisURL is the Redis server tests use.
+func RedisURL() string {
+	if u := os.Getenv("FEED_TEST_REDIS_URL"); u != "" {
+		return u
+	}
+	return "redis://127.0.0.1:6379/0"
+}
+
+// RandomName returns prefix followed by 12 random hex characters.
+func RandomName(prefix string) string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+// DB is a test's own database, migrated.
+type DB struct {
+	Name string
+	URL  string
+	Pool *pgxpool.Pool
+}
+
+// NewDB creates a fresh database with every migration applied, and drops it
+// (and any replication slot on it) when the test ends.
+func NewDB(t testing.TB) *DB {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	name := RandomName("feedtest_")
+	admin, err := pgx.Connect(ctx, AdminURL())
+	if err != nil {
+		t.Fatalf("connect to PostgreSQL (run `make test`, which prepares it): %v", err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatalf("create database %s: %v", name, err)
+	}
+	u, err := url.Parse(AdminURL())
+	if err != nil {
+		t.Fatalf("parse admin url: %v", err)
+	}
+	u.Path = "/" + name
+	db := &DB{Name: name, URL: u.String()}
+	t.Cleanup(func() { dropDB(t, name) })
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 32
+	db.Pool, err = pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("connect to %s: %v", name, err)
+	}
+	t.Cleanup(db.Pool.Close)
+	if _, err := migrations.Up(ctx, db.Pool); err != nil {
+		t.Fatalf("migrate %s: %v", name, err)
+	}
+	return db
+}
+
+func dropDB(t testing.TB, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, AdminURL())
+	if err != nil {
+		t.Logf("drop %s: %v", name, err)
+		return
+	}
+	defer admin.Close(ctx)
+	// A forgotten slot keeps WAL forever: drop every slot of this database.
+	// An active slot's walsender is terminated first.
+	_, _ = admin.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE database = $1 AND active_pid IS NOT NULL`, name)
+	for i := 0; i < 50; i++ {
+		_, err = admin.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = $1`, name)
+		if err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Logf("drop slots of %s: %v", name, err)
+	}
+	if _, err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+		t.Logf("drop database %s: %v", name, err)
+	}
+}
+
+// Redis is a test's own Redis key prefix on the shared server.
+type Redis struct {
+	Client redis.UniversalClient
+	Prefix string
+}
+
+// NewRedis returns a client and a unique key prefix; every key under the
+// prefix is deleted when the test ends.
+func NewRedis(t testing.TB) *Redis {
+	t.Helper()
+	opt, err := redis.ParseURL(RedisURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.PoolSize = 64
+	c := redis.NewClient(opt)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("connect to Redis (run `make test`, which prepares it): %v", err)
+	}
+	r := &Redis{Client: c, Prefix: RandomName("t") + ":"}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		DeletePrefix(ctx, c, r.Prefix)
+		_ = c.Close()
+	})
+	return r
+}
+
+// DeletePrefix deletes every key that starts with prefix.
+func DeletePrefix(ctx context.Context, c redis.UniversalClient, prefix string) {
+	iter := c.Scan(ctx, 0, escapeGlob(prefix)+"*", 1000).Iterator()
+	var batch []string
+	for iter.Next(ctx) {
+		batch = append(batch, iter.Val())
+		if len(batch) == 500 {
+			c.Unlink(ctx, batch...)
+			batch = batch[:0]
+		}
+	}
+	if len(batch) > 0 {
+		c.Unlink(ctx, batch...)
+	}
+}
+
+func escapeGlob(s string) string {
+	r := strings.NewReplacer(`*`, `\*`, `?`, `\?`, `[`, `\[`, `]`, `\]`, `\`, `\\`)
+	return r.Replace(s)
+}
+
+// Eventually polls cond every 20 ms until it returns true or timeout passes.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %v waiting for %s", timeout, fmt.Sprint(what))
+}

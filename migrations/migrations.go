@@ -1,0 +1,151 @@
+// Package migrations holds the SQL schema of the event log and its inline
+// projections, embedded in the binary, and applies it.
+package migrations
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"regexp"
+	"sort"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+//go:embed *.up.sql
+var files embed.FS
+
+// advisoryLockKey serialises migrators across processes; any constant works
+// as long as it never changes.
+const advisoryLockKey = 7_206_114_503
+
+var fileName = regexp.MustCompile(`^(\d{3})_([a-z0-9_]+)\.up\.sql$`)
+
+// Migration is one numbered schema change.
+type Migration struct {
+	Version int
+	Name    string
+	SQL     string
+}
+
+// ErrPending means the database is behind the binary: run `feed migrate`.
+var ErrPending = errors.New("database schema is behind: run `feed migrate`")
+
+// All returns the embedded migrations in version order.
+func All() ([]Migration, error) {
+	entries, err := fs.ReadDir(files, ".")
+	if err != nil {
+		return nil, fmt.Errorf("read embedded migrations: %w", err)
+	}
+	var out []Migration
+	for _, e := range entries {
+		m := fileName.FindStringSubmatch(e.Name())
+		if m == nil {
+			return nil, fmt.Errorf("migration file %q: name must be NNN_name.up.sql", e.Name())
+		}
+		v, _ := strconv.Atoi(m[1])
+		b, err := files.ReadFile(e.Name())
+		if err != nil {
+			return nil, fmt.Errorf("read migration %s: %w", e.Name(), err)
+		}
+		out = append(out, Migration{Version: v, Name: m[2], SQL: string(b)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
+	for i, m := range out {
+		if m.Version != i+1 {
+			return nil, fmt.Errorf("migration versions must be 1..n without gaps, found %03d at index %d", m.Version, i)
+		}
+	}
+	return out, nil
+}
+
+// Up applies every pending migration, each in its own transaction, under a
+// session advisory lock so two processes never migrate at once. It returns
+// the versions it applied.
+func Up(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
+	all, err := All()
+	if err != nil {
+		return nil, err
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("acquire connection: %w", err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, advisoryLockKey); err != nil {
+		return nil, fmt.Errorf("take migration lock: %w", err)
+	}
+	defer func() {
+		// A fresh context: the lock must be released even when ctx is done.
+		_, _ = conn.Exec(context.Background(), `SELECT pg_advisory_unlock($1)`, advisoryLockKey)
+	}()
+	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version    int PRIMARY KEY,
+		name       text NOT NULL,
+		applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		return nil, fmt.Errorf("create schema_migrations: %w", err)
+	}
+	current, err := currentVersion(ctx, conn.Conn())
+	if err != nil {
+		return nil, err
+	}
+	var applied []int
+	for _, m := range all {
+		if m.Version <= current {
+			continue
+		}
+		err := pgx.BeginFunc(ctx, conn.Conn(), func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, m.SQL); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name)
+			return err
+		})
+		if err != nil {
+			return applied, fmt.Errorf("apply migration %03d_%s: %w", m.Version, m.Name, err)
+		}
+		applied = append(applied, m.Version)
+	}
+	return applied, nil
+}
+
+// Check returns ErrPending when the database lacks migrations this binary
+// has, so that a role other than `migrate` refuses to run on an old schema.
+func Check(ctx context.Context, pool *pgxpool.Pool) error {
+	all, err := All()
+	if err != nil {
+		return err
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("acquire connection: %w", err)
+	}
+	defer conn.Release()
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT to_regclass('schema_migrations') IS NOT NULL`).Scan(&exists); err != nil {
+		return fmt.Errorf("check schema_migrations: %w", err)
+	}
+	if !exists {
+		return ErrPending
+	}
+	v, err := currentVersion(ctx, conn.Conn())
+	if err != nil {
+		return err
+	}
+	if latest := all[len(all)-1].Version; v < latest {
+		return fmt.Errorf("%w (database at %d, binary at %d)", ErrPending, v, latest)
+	}
+	return nil
+}
+
+func currentVersion(ctx context.Context, conn *pgx.Conn) (int, error) {
+	var v int
+	if err := conn.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&v); err != nil {
+		return 0, fmt.Errorf("read schema version: %w", err)
+	}
+	return v, nil
+}

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Prepares the local PostgreSQL and Redis for `feed dev` and the tests,
+# idempotently: starts them when they are not running, turns on
+# wal_level=logical (restarting PostgreSQL only when needed), and creates the
+# `feed` database. Safe to run any number of times.
+set -euo pipefail
+
+PGHOST=${PGHOST:-127.0.0.1}
+PGPORT=${PGPORT:-5432}
+PGUSER=${PGUSER:-postgres}
+FEED_DB=${FEED_DB:-feed}
+export PGHOST PGPORT PGUSER
+
+say() { printf 'prepare: %s\n' "$*" >&2; }
+psqlq() { psql -X -q -t -A -v ON_ERROR_STOP=1 -d postgres "$@"; }
+
+pg_version() { ls /etc/postgresql 2>/dev/null | sort -n | tail -1; }
+
+pg_up() { pg_isready -q -h "$PGHOST" -p "$PGPORT" 2>/dev/null; }
+
+pg_ctl() {
+  local v; v=$(pg_version)
+  if [ -z "$v" ]; then
+    say "no local PostgreSQL cluster found under /etc/postgresql; set DATABASE_URL to a server with wal_level=logical"
+    return 1
+  fi
+  pg_ctlcluster --skip-systemctl-redirect "$v" main "$1"
+}
+
+wait_pg() {
+  for _ in $(seq 1 100); do pg_up && return 0; sleep 0.2; done
+  say "PostgreSQL did not come up on $PGHOST:$PGPORT"; return 1
+}
+
+# 1. PostgreSQL running.
+if ! pg_up; then
+  say "starting PostgreSQL"
+  pg_ctl start || true
+  wait_pg
+fi
+
+# 2. Logical replication settings. ALTER SYSTEM writes postgresql.auto.conf;
+#    wal_level needs a restart, the others only when below what we need.
+need_restart=0
+wal=$(psqlq -c 'SHOW wal_level')
+if [ "$wal" != "logical" ]; then
+  say "setting wal_level=logical (was $wal)"
+  psqlq -c "ALTER SYSTEM SET wal_level = 'logical'"
+  need_restart=1
+fi
+slots=$(psqlq -c 'SHOW max_replication_slots')
+if [ "$slots" -lt 64 ]; then
+  psqlq -c "ALTER SYSTEM SET max_replication_slots = 64"; need_restart=1
+fi
+senders=$(psqlq -c 'SHOW max_wal_senders')
+if [ "$senders" -lt 64 ]; then
+  psqlq -c "ALTER SYSTEM SET max_wal_senders = 64"; need_restart=1
+fi
+conns=$(psqlq -c 'SHOW max_connections')
+if [ "$conns" -lt 500 ]; then
+  psqlq -c "ALTER SYSTEM SET max_connections = 500"; need_restart=1
+fi
+if [ "$need_restart" = 1 ]; then
+  say "restarting PostgreSQL to apply replication settings"
+  pg_ctl restart
+  wait_pg
+fi
+[ "$(psqlq -c 'SHOW wal_level')" = logical ] || { say "wal_level is still not logical"; exit 1; }
+
+# 3. The application database.
+if [ "$(psqlq -c "SELECT 1 FROM pg_database WHERE datname = '$FEED_DB'")" != 1 ]; then
+  say "creating database $FEED_DB"
+  psqlq -c "CREATE DATABASE \"$FEED_DB\""
+fi
+
+# 4. Redis running.
+if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
+  say "starting Redis"
+  redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no
+  for _ in $(seq 1 50); do redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 && break; sleep 0.1; done
+  redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null || { say "Redis did not come up"; exit 1; }
+fi
+say "PostgreSQL (wal_level=logical, database $FEED_DB) and Redis are ready"
