@@ -1,0 +1,171 @@
+package main
+
+import (
+	"fmt"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is everything the binary reads from the environment. Only cmd/
+// reads the environment; components take typed configs built from this.
+type Config struct {
+	DatabaseURL        string
+	RedisURL           string
+	KafkaBrokers       []string // empty: the embedded development broker
+	HTTPAddr           string
+	JWTSecret          string
+	AuthMode           string // "jwt" (default) or "trusted-header"
+	StateDir           string
+	KafkaAddr          string // where the embedded broker listens
+	Topic              string
+	Partitions         int
+	CelebrityThreshold int64
+	InboxMax           int
+	Slot               string
+	NodeID             int64
+	MaxContentChars    int
+	InactiveAfter      time.Duration
+	CelebrityCacheTTL  time.Duration
+	LagWarnBytes       int64
+}
+
+func envOr(key, def string) string {
+	if v, ok := os.LookupEnv(key); ok && v != "" {
+		return v
+	}
+	return def
+}
+
+func envInt(key string, def int64) (int64, error) {
+	v := os.Getenv(key)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%s=%q: not an integer", key, v)
+	}
+	return n, nil
+}
+
+func envDuration(key string, def time.Duration) (time.Duration, error) {
+	v := os.Getenv(key)
+	if v == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("%s=%q: %v", key, v, err)
+	}
+	return d, nil
+}
+
+// devSecret is used when FEED_JWT_SECRET is unset, and only then; `feed api`
+// refuses to start with it unless FEED_ALLOW_DEV_SECRET=1 (set by `feed dev`).
+const devSecret = "feed-development-secret-do-not-use-in-production"
+
+// LoadConfig reads the environment and validates it.
+func LoadConfig() (Config, error) {
+	c := Config{
+		DatabaseURL: envOr("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/feed?sslmode=disable"),
+		RedisURL:    envOr("REDIS_URL", "redis://127.0.0.1:6379/0"),
+		HTTPAddr:    envOr("HTTP_ADDR", "127.0.0.1:8080"),
+		JWTSecret:   envOr("FEED_JWT_SECRET", devSecret),
+		AuthMode:    envOr("FEED_AUTH", "jwt"),
+		StateDir:    envOr("FEED_STATE_DIR", "./.feed"),
+		KafkaAddr:   envOr("FEED_KAFKA_ADDR", "127.0.0.1:9092"),
+		Topic:       envOr("FEED_TOPIC", "feed.events"),
+		Slot:        os.Getenv("FEED_SLOT"),
+	}
+	if b := strings.TrimSpace(os.Getenv("KAFKA_BROKERS")); b != "" {
+		for _, s := range strings.Split(b, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				c.KafkaBrokers = append(c.KafkaBrokers, s)
+			}
+		}
+	}
+	var err error
+	ints := []struct {
+		key string
+		def int64
+		dst func(int64)
+	}{
+		{"FEED_PARTITIONS", 12, func(v int64) { c.Partitions = int(v) }},
+		{"FEED_CELEBRITY_THRESHOLD", 10000, func(v int64) { c.CelebrityThreshold = v }},
+		{"FEED_INBOX_MAX", 500, func(v int64) { c.InboxMax = int(v) }},
+		{"FEED_NODE_ID", 0, func(v int64) { c.NodeID = v }},
+		{"FEED_MAX_CONTENT_CHARS", 2000, func(v int64) { c.MaxContentChars = int(v) }},
+		{"FEED_LAG_WARN_BYTES", 256 << 20, func(v int64) { c.LagWarnBytes = v }},
+	}
+	for _, i := range ints {
+		v, err := envInt(i.key, i.def)
+		if err != nil {
+			return c, err
+		}
+		i.dst(v)
+	}
+	if c.InactiveAfter, err = envDuration("FEED_INACTIVE_AFTER", 30*24*time.Hour); err != nil {
+		return c, err
+	}
+	if c.CelebrityCacheTTL, err = envDuration("FEED_CELEBRITY_CACHE_TTL", 3*time.Second); err != nil {
+		return c, err
+	}
+	if c.Slot == "" {
+		c.Slot, err = slotFromURL(c.DatabaseURL)
+		if err != nil {
+			return c, err
+		}
+	}
+	return c, c.Validate()
+}
+
+// Validate reports the first setting that cannot work.
+func (c Config) Validate() error {
+	switch {
+	case c.AuthMode != "jwt" && c.AuthMode != "trusted-header":
+		return fmt.Errorf("FEED_AUTH=%q: want jwt or trusted-header", c.AuthMode)
+	case c.Partitions < 1 || c.Partitions > 1000:
+		return fmt.Errorf("FEED_PARTITIONS=%d: want 1..1000", c.Partitions)
+	case c.CelebrityThreshold < 1:
+		return fmt.Errorf("FEED_CELEBRITY_THRESHOLD=%d: want at least 1", c.CelebrityThreshold)
+	case c.InboxMax < 20:
+		return fmt.Errorf("FEED_INBOX_MAX=%d: want at least 20", c.InboxMax)
+	case c.NodeID < 0 || c.NodeID > 1023:
+		return fmt.Errorf("FEED_NODE_ID=%d: want 0..1023", c.NodeID)
+	case c.MaxContentChars < 1:
+		return fmt.Errorf("FEED_MAX_CONTENT_CHARS=%d: want at least 1", c.MaxContentChars)
+	case c.CelebrityCacheTTL < 0:
+		return fmt.Errorf("FEED_CELEBRITY_CACHE_TTL must not be negative")
+	}
+	return nil
+}
+
+// slotFromURL derives the replication slot name from the database name:
+// slot names are cluster-wide, so two databases on one server need two.
+func slotFromURL(dsn string) (string, error) {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "", fmt.Errorf("DATABASE_URL: %v", err)
+	}
+	db := strings.TrimPrefix(u.Path, "/")
+	if db == "" {
+		db = "postgres"
+	}
+	var b strings.Builder
+	b.WriteString("feed_cdc_")
+	for _, r := range strings.ToLower(db) {
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') || r == '_' {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('_')
+		}
+	}
+	s := b.String()
+	if len(s) > 63 {
+		s = s[:63]
+	}
+	return s, nil
+}

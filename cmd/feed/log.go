@@ -1,0 +1,5 @@
+package main
+
+import "log/slog"
+
+func logger() *slog.Logger { return slog.Default() }
