@@ -1,0 +1,80 @@
+// Package kafkatest starts real Kafka-protocol brokers (kfake, persistent)
+// for tests, on free ports, and gives each test its own topic.
+package kafkatest
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/feedco/feed/internal/kafka"
+	"github.com/feedco/feed/internal/testenv"
+)
+
+// Broker is a test's embedded broker.
+type Broker struct {
+	*kafka.Embedded
+	Addr    string
+	DataDir string
+}
+
+// FreeAddr returns a 127.0.0.1 address with a port free right now.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return "127.0.0.1:" + strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+}
+
+// Start runs a broker with a data directory under t.TempDir, closed at
+// cleanup.
+func Start(t testing.TB) *Broker {
+	t.Helper()
+	b := &Broker{Addr: FreeAddr(t), DataDir: t.TempDir()}
+	b.Restart(t)
+	t.Cleanup(func() {
+		if b.Embedded != nil {
+			b.Close()
+		}
+	})
+	return b
+}
+
+// Stop closes the broker (its state stays in DataDir).
+func (b *Broker) Stop() {
+	if b.Embedded != nil {
+		b.Close()
+		b.Embedded = nil
+	}
+}
+
+// Restart starts the broker again on the same address and data directory.
+func (b *Broker) Restart(t testing.TB) {
+	t.Helper()
+	var err error
+	for i := 0; i < 50; i++ { // the port may linger briefly after Stop
+		b.Embedded, err = kafka.StartEmbedded(context.Background(), kafka.EmbeddedConfig{Addr: b.Addr, DataDir: b.DataDir})
+		if err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("start embedded broker: %v", err)
+}
+
+// Topic creates a unique topic with the given partitions and returns its name.
+func (b *Broker) Topic(t testing.TB, partitions int32) string {
+	t.Helper()
+	name := testenv.RandomName("feedtest.")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := kafka.EnsureTopics(ctx, b.Addrs(), map[string]int32{name: partitions, kafka.PoisonTopic(name): 1}); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}

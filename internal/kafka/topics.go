@@ -1,0 +1,51 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// EnsureTopics creates each missing topic with its partition count. An
+// existing topic with fewer partitions is an error: per-key order depends on
+// the partition count, so it is never changed silently.
+func EnsureTopics(ctx context.Context, brokers []string, topics map[string]int32) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return fmt.Errorf("connect to Kafka %v: %w", brokers, err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	names := make([]string, 0, len(topics))
+	for t := range topics {
+		names = append(names, t)
+	}
+	existing, err := adm.ListTopics(ctx, names...)
+	if err != nil {
+		return fmt.Errorf("list topics: %w", err)
+	}
+	for name, parts := range topics {
+		if parts < 1 {
+			return fmt.Errorf("topic %s: partition count %d", name, parts)
+		}
+		if d, ok := existing[name]; ok && d.Err == nil {
+			if got := int32(len(d.Partitions)); got != parts {
+				return fmt.Errorf("topic %s exists with %d partitions, configured %d: "+
+					"changing the count remaps keys to partitions; migrate deliberately", name, got, parts)
+			}
+			continue
+		}
+		resp, err := adm.CreateTopic(ctx, parts, 1, nil, name)
+		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+			return fmt.Errorf("create topic %s: %w", name, err)
+		}
+		if resp.Err != nil && !errors.Is(resp.Err, kerr.TopicAlreadyExists) {
+			return fmt.Errorf("create topic %s: %w", name, resp.Err)
+		}
+	}
+	return nil
+}

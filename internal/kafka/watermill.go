@@ -1,0 +1,110 @@
+package kafka
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/ThreeDotsLabs/watermill"
+	wk "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// Metadata keys of every event message (see docs/architecture.md).
+const (
+	MetaName          = "name" // the event type, as watermill's cqrs marshaler expects
+	MetaStreamID      = "stream_id"
+	MetaStreamVersion = "stream_version"
+	MetaPosition      = "position"
+	MetaCommitLSN     = "commit_lsn"
+	MetaCorrelationID = "correlation_id"
+	MetaPartitionKey  = "partition_key"
+	MetaPoisonReason  = "poison_reason"
+	MetaPoisonGroup   = "poison_group"
+)
+
+// PoisonTopic is where a consumer group parks messages it cannot handle.
+func PoisonTopic(topic string) string { return topic + ".poison" }
+
+// saramaVersion is the protocol version spoken to brokers; every version
+// from 1.0 to 4.0 works with kfake once sarama is 1.46+ (KNOWN.md).
+var saramaVersion = sarama.V3_6_0_0
+
+// PublisherSaramaConfig keeps per-key order with no loss: all in-sync
+// replicas acknowledge, idempotent producer, one request in flight, and the
+// hash partitioner on the message key.
+func PublisherSaramaConfig() *sarama.Config {
+	c := wk.DefaultSaramaSyncPublisherConfig()
+	c.Version = saramaVersion
+	c.ClientID = "feed"
+	c.Producer.RequiredAcks = sarama.WaitForAll
+	c.Producer.Idempotent = true
+	c.Net.MaxOpenRequests = 1
+	c.Producer.Return.Successes = true
+	c.Producer.Return.Errors = true
+	c.Producer.Partitioner = sarama.NewHashPartitioner
+	c.Producer.Retry.Max = 10
+	c.Producer.Retry.Backoff = 250 * time.Millisecond
+	c.Metadata.Retry.Max = 10
+	c.Metadata.Retry.Backoff = 250 * time.Millisecond
+	return c
+}
+
+// SubscriberSaramaConfig starts a new group at the oldest offset (the
+// watermill default, newest, would skip what was published before the group
+// existed) and commits offsets every second.
+func SubscriberSaramaConfig() *sarama.Config {
+	c := wk.DefaultSaramaSubscriberConfig()
+	c.Version = saramaVersion
+	c.ClientID = "feed"
+	c.Consumer.Offsets.Initial = sarama.OffsetOldest
+	c.Consumer.Offsets.AutoCommit.Enable = true
+	c.Consumer.Offsets.AutoCommit.Interval = time.Second
+	c.Consumer.Group.Session.Timeout = 10 * time.Second
+	c.Consumer.Group.Heartbeat.Interval = time.Second
+	c.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyRoundRobin()}
+	return c
+}
+
+// Marshaler puts the message's partition_key metadata in the Kafka key.
+var Marshaler = wk.NewWithPartitioningMarshaler(func(_ string, msg *message.Message) (string, error) {
+	k := msg.Metadata.Get(MetaPartitionKey)
+	if k == "" {
+		return "", fmt.Errorf("message %s has no %s metadata", msg.UUID, MetaPartitionKey)
+	}
+	return k, nil
+})
+
+// NewPublisher returns a watermill sync publisher: Publish returns once the
+// broker acknowledged.
+func NewPublisher(brokers []string, logger watermill.LoggerAdapter) (*wk.Publisher, error) {
+	p, err := wk.NewPublisher(wk.PublisherConfig{
+		Brokers:               brokers,
+		Marshaler:             Marshaler,
+		OverwriteSaramaConfig: PublisherSaramaConfig(),
+	}, logger)
+	if err != nil {
+		return nil, fmt.Errorf("create Kafka publisher: %w", err)
+	}
+	return p, nil
+}
+
+// NewSubscriber returns a watermill subscriber in consumer group group.
+// WARNING: the group name is where the committed offsets live; renaming it
+// replays the whole topic into that consumer.
+func NewSubscriber(brokers []string, group string, logger watermill.LoggerAdapter) (*wk.Subscriber, error) {
+	s, err := wk.NewSubscriber(wk.SubscriberConfig{
+		Brokers:               brokers,
+		Unmarshaler:           Marshaler,
+		OverwriteSaramaConfig: SubscriberSaramaConfig(),
+		ConsumerGroup:         group,
+		// Watermill reconnects every ~2 ms by default when a group keeps
+		// failing (KNOWN.md): back off instead of burning a core.
+		ReconnectRetrySleep: 2 * time.Second,
+		NackResendSleep:     200 * time.Millisecond,
+	}, logger)
+	if err != nil {
+		return nil, fmt.Errorf("create Kafka subscriber for group %s: %w", group, err)
+	}
+	return s, nil
+}
