@@ -1,0 +1,113 @@
+// Package commands is the write side: each command validates against the
+// inline projections (users, posts, follows) and appends its events to the
+// log in the same PostgreSQL transaction. One file per command; Append and
+// the transaction runner are shared.
+package commands
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/feedco/feed/internal/snowflake"
+)
+
+// DB is what the commands need from PostgreSQL; *pgxpool.Pool satisfies it.
+type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Config tunes the write side. The zero value means the defaults.
+type Config struct {
+	// MaxContentChars bounds a post's content, counted in Unicode code
+	// points (runes), not bytes. Default 2000.
+	MaxContentChars int
+	// MaxNameChars bounds a user's name in runes. Default 100.
+	MaxNameChars int
+	// MaxAttempts is how many times a transaction runs when it loses a
+	// concurrency race (version conflict, deadlock) before ErrVersionConflict
+	// is returned. Default 5.
+	MaxAttempts int
+	// TxTimeout bounds each transaction attempt, every statement in it
+	// included. Default 5s.
+	TxTimeout time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	c.MaxContentChars = cmp.Or(c.MaxContentChars, 2000)
+	c.MaxNameChars = cmp.Or(c.MaxNameChars, 100)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, 5)
+	c.TxTimeout = cmp.Or(c.TxTimeout, 5*time.Second)
+	return c
+}
+
+// Validate reports the first setting that cannot work.
+func (c Config) Validate() error {
+	switch {
+	case c.MaxContentChars < 1:
+		return fmt.Errorf("max content chars %d: want at least 1", c.MaxContentChars)
+	case c.MaxNameChars < 1:
+		return fmt.Errorf("max name chars %d: want at least 1", c.MaxNameChars)
+	case c.MaxAttempts < 1:
+		return fmt.Errorf("max attempts %d: want at least 1", c.MaxAttempts)
+	case c.TxTimeout <= 0:
+		return fmt.Errorf("tx timeout %v: want positive", c.TxTimeout)
+	}
+	return nil
+}
+
+// Trace carries the request's ids into the metadata of the events a command
+// appends, so an event can be traced back to the request that caused it.
+type Trace struct {
+	// CorrelationID groups everything one client workflow caused.
+	CorrelationID string
+	// CausationID is the id of the request (or message) that caused this
+	// command.
+	CausationID string
+}
+
+// Commands bundles the write side's handlers over one database.
+type Commands struct {
+	Tx           *Runner
+	RegisterUser *RegisterUserHandler
+	CreatePost   *CreatePostHandler
+	DeletePost   *DeletePostHandler
+	Follow       *FollowHandler
+	Unfollow     *UnfollowHandler
+	db           DB
+	cfg          Config
+}
+
+// New builds every handler. ids issues post ids; its node id must be unique
+// among the processes writing to this database.
+func New(db DB, ids *snowflake.Generator, cfg Config) (*Commands, error) {
+	if db == nil {
+		return nil, errors.New("commands: nil DB")
+	}
+	if ids == nil {
+		return nil, errors.New("commands: nil snowflake generator")
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("commands: %w", err)
+	}
+	tx := &Runner{db: db, cfg: cfg}
+	return &Commands{
+		Tx:           tx,
+		RegisterUser: &RegisterUserHandler{tx: tx, cfg: cfg},
+		CreatePost:   &CreatePostHandler{tx: tx, cfg: cfg, ids: ids},
+		DeletePost:   &DeletePostHandler{tx: tx},
+		Follow:       &FollowHandler{tx: tx},
+		Unfollow:     &UnfollowHandler{tx: tx},
+		db:           db,
+		cfg:          cfg,
+	}, nil
+}
+
+// Config returns the effective configuration, defaults filled in.
+func (c *Commands) Config() Config { return c.cfg }

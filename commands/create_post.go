@@ -1,0 +1,80 @@
+package commands
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/feedco/feed/events"
+	"github.com/feedco/feed/internal/snowflake"
+)
+
+// CreatePost publishes a post by AuthorID.
+type CreatePost struct {
+	AuthorID int64
+	Content  string
+	Trace    Trace
+}
+
+// Post is a post as the write side created it.
+type Post struct {
+	ID       int64
+	AuthorID int64
+	Content  string
+	// CreatedAt is the Snowflake id's millisecond, UTC: the time that
+	// orders feeds.
+	CreatedAt time.Time
+}
+
+// CreatePostHandler handles CreatePost.
+type CreatePostHandler struct {
+	tx  *Runner
+	cfg Config
+	ids *snowflake.Generator
+}
+
+// Handle creates the post in its own transaction.
+func (h *CreatePostHandler) Handle(ctx context.Context, cmd CreatePost) (p Post, err error) {
+	err = h.tx.Run(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		p, err = h.Exec(ctx, tx, cmd)
+		return err
+	})
+	return p, err
+}
+
+// Exec creates the post inside tx. It reads the author's follower count with
+// FOR SHARE, so a concurrent follow of the author (which updates that row)
+// commits either wholly before or wholly after this post, and the count
+// recorded in PostCreated agrees with the commit order of the log.
+func (h *CreatePostHandler) Exec(ctx context.Context, tx pgx.Tx, cmd CreatePost) (Post, error) {
+	if err := validateID("authorId", cmd.AuthorID); err != nil {
+		return Post{}, err
+	}
+	if err := validateText("content", cmd.Content, h.cfg.MaxContentChars); err != nil {
+		return Post{}, err
+	}
+	var followers int64
+	err := tx.QueryRow(ctx, `SELECT follower_count FROM users WHERE id = $1 FOR SHARE`, cmd.AuthorID).Scan(&followers)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Post{}, fmt.Errorf("author %d: %w", cmd.AuthorID, ErrNotFound)
+	}
+	if err != nil {
+		return Post{}, fmt.Errorf("read author %d: %w", cmd.AuthorID, err)
+	}
+	id, at := h.ids.Next()
+	p := Post{ID: id, AuthorID: cmd.AuthorID, Content: cmd.Content, CreatedAt: at}
+	if _, err := tx.Exec(ctx, `INSERT INTO posts (id, author_id, content, created_at) VALUES ($1, $2, $3, $4)`,
+		p.ID, p.AuthorID, p.Content, p.CreatedAt); err != nil {
+		return Post{}, fmt.Errorf("insert post: %w", err)
+	}
+	meta := events.Metadata{CorrelationID: cmd.Trace.CorrelationID, CausationID: cmd.Trace.CausationID, Actor: strconv.FormatInt(cmd.AuthorID, 10)}
+	ev := events.PostCreated{PostID: p.ID, AuthorID: p.AuthorID, Content: p.Content, CreatedAt: p.CreatedAt, AuthorFollowers: followers}
+	if err := Append(ctx, tx, 0, meta, ev); err != nil {
+		return Post{}, err
+	}
+	return p, nil
+}

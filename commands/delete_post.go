@@ -1,0 +1,71 @@
+package commands
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/feedco/feed/events"
+)
+
+// DeletePost deletes a post; only its author may.
+type DeletePost struct {
+	ActorID int64
+	PostID  int64
+	Trace   Trace
+}
+
+// DeletePostHandler handles DeletePost.
+type DeletePostHandler struct {
+	tx *Runner
+}
+
+// Handle deletes the post in its own transaction. It reports whether this
+// call deleted it (false: it was already deleted, nothing was appended).
+func (h *DeletePostHandler) Handle(ctx context.Context, cmd DeletePost) (deleted bool, err error) {
+	err = h.tx.Run(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		deleted, err = h.Exec(ctx, tx, cmd)
+		return err
+	})
+	return deleted, err
+}
+
+// Exec deletes the post inside tx: PostDeleted at version 2 of post-{id}.
+// The post row is locked first, so concurrent deletes serialise and the
+// later ones see it deleted and append nothing.
+func (h *DeletePostHandler) Exec(ctx context.Context, tx pgx.Tx, cmd DeletePost) (bool, error) {
+	if err := validateID("actorId", cmd.ActorID); err != nil {
+		return false, err
+	}
+	if err := validateID("postId", cmd.PostID); err != nil {
+		return false, err
+	}
+	var author int64
+	var deleted bool
+	err := tx.QueryRow(ctx, `SELECT author_id, deleted FROM posts WHERE id = $1 FOR UPDATE`, cmd.PostID).Scan(&author, &deleted)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, fmt.Errorf("post %d: %w", cmd.PostID, ErrNotFound)
+	}
+	if err != nil {
+		return false, fmt.Errorf("read post %d: %w", cmd.PostID, err)
+	}
+	if author != cmd.ActorID {
+		return false, fmt.Errorf("delete post %d of user %d: %w", cmd.PostID, author, ErrForbidden)
+	}
+	if deleted {
+		return false, nil
+	}
+	var at time.Time
+	if err := tx.QueryRow(ctx, `UPDATE posts SET deleted = true, deleted_at = now() WHERE id = $1 RETURNING deleted_at`, cmd.PostID).Scan(&at); err != nil {
+		return false, fmt.Errorf("mark post %d deleted: %w", cmd.PostID, err)
+	}
+	meta := events.Metadata{CorrelationID: cmd.Trace.CorrelationID, CausationID: cmd.Trace.CausationID, Actor: strconv.FormatInt(cmd.ActorID, 10)}
+	if err := Append(ctx, tx, 1, meta, events.PostDeleted{PostID: cmd.PostID, AuthorID: author, DeletedAt: at.UTC()}); err != nil {
+		return false, err
+	}
+	return true, nil
+}

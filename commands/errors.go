@@ -1,0 +1,47 @@
+package commands
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors callers branch on. The HTTP layer maps each to one status in one
+// place (api/problem.go); wrap them with context, never replace them.
+var (
+	// ErrInvalid means the command itself is malformed (empty content, a
+	// self-follow, ...): retrying it unchanged cannot succeed.
+	ErrInvalid = errors.New("invalid command")
+	// ErrNotFound means a user or post the command names does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrForbidden means the actor may not do this to that resource (deleting
+	// another author's post).
+	ErrForbidden = errors.New("forbidden")
+	// ErrVersionConflict means another transaction appended to the same
+	// stream first, and retries did not get past it. Retrying later may work.
+	ErrVersionConflict = errors.New("version conflict")
+	// ErrIdempotencyKeyReused means an idempotency key already belongs to a
+	// different request of the same actor.
+	ErrIdempotencyKeyReused = errors.New("idempotency key reused with a different request")
+)
+
+// ValidationError says which field of a command is wrong and why. It
+// matches ErrInvalid with errors.Is.
+type ValidationError struct {
+	Field  string
+	Reason string
+}
+
+// Error implements error.
+func (e *ValidationError) Error() string {
+	if e.Field == "" {
+		return e.Reason
+	}
+	return fmt.Sprintf("%s: %s", e.Field, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrInvalid) true for every validation error.
+func (e *ValidationError) Is(target error) bool { return target == ErrInvalid }
+
+func invalid(field, format string, args ...any) error {
+	return &ValidationError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}

@@ -1,0 +1,97 @@
+package commands
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/feedco/feed/events"
+)
+
+// Follow makes FollowerID follow FolloweeID. Following someone already
+// followed succeeds and appends nothing.
+type Follow struct {
+	FollowerID int64
+	FolloweeID int64
+	Trace      Trace
+}
+
+// FollowHandler handles Follow.
+type FollowHandler struct {
+	tx *Runner
+}
+
+// Handle follows in its own transaction. It reports whether this call
+// changed anything (false: already following).
+func (h *FollowHandler) Handle(ctx context.Context, cmd Follow) (changed bool, err error) {
+	err = h.tx.Run(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		changed, err = h.Exec(ctx, tx, cmd)
+		return err
+	})
+	return changed, err
+}
+
+// Exec follows inside tx. Both users' rows are locked in id order first:
+// concurrent follows of one pair then run one after the other, the later
+// ones find the follows row and append nothing, and the followee's count
+// carried in Followed is the count after exactly this change.
+func (h *FollowHandler) Exec(ctx context.Context, tx pgx.Tx, cmd Follow) (bool, error) {
+	if err := validatePair(cmd.FollowerID, cmd.FolloweeID); err != nil {
+		return false, err
+	}
+	if err := lockUsers(ctx, tx, cmd.FollowerID, cmd.FolloweeID); err != nil {
+		return false, err
+	}
+	tag, err := tx.Exec(ctx, `INSERT INTO follows (follower_id, followee_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
+		cmd.FollowerID, cmd.FolloweeID)
+	if err != nil {
+		return false, fmt.Errorf("insert follow: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return false, nil
+	}
+	followers, err := bumpCounts(ctx, tx, cmd.FollowerID, cmd.FolloweeID, +1)
+	if err != nil {
+		return false, err
+	}
+	stream := events.FollowStream(cmd.FollowerID, cmd.FolloweeID)
+	v, err := StreamVersion(ctx, tx, stream)
+	if err != nil {
+		return false, err
+	}
+	meta := events.Metadata{CorrelationID: cmd.Trace.CorrelationID, CausationID: cmd.Trace.CausationID, Actor: strconv.FormatInt(cmd.FollowerID, 10)}
+	ev := events.Followed{FollowerID: cmd.FollowerID, FolloweeID: cmd.FolloweeID, FolloweeFollowers: followers}
+	if err := Append(ctx, tx, v, meta, ev); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+func validatePair(follower, followee int64) error {
+	if err := validateID("followerId", follower); err != nil {
+		return err
+	}
+	if err := validateID("followeeId", followee); err != nil {
+		return err
+	}
+	if follower == followee {
+		return invalid("userId", "a user cannot follow themselves")
+	}
+	return nil
+}
+
+// bumpCounts adds delta to the followee's follower count and the follower's
+// following count, and returns the followee's count after the change.
+func bumpCounts(ctx context.Context, tx pgx.Tx, follower, followee, delta int64) (int64, error) {
+	var followers int64
+	if err := tx.QueryRow(ctx, `UPDATE users SET follower_count = follower_count + $2 WHERE id = $1 RETURNING follower_count`,
+		followee, delta).Scan(&followers); err != nil {
+		return 0, fmt.Errorf("update follower count of %d: %w", followee, err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE users SET following_count = following_count + $2 WHERE id = $1`, follower, delta); err != nil {
+		return 0, fmt.Errorf("update following count of %d: %w", follower, err)
+	}
+	return followers, nil
+}
