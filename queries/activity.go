@@ -1,0 +1,67 @@
+package queries
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// activityTracker remembers when this process last wrote each user's
+// user_activity row, so a busy reader costs PostgreSQL one write per
+// interval, not one per page.
+type activityTracker struct {
+	interval time.Duration
+
+	mu   sync.Mutex
+	last map[int64]time.Time
+}
+
+// touch marks user active in the background, at most once per interval.
+// Fan-out skips users not seen for weeks, so minutes of slack are harmless.
+func (f *Feed) touch(user int64) {
+	a := &f.activity
+	now := f.now()
+	a.mu.Lock()
+	if t, ok := a.last[user]; ok && now.Sub(t) < a.interval {
+		a.mu.Unlock()
+		return
+	}
+	if a.last == nil {
+		a.last = make(map[int64]time.Time)
+	}
+	if len(a.last) > 100_000 {
+		for u, t := range a.last {
+			if now.Sub(t) >= a.interval {
+				delete(a.last, u)
+			}
+		}
+	}
+	a.last[user] = now
+	a.mu.Unlock()
+	f.bg.Add(1)
+	go func() {
+		defer f.bg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := f.markActive(ctx, user); err != nil {
+			f.log.Warn("queries: activity write failed", "user", user, "err", err)
+			a.forget(user) // the next read tries again
+		}
+	}()
+}
+
+// record notes a write done elsewhere (the cold rebuild writes synchronously).
+func (a *activityTracker) record(user int64, at time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.last == nil {
+		a.last = make(map[int64]time.Time)
+	}
+	a.last[user] = at
+}
+
+func (a *activityTracker) forget(user int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.last, user)
+}

@@ -1,0 +1,68 @@
+package queries
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/feedco/feed/internal/rkeys"
+)
+
+// AuthorPosts returns a page of authorID's non-deleted posts, newest first,
+// strictly older than the cursor, with the same order and cursor as Home.
+// The author's timeline serves what it holds above its ~floor; below, and
+// when the timeline has nothing at all (never written, or the projector has
+// not caught up with a new author), PostgreSQL continues.
+func (f *Feed) AuthorPosts(ctx context.Context, authorID int64, cursor string, limit int) (Page, error) {
+	if err := checkArgs(authorID, limit); err != nil {
+		return Page{}, err
+	}
+	cur, err := parseCursor(cursor)
+	if err != nil {
+		return Page{}, err
+	}
+	need := limit + 1
+	var items []item
+	used := map[string]bool{}
+	mode := stepRedis
+	for round := 0; len(items) < need && mode != stepEnd; round++ {
+		if mode == stepRedis && round < maxRedisRounds {
+			short := need - len(items)
+			n := short + short/4 + 2
+			k := f.keys.Timeline(authorID)
+			pipe := f.rdb.Pipeline()
+			z := addRange(ctx, pipe, k, cur, n)
+			fl := pipe.ZScore(ctx, k, rkeys.SentinelFloor)
+			if err := execPipe(ctx, pipe); err != nil {
+				return Page{}, fmt.Errorf("read timeline of %d: %w", authorID, err)
+			}
+			src, err := zreply(z, fl, n)
+			if err != nil {
+				return Page{}, fmt.Errorf("read timeline of %d: %w", authorID, err)
+			}
+			if len(src.keys) == 0 && src.bound == minKey {
+				mode = stepPG // nothing in Redis below the cursor: let the truth say so
+				continue
+			}
+			used["redis"] = true
+			seg := mergeSegment(cur, []source{src})
+			got, err := f.hydrate(ctx, seg.keys, visibility{author: authorID}, short)
+			if err != nil {
+				return Page{}, err
+			}
+			items = append(items, got...)
+			cur, mode = seg.bound, seg.next
+			continue
+		}
+		used["pg"] = true
+		got, err := f.pgAuthor(ctx, authorID, cur, minKey, need-len(items))
+		if err != nil {
+			return Page{}, err
+		}
+		items = append(items, got...)
+		break
+	}
+	for s := range used {
+		f.metrics.Sources.WithLabelValues("author", s).Inc()
+	}
+	return makePage(items, limit), nil
+}

@@ -1,0 +1,170 @@
+package queries
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/singleflight"
+
+	"github.com/feedco/feed/internal/rkeys"
+)
+
+// The in-process caches of the pull side. A celebrity's newest posts are
+// read by millions of followers; caching them per process for a few seconds
+// turns that hot key into a few Redis reads per second per instance. Each
+// cache refresh is single-flight, so an expiry does not stampede Redis.
+
+// celebrityCache holds the `celebrities` set.
+type celebrityCache struct {
+	ttl time.Duration
+	sf  singleflight.Group
+
+	mu      sync.Mutex
+	members []string // decimal ids, the SMISMEMBER arguments
+	at      time.Time
+}
+
+func (f *Feed) celebrities(ctx context.Context) ([]string, error) {
+	c := &f.celebs
+	c.mu.Lock()
+	if !c.at.IsZero() && f.now().Sub(c.at) < c.ttl {
+		m := c.members
+		c.mu.Unlock()
+		f.metrics.CacheLookups.WithLabelValues("celebrities", "hit").Inc()
+		return m, nil
+	}
+	c.mu.Unlock()
+	f.metrics.CacheLookups.WithLabelValues("celebrities", "miss").Inc()
+	v, err, _ := c.sf.Do("", func() (any, error) {
+		m, err := f.rdb.SMembers(ctx, f.keys.Celebrities()).Result()
+		if err != nil {
+			return nil, fmt.Errorf("read celebrities: %w", err)
+		}
+		c.mu.Lock()
+		c.members, c.at = m, f.now()
+		c.mu.Unlock()
+		return m, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.([]string), nil
+}
+
+// timelineHead is the newest part of one celebrity's timeline, as a source
+// complete above its bound.
+type timelineHead struct {
+	src source // keys newest first
+	at  time.Time
+}
+
+// timelineCache holds timeline heads by author.
+type timelineCache struct {
+	ttl  time.Duration
+	size int
+	sf   singleflight.Group
+
+	mu    sync.Mutex
+	heads map[int64]*timelineHead
+}
+
+// usable reports whether the cached head answers a read from cur that needs
+// n entries: it must cover part of the range below cur, and either hold n
+// entries there or be complete to its floor (or to the first post).
+func (h *timelineHead) usable(cur key, n int) bool {
+	if !h.src.bound.less(cur) {
+		return false
+	}
+	if h.src.floor || h.src.bound == minKey {
+		return true
+	}
+	count := 0
+	for _, k := range h.src.keys {
+		if k.less(cur) && h.src.bound.less(k) {
+			count++
+		}
+	}
+	return count >= n
+}
+
+// timelineHeads returns the cached heads of authors, refreshing expired ones
+// concurrently (one Redis read per author and TTL, whatever the number of
+// readers).
+func (f *Feed) timelineHeads(ctx context.Context, authors []int64) (map[int64]*timelineHead, error) {
+	c := &f.timelines
+	out := make(map[int64]*timelineHead, len(authors))
+	var missing []int64
+	now := f.now()
+	c.mu.Lock()
+	for _, a := range authors {
+		if h, ok := c.heads[a]; ok && now.Sub(h.at) < c.ttl {
+			out[a] = h
+		} else {
+			missing = append(missing, a)
+		}
+	}
+	c.mu.Unlock()
+	f.metrics.CacheLookups.WithLabelValues("timeline", "hit").Add(float64(len(out)))
+	if len(missing) == 0 {
+		return out, nil
+	}
+	f.metrics.CacheLookups.WithLabelValues("timeline", "miss").Add(float64(len(missing)))
+	chans := make([]<-chan singleflight.Result, len(missing))
+	for i, a := range missing {
+		chans[i] = c.sf.DoChan(strconv.FormatInt(a, 10), func() (any, error) {
+			// Detached from one reader's cancellation: other readers wait
+			// on this flight too.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			defer cancel()
+			return f.fetchTimelineHead(rctx, a)
+		})
+	}
+	var errs []error
+	for i, ch := range chans {
+		select {
+		case r := <-ch:
+			if r.Err != nil {
+				errs = append(errs, r.Err)
+				continue
+			}
+			out[missing[i]] = r.Val.(*timelineHead)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+func (f *Feed) fetchTimelineHead(ctx context.Context, author int64) (*timelineHead, error) {
+	c := &f.timelines
+	pipe := f.rdb.Pipeline()
+	z := addRange(ctx, pipe, f.keys.Timeline(author), startKey, c.size)
+	fl := pipe.ZScore(ctx, f.keys.Timeline(author), rkeys.SentinelFloor)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("read timeline of %d: %w", author, err)
+	}
+	src, err := zreply(z, fl, c.size)
+	if err != nil {
+		return nil, fmt.Errorf("read timeline of %d: %w", author, err)
+	}
+	h := &timelineHead{src: src, at: f.now()}
+	c.mu.Lock()
+	if c.heads == nil {
+		c.heads = make(map[int64]*timelineHead)
+	}
+	if len(c.heads) > 10000 {
+		for a, old := range c.heads {
+			if h.at.Sub(old.at) >= c.ttl {
+				delete(c.heads, a)
+			}
+		}
+	}
+	c.heads[author] = h
+	c.mu.Unlock()
+	return h, nil
+}

@@ -1,0 +1,239 @@
+package queries
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/feedco/feed/internal/rkeys"
+)
+
+// maxRedisRounds bounds how many Redis segments one page reads before the
+// rest of the page comes from PostgreSQL (many hidden posts in a row).
+const maxRedisRounds = 4
+
+// Home returns a page of userID's home feed: the newest-first, non-deleted
+// posts of the accounts userID follows and of userID itself (a user sees
+// their own posts in their feed: read-your-writes), strictly older than the
+// cursor ("" is the first page). Order is (createdAt ms, post id)
+// descending, so pages never repeat or skip a post, even when posts arrive
+// between pages.
+//
+// Redis serves what its read models are sure of (the inbox above its
+// ~floor, followed celebrities' timelines, the caller's own timeline); the
+// rest of the page continues from PostgreSQL. A cold inbox (no ~built) is
+// served from PostgreSQL at once and rebuilt in the background.
+func (f *Feed) Home(ctx context.Context, userID int64, cursor string, limit int) (Page, error) {
+	if err := checkArgs(userID, limit); err != nil {
+		return Page{}, err
+	}
+	cur, err := parseCursor(cursor)
+	if err != nil {
+		return Page{}, err
+	}
+	f.touch(userID)
+	need := limit + 1 // one more than shown says whether a next page exists
+	var items []item
+	used := map[string]bool{}
+	mode := stepRedis
+	for round := 0; len(items) < need && mode != stepEnd; round++ {
+		if mode == stepRedis && round < maxRedisRounds {
+			hr, built, err := f.homeSegment(ctx, userID, cur, need-len(items))
+			if err != nil {
+				return Page{}, err
+			}
+			if !built {
+				used["cold"] = true
+				f.startRebuild(userID)
+				mode = stepPG
+				continue
+			}
+			used["redis"] = true
+			got, err := f.hydrate(ctx, hr.seg.keys, hr.vis, need-len(items))
+			if err != nil {
+				return Page{}, err
+			}
+			items = append(items, got...)
+			cur, mode = hr.seg.bound, hr.seg.next
+			continue
+		}
+		if !used["cold"] {
+			used["pg"] = true
+		}
+		got, err := f.pgPull(ctx, userID, cur, need-len(items))
+		if err != nil {
+			return Page{}, err
+		}
+		items = append(items, got...)
+		break // PostgreSQL is exact: the page is full or the feed ended
+	}
+	for s := range used {
+		f.metrics.Sources.WithLabelValues("home", s).Inc()
+	}
+	return makePage(items, limit), nil
+}
+
+// homeRead is one Redis segment of a home feed and how to show it.
+type homeRead struct {
+	seg segment
+	vis visibility
+}
+
+// homeSegment reads, in one pipeline, the inbox from the cursor with its
+// sentinels, the caller's own timeline, and which celebrities the caller
+// follows; meanwhile it reads the caller's newest own posts from
+// PostgreSQL (read-your-writes while projectors lag). Then the followed
+// celebrities' timelines, from the in-process cache when it covers the
+// cursor, else in a second pipeline. want is how many visible posts the
+// page still needs.
+func (f *Feed) homeSegment(ctx context.Context, user int64, cur key, want int) (homeRead, bool, error) {
+	n := want + want/4 + 2 // over-fetch: hidden posts and the ~floor member
+	celebs, err := f.celebrities(ctx)
+	if err != nil {
+		return homeRead{}, false, err
+	}
+	var probe []item
+	var probeErr error
+	var wg sync.WaitGroup
+	nowMs := f.now().UnixMilli()
+	windowStart := below(nowMs - f.cfg.OwnPostsWindow.Milliseconds())
+	if windowStart.less(cur) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			probe, probeErr = f.pgAuthor(ctx, user, cur, windowStart, n)
+		}()
+	}
+
+	self := strconv.FormatInt(user, 10)
+	inboxKey, ownKey := f.keys.Inbox(user), f.keys.Timeline(user)
+	pipe := f.rdb.Pipeline()
+	inbox := addRange(ctx, pipe, inboxKey, cur, n)
+	built := pipe.ZScore(ctx, inboxKey, rkeys.SentinelBuilt)
+	inboxFloor := pipe.ZScore(ctx, inboxKey, rkeys.SentinelFloor)
+	own := addRange(ctx, pipe, ownKey, cur, n)
+	ownFloor := pipe.ZScore(ctx, ownKey, rkeys.SentinelFloor)
+	followSet := pipe.Exists(ctx, f.keys.Following(user))
+	var celebArgs []any
+	var celebIDs []int64
+	for _, c := range celebs {
+		if c == self {
+			continue
+		}
+		id, err := strconv.ParseInt(c, 10, 64)
+		if err != nil {
+			continue
+		}
+		celebArgs = append(celebArgs, c)
+		celebIDs = append(celebIDs, id)
+	}
+	var isMember *redis.BoolSliceCmd
+	if len(celebArgs) > 0 {
+		isMember = pipe.SMIsMember(ctx, f.keys.Following(user), celebArgs...)
+	}
+	err = execPipe(ctx, pipe)
+	wg.Wait()
+	if err != nil {
+		return homeRead{}, false, fmt.Errorf("read inbox of %d: %w", user, err)
+	}
+	if probeErr != nil {
+		return homeRead{}, false, probeErr
+	}
+	if _, err := built.Result(); errors.Is(err, redis.Nil) {
+		return homeRead{}, false, nil
+	} else if err != nil {
+		return homeRead{}, false, fmt.Errorf("read inbox of %d: %w", user, err)
+	}
+
+	srcs := make([]source, 0, 4)
+	for _, r := range []struct {
+		z  *redis.ZSliceCmd
+		fl *redis.FloatCmd
+	}{{inbox, inboxFloor}, {own, ownFloor}} {
+		s, err := zreply(r.z, r.fl, n)
+		if err != nil {
+			return homeRead{}, false, fmt.Errorf("read inbox of %d: %w", user, err)
+		}
+		srcs = append(srcs, s)
+	}
+	pre := make(map[int64]item, len(probe))
+	probeSrc := source{bound: minKey}
+	for _, it := range probe {
+		pre[it.key.id] = it
+		probeSrc.keys = append(probeSrc.keys, it.key)
+	}
+	if len(probe) >= n {
+		probeSrc.bound = probe[len(probe)-1].key // SQL orders exactly: complete above its last row
+	}
+	srcs = append(srcs, probeSrc)
+
+	followed := map[int64]bool{}
+	if isMember != nil {
+		is, err := isMember.Result()
+		if err != nil {
+			return homeRead{}, false, fmt.Errorf("read follows of %d: %w", user, err)
+		}
+		var fc []int64
+		for i, ok := range is {
+			if ok && i < len(celebIDs) {
+				fc = append(fc, celebIDs[i])
+				followed[celebIDs[i]] = true
+			}
+		}
+		cs, err := f.celebritySources(ctx, fc, cur, n)
+		if err != nil {
+			return homeRead{}, false, err
+		}
+		srcs = append(srcs, cs...)
+	}
+	return homeRead{
+		seg: mergeSegment(cur, srcs),
+		vis: visibility{viewer: user, followed: followed, checkFollow: followSet.Val() > 0, pre: pre},
+	}, true, nil
+}
+
+// celebritySources returns the timelines of the followed celebrities from
+// cur: the cached head when it covers the range, else a direct read, all
+// direct reads in one pipeline.
+func (f *Feed) celebritySources(ctx context.Context, celebs []int64, cur key, n int) ([]source, error) {
+	if len(celebs) == 0 {
+		return nil, nil
+	}
+	heads, err := f.timelineHeads(ctx, celebs)
+	if err != nil {
+		return nil, err
+	}
+	srcs := make([]source, 0, len(celebs))
+	type direct struct {
+		z  *redis.ZSliceCmd
+		fl *redis.FloatCmd
+	}
+	var directs []direct
+	pipe := f.rdb.Pipeline()
+	for _, c := range celebs {
+		if h := heads[c]; h != nil && h.usable(cur, n) {
+			srcs = append(srcs, h.src)
+			continue
+		}
+		k := f.keys.Timeline(c)
+		directs = append(directs, direct{addRange(ctx, pipe, k, cur, n), pipe.ZScore(ctx, k, rkeys.SentinelFloor)})
+	}
+	if len(directs) == 0 {
+		return srcs, nil
+	}
+	if err := execPipe(ctx, pipe); err != nil {
+		return nil, fmt.Errorf("read celebrity timelines: %w", err)
+	}
+	for _, d := range directs {
+		s, err := zreply(d.z, d.fl, n)
+		if err != nil {
+			return nil, fmt.Errorf("read celebrity timelines: %w", err)
+		}
+		srcs = append(srcs, s)
+	}
+	return srcs, nil
+}

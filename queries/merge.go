@@ -1,0 +1,154 @@
+package queries
+
+import (
+	"math"
+	"slices"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/feedco/feed/internal/rkeys"
+)
+
+// This file is the pure part of the read path: no I/O, so every rule about
+// order, duplicates, cursors and completeness bounds is unit-tested alone.
+
+// source is one sorted set's (or one query's) contribution to a segment of a
+// feed. The set is complete for keys strictly above bound: everything it
+// holds there is in keys. Below bound it knows nothing.
+type source struct {
+	keys  []key // any order; may hold keys outside the segment
+	bound key   // minKey: complete down to the very first post
+	floor bool  // bound is the set's ~floor (below it only PostgreSQL knows), not a LIMIT cut
+}
+
+// step says where a page continues after a segment.
+type step int
+
+const (
+	stepEnd   step = iota // every source is complete: nothing older exists
+	stepRedis             // a LIMIT cut stopped the segment: read Redis again from its bound
+	stepPG                // a ~floor (or no progress) stopped it: continue from PostgreSQL
+)
+
+// segment is the merged part of a feed the sources are jointly sure of: the
+// keys strictly between bound and the cursor.
+type segment struct {
+	keys  []key // newest first, no duplicates
+	bound key
+	next  step
+}
+
+// mergeSegment merges sources read from cursor cur. Only keys strictly older
+// than cur and strictly above the highest bound of all sources are kept:
+// above that bound every source is complete, so the union is the feed there.
+func mergeSegment(cur key, srcs []source) segment {
+	seg := segment{bound: minKey}
+	floor := false
+	for _, s := range srcs {
+		switch {
+		case seg.bound.less(s.bound):
+			seg.bound, floor = s.bound, s.floor
+		case s.bound == seg.bound:
+			floor = floor || s.floor
+		}
+	}
+	n := 0
+	for _, s := range srcs {
+		n += len(s.keys)
+	}
+	keys := make([]key, 0, n)
+	for _, s := range srcs {
+		for _, k := range s.keys {
+			if k.less(cur) && seg.bound.less(k) {
+				keys = append(keys, k)
+			}
+		}
+	}
+	sortNewestFirst(keys)
+	seg.keys = slices.Compact(keys)
+	switch {
+	case seg.bound == minKey:
+		seg.next = stepEnd
+	case floor || !seg.bound.less(cur):
+		// A floor means only PostgreSQL knows what is below. No progress
+		// (more same-millisecond entries than a fetch returns) would loop
+		// forever on Redis; PostgreSQL orders ties exactly.
+		seg.next = stepPG
+	default:
+		seg.next = stepRedis
+	}
+	return seg
+}
+
+// sortNewestFirst sorts keys by (ms, id) descending. Equal keys (one post
+// seen through two sources) end up adjacent, so Compact removes them.
+func sortNewestFirst(keys []key) {
+	slices.SortFunc(keys, func(a, b key) int {
+		switch {
+		case b.less(a):
+			return -1
+		case a.less(b):
+			return 1
+		}
+		return 0
+	})
+}
+
+// mergePage is the seeds' FeedMerger.merge over complete sources: merge,
+// drop duplicates, keep entries strictly older than cur, newest first, cut
+// to limit.
+func mergePage(cur key, limit int, lists ...[]key) []key {
+	srcs := make([]source, len(lists))
+	for i, l := range lists {
+		srcs[i] = source{keys: l, bound: minKey}
+	}
+	keys := mergeSegment(cur, srcs).keys
+	if len(keys) > limit {
+		keys = keys[:limit]
+	}
+	return keys
+}
+
+// zsource turns a ZREVRANGEBYSCORE ... LIMIT 0 limit reply (sentinels
+// included) and the set's ~floor score into a source. A full reply is a cut:
+// the set is then only known complete above the last score returned, because
+// Redis orders same-score members by their bytes, not as numbers, so the
+// entries of that last millisecond may be partial.
+func zsource(reply []redis.Z, limit int, floorMs *int64) source {
+	s := source{bound: minKey, keys: make([]key, 0, len(reply))}
+	for _, z := range reply {
+		m, ok := z.Member.(string)
+		if !ok || rkeys.IsSentinel(m) {
+			continue
+		}
+		id, err := strconv.ParseInt(m, 10, 64)
+		if err != nil || id <= 0 || math.IsInf(z.Score, 0) || math.IsNaN(z.Score) {
+			continue // not a post id: never shown
+		}
+		s.keys = append(s.keys, key{ms: int64(z.Score), id: id})
+	}
+	if limit > 0 && len(reply) >= limit {
+		last := reply[len(reply)-1].Score
+		if !math.IsInf(last, 0) && !math.IsNaN(last) {
+			s.bound = below(int64(last))
+		}
+	}
+	if floorMs != nil {
+		if fb := below(*floorMs); !fb.less(s.bound) {
+			s.bound, s.floor = fb, true
+		}
+	}
+	return s
+}
+
+// scoreMax is the inclusive upper score of a range read from cursor cur
+// (the cursor's own millisecond is included: other posts of that
+// millisecond may be older than the cursor's id; the merge filters exactly).
+// "(+inf" leaves out the ~built sentinel, whose score is +inf.
+func scoreMax(cur key) string {
+	if cur.ms >= maxCursorMs {
+		return "(+inf"
+	}
+	return strconv.FormatInt(cur.ms, 10)
+}

@@ -1,0 +1,55 @@
+package queries
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics counts what the read path did, so a dashboard shows how often a
+// page needed PostgreSQL and whether the in-process caches work. Per-route
+// latency histograms belong to the api.
+type Metrics struct {
+	// CacheLookups counts in-process cache lookups by cache
+	// ("celebrities", "timeline") and result ("hit", "miss").
+	CacheLookups *prometheus.CounterVec
+	// Sources counts, per query ("home", "author"), the pages that used each
+	// source: "redis" (read models), "pg" (continued from PostgreSQL below a
+	// ~floor) and "cold" (inbox without ~built: served from PostgreSQL).
+	Sources *prometheus.CounterVec
+	// Hydrations counts posts hydrated from the Redis post cache ("redis")
+	// and from the PostgreSQL fallback ("pg").
+	Hydrations *prometheus.CounterVec
+	// Rebuilds counts background inbox rebuilds by result ("ok", "error").
+	Rebuilds *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		CacheLookups: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "feed_query_cache_lookups_total",
+			Help: "In-process cache lookups of the read side, by cache and result.",
+		}, []string{"cache", "result"}),
+		Sources: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "feed_query_pages_by_source_total",
+			Help: "Feed pages served, by query and by source used (redis, pg, cold).",
+		}, []string{"query", "source"}),
+		Hydrations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "feed_query_hydrations_total",
+			Help: "Posts hydrated for pages, by where the body came from.",
+		}, []string{"from"}),
+		Rebuilds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "feed_query_inbox_rebuilds_total",
+			Help: "Background rebuilds of cold inboxes, by result.",
+		}, []string{"result"}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.CacheLookups, m.Sources, m.Hydrations, m.Rebuilds} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register query metrics (one Feed per registry): %w", err)
+		}
+	}
+	return m, nil
+}

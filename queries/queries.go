@@ -1,0 +1,202 @@
+// Package queries is the read side: the hybrid home feed (pushed inbox,
+// pulled celebrity timelines, the caller's own posts, and PostgreSQL below
+// what Redis is sure of) and an author's posts, both paged with an opaque
+// cursor. See docs/queries.md.
+package queries
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/feedco/feed/internal/rkeys"
+)
+
+// MaxLimit is the largest page size; the api rejects larger ones with 400.
+const MaxLimit = 50
+
+// ErrInvalidLimit is returned for a page size outside 1..MaxLimit. The api
+// validates first; this is the defensive second check.
+var ErrInvalidLimit = errors.New("limit out of range 1..50")
+
+// ErrInvalidID is returned for a user or author id that is not positive.
+var ErrInvalidID = errors.New("id must be positive")
+
+// DB is what the read side needs from PostgreSQL; *pgxpool.Pool has it.
+type DB interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// Config tunes the read side. Zero values take the defaults.
+type Config struct {
+	// Keys names the Redis read models (the prefix selects a namespace).
+	Keys rkeys.Keys
+	// InboxMax is how many posts a cold rebuild writes into an inbox
+	// (FEED_INBOX_MAX, default 500); the projector trims to the same bound.
+	InboxMax int
+	// CelebrityCacheTTL is how long the celebrity set and each celebrity's
+	// timeline head are served from process memory (default 3 s, at most
+	// 5 s): a hot celebrity then costs Redis one read per TTL per instance,
+	// and celebrity posts show up to one TTL late.
+	CelebrityCacheTTL time.Duration
+	// TimelineCacheSize is how many of a celebrity's newest posts are kept
+	// in that cache (default 200). Deeper pages read Redis directly.
+	TimelineCacheSize int
+	// ActivityWriteInterval is the least time between two user_activity
+	// writes for one user from one process (default 5 min). It must stay far
+	// below the projectors' inactivity threshold (30 days).
+	ActivityWriteInterval time.Duration
+	// OwnPostsWindow: the caller's own posts created this recently are read
+	// from PostgreSQL on every home read whose page reaches that far up, so
+	// a fresh post shows even while the projectors lag (read-your-writes).
+	// Default 1 min; it must exceed the projectors' normal lag.
+	OwnPostsWindow time.Duration
+	// RebuildTimeout bounds one background inbox rebuild (default 10 s).
+	RebuildTimeout time.Duration
+	// Registerer receives the metrics; nil registers nothing.
+	Registerer prometheus.Registerer
+	// Logger reports background failures; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	c.InboxMax = cmp.Or(c.InboxMax, 500)
+	c.CelebrityCacheTTL = cmp.Or(c.CelebrityCacheTTL, 3*time.Second)
+	c.TimelineCacheSize = cmp.Or(c.TimelineCacheSize, 200)
+	c.ActivityWriteInterval = cmp.Or(c.ActivityWriteInterval, 5*time.Minute)
+	c.OwnPostsWindow = cmp.Or(c.OwnPostsWindow, time.Minute)
+	c.RebuildTimeout = cmp.Or(c.RebuildTimeout, 10*time.Second)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Validate rejects a configuration the read path cannot honour.
+func (c Config) Validate() error {
+	switch {
+	case c.InboxMax < 1:
+		return fmt.Errorf("queries: InboxMax %d must be positive", c.InboxMax)
+	case c.CelebrityCacheTTL <= 0 || c.CelebrityCacheTTL > 5*time.Second:
+		return fmt.Errorf("queries: CelebrityCacheTTL %v must be in (0, 5s]", c.CelebrityCacheTTL)
+	case c.TimelineCacheSize < MaxLimit+1:
+		return fmt.Errorf("queries: TimelineCacheSize %d must be at least %d", c.TimelineCacheSize, MaxLimit+1)
+	case c.ActivityWriteInterval <= 0 || c.ActivityWriteInterval > 24*time.Hour:
+		return fmt.Errorf("queries: ActivityWriteInterval %v must be in (0, 24h]", c.ActivityWriteInterval)
+	case c.OwnPostsWindow <= 0:
+		return fmt.Errorf("queries: OwnPostsWindow %v must be positive", c.OwnPostsWindow)
+	case c.RebuildTimeout <= 0:
+		return fmt.Errorf("queries: RebuildTimeout %v must be positive", c.RebuildTimeout)
+	}
+	return nil
+}
+
+// Post is one feed item as the HTTP API returns it. Ids are decimal strings
+// (JavaScript numbers lose precision past 2^53).
+type Post struct {
+	ID        string `json:"id"`
+	AuthorID  string `json:"authorId"`
+	Content   string `json:"content"`
+	CreatedAt string `json:"createdAt"` // RFC 3339, UTC, milliseconds
+}
+
+// Page is one page of a feed. NextCursor is nil when nothing older exists.
+type Page struct {
+	Items      []Post  `json:"items"`
+	NextCursor *string `json:"nextCursor"`
+}
+
+// Feed answers the read-side queries. Safe for concurrent use.
+type Feed struct {
+	cfg     Config
+	db      DB
+	rdb     redis.UniversalClient
+	keys    rkeys.Keys
+	metrics *Metrics
+	log     *slog.Logger
+	now     func() time.Time
+
+	celebs    celebrityCache
+	timelines timelineCache
+	activity  activityTracker
+	flights   rebuildFlights
+	bg        sync.WaitGroup // background rebuilds and activity writes
+}
+
+// New returns the read side over PostgreSQL (the source of truth) and Redis
+// (the read models).
+func New(cfg Config, db DB, rdb redis.UniversalClient) (*Feed, error) {
+	if db == nil {
+		return nil, errors.New("queries: nil PostgreSQL pool")
+	}
+	if rdb == nil {
+		return nil, errors.New("queries: nil Redis client")
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	f := &Feed{cfg: cfg, db: db, rdb: rdb, keys: cfg.Keys, metrics: m, log: cfg.Logger, now: time.Now}
+	f.celebs.ttl = cfg.CelebrityCacheTTL
+	f.timelines.ttl = cfg.CelebrityCacheTTL
+	f.timelines.size = cfg.TimelineCacheSize
+	f.activity.interval = cfg.ActivityWriteInterval
+	return f, nil
+}
+
+// Close waits for background work (inbox rebuilds, activity writes), each
+// bounded by its own timeout, so a shutdown does not cut a rebuild in half.
+func (f *Feed) Close() {
+	f.bg.Wait()
+}
+
+// Metrics exposes the counters, for tests and for the api's own dashboards.
+func (f *Feed) Metrics() *Metrics { return f.metrics }
+
+func checkArgs(id int64, limit int) error {
+	if id <= 0 {
+		return ErrInvalidID
+	}
+	if limit < 1 || limit > MaxLimit {
+		return ErrInvalidLimit
+	}
+	return nil
+}
+
+// item is a feed entry on its way to a page: its key and, once known, the
+// post to show.
+type item struct {
+	key  key
+	post Post
+}
+
+func makePage(items []item, limit int) Page {
+	p := Page{Items: make([]Post, 0, min(len(items), limit))}
+	for i := 0; i < len(items) && i < limit; i++ {
+		p.Items = append(p.Items, items[i].post)
+	}
+	if len(items) > limit {
+		c := encodeCursor(items[limit-1].key)
+		p.NextCursor = &c
+	}
+	return p
+}
+
+// formatTime renders the feed's millisecond as the API's createdAt.
+func formatTime(ms int64) string {
+	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z07:00")
+}
