@@ -125,7 +125,10 @@ func TestValidation(t *testing.T) {
 		run  func() error
 		want error
 	}{
-		{"empty content", func() error { _, err := c.CreatePost.Handle(ctx, commands.CreatePost{AuthorID: author, Content: ""}); return err }, commands.ErrInvalid},
+		{"empty content", func() error {
+			_, err := c.CreatePost.Handle(ctx, commands.CreatePost{AuthorID: author, Content: ""})
+			return err
+		}, commands.ErrInvalid},
 		{"blank content", func() error {
 			_, err := c.CreatePost.Handle(ctx, commands.CreatePost{AuthorID: author, Content: " \n\t"})
 			return err
@@ -138,18 +141,27 @@ func TestValidation(t *testing.T) {
 			_, err := c.CreatePost.Handle(ctx, commands.CreatePost{AuthorID: author, Content: "a\xffb"})
 			return err
 		}, commands.ErrInvalid},
-		{"NUL", func() error { _, err := c.CreatePost.Handle(ctx, commands.CreatePost{AuthorID: author, Content: "a\x00"}); return err }, commands.ErrInvalid},
+		{"NUL", func() error {
+			_, err := c.CreatePost.Handle(ctx, commands.CreatePost{AuthorID: author, Content: "a\x00"})
+			return err
+		}, commands.ErrInvalid},
 		{"unknown author", func() error {
 			_, err := c.CreatePost.Handle(ctx, commands.CreatePost{AuthorID: author + 99, Content: "hi"})
 			return err
 		}, commands.ErrNotFound},
-		{"zero author", func() error { _, err := c.CreatePost.Handle(ctx, commands.CreatePost{AuthorID: 0, Content: "hi"}); return err }, commands.ErrInvalid},
+		{"zero author", func() error {
+			_, err := c.CreatePost.Handle(ctx, commands.CreatePost{AuthorID: 0, Content: "hi"})
+			return err
+		}, commands.ErrInvalid},
 		{"empty name", func() error { _, err := c.RegisterUser.Handle(ctx, commands.RegisterUser{Name: ""}); return err }, commands.ErrInvalid},
 		{"long name", func() error {
 			_, err := c.RegisterUser.Handle(ctx, commands.RegisterUser{Name: strings.Repeat("n", 101)})
 			return err
 		}, commands.ErrInvalid},
-		{"self follow", func() error { _, err := c.Follow.Handle(ctx, commands.Follow{FollowerID: author, FolloweeID: author}); return err }, commands.ErrInvalid},
+		{"self follow", func() error {
+			_, err := c.Follow.Handle(ctx, commands.Follow{FollowerID: author, FolloweeID: author})
+			return err
+		}, commands.ErrInvalid},
 		{"self unfollow", func() error {
 			_, err := c.Unfollow.Handle(ctx, commands.Unfollow{FollowerID: author, FolloweeID: author})
 			return err

@@ -1,0 +1,70 @@
+package api
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/gorilla/mux"
+
+	"github.com/feedco/feed/queries"
+)
+
+// FeedReader is the query side as the API needs it; *queries.Feed is one.
+// Cursors are opaque: the API passes the client's string through ("" is
+// the first page) and returns the page as the reader built it (its JSON
+// shape is the contract's `{"items": [...], "nextCursor": ... or null}`).
+// limit is already validated (1..MaxLimit).
+//
+// An error that satisfies interface{ BadCursor() bool } with BadCursor()
+// true is answered 400 (malformed or foreign cursor), as are
+// queries.ErrInvalidLimit and queries.ErrInvalidID; anything else is 5xx.
+type FeedReader interface {
+	// Home is userID's home feed, newest first.
+	Home(ctx context.Context, userID int64, cursor string, limit int) (queries.Page, error)
+	// AuthorPosts is authorID's own posts, newest first.
+	AuthorPosts(ctx context.Context, authorID int64, cursor string, limit int) (queries.Page, error)
+}
+
+// maxCursorLen bounds the opaque cursor before it reaches the reader.
+const maxCursorLen = 512
+
+// GET /api/feed?cursor=&limit= -> 200 page.
+func (s *Server) homeFeed(w http.ResponseWriter, r *http.Request, caller int64) error {
+	return s.page(w, r, func(ctx context.Context, cursor string, limit int) (queries.Page, error) {
+		return s.deps.Feed.Home(ctx, caller, cursor, limit)
+	})
+}
+
+// GET /api/users/{id}/posts?cursor=&limit= -> 200 page.
+func (s *Server) authorPosts(w http.ResponseWriter, r *http.Request, _ int64) error {
+	author, err := parseID("id", mux.Vars(r)["id"])
+	if err != nil {
+		return err
+	}
+	return s.page(w, r, func(ctx context.Context, cursor string, limit int) (queries.Page, error) {
+		return s.deps.Feed.AuthorPosts(ctx, author, cursor, limit)
+	})
+}
+
+func (s *Server) page(w http.ResponseWriter, r *http.Request, read func(ctx context.Context, cursor string, limit int) (queries.Page, error)) error {
+	q := r.URL.Query()
+	limit, err := parseLimit(q.Get("limit"))
+	if err != nil {
+		return err
+	}
+	cursor := q.Get("cursor")
+	if len(cursor) > maxCursorLen {
+		return &badInput{"cursor is malformed (too long)"}
+	}
+	if s.deps.Feed == nil {
+		return errFeedUnavailable
+	}
+	p, err := read(r.Context(), cursor, limit)
+	if err != nil {
+		return err
+	}
+	if p.Items == nil {
+		p.Items = []queries.Post{} // [] not null
+	}
+	return writeJSON(w, http.StatusOK, p)
+}

@@ -1,0 +1,85 @@
+package api
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+type metrics struct {
+	requests *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+}
+
+// newMetrics registers the HTTP metrics, labelled by route template (never
+// the raw path, whose ids would explode the label set).
+func newMetrics(reg *prometheus.Registry) *metrics {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "feed_http_requests_total",
+			Help: "HTTP requests by route template, method and status code.",
+		}, []string{"route", "method", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "feed_http_request_duration_seconds",
+			Help:    "HTTP request latency by route template and method.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"route", "method"}),
+	}
+	reg.MustRegister(m.requests, m.latency,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+func (m *metrics) handler(reg *prometheus.Registry) http.Handler {
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
+}
+
+func (m *metrics) observe(route, method string, status int, start time.Time) {
+	if status == 0 {
+		status = http.StatusOK
+	}
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch, http.MethodOptions:
+	default:
+		method = "other" // clients choose methods; keep the label set bounded
+	}
+	m.requests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
+	m.latency.WithLabelValues(route, method).Observe(time.Since(start).Seconds())
+}
+
+// middleware measures matched routes; mux has set the route by now.
+func (m *metrics) middleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		route := "unknown"
+		if cr := mux.CurrentRoute(r); cr != nil {
+			if t, err := cr.GetPathTemplate(); err == nil {
+				route = t
+			}
+		}
+		sw := &statusWriter{ResponseWriter: w}
+		defer func() {
+			if v := recover(); v != nil {
+				m.observe(route, r.Method, http.StatusInternalServerError, start)
+				panic(v) // recoverPanics answers it
+			}
+			m.observe(route, r.Method, sw.status, start)
+		}()
+		next.ServeHTTP(sw, r)
+	})
+}
+
+// wrapUnmatched measures 404s and 405s under one route label.
+func (m *metrics) wrapUnmatched(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		defer func() { m.observe("unmatched", r.Method, sw.status, start) }()
+		next.ServeHTTP(sw, r)
+	})
+}

@@ -1,0 +1,146 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/feedco/feed/commands"
+	"github.com/feedco/feed/internal/auth"
+	"github.com/feedco/feed/queries"
+)
+
+// ProblemBase prefixes every problem type URI. The types are a public
+// contract (docs/api.md lists them): clients branch on them, so never
+// rename one.
+const ProblemBase = "https://feed.example/problems/"
+
+// Problem is an RFC 9457 problem details object.
+type Problem struct {
+	Type     string `json:"type"`
+	Title    string `json:"title"`
+	Status   int    `json:"status"`
+	Detail   string `json:"detail,omitempty"`
+	Instance string `json:"instance,omitempty"`
+}
+
+// Problem types, one per kind of failure a client can act on.
+var (
+	probBadRequest   = Problem{Type: ProblemBase + "bad-request", Title: "Bad request", Status: http.StatusBadRequest}
+	probUnauthorized = Problem{Type: ProblemBase + "unauthorized", Title: "Unauthorized", Status: http.StatusUnauthorized}
+	probForbidden    = Problem{Type: ProblemBase + "forbidden", Title: "Forbidden", Status: http.StatusForbidden}
+	probNotFound     = Problem{Type: ProblemBase + "not-found", Title: "Not found", Status: http.StatusNotFound}
+	probMethod       = Problem{Type: ProblemBase + "method-not-allowed", Title: "Method not allowed", Status: http.StatusMethodNotAllowed}
+	probConflict     = Problem{Type: ProblemBase + "version-conflict", Title: "Version conflict", Status: http.StatusConflict}
+	probTooLarge     = Problem{Type: ProblemBase + "payload-too-large", Title: "Payload too large", Status: http.StatusRequestEntityTooLarge}
+	probKeyReused    = Problem{Type: ProblemBase + "idempotency-key-reused", Title: "Idempotency key reused", Status: http.StatusUnprocessableEntity}
+	probUnavailable  = Problem{Type: ProblemBase + "unavailable", Title: "Service unavailable", Status: http.StatusServiceUnavailable}
+	probInternal     = Problem{Type: ProblemBase + "internal", Title: "Internal server error", Status: http.StatusInternalServerError}
+)
+
+// Errors of the HTTP layer itself; domain errors come from commands and the
+// FeedReader.
+var (
+	errUnauthenticated  = errors.New("missing or invalid identity")
+	errRouteNotFound    = errors.New("no such resource")
+	errMethodNotAllowed = errors.New("method not allowed on this resource")
+	errFeedUnavailable  = errors.New("the query side is not available in this process")
+)
+
+// badInput is a malformed request (JSON, id, limit, header).
+type badInput struct{ msg string }
+
+func (e *badInput) Error() string { return e.msg }
+
+// badCursor is what the query side's cursor errors satisfy.
+type badCursor interface{ BadCursor() bool }
+
+// problemFor maps an error to its problem. It is the one place where errors
+// become HTTP statuses. The detail of a 5xx never carries the error text
+// (it may hold internals); the error is logged instead.
+func problemFor(err error) (p Problem, internal bool) {
+	var (
+		bi  *badInput
+		ve  *commands.ValidationError
+		mbe *http.MaxBytesError
+		bc  badCursor
+		ce  *pgconn.ConnectError
+	)
+	switch {
+	case errors.As(err, &mbe):
+		p = probTooLarge
+		p.Detail = "the request body is larger than the limit"
+	case errors.As(err, &bi):
+		p = probBadRequest
+		p.Detail = bi.msg
+	case errors.As(err, &ve):
+		p = probBadRequest
+		p.Detail = ve.Error()
+	case errors.As(err, &bc) && bc.BadCursor():
+		p = probBadRequest
+		p.Detail = "the cursor is malformed or expired"
+	case errors.Is(err, commands.ErrInvalid), errors.Is(err, queries.ErrInvalidLimit), errors.Is(err, queries.ErrInvalidID):
+		p = probBadRequest
+		p.Detail = err.Error()
+	case errors.Is(err, errUnauthenticated), errors.Is(err, auth.ErrInvalidToken):
+		p = probUnauthorized
+		p.Detail = "a valid identity is required"
+	case errors.Is(err, commands.ErrForbidden):
+		p = probForbidden
+		p.Detail = "only the owner may do this"
+	case errors.Is(err, commands.ErrNotFound):
+		p = probNotFound
+		p.Detail = err.Error()
+	case errors.Is(err, errRouteNotFound):
+		p = probNotFound
+		p.Detail = err.Error()
+	case errors.Is(err, errMethodNotAllowed):
+		p = probMethod
+		p.Detail = err.Error()
+	case errors.Is(err, commands.ErrVersionConflict):
+		p = probConflict
+		p.Detail = "a concurrent change won; retry the request"
+	case errors.Is(err, commands.ErrIdempotencyKeyReused):
+		p = probKeyReused
+		p.Detail = "this Idempotency-Key was used for a different request"
+	case errors.Is(err, errFeedUnavailable):
+		p = probUnavailable
+		p.Detail = err.Error()
+	case errors.As(err, &ce), errors.Is(err, context.DeadlineExceeded):
+		p = probUnavailable
+		p.Detail = "a dependency is down or too slow; retry later"
+		internal = true
+	default:
+		p = probInternal
+		p.Detail = "an unexpected error happened; it was logged"
+		internal = true
+	}
+	return p, internal
+}
+
+// writeError answers err as a problem, logging the ones the client cannot
+// be blamed for.
+func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
+	p, internal := problemFor(err)
+	if internal {
+		log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "status", p.Status,
+			"request_id", requestID(r.Context()), "err", err)
+	}
+	p.Instance = r.URL.Path
+	if p.Status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="feed"`)
+	}
+	writeProblem(w, p)
+}
+
+func writeProblem(w http.ResponseWriter, p Problem) {
+	b, _ := json.Marshal(p)
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(p.Status)
+	_, _ = w.Write(b)
+}

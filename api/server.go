@@ -1,0 +1,205 @@
+// Package api is the HTTP interface: the write endpoints over commands, the
+// read endpoints over a FeedReader (the query side), health, readiness and
+// Prometheus metrics. Errors are RFC 9457 problems, mapped in problem.go.
+package api
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/feedco/feed/commands"
+)
+
+// Authentication modes.
+const (
+	// AuthJWT trusts `Authorization: Bearer <HS256 token>`.
+	AuthJWT = "jwt"
+	// AuthTrustedHeader trusts X-User-Id, for deployments behind a gateway
+	// that authenticates and sets it (and strips it from client requests).
+	AuthTrustedHeader = "trusted-header"
+)
+
+// Config tunes the server. The zero value means the defaults.
+type Config struct {
+	// Addr is where ListenAndServe listens. Default 127.0.0.1:8080.
+	Addr string
+	// AuthMode is AuthJWT (default) or AuthTrustedHeader.
+	AuthMode string
+	// MaxBodyBytes bounds a request body; more is 413. Default 64 KiB.
+	MaxBodyBytes int64
+	// RequestTimeout bounds every request's work, database calls included.
+	// Default 10s.
+	RequestTimeout time.Duration
+	// ReadHeaderTimeout, ReadTimeout, WriteTimeout and IdleTimeout are the
+	// http.Server's. Defaults 5s, 15s, 20s, 60s.
+	ReadHeaderTimeout time.Duration
+	ReadTimeout       time.Duration
+	WriteTimeout      time.Duration
+	IdleTimeout       time.Duration
+	// ShutdownTimeout bounds the graceful shutdown. Default 10s.
+	ShutdownTimeout time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	c.Addr = cmp.Or(c.Addr, "127.0.0.1:8080")
+	c.AuthMode = cmp.Or(c.AuthMode, AuthJWT)
+	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, 64<<10)
+	c.RequestTimeout = cmp.Or(c.RequestTimeout, 10*time.Second)
+	c.ReadHeaderTimeout = cmp.Or(c.ReadHeaderTimeout, 5*time.Second)
+	c.ReadTimeout = cmp.Or(c.ReadTimeout, 15*time.Second)
+	c.WriteTimeout = cmp.Or(c.WriteTimeout, 20*time.Second)
+	c.IdleTimeout = cmp.Or(c.IdleTimeout, 60*time.Second)
+	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 10*time.Second)
+	return c
+}
+
+// Validate reports the first setting that cannot work.
+func (c Config) Validate() error {
+	switch {
+	case c.AuthMode != AuthJWT && c.AuthMode != AuthTrustedHeader:
+		return fmt.Errorf("auth mode %q: want %s or %s", c.AuthMode, AuthJWT, AuthTrustedHeader)
+	case c.MaxBodyBytes < 1024:
+		return fmt.Errorf("max body bytes %d: want at least 1024", c.MaxBodyBytes)
+	case c.RequestTimeout <= 0, c.ReadHeaderTimeout <= 0, c.ReadTimeout <= 0, c.WriteTimeout <= 0, c.IdleTimeout <= 0, c.ShutdownTimeout <= 0:
+		return errors.New("timeouts must be positive")
+	}
+	return nil
+}
+
+// TokenVerifier turns a bearer token into a user id; *auth.Signer is one.
+type TokenVerifier interface {
+	Verify(token string) (int64, error)
+}
+
+// Deps are the server's collaborators.
+type Deps struct {
+	// Commands is the write side. Required.
+	Commands *commands.Commands
+	// Tokens verifies bearer tokens. Required in AuthJWT mode.
+	Tokens TokenVerifier
+	// Ready are the readiness checks of GET /readyz by name (e.g.
+	// "postgres", "redis"); any failing one makes it 503.
+	Ready map[string]func(context.Context) error
+	// Feed is the query side. Optional: without it the feed endpoints
+	// answer 503.
+	Feed FeedReader
+	// AfterPostCreated, if set, is called after a post is committed (not
+	// for an idempotent replay), e.g. so the query side can give its author
+	// read-your-writes. It runs on the request path: keep it fast.
+	AfterPostCreated func(ctx context.Context, p Post)
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Server is the HTTP API.
+type Server struct {
+	cfg     Config
+	deps    Deps
+	log     *slog.Logger
+	handler http.Handler
+	reg     *prometheus.Registry
+	metrics *metrics
+}
+
+// New builds the server and its routes.
+func New(cfg Config, deps Deps) (*Server, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("api: %w", err)
+	}
+	if deps.Commands == nil {
+		return nil, errors.New("api: nil Commands")
+	}
+	if cfg.AuthMode == AuthJWT && deps.Tokens == nil {
+		return nil, errors.New("api: jwt auth mode needs a token verifier")
+	}
+	s := &Server{cfg: cfg, deps: deps, log: cmp.Or(deps.Logger, slog.Default()), reg: prometheus.NewRegistry()}
+	s.metrics = newMetrics(s.reg)
+	s.handler = s.routes()
+	return s, nil
+}
+
+// Handler returns the API as an http.Handler (for tests and embedding).
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Registry is the server's own Prometheus registry, served at /metrics;
+// other components of the process may register their collectors in it.
+func (s *Server) Registry() *prometheus.Registry { return s.reg }
+
+func (s *Server) routes() http.Handler {
+	r := mux.NewRouter()
+	r.NotFoundHandler = s.unmatched(errRouteNotFound)
+	r.MethodNotAllowedHandler = s.unmatched(errMethodNotAllowed)
+	r.Use(s.metrics.middleware)
+
+	r.Handle("/healthz", http.HandlerFunc(s.healthz)).Methods(http.MethodGet, http.MethodHead)
+	r.Handle("/readyz", http.HandlerFunc(s.readyz)).Methods(http.MethodGet, http.MethodHead)
+	r.Handle("/metrics", s.metrics.handler(s.reg)).Methods(http.MethodGet)
+
+	// Full paths on the root router, not a subrouter: mux answers 404
+	// instead of 405 for a wrong method under a subrouter.
+	r.Handle("/api/users", s.public(s.registerUser)).Methods(http.MethodPost)
+	r.Handle("/api/users/{id}", s.authed(s.getUser)).Methods(http.MethodGet)
+	r.Handle("/api/users/{id}/posts", s.authed(s.authorPosts)).Methods(http.MethodGet)
+	r.Handle("/api/posts", s.authed(s.createPost)).Methods(http.MethodPost)
+	r.Handle("/api/posts/{id}", s.authed(s.deletePost)).Methods(http.MethodDelete)
+	r.Handle("/api/following/{userId}", s.authed(s.follow)).Methods(http.MethodPut)
+	r.Handle("/api/following/{userId}", s.authed(s.unfollow)).Methods(http.MethodDelete)
+	r.Handle("/api/feed", s.authed(s.homeFeed)).Methods(http.MethodGet)
+
+	return s.recoverPanics(s.withRequestID(r))
+}
+
+// ListenAndServe listens on Config.Addr and serves until ctx is done; see
+// Serve.
+func (s *Server) ListenAndServe(ctx context.Context, onListen func(addr net.Addr)) error {
+	ln, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", s.cfg.Addr, err)
+	}
+	if onListen != nil {
+		onListen(ln.Addr())
+	}
+	return s.Serve(ctx, ln)
+}
+
+// Serve serves on ln until ctx is done, then shuts down gracefully: it stops
+// accepting, lets requests in flight finish for up to ShutdownTimeout, and
+// returns nil (or the shutdown's error if they did not finish).
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	hs := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		ReadTimeout:       s.cfg.ReadTimeout,
+		WriteTimeout:      s.cfg.WriteTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve http: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		_ = hs.Close()
+		return fmt.Errorf("shut down http: %w", err)
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve http: %w", err)
+	}
+	return nil
+}
