@@ -1,0 +1,318 @@
+package cdc
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/feedco/feed/events"
+)
+
+// ErrMalformed is returned for a pgoutput message that cannot be parsed:
+// the stream is broken, so the session is restarted from the slot.
+var ErrMalformed = errors.New("malformed pgoutput message")
+
+// pgoutput protocol 1 message kinds this package reads (PostgreSQL docs,
+// "Logical Replication Message Formats"). Others are skipped.
+const (
+	msgBegin    = 'B'
+	msgCommit   = 'C'
+	msgRelation = 'R'
+	msgInsert   = 'I'
+)
+
+// beginMsg starts a transaction. With protocol 1 the walsender sends a
+// transaction only after it committed, so FinalLSN is its commit LSN.
+type beginMsg struct {
+	FinalLSN   pglogrepl.LSN
+	CommitTime time.Time
+	Xid        uint32
+}
+
+// commitMsg ends a transaction; EndLSN is what the slot may confirm once
+// every event of the transaction is acknowledged.
+type commitMsg struct {
+	CommitLSN  pglogrepl.LSN
+	EndLSN     pglogrepl.LSN
+	CommitTime time.Time
+}
+
+// relation is one table's column layout, sent once per table per
+// connection before its first row (and again after it changed).
+type relation struct {
+	ID        uint32
+	Namespace string
+	Name      string
+	Columns   []string
+}
+
+// insertMsg is one inserted row, columns in the relation's order; nil is
+// NULL (or an unchanged TOAST value, which an insert never has).
+type insertMsg struct {
+	RelationID uint32
+	Values     [][]byte
+}
+
+// pgEpoch is PostgreSQL's timestamp epoch.
+var pgEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// parser reads big-endian fields with bounds checks: the input comes from
+// the network, and a short message must be an error, never a panic.
+type parser struct {
+	b   []byte
+	err error
+}
+
+func (p *parser) need(n int) bool {
+	if p.err != nil {
+		return false
+	}
+	if n < 0 || len(p.b) < n {
+		p.err = ErrMalformed
+		return false
+	}
+	return true
+}
+
+func (p *parser) u8() byte {
+	if !p.need(1) {
+		return 0
+	}
+	v := p.b[0]
+	p.b = p.b[1:]
+	return v
+}
+
+func (p *parser) u16() uint16 {
+	if !p.need(2) {
+		return 0
+	}
+	v := binary.BigEndian.Uint16(p.b)
+	p.b = p.b[2:]
+	return v
+}
+
+func (p *parser) u32() uint32 {
+	if !p.need(4) {
+		return 0
+	}
+	v := binary.BigEndian.Uint32(p.b)
+	p.b = p.b[4:]
+	return v
+}
+
+func (p *parser) u64() uint64 {
+	if !p.need(8) {
+		return 0
+	}
+	v := binary.BigEndian.Uint64(p.b)
+	p.b = p.b[8:]
+	return v
+}
+
+func (p *parser) time() time.Time {
+	return pgEpoch.Add(time.Duration(int64(p.u64())) * time.Microsecond)
+}
+
+func (p *parser) str() string {
+	if p.err != nil {
+		return ""
+	}
+	for i, c := range p.b {
+		if c == 0 {
+			s := string(p.b[:i])
+			p.b = p.b[i+1:]
+			return s
+		}
+	}
+	p.err = ErrMalformed
+	return ""
+}
+
+func (p *parser) bytes(n int) []byte {
+	if !p.need(n) {
+		return nil
+	}
+	v := p.b[:n:n]
+	p.b = p.b[n:]
+	return v
+}
+
+// decodeMessage parses one pgoutput message. It returns a *beginMsg,
+// *commitMsg, *relation, *insertMsg, or nil for a kind CDC does not need
+// (origin, type, update, delete, truncate, logical message). Byte slices in
+// an insertMsg alias data.
+func decodeMessage(data []byte) (any, error) {
+	if len(data) == 0 {
+		return nil, fmt.Errorf("empty message: %w", ErrMalformed)
+	}
+	p := &parser{b: data[1:]}
+	var out any
+	switch data[0] {
+	case msgBegin:
+		m := &beginMsg{FinalLSN: pglogrepl.LSN(p.u64()), CommitTime: p.time(), Xid: p.u32()}
+		out = m
+	case msgCommit:
+		p.u8() // flags, unused
+		m := &commitMsg{CommitLSN: pglogrepl.LSN(p.u64()), EndLSN: pglogrepl.LSN(p.u64()), CommitTime: p.time()}
+		out = m
+	case msgRelation:
+		r := &relation{ID: p.u32(), Namespace: p.str(), Name: p.str()}
+		p.u8() // replica identity
+		n := int(p.u16())
+		if p.err == nil && n > len(p.b) { // each column takes at least 10 bytes
+			return nil, fmt.Errorf("relation with %d columns in %d bytes: %w", n, len(p.b), ErrMalformed)
+		}
+		r.Columns = make([]string, 0, n)
+		for i := 0; i < n && p.err == nil; i++ {
+			p.u8() // flags (part of the key)
+			r.Columns = append(r.Columns, p.str())
+			p.u32() // type oid
+			p.u32() // type modifier
+		}
+		out = r
+	case msgInsert:
+		m := &insertMsg{RelationID: p.u32()}
+		if kind := p.u8(); p.err == nil && kind != 'N' {
+			return nil, fmt.Errorf("insert tuple kind %q: %w", kind, ErrMalformed)
+		}
+		n := int(p.u16())
+		if p.err == nil && n > len(p.b) { // each column takes at least 1 byte
+			return nil, fmt.Errorf("tuple with %d columns in %d bytes: %w", n, len(p.b), ErrMalformed)
+		}
+		m.Values = make([][]byte, n)
+		for i := 0; i < n && p.err == nil; i++ {
+			switch kind := p.u8(); kind {
+			case 't', 'b':
+				l := p.u32()
+				if l > uint32(len(p.b)) {
+					p.err = ErrMalformed
+					break
+				}
+				m.Values[i] = p.bytes(int(l))
+			case 'n', 'u':
+			default:
+				if p.err == nil {
+					return nil, fmt.Errorf("tuple column kind %q: %w", kind, ErrMalformed)
+				}
+			}
+		}
+		out = m
+	default:
+		return nil, nil
+	}
+	if p.err != nil {
+		return nil, fmt.Errorf("decode %q message: %w", data[0], p.err)
+	}
+	return out, nil
+}
+
+// eventColumns maps the events table's column names to positions in a
+// relation, so a column added to the table later does not break CDC.
+type eventColumns struct {
+	position, eventID, streamID, streamVersion, typ, payload, metadata, recordedAt int
+}
+
+var requiredColumns = []string{"position", "event_id", "stream_id", "stream_version", "type", "payload", "metadata", "recorded_at"}
+
+func newEventColumns(r *relation) (eventColumns, error) {
+	idx := map[string]int{}
+	for i, c := range r.Columns {
+		idx[c] = i
+	}
+	for _, c := range requiredColumns {
+		if _, ok := idx[c]; !ok {
+			return eventColumns{}, fmt.Errorf("relation %s.%s has no column %q", r.Namespace, r.Name, c)
+		}
+	}
+	return eventColumns{
+		position: idx["position"], eventID: idx["event_id"], streamID: idx["stream_id"],
+		streamVersion: idx["stream_version"], typ: idx["type"], payload: idx["payload"],
+		metadata: idx["metadata"], recordedAt: idx["recorded_at"],
+	}, nil
+}
+
+// envelopeOf builds the envelope of one inserted row (text format columns,
+// the replication session's DateStyle ISO and TimeZone UTC). The audience
+// key comes from decoding the payload; an event CDC cannot decode (a type
+// newer than this binary) is still published, with audience key 0 and the
+// returned decodeErr set, because losing it would be worse.
+func envelopeOf(cols eventColumns, vals [][]byte, commitLSN pglogrepl.LSN) (env events.Envelope, decodeErr error, err error) {
+	get := func(i int, name string) ([]byte, error) {
+		if i >= len(vals) || vals[i] == nil {
+			return nil, fmt.Errorf("events row: %s is missing: %w", name, ErrMalformed)
+		}
+		return vals[i], nil
+	}
+	var b []byte
+	if b, err = get(cols.position, "position"); err != nil {
+		return env, nil, err
+	}
+	if env.Position, err = strconv.ParseInt(string(b), 10, 64); err != nil {
+		return env, nil, fmt.Errorf("events row: position %q: %w", b, ErrMalformed)
+	}
+	if b, err = get(cols.eventID, "event_id"); err != nil {
+		return env, nil, err
+	}
+	env.EventID = string(b)
+	if b, err = get(cols.streamID, "stream_id"); err != nil {
+		return env, nil, err
+	}
+	env.StreamID = string(b)
+	if b, err = get(cols.streamVersion, "stream_version"); err != nil {
+		return env, nil, err
+	}
+	if env.StreamVersion, err = strconv.ParseInt(string(b), 10, 64); err != nil {
+		return env, nil, fmt.Errorf("events row: stream_version %q: %w", b, ErrMalformed)
+	}
+	if b, err = get(cols.typ, "type"); err != nil {
+		return env, nil, err
+	}
+	env.Type = string(b)
+	if b, err = get(cols.payload, "payload"); err != nil {
+		return env, nil, err
+	}
+	// A copy: vals alias the connection's read buffer.
+	env.Payload = json.RawMessage(append([]byte(nil), b...))
+	if b, err = get(cols.metadata, "metadata"); err != nil {
+		return env, nil, err
+	}
+	if err := json.Unmarshal(b, &env.Metadata); err != nil {
+		return env, nil, fmt.Errorf("events row %s: metadata: %w", env.EventID, ErrMalformed)
+	}
+	if b, err = get(cols.recordedAt, "recorded_at"); err != nil {
+		return env, nil, err
+	}
+	if env.RecordedAt, err = parseTimestamptz(string(b)); err != nil {
+		return env, nil, fmt.Errorf("events row %s: recorded_at: %w", env.EventID, err)
+	}
+	env.CommitLSN = commitLSN.String()
+	ev, derr := events.DefaultCodec.Decode(env.Type, env.Payload)
+	if derr != nil {
+		return env, derr, nil
+	}
+	env.AudienceKey = ev.AudienceKey()
+	return env, nil, nil
+}
+
+// timestamptz text layouts: the session sets TimeZone UTC, so the offset is
+// "+00", but other offsets parse too.
+var tsLayouts = []string{
+	"2006-01-02 15:04:05.999999999-07",
+	"2006-01-02 15:04:05.999999999-07:00",
+	"2006-01-02 15:04:05.999999999-07:00:00",
+}
+
+func parseTimestamptz(s string) (time.Time, error) {
+	for _, l := range tsLayouts {
+		if t, err := time.Parse(l, s); err == nil {
+			return t.UTC(), nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("timestamp %q: %w", s, ErrMalformed)
+}

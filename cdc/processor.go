@@ -1,0 +1,114 @@
+package cdc
+
+import (
+	"context"
+	"hash/maphash"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// Publisher is what CDC needs from the sink: a synchronous publish that
+// returns once the broker acknowledged (internal/kafka.NewPublisher).
+type Publisher interface {
+	Publish(topic string, msgs ...*message.Message) error
+}
+
+// item is one event on its way to Kafka.
+type item struct {
+	msg *message.Message
+	txn *txn
+}
+
+// processor publishes events through lanes: the audience key picks the
+// lane, and each lane publishes its queue strictly in order, one
+// acknowledged message at a time, so one key's events reach its partition
+// in commit order. Throughput comes from the lanes publishing concurrently
+// (the sync producer batches concurrent sends into one request per broker).
+// The lane queues are bounded: a full lane blocks the reader (backpressure).
+type processor struct {
+	topic  string
+	pub    Publisher
+	lanes  []chan item
+	seed   maphash.Seed
+	log    *slog.Logger
+	m      *metrics
+	wg     sync.WaitGroup
+	acked  *atomic.Int64               // events acknowledged, not yet saved
+	onAck  func(it item, at time.Time) // tests and benchmarks; nil otherwise
+	minBO  time.Duration
+	maxBO  time.Duration
+	stopMu sync.Once
+}
+
+func newProcessor(cfg Config, pub Publisher, m *metrics, acked *atomic.Int64) *processor {
+	p := &processor{
+		topic: cfg.Topic, pub: pub, seed: maphash.MakeSeed(), log: cfg.Logger, m: m, acked: acked,
+		lanes: make([]chan item, cfg.Lanes),
+		minBO: cfg.MinBackoff, maxBO: cfg.MaxBackoff,
+	}
+	per := max(cfg.MaxInFlight/cfg.Lanes, 1)
+	for i := range p.lanes {
+		p.lanes[i] = make(chan item, per)
+	}
+	return p
+}
+
+// start runs the lane goroutines until their queues are closed (stop) or
+// ctx is done; ctx ends publishing retries only.
+func (p *processor) start(ctx context.Context) {
+	for i := range p.lanes {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			p.runLane(ctx, p.lanes[i])
+		}()
+	}
+}
+
+// lane returns the queue of a partition key.
+func (p *processor) lane(key string) chan item {
+	return p.lanes[maphash.String(p.seed, key)%uint64(len(p.lanes))]
+}
+
+func (p *processor) runLane(ctx context.Context, q chan item) {
+	for it := range q {
+		backoff := p.minBO
+		for {
+			err := p.pub.Publish(p.topic, it.msg)
+			if err == nil {
+				break
+			}
+			p.m.publishErrors.Inc()
+			p.log.Warn("cdc: publish failed, retrying in order", "event", it.msg.UUID, "backoff", backoff, "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(backoff*2, p.maxBO)
+		}
+		now := time.Now()
+		it.txn.ack()
+		p.m.published.Inc()
+		p.acked.Add(1)
+		p.m.inFlight.Dec()
+		if p.onAck != nil {
+			p.onAck(it, now)
+		}
+	}
+}
+
+// stop closes the queues and waits for the lanes to publish what they hold,
+// or for ctx (given to start) to end.
+func (p *processor) stop() {
+	p.stopMu.Do(func() {
+		for _, q := range p.lanes {
+			close(q)
+		}
+	})
+	p.wg.Wait()
+}

@@ -1,0 +1,173 @@
+package cdc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// ErrNoPublication means the publication is missing: the database is not
+// migrated (`feed migrate`).
+var ErrNoPublication = errors.New("publication is missing (run `feed migrate`)")
+
+// ErrSlotElsewhere means a slot of that name exists for another database or
+// another plugin: slot names are cluster-wide.
+var ErrSlotElsewhere = errors.New("replication slot belongs to another database or plugin")
+
+// ErrSlotActive means a process is streaming from the slot right now.
+var ErrSlotActive = errors.New("replication slot is in use")
+
+// ErrNoSlot means the slot does not exist.
+var ErrNoSlot = errors.New("replication slot does not exist")
+
+// ensureSlot checks the publication and creates the slot when missing. It
+// reports whether it created the slot.
+func ensureSlot(ctx context.Context, pool *pgxpool.Pool, slot, publication string) (bool, error) {
+	var ok bool
+	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, publication).Scan(&ok); err != nil {
+		return false, fmt.Errorf("look up publication %s: %w", publication, err)
+	}
+	if !ok {
+		return false, fmt.Errorf("publication %s: %w", publication, ErrNoPublication)
+	}
+	var db, plugin string
+	err := pool.QueryRow(ctx, `SELECT coalesce(database, ''), coalesce(plugin, '') FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&db, &plugin)
+	if err == nil {
+		var cur string
+		if err := pool.QueryRow(ctx, `SELECT current_database()`).Scan(&cur); err != nil {
+			return false, fmt.Errorf("read database name: %w", err)
+		}
+		if db != cur || plugin != "pgoutput" {
+			return false, fmt.Errorf("slot %s (database %q, plugin %q): %w", slot, db, plugin, ErrSlotElsewhere)
+		}
+		return false, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return false, fmt.Errorf("look up slot %s: %w", slot, err)
+	}
+	_, err = pool.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot)
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) && pg.Code == "42710" { // created concurrently
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("create slot %s: %w", slot, err)
+	}
+	return true, nil
+}
+
+// DropSlot drops the slot and forgets its progress row, for decommissioning
+// a deployment: PostgreSQL then stops keeping WAL for it. It refuses while
+// a CDC process streams from the slot (ErrSlotActive), and returns ErrNoSlot
+// when there is nothing to drop.
+// WARNING: events committed after the drop are never streamed by a new slot.
+func DropSlot(ctx context.Context, pool *pgxpool.Pool, slot string) error {
+	var active bool
+	var pid *int32
+	err := pool.QueryRow(ctx, `SELECT active, active_pid FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&active, &pid)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("drop slot %s: %w", slot, ErrNoSlot)
+	}
+	if err != nil {
+		return fmt.Errorf("look up slot %s: %w", slot, err)
+	}
+	if active {
+		p := int32(0)
+		if pid != nil {
+			p = *pid
+		}
+		return fmt.Errorf("drop slot %s (walsender pid %d): stop `feed cdc` first: %w", slot, p, ErrSlotActive)
+	}
+	if _, err := pool.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, slot); err != nil {
+		var pg *pgconn.PgError
+		if errors.As(err, &pg) && pg.Code == "55006" {
+			return fmt.Errorf("drop slot %s: %w", slot, ErrSlotActive)
+		}
+		return fmt.Errorf("drop slot %s: %w", slot, err)
+	}
+	if _, err := pool.Exec(ctx, `DELETE FROM cdc_state WHERE slot_name = $1`, slot); err != nil {
+		return fmt.Errorf("forget progress of slot %s: %w", slot, err)
+	}
+	return nil
+}
+
+// SlotStatus is what `feed status` shows about CDC.
+type SlotStatus struct {
+	Slot   string
+	Exists bool
+	// Active is true while a CDC process streams from the slot.
+	Active bool
+	// ConfirmedLSN is what CDC confirmed (everything before it is in Kafka).
+	ConfirmedLSN string
+	CurrentLSN   string
+	// LagBytes is pg_current_wal_lsn() - confirmed_flush_lsn: the WAL the
+	// server keeps for the slot (it includes other databases' WAL).
+	LagBytes int64
+	// WALStatus is pg_replication_slots.wal_status (reserved, extended,
+	// unreserved, lost).
+	WALStatus string
+	// LagSeconds is the age of the oldest event not yet published (0 when
+	// everything recorded is published).
+	LagSeconds float64
+	// EventsPublished counts the events acknowledged by Kafka (from the
+	// progress row CDC writes every few seconds).
+	EventsPublished int64
+	// LastCommitAt is the commit time of the newest published transaction.
+	LastCommitAt time.Time
+	// UpdatedAt is when CDC last wrote its progress row; old means CDC is
+	// not running.
+	UpdatedAt time.Time
+}
+
+// Status reads the slot's lag and CDC's progress row.
+func Status(ctx context.Context, pool *pgxpool.Pool, slot string) (SlotStatus, error) {
+	s := SlotStatus{Slot: slot}
+	var confirmed, walStatus *string
+	err := pool.QueryRow(ctx, `
+		SELECT active, confirmed_flush_lsn::text, pg_current_wal_lsn()::text,
+		       coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint, wal_status
+		FROM pg_replication_slots WHERE slot_name = $1`, slot).
+		Scan(&s.Active, &confirmed, &s.CurrentLSN, &s.LagBytes, &walStatus)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return s, nil
+	case err != nil:
+		return s, fmt.Errorf("read slot %s: %w", slot, err)
+	}
+	s.Exists = true
+	if confirmed != nil {
+		s.ConfirmedLSN = *confirmed
+	}
+	if walStatus != nil {
+		s.WALStatus = *walStatus
+	}
+	var lastCommit, updated *time.Time
+	err = pool.QueryRow(ctx, `SELECT events_published, last_commit_at, updated_at FROM cdc_state WHERE slot_name = $1`, slot).
+		Scan(&s.EventsPublished, &lastCommit, &updated)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return s, fmt.Errorf("read progress of slot %s: %w", slot, err)
+	}
+	if lastCommit != nil {
+		s.LastCommitAt = *lastCommit
+	}
+	if updated != nil {
+		s.UpdatedAt = *updated
+	}
+	// The oldest event recorded after the newest published commit is the
+	// oldest one not yet published (recorded_at is its transaction's start,
+	// so this errs towards a larger lag).
+	var oldest *time.Time
+	err = pool.QueryRow(ctx, `SELECT min(recorded_at) FROM events WHERE recorded_at > coalesce($1::timestamptz, '-infinity')`, lastCommit).Scan(&oldest)
+	if err != nil {
+		return s, fmt.Errorf("read oldest unpublished event: %w", err)
+	}
+	if oldest != nil && s.LagBytes > 0 {
+		s.LagSeconds = max(time.Since(*oldest).Seconds(), 0)
+	}
+	return s, nil
+}
