@@ -57,18 +57,21 @@ func (h *CreatePostHandler) Exec(ctx context.Context, tx pgx.Tx, cmd CreatePost)
 	if err := validateText("content", cmd.Content, h.cfg.MaxContentChars); err != nil {
 		return Post{}, err
 	}
+	id, at := h.ids.Next()
+	p := Post{ID: id, AuthorID: cmd.AuthorID, Content: cmd.Content, CreatedAt: at}
+	// One round trip: lock the author's row, insert the post only if the
+	// author exists, and read the follower count under the lock.
 	var followers int64
-	err := tx.QueryRow(ctx, `SELECT follower_count FROM users WHERE id = $1 FOR SHARE`, cmd.AuthorID).Scan(&followers)
+	err := tx.QueryRow(ctx, `
+		WITH author AS (SELECT follower_count FROM users WHERE id = $2 FOR SHARE),
+		     post AS (INSERT INTO posts (id, author_id, content, created_at)
+		              SELECT $1, $2, $3, $4 FROM author RETURNING id)
+		SELECT follower_count FROM author, post`,
+		p.ID, p.AuthorID, p.Content, p.CreatedAt).Scan(&followers)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Post{}, fmt.Errorf("author %d: %w", cmd.AuthorID, ErrNotFound)
 	}
 	if err != nil {
-		return Post{}, fmt.Errorf("read author %d: %w", cmd.AuthorID, err)
-	}
-	id, at := h.ids.Next()
-	p := Post{ID: id, AuthorID: cmd.AuthorID, Content: cmd.Content, CreatedAt: at}
-	if _, err := tx.Exec(ctx, `INSERT INTO posts (id, author_id, content, created_at) VALUES ($1, $2, $3, $4)`,
-		p.ID, p.AuthorID, p.Content, p.CreatedAt); err != nil {
 		return Post{}, fmt.Errorf("insert post: %w", err)
 	}
 	meta := events.Metadata{CorrelationID: cmd.Trace.CorrelationID, CausationID: cmd.Trace.CausationID, Actor: strconv.FormatInt(cmd.AuthorID, 10)}
