@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/feedco/feed/api"
 	"github.com/feedco/feed/commands"
@@ -661,5 +663,22 @@ func TestPanicRecovery(t *testing.T) {
 	}
 	if r := e.do(t, "GET", "/metrics", ""); !strings.Contains(string(r.Body), `feed_http_requests_total{code="500",method="GET",route="/api/feed"} 1`) {
 		t.Fatal("the panic was not counted as a 500")
+	}
+}
+
+func TestSharedRegistry(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector()) // already there: New must tolerate it
+	other := prometheus.NewCounter(prometheus.CounterOpts{Name: "feed_other_component_total", Help: "A collector of another component."})
+	reg.MustRegister(other)
+	other.Inc()
+	e := setup(t, options{tweak: func(d *api.Deps) { d.Registry = reg }})
+	r := e.do(t, "GET", "/metrics", "")
+	if !strings.Contains(string(r.Body), "feed_other_component_total 1") || !strings.Contains(string(r.Body), "go_goroutines") {
+		t.Fatalf("shared registry not served:\n%s", r.Body)
+	}
+	if e.srv.Registry() != reg {
+		t.Fatal("Registry() is not the one passed in Deps")
 	}
 }

@@ -1,6 +1,8 @@
 package api
 
 import (
+	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -18,7 +20,7 @@ type metrics struct {
 
 // newMetrics registers the HTTP metrics, labelled by route template (never
 // the raw path, whose ids would explode the label set).
-func newMetrics(reg *prometheus.Registry) *metrics {
+func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "feed_http_requests_total",
@@ -30,9 +32,19 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"route", "method"}),
 	}
-	reg.MustRegister(m.requests, m.latency,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return m
+	for _, c := range []prometheus.Collector{m.requests, m.latency} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register http metrics: %w", err)
+		}
+	}
+	// The runtime collectors may already be in a shared registry.
+	for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		var are prometheus.AlreadyRegisteredError
+		if err := reg.Register(c); err != nil && !errors.As(err, &are) {
+			return nil, fmt.Errorf("register runtime metrics: %w", err)
+		}
+	}
+	return m, nil
 }
 
 func (m *metrics) handler(reg *prometheus.Registry) http.Handler {

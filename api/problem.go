@@ -110,6 +110,11 @@ func problemFor(err error) (p Problem, internal bool) {
 	case errors.Is(err, errFeedUnavailable):
 		p = probUnavailable
 		p.Detail = err.Error()
+	case errors.Is(err, context.Canceled):
+		// The client went away (or the server is stopping): nobody reads
+		// this answer, and it is not a failure worth logging.
+		p = probUnavailable
+		p.Detail = "the request was canceled"
 	case errors.As(err, &ce), errors.Is(err, context.DeadlineExceeded):
 		p = probUnavailable
 		p.Detail = "a dependency is down or too slow; retry later"

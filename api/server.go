@@ -96,6 +96,10 @@ type Deps struct {
 	// for an idempotent replay), e.g. so the query side can give its author
 	// read-your-writes. It runs on the request path: keep it fast.
 	AfterPostCreated func(ctx context.Context, p Post)
+	// Registry is served at /metrics and receives the HTTP metrics; pass
+	// one to share it with the other components of the process (e.g. the
+	// query side's). Default: a new registry of the server's own.
+	Registry *prometheus.Registry
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -122,8 +126,14 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if cfg.AuthMode == AuthJWT && deps.Tokens == nil {
 		return nil, errors.New("api: jwt auth mode needs a token verifier")
 	}
-	s := &Server{cfg: cfg, deps: deps, log: cmp.Or(deps.Logger, slog.Default()), reg: prometheus.NewRegistry()}
-	s.metrics = newMetrics(s.reg)
+	s := &Server{cfg: cfg, deps: deps, log: cmp.Or(deps.Logger, slog.Default()), reg: deps.Registry}
+	if s.reg == nil {
+		s.reg = prometheus.NewRegistry()
+	}
+	var err error
+	if s.metrics, err = newMetrics(s.reg); err != nil {
+		return nil, fmt.Errorf("api: %w", err)
+	}
 	s.handler = s.routes()
 	return s, nil
 }
@@ -131,8 +141,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 // Handler returns the API as an http.Handler (for tests and embedding).
 func (s *Server) Handler() http.Handler { return s.handler }
 
-// Registry is the server's own Prometheus registry, served at /metrics;
-// other components of the process may register their collectors in it.
+// Registry is the Prometheus registry served at /metrics.
 func (s *Server) Registry() *prometheus.Registry { return s.reg }
 
 func (s *Server) routes() http.Handler {

@@ -6,6 +6,8 @@ import (
 	"net"
 	"os"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/feedco/feed/api"
 	feedcmd "github.com/feedco/feed/commands"
 	"github.com/feedco/feed/internal/auth"
@@ -18,9 +20,10 @@ func init() {
 }
 
 // apiExtensions plug other components into the API server before it starts:
-// the query side sets deps.Feed and deps.AfterPostCreated from its own file
-// (e.g. cmd/feed/api_queries.go with an init that appends here). A cleanup
-// runs after the server stopped.
+// the query side sets deps.Feed (and, if it wants, deps.AfterPostCreated)
+// from its own file (e.g. cmd/feed/api_queries.go with an init that appends
+// here), registering its metrics in deps.Registry. A cleanup runs after the
+// server stopped.
 var apiExtensions []func(ctx context.Context, a *App, deps *api.Deps) (cleanup func(), err error)
 
 func runAPICommand(ctx context.Context, args []string) error {
@@ -39,7 +42,7 @@ func runAPICommand(ctx context.Context, args []string) error {
 // runAPI serves the API until ctx is done, then shuts down gracefully.
 func runAPI(ctx context.Context, a *App) error {
 	cfg := a.Cfg
-	deps := api.Deps{Logger: a.Log}
+	deps := api.Deps{Logger: a.Log, Registry: prometheus.NewRegistry()}
 	if cfg.AuthMode == api.AuthJWT {
 		if cfg.JWTSecret == devSecret && os.Getenv("FEED_ALLOW_DEV_SECRET") != "1" {
 			return usageError{"FEED_JWT_SECRET is unset (the built-in development secret is only accepted by `feed dev` or with FEED_ALLOW_DEV_SECRET=1)"}
