@@ -50,7 +50,7 @@ func (f *Feed) AuthorPosts(ctx context.Context, authorID int64, cursor string, l
 				return Page{}, err
 			}
 			items = append(items, got...)
-			cur, mode = seg.bound, seg.next
+			cur, mode = lower(cur, seg.bound), seg.next
 			continue
 		}
 		used["pg"] = true

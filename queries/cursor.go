@@ -60,6 +60,12 @@ func parseCursor(s string) (key, error) {
 	if len(s) > 64 {
 		return key{}, &CursorError{Reason: "too long"}
 	}
+	for i := 0; i < len(s); i++ {
+		// The decoder skips '\r' and '\n'; a cursor has one spelling only.
+		if c := s[i]; !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return key{}, &CursorError{Reason: "not base64url"}
+		}
+	}
 	b, err := cursorEncoding.DecodeString(s)
 	if err != nil {
 		return key{}, &CursorError{Reason: "not base64url", Err: err}

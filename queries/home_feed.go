@@ -58,7 +58,7 @@ func (f *Feed) Home(ctx context.Context, userID int64, cursor string, limit int)
 				return Page{}, err
 			}
 			items = append(items, got...)
-			cur, mode = hr.seg.bound, hr.seg.next
+			cur, mode = lower(cur, hr.seg.bound), hr.seg.next
 			continue
 		}
 		if !used["cold"] {

@@ -81,6 +81,15 @@ func mergeSegment(cur key, srcs []source) segment {
 	return seg
 }
 
+// lower returns the older of two keys: where a page continues after a
+// segment (its bound may lie above the cursor when it made no progress).
+func lower(a, b key) key {
+	if a.less(b) {
+		return a
+	}
+	return b
+}
+
 // sortNewestFirst sorts keys by (ms, id) descending. Equal keys (one post
 // seen through two sources) end up adjacent, so Compact removes them.
 func sortNewestFirst(keys []key) {

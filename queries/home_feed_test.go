@@ -1,0 +1,381 @@
+package queries
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/feedco/feed/internal/testenv"
+)
+
+// base is a millisecond well outside OwnPostsWindow, so tests choose when
+// the own-posts probe matters.
+var base = time.Now().Add(-2 * time.Hour).UnixMilli()
+
+// projectAll writes every read model from the database, as caught-up
+// projectors would: post:{p} for every post (deleted flag included), each
+// author's timeline (newest timelineMax, ~floor when cut), the celebrity set,
+// and a built inbox for each user in inboxFor holding the newest inboxMax
+// posts of their non-celebrity followees (deleted ones too: deletion is
+// lazy), with ~floor when cut.
+func (b *bundle) projectAll(celebs []int64, inboxFor []int64, inboxMax, timelineMax int) {
+	b.t.Helper()
+	rows, err := b.db.Pool.Query(b.ctx, `SELECT id, author_id, created_at FROM posts ORDER BY created_at DESC, id DESC`)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	var all []authored
+	for rows.Next() {
+		var a authored
+		var at time.Time
+		if err := rows.Scan(&a.key.id, &a.author, &at); err != nil {
+			b.t.Fatal(err)
+		}
+		a.key.ms = at.UnixMilli()
+		all = append(all, a)
+	}
+	rows.Close()
+	byAuthor := map[int64][]key{}
+	for _, a := range all {
+		b.cachePost(a.key)
+		byAuthor[a.author] = append(byAuthor[a.author], a.key)
+	}
+	for author, keys := range byAuthor {
+		b.setZ(b.keys.Timeline(author), head(keys, timelineMax), false, floorOf(keys, timelineMax))
+	}
+	isCeleb := map[int64]bool{}
+	for _, c := range celebs {
+		isCeleb[c] = true
+		b.rdb.SAdd(b.ctx, b.keys.Celebrities(), strconv.FormatInt(c, 10))
+	}
+	for _, u := range inboxFor {
+		follows := map[int64]bool{}
+		frows, err := b.db.Pool.Query(b.ctx, `SELECT followee_id FROM follows WHERE follower_id = $1`, u)
+		if err != nil {
+			b.t.Fatal(err)
+		}
+		for frows.Next() {
+			var f int64
+			_ = frows.Scan(&f)
+			follows[f] = true
+		}
+		frows.Close()
+		var inbox []key
+		for _, a := range all {
+			if follows[a.author] && !isCeleb[a.author] {
+				inbox = append(inbox, a.key)
+			}
+		}
+		b.setZ(b.keys.Inbox(u), head(inbox, inboxMax), true, floorOf(inbox, inboxMax))
+	}
+}
+
+func head(keys []key, n int) []key { return keys[:min(n, len(keys))] }
+
+// floorOf is the ~floor after trimming newest-first keys to n: the highest
+// score removed, or -1 (none) when nothing was removed.
+func floorOf(keys []key, n int) int64 {
+	if len(keys) <= n {
+		return -1
+	}
+	return keys[n].ms
+}
+
+// Paging every user's feed to the end, with many page sizes and bounds,
+// equals the SQL truth: no duplicate, no gap, no foreign post. The data has
+// same-millisecond runs, deleted posts, celebrities (pulled) and small
+// inbox/timeline bounds so pages cross ~floor into PostgreSQL.
+func TestHomePagingEqualsTruth(t *testing.T) {
+	t.Parallel()
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 7))
+	b := setup(t, Config{})
+	var users []int64
+	for range 12 {
+		users = append(users, b.user())
+	}
+	celebs := users[:2]
+	for _, u := range users {
+		for _, v := range users {
+			if u != v && (slices.Contains(celebs, v) || rng.IntN(3) == 0) {
+				b.follow(u, v)
+			}
+		}
+	}
+	var posts []key
+	ms := base
+	for range 300 {
+		if rng.IntN(3) > 0 {
+			ms++ // about a third of posts share a millisecond with the previous one
+		}
+		posts = append(posts, b.post(users[rng.IntN(len(users))], ms))
+	}
+	for _, p := range posts {
+		if rng.IntN(10) == 0 {
+			b.exec(`UPDATE posts SET deleted = true WHERE id = $1`, p.id)
+		}
+	}
+	for _, bounds := range []struct{ inbox, timeline int }{{1000, 1000}, {40, 15}, {7, 3}} {
+		b.projectAll(celebs, users, bounds.inbox, bounds.timeline)
+		for _, limit := range []int{1, 3, 20, 50} {
+			for _, u := range users[:6] {
+				sameFeed(t, fmt.Sprintf("user %d inbox %d timeline %d limit %d", u, bounds.inbox, bounds.timeline, limit),
+					b.readHome(u, limit), b.truth(u))
+			}
+		}
+	}
+	if counter(b.feed.metrics.Sources.WithLabelValues("home", "pg")) == 0 {
+		t.Error("no page continued from PostgreSQL below a ~floor")
+	}
+}
+
+func TestHomeHidesDeletedPostsAndKeepsPagesFull(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	u, a := b.user(), b.user()
+	b.follow(u, a)
+	var keep []key
+	for i := range 12 {
+		k := b.post(a, base+int64(i))
+		if i >= 4 && i < 10 {
+			b.deletePost(k) // six deleted in a row, newest side of the feed
+		} else {
+			keep = append(keep, k)
+		}
+	}
+	b.projectAll(nil, []int64{u}, 500, 500)
+	p, err := b.feed.Home(b.ctx, u, "", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Items) != 2 || p.NextCursor == nil {
+		t.Fatalf("first page %+v: want 2 items despite the deleted ones", p)
+	}
+	slices.Reverse(keep)
+	sameFeed(t, "deleted hidden", b.readHome(u, 2), keep)
+}
+
+func TestHomeHidesUnfollowedAuthorBeforeInboxCleanup(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	u, a, c := b.user(), b.user(), b.user()
+	b.follow(u, a)
+	b.follow(u, c)
+	for i := range 6 {
+		b.post(a, base+int64(2*i))
+		b.post(c, base+int64(2*i+1))
+	}
+	b.projectAll(nil, []int64{u}, 500, 500)
+	b.unfollow(u, a) // following:{u} updated; the inbox still holds a's posts
+	got := b.readHome(u, 4)
+	if len(got) != 6 {
+		t.Fatalf("got %d posts, want c's 6", len(got))
+	}
+	sameFeed(t, "unfollowed hidden", got, b.truth(u))
+}
+
+func TestHomePullsFollowedCelebrities(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	u, star, other, friend := b.user(), b.user(), b.user(), b.user()
+	b.follow(u, star)
+	b.follow(u, friend)
+	for i := range 5 {
+		b.post(star, base+int64(3*i))
+		b.post(other, base+int64(3*i+1)) // a celebrity u does not follow
+		b.post(friend, base+int64(3*i+2))
+	}
+	b.projectAll([]int64{star, other}, []int64{u}, 500, 500)
+	inbox, _ := b.rdb.ZCard(b.ctx, b.keys.Inbox(u)).Result()
+	if inbox != 6 { // friend's 5 posts and ~built: the celebrity was not pushed
+		t.Fatalf("inbox holds %d members", inbox)
+	}
+	got := b.readHome(u, 3)
+	if len(got) != 10 {
+		t.Fatalf("got %d posts, want 10 (5 pulled from the celebrity)", len(got))
+	}
+	sameFeed(t, "celebrity pulled", got, b.truth(u))
+	// The second read of the celebrity's timeline comes from the process cache.
+	hits := counter(b.feed.metrics.CacheLookups.WithLabelValues("timeline", "hit"))
+	if _, err := b.feed.Home(b.ctx, u, "", 3); err != nil {
+		t.Fatal(err)
+	}
+	if counter(b.feed.metrics.CacheLookups.WithLabelValues("timeline", "hit")) <= hits {
+		t.Error("celebrity timeline was not served from the in-process cache")
+	}
+}
+
+func TestHomeColdInboxServedFromPostgresAndRebuilt(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{InboxMax: 8})
+	u, a, c := b.user(), b.user(), b.user()
+	b.follow(u, a)
+	b.follow(u, c)
+	for i := range 10 {
+		b.post(a, base+int64(i))
+		b.post(c, base+int64(i)) // same milliseconds as a's
+	}
+	b.post(u, base+20)
+	b.projectAll(nil, nil, 0, 500) // post cache and timelines only: no inbox
+	p, err := b.feed.Home(b.ctx, u, "", 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	truth := b.truth(u)
+	var first []key
+	for _, it := range p.Items {
+		first = append(first, itemKey(t, it))
+	}
+	sameFeed(t, "cold first page", first, truth[:5])
+	if counter(b.feed.metrics.Sources.WithLabelValues("home", "cold")) != 1 {
+		t.Error("first page not counted as cold")
+	}
+	testenv.Eventually(t, 10*time.Second, "inbox rebuilt", func() bool {
+		n, _ := b.rdb.ZScore(b.ctx, b.keys.Inbox(u), "~built").Result()
+		return n > 0
+	})
+	b.feed.Close() // the rebuild's bookkeeping is done
+	members, err := b.rdb.ZRevRangeWithScores(b.ctx, b.keys.Inbox(u), 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 8 posts + ~built + ~floor (the rebuild was cut at InboxMax).
+	if len(members) != 10 {
+		t.Fatalf("rebuilt inbox has %d members: %v", len(members), members)
+	}
+	floor, err := b.rdb.ZScore(b.ctx, b.keys.Inbox(u), "~floor").Result()
+	if err != nil || int64(floor) != truth[7].ms {
+		t.Fatalf("~floor = %v %v, want the oldest kept score %d", floor, err, truth[7].ms)
+	}
+	var seen time.Time
+	if err := b.db.Pool.QueryRow(b.ctx, `SELECT last_seen_at FROM user_activity WHERE user_id = $1`, u).Scan(&seen); err != nil {
+		t.Fatalf("reading did not mark the user active: %v", err)
+	}
+	sameFeed(t, "warm after rebuild", b.readHome(u, 5), truth)
+	if counter(b.feed.metrics.Sources.WithLabelValues("home", "redis")) == 0 {
+		t.Error("reads after the rebuild did not use the inbox")
+	}
+}
+
+// A page whose boundary is the inbox's ~floor continues from PostgreSQL with
+// no gap and no duplicate, including posts in the floor's own millisecond.
+func TestHomeFloorBoundaryContinuesFromPostgres(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	u, a := b.user(), b.user()
+	b.follow(u, a)
+	var all []key
+	for i := range 6 {
+		all = append(all, b.postID(a, base+int64(i), 900+int64(i)))
+	}
+	// Three posts in one millisecond, ids of different lengths: Redis orders
+	// them "99" > "1000" > "10001" as bytes; the feed orders them as numbers.
+	tie := base + 10
+	all = append(all, b.postID(a, tie, 99), b.postID(a, tie, 1000), b.postID(a, tie, 10001))
+	for i := range 4 {
+		all = append(all, b.postID(a, tie+1+int64(i), 2000+int64(i)))
+	}
+	b.projectAll(nil, nil, 0, 500)
+	// The inbox holds the 4 newest and two of the tie; ~floor at the tie:
+	// complete only above it.
+	truth := b.truth(u)
+	b.setZ(b.keys.Inbox(u), truth[:6], true, tie)
+	for _, limit := range []int{1, 2, 3, 4, 5, 7} {
+		sameFeed(t, fmt.Sprint("limit ", limit), b.readHome(u, limit), truth)
+	}
+	if counter(b.feed.metrics.Sources.WithLabelValues("home", "pg")) == 0 {
+		t.Error("no page continued from PostgreSQL")
+	}
+}
+
+// Posts that arrive between pages (newer ones, and one in the cursor's own
+// millisecond) cause no repeat and no skip of the older part.
+func TestHomePostsArrivingBetweenPages(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	u, a := b.user(), b.user()
+	b.follow(u, a)
+	for i := range 10 {
+		b.post(a, base+int64(i/2))
+	}
+	b.projectAll(nil, []int64{u}, 500, 500)
+	before := b.truth(u)
+	p1, err := b.feed.Home(b.ctx, u, "", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := itemKey(t, p1.Items[3])
+	// New posts: newer ones, and one in the cursor's millisecond with a
+	// larger id (it sorts above the cursor), all pushed to the inbox.
+	fresh := []key{b.post(a, base+100), b.post(a, base+101), b.postID(a, last.ms, last.id+1_000_000)}
+	for _, k := range fresh {
+		b.cachePost(k)
+		b.rdb.ZAdd(b.ctx, b.keys.Inbox(u), zs([]key{k})...)
+	}
+	var got []key
+	for _, it := range p1.Items {
+		got = append(got, itemKey(t, it))
+	}
+	rest := b.readAll(func(c string) (Page, error) {
+		if c == "" {
+			c = *p1.NextCursor
+		}
+		return b.feed.Home(b.ctx, u, c, 4)
+	}, 4)
+	sameFeed(t, "pages across new arrivals", append(got, rest...), before)
+}
+
+// The caller's own post shows on their next read even though no projector
+// has written its post cache, timeline or anything else.
+func TestHomeOwnPostVisibleBeforeProjectors(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	u, a := b.user(), b.user()
+	b.follow(u, a)
+	for i := range 3 {
+		b.post(a, base+int64(i))
+	}
+	b.projectAll(nil, []int64{u}, 500, 500)
+	mine := b.post(u, time.Now().UnixMilli())
+	p, err := b.feed.Home(b.ctx, u, "", 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Items) != 4 || itemKey(t, p.Items[0]) != mine {
+		t.Fatalf("page %+v: want the fresh own post first", p.Items)
+	}
+	if p.Items[0].AuthorID != strconv.FormatInt(u, 10) {
+		t.Fatalf("author %s", p.Items[0].AuthorID)
+	}
+	sameFeed(t, "own post", b.readHome(u, 2), b.truth(u))
+}
+
+func TestHomeRejectsBadInput(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	u := b.user()
+	for _, tc := range []struct {
+		name   string
+		user   int64
+		cursor string
+		limit  int
+	}{
+		{"limit zero", u, "", 0},
+		{"limit over max", u, "", MaxLimit + 1},
+		{"bad user", 0, "", 5},
+		{"bad cursor", u, "not a cursor", 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := b.feed.Home(b.ctx, tc.user, tc.cursor, tc.limit); err == nil {
+				t.Fatal("no error")
+			}
+			if _, err := b.feed.AuthorPosts(b.ctx, tc.user, tc.cursor, tc.limit); err == nil {
+				t.Fatal("no error")
+			}
+		})
+	}
+}

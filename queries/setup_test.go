@@ -1,0 +1,298 @@
+package queries
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/feedco/feed/internal/rkeys"
+	"github.com/feedco/feed/internal/testenv"
+)
+
+// bundle is the thing under test and its collaborators: a fresh database,
+// a Redis prefix, and helpers that write the read models the way the
+// projectors' contract (docs/architecture.md) says they look.
+type bundle struct {
+	t     *testing.T
+	ctx   context.Context
+	feed  *Feed
+	db    *testenv.DB
+	rdb   redis.UniversalClient
+	keys  rkeys.Keys
+	reg   *prometheus.Registry
+	next  int64
+	names int
+}
+
+func setup(t *testing.T, cfg Config) *bundle {
+	t.Helper()
+	db := testenv.NewDB(t)
+	r := testenv.NewRedis(t)
+	cfg.Keys = rkeys.Keys{Prefix: r.Prefix}
+	reg := prometheus.NewRegistry()
+	cfg.Registerer = reg
+	f, err := New(cfg, db.Pool, r.Client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Close)
+	// Snowflake-sized ids, with some of other lengths below (ties in one
+	// millisecond must order numerically, not as Redis orders bytes).
+	return &bundle{t: t, ctx: context.Background(), feed: f, db: db, rdb: r.Client, keys: cfg.Keys, reg: reg, next: 7_000_000_000_000_000_000}
+}
+
+func (b *bundle) exec(sql string, args ...any) {
+	b.t.Helper()
+	if _, err := b.db.Pool.Exec(b.ctx, sql, args...); err != nil {
+		b.t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+func (b *bundle) user() int64 {
+	b.t.Helper()
+	b.names++
+	var id int64
+	if err := b.db.Pool.QueryRow(b.ctx, `INSERT INTO users (name) VALUES ($1) RETURNING id`, fmt.Sprint("u", b.names)).Scan(&id); err != nil {
+		b.t.Fatal(err)
+	}
+	return id
+}
+
+// follow writes the follow in PostgreSQL and in following:{follower}.
+func (b *bundle) follow(follower, followee int64) {
+	b.t.Helper()
+	b.exec(`INSERT INTO follows (follower_id, followee_id) VALUES ($1, $2)`, follower, followee)
+	b.rdb.SAdd(b.ctx, b.keys.Following(follower), strconv.FormatInt(followee, 10))
+}
+
+func (b *bundle) unfollow(follower, followee int64) {
+	b.t.Helper()
+	b.exec(`DELETE FROM follows WHERE follower_id = $1 AND followee_id = $2`, follower, followee)
+	b.rdb.SRem(b.ctx, b.keys.Following(follower), strconv.FormatInt(followee, 10))
+}
+
+// post writes a post row only (no projector has seen it yet).
+func (b *bundle) post(author, ms int64) key {
+	b.t.Helper()
+	b.next += 1 + b.next%7
+	k := key{ms: ms, id: b.next}
+	b.exec(`INSERT INTO posts (id, author_id, content, created_at) VALUES ($1, $2, $3, $4)`,
+		k.id, author, fmt.Sprint("post ", k.id), time.UnixMilli(ms).UTC())
+	return k
+}
+
+// postID is post with a chosen id.
+func (b *bundle) postID(author, ms, id int64) key {
+	b.t.Helper()
+	b.exec(`INSERT INTO posts (id, author_id, content, created_at) VALUES ($1, $2, $3, $4)`,
+		id, author, fmt.Sprint("post ", id), time.UnixMilli(ms).UTC())
+	return key{ms: ms, id: id}
+}
+
+func (b *bundle) deletePost(k key) {
+	b.t.Helper()
+	b.exec(`UPDATE posts SET deleted = true, deleted_at = now() WHERE id = $1`, k.id)
+	b.cachePost(k)
+}
+
+// cachePost writes post:{p} from the row, as the posts projector does.
+func (b *bundle) cachePost(k key) {
+	b.t.Helper()
+	var author int64
+	var content string
+	var deleted bool
+	if err := b.db.Pool.QueryRow(b.ctx, `SELECT author_id, content, deleted FROM posts WHERE id = $1`, k.id).Scan(&author, &content, &deleted); err != nil {
+		b.t.Fatal(err)
+	}
+	raw, _ := json.Marshal(rkeys.Post{ID: k.id, AuthorID: author, Content: content, CreatedAt: formatTime(k.ms), Deleted: deleted})
+	if err := b.rdb.Set(b.ctx, b.keys.Post(k.id), raw, 0).Err(); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+func zs(keys []key) []redis.Z {
+	out := make([]redis.Z, len(keys))
+	for i, k := range keys {
+		out[i] = redis.Z{Score: float64(k.ms), Member: strconv.FormatInt(k.id, 10)}
+	}
+	return out
+}
+
+// setZ writes a sorted set with its entries and sentinels; floor < 0 means
+// no ~floor.
+func (b *bundle) setZ(name string, keys []key, built bool, floor int64) {
+	b.t.Helper()
+	pipe := b.rdb.TxPipeline()
+	pipe.Del(b.ctx, name)
+	if len(keys) > 0 {
+		pipe.ZAdd(b.ctx, name, zs(keys)...)
+	}
+	if built {
+		pipe.ZAdd(b.ctx, name, redis.Z{Score: math.Inf(1), Member: rkeys.SentinelBuilt})
+	}
+	if floor >= 0 {
+		pipe.ZAdd(b.ctx, name, redis.Z{Score: float64(floor), Member: rkeys.SentinelFloor})
+	}
+	if _, err := pipe.Exec(b.ctx); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+// truth is the oracle's definition of the feed, computed by SQL: newest
+// first non-deleted posts of the accounts user follows and of user.
+func (b *bundle) truth(user int64) []key {
+	b.t.Helper()
+	rows, err := b.db.Pool.Query(b.ctx, `
+SELECT p.id, p.created_at FROM posts p
+WHERE NOT p.deleted AND (p.author_id = $1 OR p.author_id IN (SELECT followee_id FROM follows WHERE follower_id = $1))
+ORDER BY p.created_at DESC, p.id DESC`, user)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []key
+	for rows.Next() {
+		var k key
+		var at time.Time
+		if err := rows.Scan(&k.id, &at); err != nil {
+			b.t.Fatal(err)
+		}
+		k.ms = at.UnixMilli()
+		out = append(out, k)
+	}
+	return out
+}
+
+func (b *bundle) authorTruth(author int64) []key {
+	b.t.Helper()
+	var out []key
+	for _, k := range b.truthAll() {
+		if k.author == author {
+			out = append(out, k.key)
+		}
+	}
+	return out
+}
+
+type authored struct {
+	key    key
+	author int64
+}
+
+func (b *bundle) truthAll() []authored {
+	b.t.Helper()
+	rows, err := b.db.Pool.Query(b.ctx, `SELECT id, author_id, created_at FROM posts WHERE NOT deleted ORDER BY created_at DESC, id DESC`)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []authored
+	for rows.Next() {
+		var a authored
+		var at time.Time
+		if err := rows.Scan(&a.key.id, &a.author, &at); err != nil {
+			b.t.Fatal(err)
+		}
+		a.key.ms = at.UnixMilli()
+		out = append(out, a)
+	}
+	return out
+}
+
+// readAll pages a feed to the end (nextCursor null) and returns its keys.
+func (b *bundle) readAll(read func(cursor string) (Page, error), limit int) []key {
+	b.t.Helper()
+	var out []key
+	cursor := ""
+	for pages := 0; ; pages++ {
+		if pages > 10_000 {
+			b.t.Fatal("paging does not end")
+		}
+		p, err := read(cursor)
+		if err != nil {
+			b.t.Fatalf("page %d: %v", pages, err)
+		}
+		if len(p.Items) > limit {
+			b.t.Fatalf("page of %d items, limit %d", len(p.Items), limit)
+		}
+		for _, it := range p.Items {
+			out = append(out, itemKey(b.t, it))
+		}
+		if p.NextCursor == nil {
+			return out
+		}
+		if len(p.Items) != limit {
+			b.t.Fatalf("page %d has %d items but a next cursor (limit %d)", pages, len(p.Items), limit)
+		}
+		cursor = *p.NextCursor
+	}
+}
+
+func (b *bundle) readHome(user int64, limit int) []key {
+	b.t.Helper()
+	return b.readAll(func(c string) (Page, error) { return b.feed.Home(b.ctx, user, c, limit) }, limit)
+}
+
+func itemKey(t testing.TB, p Post) key {
+	t.Helper()
+	id, err := strconv.ParseInt(p.ID, 10, 64)
+	if err != nil {
+		t.Fatalf("post id %q: %v", p.ID, err)
+	}
+	at, err := time.Parse(time.RFC3339Nano, p.CreatedAt)
+	if err != nil || at.Location() != time.UTC || len(p.CreatedAt) != len("2006-01-02T15:04:05.000Z") {
+		t.Fatalf("createdAt %q is not RFC 3339 UTC with milliseconds", p.CreatedAt)
+	}
+	if p.Content != fmt.Sprint("post ", id) {
+		t.Fatalf("post %s content %q", p.ID, p.Content)
+	}
+	return key{ms: at.UnixMilli(), id: id}
+}
+
+// sameFeed fails with a readable diff when got differs from want.
+func sameFeed(t testing.TB, what string, got, want []key) {
+	t.Helper()
+	if slices.Equal(got, want) {
+		return
+	}
+	seen := map[int64]int{}
+	for _, k := range got {
+		seen[k.id]++
+	}
+	for id, n := range seen {
+		if n > 1 {
+			t.Errorf("%s: post %d shown %d times", what, id, n)
+		}
+	}
+	wantSet := map[int64]bool{}
+	for _, k := range want {
+		wantSet[k.id] = true
+		if seen[k.id] == 0 {
+			t.Errorf("%s: missing post %v", what, k)
+		}
+	}
+	for _, k := range got {
+		if !wantSet[k.id] {
+			t.Errorf("%s: foreign post %v", what, k)
+		}
+	}
+	t.Fatalf("%s: got %d posts %v\nwant %d posts %v", what, len(got), ids(got), len(want), ids(want))
+}
+
+// counter reads one counter's value.
+func counter(c prometheus.Counter) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		panic(err)
+	}
+	return m.GetCounter().GetValue()
+}
