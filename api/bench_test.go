@@ -30,8 +30,9 @@ const benchClients = 16
 // HTTP API (16 concurrent clients, each its own author, keep-alive
 // connections), and right after it, in the same run and database, the raw
 // single-row insert rate of the same PostgreSQL (16 clients, one row per
-// autocommitted statement, into a scratch table shaped like events). Both
-// phases do b.N operations; posts/insert is their ratio, i.e. how much of the
+// autocommitted statement, into a scratch table shaped like events).
+// Between them, direct-posts/s is CreatePost called in-process by 16
+// goroutines (the write path without HTTP). Each phase does b.N operations; posts/insert is their ratio, i.e. how much of the
 // database's bare insert rate the write path keeps. ns/op is suppressed (it
 // would mix the two phases). On a shared machine compare the ratio, not the
 // absolute numbers, across runs:
@@ -82,6 +83,14 @@ func BenchmarkWrite(b *testing.B) {
 		}
 		return nil
 	})
+	authors := make([]int64, benchClients)
+	for i, tok := range tokens {
+		authors[i], _ = signer.Verify(strings.TrimPrefix(tok, "Bearer "))
+	}
+	direct := runClients(b, func(c int) error {
+		_, err := cmds.CreatePost.Handle(ctx, commands.CreatePost{AuthorID: authors[c], Content: content})
+		return err
+	})
 	var seq atomic.Int64
 	inserts := runClients(b, func(int) error {
 		_, err := db.Pool.Exec(ctx, `INSERT INTO bench_events (event_id, stream_id, stream_version, type, payload, metadata) VALUES ($1, $2, 1, 'post.created.v1', $3, '{}')`,
@@ -90,6 +99,7 @@ func BenchmarkWrite(b *testing.B) {
 	})
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(posts, "posts/s")
+	b.ReportMetric(direct, "direct-posts/s")
 	b.ReportMetric(inserts, "inserts/s")
 	b.ReportMetric(posts/inserts, "posts/insert")
 }
