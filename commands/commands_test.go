@@ -443,3 +443,40 @@ func TestRunnerRetriesConflicts(t *testing.T) {
 		t.Fatalf("domain errors must not be retried: %v after %d", err, attempts)
 	}
 }
+
+func TestConcurrentAppendsAtOneVersion(t *testing.T) {
+	t.Parallel()
+	_, b := setup(t, commands.Config{})
+	ctx := context.Background()
+	const n = 10
+	start := make(chan struct{})
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			errs[i] = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+				return commands.Append(ctx, tx, 0, events.Metadata{}, events.Followed{FollowerID: 5, FolloweeID: 6, FolloweeFollowers: int64(i)})
+			})
+		})
+	}
+	close(start)
+	wg.Wait()
+	ok, conflicts := 0, 0
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			ok++
+		case errors.Is(err, commands.ErrVersionConflict):
+			conflicts++
+		default:
+			t.Fatalf("unexpected error: %v", err)
+		}
+	}
+	if ok != 1 || conflicts != n-1 {
+		t.Fatalf("%d appends at version 0: %d succeeded, %d conflicted; want 1 and %d", n, ok, conflicts, n-1)
+	}
+	if evs := streamEvents(t, b.pool, events.FollowStream(5, 6)); len(evs) != 1 {
+		t.Fatalf("stream has %d events", len(evs))
+	}
+}
