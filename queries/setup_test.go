@@ -22,7 +22,7 @@ import (
 // a Redis prefix, and helpers that write the read models the way the
 // projectors' contract (docs/architecture.md) says they look.
 type bundle struct {
-	t     *testing.T
+	t     testing.TB
 	ctx   context.Context
 	feed  *Feed
 	db    *testenv.DB

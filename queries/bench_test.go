@@ -1,0 +1,120 @@
+package queries
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/feedco/feed/internal/rkeys"
+	"github.com/feedco/feed/internal/testenv"
+)
+
+// benchData seeds 200 readers who follow 50 authors (2 of them
+// celebrities) with 100 posts each, and projects warm inboxes.
+func benchData(b *testing.B) (*Feed, []int64, redis.UniversalClient, rkeys.Keys, *pgxpool.Pool) {
+	db := testenv.NewDB(b)
+	r := testenv.NewRedis(b)
+	keys := rkeys.Keys{Prefix: r.Prefix}
+	ctx := context.Background()
+	exec := func(sql string, args ...any) {
+		if _, err := db.Pool.Exec(ctx, sql, args...); err != nil {
+			b.Fatal(err)
+		}
+	}
+	exec(`INSERT INTO users (name) SELECT 'u' || g FROM generate_series(1, 250) g`)
+	exec(`INSERT INTO posts (id, author_id, content, created_at)
+SELECT 1000000 + g, 1 + g % 50, 'post ' || (1000000 + g), timestamptz '2026-01-01' + g * interval '1 s' FROM generate_series(1, 5000) g`)
+	exec(`INSERT INTO follows (follower_id, followee_id) SELECT r, a FROM generate_series(51, 250) r, generate_series(1, 50) a`)
+	f, err := New(Config{Keys: keys}, db.Pool, r.Client)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(f.Close)
+	bb := &bundle{t: b, ctx: ctx, feed: f, db: db, rdb: r.Client, keys: keys}
+	var readers []int64
+	for u := int64(51); u <= 250; u++ {
+		readers = append(readers, u)
+	}
+	bb.projectAll([]int64{1, 2}, readers, 500, 500)
+	for _, u := range readers {
+		args := make([]any, 50)
+		for a := range 50 {
+			args[a] = strconv.Itoa(a + 1)
+		}
+		r.Client.SAdd(ctx, keys.Following(u), args...)
+	}
+	return f, readers, r.Client, keys, db.Pool
+}
+
+// BenchmarkHome reads first pages of 20 from warm inboxes, 32 goroutines.
+// Sub-benchmarks: the full query; the raw Redis two commands a read needs
+// (ZREVRANGEBYSCORE 21 + MGET 20); the naive pull SQL of the seeds.
+func BenchmarkHome(b *testing.B) {
+	f, readers, rdb, keys, pool := benchData(b)
+	ctx := context.Background()
+	var n atomic.Int64
+	next := func() int64 { return readers[int(n.Add(1))%len(readers)] }
+	report := func(b *testing.B, start time.Time) {
+		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "reads/s")
+	}
+	b.Run("query", func(b *testing.B) {
+		b.SetParallelism(16)
+		start := time.Now()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				p, err := f.Home(ctx, next(), "", 20)
+				if err != nil || len(p.Items) != 20 {
+					b.Errorf("page %d items, %v", len(p.Items), err)
+					return
+				}
+			}
+		})
+		report(b, start)
+	})
+	b.Run("raw-redis", func(b *testing.B) {
+		b.SetParallelism(16)
+		start := time.Now()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				u := next()
+				m, err := rdb.ZRevRangeByScore(ctx, keys.Inbox(u), &redis.ZRangeBy{Max: "(+inf", Min: "-inf", Count: 21}).Result()
+				if err != nil || len(m) != 21 {
+					b.Errorf("%d members, %v", len(m), err)
+					return
+				}
+				ks := make([]string, 20)
+				for i := range ks {
+					id, _ := strconv.ParseInt(m[i], 10, 64)
+					ks[i] = keys.Post(id)
+				}
+				if err := rdb.MGet(ctx, ks...).Err(); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+		report(b, start)
+	})
+	b.Run("pull-sql", func(b *testing.B) {
+		b.SetParallelism(8)
+		start := time.Now()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				rows, err := pool.Query(ctx, `SELECT p.id, p.author_id, p.content, p.created_at FROM posts p
+JOIN follows f ON f.followee_id = p.author_id WHERE f.follower_id = $1 AND NOT p.deleted
+ORDER BY p.created_at DESC, p.id DESC LIMIT 20`, next())
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				rows.Close()
+			}
+		})
+		report(b, start)
+	})
+}
