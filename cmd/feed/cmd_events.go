@@ -1,0 +1,221 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/feedco/feed/replay"
+)
+
+func init() {
+	register("events", "replay the event stream to stdout: feed events [--source pg|kafka] [--format jsonl|csv] [--from X] [--to Y] [--type T,..] [--stream S] [--author ID] [--limit N] [--follow]", runEvents)
+}
+
+const eventsUsage = `usage: feed events [flags]
+
+Streams events to stdout, oldest first (see docs/replay.md).
+
+  --source pg|kafka   PostgreSQL event log (default) or the Kafka topic FEED_TOPIC
+  --format jsonl|csv  one JSON envelope per line (default) or CSV with a header
+  --from X, --to Y    inclusive range: a position (123), a commit LSN (16/B374D848,
+                      kafka only) or an RFC 3339 timestamp (recorded_at)
+  --type T[,T]        event types, e.g. post.created.v1,post.deleted.v1
+  --stream S          one stream, e.g. post-123
+  --author ID         events about account ID: its posts, follows of it, its registration
+  --limit N           stop after N events
+  --follow            keep streaming new events until interrupted (not with --to)
+  --with-lsn          add commitLsn (kafka only; the event log does not record it)
+`
+
+// eventsOptions is a parsed `feed events` command line.
+type eventsOptions struct {
+	source  string
+	format  replay.Format
+	filter  replay.Filter
+	limit   int64
+	follow  bool
+	withLSN bool
+}
+
+func parseEventsArgs(args []string) (eventsOptions, error) {
+	var o eventsOptions
+	fs := flag.NewFlagSet("events", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	source := fs.String("source", "pg", "")
+	format := fs.String("format", "jsonl", "")
+	from := fs.String("from", "", "")
+	to := fs.String("to", "", "")
+	types := fs.String("type", "", "")
+	stream := fs.String("stream", "", "")
+	author := fs.String("author", "", "")
+	limit := fs.String("limit", "", "")
+	fs.BoolVar(&o.follow, "follow", false, "")
+	fs.BoolVar(&o.withLSN, "with-lsn", false, "")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return o, usageError{strings.TrimSpace(eventsUsage)}
+		}
+		return o, usageError{err.Error() + "\n" + eventsUsage}
+	}
+	if fs.NArg() > 0 {
+		return o, usageError{fmt.Sprintf("unexpected argument %q\n%s", fs.Arg(0), eventsUsage)}
+	}
+	o.source = *source
+	if o.source != "pg" && o.source != "kafka" {
+		return o, usageError{fmt.Sprintf("--source %q: want pg or kafka", o.source)}
+	}
+	var err error
+	if o.format, err = replay.ParseFormat(*format); err != nil {
+		return o, usageError{err.Error()}
+	}
+	if o.filter.From, err = replay.ParseBound(*from); err != nil {
+		return o, usageError{"--from: " + err.Error()}
+	}
+	if o.filter.To, err = replay.ParseBound(*to); err != nil {
+		return o, usageError{"--to: " + err.Error()}
+	}
+	if *types != "" {
+		for _, t := range strings.Split(*types, ",") {
+			o.filter.Types = append(o.filter.Types, strings.TrimSpace(t))
+		}
+	}
+	o.filter.Stream = *stream
+	if *author != "" {
+		if o.filter.Author, err = strconv.ParseInt(*author, 10, 64); err != nil || o.filter.Author <= 0 {
+			return o, usageError{fmt.Sprintf("--author %q: want a positive account id", *author)}
+		}
+	}
+	if *limit != "" {
+		if o.limit, err = strconv.ParseInt(*limit, 10, 64); err != nil || o.limit <= 0 {
+			return o, usageError{fmt.Sprintf("--limit %q: want a positive integer", *limit)}
+		}
+	}
+	if err := o.filter.Validate(); err != nil {
+		return o, usageError{err.Error()}
+	}
+	if o.withLSN && o.source == "pg" {
+		return o, usageError{"--with-lsn: the PostgreSQL event log does not record commit LSNs; use --source kafka"}
+	}
+	return o, nil
+}
+
+func runEvents(ctx context.Context, args []string) error {
+	// A closed pipe (feed events | head) must end the replay quietly: with
+	// SIGPIPE ignored, writes fail with EPIPE, which eventsTo treats as done.
+	signal.Ignore(syscall.SIGPIPE)
+	cfg, err := LoadConfig()
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	return eventsTo(ctx, args, cfg, os.Stdout, os.Stderr, isTerminal(os.Stderr))
+}
+
+// eventsTo runs `feed events` with its output and progress going to the
+// given writers (tests call it directly).
+func eventsTo(ctx context.Context, args []string, cfg Config, stdout, stderr io.Writer, tty bool) error {
+	o, err := parseEventsArgs(args)
+	if err != nil {
+		return err
+	}
+	var src replay.Source
+	switch o.source {
+	case "pg":
+		if o.filter.From.Kind == replay.BoundLSN || o.filter.To.Kind == replay.BoundLSN {
+			return usageError{"a commit LSN range needs --source kafka: the PostgreSQL event log does not record commit LSNs (use a position or a timestamp)"}
+		}
+		pool, err := openPostgres(ctx, cfg, 2, false)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		if src, err = replay.NewPG(pool, replay.PGConfig{Filter: o.filter, Follow: o.follow}); err != nil {
+			return asUsage(err)
+		}
+	case "kafka":
+		brokers := cfg.KafkaBrokers
+		if len(brokers) == 0 {
+			brokers = []string{cfg.KafkaAddr} // the development broker of `feed dev` / `feed kafka`
+		}
+		if src, err = replay.NewKafka(replay.KafkaConfig{Brokers: brokers, Topic: cfg.Topic, Filter: o.filter, Follow: o.follow}); err != nil {
+			return asUsage(err)
+		}
+	}
+
+	w := replay.NewWriter(stdout, o.format, o.withLSN)
+	start := time.Now()
+	stopProgress := func() {}
+	if tty {
+		stopProgress = progress(stderr, w, start)
+	}
+	n, err := replay.Copy(ctx, src, w, o.limit)
+	stopProgress()
+	el := time.Since(start)
+	fmt.Fprintf(stderr, "events: %d events in %s (%s/s)\n", n, el.Round(time.Millisecond), rate(n, el))
+	switch {
+	case err == nil, errors.Is(err, context.Canceled):
+		return nil
+	case errors.Is(err, syscall.EPIPE):
+		return nil // the reader went away (| head): not an error
+	case errors.Is(err, replay.ErrInvalid):
+		return asUsage(err)
+	}
+	return err
+}
+
+func asUsage(err error) error {
+	if errors.Is(err, replay.ErrInvalid) {
+		return usageError{err.Error()}
+	}
+	return err
+}
+
+// progress prints the running count on a terminal once a second.
+func progress(stderr io.Writer, w *replay.Writer, start time.Time) (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				fmt.Fprint(stderr, "\r\033[K")
+				return
+			case <-t.C:
+				n := w.Count()
+				fmt.Fprintf(stderr, "\revents: %d (%s/s)\033[K", n, rate(n, time.Since(start)))
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
+// rate formats events per second compactly: 950, 12.3k, 1.2M.
+func rate(n int64, d time.Duration) string {
+	if d <= 0 {
+		return "-"
+	}
+	r := float64(n) / d.Seconds()
+	switch {
+	case r >= 1e6:
+		return fmt.Sprintf("%.2fM", r/1e6)
+	case r >= 1e3:
+		return fmt.Sprintf("%.1fk", r/1e3)
+	}
+	return fmt.Sprintf("%.0f", r)
+}
+
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
