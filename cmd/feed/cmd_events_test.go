@@ -1,0 +1,118 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/feedco/feed/internal/testenv"
+)
+
+// TestEventsCommand runs `feed events` as a function over a database
+// holding a few events: output, empty matches and exit-2 errors.
+func TestEventsCommand(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	ctx := context.Background()
+	for i, q := range []string{
+		`('00000000-0000-4000-8000-000000000001', 'user-1', 1, 'user.registered.v1', '{"userId":"1","name":"ada"}', '2026-11-30T09:41:12Z')`,
+		`('00000000-0000-4000-8000-000000000002', 'user-2', 1, 'user.registered.v1', '{"userId":"2","name":"bob"}', '2026-11-30T09:41:13Z')`,
+		`('00000000-0000-4000-8000-000000000003', 'post-9', 1, 'post.created.v1', '{"postId":"9","authorId":"1","content":"hi","createdAt":"2026-11-30T09:41:14Z","authorFollowers":0}', '2026-11-30T09:41:14Z')`,
+	} {
+		if _, err := db.Pool.Exec(ctx, `INSERT INTO events (event_id, stream_id, stream_version, type, payload, recorded_at) VALUES `+q); err != nil {
+			t.Fatalf("insert %d: %v", i, err)
+		}
+	}
+	cfg := Config{DatabaseURL: db.URL, Topic: "feed.events", KafkaAddr: "127.0.0.1:1"}
+	run := func(args ...string) (string, string, error) {
+		var out, errb bytes.Buffer
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		err := eventsTo(cctx, args, cfg, &out, &errb, false)
+		return out.String(), errb.String(), err
+	}
+
+	out, stderr, err := run("--author", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"eventId":"00000000-0000-4000-8000-000000000001","position":"1","streamId":"user-1","streamVersion":1,"type":"user.registered.v1","payload":{"name":"ada","userId":"1"},"metadata":{},"recordedAt":"2026-11-30T09:41:12Z","audienceKey":"1"}
+{"eventId":"00000000-0000-4000-8000-000000000003","position":"3","streamId":"post-9","streamVersion":1,"type":"post.created.v1","payload":{"postId":"9","content":"hi","authorId":"1","createdAt":"2026-11-30T09:41:14Z","authorFollowers":0},"metadata":{},"recordedAt":"2026-11-30T09:41:14Z","audienceKey":"1"}
+`
+	if out != want {
+		t.Errorf("--author 1:\n got %s\nwant %s", out, want)
+	}
+	if !strings.HasPrefix(stderr, "events: 2 events in ") {
+		t.Errorf("stderr %q: want the count and rate", stderr)
+	}
+
+	out, _, err = run("--format", "csv", "--type", "user.registered.v1", "--from", "2", "--to", "2")
+	wantCSV := "position,event_id,stream_id,stream_version,type,recorded_at,audience_key,correlation_id,causation_id,actor,payload\n" +
+		`2,00000000-0000-4000-8000-000000000002,user-2,1,user.registered.v1,2026-11-30T09:41:13Z,2,,,,"{""name"":""bob"",""userId"":""2""}"` + "\n"
+	if err != nil || out != wantCSV {
+		t.Errorf("csv: err %v\n got %q\nwant %q", err, out, wantCSV)
+	}
+
+	// A filter that matches nothing prints nothing and succeeds.
+	for _, args := range [][]string{{"--author", "42"}, {"--stream", "nope"}, {"--from", "2030-01-01T00:00:00Z"}, {"--format", "csv", "--type", "user.unfollowed.v1"}} {
+		out, _, err := run(args...)
+		if err != nil || out != "" {
+			t.Errorf("%v: out %q err %v, want nothing and no error", args, out, err)
+		}
+	}
+
+	// Bad filters and flags: usage errors (exit 2), nothing printed.
+	for _, args := range [][]string{
+		{"--from", "yesterday"},
+		{"--to", "1/zz"},
+		{"--from", "16/B374D848"}, // an LSN on the PostgreSQL source
+		{"--with-lsn"},
+		{"--type", "post.made.v1"},
+		{"--author", "bob"},
+		{"--author", "0"},
+		{"--limit", "-1"},
+		{"--from", "5", "--to", "2"},
+		{"--follow", "--to", "3"},
+		{"--source", "mysql"},
+		{"--format", "xml"},
+		{"--bogus"},
+		{"extra"},
+	} {
+		out, _, err := run(args...)
+		var ue usageError
+		if !errors.As(err, &ue) || out != "" {
+			t.Errorf("%v: err %v (%T), out %q: want a usage error and no output", args, err, err, out)
+		}
+	}
+}
+
+// TestEventsCommandEPIPE: a reader that goes away (feed events | head)
+// ends the replay quietly.
+func TestEventsCommandEPIPE(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	if _, err := db.Pool.Exec(context.Background(), `INSERT INTO events (event_id, stream_id, stream_version, type, payload)
+		SELECT gen_random_uuid(), 'user-' || g, 1, 'user.registered.v1', jsonb_build_object('userId', g::text, 'name', 'u')
+		FROM generate_series(1, 20000) g`); err != nil {
+		t.Fatal(err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 100)
+	if _, err := r.Read(buf[:0]); err != nil {
+		t.Fatal(err)
+	}
+	r.Close() // the reader is gone before the first write
+	var errb bytes.Buffer
+	err = eventsTo(context.Background(), nil, Config{DatabaseURL: db.URL}, w, &errb, false)
+	w.Close()
+	if err != nil {
+		t.Fatalf("closed pipe: %v, want a quiet nil", err)
+	}
+}
