@@ -294,10 +294,7 @@ func (s *PG) page(ctx context.Context, emit func(*events.Envelope) error, after,
 		e.Payload = payload
 		// The audience key as CDC computes it: 0 for a type this binary
 		// cannot decode.
-		e.AudienceKey = 0
-		if ev, err := events.DefaultCodec.Decode(e.Type, e.Payload); err == nil {
-			e.AudienceKey = ev.AudienceKey()
-		}
+		e.AudienceKey = audienceKey(e.Type, e.Payload)
 		if !f.Match(&e) {
 			continue
 		}
