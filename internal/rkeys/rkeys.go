@@ -28,6 +28,13 @@ func (k Keys) Followers(userID int64) string { return k.Prefix + "followers:{" +
 // Following is the set of accounts a user follows.
 func (k Keys) Following(userID int64) string { return k.Prefix + "following:{" + id(userID) + "}" }
 
+// FollowingVersions is the followers projector's idempotency state for
+// Following: per followee, the last applied stream version of the pair. It
+// shares the user's hash tag so one script updates both atomically.
+func (k Keys) FollowingVersions(userID int64) string {
+	return k.Prefix + "following_v:{" + id(userID) + "}"
+}
+
 // Celebrities is the set of authors at or over the celebrity threshold.
 func (k Keys) Celebrities() string { return k.Prefix + "celebrities" }
 

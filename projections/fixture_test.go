@@ -1,0 +1,277 @@
+package projections_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/feedco/feed/events"
+	"github.com/feedco/feed/internal/kafka"
+	"github.com/feedco/feed/internal/rkeys"
+	"github.com/feedco/feed/internal/snowflake"
+	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/projections"
+)
+
+// world writes the source of truth the way the write side does (rows in
+// users, follows, posts, user_activity and the events table) and records
+// each event's envelope, to publish in the contract's format or to apply
+// directly. CDC is built elsewhere; this is its stand-in.
+type world struct {
+	t     testing.TB
+	db    *testenv.DB
+	ids   *snowflake.Generator
+	envs  []events.Envelope
+	pos   int64
+	clock time.Time
+}
+
+func newWorld(t testing.TB) *world {
+	t.Helper()
+	g, err := snowflake.New(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &world{t: t, db: testenv.NewDB(t), ids: g, clock: time.Now().Add(-time.Hour).Truncate(time.Millisecond)}
+}
+
+func (w *world) exec(sql string, args ...any) {
+	w.t.Helper()
+	if _, err := w.db.Pool.Exec(context.Background(), sql, args...); err != nil {
+		w.t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+func (w *world) record(version int64, ev events.Event) {
+	w.t.Helper()
+	payload, err := events.Encode(ev)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.pos++
+	env := events.Envelope{EventID: uuid.NewString(), Position: w.pos, StreamID: ev.StreamID(), StreamVersion: version,
+		Type: ev.EventType(), Payload: payload, Metadata: events.Metadata{CorrelationID: uuid.NewString()},
+		RecordedAt: time.Now().UTC(), CommitLSN: fmt.Sprintf("0/%X", w.pos*64), AudienceKey: ev.AudienceKey()}
+	w.exec(`INSERT INTO events (event_id, stream_id, stream_version, type, payload) VALUES ($1, $2, $3, $4, $5)`,
+		env.EventID, env.StreamID, version, env.Type, []byte(payload))
+	w.envs = append(w.envs, env)
+}
+
+// user registers a user; active users have read their feed just now,
+// inactive ones 60 days ago.
+func (w *world) user(active bool) int64 {
+	w.t.Helper()
+	var id int64
+	if err := w.db.Pool.QueryRow(context.Background(), `INSERT INTO users (name) VALUES ('u') RETURNING id`).Scan(&id); err != nil {
+		w.t.Fatal(err)
+	}
+	seen := time.Now()
+	if !active {
+		seen = seen.Add(-60 * 24 * time.Hour)
+	}
+	w.exec(`INSERT INTO user_activity (user_id, last_seen_at) VALUES ($1, $2)`, id, seen)
+	w.record(1, events.UserRegistered{UserID: id, Name: "u"})
+	return id
+}
+
+func (w *world) nextVersion(stream string) int64 {
+	var v int64
+	if err := w.db.Pool.QueryRow(context.Background(), `SELECT coalesce(max(stream_version), 0) + 1 FROM events WHERE stream_id = $1`, stream).Scan(&v); err != nil {
+		w.t.Fatal(err)
+	}
+	return v
+}
+
+func (w *world) follow(follower, followee int64) {
+	w.t.Helper()
+	w.exec(`INSERT INTO follows (follower_id, followee_id) VALUES ($1, $2)`, follower, followee)
+	var n int64
+	if err := w.db.Pool.QueryRow(context.Background(), `UPDATE users SET follower_count = follower_count + 1 WHERE id = $1 RETURNING follower_count`, followee).Scan(&n); err != nil {
+		w.t.Fatal(err)
+	}
+	w.record(w.nextVersion(events.FollowStream(follower, followee)), events.Followed{FollowerID: follower, FolloweeID: followee, FolloweeFollowers: n})
+}
+
+func (w *world) unfollow(follower, followee int64) {
+	w.t.Helper()
+	w.exec(`DELETE FROM follows WHERE follower_id = $1 AND followee_id = $2`, follower, followee)
+	var n int64
+	if err := w.db.Pool.QueryRow(context.Background(), `UPDATE users SET follower_count = follower_count - 1 WHERE id = $1 RETURNING follower_count`, followee).Scan(&n); err != nil {
+		w.t.Fatal(err)
+	}
+	w.record(w.nextVersion(events.FollowStream(follower, followee)), events.Unfollowed{FollowerID: follower, FolloweeID: followee, FolloweeFollowers: n})
+}
+
+// post creates a post one millisecond after the previous one.
+func (w *world) post(author int64) int64 {
+	w.t.Helper()
+	id, _ := w.ids.Next()
+	w.clock = w.clock.Add(time.Millisecond)
+	var n int64
+	if err := w.db.Pool.QueryRow(context.Background(), `SELECT follower_count FROM users WHERE id = $1`, author).Scan(&n); err != nil {
+		w.t.Fatal(err)
+	}
+	w.exec(`INSERT INTO posts (id, author_id, content, created_at) VALUES ($1, $2, $3, $4)`, id, author, "hello", w.clock)
+	w.record(1, events.PostCreated{PostID: id, AuthorID: author, Content: "hello", CreatedAt: w.clock, AuthorFollowers: n})
+	return id
+}
+
+func (w *world) del(author, post int64) {
+	w.t.Helper()
+	w.exec(`UPDATE posts SET deleted = true, deleted_at = now() WHERE id = $1`, post)
+	w.record(2, events.PostDeleted{PostID: post, AuthorID: author, DeletedAt: time.Now().UTC()})
+}
+
+// message is an envelope in the Kafka contract's format.
+func envMessage(env events.Envelope) *message.Message {
+	b, _ := json.Marshal(env)
+	m := message.NewMessage(env.EventID, b)
+	m.Metadata.Set(kafka.MetaName, env.Type)
+	m.Metadata.Set(kafka.MetaStreamID, env.StreamID)
+	m.Metadata.Set(kafka.MetaStreamVersion, strconv.FormatInt(env.StreamVersion, 10))
+	m.Metadata.Set(kafka.MetaPosition, strconv.FormatInt(env.Position, 10))
+	m.Metadata.Set(kafka.MetaCommitLSN, env.CommitLSN)
+	m.Metadata.Set(kafka.MetaCorrelationID, env.Metadata.CorrelationID)
+	m.Metadata.Set(kafka.MetaPartitionKey, strconv.FormatInt(env.AudienceKey, 10))
+	return m
+}
+
+// publish sends envelopes to the topic through the project's publisher.
+func publish(t testing.TB, brokers []string, topic string, envs []events.Envelope) {
+	t.Helper()
+	pub, err := kafka.NewPublisher(brokers, watermill.NopLogger{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	for _, e := range envs {
+		if err := pub.Publish(topic, envMessage(e)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// dump returns every key under prefix with a canonical rendering of its
+// value, so two Redis states compare with ==.
+func dump(t testing.TB, rdb redis.UniversalClient, prefix string) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	out := map[string]string{}
+	keys, err := rdb.Keys(ctx, prefix+"*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		typ := rdb.Type(ctx, k).Val()
+		var v string
+		switch typ {
+		case "zset":
+			zs := rdb.ZRangeWithScores(ctx, k, 0, -1).Val()
+			parts := make([]string, len(zs))
+			for i, z := range zs {
+				parts[i] = fmt.Sprintf("%v=%v", z.Member, z.Score)
+			}
+			v = strings.Join(parts, " ")
+		case "hash":
+			h := rdb.HGetAll(ctx, k).Val()
+			parts := make([]string, 0, len(h))
+			for f, x := range h {
+				parts = append(parts, f+"="+x)
+			}
+			sort.Strings(parts)
+			v = strings.Join(parts, " ")
+		case "set":
+			m := rdb.SMembers(ctx, k).Val()
+			sort.Strings(m)
+			v = strings.Join(m, " ")
+		case "string":
+			v = rdb.Get(ctx, k).Val()
+		default:
+			v = "?" + typ
+		}
+		out[strings.TrimPrefix(k, prefix)] = typ + ":" + v
+	}
+	return out
+}
+
+// diff describes the first differences of two dumps ("" when equal).
+func diff(a, b map[string]string) string {
+	var out []string
+	for k, v := range a {
+		if b[k] != v {
+			out = append(out, fmt.Sprintf("%s:\n  %s\n  %s", k, v, b[k]))
+		}
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			out = append(out, fmt.Sprintf("%s: only in second: %s", k, b[k]))
+		}
+	}
+	sort.Strings(out)
+	if len(out) > 5 {
+		out = append(out[:5], fmt.Sprintf("... and %d more", len(out)-5))
+	}
+	return strings.Join(out, "\n")
+}
+
+// inbox returns the real members of a sorted set, newest first, and its
+// floor (NaN when none) and whether ~built is set.
+func zview(t testing.TB, rdb redis.UniversalClient, key string) (ids []string, floor float64, built bool) {
+	t.Helper()
+	floor = math.NaN()
+	for _, z := range rdb.ZRevRangeWithScores(context.Background(), key, 0, -1).Val() {
+		m := z.Member.(string)
+		switch {
+		case m == rkeys.SentinelFloor:
+			floor = z.Score
+		case m == rkeys.SentinelBuilt:
+			built = true
+		default:
+			ids = append(ids, m)
+		}
+	}
+	return ids, floor, built
+}
+
+func newProjectors(t testing.TB, w *world, rdb redis.UniversalClient, cfg projections.Config) []projections.Projector {
+	t.Helper()
+	ps, err := projections.New(cfg, w.db.Pool, rdb, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ps
+}
+
+func applyAll(t testing.TB, ps []projections.Projector, envs []events.Envelope) {
+	t.Helper()
+	for _, e := range envs {
+		if err := projections.Apply(context.Background(), ps, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func idstr(v int64) string { return strconv.FormatInt(v, 10) }
+
+func jsonGet(rdb redis.UniversalClient, key string, v any) error {
+	b, err := rdb.Get(context.Background(), key).Bytes()
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}
+
+func fmtView(ids []string, floor float64, built bool) string {
+	return fmt.Sprintf("%v floor=%v built=%v", ids, floor, built)
+}

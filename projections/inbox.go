@@ -1,0 +1,366 @@
+package projections
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/feedco/feed/events"
+	"github.com/feedco/feed/internal/rkeys"
+)
+
+// Inbox projects home feeds (`feed:{u}`): it pushes the posts of
+// non-celebrity authors to their active followers, backfills on follow and
+// on the downward celebrity crossing, removes an author's posts on unfollow,
+// and cleans deleted posts out of inboxes.
+type Inbox struct {
+	cfg Config
+	pg  Querier
+	rdb redis.UniversalClient
+	m   *Metrics
+}
+
+// NewInbox returns the inbox projector. m may be nil.
+func NewInbox(cfg Config, pg Querier, rdb redis.UniversalClient, m *Metrics) (*Inbox, error) {
+	if pg == nil || rdb == nil {
+		return nil, errors.New("new inbox projector: nil PostgreSQL or Redis")
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("new inbox projector: %w", err)
+	}
+	return &Inbox{cfg: cfg, pg: pg, rdb: rdb, m: m}, nil
+}
+
+// Name implements Projector.
+func (*Inbox) Name() string { return NameInbox }
+
+// Group implements Projector.
+func (*Inbox) Group() string { return GroupInbox }
+
+// Apply implements Projector.
+func (p *Inbox) Apply(ctx context.Context, _ events.Envelope, ev events.Event) error {
+	switch e := ev.(type) {
+	case events.PostCreated:
+		if e.AuthorFollowers >= p.cfg.CelebrityThreshold {
+			return nil // pulled at read time from the author's timeline
+		}
+		return p.push(ctx, e)
+	case events.PostDeleted:
+		return p.cleanDeleted(ctx, e)
+	case events.Followed:
+		if e.FolloweeFollowers >= p.cfg.CelebrityThreshold {
+			return nil // a celebrity's posts are pulled, not pushed
+		}
+		bf, err := p.loadBackfill(ctx, e.FolloweeID)
+		if err != nil {
+			return err
+		}
+		return p.backfill(ctx, []int64{e.FollowerID}, bf, true)
+	case events.Unfollowed:
+		if err := p.removeAuthor(ctx, e.FollowerID, e.FolloweeID); err != nil {
+			return err
+		}
+		if e.FolloweeFollowers == p.cfg.CelebrityThreshold-1 {
+			return p.crossDown(ctx, e.FolloweeID)
+		}
+	}
+	return nil
+}
+
+// Follower queries. The active one is the seeds' keyset-paged query: only
+// users who read their feed within InactiveAfter get pushes.
+const (
+	activeFollowersSQL = `SELECT f.follower_id FROM follows f
+JOIN user_activity a ON a.user_id = f.follower_id
+WHERE f.followee_id = $1 AND f.follower_id > $2 AND a.last_seen_at > now() - $3::interval
+ORDER BY f.follower_id LIMIT $4`
+	allFollowersSQL = `SELECT follower_id FROM follows
+WHERE followee_id = $1 AND follower_id > $2 AND $3::interval IS NOT NULL
+ORDER BY follower_id LIMIT $4`
+	isActiveSQL = `SELECT EXISTS (SELECT 1 FROM user_activity WHERE user_id = $1 AND last_seen_at > now() - $2::interval)`
+	// newestPostsSQL reads one more than it copies, to know whether more
+	// posts exist below the copied ones.
+	newestPostsSQL = `SELECT id, created_at FROM posts WHERE author_id = $1 AND NOT deleted
+ORDER BY created_at DESC, id DESC LIMIT $2`
+	// postsAboveSQL includes deleted posts: they may still sit in inboxes.
+	postsAboveSQL = `SELECT id FROM posts WHERE author_id = $1 AND ($2::timestamptz IS NULL OR created_at > $2)
+ORDER BY created_at DESC, id DESC LIMIT $3`
+)
+
+// eachFollowerPage calls fn with keyset-paged batches of the author's
+// followers (active ones only when active is true).
+func (p *Inbox) eachFollowerPage(ctx context.Context, author int64, active bool, fn func([]int64) error) error {
+	q := allFollowersSQL
+	if active {
+		q = activeFollowersSQL
+	}
+	var last int64
+	for {
+		rows, err := p.pg.Query(ctx, q, author, last, p.cfg.InactiveAfter, p.cfg.FanoutBatch)
+		if err != nil {
+			return fmt.Errorf("query followers of %d: %w", author, err)
+		}
+		ids := make([]int64, 0, p.cfg.FanoutBatch)
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return fmt.Errorf("scan follower: %w", err)
+			}
+			ids = append(ids, id)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("query followers of %d: %w", author, err)
+		}
+		if len(ids) > 0 {
+			if err := fn(ids); err != nil {
+				return err
+			}
+			last = ids[len(ids)-1]
+		}
+		if len(ids) < p.cfg.FanoutBatch {
+			return nil
+		}
+	}
+}
+
+// push fans one post out to the author's active followers: per batch one
+// pipeline of ZADD + ZSCORE ~floor + ZCARD per inbox (three O(1)-ish
+// commands, no script), then, for the few inboxes that are over their bound
+// or got an entry at or below their floor, one pipeline of the bounded-add
+// script with nothing to add, which trims, raises the floor and restores the
+// invariant. ZSCORE runs after ZADD: a concurrent floor raise either comes
+// before it (seen, fixed here) or after it (its script removes our entry).
+func (p *Inbox) push(ctx context.Context, e events.PostCreated) error {
+	score := millis(e.CreatedAt)
+	member := itoa(e.PostID)
+	bound := int64(p.cfg.InboxMax + p.cfg.InboxTrimSlack)
+	return p.eachFollowerPage(ctx, e.AuthorID, true, func(ids []int64) error {
+		type cmds struct {
+			add   *redis.IntCmd
+			floor *redis.FloatCmd
+			card  *redis.IntCmd
+		}
+		cs := make([]cmds, len(ids))
+		pipe := p.rdb.Pipeline()
+		for i, u := range ids {
+			k := p.cfg.Keys.Inbox(u)
+			cs[i].add = pipe.ZAdd(ctx, k, redis.Z{Score: float64(score), Member: member})
+			cs[i].floor = pipe.ZScore(ctx, k, rkeys.SentinelFloor)
+			cs[i].card = pipe.ZCard(ctx, k)
+		}
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return fmt.Errorf("push post %d: %w", e.PostID, err)
+		}
+		var fix []string
+		added := 0
+		for i, c := range cs {
+			if err := c.add.Err(); err != nil {
+				return fmt.Errorf("push post %d: %w", e.PostID, err)
+			}
+			if c.add.Val() == 1 {
+				added++
+			}
+			real := c.card.Val() - 1 // assume ~built is there: never trims early
+			f, ferr := c.floor.Result()
+			hasFloor := ferr == nil
+			if hasFloor {
+				real--
+			}
+			if (c.add.Val() == 1 && hasFloor && float64(score) <= f) || real > bound {
+				fix = append(fix, p.cfg.Keys.Inbox(ids[i]))
+			}
+		}
+		if err := p.bounded(ctx, fix, nil, ""); err != nil {
+			return fmt.Errorf("trim inboxes after post %d: %w", e.PostID, err)
+		}
+		p.m.entries(NameInbox, added)
+		return nil
+	})
+}
+
+// bounded runs the bounded-add script on every key with the same arguments,
+// in one pipeline.
+func (p *Inbox) bounded(ctx context.Context, keys []string, pairs []any, raiseTo string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	args := append([]any{p.cfg.InboxMax, p.cfg.InboxTrimSlack, raiseTo, "", "0"}, pairs...)
+	pipe := p.rdb.Pipeline()
+	cmds := make([]*redis.Cmd, len(keys))
+	for i, k := range keys {
+		cmds[i] = boundedAddScript.EvalSha(ctx, pipe, []string{k}, args...)
+	}
+	_, err := pipe.Exec(ctx)
+	if err != nil && isNoScript(err) {
+		// First use on this server (or after SCRIPT FLUSH): load it, retry once.
+		if lerr := boundedAddScript.Load(ctx, p.rdb).Err(); lerr != nil {
+			return fmt.Errorf("load bounded-add script: %w", lerr)
+		}
+		pipe = p.rdb.Pipeline()
+		for i, k := range keys {
+			cmds[i] = boundedAddScript.EvalSha(ctx, pipe, []string{k}, args...)
+		}
+		_, err = pipe.Exec(ctx)
+	}
+	if err != nil {
+		return err
+	}
+	added := 0
+	for _, c := range cmds {
+		n, _ := c.Int()
+		added += n
+	}
+	p.m.entries(NameInbox, added)
+	return nil
+}
+
+// backfillSet is what a follow copies: the followee's newest posts, and the
+// floor to raise to when the followee has more posts than were copied.
+type backfillSet struct {
+	pairs        []any  // score, member, ...
+	raiseTo string // oldest copied score, "" when nothing more exists
+}
+
+// loadBackfill reads the author's newest non-deleted posts from PostgreSQL,
+// the source of truth (not the timelines read model: that is another
+// consumer group and may lag behind this one).
+func (p *Inbox) loadBackfill(ctx context.Context, author int64) (backfillSet, error) {
+	rows, err := p.pg.Query(ctx, newestPostsSQL, author, p.cfg.BackfillPosts+1)
+	if err != nil {
+		return backfillSet{}, fmt.Errorf("query posts of %d: %w", author, err)
+	}
+	defer rows.Close()
+	var bf backfillSet
+	var scores []int64
+	for rows.Next() {
+		var id int64
+		var at time.Time
+		if err := rows.Scan(&id, &at); err != nil {
+			return backfillSet{}, fmt.Errorf("scan post: %w", err)
+		}
+		scores = append(scores, millis(at))
+		if len(scores) <= p.cfg.BackfillPosts {
+			bf.pairs = append(bf.pairs, millis(at), itoa(id))
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return backfillSet{}, fmt.Errorf("query posts of %d: %w", author, err)
+	}
+	if len(scores) > p.cfg.BackfillPosts {
+		bf.raiseTo = itoa(scores[p.cfg.BackfillPosts-1])
+	}
+	return bf, nil
+}
+
+// backfill copies bf into the inboxes of users; with checkActive, inactive
+// users are skipped (no inbox is created for them).
+func (p *Inbox) backfill(ctx context.Context, users []int64, bf backfillSet, checkActive bool) error {
+	if len(bf.pairs) == 0 {
+		return nil
+	}
+	keys := make([]string, 0, len(users))
+	for _, u := range users {
+		if checkActive {
+			var ok bool
+			if err := p.pg.QueryRow(ctx, isActiveSQL, u, p.cfg.InactiveAfter).Scan(&ok); err != nil {
+				return fmt.Errorf("query activity of %d: %w", u, err)
+			}
+			if !ok {
+				continue
+			}
+		}
+		keys = append(keys, p.cfg.Keys.Inbox(u))
+	}
+	// The floor is raised whenever the author has more posts than were
+	// copied, not only when more of them lie above the inbox's current
+	// floor: the conditional rule would leave a floor that depends on which
+	// partition's pushes and trims came first. Raising it unconditionally
+	// only claims less completeness (readers continue in PostgreSQL), and
+	// makes the result a function of the events alone.
+	if err := p.bounded(ctx, keys, bf.pairs, bf.raiseTo); err != nil {
+		return fmt.Errorf("backfill inboxes: %w", err)
+	}
+	return nil
+}
+
+// crossDown handles an author falling below the celebrity threshold: their
+// recent posts were never pushed, so every active follower gets a backfill,
+// exactly as on a follow.
+func (p *Inbox) crossDown(ctx context.Context, author int64) error {
+	bf, err := p.loadBackfill(ctx, author)
+	if err != nil {
+		return err
+	}
+	return p.eachFollowerPage(ctx, author, true, func(ids []int64) error {
+		return p.backfill(ctx, ids, bf, false)
+	})
+}
+
+// removeAuthor removes the author's posts from the follower's inbox: the
+// author's post ids scoring above the inbox's floor, from PostgreSQL
+// (deleted ones included). The floor is left alone.
+func (p *Inbox) removeAuthor(ctx context.Context, follower, author int64) error {
+	k := p.cfg.Keys.Inbox(follower)
+	pipe := p.rdb.Pipeline()
+	floorCmd := pipe.ZScore(ctx, k, rkeys.SentinelFloor)
+	cardCmd := pipe.ZCard(ctx, k)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("read inbox of %d: %w", follower, err)
+	}
+	n := cardCmd.Val()
+	if n == 0 {
+		return nil
+	}
+	var after *time.Time // nil: no floor, the inbox may hold any of them
+	if f, err := floorCmd.Result(); err == nil {
+		t := time.UnixMilli(int64(f))
+		after = &t
+	}
+	rows, err := p.pg.Query(ctx, postsAboveSQL, author, after, n)
+	if err != nil {
+		return fmt.Errorf("query posts of %d: %w", author, err)
+	}
+	var members []any
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return fmt.Errorf("scan post: %w", err)
+		}
+		members = append(members, itoa(id))
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("query posts of %d: %w", author, err)
+	}
+	if len(members) == 0 {
+		return nil
+	}
+	if err := p.rdb.ZRem(ctx, k, members...).Err(); err != nil {
+		return fmt.Errorf("remove posts of %d from inbox of %d: %w", author, follower, err)
+	}
+	return nil
+}
+
+// cleanDeleted removes a deleted post from every follower's inbox (active or
+// not: ZREM never creates a key). Readers already hide it at once through
+// the post cache; this only reclaims the entries.
+func (p *Inbox) cleanDeleted(ctx context.Context, e events.PostDeleted) error {
+	member := itoa(e.PostID)
+	return p.eachFollowerPage(ctx, e.AuthorID, false, func(ids []int64) error {
+		pipe := p.rdb.Pipeline()
+		for _, u := range ids {
+			pipe.ZRem(ctx, p.cfg.Keys.Inbox(u), member)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return fmt.Errorf("remove deleted post %d from inboxes: %w", e.PostID, err)
+		}
+		return nil
+	})
+}

@@ -1,0 +1,148 @@
+package projections
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Metrics are the projectors' Prometheus metrics. A nil *Metrics is valid
+// and records nothing.
+type Metrics struct {
+	messages   *prometheus.CounterVec
+	duration   *prometheus.HistogramVec
+	entriesVec *prometheus.CounterVec
+	retries    *prometheus.CounterVec
+	lag        *prometheus.GaugeVec
+	written    atomic.Int64
+}
+
+// NewMetrics creates the metrics and registers them on reg (nil: not
+// registered, still usable).
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "feed_projection_messages_total",
+			Help: "Messages handled per projector, event type and outcome (ok, poisoned, retry_later).",
+		}, []string{"projector", "type", "outcome"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "feed_projection_handle_seconds",
+			Help:    "Time to apply one message, retries included.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"projector"}),
+		entriesVec: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "feed_projection_entries_written_total",
+			Help: "Sorted-set entries added by fan-out and backfill.",
+		}, []string{"projector"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "feed_projection_retries_total",
+			Help: "Handler retries after an error.",
+		}, []string{"projector"}),
+		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "feed_projection_consumer_lag",
+			Help: "Messages not yet committed by the projector's consumer group (end offset minus committed offset, summed over partitions).",
+		}, []string{"group"}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.messages, m.duration, m.entriesVec, m.retries, m.lag} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("register projection metrics: %w", err)
+			}
+		}
+	}
+	return m, nil
+}
+
+func (m *Metrics) outcome(projector, typ, outcome string) {
+	if m != nil {
+		m.messages.WithLabelValues(projector, typ, outcome).Inc()
+	}
+}
+
+func (m *Metrics) observe(projector string, d time.Duration) {
+	if m != nil {
+		m.duration.WithLabelValues(projector).Observe(d.Seconds())
+	}
+}
+
+func (m *Metrics) entries(projector string, n int) {
+	if m != nil && n > 0 {
+		m.entriesVec.WithLabelValues(projector).Add(float64(n))
+		m.written.Add(int64(n))
+	}
+}
+
+// EntriesWritten returns how many entries fan-out and backfill have added
+// since the metrics were created (benchmarks and tests read it).
+func (m *Metrics) EntriesWritten() int64 {
+	if m == nil {
+		return 0
+	}
+	return m.written.Load()
+}
+
+func (m *Metrics) retried(projector string) {
+	if m != nil {
+		m.retries.WithLabelValues(projector).Inc()
+	}
+}
+
+func (m *Metrics) setLag(group string, lag int64) {
+	if m != nil {
+		m.lag.WithLabelValues(group).Set(float64(lag))
+	}
+}
+
+// ConsumerLag returns, per consumer group, how many messages of topic it
+// has not committed yet: the sum over partitions of the end offset minus the
+// committed offset (minus the start offset when the group never committed,
+// since a new group starts at the oldest offset).
+func ConsumerLag(ctx context.Context, brokers []string, topic string, groups []string) (map[string]int64, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return nil, fmt.Errorf("connect to Kafka %v: %w", brokers, err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return nil, fmt.Errorf("list end offsets of %s: %w", topic, err)
+	}
+	if err := ends.Error(); err != nil {
+		return nil, fmt.Errorf("list end offsets of %s: %w", topic, err)
+	}
+	starts, err := adm.ListStartOffsets(ctx, topic)
+	if err != nil {
+		return nil, fmt.Errorf("list start offsets of %s: %w", topic, err)
+	}
+	out := make(map[string]int64, len(groups))
+	for _, g := range groups {
+		committed, err := adm.FetchOffsets(ctx, g)
+		if err != nil {
+			return nil, fmt.Errorf("fetch offsets of group %s: %w", g, err)
+		}
+		var lag int64
+		ends.Each(func(o kadm.ListedOffset) {
+			if o.Topic != topic {
+				return
+			}
+			from := int64(0)
+			if s, ok := starts.Lookup(o.Topic, o.Partition); ok {
+				from = s.Offset
+			}
+			if c, ok := committed.Lookup(o.Topic, o.Partition); ok && c.Err == nil && c.At >= 0 {
+				from = c.At
+			}
+			if d := o.Offset - from; d > 0 {
+				lag += d
+			}
+		})
+		out[g] = lag
+	}
+	return out, nil
+}

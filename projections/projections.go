@@ -1,0 +1,180 @@
+// Package projections turns the event stream (Kafka, one message per event,
+// see docs/architecture.md) into the Redis read models the query side serves:
+// inboxes, author timelines, follower counts and the celebrity set, and the
+// post cache. Each read model has its own projector in its own consumer
+// group, so one can lag, fail or be rebuilt without the others.
+//
+// Every projector is idempotent under at-least-once delivery: applying a
+// message twice, or messages of different partitions in another order, leaves
+// the same Redis state (docs/projections.md has the argument per read model
+// and the one documented exception: chunked inbox trims).
+package projections
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/feedco/feed/events"
+	"github.com/feedco/feed/internal/rkeys"
+)
+
+// Consumer groups, one per projector.
+// WARNING: a consumer group name is where Kafka keeps the projector's
+// committed offsets. Renaming one makes that projector start again from the
+// oldest offset and replay the whole topic; bump the version suffix only on
+// purpose (a rebuild), never by accident.
+const (
+	GroupInbox     = "feed.projection.inbox.v1"
+	GroupTimelines = "feed.projection.timelines.v1"
+	GroupFollowers = "feed.projection.followers.v1"
+	GroupPosts     = "feed.projection.posts.v1"
+)
+
+// Names of the projectors, as `feed project --only` accepts them.
+const (
+	NameInbox     = "inbox"
+	NameTimelines = "timelines"
+	NameFollowers = "followers"
+	NamePosts     = "posts"
+)
+
+// Names lists every projector name in start order.
+func Names() []string { return []string{NamePosts, NameFollowers, NameTimelines, NameInbox} }
+
+// ErrPermanent marks an error that no retry can fix (a message that cannot
+// be decoded); such messages go to the poison topic at once.
+var ErrPermanent = errors.New("permanent failure")
+
+// Projector applies decoded events to one read model. Apply must be
+// idempotent: it is called at least once per message, per partition in
+// order, with partitions in parallel.
+type Projector interface {
+	// Name is the projector's short name ("inbox").
+	Name() string
+	// Group is its consumer group (see the WARNING on GroupInbox).
+	Group() string
+	// Apply projects one event. Events it does not care about are no-ops.
+	Apply(ctx context.Context, env events.Envelope, ev events.Event) error
+}
+
+// Querier is the part of a PostgreSQL pool the projectors read the source
+// of truth with (follows, user_activity, posts); *pgxpool.Pool implements it.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Config holds the policies the projectors share. Zero fields take the
+// defaults of DefaultConfig.
+type Config struct {
+	// Keys names the Redis keys (a prefix in tests and rebuilds).
+	Keys rkeys.Keys
+	// CelebrityThreshold: a post is pushed iff its author had fewer
+	// followers than this when it was created (FEED_CELEBRITY_THRESHOLD).
+	CelebrityThreshold int64
+	// InboxMax bounds every inbox (FEED_INBOX_MAX).
+	InboxMax int
+	// InboxTrimSlack lets an inbox grow this far over InboxMax before it is
+	// trimmed back to InboxMax, so a push usually costs no trim. 0 trims on
+	// every push over the bound (slower, but byte-for-byte order
+	// independent; see docs/projections.md). Negative means 0.
+	InboxTrimSlack int
+	// TimelineMax bounds every author timeline.
+	TimelineMax int
+	// BackfillPosts is how many of a followee's newest posts a follow copies.
+	BackfillPosts int
+	// FanoutBatch is the page size of follower queries and the number of
+	// inboxes written per Redis pipeline.
+	FanoutBatch int
+	// InactiveAfter: followers who have not read their feed for this long
+	// get no pushes (FEED_INACTIVE_AFTER).
+	InactiveAfter time.Duration
+}
+
+// DefaultConfig returns the defaults of every policy.
+func DefaultConfig() Config {
+	return Config{
+		CelebrityThreshold: 10_000,
+		InboxMax:           500,
+		InboxTrimSlack:     50,
+		TimelineMax:        1000,
+		BackfillPosts:      20,
+		FanoutBatch:        1000,
+		InactiveAfter:      30 * 24 * time.Hour,
+	}
+}
+
+// withDefaults fills zero fields.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	c.CelebrityThreshold = cmp.Or(c.CelebrityThreshold, d.CelebrityThreshold)
+	c.InboxMax = cmp.Or(c.InboxMax, d.InboxMax)
+	if c.InboxTrimSlack < 0 {
+		c.InboxTrimSlack = 0
+	}
+	c.TimelineMax = cmp.Or(c.TimelineMax, d.TimelineMax)
+	c.BackfillPosts = cmp.Or(c.BackfillPosts, d.BackfillPosts)
+	c.FanoutBatch = cmp.Or(c.FanoutBatch, d.FanoutBatch)
+	c.InactiveAfter = cmp.Or(c.InactiveAfter, d.InactiveAfter)
+	return c
+}
+
+// Validate reports the first policy that cannot work.
+func (c Config) Validate() error {
+	switch {
+	case c.CelebrityThreshold < 1:
+		return fmt.Errorf("celebrity threshold %d: want at least 1", c.CelebrityThreshold)
+	case c.InboxMax < 1 || c.TimelineMax < 1:
+		return fmt.Errorf("inbox max %d, timeline max %d: want at least 1", c.InboxMax, c.TimelineMax)
+	case c.BackfillPosts < 1 || c.BackfillPosts > c.InboxMax:
+		return fmt.Errorf("backfill posts %d: want 1..inbox max", c.BackfillPosts)
+	case c.FanoutBatch < 1:
+		return fmt.Errorf("fan-out batch %d: want at least 1", c.FanoutBatch)
+	case c.InactiveAfter <= 0:
+		return fmt.Errorf("inactive after %v: want a positive duration", c.InactiveAfter)
+	}
+	return nil
+}
+
+// New returns the projectors named (all of Names when names is empty).
+func New(cfg Config, pg Querier, rdb redis.UniversalClient, m *Metrics, names ...string) ([]Projector, error) {
+	if len(names) == 0 {
+		names = Names()
+	}
+	var out []Projector
+	for _, n := range names {
+		var (
+			p   Projector
+			err error
+		)
+		switch n {
+		case NameInbox:
+			p, err = NewInbox(cfg, pg, rdb, m)
+		case NameTimelines:
+			p, err = NewTimelines(cfg, rdb)
+		case NameFollowers:
+			p, err = NewFollowers(cfg, rdb)
+		case NamePosts:
+			p, err = NewPosts(cfg, rdb)
+		default:
+			return nil, fmt.Errorf("unknown projector %q (want one of %v)", n, Names())
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// millis is the sorted-set score of a post: its created_at in epoch ms.
+func millis(t time.Time) int64 { return t.UnixMilli() }
+
+func itoa(v int64) string { return strconv.FormatInt(v, 10) }

@@ -1,0 +1,294 @@
+package projections
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/feedco/feed/events"
+	"github.com/feedco/feed/internal/kafka"
+)
+
+// RunnerConfig configures the consumption of the event topic.
+type RunnerConfig struct {
+	// Brokers are the Kafka bootstrap addresses. Required.
+	Brokers []string
+	// Topic is the event topic (FEED_TOPIC). Required.
+	Topic string
+	// GroupPrefix is put before every consumer group name ("" in
+	// production; tests and rebuilds use their own).
+	GroupPrefix string
+	// MaxRetries is how often a failing message is retried in place, with
+	// exponential backoff from RetryInitial up to RetryMax, before it is
+	// poisoned (or, for an outage, nacked and redelivered).
+	MaxRetries   int
+	RetryInitial time.Duration
+	RetryMax     time.Duration
+	// HandlerTimeout bounds one attempt at one message.
+	HandlerTimeout time.Duration
+	// DrainTimeout bounds how long shutdown waits for in-flight messages.
+	DrainTimeout time.Duration
+	// LagInterval is how often the consumer-lag gauge is refreshed (0: 15 s;
+	// negative: never).
+	LagInterval time.Duration
+	// Logger receives the runner's logs (nil: slog.Default()).
+	Logger *slog.Logger
+	// Metrics may be nil.
+	Metrics *Metrics
+}
+
+func (c RunnerConfig) withDefaults() RunnerConfig {
+	c.MaxRetries = cmp.Or(c.MaxRetries, 5)
+	c.RetryInitial = cmp.Or(c.RetryInitial, 100*time.Millisecond)
+	c.RetryMax = cmp.Or(c.RetryMax, 5*time.Second)
+	c.HandlerTimeout = cmp.Or(c.HandlerTimeout, 2*time.Minute)
+	c.DrainTimeout = cmp.Or(c.DrainTimeout, 30*time.Second)
+	c.LagInterval = cmp.Or(c.LagInterval, 15*time.Second)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Validate reports the first setting that cannot work.
+func (c RunnerConfig) Validate() error {
+	switch {
+	case len(c.Brokers) == 0:
+		return errors.New("runner: no Kafka brokers")
+	case c.Topic == "":
+		return errors.New("runner: no topic")
+	case c.MaxRetries < 0:
+		return fmt.Errorf("runner: max retries %d", c.MaxRetries)
+	}
+	return nil
+}
+
+// Runner consumes the event topic with one watermill handler per projector,
+// each in its own consumer group, and shuts down gracefully: on cancel it
+// stops taking new messages (they are nacked and stay uncommitted), lets the
+// in-flight ones finish, then closes the subscribers, which commit the
+// offsets of everything handled.
+type Runner struct {
+	cfg        RunnerConfig
+	projectors []Projector
+	codec      *events.Codec
+
+	draining atomic.Bool
+	mu       sync.Mutex
+	inflight int
+	idle     *sync.Cond
+}
+
+// errDraining nacks messages that arrive after shutdown began.
+var errDraining = errors.New("projector is shutting down")
+
+// NewRunner returns a runner for the projectors.
+func NewRunner(cfg RunnerConfig, projectors ...Projector) (*Runner, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if len(projectors) == 0 {
+		return nil, errors.New("runner: no projectors")
+	}
+	for _, p := range projectors {
+		if p == nil {
+			return nil, errors.New("runner: nil projector")
+		}
+	}
+	r := &Runner{cfg: cfg, projectors: projectors, codec: events.DefaultCodec}
+	r.idle = sync.NewCond(&r.mu)
+	return r, nil
+}
+
+// Groups returns the consumer group of every projector, prefix included.
+func (r *Runner) Groups() []string {
+	out := make([]string, len(r.projectors))
+	for i, p := range r.projectors {
+		out[i] = r.cfg.GroupPrefix + p.Group()
+	}
+	return out
+}
+
+// Run consumes until ctx is cancelled, then drains and returns nil; it
+// returns an error when the router cannot start or stops by itself.
+func (r *Runner) Run(ctx context.Context) error {
+	wlog := watermill.NewSlogLogger(r.cfg.Logger)
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: r.cfg.DrainTimeout}, wlog)
+	if err != nil {
+		return fmt.Errorf("create router: %w", err)
+	}
+	pub, err := kafka.NewPublisher(r.cfg.Brokers, wlog)
+	if err != nil {
+		return err
+	}
+	defer pub.Close()
+	for _, p := range r.projectors {
+		group := r.cfg.GroupPrefix + p.Group()
+		sub, err := kafka.NewSubscriber(r.cfg.Brokers, group, wlog)
+		if err != nil {
+			return err
+		}
+		h := router.AddConsumerHandler(p.Name(), r.cfg.Topic, sub, r.handler(p))
+		// Outermost first: the drain gate, then the poison queue, then
+		// retries with backoff, then panic recovery around the handler.
+		h.AddMiddleware(
+			r.gate,
+			poisonMiddleware(pub, r.cfg.Topic, group, r.cfg.Metrics, p.Name(), r.draining.Load),
+			retryMiddleware(r.cfg.MaxRetries, r.cfg.RetryInitial, r.cfg.RetryMax, func(err error) bool {
+				if errors.Is(err, ErrPermanent) || r.draining.Load() {
+					return false
+				}
+				r.cfg.Metrics.retried(p.Name())
+				return true
+			}),
+			recoverMiddleware,
+		)
+	}
+
+	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRun()
+	done := make(chan error, 1)
+	go func() { done <- router.Run(runCtx) }()
+	if r.cfg.LagInterval > 0 {
+		go r.watchLag(runCtx)
+	}
+
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("run projectors: %w", err)
+		}
+		return errors.New("run projectors: router stopped")
+	case <-ctx.Done():
+	}
+	r.drain()
+	if err := router.Close(); err != nil {
+		r.cfg.Logger.Warn("projectors: close router", "err", err)
+	}
+	<-done
+	return nil
+}
+
+// drain stops new messages and waits (bounded) for in-flight ones.
+func (r *Runner) drain() {
+	r.draining.Store(true)
+	waited := make(chan struct{})
+	go func() {
+		r.mu.Lock()
+		for r.inflight > 0 {
+			r.idle.Wait()
+		}
+		r.mu.Unlock()
+		close(waited)
+	}()
+	select {
+	case <-waited:
+	case <-time.After(r.cfg.DrainTimeout):
+		r.cfg.Logger.Warn("projectors: drain timed out; unfinished messages will be redelivered")
+	}
+	// The subscriber marks an acked offset right after the ack; give it a
+	// moment before the group closes and commits.
+	time.Sleep(50 * time.Millisecond)
+}
+
+// gate counts in-flight messages and nacks new ones once draining.
+func (r *Runner) gate(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		r.mu.Lock()
+		if r.draining.Load() {
+			r.mu.Unlock()
+			return nil, errDraining
+		}
+		r.inflight++
+		r.mu.Unlock()
+		defer func() {
+			r.mu.Lock()
+			r.inflight--
+			if r.inflight == 0 {
+				r.idle.Broadcast()
+			}
+			r.mu.Unlock()
+		}()
+		return h(msg)
+	}
+}
+
+// handler decodes a message and applies it. The context survives shutdown
+// (an in-flight message finishes), bounded by HandlerTimeout.
+func (r *Runner) handler(p Projector) message.NoPublishHandlerFunc {
+	return func(msg *message.Message) error {
+		start := time.Now()
+		env, ev, err := r.decode(msg)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(msg.Context()), r.cfg.HandlerTimeout)
+		defer cancel()
+		if err := p.Apply(ctx, env, ev); err != nil {
+			return fmt.Errorf("%s: apply %s %s: %w", p.Name(), env.Type, env.EventID, err)
+		}
+		r.cfg.Metrics.observe(p.Name(), time.Since(start))
+		r.cfg.Metrics.outcome(p.Name(), env.Type, "ok")
+		return nil
+	}
+}
+
+// decode turns a message into its envelope and current-version event;
+// failures are permanent.
+func (r *Runner) decode(msg *message.Message) (events.Envelope, events.Event, error) {
+	var env events.Envelope
+	if err := json.Unmarshal(msg.Payload, &env); err != nil {
+		return env, nil, fmt.Errorf("decode envelope of message %s: %v: %w", msg.UUID, err, ErrPermanent)
+	}
+	ev, err := r.codec.DecodeEnvelope(env)
+	if err != nil {
+		return env, nil, fmt.Errorf("decode message %s: %v: %w", msg.UUID, err, ErrPermanent)
+	}
+	return env, ev, nil
+}
+
+// watchLag refreshes the consumer-lag gauge until ctx ends.
+func (r *Runner) watchLag(ctx context.Context) {
+	t := time.NewTicker(r.cfg.LagInterval)
+	defer t.Stop()
+	for {
+		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		lags, err := ConsumerLag(lctx, r.cfg.Brokers, r.cfg.Topic, r.Groups())
+		cancel()
+		if err == nil {
+			for g, l := range lags {
+				r.cfg.Metrics.setLag(g, l)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Apply decodes and applies one message with every projector, in order,
+// without Kafka: for tools and tests that drive the projectors directly.
+func Apply(ctx context.Context, projectors []Projector, env events.Envelope) error {
+	ev, err := events.DefaultCodec.DecodeEnvelope(env)
+	if err != nil {
+		return fmt.Errorf("decode %s: %v: %w", env.EventID, err, ErrPermanent)
+	}
+	for _, p := range projectors {
+		if err := p.Apply(ctx, env, ev); err != nil {
+			return fmt.Errorf("%s: apply %s: %w", p.Name(), env.Type, err)
+		}
+	}
+	return nil
+}

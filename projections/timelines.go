@@ -1,0 +1,58 @@
+package projections
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/feedco/feed/events"
+)
+
+// Timelines projects every author's newest posts (`timeline:{a}`), bounded
+// to TimelineMax with the same sentinels as inboxes. It is the pull side of
+// the hybrid feed: the query side reads the timelines of the celebrities a
+// reader follows. A timeline carries ~built because this projector sees
+// every post of the stream from the oldest offset.
+type Timelines struct {
+	cfg Config
+	rdb redis.UniversalClient
+}
+
+// NewTimelines returns the timelines projector.
+func NewTimelines(cfg Config, rdb redis.UniversalClient) (*Timelines, error) {
+	if rdb == nil {
+		return nil, errors.New("new timelines projector: nil Redis")
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("new timelines projector: %w", err)
+	}
+	return &Timelines{cfg: cfg, rdb: rdb}, nil
+}
+
+// Name implements Projector.
+func (*Timelines) Name() string { return NameTimelines }
+
+// Group implements Projector.
+func (*Timelines) Group() string { return GroupTimelines }
+
+// Apply implements Projector. A post is added exactly (no trim slack: one
+// write per post is cheap), so the result does not depend on the order.
+func (p *Timelines) Apply(ctx context.Context, _ events.Envelope, ev events.Event) error {
+	switch e := ev.(type) {
+	case events.PostCreated:
+		k := p.cfg.Keys.Timeline(e.AuthorID)
+		err := runScript(ctx, p.rdb, boundedAddScript, []string{k},
+			p.cfg.TimelineMax, 0, "", "", "1", millis(e.CreatedAt), itoa(e.PostID)).Err()
+		if err != nil {
+			return fmt.Errorf("add post %d to timeline: %w", e.PostID, err)
+		}
+	case events.PostDeleted:
+		if err := p.rdb.ZRem(ctx, p.cfg.Keys.Timeline(e.AuthorID), itoa(e.PostID)).Err(); err != nil {
+			return fmt.Errorf("remove post %d from timeline: %w", e.PostID, err)
+		}
+	}
+	return nil
+}
