@@ -223,7 +223,7 @@ func (p *Inbox) bounded(ctx context.Context, keys []string, pairs []any, raiseTo
 // backfillSet is what a follow copies: the followee's newest posts, and the
 // floor to raise to when the followee has more posts than were copied.
 type backfillSet struct {
-	pairs        []any  // score, member, ...
+	pairs   []any  // score, member, ...
 	raiseTo string // oldest copied score, "" when nothing more exists
 }
 

@@ -2,8 +2,8 @@ package projections_test
 
 import (
 	"context"
-	"log/slog"
 	"io"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"slices"

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/feedco/feed/internal/rkeys"
+	"github.com/feedco/feed/projections"
+)
+
+func init() {
+	register("project", "run the projectors (--only inbox,timelines,followers,posts; --metrics-addr HOST:PORT)", runProject)
+	// `feed dev` runs every projector; the dev hooks set KafkaBrokers first.
+	registerDevRole("projections", func(ctx context.Context, a *App) error {
+		return runProjectors(ctx, a, nil, prometheus.DefaultRegisterer)
+	})
+}
+
+func runProject(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("project", flag.ContinueOnError)
+	only := fs.String("only", "", "comma-separated projectors to run (default: all of "+strings.Join(projections.Names(), ",")+")")
+	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus /metrics on this address (default: none)")
+	if err := fs.Parse(args); err != nil {
+		return usageError{err.Error()}
+	}
+	var names []string
+	for _, n := range strings.Split(*only, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			names = append(names, n)
+		}
+	}
+	a, err := newApp(ctx, true, true)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	reg := prometheus.NewRegistry()
+	if *metricsAddr != "" {
+		srv := &http.Server{Addr: *metricsAddr, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				a.Log.Error("project: metrics server", "err", err)
+			}
+		}()
+		defer srv.Close()
+	}
+	return runProjectors(ctx, a, names, reg)
+}
+
+// projectionConfig maps the process configuration to the projectors' policies.
+func projectionConfig(cfg Config) projections.Config {
+	return projections.Config{
+		Keys:               rkeys.Keys{},
+		CelebrityThreshold: cfg.CelebrityThreshold,
+		InboxMax:           cfg.InboxMax,
+		InactiveAfter:      cfg.InactiveAfter,
+	}
+}
+
+// brokersOf returns the configured brokers, or the development broker's
+// address (`feed kafka`) when KAFKA_BROKERS is empty.
+func brokersOf(cfg Config) []string {
+	if len(cfg.KafkaBrokers) > 0 {
+		return cfg.KafkaBrokers
+	}
+	return []string{cfg.KafkaAddr}
+}
+
+func runProjectors(ctx context.Context, a *App, names []string, reg prometheus.Registerer) error {
+	m, err := projections.NewMetrics(reg)
+	if err != nil {
+		return err
+	}
+	ps, err := projections.New(projectionConfig(a.Cfg), a.Pool, a.Redis, m, names...)
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	projections.WarnListpack(ctx, a.Redis, a.Cfg.InboxMax, a.Log)
+	r, err := projections.NewRunner(projections.RunnerConfig{
+		Brokers: brokersOf(a.Cfg), Topic: a.Cfg.Topic, Logger: a.Log, Metrics: m,
+	}, ps...)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "project: running %v on topic %s (groups %v)\n", names, a.Cfg.Topic, r.Groups())
+	return r.Run(ctx)
+}

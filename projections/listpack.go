@@ -1,0 +1,34 @@
+package projections
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ListpackEntriesFor is the zset-max-listpack-entries a Redis server needs
+// so full inboxes stay in the compact listpack encoding: InboxMax real
+// entries, the trim slack and the two sentinels. docs/projections.md explains
+// the memory and speed trade-off.
+func ListpackEntriesFor(cfg Config) int {
+	cfg = cfg.withDefaults()
+	return cfg.InboxMax + cfg.InboxTrimSlack + 2
+}
+
+// WarnListpack logs once at start when the server keeps full inboxes in the
+// larger skiplist encoding. The projector never changes server settings.
+func WarnListpack(ctx context.Context, rdb redis.UniversalClient, inboxMax int, log *slog.Logger) {
+	want := ListpackEntriesFor(Config{InboxMax: inboxMax})
+	v, err := rdb.ConfigGet(ctx, "zset-max-listpack-entries").Result()
+	if err != nil {
+		return // CONFIG may be disabled on managed servers
+	}
+	got, err := strconv.Atoi(v["zset-max-listpack-entries"])
+	if err == nil && got < want {
+		log.Warn("projections: Redis keeps full inboxes as skiplists (about 110 bytes an entry); "+
+			"set zset-max-listpack-entries to at least "+strconv.Itoa(want)+" for about 21 bytes an entry "+
+			"(see docs/projections.md)", "zset-max-listpack-entries", got)
+	}
+}
