@@ -36,20 +36,27 @@ type CDC struct {
 }
 
 // New returns a CDC that reads through pool's database and publishes with
-// pub. It refuses nil dependencies and an invalid config.
-func New(cfg Config, pool *pgxpool.Pool, pub Publisher) (*CDC, error) {
+// pubs: lane i uses pubs[i % len(pubs)], so each publisher (its own
+// producer and broker connection, one request in flight each) carries a
+// fixed set of keys. It refuses nil dependencies and an invalid config.
+func New(cfg Config, pool *pgxpool.Pool, pubs ...Publisher) (*CDC, error) {
 	if pool == nil {
 		return nil, errors.New("cdc: nil pool")
 	}
-	if pub == nil {
-		return nil, errors.New("cdc: nil publisher")
+	if len(pubs) == 0 {
+		return nil, errors.New("cdc: no publisher")
+	}
+	for _, p := range pubs {
+		if p == nil {
+			return nil, errors.New("cdc: nil publisher")
+		}
 	}
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	c := &CDC{cfg: cfg, pool: pool, m: newMetrics(cfg.Registerer), ckpt: newCheckpointer(0)}
-	c.proc = newProcessor(cfg, pub, c.m, &c.unsaved)
+	c.proc = newProcessor(cfg, pubs, c.m, &c.unsaved)
 	return c, nil
 }
 

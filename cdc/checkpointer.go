@@ -13,6 +13,8 @@ import (
 type txn struct {
 	commitLSN  pglogrepl.LSN
 	commitTime time.Time
+	// receivedAt is when its begin message arrived.
+	receivedAt time.Time
 	// endLSN is set when the commit message arrived; 0 before.
 	endLSN pglogrepl.LSN
 	// pending counts events handed to lanes and not yet acknowledged.
@@ -49,7 +51,7 @@ func newCheckpointer(start pglogrepl.LSN) *checkpointer {
 
 // begin registers a transaction the reader starts handing to the lanes.
 func (c *checkpointer) begin(commitLSN pglogrepl.LSN, commitTime time.Time) *txn {
-	t := &txn{commitLSN: commitLSN, commitTime: commitTime}
+	t := &txn{commitLSN: commitLSN, commitTime: commitTime, receivedAt: time.Now()}
 	c.mu.Lock()
 	c.txns = append(c.txns, t)
 	c.mu.Unlock()

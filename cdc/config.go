@@ -28,7 +28,8 @@ type Config struct {
 	// Topic is the Kafka topic the events go to.
 	Topic string
 	// Lanes is the number of ordered publishing queues (by audience key
-	// hash); lanes publish concurrently. Default 64.
+	// hash); lanes publish concurrently, and since each waits for its
+	// acknowledgement, their number bounds throughput and queueing. Default 512.
 	Lanes int
 	// MaxInFlight bounds the events read from the slot and not yet
 	// acknowledged by Kafka (memory), split evenly across lanes. Default 32768.
@@ -63,7 +64,7 @@ var slotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 // withDefaults returns c with every zero field set to its default.
 func (c Config) withDefaults() Config {
 	c.Publication = cmp.Or(c.Publication, DefaultPublication)
-	c.Lanes = cmp.Or(c.Lanes, 64)
+	c.Lanes = cmp.Or(c.Lanes, 512)
 	c.MaxInFlight = cmp.Or(c.MaxInFlight, 32768)
 	c.ConfirmInterval = cmp.Or(c.ConfirmInterval, time.Second)
 	c.StatusInterval = cmp.Or(c.StatusInterval, 10*time.Second)

@@ -237,67 +237,91 @@ func newEventColumns(r *relation) (eventColumns, error) {
 	}, nil
 }
 
-// envelopeOf builds the envelope of one inserted row (text format columns,
-// the replication session's DateStyle ISO and TimeZone UTC). The audience
-// key comes from decoding the payload; an event CDC cannot decode (a type
-// newer than this binary) is still published, with audience key 0 and the
-// returned decodeErr set, because losing it would be worse.
-func envelopeOf(cols eventColumns, vals [][]byte, commitLSN pglogrepl.LSN) (env events.Envelope, decodeErr error, err error) {
+// eventRow is one inserted events row on its way to Kafka. The reader
+// fills what choosing the lane needs (the audience key); the lane finishes
+// the envelope and the message (envelope), off the reader's serial path.
+type eventRow struct {
+	env        events.Envelope // without Metadata and RecordedAt until envelope
+	metadata   []byte
+	recordedAt string
+	// decodeErr is set when this binary cannot decode the payload (a type
+	// newer than it): the event is still published, with audience key 0,
+	// because losing it would be worse.
+	decodeErr error
+}
+
+// rowOf reads one inserted row (text format columns) and computes its
+// audience key by decoding the payload. It copies what it keeps: vals alias
+// the connection's read buffer.
+func rowOf(cols eventColumns, vals [][]byte, commitLSN pglogrepl.LSN) (*eventRow, error) {
 	get := func(i int, name string) ([]byte, error) {
 		if i >= len(vals) || vals[i] == nil {
 			return nil, fmt.Errorf("events row: %s is missing: %w", name, ErrMalformed)
 		}
 		return vals[i], nil
 	}
-	var b []byte
-	if b, err = get(cols.position, "position"); err != nil {
-		return env, nil, err
+	r := &eventRow{}
+	env := &r.env
+	b, err := get(cols.position, "position")
+	if err != nil {
+		return nil, err
 	}
 	if env.Position, err = strconv.ParseInt(string(b), 10, 64); err != nil {
-		return env, nil, fmt.Errorf("events row: position %q: %w", b, ErrMalformed)
+		return nil, fmt.Errorf("events row: position %q: %w", b, ErrMalformed)
 	}
 	if b, err = get(cols.eventID, "event_id"); err != nil {
-		return env, nil, err
+		return nil, err
 	}
 	env.EventID = string(b)
 	if b, err = get(cols.streamID, "stream_id"); err != nil {
-		return env, nil, err
+		return nil, err
 	}
 	env.StreamID = string(b)
 	if b, err = get(cols.streamVersion, "stream_version"); err != nil {
-		return env, nil, err
+		return nil, err
 	}
 	if env.StreamVersion, err = strconv.ParseInt(string(b), 10, 64); err != nil {
-		return env, nil, fmt.Errorf("events row: stream_version %q: %w", b, ErrMalformed)
+		return nil, fmt.Errorf("events row: stream_version %q: %w", b, ErrMalformed)
 	}
 	if b, err = get(cols.typ, "type"); err != nil {
-		return env, nil, err
+		return nil, err
 	}
 	env.Type = string(b)
 	if b, err = get(cols.payload, "payload"); err != nil {
-		return env, nil, err
+		return nil, err
 	}
-	// A copy: vals alias the connection's read buffer.
 	env.Payload = json.RawMessage(append([]byte(nil), b...))
 	if b, err = get(cols.metadata, "metadata"); err != nil {
-		return env, nil, err
+		return nil, err
 	}
-	if err := json.Unmarshal(b, &env.Metadata); err != nil {
-		return env, nil, fmt.Errorf("events row %s: metadata: %w", env.EventID, ErrMalformed)
-	}
+	r.metadata = append([]byte(nil), b...)
 	if b, err = get(cols.recordedAt, "recorded_at"); err != nil {
-		return env, nil, err
+		return nil, err
 	}
-	if env.RecordedAt, err = parseTimestamptz(string(b)); err != nil {
-		return env, nil, fmt.Errorf("events row %s: recorded_at: %w", env.EventID, err)
-	}
+	r.recordedAt = string(b)
 	env.CommitLSN = commitLSN.String()
 	ev, derr := events.DefaultCodec.Decode(env.Type, env.Payload)
 	if derr != nil {
-		return env, derr, nil
+		r.decodeErr = derr
+		return r, nil
 	}
 	env.AudienceKey = ev.AudienceKey()
-	return env, nil, nil
+	return r, nil
+}
+
+// envelope finishes the envelope: metadata and recorded_at (the session
+// runs with DateStyle ISO and TimeZone UTC).
+func (r *eventRow) envelope() (events.Envelope, error) {
+	env := r.env
+	if err := json.Unmarshal(r.metadata, &env.Metadata); err != nil {
+		return env, fmt.Errorf("events row %s: metadata: %w", env.EventID, ErrMalformed)
+	}
+	t, err := parseTimestamptz(r.recordedAt)
+	if err != nil {
+		return env, fmt.Errorf("events row %s: recorded_at: %w", env.EventID, err)
+	}
+	env.RecordedAt = t
+	return env, nil
 }
 
 // timestamptz text layouts: the session sets TimeZone UTC, so the offset is

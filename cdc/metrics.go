@@ -13,6 +13,7 @@ type metrics struct {
 	undecodable   prometheus.Counter
 	publishErrors prometheus.Counter
 	reconnects    prometheus.Counter
+	backpressure  prometheus.Counter
 	inFlight      prometheus.Gauge
 	slotLagBytes  prometheus.Gauge
 	lagSeconds    prometheus.Gauge
@@ -41,6 +42,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "cdc_reconnects_total",
 			Help: "Replication sessions restarted after an error.",
 		}),
+		backpressure: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cdc_backpressure_seconds_total",
+			Help: "Time the reader waited for a full lane: Kafka is the bottleneck while this grows at about 1 s/s.",
+		}),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "cdc_events_in_flight",
 			Help: "Events read from the slot and not yet acknowledged by Kafka.",
@@ -63,6 +68,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.undecodable = register(reg, m.undecodable)
 	m.publishErrors = register(reg, m.publishErrors)
 	m.reconnects = register(reg, m.reconnects)
+	m.backpressure = register(reg, m.backpressure)
 	m.inFlight = register(reg, m.inFlight)
 	m.slotLagBytes = register(reg, m.slotLagBytes)
 	m.lagSeconds = register(reg, m.lagSeconds)

@@ -19,7 +19,7 @@ type Publisher interface {
 
 // item is one event on its way to Kafka.
 type item struct {
-	msg *message.Message
+	row *eventRow
 	txn *txn
 }
 
@@ -31,7 +31,7 @@ type item struct {
 // The lane queues are bounded: a full lane blocks the reader (backpressure).
 type processor struct {
 	topic  string
-	pub    Publisher
+	pubs   []Publisher
 	lanes  []chan item
 	seed   maphash.Seed
 	log    *slog.Logger
@@ -44,9 +44,9 @@ type processor struct {
 	stopMu sync.Once
 }
 
-func newProcessor(cfg Config, pub Publisher, m *metrics, acked *atomic.Int64) *processor {
+func newProcessor(cfg Config, pubs []Publisher, m *metrics, acked *atomic.Int64) *processor {
 	p := &processor{
-		topic: cfg.Topic, pub: pub, seed: maphash.MakeSeed(), log: cfg.Logger, m: m, acked: acked,
+		topic: cfg.Topic, pubs: pubs, seed: maphash.MakeSeed(), log: cfg.Logger, m: m, acked: acked,
 		lanes: make([]chan item, cfg.Lanes),
 		minBO: cfg.MinBackoff, maxBO: cfg.MaxBackoff,
 	}
@@ -64,26 +64,34 @@ func (p *processor) start(ctx context.Context) {
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
-			p.runLane(ctx, p.lanes[i])
+			p.runLane(ctx, p.lanes[i], p.pubs[i%len(p.pubs)])
 		}()
 	}
 }
 
-// lane returns the queue of a partition key.
-func (p *processor) lane(key string) chan item {
-	return p.lanes[maphash.String(p.seed, key)%uint64(len(p.lanes))]
+// lane returns the queue of an audience key.
+func (p *processor) lane(key int64) chan item {
+	return p.lanes[maphash.Comparable(p.seed, key)%uint64(len(p.lanes))]
 }
 
-func (p *processor) runLane(ctx context.Context, q chan item) {
+func (p *processor) runLane(ctx context.Context, q chan item, pub Publisher) {
 	for it := range q {
+		msg, err := messageOf(it.row)
+		if err != nil {
+			// Cannot happen with rows PostgreSQL wrote (valid jsonb, ISO
+			// timestamps); publish what is known rather than lose the event.
+			p.m.undecodable.Inc()
+			p.log.Error("cdc: incomplete envelope", "err", err)
+			msg, _ = messageOf(&eventRow{env: it.row.env, metadata: []byte("{}"), recordedAt: "1970-01-01 00:00:00+00"})
+		}
 		backoff := p.minBO
 		for {
-			err := p.pub.Publish(p.topic, it.msg)
+			err := pub.Publish(p.topic, msg)
 			if err == nil {
 				break
 			}
 			p.m.publishErrors.Inc()
-			p.log.Warn("cdc: publish failed, retrying in order", "event", it.msg.UUID, "backoff", backoff, "err", err)
+			p.log.Warn("cdc: publish failed, retrying in order", "event", msg.UUID, "backoff", backoff, "err", err)
 			select {
 			case <-ctx.Done():
 				return

@@ -2,7 +2,6 @@ package cdc
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -14,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
-	"github.com/feedco/feed/events"
 	"github.com/feedco/feed/internal/kafka"
 )
 
@@ -221,27 +219,23 @@ func (r *reader) handle(ctx context.Context, data []byte) error {
 	return nil
 }
 
-// submit turns one row into a Kafka message and queues it on its key's
-// lane, waiting (and keeping the session alive) while the lane is full.
+// submit queues one row on its key's lane, waiting (and keeping the
+// session alive) while the lane is full.
 func (r *reader) submit(ctx context.Context, cols eventColumns, vals [][]byte) error {
-	env, decodeErr, err := envelopeOf(cols, vals, r.cur.commitLSN)
+	row, err := rowOf(cols, vals, r.cur.commitLSN)
 	if err != nil {
 		return err
 	}
-	if decodeErr != nil {
+	if row.decodeErr != nil {
 		r.c.m.undecodable.Inc()
 		r.c.cfg.Logger.Error("cdc: cannot decode event payload; publishing it with audience key 0",
-			"event", env.EventID, "type", env.Type, "err", decodeErr)
+			"event", row.env.EventID, "type", row.env.Type, "err", row.decodeErr)
 	}
-	msg, err := messageOf(env)
-	if err != nil {
-		return err
-	}
-	it := item{msg: msg, txn: r.cur}
+	it := item{row: row, txn: r.cur}
 	r.cur.pending.Add(1)
 	r.cur.submitted++
 	r.c.m.inFlight.Inc()
-	q := r.c.proc.lane(msg.Metadata.Get(kafka.MetaPartitionKey))
+	q := r.c.proc.lane(row.env.AudienceKey)
 	select {
 	case q <- it:
 		return nil
@@ -249,9 +243,11 @@ func (r *reader) submit(ctx context.Context, cols eventColumns, vals [][]byte) e
 	}
 	t := time.NewTicker(r.c.cfg.ConfirmInterval)
 	defer t.Stop()
+	blockedAt := time.Now()
 	for {
 		select {
 		case q <- it:
+			r.c.m.backpressure.Add(time.Since(blockedAt).Seconds())
 			return nil
 		case <-ctx.Done():
 			return ctx.Err()
@@ -266,11 +262,12 @@ func (r *reader) submit(ctx context.Context, cols eventColumns, vals [][]byte) e
 }
 
 // messageOf is the Kafka message of one event (docs/architecture.md).
-func messageOf(env events.Envelope) (*message.Message, error) {
-	payload, err := json.Marshal(env)
+func messageOf(row *eventRow) (*message.Message, error) {
+	env, err := row.envelope()
 	if err != nil {
-		return nil, fmt.Errorf("encode envelope %s: %w", env.EventID, err)
+		return nil, err
 	}
+	payload := appendEnvelope(make([]byte, 0, 256+len(env.Payload)), &env)
 	msg := message.NewMessage(env.EventID, payload)
 	msg.Metadata = message.Metadata{
 		kafka.MetaName:          env.Type,
