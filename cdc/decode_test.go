@@ -1,0 +1,203 @@
+package cdc
+
+import (
+	"encoding/binary"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+)
+
+// pgoutput encoders for tests: the server's side of the format.
+func encBegin(lsn pglogrepl.LSN, t time.Time, xid uint32) []byte {
+	b := []byte{'B'}
+	b = binary.BigEndian.AppendUint64(b, uint64(lsn))
+	b = binary.BigEndian.AppendUint64(b, uint64(t.Sub(pgEpoch).Microseconds()))
+	return binary.BigEndian.AppendUint32(b, xid)
+}
+
+func encCommit(lsn, end pglogrepl.LSN, t time.Time) []byte {
+	b := []byte{'C', 0}
+	b = binary.BigEndian.AppendUint64(b, uint64(lsn))
+	b = binary.BigEndian.AppendUint64(b, uint64(end))
+	return binary.BigEndian.AppendUint64(b, uint64(t.Sub(pgEpoch).Microseconds()))
+}
+
+func encRelation(id uint32, ns, name string, cols []string) []byte {
+	b := []byte{'R'}
+	b = binary.BigEndian.AppendUint32(b, id)
+	b = append(append(b, ns...), 0)
+	b = append(append(b, name...), 0)
+	b = append(b, 'd')
+	b = binary.BigEndian.AppendUint16(b, uint16(len(cols)))
+	for _, c := range cols {
+		b = append(b, 0)
+		b = append(append(b, c...), 0)
+		b = binary.BigEndian.AppendUint32(b, 25)
+		b = binary.BigEndian.AppendUint32(b, 0xFFFFFFFF)
+	}
+	return b
+}
+
+func encInsert(rel uint32, vals []*string) []byte {
+	b := []byte{'I'}
+	b = binary.BigEndian.AppendUint32(b, rel)
+	b = append(b, 'N')
+	b = binary.BigEndian.AppendUint16(b, uint16(len(vals)))
+	for _, v := range vals {
+		if v == nil {
+			b = append(b, 'n')
+			continue
+		}
+		b = append(b, 't')
+		b = binary.BigEndian.AppendUint32(b, uint32(len(*v)))
+		b = append(b, *v...)
+	}
+	return b
+}
+
+func sp(s string) *string { return &s }
+
+// A transaction of the events table decodes into the envelope of the
+// Kafka contract, columns found by name whatever their order.
+func TestDecodeTransaction(t *testing.T) {
+	commit := time.Date(2026, 11, 30, 9, 41, 12, 345678000, time.UTC)
+	msg, err := decodeMessage(encBegin(0x16B374D848, commit, 7))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := msg.(*beginMsg); b.FinalLSN != 0x16B374D848 || !b.CommitTime.Equal(commit) || b.Xid != 7 {
+		t.Fatalf("begin %+v", b)
+	}
+	cols := []string{"extra", "recorded_at", "metadata", "payload", "type", "stream_version", "stream_id", "event_id", "position"}
+	msg, err = decodeMessage(encRelation(16384, "public", "events", cols))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ec, err := newEventColumns(msg.(*relation))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err = decodeMessage(encInsert(16384, []*string{nil, sp("2026-11-30 09:41:12.345+00"), sp(`{"correlationId": "c1"}`),
+		sp(`{"followerId": "5", "followeeId": "9", "followeeFollowers": 1}`), sp("user.followed.v1"), sp("3"),
+		sp("follow-5-9"), sp("0193a4b2-7c1e-7d3a-9f00-1234567890ab"), sp("77")}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	row, err := rowOf(ec, msg.(*insertMsg).Values, 0x16B374D848)
+	if err != nil || row.decodeErr != nil {
+		t.Fatal(err, row.decodeErr)
+	}
+	env, err := row.envelope()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env.AudienceKey != 9 || env.CommitLSN != "16/B374D848" || env.Position != 77 || env.StreamVersion != 3 ||
+		env.Metadata.CorrelationID != "c1" || !env.RecordedAt.Equal(time.Date(2026, 11, 30, 9, 41, 12, 345000000, time.UTC)) {
+		t.Fatalf("envelope %+v", env)
+	}
+	msg, err = decodeMessage(encCommit(0x16B374D848, 0x16B374D900, commit))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := msg.(*commitMsg); c.EndLSN != 0x16B374D900 {
+		t.Fatalf("commit %+v", c)
+	}
+
+	// A payload this binary cannot decode is still published, keyed 0.
+	msg, _ = decodeMessage(encInsert(16384, []*string{nil, sp("2026-11-30 09:41:12+00"), sp(`{}`), sp(`{"x": 1}`),
+		sp("user.renamed.v9"), sp("1"), sp("user-1"), sp("id"), sp("1")}))
+	row, err = rowOf(ec, msg.(*insertMsg).Values, 1)
+	if err != nil || row.decodeErr == nil || row.env.AudienceKey != 0 {
+		t.Fatalf("unknown type: err %v, decodeErr %v, key %d", err, row.decodeErr, row.env.AudienceKey)
+	}
+	// A NULL in a required column is malformed.
+	msg, _ = decodeMessage(encInsert(16384, []*string{nil, nil, nil, nil, nil, nil, nil, nil, nil}))
+	if _, err := rowOf(ec, msg.(*insertMsg).Values, 1); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("NULL columns: %v", err)
+	}
+	// A relation without the needed columns is refused.
+	if _, err := newEventColumns(&relation{Name: "events", Columns: []string{"position"}}); err == nil {
+		t.Fatal("relation without columns accepted")
+	}
+}
+
+// Truncated messages are errors, never panics.
+func TestDecodeTruncated(t *testing.T) {
+	for _, full := range [][]byte{
+		encBegin(1, time.Now(), 1), encCommit(1, 2, time.Now()),
+		encRelation(1, "public", "events", requiredColumns), encInsert(1, []*string{sp("a"), nil, sp("bc")}),
+	} {
+		for i := 0; i < len(full); i++ {
+			if _, err := decodeMessage(full[:i]); !errors.Is(err, ErrMalformed) {
+				t.Fatalf("%q truncated to %d: %v", full[0], i, err)
+			}
+		}
+	}
+}
+
+func FuzzDecodeMessage(f *testing.F) {
+	f.Add(encBegin(1, time.Now(), 1))
+	f.Add(encCommit(1, 2, time.Now()))
+	f.Add(encRelation(1, "public", "events", requiredColumns))
+	f.Add(encInsert(1, []*string{sp("1"), sp("x"), nil}))
+	ec, _ := newEventColumns(&relation{Columns: requiredColumns})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		msg, err := decodeMessage(data)
+		if err != nil {
+			return
+		}
+		if ins, ok := msg.(*insertMsg); ok {
+			if row, err := rowOf(ec, ins.Values, 1); err == nil {
+				_, _ = row.envelope()
+			}
+		}
+	})
+}
+
+// The checkpointer confirms a transaction only when it and every older
+// one are acknowledged, whatever order the lanes acknowledge in, and moves
+// to the server's position only when nothing is in flight.
+func TestCheckpointerConfirmsAcknowledgedPrefix(t *testing.T) {
+	c := newCheckpointer(0)
+	t1 := c.begin(100, time.Now())
+	t1.pending.Add(2)
+	c.commit(t1, 110)
+	t2 := c.begin(200, time.Now())
+	t2.pending.Add(1)
+	c.commit(t2, 210)
+	t3 := c.begin(300, time.Now())
+	t3.pending.Add(1) // still open: no commit yet
+
+	t2.ack()
+	t3.ack()
+	if p := c.advance(); p.confirmed != 0 || p.idle {
+		t.Fatalf("confirmed %v before the oldest transaction was acknowledged", p.confirmed)
+	}
+	if got := c.confirmIdle(999); got != 0 {
+		t.Fatalf("confirmIdle moved to %v while transactions are in flight", got)
+	}
+	t1.ack()
+	if p := c.advance(); p.confirmed != 0 {
+		t.Fatalf("one of t1's two events acknowledged: confirmed %v", p.confirmed)
+	}
+	t1.ack()
+	if p := c.advance(); p.confirmed != 210 || p.idle {
+		t.Fatalf("t1 and t2 acknowledged, t3 open: confirmed %v idle %v", p.confirmed, p.idle)
+	}
+	c.commit(t3, 310)
+	if p := c.advance(); p.confirmed != 310 || !p.idle {
+		t.Fatalf("all acknowledged: confirmed %v idle %v", p.confirmed, p.idle)
+	}
+	if got := c.confirmIdle(400); got != 400 {
+		t.Fatalf("idle: confirmIdle gave %v, want the server's 400", got)
+	}
+	// An abandoned open transaction no longer holds the checkpoint.
+	t4 := c.begin(500, time.Now())
+	t4.pending.Add(1)
+	c.abandon(t4)
+	if p := c.advance(); !p.idle {
+		t.Fatal("abandoned transaction still in flight")
+	}
+}
