@@ -1,0 +1,529 @@
+package e2e
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/feedco/feed/internal/rkeys"
+)
+
+var (
+	flagSeed  = flag.Uint64("oracle.seed", 0, "workload seed (0: $FEED_ORACLE_SEED, else 1; see docs/testing.md)")
+	flagLarge = flag.Bool("oracle.large", false, "run the large oracle (500+ users, thousands of operations)")
+	flagUsers = flag.Int("oracle.users", 0, "override the number of users")
+	flagOps   = flag.Int("oracle.ops", 0, "override the number of operations")
+)
+
+// seed is -oracle.seed, else $FEED_ORACLE_SEED ("random": from the clock),
+// else 1, so `make test` is repeatable and any seed can be replayed.
+func seed(t *testing.T) uint64 {
+	if *flagSeed != 0 {
+		return *flagSeed
+	}
+	switch v := os.Getenv("FEED_ORACLE_SEED"); v {
+	case "":
+		return 1
+	case "random":
+		return uint64(time.Now().UnixNano())%1_000_000 + 1
+	default:
+		s, err := strconv.ParseUint(v, 10, 64)
+		if err != nil || s == 0 {
+			t.Fatalf("FEED_ORACLE_SEED=%q: want a positive integer or \"random\"", v)
+		}
+		return s
+	}
+}
+
+// TestOracle is the convergence oracle: after a seeded concurrent workload
+// through the HTTP API has gone all the way through CDC, Kafka and the
+// projectors, every user's feed, read page by page to the end through the
+// HTTP API, equals the newest-first non-deleted posts of the accounts they
+// follow plus their own, computed by SQL from the source of truth. The small
+// run is part of `go test ./...`; -oracle.large runs a big one.
+func TestOracle(t *testing.T) {
+	t.Parallel()
+	pol := policies{
+		CelebrityThreshold: 8,
+		InboxMax:           20,
+		InboxTrimSlack:     5,
+		TimelineMax:        12,
+		BackfillPosts:      5,
+		FanoutBatch:        4,
+		CacheTTL:           time.Second,
+	}
+	w := workload{Seed: seed(t), Users: 60, Ops: 700, Workers: 8, ReaderShare: 0.4, ZipfS: 1.1, Bursts: 3}
+	if *flagLarge {
+		pol.CelebrityThreshold, pol.FanoutBatch = 20, 50
+		w.Users, w.Ops, w.Workers, w.Bursts = 600, 8000, 16, 8
+	}
+	w.Users = cmpOr(*flagUsers, w.Users)
+	w.Ops = cmpOr(*flagOps, w.Ops)
+	t.Logf("oracle: %v; %v", w, pol)
+	defer func() {
+		if t.Failed() {
+			t.Logf("REPRODUCE: go test ./e2e -run 'TestOracle$' -count=1 -v -oracle.seed=%d%s", w.Seed, map[bool]string{true: " -oracle.large"}[*flagLarge])
+		}
+	}()
+
+	start := time.Now()
+	s := startSystem(t, pol)
+	up := time.Since(start)
+	wd := runWorkload(t, s, w)
+	played := time.Since(start) - up
+	t.Logf("workload (%v): %v", played.Round(time.Millisecond), &wd.st)
+	s.quiesce(t, 2*time.Minute)
+
+	o := &oracle{t: t, s: s, wd: wd}
+	o.load()
+	o.coverageBefore()
+	o.feeds([]int{7, 50})
+	o.authorPosts([]int{7, 50})
+	o.users()
+	o.readModels()
+	if n := s.poisoned(t); n != 0 {
+		t.Errorf("seed %d: %d messages went to the poison topic (a projector gave up on them)", w.Seed, n)
+	}
+	o.coverageAfter()
+	t.Logf("oracle: up %v, workload %v, total %v", up.Round(time.Millisecond), played.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+}
+
+func cmpOr(v, d int) int {
+	if v != 0 {
+		return v
+	}
+	return d
+}
+
+// truePost is a post row of the source of truth.
+type truePost struct {
+	id, author, ms int64
+	content        string
+	deleted        bool
+}
+
+// oracle compares what the API serves with the source of truth.
+type oracle struct {
+	t  *testing.T
+	s  *system
+	wd *world
+
+	posts     map[int64]truePost
+	following map[int64][]int64 // follower -> followees, from SQL
+	followers map[int64]int64   // followee -> count, from SQL
+	byAuthor  map[int64][]int64 // author -> non-deleted post ids, newest first
+}
+
+func (o *oracle) ctx() context.Context { return context.Background() }
+
+func (o *oracle) fatalf(format string, args ...any) {
+	o.t.Helper()
+	o.t.Fatalf("seed %d: "+format, append([]any{o.wd.w.Seed}, args...)...)
+}
+
+func (o *oracle) errorf(format string, args ...any) {
+	o.t.Helper()
+	o.t.Errorf("seed %d: "+format, append([]any{o.wd.w.Seed}, args...)...)
+}
+
+// load reads posts and follows from PostgreSQL.
+func (o *oracle) load() {
+	ctx := o.ctx()
+	o.posts, o.following, o.followers, o.byAuthor = map[int64]truePost{}, map[int64][]int64{}, map[int64]int64{}, map[int64][]int64{}
+	rows, err := o.s.db.Pool.Query(ctx, `SELECT id, author_id, (extract(epoch FROM created_at) * 1000)::bigint, content, deleted
+		FROM posts ORDER BY author_id, created_at DESC, id DESC`)
+	if err != nil {
+		o.fatalf("read posts: %v", err)
+	}
+	for rows.Next() {
+		var p truePost
+		if err := rows.Scan(&p.id, &p.author, &p.ms, &p.content, &p.deleted); err != nil {
+			o.fatalf("scan post: %v", err)
+		}
+		o.posts[p.id] = p
+		if !p.deleted {
+			o.byAuthor[p.author] = append(o.byAuthor[p.author], p.id)
+		}
+	}
+	if rows.Err() != nil {
+		o.fatalf("read posts: %v", rows.Err())
+	}
+	rows, err = o.s.db.Pool.Query(ctx, `SELECT follower_id, followee_id FROM follows ORDER BY 1, 2`)
+	if err != nil {
+		o.fatalf("read follows: %v", err)
+	}
+	for rows.Next() {
+		var f, e int64
+		if err := rows.Scan(&f, &e); err != nil {
+			o.fatalf("scan follow: %v", err)
+		}
+		o.following[f] = append(o.following[f], e)
+		o.followers[e]++
+	}
+	if rows.Err() != nil {
+		o.fatalf("read follows: %v", rows.Err())
+	}
+}
+
+// truthFeed is the feed definition, by SQL: the newest-first non-deleted
+// posts of the accounts u follows and of u.
+func (o *oracle) truthFeed(ctx context.Context, u int64) ([]int64, error) {
+	rows, err := o.s.db.Pool.Query(ctx, `SELECT p.id FROM posts p
+		WHERE NOT p.deleted AND (p.author_id = $1 OR p.author_id IN (SELECT followee_id FROM follows WHERE follower_id = $1))
+		ORDER BY p.created_at DESC, p.id DESC`, u)
+	if err != nil {
+		return nil, fmt.Errorf("truth feed of %d: %w", u, err)
+	}
+	defer rows.Close()
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}
+
+// diff compares a list read through the API with the expected ids and
+// returns the differences (nil when equal): duplicates, missing posts,
+// foreign posts, order, and fields that disagree with the post's row.
+func (o *oracle) diff(got []apiPost, want []int64) []string {
+	var out []string
+	seen := map[int64]int{}
+	gotIDs := make([]int64, 0, len(got))
+	for i, p := range got {
+		id, err := strconv.ParseInt(p.ID, 10, 64)
+		if err != nil {
+			out = append(out, fmt.Sprintf("item %d: bad id %q", i, p.ID))
+			continue
+		}
+		if j, dup := seen[id]; dup {
+			out = append(out, fmt.Sprintf("duplicate: post %d at positions %d and %d", id, j, i))
+			continue
+		}
+		seen[id] = i
+		gotIDs = append(gotIDs, id)
+		if tp, ok := o.posts[id]; ok {
+			if p.AuthorID != itoa(tp.author) || p.Content != tp.content || p.CreatedAt != formatMillis(tp.ms) {
+				out = append(out, fmt.Sprintf("fields: post %d served as author %s, createdAt %s, content %q; row says %d, %s, %q",
+					id, p.AuthorID, p.CreatedAt, p.Content, tp.author, formatMillis(tp.ms), tp.content))
+			}
+		}
+	}
+	wantSet := make(map[int64]int, len(want))
+	for i, id := range want {
+		wantSet[id] = i
+	}
+	for i, id := range want {
+		if _, ok := seen[id]; !ok {
+			tp := o.posts[id]
+			out = append(out, fmt.Sprintf("missing: post %d (author %d, %s) at expected position %d", id, tp.author, formatMillis(tp.ms), i))
+		}
+	}
+	for _, id := range gotIDs {
+		if _, ok := wantSet[id]; !ok {
+			tp, known := o.posts[id]
+			why := "unknown post"
+			if known {
+				why = fmt.Sprintf("author %d, deleted %v", tp.author, tp.deleted)
+			}
+			out = append(out, fmt.Sprintf("foreign: post %d at position %d (%s)", id, seen[id], why))
+		}
+	}
+	if len(out) == 0 && !slices.Equal(gotIDs, want) {
+		for i := range gotIDs {
+			if gotIDs[i] != want[i] {
+				out = append(out, fmt.Sprintf("order: position %d is post %d (%s), want post %d (%s)",
+					i, gotIDs[i], formatMillis(o.posts[gotIDs[i]].ms), want[i], formatMillis(o.posts[want[i]].ms)))
+				break
+			}
+		}
+	}
+	return out
+}
+
+func formatMillis(ms int64) string {
+	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z07:00")
+}
+
+// mismatch is one user's (or author's) differences.
+type mismatch struct {
+	who   string
+	diffs []string
+}
+
+func (o *oracle) report(what string, checked int, bad []mismatch) {
+	o.t.Helper()
+	if len(bad) == 0 {
+		o.t.Logf("%s: %d checked, zero differences", what, checked)
+		return
+	}
+	slices.SortFunc(bad, func(a, b mismatch) int { return strings.Compare(a.who, b.who) })
+	var b strings.Builder
+	counts := map[string]int{}
+	for _, m := range bad {
+		for _, d := range m.diffs {
+			counts[strings.SplitN(d, ":", 2)[0]]++
+		}
+	}
+	fmt.Fprintf(&b, "%s: %d of %d differ (difference kinds: %v); the first ones:", what, len(bad), checked, counts)
+	for _, m := range bad[:min(len(bad), 5)] {
+		fmt.Fprintf(&b, "\n  %s: %d differences", m.who, len(m.diffs))
+		for _, d := range m.diffs[:min(len(m.diffs), 6)] {
+			fmt.Fprintf(&b, "\n    %s", d)
+		}
+	}
+	o.errorf("%s", b.String())
+}
+
+// feeds reads every user's feed to its end with each page size and
+// compares it with the truth.
+func (o *oracle) feeds(limits []int) {
+	for _, limit := range limits {
+		start := time.Now()
+		var mu sync.Mutex
+		var bad []mismatch
+		var items, requests int
+		users := o.wd.users
+		parallel(8, len(users), func(i int) {
+			u := users[i]
+			ctx := o.ctx()
+			want, err := o.truthFeed(ctx, u)
+			if err != nil {
+				mu.Lock()
+				bad = append(bad, mismatch{who: fmt.Sprint("user ", u), diffs: []string{"error: " + err.Error()}})
+				mu.Unlock()
+				return
+			}
+			got, err := o.s.readAll(ctx, "/api/feed", o.wd.tokens[u], limit, len(want)/limit+10)
+			d := o.diff(got, want)
+			if err != nil {
+				d = append([]string{"error: " + err.Error()}, d...)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			items += len(got)
+			requests += len(got)/limit + 1
+			if len(d) > 0 {
+				bad = append(bad, mismatch{who: fmt.Sprintf("user %d (follows %d, reader %v, %d posts expected)", u, len(o.following[u]), slices.Contains(o.wd.readers, u), len(want)), diffs: d})
+			}
+		})
+		o.t.Logf("feeds, page size %d: %d items in about %d pages in %v", limit, items, requests, time.Since(start).Round(time.Millisecond))
+		o.report(fmt.Sprintf("home feeds (page size %d)", limit), len(users), bad)
+	}
+}
+
+// authorPosts checks GET /api/users/{id}/posts for the most prolific
+// authors (past the timeline bound), the most followed, and a few others.
+func (o *oracle) authorPosts(limits []int) {
+	authors := slices.Clone(o.wd.users)
+	slices.SortFunc(authors, func(a, b int64) int { return len(o.byAuthor[b]) - len(o.byAuthor[a]) })
+	pick := slices.Clone(authors[:min(4, len(authors))])
+	pick = append(pick, o.wd.users[:min(4, len(o.wd.users))]...) // most followed ranks
+	rng := rand.New(rand.NewPCG(o.wd.w.Seed, 99))
+	for range 4 {
+		pick = append(pick, o.wd.users[rng.IntN(len(o.wd.users))])
+	}
+	slices.Sort(pick)
+	pick = slices.Compact(pick)
+	token := o.wd.tokens[o.wd.users[len(o.wd.users)-1]]
+	var bad []mismatch
+	for _, limit := range limits {
+		for _, a := range pick {
+			want := o.byAuthor[a]
+			got, err := o.s.readAll(o.ctx(), "/api/users/"+itoa(a)+"/posts", token, limit, len(want)/limit+10)
+			d := o.diff(got, want)
+			if err != nil {
+				d = append([]string{"error: " + err.Error()}, d...)
+			}
+			if len(d) > 0 {
+				bad = append(bad, mismatch{who: fmt.Sprintf("author %d (%d posts, page size %d)", a, len(want), limit), diffs: d})
+			}
+		}
+	}
+	o.report("author posts", len(pick)*len(limits), bad)
+}
+
+// users checks follower and following counts of GET /api/users/{id}.
+func (o *oracle) users() {
+	var mu sync.Mutex
+	var bad []mismatch
+	token := o.wd.tokens[o.wd.users[0]]
+	parallel(8, len(o.wd.users), func(i int) {
+		u := o.wd.users[i]
+		var got apiUser
+		err := o.s.call(o.ctx(), http.MethodGet, "/api/users/"+itoa(u), token, "", nil, &got, http.StatusOK, nil)
+		var d []string
+		switch {
+		case err != nil:
+			d = append(d, "error: "+err.Error())
+		case got.ID != itoa(u) || got.FollowerCount != o.followers[u] || got.FollowingCount != int64(len(o.following[u])):
+			d = append(d, fmt.Sprintf("counts: served id %s, %d followers, %d following; SQL says %d, %d",
+				got.ID, got.FollowerCount, got.FollowingCount, o.followers[u], len(o.following[u])))
+		}
+		if len(d) > 0 {
+			mu.Lock()
+			bad = append(bad, mismatch{who: fmt.Sprint("user ", u), diffs: d})
+			mu.Unlock()
+		}
+	})
+	o.report("user counts", len(o.wd.users), bad)
+}
+
+// readModels checks the followers projection against SQL: each count, the
+// following sets, and the celebrity set.
+func (o *oracle) readModels() {
+	ctx, rdb, k := o.ctx(), o.s.rdb, o.s.keys
+	var bad []mismatch
+	for _, u := range o.wd.users {
+		var d []string
+		n, err := rdb.HGet(ctx, k.Followers(u), "count").Int64()
+		if err != nil && err != redis.Nil {
+			o.fatalf("read followers count: %v", err)
+		}
+		if n != o.followers[u] {
+			d = append(d, fmt.Sprintf("follower count: followers:{%d} says %d, SQL %d", u, n, o.followers[u]))
+		}
+		members, err := rdb.SMembers(ctx, k.Following(u)).Result()
+		if err != nil {
+			o.fatalf("read following set: %v", err)
+		}
+		var ids []int64
+		for _, m := range members {
+			id, _ := strconv.ParseInt(m, 10, 64)
+			ids = append(ids, id)
+		}
+		slices.Sort(ids)
+		if !slices.Equal(ids, o.following[u]) {
+			d = append(d, fmt.Sprintf("following: following:{%d} is %v, SQL %v", u, ids, o.following[u]))
+		}
+		if len(d) > 0 {
+			bad = append(bad, mismatch{who: fmt.Sprint("user ", u), diffs: d})
+		}
+	}
+	celebs, err := rdb.SMembers(ctx, k.Celebrities()).Result()
+	if err != nil {
+		o.fatalf("read celebrities: %v", err)
+	}
+	var got, want []int64
+	for _, m := range celebs {
+		id, _ := strconv.ParseInt(m, 10, 64)
+		got = append(got, id)
+	}
+	for u, n := range o.followers {
+		if n >= o.s.pol.CelebrityThreshold {
+			want = append(want, u)
+		}
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		bad = append(bad, mismatch{who: "celebrity set", diffs: []string{fmt.Sprintf("celebrities: Redis %v, SQL %v", got, want)}})
+	}
+	o.report("followers read model", len(o.wd.users)+1, bad)
+}
+
+// coverageBefore checks, before the oracle reads anything, that the
+// workload reached the paths it exists to exercise.
+func (o *oracle) coverageBefore() {
+	ctx, thr := o.ctx(), o.s.pol.CelebrityThreshold
+	var celebs, up, down, pulled int64
+	for _, n := range o.followers {
+		if n >= thr {
+			celebs++
+		}
+	}
+	err := o.s.db.Pool.QueryRow(ctx, `SELECT
+		count(*) FILTER (WHERE type = 'user.followed.v1' AND (payload->>'followeeFollowers')::bigint = $1),
+		count(*) FILTER (WHERE type = 'user.unfollowed.v1' AND (payload->>'followeeFollowers')::bigint = $1 - 1),
+		count(*) FILTER (WHERE type = 'post.created.v1' AND (payload->>'authorFollowers')::bigint >= $1)
+		FROM events`, thr).Scan(&up, &down, &pulled)
+	if err != nil {
+		o.fatalf("count crossings: %v", err)
+	}
+	floors, built := o.inboxSentinels(o.wd.users)
+	var timelineFloors int
+	for _, u := range o.wd.users {
+		if _, err := o.s.rdb.ZScore(ctx, o.s.keys.Timeline(u), rkeys.SentinelFloor).Result(); err == nil {
+			timelineFloors++
+		}
+	}
+	o.t.Logf("coverage: %d celebrities at the end, %d upward and %d downward crossings, %d posts by celebrities (pulled); before the oracle's reads: %d built inboxes, %d inboxes with a floor, %d timelines with a floor",
+		celebs, up, down, pulled, built, floors, timelineFloors)
+	for _, c := range []struct {
+		what string
+		n    int64
+	}{
+		{"celebrities at the end", celebs}, {"upward crossings", up}, {"downward crossings", down},
+		{"posts by celebrities", pulled}, {"built (warm) inboxes", int64(built)},
+		{"inboxes trimmed below a floor", int64(floors)}, {"timelines trimmed below a floor", int64(timelineFloors)},
+	} {
+		if c.n == 0 {
+			o.errorf("the workload exercised no %s: make it bigger or more skewed", c.what)
+		}
+	}
+	if int64(built) == int64(len(o.wd.users)) {
+		o.errorf("every inbox was warm before the oracle read: the cold path at the end was not exercised")
+	}
+}
+
+func (o *oracle) inboxSentinels(users []int64) (floors, built int) {
+	ctx := o.ctx()
+	pipe := o.s.rdb.Pipeline()
+	fl := make([]*redis.FloatCmd, len(users))
+	bu := make([]*redis.FloatCmd, len(users))
+	for i, u := range users {
+		fl[i] = pipe.ZScore(ctx, o.s.keys.Inbox(u), rkeys.SentinelFloor)
+		bu[i] = pipe.ZScore(ctx, o.s.keys.Inbox(u), rkeys.SentinelBuilt)
+	}
+	_, _ = pipe.Exec(ctx)
+	for i := range users {
+		if fl[i].Err() == nil {
+			floors++
+		}
+		if bu[i].Err() == nil {
+			built++
+		}
+	}
+	return floors, built
+}
+
+// coverageAfter checks that the oracle's reads went through the read
+// side's sources: Redis, PostgreSQL below a floor, and cold inboxes.
+func (o *oracle) coverageAfter() {
+	m := o.s.feed.Metrics()
+	get := func(query, source string) float64 {
+		var d dto.Metric
+		_ = m.Sources.WithLabelValues(query, source).Write(&d)
+		return d.GetCounter().GetValue()
+	}
+	var rb dto.Metric
+	_ = m.Rebuilds.WithLabelValues("ok").Write(&rb)
+	var rbErr dto.Metric
+	_ = m.Rebuilds.WithLabelValues("error").Write(&rbErr)
+	o.t.Logf("read side: home pages by source redis %.0f, pg %.0f, cold %.0f; author pages redis %.0f, pg %.0f; inbox rebuilds ok %.0f, error %.0f",
+		get("home", "redis"), get("home", "pg"), get("home", "cold"), get("author", "redis"), get("author", "pg"),
+		rb.GetCounter().GetValue(), rbErr.GetCounter().GetValue())
+	for _, src := range []string{"redis", "pg", "cold"} {
+		if get("home", src) == 0 {
+			o.errorf("no home page was served from source %q: that path is untested", src)
+		}
+	}
+	if v := rbErr.GetCounter().GetValue(); v > 0 {
+		o.errorf("%.0f inbox rebuilds failed", v)
+	}
+}

@@ -1,0 +1,457 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// workload sizes one run. The seed fixes every random choice (the kinds of
+// operations, and each client's picks); the interleaving of the concurrent
+// clients is the scheduler's, so a seed reproduces the shape of a run, not
+// its exact history.
+type workload struct {
+	Seed    uint64
+	Users   int
+	Ops     int
+	Workers int
+	// ReaderShare of the users read their feed during the workload (they
+	// become active and get pushes); the others never read until the
+	// oracle does, so their inboxes are cold at the end.
+	ReaderShare float64
+	// ZipfS skews who gets followed (and who posts most): rank r is chosen
+	// with weight about 1/(1+r)^s.
+	ZipfS float64
+	// Bursts are unfollow bursts that take a celebrity below the threshold
+	// (and, every other time, follows that take it back over).
+	Bursts int
+}
+
+func (w workload) String() string {
+	return fmt.Sprintf("seed %d, %d users, %d operations, %d clients, %.0f%% readers, zipf s=%.2f, %d bursts",
+		w.Seed, w.Users, w.Ops, w.Workers, 100*w.ReaderShare, w.ZipfS, w.Bursts)
+}
+
+type opKind int
+
+const (
+	opPost opKind = iota
+	opPostReplay
+	opFollow
+	opFollowAgain
+	opUnfollow
+	opUnfollowNone
+	opDelete
+	opRead
+	opBurst
+)
+
+// mix is the weight of each kind of operation (bursts are scheduled).
+var mix = []struct {
+	kind   opKind
+	weight int
+}{
+	{opPost, 32}, {opPostReplay, 2}, {opFollow, 30}, {opFollowAgain, 2},
+	{opUnfollow, 9}, {opUnfollowNone, 1}, {opDelete, 7}, {opRead, 17},
+}
+
+// stats counts what the workload did.
+type stats struct {
+	users, posts, replays, follows, followAgain, unfollows, unfollowNone,
+	deletes, reads, bursts, burstUnfollows, burstRefollows, retries atomic.Int64
+}
+
+func (s *stats) String() string {
+	return fmt.Sprintf("%d users, %d posts (%d replayed with their Idempotency-Key), %d deletes, %d follows (+%d repeated), %d unfollows (+%d of non-followed), %d feed reads, %d bursts (%d unfollows, %d refollows), %d retried answers",
+		s.users.Load(), s.posts.Load(), s.replays.Load(), s.deletes.Load(), s.follows.Load(), s.followAgain.Load(),
+		s.unfollows.Load(), s.unfollowNone.Load(), s.reads.Load(), s.bursts.Load(), s.burstUnfollows.Load(), s.burstRefollows.Load(), s.retries.Load())
+}
+
+// world is the workload's view of what it did, used only to choose the
+// next operations; the oracle trusts PostgreSQL, not this.
+type world struct {
+	s   *system
+	w   workload
+	st  stats
+	ctx context.Context
+
+	mu        sync.Mutex
+	users     []int64 // by popularity rank: users[0] is followed most
+	tokens    map[int64]string
+	readers   []int64
+	following map[int64]map[int64]bool // follower -> followees
+	followers map[int64]map[int64]bool // followee -> followers
+	live      map[int64][]int64        // author -> posts not deleted
+}
+
+// run registers the users, then plays the operations from w.Workers
+// concurrent HTTP clients. The first error stops it.
+func runWorkload(t *testing.T, s *system, w workload) *world {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	wd := &world{s: s, w: w, ctx: ctx, tokens: map[int64]string{},
+		following: map[int64]map[int64]bool{}, followers: map[int64]map[int64]bool{}, live: map[int64][]int64{}}
+
+	// Registrations, concurrently; then ranks and readers from the seed.
+	ids := make([]int64, w.Users)
+	var firstErr error
+	var errOnce sync.Once
+	fail := func(err error) {
+		errOnce.Do(func() { firstErr = err; cancel() })
+	}
+	parallel(w.Workers, w.Users, func(i int) {
+		var u apiUser
+		if err := s.call(ctx, http.MethodPost, "/api/users", "", "", map[string]string{"name": fmt.Sprint("user ", i)}, &u, http.StatusCreated, &wd.st.retries); err != nil {
+			fail(err)
+			return
+		}
+		id, err := strconv.ParseInt(u.ID, 10, 64)
+		if err != nil {
+			fail(fmt.Errorf("register: id %q: %w", u.ID, err))
+			return
+		}
+		ids[i] = id
+		wd.st.users.Add(1)
+	})
+	if firstErr != nil {
+		t.Fatalf("%v (%v)", firstErr, w)
+	}
+	slices.Sort(ids)
+	rng := rand.New(rand.NewPCG(w.Seed, 0))
+	rng.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
+	wd.users = ids
+	for _, id := range ids {
+		wd.tokens[id] = s.signer.Sign(id, 24*time.Hour)
+		if rng.Float64() < w.ReaderShare {
+			wd.readers = append(wd.readers, id)
+		}
+	}
+
+	// The kinds of operation, in order, with the bursts spread over the
+	// second half so there are celebrities to burst.
+	kinds := make([]opKind, 0, w.Ops+w.Bursts)
+	total := 0
+	for _, m := range mix {
+		total += m.weight
+	}
+	for i := 0; i < w.Ops; i++ {
+		n := rng.IntN(total)
+		for _, m := range mix {
+			if n < m.weight {
+				kinds = append(kinds, m.kind)
+				break
+			}
+			n -= m.weight
+		}
+		for b := 0; b < w.Bursts; b++ {
+			if i == w.Ops/2+(b*w.Ops/2)/w.Bursts {
+				kinds = append(kinds, opBurst)
+			}
+		}
+	}
+
+	next := make(chan int)
+	go func() {
+		defer close(next)
+		for i := range kinds {
+			select {
+			case next <- i:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for c := 0; c < w.Workers; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cl := &client{world: wd, rng: rand.New(rand.NewPCG(w.Seed, uint64(c)+1))}
+			cl.zipf = rand.NewZipf(cl.rng, w.ZipfS, 1, uint64(w.Users-1))
+			for i := range next {
+				if err := cl.do(kinds[i], i); err != nil {
+					fail(fmt.Errorf("operation %d: %w", i, err))
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		t.Fatalf("workload failed (%v): %v", w, firstErr)
+	}
+	return wd
+}
+
+// parallel runs fn(0..n-1) on k goroutines.
+func parallel(k, n int, fn func(i int)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range k {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				fn(i)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// client is one concurrent HTTP client of the workload.
+type client struct {
+	*world
+	rng  *rand.Rand
+	zipf *rand.Zipf
+}
+
+func (c *client) uniform() int64 { return c.users[c.rng.IntN(len(c.users))] }
+func (c *client) popular() int64 { return c.users[c.zipf.Uint64()] }
+
+func (c *client) do(kind opKind, i int) error {
+	switch kind {
+	case opPost:
+		author := c.uniform()
+		if c.rng.IntN(2) == 0 {
+			author = c.popular() // the followed post more
+		}
+		_, err := c.post(author, fmt.Sprintf("post %d by %d", i, author), "")
+		return err
+	case opPostReplay:
+		author := c.uniform()
+		key := fmt.Sprintf("op-%d-%d", c.w.Seed, i)
+		first, err := c.post(author, fmt.Sprintf("replayed post %d", i), key)
+		if err != nil {
+			return err
+		}
+		again, err := c.post(author, fmt.Sprintf("replayed post %d", i), key)
+		if err != nil {
+			return err
+		}
+		if again.ID != first.ID {
+			return fmt.Errorf("idempotent replay of a post returned %s, first %s", again.ID, first.ID)
+		}
+		c.st.replays.Add(1)
+		return nil
+	case opFollow:
+		follower, followee := c.uniform(), c.popular()
+		if follower == followee {
+			followee = c.users[(slices.Index(c.users, followee)+1)%len(c.users)]
+		}
+		return c.follow(follower, followee)
+	case opFollowAgain:
+		f, e, ok := c.existingFollow()
+		if !ok {
+			return nil
+		}
+		c.st.followAgain.Add(1)
+		return c.follow(f, e)
+	case opUnfollow:
+		f, e, ok := c.existingFollow()
+		if !ok {
+			return nil
+		}
+		return c.unfollow(f, e)
+	case opUnfollowNone:
+		f, e := c.uniform(), c.uniform()
+		c.mu.Lock()
+		follows := f == e || c.following[f][e]
+		c.mu.Unlock()
+		if follows {
+			return nil
+		}
+		c.st.unfollowNone.Add(1)
+		return c.s.call(c.ctx, http.MethodDelete, "/api/following/"+itoa(e), c.tokens[f], "", nil, nil, http.StatusNoContent, &c.st.retries)
+	case opDelete:
+		return c.deleteSome()
+	case opRead:
+		return c.read()
+	case opBurst:
+		return c.burst(i)
+	}
+	return fmt.Errorf("unknown operation kind %d", kind)
+}
+
+func (c *client) post(author int64, content, key string) (apiPost, error) {
+	var p apiPost
+	if err := c.s.call(c.ctx, http.MethodPost, "/api/posts", c.tokens[author], key, map[string]string{"content": content}, &p, http.StatusCreated, &c.st.retries); err != nil {
+		return p, err
+	}
+	id, err := strconv.ParseInt(p.ID, 10, 64)
+	if err != nil || p.AuthorID != itoa(author) {
+		return p, fmt.Errorf("create post: got %+v for author %d", p, author)
+	}
+	c.mu.Lock()
+	if !slices.Contains(c.live[author], id) {
+		c.live[author] = append(c.live[author], id)
+		c.st.posts.Add(1)
+	}
+	c.mu.Unlock()
+	return p, nil
+}
+
+func (c *client) follow(follower, followee int64) error {
+	if err := c.s.call(c.ctx, http.MethodPut, "/api/following/"+itoa(followee), c.tokens[follower], "", nil, nil, http.StatusNoContent, &c.st.retries); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	if c.following[follower] == nil {
+		c.following[follower] = map[int64]bool{}
+	}
+	if c.followers[followee] == nil {
+		c.followers[followee] = map[int64]bool{}
+	}
+	c.following[follower][followee] = true
+	c.followers[followee][follower] = true
+	c.mu.Unlock()
+	c.st.follows.Add(1)
+	return nil
+}
+
+func (c *client) unfollow(follower, followee int64) error {
+	if err := c.s.call(c.ctx, http.MethodDelete, "/api/following/"+itoa(followee), c.tokens[follower], "", nil, nil, http.StatusNoContent, &c.st.retries); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	delete(c.following[follower], followee)
+	delete(c.followers[followee], follower)
+	c.mu.Unlock()
+	c.st.unfollows.Add(1)
+	return nil
+}
+
+// existingFollow picks a follow the workload made, uniformly over
+// followers (so popular followees lose followers more often).
+func (c *client) existingFollow() (follower, followee int64, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for range 10 {
+		f := c.uniform()
+		if len(c.following[f]) == 0 {
+			continue
+		}
+		es := sortedKeys(c.following[f])
+		return f, es[c.rng.IntN(len(es))], true
+	}
+	return 0, 0, false
+}
+
+func (c *client) deleteSome() error {
+	c.mu.Lock()
+	var author, post int64
+	for range 10 {
+		a := c.uniform()
+		if c.rng.IntN(2) == 0 {
+			a = c.popular()
+		}
+		if ps := c.live[a]; len(ps) > 0 {
+			j := c.rng.IntN(len(ps))
+			author, post = a, ps[j]
+			c.live[a] = slices.Delete(ps, j, j+1)
+			break
+		}
+	}
+	c.mu.Unlock()
+	if post == 0 {
+		return nil
+	}
+	c.st.deletes.Add(1)
+	return c.s.call(c.ctx, http.MethodDelete, "/api/posts/"+itoa(post), c.tokens[author], "", nil, nil, http.StatusNoContent, &c.st.retries)
+}
+
+// read is a reader opening their feed: one page, sometimes two.
+func (c *client) read() error {
+	if len(c.readers) == 0 {
+		return nil
+	}
+	u := c.readers[c.rng.IntN(len(c.readers))]
+	limit := 5 + c.rng.IntN(16)
+	pages := 1 + c.rng.IntN(3)
+	cursor := ""
+	for range pages {
+		path := "/api/feed?limit=" + strconv.Itoa(limit)
+		if cursor != "" {
+			path += "&cursor=" + cursor
+		}
+		var p apiPage
+		if err := c.s.call(c.ctx, http.MethodGet, path, c.tokens[u], "", nil, &p, http.StatusOK, &c.st.retries); err != nil {
+			return err
+		}
+		c.st.reads.Add(1)
+		if p.NextCursor == nil {
+			break
+		}
+		cursor = *p.NextCursor
+	}
+	return nil
+}
+
+// burst takes the most followed celebrity below the threshold by
+// unfollows, lets it post while it is pushed, and every other burst takes it
+// back over the threshold with follows and lets it post again (pulled).
+func (c *client) burst(i int) error {
+	thr := int(c.s.pol.CelebrityThreshold)
+	c.mu.Lock()
+	var celeb int64
+	best := 0
+	for _, u := range c.users {
+		if n := len(c.followers[u]); n >= thr && n > best {
+			celeb, best = u, n
+		}
+	}
+	var gone []int64
+	if celeb != 0 {
+		fs := sortedKeys(c.followers[celeb])
+		c.rng.Shuffle(len(fs), func(a, b int) { fs[a], fs[b] = fs[b], fs[a] })
+		gone = fs[:best-thr+1+c.rng.IntN(2)]
+	}
+	c.mu.Unlock()
+	if celeb == 0 {
+		return nil
+	}
+	c.st.bursts.Add(1)
+	for _, f := range gone {
+		if err := c.unfollow(f, celeb); err != nil {
+			return err
+		}
+		c.st.burstUnfollows.Add(1)
+	}
+	for k := range 2 {
+		if _, err := c.post(celeb, fmt.Sprintf("post %d.%d by %d after a burst", i, k, celeb), ""); err != nil {
+			return err
+		}
+	}
+	if c.rng.IntN(2) == 0 {
+		return nil
+	}
+	// Back over the threshold: the same followers return, one more than
+	// left would need at most.
+	for _, f := range gone {
+		if err := c.follow(f, celeb); err != nil {
+			return err
+		}
+		c.st.burstRefollows.Add(1)
+	}
+	_, err := c.post(celeb, fmt.Sprintf("post %d.back by %d", i, celeb), "")
+	return err
+}
+
+func sortedKeys(m map[int64]bool) []int64 {
+	out := make([]int64, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func itoa(v int64) string { return strconv.FormatInt(v, 10) }
