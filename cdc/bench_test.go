@@ -151,13 +151,13 @@ func benchPublishers(b testing.TB, bb *bundle) []Publisher {
 }
 
 // BenchmarkCDCLag writes at a steady rate (CDC_BENCH_RATE events/s,
-// default 20,000, in transactions of 50 from 4 connections) for 10 s
+// default 10,000, in transactions of 50 from 4 connections) for 10 s
 // while CDC runs, and reports the commit-to-acknowledgement lag p50/p99
 // (commit timestamp of the transaction to the broker's acknowledgement).
 //
 //	go test -run '^$' -bench CDCLag -benchtime 1x -count 3 ./cdc/
 func BenchmarkCDCLag(b *testing.B) {
-	rate := 20_000
+	rate := 10_000
 	if v, err := strconv.Atoi(os.Getenv("CDC_BENCH_RATE")); err == nil {
 		rate = v
 	}
