@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -86,9 +87,9 @@ ORDER BY follower_id LIMIT $4`
 	// posts exist below the copied ones.
 	newestPostsSQL = `SELECT id, created_at FROM posts WHERE author_id = $1 AND NOT deleted
 ORDER BY created_at DESC, id DESC LIMIT $2`
-	// postsAboveSQL includes deleted posts: they may still sit in inboxes.
-	postsAboveSQL = `SELECT id FROM posts WHERE author_id = $1 AND ($2::timestamptz IS NULL OR created_at > $2)
-ORDER BY created_at DESC, id DESC LIMIT $3`
+	// authorPostsAmongSQL picks the author's posts out of an inbox's
+	// members, deleted ones included: they may still sit in inboxes.
+	authorPostsAmongSQL = `SELECT id FROM posts WHERE id = ANY($2::bigint[]) AND author_id = $1`
 )
 
 // eachFollowerPage calls fn with keyset-paged batches of the author's
@@ -303,26 +304,27 @@ func (p *Inbox) crossDown(ctx context.Context, author int64) error {
 }
 
 // removeAuthor removes the author's posts from the follower's inbox: the
-// author's post ids scoring above the inbox's floor, from PostgreSQL
-// (deleted ones included). The floor is left alone.
+// members PostgreSQL says are the author's (deleted ones included), whatever
+// their score. It asks about the inbox's own members rather than the
+// author's newest posts: an author who posted more as a celebrity (pulled,
+// never pushed) than the inbox holds would otherwise crowd the pushed ones
+// out, and they would stay. The floor is left alone.
 func (p *Inbox) removeAuthor(ctx context.Context, follower, author int64) error {
 	k := p.cfg.Keys.Inbox(follower)
-	pipe := p.rdb.Pipeline()
-	floorCmd := pipe.ZScore(ctx, k, rkeys.SentinelFloor)
-	cardCmd := pipe.ZCard(ctx, k)
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	all, err := p.rdb.ZRange(ctx, k, 0, -1).Result()
+	if err != nil {
 		return fmt.Errorf("read inbox of %d: %w", follower, err)
 	}
-	n := cardCmd.Val()
-	if n == 0 {
+	ids := make([]int64, 0, len(all))
+	for _, m := range all {
+		if id, err := strconv.ParseInt(m, 10, 64); err == nil && !rkeys.IsSentinel(m) {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
 		return nil
 	}
-	var after *time.Time // nil: no floor, the inbox may hold any of them
-	if f, err := floorCmd.Result(); err == nil {
-		t := time.UnixMilli(int64(f))
-		after = &t
-	}
-	rows, err := p.pg.Query(ctx, postsAboveSQL, author, after, n)
+	rows, err := p.pg.Query(ctx, authorPostsAmongSQL, author, ids)
 	if err != nil {
 		return fmt.Errorf("query posts of %d: %w", author, err)
 	}
