@@ -108,6 +108,9 @@ func benchFanout(b *testing.B, listpack string) {
 			}
 		}
 		rawRate := float64(total) / time.Since(start).Seconds()
+		// The server is shared: another process may change the setting
+		// mid-run. Log the encoding the inboxes really had.
+		b.Logf("raw run: inboxes are %s", rd.Client.ObjectEncoding(ctx, rk.Inbox(first)).Val())
 		testenv.DeletePrefix(ctx, rd.Client, raw)
 
 		// The projector: PostCreated messages through Kafka, inbox group.
@@ -141,7 +144,14 @@ func benchFanout(b *testing.B, listpack string) {
 		rctx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() { done <- r.Run(rctx) }()
-		testenv.Eventually(b, time.Minute, "the warm-up post", func() bool { return m.EntriesWritten() >= 1 })
+		testenv.Eventually(b, time.Minute, "the warm-up post", func() bool {
+			select {
+			case err := <-done:
+				b.Fatalf("runner stopped: %v", err)
+			default:
+			}
+			return m.EntriesWritten() >= 1
+		})
 		start = time.Now()
 		publish(b, bk.Addrs(), topic, posts)
 		for m.EntriesWritten() < int64(total)+1 {
@@ -151,6 +161,7 @@ func benchFanout(b *testing.B, listpack string) {
 			}
 		}
 		rate := float64(total) / time.Since(start).Seconds()
+		b.Logf("projector run: inboxes are %s", rd.Client.ObjectEncoding(ctx, rkeys.Keys{Prefix: prefix}.Inbox(first)).Val())
 		cancel()
 		<-done
 		testenv.DeletePrefix(ctx, rd.Client, prefix)
