@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/feedco/feed/migrations"
@@ -18,6 +19,9 @@ type App struct {
 	Log   *slog.Logger
 	Pool  *pgxpool.Pool
 	Redis redis.UniversalClient
+	// Metrics, when set (by `feed dev`), is the one registry every role of
+	// the process registers on, so the API's /metrics shows them all.
+	Metrics *prometheus.Registry
 }
 
 // openPostgres connects and, unless skipCheck, refuses an unmigrated schema.

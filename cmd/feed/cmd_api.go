@@ -42,7 +42,11 @@ func runAPICommand(ctx context.Context, args []string) error {
 // runAPI serves the API until ctx is done, then shuts down gracefully.
 func runAPI(ctx context.Context, a *App) error {
 	cfg := a.Cfg
-	deps := api.Deps{Logger: a.Log, Registry: prometheus.NewRegistry()}
+	reg := a.Metrics
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	deps := api.Deps{Logger: a.Log, Registry: reg}
 	if cfg.AuthMode == api.AuthJWT {
 		if cfg.JWTSecret == devSecret && os.Getenv("FEED_ALLOW_DEV_SECRET") != "1" {
 			return usageError{"FEED_JWT_SECRET is unset (the built-in development secret is only accepted by `feed dev` or with FEED_ALLOW_DEV_SECRET=1)"}

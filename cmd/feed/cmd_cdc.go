@@ -23,7 +23,7 @@ func init() {
 	register("cdc", "stream the event log to Kafka (--metrics-addr HOST:PORT); `feed cdc drop-slot` drops the slot", runCDC)
 	// `feed dev` runs CDC too; the dev hooks set KafkaBrokers first.
 	registerDevRole("cdc", func(ctx context.Context, a *App) error {
-		return runCDCRole(ctx, a, prometheus.DefaultRegisterer)
+		return runCDCRole(ctx, a, a.Metrics)
 	})
 }
 

@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/feedco/feed/migrations"
@@ -59,7 +60,7 @@ func runDev(ctx context.Context, args []string) error {
 		pool.Close()
 		return err
 	}
-	a := &App{Cfg: cfg, Log: logger(), Pool: pool, Redis: rc}
+	a := &App{Cfg: cfg, Log: logger(), Pool: pool, Redis: rc, Metrics: prometheus.NewRegistry()}
 	defer a.Close()
 	for _, hook := range devHooks {
 		cleanup, err := hook(ctx, a)

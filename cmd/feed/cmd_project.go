@@ -21,7 +21,7 @@ func init() {
 	register("project", "run the projectors (--only inbox,timelines,followers,posts; --metrics-addr HOST:PORT)", runProject)
 	// `feed dev` runs every projector; the dev hooks set KafkaBrokers first.
 	registerDevRole("projections", func(ctx context.Context, a *App) error {
-		return runProjectors(ctx, a, nil, prometheus.DefaultRegisterer)
+		return runProjectors(ctx, a, nil, a.Metrics)
 	})
 }
 
