@@ -57,10 +57,10 @@ func TestOracle(t *testing.T) {
 	t.Parallel()
 	pol := policies{
 		CelebrityThreshold: 8,
-		InboxMax:           20,
-		InboxTrimSlack:     5,
-		TimelineMax:        12,
-		BackfillPosts:      5,
+		InboxMax:           15,
+		InboxTrimSlack:     3,
+		TimelineMax:        10,
+		BackfillPosts:      3,
 		FanoutBatch:        4,
 		CacheTTL:           time.Second,
 	}
@@ -263,6 +263,7 @@ func formatMillis(ms int64) string {
 // mismatch is one user's (or author's) differences.
 type mismatch struct {
 	who   string
+	user  int64
 	diffs []string
 }
 
@@ -293,6 +294,7 @@ func (o *oracle) report(what string, checked int, bad []mismatch) {
 // feeds reads every user's feed to its end with each page size and
 // compares it with the truth.
 func (o *oracle) feeds(limits []int) {
+	explained := false
 	for _, limit := range limits {
 		start := time.Now()
 		var mu sync.Mutex
@@ -319,12 +321,64 @@ func (o *oracle) feeds(limits []int) {
 			items += len(got)
 			requests += len(got)/limit + 1
 			if len(d) > 0 {
-				bad = append(bad, mismatch{who: fmt.Sprintf("user %d (follows %d, reader %v, %d posts expected)", u, len(o.following[u]), slices.Contains(o.wd.readers, u), len(want)), diffs: d})
+				bad = append(bad, mismatch{who: fmt.Sprintf("user %d (follows %d, reader %v, %d posts expected)", u, len(o.following[u]), slices.Contains(o.wd.readers, u), len(want)), user: u, diffs: d})
 			}
 		})
 		o.t.Logf("feeds, page size %d: %d items in about %d pages in %v", limit, items, requests, time.Since(start).Round(time.Millisecond))
 		o.report(fmt.Sprintf("home feeds (page size %d)", limit), len(users), bad)
+		if len(bad) > 0 && !explained {
+			explained = true
+			slices.SortFunc(bad, func(a, b mismatch) int { return strings.Compare(a.who, b.who) })
+			for _, m := range bad[:min(3, len(bad))] {
+				o.t.Logf("state of %s:\n%s", m.who, o.explain(m.user))
+			}
+		}
 	}
+}
+
+// explain dumps what the read side and the source of truth hold for user
+// u, to diagnose a difference: the inbox with its sentinels, the following
+// set and its versions, activity, and u's follow history from the log.
+func (o *oracle) explain(u int64) string {
+	ctx, rdb, k := o.ctx(), o.s.rdb, o.s.keys
+	var b strings.Builder
+	zs, err := rdb.ZRangeWithScores(ctx, k.Inbox(u), 0, -1).Result()
+	fmt.Fprintf(&b, "  feed:{%d} (%d entries, err %v):", u, len(zs), err)
+	for _, z := range zs {
+		m := z.Member.(string)
+		id, _ := strconv.ParseInt(m, 10, 64)
+		tp, known := o.posts[id]
+		switch {
+		case rkeys.IsSentinel(m):
+			fmt.Fprintf(&b, " %s@%v", m, z.Score)
+		case known:
+			fmt.Fprintf(&b, " %s@%.0f(a%d%s)", m, z.Score, tp.author, map[bool]string{true: ",deleted"}[tp.deleted])
+		default:
+			fmt.Fprintf(&b, " %s@%.0f(unknown)", m, z.Score)
+		}
+	}
+	fol, _ := rdb.SMembers(ctx, k.Following(u)).Result()
+	folv, _ := rdb.HGetAll(ctx, k.FollowingVersions(u)).Result()
+	fmt.Fprintf(&b, "\n  following:{%d} %v; following_v %v; SQL follows %v", u, fol, folv, o.following[u])
+	var seen *time.Time
+	_ = o.s.db.Pool.QueryRow(ctx, `SELECT last_seen_at FROM user_activity WHERE user_id = $1`, u).Scan(&seen)
+	fmt.Fprintf(&b, "\n  last_seen_at %v", seen)
+	rows, err := o.s.db.Pool.Query(ctx, `SELECT type, payload->>'followeeId', stream_version, payload->>'followeeFollowers', recorded_at
+		FROM events WHERE type IN ('user.followed.v1', 'user.unfollowed.v1') AND payload->>'followerId' = $1 ORDER BY recorded_at, position`, itoa(u))
+	if err != nil {
+		fmt.Fprintf(&b, "\n  follow history: %v", err)
+		return b.String()
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var typ, followee, count string
+		var version int64
+		var at time.Time
+		if err := rows.Scan(&typ, &followee, &version, &count, &at); err == nil {
+			fmt.Fprintf(&b, "\n  %s %s %s v%d (followee now has %s followers)", at.UTC().Format("15:04:05.000"), typ, followee, version, count)
+		}
+	}
+	return b.String()
 }
 
 // authorPosts checks GET /api/users/{id}/posts for the most prolific
@@ -455,6 +509,15 @@ func (o *oracle) coverageBefore() {
 	if err != nil {
 		o.fatalf("count crossings: %v", err)
 	}
+	// Authors that crossed down and stayed below: their posts from the
+	// celebrity time must have been backfilled into their followers' inboxes.
+	var stayedDown int64
+	err = o.s.db.Pool.QueryRow(ctx, `SELECT count(DISTINCT (payload->>'followeeId')::bigint) FROM events e
+		JOIN users u ON u.id = (e.payload->>'followeeId')::bigint
+		WHERE e.type = 'user.unfollowed.v1' AND (e.payload->>'followeeFollowers')::bigint = $1 - 1 AND u.follower_count < $1`, thr).Scan(&stayedDown)
+	if err != nil {
+		o.fatalf("count crossings: %v", err)
+	}
 	floors, built := o.inboxSentinels(o.wd.users)
 	var timelineFloors int
 	for _, u := range o.wd.users {
@@ -462,13 +525,13 @@ func (o *oracle) coverageBefore() {
 			timelineFloors++
 		}
 	}
-	o.t.Logf("coverage: %d celebrities at the end, %d upward and %d downward crossings, %d posts by celebrities (pulled); before the oracle's reads: %d built inboxes, %d inboxes with a floor, %d timelines with a floor",
-		celebs, up, down, pulled, built, floors, timelineFloors)
+	o.t.Logf("coverage: %d celebrities at the end, %d upward and %d downward crossings (%d authors stayed below), %d posts by celebrities (pulled); before the oracle's reads: %d built inboxes, %d inboxes with a floor, %d timelines with a floor",
+		celebs, up, down, stayedDown, pulled, built, floors, timelineFloors)
 	for _, c := range []struct {
 		what string
 		n    int64
 	}{
-		{"celebrities at the end", celebs}, {"upward crossings", up}, {"downward crossings", down},
+		{"celebrities at the end", celebs}, {"upward crossings", up}, {"downward crossings", down}, {"authors below the threshold after a downward crossing", stayedDown},
 		{"posts by celebrities", pulled}, {"built (warm) inboxes", int64(built)},
 		{"inboxes trimmed below a floor", int64(floors)}, {"timelines trimmed below a floor", int64(timelineFloors)},
 	} {

@@ -135,6 +135,22 @@ func runWorkload(t *testing.T, s *system, w workload) *world {
 		}
 	}
 
+	// Half the readers open their feed once before anything else happens:
+	// they are active (pushed to) from the start, with inboxes built while
+	// empty. The other half first read during the workload: their cold
+	// inboxes are rebuilt while posts, follows and unfollows go on.
+	parallel(w.Workers, len(wd.readers)/2, func(i int) {
+		u := wd.readers[2*i]
+		if err := s.call(ctx, http.MethodGet, "/api/feed?limit=10", wd.tokens[u], "", nil, nil, http.StatusOK, &wd.st.retries); err != nil {
+			fail(err)
+			return
+		}
+		wd.st.reads.Add(1)
+	})
+	if firstErr != nil {
+		t.Fatalf("%v (%v)", firstErr, w)
+	}
+
 	// The kinds of operation, in order, with the bursts spread over the
 	// second half so there are celebrities to burst.
 	kinds := make([]opKind, 0, w.Ops+w.Bursts)
@@ -185,6 +201,16 @@ func runWorkload(t *testing.T, s *system, w workload) *world {
 		}()
 	}
 	wg.Wait()
+	if firstErr == nil {
+		// A last burst, alone, that leaves its celebrity below the
+		// threshold: the posts of its celebrity time must end up in the
+		// inboxes of its remaining followers, with no refollow to hide a
+		// missed backfill behind the pull path again.
+		cl := &client{world: wd, rng: rand.New(rand.NewPCG(w.Seed, 0))}
+		if err := cl.burstDown(len(kinds), false); err != nil {
+			fail(fmt.Errorf("last burst: %w", err))
+		}
+	}
 	if firstErr != nil {
 		t.Fatalf("workload failed (%v): %v", w, firstErr)
 	}
@@ -276,7 +302,7 @@ func (c *client) do(kind opKind, i int) error {
 	case opRead:
 		return c.read()
 	case opBurst:
-		return c.burst(i)
+		return c.burstDown(i, c.rng.IntN(2) == 0)
 	}
 	return fmt.Errorf("unknown operation kind %d", kind)
 }
@@ -395,46 +421,70 @@ func (c *client) read() error {
 	return nil
 }
 
-// burst takes the most followed celebrity below the threshold by
-// unfollows, lets it post while it is pushed, and every other burst takes it
-// back over the threshold with follows and lets it post again (pulled).
-func (c *client) burst(i int) error {
-	thr := int(c.s.pol.CelebrityThreshold)
+// burstDown lets the least followed celebrity post, takes it below the
+// threshold by unfollows, lets it post while it is pushed, and with comeBack
+// takes it back over the threshold with follows and lets it post again
+// (pulled).
+// Other clients follow it meanwhile, so the count comes from the API, and
+// the burst goes on until it is below the threshold.
+func (c *client) burstDown(i int, comeBack bool) error {
+	thr := c.s.pol.CelebrityThreshold
 	c.mu.Lock()
+	// The least followed celebrity: the others' follows (skewed towards
+	// the most followed) are then least likely to lift it back at once.
 	var celeb int64
 	best := 0
 	for _, u := range c.users {
-		if n := len(c.followers[u]); n >= thr && n > best {
+		if n := len(c.followers[u]); n >= int(thr) && (best == 0 || n < best) {
 			celeb, best = u, n
 		}
-	}
-	var gone []int64
-	if celeb != 0 {
-		fs := sortedKeys(c.followers[celeb])
-		c.rng.Shuffle(len(fs), func(a, b int) { fs[a], fs[b] = fs[b], fs[a] })
-		gone = fs[:best-thr+1+c.rng.IntN(2)]
 	}
 	c.mu.Unlock()
 	if celeb == 0 {
 		return nil
 	}
 	c.st.bursts.Add(1)
-	for _, f := range gone {
-		if err := c.unfollow(f, celeb); err != nil {
+	// Posts of a celebrity are pulled, never pushed: when it falls below
+	// the threshold, its remaining followers' inboxes must get them.
+	for k := range 2 {
+		if _, err := c.post(celeb, fmt.Sprintf("post %d.before.%d by %d", i, k, celeb), ""); err != nil {
 			return err
 		}
-		c.st.burstUnfollows.Add(1)
+	}
+	var gone []int64
+	for round := 0; ; round++ {
+		var u apiUser
+		if err := c.s.call(c.ctx, http.MethodGet, "/api/users/"+itoa(celeb), c.tokens[celeb], "", nil, &u, http.StatusOK, &c.st.retries); err != nil {
+			return err
+		}
+		if u.FollowerCount < thr {
+			break
+		}
+		if round == 10 {
+			return fmt.Errorf("burst: %d still has %d followers after %d unfollows", celeb, u.FollowerCount, len(gone))
+		}
+		c.mu.Lock()
+		fs := sortedKeys(c.followers[celeb])
+		c.mu.Unlock()
+		c.rng.Shuffle(len(fs), func(a, b int) { fs[a], fs[b] = fs[b], fs[a] })
+		fs = fs[:min(len(fs), int(u.FollowerCount-thr)+1+c.rng.IntN(3))]
+		for _, f := range fs {
+			if err := c.unfollow(f, celeb); err != nil {
+				return err
+			}
+			c.st.burstUnfollows.Add(1)
+		}
+		gone = append(gone, fs...)
 	}
 	for k := range 2 {
 		if _, err := c.post(celeb, fmt.Sprintf("post %d.%d by %d after a burst", i, k, celeb), ""); err != nil {
 			return err
 		}
 	}
-	if c.rng.IntN(2) == 0 {
+	if !comeBack {
 		return nil
 	}
-	// Back over the threshold: the same followers return, one more than
-	// left would need at most.
+	// Back over the threshold: the same followers return.
 	for _, f := range gone {
 		if err := c.follow(f, celeb); err != nil {
 			return err
