@@ -2,7 +2,6 @@ package queries
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -85,11 +84,17 @@ type homeRead struct {
 
 // homeSegment reads, in one pipeline, the inbox from the cursor with its
 // sentinels, the caller's own timeline, and which celebrities the caller
-// follows; meanwhile it reads the caller's newest own posts from
-// PostgreSQL (read-your-writes while projectors lag). Then the followed
+// follows. On the first page each sorted set costs one command: reading
+// from +inf inclusive returns ~built (score +inf) first and ~floor (the
+// lowest member) whenever the reply is not cut. Then the followed
 // celebrities' timelines, from the in-process cache when it covers the
 // cursor, else in a second pipeline. want is how many visible posts the
 // page still needs.
+//
+// The caller's own fresh posts are in their timeline already
+// (PostCreated writes them through); only for an author whose
+// write-through failed in the last OwnPostsWindow does this process also
+// read their newest own posts from PostgreSQL, in parallel.
 func (f *Feed) homeSegment(ctx context.Context, user int64, cur key, want int) (homeRead, bool, error) {
 	n := want + want/4 + 2 // over-fetch: hidden posts and the ~floor member
 	celebs, err := f.celebrities(ctx)
@@ -99,9 +104,9 @@ func (f *Feed) homeSegment(ctx context.Context, user int64, cur key, want int) (
 	var probe []item
 	var probeErr error
 	var wg sync.WaitGroup
-	nowMs := f.now().UnixMilli()
-	windowStart := below(nowMs - f.cfg.OwnPostsWindow.Milliseconds())
-	if windowStart.less(cur) {
+	now := f.now()
+	windowStart := below(now.UnixMilli() - f.cfg.OwnPostsWindow.Milliseconds())
+	if windowStart.less(cur) && f.recent.has(user, now) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -110,13 +115,9 @@ func (f *Feed) homeSegment(ctx context.Context, user int64, cur key, want int) (
 	}
 
 	self := strconv.FormatInt(user, 10)
-	inboxKey, ownKey := f.keys.Inbox(user), f.keys.Timeline(user)
 	pipe := f.rdb.Pipeline()
-	inbox := addRange(ctx, pipe, inboxKey, cur, n)
-	built := pipe.ZScore(ctx, inboxKey, rkeys.SentinelBuilt)
-	inboxFloor := pipe.ZScore(ctx, inboxKey, rkeys.SentinelFloor)
-	own := addRange(ctx, pipe, ownKey, cur, n)
-	ownFloor := pipe.ZScore(ctx, ownKey, rkeys.SentinelFloor)
+	inbox := addSetRead(ctx, pipe, f.keys.Inbox(user), cur, n, true)
+	own := addSetRead(ctx, pipe, f.keys.Timeline(user), cur, n, false)
 	followSet := pipe.Exists(ctx, f.keys.Following(user))
 	var celebArgs []any
 	var celebIDs []int64
@@ -143,33 +144,32 @@ func (f *Feed) homeSegment(ctx context.Context, user int64, cur key, want int) (
 	if probeErr != nil {
 		return homeRead{}, false, probeErr
 	}
-	if _, err := built.Result(); errors.Is(err, redis.Nil) {
-		return homeRead{}, false, nil
-	} else if err != nil {
+	inboxSrc, built, err := inbox.result()
+	if err != nil {
 		return homeRead{}, false, fmt.Errorf("read inbox of %d: %w", user, err)
 	}
-
+	if !built {
+		return homeRead{}, false, nil
+	}
+	ownSrc, _, err := own.result()
+	if err != nil {
+		return homeRead{}, false, fmt.Errorf("read own timeline of %d: %w", user, err)
+	}
 	srcs := make([]source, 0, 4)
-	for _, r := range []struct {
-		z  *redis.ZSliceCmd
-		fl *redis.FloatCmd
-	}{{inbox, inboxFloor}, {own, ownFloor}} {
-		s, err := zreply(r.z, r.fl, n)
-		if err != nil {
-			return homeRead{}, false, fmt.Errorf("read inbox of %d: %w", user, err)
+	srcs = append(srcs, inboxSrc, ownSrc)
+	var pre map[int64]item
+	if len(probe) > 0 {
+		pre = make(map[int64]item, len(probe))
+		probeSrc := source{bound: minKey}
+		for _, it := range probe {
+			pre[it.key.id] = it
+			probeSrc.keys = append(probeSrc.keys, it.key)
 		}
-		srcs = append(srcs, s)
+		if len(probe) >= n {
+			probeSrc.bound = probe[len(probe)-1].key // SQL orders exactly: complete above its last row
+		}
+		srcs = append(srcs, probeSrc)
 	}
-	pre := make(map[int64]item, len(probe))
-	probeSrc := source{bound: minKey}
-	for _, it := range probe {
-		pre[it.key.id] = it
-		probeSrc.keys = append(probeSrc.keys, it.key)
-	}
-	if len(probe) >= n {
-		probeSrc.bound = probe[len(probe)-1].key // SQL orders exactly: complete above its last row
-	}
-	srcs = append(srcs, probeSrc)
 
 	followed := map[int64]bool{}
 	if isMember != nil {

@@ -3,11 +3,14 @@ package queries
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/feedco/feed/internal/rkeys"
 	"github.com/feedco/feed/internal/testenv"
@@ -337,7 +340,9 @@ func TestHomePostsArrivingBetweenPages(t *testing.T) {
 }
 
 // The caller's own post shows on their next read even though no projector
-// has written its post cache, timeline or anything else.
+// has seen it: the api's AfterPostCreated hook calls PostCreated, which
+// writes it through to the caller's timeline and the post cache, and the
+// read asks PostgreSQL nothing for it.
 func TestHomeOwnPostVisibleBeforeProjectors(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{})
@@ -347,7 +352,12 @@ func TestHomeOwnPostVisibleBeforeProjectors(t *testing.T) {
 		b.post(a, base+int64(i))
 	}
 	b.projectAll(nil, []int64{u}, 500, 500)
+	if _, err := b.feed.Home(b.ctx, u, "", 20); err != nil { // warms the process caches
+		t.Fatal(err)
+	}
 	mine := b.post(u, time.Now().UnixMilli())
+	b.created(u, mine)
+	rt := countRoundTrips(b)
 	p, err := b.feed.Home(b.ctx, u, "", 20)
 	if err != nil {
 		t.Fatal(err)
@@ -358,7 +368,66 @@ func TestHomeOwnPostVisibleBeforeProjectors(t *testing.T) {
 	if p.Items[0].AuthorID != strconv.FormatInt(u, 10) {
 		t.Fatalf("author %s", p.Items[0].AuthorID)
 	}
+	if got := counter(b.feed.metrics.Hydrations.WithLabelValues("pg")); got != 0 {
+		t.Errorf("%v posts hydrated from PostgreSQL, want 0", got)
+	}
+	if n := rt.n.Load(); n > 2 {
+		t.Errorf("warm first page took %d Redis round trips, want at most 2", n)
+	}
+	// What the projectors will find: the same entries, in their format.
+	raw, err := b.rdb.Get(b.ctx, b.keys.Post(mine.id)).Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cached rkeys.Post
+	if err := json.Unmarshal(raw, &cached); err != nil || cached.ID != mine.id || cached.AuthorID != u ||
+		cached.Content != fmt.Sprint("post ", mine.id) || cached.CreatedAt != formatTime(mine.ms) || cached.Deleted {
+		t.Fatalf("post cache %s (%v)", raw, err)
+	}
+	if ms, err := b.rdb.ZScore(b.ctx, b.keys.Timeline(u), strconv.FormatInt(mine.id, 10)).Result(); err != nil || int64(ms) != mine.ms {
+		t.Fatalf("timeline score %v %v", ms, err)
+	}
 	sameFeed(t, "own post", b.readHome(u, 2), b.truth(u))
+}
+
+// When the write-through fails (here: the timeline key holds the wrong
+// type, so Redis refuses the ZADD; then the key goes away, as after an
+// eviction), the author's reads probe PostgreSQL for their posts of the
+// last OwnPostsWindow, in this process.
+func TestHomeOwnPostFallbackWhenWriteThroughFails(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	u, a := b.user(), b.user()
+	b.follow(u, a)
+	for i := range 3 {
+		b.post(a, base+int64(i))
+	}
+	b.projectAll(nil, []int64{u}, 500, 500)
+	b.rdb.Set(b.ctx, b.keys.Timeline(u), "not a sorted set", 0)
+	mine := b.post(u, time.Now().UnixMilli())
+	if err := b.feed.PostCreated(b.ctx, NewPost{ID: mine.id, AuthorID: u, Content: fmt.Sprint("post ", mine.id), CreatedAt: time.UnixMilli(mine.ms)}); err == nil {
+		t.Fatal("write-through into a string key did not fail")
+	}
+	b.rdb.Del(b.ctx, b.keys.Timeline(u))
+	p, err := b.feed.Home(b.ctx, u, "", 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Items) != 4 || itemKey(t, p.Items[0]) != mine {
+		t.Fatalf("page %+v: want the fresh own post first", p.Items)
+	}
+	if counter(b.feed.metrics.WriteThroughs.WithLabelValues("error")) != 1 {
+		t.Error("failed write-through not counted")
+	}
+	sameFeed(t, "own post via fallback", b.readHome(u, 2), b.truth(u))
+	// Another user (no failed write-through) is not probed: their fresh
+	// post, unprojected and not written through, is not shown yet.
+	v := b.user()
+	b.rdb.ZAdd(b.ctx, b.keys.Inbox(v), redis.Z{Score: math.Inf(1), Member: rkeys.SentinelBuilt})
+	b.post(v, time.Now().UnixMilli())
+	if p, err := b.feed.Home(b.ctx, v, "", 20); err != nil || len(p.Items) != 0 {
+		t.Fatalf("page %+v %v: a user without a failed write-through was probed", p.Items, err)
+	}
 }
 
 func TestHomeRejectsBadInput(t *testing.T) {

@@ -21,9 +21,7 @@ type visibility struct {
 }
 
 // hydrate turns the segment's keys, newest first, into up to want visible
-// items. Each batch is one pipelined GET per post (the post cache), one
-// PostgreSQL query for the posts the cache lacks, and one SMISMEMBER for
-// authors whose follow is not known yet. A batch over-fetches a little so
+// items, in batches (see hydrateBatch). A batch over-fetches a little so
 // that a few hidden posts (deleted, unfollowed) do not cost another batch.
 func (f *Feed) hydrate(ctx context.Context, keys []key, vis visibility, want int) ([]item, error) {
 	var out []item
@@ -53,29 +51,52 @@ type hydrated struct {
 	ok      bool
 }
 
+// hydrateBatch shows a batch of keys. Bodies come from the in-process post
+// cache; the posts it cannot answer (absent, or live but due for
+// confirmation) are read with GET post:{p} in one pipeline, together with
+// the follow check of the authors already known, so a warm batch costs one
+// round trip. Posts missing from the Redis cache come from PostgreSQL.
 func (f *Feed) hydrateBatch(ctx context.Context, batch []key, vis visibility) ([]item, error) {
 	res := make([]hydrated, len(batch))
-	cmds := make([]*redis.StringCmd, len(batch))
-	pipe := f.rdb.Pipeline()
-	queued := 0
+	ids := make([]int64, len(batch))
 	for i, k := range batch {
-		if it, ok := vis.pre[k.id]; ok {
+		ids[i] = k.id
+	}
+	cached := make([]*cachedPost, len(batch))
+	ask, _ := f.posts.lookup(ids, f.now(), cached)
+	for i, cp := range cached {
+		if cp != nil {
+			res[i] = fromCache(cp, batch[i])
+		}
+	}
+	// Posts read from PostgreSQL by the fallback probe need no cache.
+	var get []int
+	for _, i := range ask {
+		if it, ok := vis.pre[batch[i].id]; ok {
 			res[i] = hydrated{item: it, author: vis.viewer, ok: true}
 			continue
 		}
-		cmds[i] = pipe.Get(ctx, f.keys.Post(k.id))
-		queued++
+		get = append(get, i)
 	}
-	if queued > 0 {
+	pipe := f.rdb.Pipeline()
+	cmds := make([]*redis.StringCmd, len(get))
+	for j, i := range get {
+		cmds[j] = pipe.Get(ctx, f.keys.Post(batch[i].id))
+	}
+	follows := map[int64]bool{}
+	known := f.queueFollowCheck(ctx, pipe, res, vis)
+	if pipe.Len() > 0 {
 		if err := execPipe(ctx, pipe); err != nil {
 			return nil, fmt.Errorf("hydrate posts: %w", err)
 		}
 	}
+	if err := known.into(follows); err != nil {
+		return nil, err
+	}
+	now := f.now().UnixNano()
 	var missing []int64
-	for i, c := range cmds {
-		if c == nil {
-			continue
-		}
+	for j, c := range cmds {
+		i := get[j]
 		raw, err := c.Bytes()
 		if err != nil {
 			missing = append(missing, batch[i].id)
@@ -86,9 +107,12 @@ func (f *Feed) hydrateBatch(ctx context.Context, batch []key, vis visibility) ([
 			missing = append(missing, batch[i].id) // unreadable cache entry: ask the truth
 			continue
 		}
-		res[i] = hydrated{item: newItem(p.ID, p.AuthorID, p.Content, batch[i].ms), author: p.AuthorID, deleted: p.Deleted, ok: true}
+		cp := &cachedPost{it: newItem(p.ID, p.AuthorID, p.Content, batch[i].ms), author: p.AuthorID, deleted: p.Deleted, checkedAt: now}
+		f.posts.store(cp)
+		res[i] = fromCache(cp, batch[i])
 	}
-	f.metrics.Hydrations.WithLabelValues("redis").Add(float64(queued - len(missing)))
+	f.metrics.Hydrations.WithLabelValues("process").Add(float64(len(batch) - len(ask)))
+	f.metrics.Hydrations.WithLabelValues("redis").Add(float64(len(get) - len(missing)))
 	if len(missing) > 0 {
 		f.metrics.Hydrations.WithLabelValues("pg").Add(float64(len(missing)))
 		rows, err := f.pgPostsByID(ctx, missing)
@@ -100,16 +124,21 @@ func (f *Feed) hydrateBatch(ctx context.Context, batch []key, vis visibility) ([
 				continue
 			}
 			if r, ok := rows[batch[i].id]; ok {
-				it := r.item
-				it.key = batch[i] // the order the page was built in
-				res[i] = hydrated{item: it, author: r.author, deleted: r.deleted, ok: true}
+				cp := &cachedPost{it: r.item, author: r.author, deleted: r.deleted, checkedAt: now}
+				f.posts.store(cp)
+				res[i] = fromCache(cp, batch[i])
 			}
 			// A post the truth does not know is never shown.
 		}
 	}
-	follows, err := f.followsOf(ctx, res, vis)
+	// Authors learnt from Redis or PostgreSQL in this batch (a cold
+	// process cache): one more round trip.
+	more, err := f.followsOf(ctx, res, vis, follows)
 	if err != nil {
 		return nil, err
+	}
+	for a, ok := range more {
+		follows[a] = ok
 	}
 	out := make([]item, 0, len(res))
 	for _, h := range res {
@@ -127,10 +156,48 @@ func (f *Feed) hydrateBatch(ctx context.Context, batch []key, vis visibility) ([
 	return out, nil
 }
 
-// followsOf asks following:{viewer} about the authors whose follow is not
-// known yet: an author unfollowed since a post was pushed is hidden at once,
-// before the inbox projector removes the post.
-func (f *Feed) followsOf(ctx context.Context, res []hydrated, vis visibility) (map[int64]bool, error) {
+// fromCache shows a cached post at the key the page was built with.
+func fromCache(cp *cachedPost, k key) hydrated {
+	it := cp.it
+	it.key = k
+	return hydrated{item: it, author: cp.author, deleted: cp.deleted, ok: true}
+}
+
+// followCheck is a queued SMISMEMBER following:{viewer} and its authors.
+type followCheck struct {
+	cmd     *redis.BoolSliceCmd
+	authors []int64
+}
+
+// queueFollowCheck queues the follow check of the authors of res not known
+// yet, if the page checks follows at all.
+func (f *Feed) queueFollowCheck(ctx context.Context, pipe redis.Pipeliner, res []hydrated, vis visibility) followCheck {
+	ask, authors := followQuestions(res, vis, nil)
+	if len(ask) == 0 {
+		return followCheck{}
+	}
+	return followCheck{cmd: pipe.SMIsMember(ctx, f.keys.Following(vis.viewer), ask...), authors: authors}
+}
+
+// into records the answers in follows.
+func (c followCheck) into(follows map[int64]bool) error {
+	if c.cmd == nil {
+		return nil
+	}
+	is, err := c.cmd.Result()
+	if err != nil {
+		return fmt.Errorf("check follows: %w", err)
+	}
+	for i, a := range c.authors {
+		follows[a] = i < len(is) && is[i]
+	}
+	return nil
+}
+
+// followQuestions lists the authors of shown-candidate posts whose follow
+// is neither known from the page (the viewer, followed celebrities) nor
+// already answered.
+func followQuestions(res []hydrated, vis visibility, answered map[int64]bool) ([]any, []int64) {
 	if !vis.checkFollow {
 		return nil, nil
 	}
@@ -142,10 +209,21 @@ func (f *Feed) followsOf(ctx context.Context, res []hydrated, vis visibility) (m
 		if !h.ok || h.deleted || a == vis.viewer || vis.followed[a] || seen[a] {
 			continue
 		}
+		if _, ok := answered[a]; ok {
+			continue
+		}
 		seen[a] = true
 		ask = append(ask, strconv.FormatInt(a, 10))
 		authors = append(authors, a)
 	}
+	return ask, authors
+}
+
+// followsOf asks following:{viewer} about the authors whose follow is not
+// known yet: an author unfollowed since a post was pushed is hidden at once,
+// before the inbox projector removes the post.
+func (f *Feed) followsOf(ctx context.Context, res []hydrated, vis visibility, answered map[int64]bool) (map[int64]bool, error) {
+	ask, authors := followQuestions(res, vis, answered)
 	if len(ask) == 0 {
 		return nil, nil
 	}

@@ -17,11 +17,16 @@ type Metrics struct {
 	// source: "redis" (read models), "pg" (continued from PostgreSQL below a
 	// ~floor) and "cold" (inbox without ~built: served from PostgreSQL).
 	Sources *prometheus.CounterVec
-	// Hydrations counts posts hydrated from the Redis post cache ("redis")
-	// and from the PostgreSQL fallback ("pg").
+	// Hydrations counts posts hydrated from the in-process body cache
+	// ("process"), the Redis post cache ("redis", including confirmations
+	// of cached bodies) and the PostgreSQL fallback ("pg").
 	Hydrations *prometheus.CounterVec
 	// Rebuilds counts background inbox rebuilds by result ("ok", "error").
 	Rebuilds *prometheus.CounterVec
+	// WriteThroughs counts PostCreated writes of a new post to Redis by
+	// result ("ok", "error"); an error turns on the PostgreSQL fallback
+	// for that author.
+	WriteThroughs *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*Metrics, error) {
@@ -42,11 +47,15 @@ func newMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "feed_query_inbox_rebuilds_total",
 			Help: "Background rebuilds of cold inboxes, by result.",
 		}, []string{"result"}),
+		WriteThroughs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "feed_query_write_throughs_total",
+			Help: "Own posts written through to Redis on create (read-your-writes), by result.",
+		}, []string{"result"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.CacheLookups, m.Sources, m.Hydrations, m.Rebuilds} {
+	for _, c := range []prometheus.Collector{m.CacheLookups, m.Sources, m.Hydrations, m.Rebuilds, m.WriteThroughs} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register query metrics (one Feed per registry): %w", err)
 		}

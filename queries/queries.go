@@ -56,11 +56,22 @@ type Config struct {
 	// writes for one user from one process (default 5 min). It must stay far
 	// below the projectors' inactivity threshold (30 days).
 	ActivityWriteInterval time.Duration
-	// OwnPostsWindow: the caller's own posts created this recently are read
-	// from PostgreSQL on every home read whose page reaches that far up, so
-	// a fresh post shows even while the projectors lag (read-your-writes).
-	// Default 1 min; it must exceed the projectors' normal lag.
+	// OwnPostsWindow is the read-your-writes fallback: after PostCreated
+	// failed to write a post through to Redis, this process reads the
+	// author's own posts created this recently from PostgreSQL on their
+	// home reads, for this long (default 1 min; it must exceed the
+	// projectors' normal lag). Authors whose write-through succeeded cost
+	// PostgreSQL nothing.
 	OwnPostsWindow time.Duration
+	// PostCacheSize bounds the in-process cache of post bodies, in posts
+	// (default 100,000; about 300 bytes each with 100-character content).
+	PostCacheSize int
+	// PostCacheTTL is how long a cached post is trusted to be live before
+	// the next page that shows it asks Redis again (default 1 s, at most
+	// 5 s): a deletion is hidden at most this long after the posts
+	// projector wrote its tombstone. Bodies themselves never expire (they
+	// are immutable); a known deletion is final.
+	PostCacheTTL time.Duration
 	// RebuildTimeout bounds one background inbox rebuild (default 10 s).
 	RebuildTimeout time.Duration
 	// Registerer receives the metrics; nil registers nothing.
@@ -76,6 +87,8 @@ func (c Config) withDefaults() Config {
 	c.ActivityWriteInterval = cmp.Or(c.ActivityWriteInterval, 5*time.Minute)
 	c.OwnPostsWindow = cmp.Or(c.OwnPostsWindow, time.Minute)
 	c.RebuildTimeout = cmp.Or(c.RebuildTimeout, 10*time.Second)
+	c.PostCacheSize = cmp.Or(c.PostCacheSize, 100_000)
+	c.PostCacheTTL = cmp.Or(c.PostCacheTTL, time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -97,6 +110,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("queries: OwnPostsWindow %v must be positive", c.OwnPostsWindow)
 	case c.RebuildTimeout <= 0:
 		return fmt.Errorf("queries: RebuildTimeout %v must be positive", c.RebuildTimeout)
+	case c.PostCacheSize < 2*(MaxLimit+1):
+		return fmt.Errorf("queries: PostCacheSize %d must be at least %d", c.PostCacheSize, 2*(MaxLimit+1))
+	case c.PostCacheTTL <= 0 || c.PostCacheTTL > 5*time.Second:
+		return fmt.Errorf("queries: PostCacheTTL %v must be in (0, 5s]", c.PostCacheTTL)
 	}
 	return nil
 }
@@ -127,6 +144,8 @@ type Feed struct {
 	now     func() time.Time
 
 	celebs    celebrityCache
+	posts     *postCache
+	recent    recentAuthors // failed write-throughs: read-your-writes fallback
 	timelines timelineCache
 	activity  activityTracker
 	flights   rebuildFlights
@@ -155,6 +174,8 @@ func New(cfg Config, db DB, rdb redis.UniversalClient) (*Feed, error) {
 	f.timelines.ttl = cfg.CelebrityCacheTTL
 	f.timelines.size = cfg.TimelineCacheSize
 	f.activity.interval = cfg.ActivityWriteInterval
+	f.posts = newPostCache(cfg.PostCacheSize, cfg.PostCacheTTL)
+	f.recent.window = cfg.OwnPostsWindow
 	return f, nil
 }
 

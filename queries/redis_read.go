@@ -3,8 +3,11 @@ package queries
 import (
 	"context"
 	"errors"
+	"math"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/feedco/feed/internal/rkeys"
 )
 
 // addRange queues ZREVRANGEBYSCORE k <cur.ms inclusive> -inf WITHSCORES
@@ -47,4 +50,70 @@ func execPipe(ctx context.Context, pipe redis.Pipeliner) error {
 		return err
 	}
 	return nil
+}
+
+// setRead is a queued read of a sentinel-carrying sorted set (an inbox or a
+// timeline) from a cursor.
+type setRead struct {
+	z            *redis.ZSliceCmd
+	built, floor *redis.FloatCmd // nil on the first page: the reply has them
+	limit        int
+	first        bool
+}
+
+// addSetRead queues the read of k from cur with n entries. The first page
+// reads from +inf inclusive with one more entry: the reply starts with
+// ~built (score +inf) and, when it is not cut, ends with ~floor (every real
+// member scores at or above it, and '~' sorts after digits, so in a reverse
+// range it comes before the members of its own score). So one command
+// answers what otherwise takes three. Deeper pages cannot see a floor above
+// the cursor in their reply and ask ZSCORE (~built only if wantBuilt).
+func addSetRead(ctx context.Context, pipe redis.Pipeliner, k string, cur key, n int, wantBuilt bool) setRead {
+	if cur.ms >= maxCursorMs {
+		z := pipe.ZRevRangeByScoreWithScores(ctx, k, &redis.ZRangeBy{Max: "+inf", Min: "-inf", Count: int64(n + 1)})
+		return setRead{z: z, limit: n + 1, first: true}
+	}
+	r := setRead{z: addRange(ctx, pipe, k, cur, n), limit: n}
+	if wantBuilt {
+		r.built = pipe.ZScore(ctx, k, rkeys.SentinelBuilt)
+	}
+	r.floor = pipe.ZScore(ctx, k, rkeys.SentinelFloor)
+	return r
+}
+
+// result returns the read as a source and whether the set has ~built.
+func (r setRead) result() (source, bool, error) {
+	reply, err := r.z.Result()
+	if err != nil {
+		return source{}, false, err
+	}
+	if r.first {
+		built := false
+		var floor *int64
+		for _, z := range reply {
+			switch z.Member {
+			case rkeys.SentinelBuilt:
+				built = true
+			case rkeys.SentinelFloor:
+				if !math.IsInf(z.Score, 0) && !math.IsNaN(z.Score) {
+					ms := int64(z.Score)
+					floor = &ms
+				}
+			}
+		}
+		return zsource(reply, r.limit, floor), built, nil
+	}
+	built := false
+	if r.built != nil {
+		b, err := optionalScore(r.built)
+		if err != nil {
+			return source{}, false, err
+		}
+		built = b != nil
+	}
+	floor, err := optionalScore(r.floor)
+	if err != nil {
+		return source{}, false, err
+	}
+	return zsource(reply, r.limit, floor), built, nil
 }

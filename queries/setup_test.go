@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -295,4 +296,42 @@ func counter(c prometheus.Counter) float64 {
 		panic(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// created does what the api's AfterPostCreated hook does for a post row
+// written by post or postID.
+func (b *bundle) created(author int64, k key) {
+	b.t.Helper()
+	err := b.feed.PostCreated(b.ctx, NewPost{ID: k.id, AuthorID: author, Content: fmt.Sprint("post ", k.id), CreatedAt: time.UnixMilli(k.ms)})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+// roundTrips counts the Redis round trips (a command or a pipeline) of the
+// bundle's client from now on.
+type roundTrips struct{ n atomic.Int64 }
+
+func countRoundTrips(b *bundle) *roundTrips {
+	rt := &roundTrips{}
+	b.rdb.AddHook(rtHook{rt})
+	return rt
+}
+
+type rtHook struct{ rt *roundTrips }
+
+func (rtHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h rtHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.rt.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (h rtHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.rt.n.Add(1)
+		return next(ctx, cmds)
+	}
 }

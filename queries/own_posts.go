@@ -1,0 +1,123 @@
+package queries
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/feedco/feed/internal/rkeys"
+)
+
+// NewPost is a post the write side has just committed, as the api's
+// AfterPostCreated hook reports it.
+type NewPost struct {
+	ID        int64
+	AuthorID  int64
+	Content   string
+	CreatedAt time.Time
+}
+
+// writeThroughTimeout bounds the Redis write of PostCreated: it runs on the
+// request path of POST /api/posts, and the projectors write the same thing
+// later anyway.
+const writeThroughTimeout = 500 * time.Millisecond
+
+// ownPostScript adds a post to its author's timeline the way the timelines
+// projector does, minus the trim: only strictly above ~floor (every real
+// member of a timeline scores above its floor; below it the set claims
+// nothing). The projector's later ZADD of the same member is a no-op, and
+// its trim runs then. One key, so it is valid on Redis Cluster.
+//
+// KEYS[1] timeline:{author}; ARGV[1] score (created_at ms); ARGV[2] post id.
+var ownPostScript = `
+local f = redis.call('ZSCORE', KEYS[1], '~floor')
+if f and tonumber(ARGV[1]) <= tonumber(f) then return 0 end
+return redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2])
+`
+
+// PostCreated gives the author of a just-committed post read-your-writes
+// without asking PostgreSQL on every read: it writes the post through to
+// the read models its author's home feed reads (their own timeline, and
+// the post cache with SET NX, so a tombstone written meanwhile is never
+// overwritten) in one pipeline, and caches the body in process. The
+// projectors write the same entries later; both writes are idempotent.
+//
+// Best effort: when the Redis write fails, this process remembers the
+// author for OwnPostsWindow and their home reads probe PostgreSQL for
+// their newest posts meanwhile; the error is returned for logging only.
+// The post is committed either way.
+func (f *Feed) PostCreated(ctx context.Context, p NewPost) error {
+	if p.ID <= 0 || p.AuthorID <= 0 {
+		return ErrInvalidID
+	}
+	now := f.now()
+	ms := p.CreatedAt.UnixMilli()
+	cp := &cachedPost{it: newItem(p.ID, p.AuthorID, p.Content, ms), author: p.AuthorID, checkedAt: now.UnixNano()}
+	f.posts.store(cp)
+	body, err := json.Marshal(rkeys.Post{ID: p.ID, AuthorID: p.AuthorID, Content: p.Content, CreatedAt: cp.it.post.CreatedAt})
+	if err != nil {
+		return fmt.Errorf("encode post %d: %w", p.ID, err)
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeThroughTimeout)
+	defer cancel()
+	pipe := f.rdb.Pipeline()
+	pipe.Eval(ctx, ownPostScript, []string{f.keys.Timeline(p.AuthorID)}, ms, strconv.FormatInt(p.ID, 10))
+	pipe.SetNX(ctx, f.keys.Post(p.ID), body, 0)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		f.recent.mark(p.AuthorID, now)
+		f.metrics.WriteThroughs.WithLabelValues("error").Inc()
+		return fmt.Errorf("write post %d through to Redis: %w", p.ID, err)
+	}
+	f.metrics.WriteThroughs.WithLabelValues("ok").Inc()
+	return nil
+}
+
+// recentAuthors remembers, per process, the authors whose write-through
+// failed, and when: their home reads probe PostgreSQL for their own newest
+// posts until OwnPostsWindow has passed.
+type recentAuthors struct {
+	window time.Duration
+
+	mu sync.Mutex
+	at map[int64]time.Time
+}
+
+func (r *recentAuthors) mark(author int64, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.at == nil {
+		r.at = make(map[int64]time.Time)
+	}
+	if len(r.at) > 100_000 {
+		for a, t := range r.at {
+			if now.Sub(t) >= r.window {
+				delete(r.at, a)
+			}
+		}
+	}
+	r.at[author] = now
+}
+
+// has reports whether a write-through of author failed within the window.
+// The latest failure is kept, so every failed post (created at or before
+// it) stays covered by the probe (posts of the last window) while it may
+// still be missing from Redis.
+func (r *recentAuthors) has(author int64, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t, ok := r.at[author]
+	if !ok {
+		return false
+	}
+	if now.Sub(t) >= r.window {
+		delete(r.at, author)
+		return false
+	}
+	return true
+}
