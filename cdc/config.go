@@ -41,7 +41,7 @@ type Config struct {
 	// well inside wal_sender_timeout (60s). Default 10s.
 	StatusInterval time.Duration
 	// StateInterval is how often the progress row (cdc_state) is written
-	// and the slot's lag in bytes measured. Default 5s.
+	// and the slot's lag in bytes measured. Default 1s.
 	StateInterval time.Duration
 	// LagWarnBytes: a loud warning is logged while the slot holds more WAL
 	// than this. Default 256 MiB.
@@ -68,7 +68,7 @@ func (c Config) withDefaults() Config {
 	c.MaxInFlight = cmp.Or(c.MaxInFlight, 32768)
 	c.ConfirmInterval = cmp.Or(c.ConfirmInterval, time.Second)
 	c.StatusInterval = cmp.Or(c.StatusInterval, 10*time.Second)
-	c.StateInterval = cmp.Or(c.StateInterval, 5*time.Second)
+	c.StateInterval = cmp.Or(c.StateInterval, time.Second)
 	c.LagWarnBytes = cmp.Or(c.LagWarnBytes, 256<<20)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 10*time.Second)
 	c.MinBackoff = cmp.Or(c.MinBackoff, 100*time.Millisecond)
