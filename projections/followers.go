@@ -39,7 +39,7 @@ func NewFollowers(cfg Config, rdb redis.UniversalClient) (*Followers, error) {
 func (*Followers) Name() string { return NameFollowers }
 
 // Group implements Projector.
-func (*Followers) Group() string { return GroupFollowers }
+func (p *Followers) Group() string { return GroupFor(NameFollowers, p.cfg.Keys.Version(NameFollowers)) }
 
 // Apply implements Projector.
 func (p *Followers) Apply(ctx context.Context, env events.Envelope, ev events.Event) error {

@@ -40,7 +40,7 @@ func NewInbox(cfg Config, pg Querier, rdb redis.UniversalClient, m *Metrics) (*I
 func (*Inbox) Name() string { return NameInbox }
 
 // Group implements Projector.
-func (*Inbox) Group() string { return GroupInbox }
+func (p *Inbox) Group() string { return GroupFor(NameInbox, p.cfg.Keys.Version(NameInbox)) }
 
 // Apply implements Projector.
 func (p *Inbox) Apply(ctx context.Context, _ events.Envelope, ev events.Event) error {

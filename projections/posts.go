@@ -40,7 +40,7 @@ func NewPosts(cfg Config, rdb redis.UniversalClient) (*Posts, error) {
 func (*Posts) Name() string { return NamePosts }
 
 // Group implements Projector.
-func (*Posts) Group() string { return GroupPosts }
+func (p *Posts) Group() string { return GroupFor(NamePosts, p.cfg.Keys.Version(NamePosts)) }
 
 // Apply implements Projector.
 func (p *Posts) Apply(ctx context.Context, _ events.Envelope, ev events.Event) error {

@@ -37,6 +37,14 @@ const (
 	GroupPosts     = "feed.projection.posts.v1"
 )
 
+// GroupFor is the consumer group of projector name at a projection version:
+// version 1 is the historical name above (GroupInbox, ...); a rebuild to
+// version n gets a new group, ".v{n}", whose offsets it seeds itself (see
+// docs/rebuild.md). WARNING: the same as on GroupInbox.
+func GroupFor(name string, version int) string {
+	return "feed.projection." + name + ".v" + strconv.Itoa(max(version, 1))
+}
+
 // Names of the projectors, as `feed project --only` accepts them.
 const (
 	NameInbox     = "inbox"
@@ -114,6 +122,9 @@ func DefaultConfig() Config {
 // withDefaults fills zero fields.
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
+	// A projector's keys and group never change under it: a version switch
+	// restarts it (Supervisor).
+	c.Keys = c.Keys.Fixed()
 	c.CelebrityThreshold = cmp.Or(c.CelebrityThreshold, d.CelebrityThreshold)
 	c.InboxMax = cmp.Or(c.InboxMax, d.InboxMax)
 	if c.InboxTrimSlack < 0 {

@@ -36,7 +36,7 @@ func NewTimelines(cfg Config, rdb redis.UniversalClient) (*Timelines, error) {
 func (*Timelines) Name() string { return NameTimelines }
 
 // Group implements Projector.
-func (*Timelines) Group() string { return GroupTimelines }
+func (p *Timelines) Group() string { return GroupFor(NameTimelines, p.cfg.Keys.Version(NameTimelines)) }
 
 // Apply implements Projector. A post is added exactly (no trim slack: one
 // write per post is cheap), so the result does not depend on the order.

@@ -40,6 +40,7 @@ type DB interface {
 // Config tunes the read side. Zero values take the defaults.
 type Config struct {
 	// Keys names the Redis read models (the prefix selects a namespace).
+	// With Versions nil the projection versions follow the registry.
 	Keys rkeys.Keys
 	// InboxMax is how many posts a cold rebuild writes into an inbox
 	// (FEED_INBOX_MAX, default 500); the projector trims to the same bound.
@@ -164,6 +165,18 @@ func New(cfg Config, db DB, rdb redis.UniversalClient) (*Feed, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.Keys.Versions == nil {
+		// Follow the projection versions `feed rebuild` switches, without
+		// a restart: keys are built from the registry, re-read at most once
+		// a second (docs/rebuild.md).
+		vctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		lv, err := rkeys.NewLiveVersions(vctx, rdb, cfg.Keys.Prefix, time.Second)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("queries: %w", err)
+		}
+		cfg.Keys.Versions = lv
 	}
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {

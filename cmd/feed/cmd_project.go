@@ -80,17 +80,24 @@ func runProjectors(ctx context.Context, a *App, names []string, reg prometheus.R
 	if err != nil {
 		return err
 	}
-	ps, err := projections.New(projectionConfig(a.Cfg), a.Pool, a.Redis, m, names...)
-	if err != nil {
+	if _, err := projections.New(projectionConfig(a.Cfg), a.Pool, a.Redis, m, names...); err != nil {
 		return usageError{err.Error()}
 	}
+	ps := names
+	if len(ps) == 0 {
+		ps = projections.Names()
+	}
 	projections.WarnListpack(ctx, a.Redis, a.Cfg.InboxMax, a.Log)
-	r, err := projections.NewRunner(projections.RunnerConfig{
-		Brokers: brokersOf(a.Cfg), Topic: a.Cfg.Topic, Logger: a.Log, Metrics: m,
-	}, ps...)
+	// Each projector runs at its projection's active version and restarts
+	// on the new one when `feed rebuild` switches it (docs/rebuild.md).
+	s, err := projections.NewSupervisor(projections.SupervisorConfig{
+		Projections: projectionConfig(a.Cfg),
+		Runner:      projections.RunnerConfig{Brokers: brokersOf(a.Cfg), Topic: a.Cfg.Topic, Logger: a.Log, Metrics: m},
+		Names:       ps,
+	}, a.Pool, a.Redis, m)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "project: running %v on topic %s (groups %v)\n", names, a.Cfg.Topic, r.Groups())
-	return r.Run(ctx)
+	fmt.Fprintf(os.Stderr, "project: running %v on topic %s (following projection versions)\n", ps, a.Cfg.Topic)
+	return s.Run(ctx)
 }

@@ -30,7 +30,7 @@ func init() {
 	// Registered here, in this order; other areas may append theirs.
 	registerStatusSection("cdc", printCDCStatus)
 	registerStatusSection("projections", func(ctx context.Context, a *App, w io.Writer) error {
-		return printProjectionStatus(ctx, a.Cfg, w)
+		return printProjectionStatus(ctx, a, w)
 	})
 }
 

@@ -7,24 +7,48 @@ import (
 	"time"
 
 	"github.com/feedco/feed/projections"
+	"github.com/feedco/feed/rebuild"
 )
 
-// projectionGroups are the consumer groups `feed status` reports.
-var projectionGroups = []string{projections.GroupInbox, projections.GroupTimelines, projections.GroupFollowers, projections.GroupPosts}
-
-// printProjectionStatus writes the consumer lag of every projector's group:
-// the messages of the topic it has not committed yet. `feed status` calls it
-// for its projections section.
-func printProjectionStatus(ctx context.Context, cfg Config, w io.Writer) error {
+// printProjectionStatus writes, per projection, its active version, the
+// active version's consumer group and its lag (the messages of the topic it
+// has not committed yet), and whether a rebuild is running. `feed status`
+// calls it for its projections section.
+func printProjectionStatus(ctx context.Context, a *App, w io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	lags, err := projections.ConsumerLag(ctx, brokersOf(cfg), cfg.Topic, projectionGroups)
+	rdb := a.Redis
+	if rdb == nil {
+		var err error
+		if rdb, err = openRedis(ctx, a.Cfg, 4); err != nil {
+			return err
+		}
+		defer rdb.Close()
+	}
+	st, err := rebuild.ReadStatus(ctx, a.Pool, rdb, projections.RunnerConfig{Brokers: brokersOf(a.Cfg), Topic: a.Cfg.Topic}, "")
+	if len(st.Projections) == 0 {
+		return fmt.Errorf("projection status: %w", err)
+	}
+	fmt.Fprintln(w, "projections (active version, consumer group, lag in messages):")
+	for _, p := range st.Projections {
+		lag := fmt.Sprint(p.Lag)
+		if p.Lag < 0 {
+			lag = "unknown"
+		}
+		note := ""
+		if p.Dirty && !st.Running {
+			note = "  (an interrupted rebuild left keys of another version: the next `feed rebuild " + p.Name + "` deletes them)"
+		}
+		fmt.Fprintf(w, "  %-10s v%-3d %-34s %s%s\n", p.Name, p.Version, p.Group, lag, note)
+	}
+	if st.Running {
+		fmt.Fprintf(w, "  rebuild running: %s to v%s, phase %s (started %s)\n",
+			st.Info["projection"], st.Info["version"], st.Info["phase"], st.Info["started"])
+	} else {
+		fmt.Fprintln(w, "  rebuild running: no")
+	}
 	if err != nil {
 		return fmt.Errorf("projection lag: %w", err)
-	}
-	fmt.Fprintln(w, "projections (consumer lag, messages):")
-	for _, g := range projectionGroups {
-		fmt.Fprintf(w, "  %-34s %d\n", g, lags[g])
 	}
 	return nil
 }

@@ -6,37 +6,68 @@ package rkeys
 import "strconv"
 
 // Keys builds key names under a namespace prefix ("" in production by
-// default; a versioned prefix during a rebuild; a random one in tests).
+// default; a random one in tests) and, per projection, an active version:
+// version 1 keys keep their historical names (`feed:{u}`), version n > 1
+// keys put `v{n}:` in front (`v2:feed:{u}`), so a rebuild writes a new
+// namespace beside the live one (docs/rebuild.md). Hash tags are unchanged.
 type Keys struct {
 	Prefix string
+	// Versions gives each projection's version when a key is built; nil
+	// means version 1 everywhere. A Versions value fixes them; a
+	// *LiveVersions follows the registry (the query side).
+	Versions VersionSource
 }
 
 func id(v int64) string { return strconv.FormatInt(v, 10) }
 
+// Version returns the version k builds the keys of projection with.
+func (k Keys) Version(projection string) int {
+	if k.Versions == nil {
+		return 1
+	}
+	return max(k.Versions.Version(projection), 1)
+}
+
+// ns is the namespace of one projection's keys: the prefix, plus `v{n}:`
+// from version 2 on.
+func (k Keys) ns(projection string) string {
+	v := k.Version(projection)
+	if v == 1 {
+		return k.Prefix
+	}
+	return k.Prefix + "v" + strconv.Itoa(v) + ":"
+}
+
 // Inbox is a user's home-feed sorted set: member post id, score created_at ms.
-func (k Keys) Inbox(userID int64) string { return k.Prefix + "feed:{" + id(userID) + "}" }
+func (k Keys) Inbox(userID int64) string { return k.ns(ProjectionInbox) + "feed:{" + id(userID) + "}" }
 
 // Timeline is an author's recent posts, same member and score as the inbox.
-func (k Keys) Timeline(authorID int64) string { return k.Prefix + "timeline:{" + id(authorID) + "}" }
+func (k Keys) Timeline(authorID int64) string {
+	return k.ns(ProjectionTimelines) + "timeline:{" + id(authorID) + "}"
+}
 
 // Post is the cached post body (JSON) used to hydrate feed pages.
-func (k Keys) Post(postID int64) string { return k.Prefix + "post:{" + id(postID) + "}" }
+func (k Keys) Post(postID int64) string { return k.ns(ProjectionPosts) + "post:{" + id(postID) + "}" }
 
 // Followers holds an account's follower count and its idempotency state.
-func (k Keys) Followers(userID int64) string { return k.Prefix + "followers:{" + id(userID) + "}" }
+func (k Keys) Followers(userID int64) string {
+	return k.ns(ProjectionFollowers) + "followers:{" + id(userID) + "}"
+}
 
 // Following is the set of accounts a user follows.
-func (k Keys) Following(userID int64) string { return k.Prefix + "following:{" + id(userID) + "}" }
+func (k Keys) Following(userID int64) string {
+	return k.ns(ProjectionFollowers) + "following:{" + id(userID) + "}"
+}
 
 // FollowingVersions is the followers projector's idempotency state for
 // Following: per followee, the last applied stream version of the pair. It
 // shares the user's hash tag so one script updates both atomically.
 func (k Keys) FollowingVersions(userID int64) string {
-	return k.Prefix + "following_v:{" + id(userID) + "}"
+	return k.ns(ProjectionFollowers) + "following_v:{" + id(userID) + "}"
 }
 
 // Celebrities is the set of authors at or over the celebrity threshold.
-func (k Keys) Celebrities() string { return k.Prefix + "celebrities" }
+func (k Keys) Celebrities() string { return k.ns(ProjectionFollowers) + "celebrities" }
 
 // Sentinel members of inbox and timeline sorted sets. Real members are
 // decimal post ids; anything starting with '~' is a sentinel that readers

@@ -1,0 +1,200 @@
+package rkeys
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Projection names, as the version registry and `feed rebuild` spell them.
+const (
+	ProjectionInbox     = "inbox"
+	ProjectionTimelines = "timelines"
+	ProjectionFollowers = "followers"
+	ProjectionPosts     = "posts"
+)
+
+// Projections lists every projection that owns keys.
+func Projections() []string {
+	return []string{ProjectionPosts, ProjectionFollowers, ProjectionTimelines, ProjectionInbox}
+}
+
+// VersionSource gives the version whose keys a projection's names are built
+// with. Implementations must be safe for concurrent use.
+type VersionSource interface {
+	Version(projection string) int
+}
+
+// Versions is a fixed version per projection (0 means 1). Projectors use a
+// fixed value: their keys and consumer group never change under them.
+type Versions struct {
+	Inbox, Timelines, Followers, Posts int
+}
+
+// Version implements VersionSource.
+func (v Versions) Version(projection string) int {
+	var n int
+	switch projection {
+	case ProjectionInbox:
+		n = v.Inbox
+	case ProjectionTimelines:
+		n = v.Timelines
+	case ProjectionFollowers:
+		n = v.Followers
+	case ProjectionPosts:
+		n = v.Posts
+	}
+	return max(n, 1)
+}
+
+// With returns v with projection set to version n.
+func (v Versions) With(projection string, n int) Versions {
+	switch projection {
+	case ProjectionInbox:
+		v.Inbox = n
+	case ProjectionTimelines:
+		v.Timelines = n
+	case ProjectionFollowers:
+		v.Followers = n
+	case ProjectionPosts:
+		v.Posts = n
+	}
+	return v
+}
+
+// Fixed returns k with its versions resolved now: the same names until the
+// returned value is dropped, whatever the registry does later.
+func (k Keys) Fixed() Keys {
+	if k.Versions == nil {
+		return k
+	}
+	var v Versions
+	for _, p := range Projections() {
+		v = v.With(p, k.Version(p))
+	}
+	return Keys{Prefix: k.Prefix, Versions: v}
+}
+
+// VersionsKey is the registry hash: field = projection name, value = its
+// active version (missing: 1). Not versioned itself.
+func (k Keys) VersionsKey() string { return k.Prefix + "projection:versions" }
+
+// RebuildKey is the hash a running rebuild describes itself in (for `feed
+// status`); the lock itself is elsewhere (see docs/rebuild.md).
+func (k Keys) RebuildKey() string { return k.Prefix + "projection:rebuild" }
+
+// DirtyField is the registry field that says keys of projection other than
+// its active version may exist (a rebuild started and has not cleaned up).
+func DirtyField(projection string) string { return projection + ".dirty" }
+
+// LoadVersions reads the active versions from the registry.
+func LoadVersions(ctx context.Context, rdb redis.Cmdable, prefix string) (Versions, error) {
+	m, err := rdb.HGetAll(ctx, Keys{Prefix: prefix}.VersionsKey()).Result()
+	if err != nil {
+		return Versions{}, fmt.Errorf("read projection versions: %w", err)
+	}
+	var v Versions
+	for _, p := range Projections() {
+		if s, ok := m[p]; ok {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 1 {
+				return Versions{}, fmt.Errorf("read projection versions: %s = %q is not a version", p, s)
+			}
+			v = v.With(p, n)
+		}
+	}
+	return v, nil
+}
+
+// Classify tells which projection and version a key under k.Prefix belongs
+// to; ok is false for a key that is no read model's (the registry, other
+// tools' keys). It is the inverse of the builders above, so a cleanup that
+// deletes by Classify never touches another version's keys: `feed:{*` and
+// `v2:feed:{*` are told apart by the leading `v{n}:`.
+func (k Keys) Classify(key string) (projection string, version int, ok bool) {
+	rest, found := strings.CutPrefix(key, k.Prefix)
+	if !found {
+		return "", 0, false
+	}
+	version = 1
+	if len(rest) > 2 && rest[0] == 'v' {
+		if i := strings.IndexByte(rest, ':'); i > 1 {
+			if n, err := strconv.Atoi(rest[1:i]); err == nil && n >= 2 && rest[1] != '0' {
+				version, rest = n, rest[i+1:]
+			}
+		}
+	}
+	switch {
+	case strings.HasPrefix(rest, "feed:{"):
+		return ProjectionInbox, version, true
+	case strings.HasPrefix(rest, "timeline:{"):
+		return ProjectionTimelines, version, true
+	case strings.HasPrefix(rest, "post:{"):
+		return ProjectionPosts, version, true
+	case strings.HasPrefix(rest, "followers:{"), strings.HasPrefix(rest, "following:{"),
+		strings.HasPrefix(rest, "following_v:{"), rest == "celebrities":
+		return ProjectionFollowers, version, true
+	}
+	return "", 0, false
+}
+
+// LiveVersions follows the registry for the query side: Version answers
+// from memory and, at most once per interval, refreshes from Redis in the
+// background, so a switch is seen within about one interval without a
+// restart and no read waits on the registry.
+type LiveVersions struct {
+	rdb      redis.UniversalClient
+	prefix   string
+	interval time.Duration
+
+	cur        atomic.Pointer[Versions]
+	next       atomic.Int64 // unix nanos of the next refresh
+	refreshing atomic.Bool
+}
+
+// NewLiveVersions loads the registry once (so the first read already uses
+// the active versions) and returns the follower. interval <= 0 means 1 s.
+func NewLiveVersions(ctx context.Context, rdb redis.UniversalClient, prefix string, interval time.Duration) (*LiveVersions, error) {
+	if rdb == nil {
+		return nil, fmt.Errorf("live versions: nil Redis")
+	}
+	if interval <= 0 {
+		interval = time.Second
+	}
+	v, err := LoadVersions(ctx, rdb, prefix)
+	if err != nil {
+		return nil, err
+	}
+	l := &LiveVersions{rdb: rdb, prefix: prefix, interval: interval}
+	l.cur.Store(&v)
+	l.next.Store(time.Now().Add(interval).UnixNano())
+	return l, nil
+}
+
+// Version implements VersionSource.
+func (l *LiveVersions) Version(projection string) int {
+	if time.Now().UnixNano() >= l.next.Load() && l.refreshing.CompareAndSwap(false, true) {
+		go l.refresh()
+	}
+	return l.cur.Load().Version(projection)
+}
+
+// Current returns the versions in use now.
+func (l *LiveVersions) Current() Versions { return *l.cur.Load() }
+
+func (l *LiveVersions) refresh() {
+	defer l.refreshing.Store(false)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if v, err := LoadVersions(ctx, l.rdb, l.prefix); err == nil {
+		l.cur.Store(&v)
+	}
+	// On an error the old versions stay (Redis is down: nothing is read
+	// anyway); try again after the interval.
+	l.next.Store(time.Now().Add(l.interval).UnixNano())
+}

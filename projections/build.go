@@ -1,0 +1,346 @@
+package projections
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/feedco/feed/events"
+	"github.com/feedco/feed/internal/rkeys"
+	"github.com/feedco/feed/internal/snowflake"
+)
+
+// Bulk builds for `feed rebuild` (docs/rebuild.md). Each writes a read model
+// into the projector's own (fresh, versioned) keys in pipelined batches, and
+// leaves it in a state the projector's Apply could have produced: a rebuild
+// then starts the projector's consumer group at offsets taken before the
+// build, so what the build did not see is applied on top, and what it saw
+// twice is absorbed by the projector's idempotency.
+//
+// Posts, timelines and inboxes are built from the inline projections of the
+// write side (posts, follows, user_activity): they are committed in the
+// same transaction as the events, so a snapshot of them is the log folded
+// up to that snapshot, and they are far cheaper to read than the log
+// (an inbox is one query instead of a fan-out per post). Followers replays
+// the follow events themselves (ApplyBatch): its idempotency state (the
+// last applied stream version of each pair) exists only in the log.
+
+// BuildBatch is the number of rows per query and pipeline (posts), and
+// BuildOwners the number of owners (users) per query and pipeline
+// (timelines, inboxes); BuildWorkers owner pages are built at once.
+const (
+	BuildBatch   = 2000
+	BuildOwners  = 250
+	BuildWorkers = 4
+)
+
+// Progress is told how many units (rows, users, events) were written.
+type Progress func(n int)
+
+func (f Progress) add(n int) {
+	if f != nil && n > 0 {
+		f(n)
+	}
+}
+
+// BuildPosts writes every post of the posts table into the post cache, as
+// the projector would after seeing its events: the body, or for a deleted
+// post the tombstone.
+func (p *Posts) BuildPosts(ctx context.Context, pg Querier, progress Progress) (int64, error) {
+	const q = `SELECT id, author_id, content, created_at, deleted FROM posts WHERE id > $1 ORDER BY id LIMIT $2`
+	var last, total int64
+	for {
+		rows, err := pg.Query(ctx, q, last, BuildBatch)
+		if err != nil {
+			return total, fmt.Errorf("read posts: %w", err)
+		}
+		pipe := p.rdb.Pipeline()
+		n := 0
+		for rows.Next() {
+			var (
+				post    rkeys.Post
+				at      time.Time
+				deleted bool
+			)
+			if err := rows.Scan(&post.ID, &post.AuthorID, &post.Content, &at, &deleted); err != nil {
+				rows.Close()
+				return total, fmt.Errorf("read posts: %w", err)
+			}
+			if deleted {
+				post = rkeys.Post{ID: post.ID, AuthorID: post.AuthorID, Deleted: true,
+					CreatedAt: snowflake.Time(post.ID).Format(createdAtLayout)}
+			} else {
+				post.CreatedAt = at.UTC().Format(createdAtLayout)
+			}
+			b, err := json.Marshal(post)
+			if err != nil {
+				rows.Close()
+				return total, fmt.Errorf("encode post %d: %w", post.ID, err)
+			}
+			pipe.Set(ctx, p.cfg.Keys.Post(post.ID), b, 0)
+			last = post.ID
+			n++
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return total, fmt.Errorf("read posts: %w", err)
+		}
+		if n > 0 {
+			if _, err := pipe.Exec(ctx); err != nil {
+				return total, fmt.Errorf("write posts: %w", err)
+			}
+		}
+		total += int64(n)
+		progress.add(n)
+		if n < BuildBatch {
+			return total, nil
+		}
+	}
+}
+
+// newestPerOwnerSQL is, for each owner in $1, up to $2 newest non-deleted
+// posts of the authors $3 picks: the owner alone (timelines), or the
+// owner's followees and the owner (inboxes, exactly the query side's cold
+// rebuild). One LATERAL index range scan per author.
+const (
+	timelineRowsSQL = `
+SELECT o.id, p.id, p.created_at
+FROM unnest($1::bigint[]) AS o(id)
+CROSS JOIN LATERAL (
+    SELECT id, created_at FROM posts
+    WHERE author_id = o.id AND NOT deleted
+    ORDER BY created_at DESC, id DESC
+    LIMIT $2) p`
+	inboxRowsSQL = `
+SELECT o.id, q.id, q.created_at
+FROM unnest($1::bigint[]) AS o(id)
+CROSS JOIN LATERAL (
+    SELECT p.id, p.created_at
+    FROM (SELECT f.followee_id AS author_id FROM follows f WHERE f.follower_id = o.id
+          UNION ALL SELECT o.id) a
+    CROSS JOIN LATERAL (
+        SELECT id, created_at FROM posts
+        WHERE posts.author_id = a.author_id AND NOT deleted
+        ORDER BY created_at DESC, id DESC
+        LIMIT $2) p
+    ORDER BY p.created_at DESC, p.id DESC
+    LIMIT $2) q`
+)
+
+// eachOwnerPage calls fn, BuildWorkers at a time, with keyset pages of the
+// ids listSQL returns ($1 = last id, $2 = page size, $3 = InactiveAfter).
+func (c Config) eachOwnerPage(ctx context.Context, pg Querier, listSQL string, fn func([]int64) error) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(BuildWorkers)
+	var last int64
+	for gctx.Err() == nil {
+		rows, err := pg.Query(gctx, listSQL, last, BuildOwners, c.InactiveAfter)
+		if err != nil {
+			_ = g.Wait()
+			return fmt.Errorf("list owners: %w", err)
+		}
+		ids := make([]int64, 0, BuildOwners)
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				_ = g.Wait()
+				return fmt.Errorf("list owners: %w", err)
+			}
+			ids = append(ids, id)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			_ = g.Wait()
+			return fmt.Errorf("list owners: %w", err)
+		}
+		if len(ids) > 0 {
+			g.Go(func() error { return fn(ids) })
+			last = ids[len(ids)-1]
+		}
+		if len(ids) < BuildOwners {
+			break
+		}
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	return ctx.Err()
+}
+
+// Owner lists for the builds.
+const (
+	// AllUsersSQL pages every user (timelines: every author).
+	AllUsersSQL = `SELECT id FROM users WHERE id > $1 AND $3::interval IS NOT NULL ORDER BY id LIMIT $2`
+	// ActiveUsersSQL pages the users the inbox projector pushes to.
+	ActiveUsersSQL = `SELECT user_id FROM user_activity WHERE user_id > $1 AND last_seen_at > now() - $3::interval ORDER BY user_id LIMIT $2`
+)
+
+// writeSets writes, per owner, the newest posts rows gave (at most keep
+// kept, keep+1 read), the floor when more existed, and ~built, in one
+// pipeline. The floor follows the bounded-add rule: the score of the first
+// entry cut, and nothing at or below it is kept.
+func writeSets(ctx context.Context, rdb redis.UniversalClient, pg Querier, sql string, owners []int64,
+	read, keep int, key func(int64) string) (int, error) {
+	rows, err := pg.Query(ctx, sql, owners, read)
+	if err != nil {
+		return 0, fmt.Errorf("read posts of %d owners: %w", len(owners), err)
+	}
+	type entry struct {
+		score float64
+		id    int64
+	}
+	byOwner := make(map[int64][]entry, len(owners))
+	for rows.Next() {
+		var owner, id int64
+		var at time.Time
+		if err := rows.Scan(&owner, &id, &at); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("read posts: %w", err)
+		}
+		byOwner[owner] = append(byOwner[owner], entry{float64(millis(at)), id})
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("read posts: %w", err)
+	}
+	pipe := rdb.Pipeline()
+	written := 0
+	for _, o := range owners {
+		es := byOwner[o]
+		if len(es) == 0 {
+			continue
+		}
+		k := key(o)
+		// Rows come newest first (the LATERAL's order).
+		floor := math.Inf(-1)
+		if len(es) > keep {
+			floor = es[keep].score
+			es = es[:keep]
+		}
+		zs := make([]redis.Z, 0, len(es)+2)
+		for _, e := range es {
+			if e.score > floor {
+				zs = append(zs, redis.Z{Score: e.score, Member: itoa(e.id)})
+			}
+		}
+		if !math.IsInf(floor, -1) {
+			zs = append(zs, redis.Z{Score: floor, Member: rkeys.SentinelFloor})
+		}
+		zs = append(zs, redis.Z{Score: math.Inf(1), Member: rkeys.SentinelBuilt})
+		pipe.ZAdd(ctx, k, zs...)
+		written++
+	}
+	if written > 0 {
+		if _, err := pipe.Exec(ctx); err != nil {
+			return 0, fmt.Errorf("write %d sets: %w", written, err)
+		}
+	}
+	return written, nil
+}
+
+// BuildTimelines writes every author's newest TimelineMax posts, the floor
+// when the author has more, and ~built. progress counts authors.
+func (p *Timelines) BuildTimelines(ctx context.Context, pg Querier, progress Progress) (int64, error) {
+	var total atomic.Int64
+	err := p.cfg.eachOwnerPage(ctx, pg, AllUsersSQL, func(ids []int64) error {
+		if _, err := writeSets(ctx, p.rdb, pg, timelineRowsSQL, ids, p.cfg.TimelineMax+1, p.cfg.TimelineMax, p.cfg.Keys.Timeline); err != nil {
+			return fmt.Errorf("build timelines: %w", err)
+		}
+		total.Add(int64(len(ids)))
+		progress.add(len(ids))
+		return nil
+	})
+	return total.Load(), err
+}
+
+// BuildInboxes writes the inbox of every active user exactly as the query
+// side's cold rebuild does: the newest InboxMax posts of their followees
+// and themselves, the floor when the result was cut, and ~built (warm: the
+// query side serves it from Redis at once). Inactive users get none, as
+// with the projector. A post committed after a user's query is pushed by
+// the projector's catch-up, which the rebuild starts at offsets taken
+// before the first query. progress counts users.
+func (p *Inbox) BuildInboxes(ctx context.Context, progress Progress) (int64, error) {
+	var total atomic.Int64
+	// The cold rebuild keeps the newest InboxMax and floors at the oldest
+	// kept score; reading one more and flooring at it claims the same
+	// completeness (strictly above the first cut entry) and keeps the
+	// bounded-add rule (nothing at or below the floor).
+	err := p.cfg.eachOwnerPage(ctx, p.pg, ActiveUsersSQL, func(ids []int64) error {
+		if _, err := writeSets(ctx, p.rdb, p.pg, inboxRowsSQL, ids, p.cfg.InboxMax+1, p.cfg.InboxMax, p.cfg.Keys.Inbox); err != nil {
+			return fmt.Errorf("build inboxes: %w", err)
+		}
+		total.Add(int64(len(ids)))
+		progress.add(len(ids))
+		return nil
+	})
+	return total.Load(), err
+}
+
+// Decoded is one event ready for ApplyBatch.
+type Decoded struct {
+	Env events.Envelope
+	Ev  events.Event
+}
+
+// ApplyBatch applies follow events, in order, in one pipeline, with the
+// same scripts and effects as Apply. Order is kept: one connection, one
+// pipeline. On NOSCRIPT the scripts are loaded and the whole batch runs
+// again, which the per-pair version guard makes harmless.
+func (p *Followers) ApplyBatch(ctx context.Context, batch []Decoded) error {
+	run := func() error {
+		pipe := p.rdb.Pipeline()
+		k := p.cfg.Keys
+		n := 0
+		for _, d := range batch {
+			var follower, followee, after int64
+			follow := "0"
+			switch e := d.Ev.(type) {
+			case events.Followed:
+				follower, followee, after, follow = e.FollowerID, e.FolloweeID, e.FolloweeFollowers, "1"
+			case events.Unfollowed:
+				follower, followee, after = e.FollowerID, e.FolloweeID, e.FolloweeFollowers
+			default:
+				continue
+			}
+			if d.Env.StreamVersion < 1 {
+				return fmt.Errorf("follow event %s without stream version: %w", d.Env.EventID, ErrPermanent)
+			}
+			followerCountScript.EvalSha(ctx, pipe, []string{k.Followers(followee)}, itoa(follower), d.Env.StreamVersion, follow)
+			followingScript.EvalSha(ctx, pipe, []string{k.Following(follower), k.FollowingVersions(follower)},
+				itoa(followee), d.Env.StreamVersion, follow)
+			if after >= p.cfg.CelebrityThreshold {
+				pipe.SAdd(ctx, k.Celebrities(), itoa(followee))
+			} else {
+				pipe.SRem(ctx, k.Celebrities(), itoa(followee))
+			}
+			n++
+		}
+		if n == 0 {
+			return nil
+		}
+		_, err := pipe.Exec(ctx)
+		return err
+	}
+	err := run()
+	if err != nil && isNoScript(err) {
+		for _, s := range []*redis.Script{followerCountScript, followingScript} {
+			if lerr := s.Load(ctx, p.rdb).Err(); lerr != nil {
+				return fmt.Errorf("load script: %w", lerr)
+			}
+		}
+		err = run()
+	}
+	if err != nil && !errors.Is(err, ErrPermanent) {
+		return fmt.Errorf("apply %d follow events: %w", len(batch), err)
+	}
+	return err
+}

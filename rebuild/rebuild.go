@@ -1,0 +1,462 @@
+// Package rebuild rebuilds a projection's read model from scratch, blue/green,
+// with no downtime (`feed rebuild NAME`, docs/rebuild.md): it builds the
+// next version of the projection's keys beside the live ones, catches the
+// new version up with the topic through a new consumer group seeded at
+// offsets taken before the build, switches the active version in the
+// registry (the query side and running projectors follow within about a
+// second), and deletes the old version's keys.
+package rebuild
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/feedco/feed/internal/rkeys"
+	"github.com/feedco/feed/projections"
+)
+
+// All is the name that rebuilds every projection, one after the other.
+const All = "all"
+
+// ErrUnknown is returned for a projection name that does not exist.
+var ErrUnknown = errors.New("unknown projection")
+
+// Config configures a rebuild. Zero fields take defaults.
+type Config struct {
+	// Projections holds the policies the live projectors use; its
+	// Keys.Prefix selects the namespace (Keys.Versions is ignored).
+	Projections projections.Config
+	// Runner configures the catch-up consumer: Brokers and Topic are
+	// required; GroupPrefix must be the live projectors' (normally "").
+	Runner projections.RunnerConfig
+	// PageSize is the number of events per page of the log (default 5000).
+	PageSize int
+	// CatchUpLag: the switch happens once the new group's lag (committed
+	// offsets; they are committed every second) is at most this (default
+	// 1000). The catch-up consumer keeps running through the switch, so
+	// nothing is skipped either way.
+	CatchUpLag int64
+	// CatchUpTimeout bounds the catch-up (default 10 min).
+	CatchUpTimeout time.Duration
+	// Handover is how long the catch-up consumer keeps running after the
+	// switch, so that running projectors (which poll the registry every
+	// second) have joined the new group (default 3 s).
+	Handover time.Duration
+	// CleanupDelay is how long after the switch the old keys are kept for
+	// readers still on the old version (default 3 s; readers refresh
+	// every second).
+	CleanupDelay time.Duration
+	// GroupEmptyTimeout bounds the wait for the old group's consumers to
+	// leave before the old keys are deleted (default 1 min).
+	GroupEmptyTimeout time.Duration
+	// Progress shows progress (nil: nothing).
+	Progress *Progress
+	// Logger receives warnings (nil: slog.Default()).
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	c.PageSize = cmp.Or(c.PageSize, 5000)
+	c.CatchUpLag = cmp.Or(c.CatchUpLag, 1000)
+	c.CatchUpTimeout = cmp.Or(c.CatchUpTimeout, 10*time.Minute)
+	c.Handover = cmp.Or(c.Handover, 3*time.Second)
+	c.CleanupDelay = cmp.Or(c.CleanupDelay, 3*time.Second)
+	c.GroupEmptyTimeout = cmp.Or(c.GroupEmptyTimeout, time.Minute)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Runner.Logger == nil {
+		c.Runner.Logger = c.Logger
+	}
+	c.Runner.LagInterval = -1
+	return c
+}
+
+// Validate reports the first setting that cannot work.
+func (c Config) Validate() error {
+	switch {
+	case len(c.Runner.Brokers) == 0 || c.Runner.Topic == "":
+		return errors.New("rebuild: Kafka brokers and topic are required")
+	case c.PageSize < 1:
+		return fmt.Errorf("rebuild: page size %d", c.PageSize)
+	case c.CatchUpLag < 0:
+		return fmt.Errorf("rebuild: catch-up lag %d", c.CatchUpLag)
+	}
+	return nil
+}
+
+// Result describes one projection's rebuild.
+type Result struct {
+	Projection string
+	From, To   int // versions
+	// Built counts what the build wrote (posts, authors, users or events).
+	Built    int64
+	Unit     string
+	BuildFor time.Duration
+	// CatchUpFor is the time from the start of the catch-up to the switch.
+	CatchUpFor time.Duration
+	// Total is from the lock to the switch (cleanup runs after).
+	Total time.Duration
+}
+
+// Rebuilder runs rebuilds. Safe to reuse; one rebuild at a time per key
+// namespace across all processes (an advisory lock in PostgreSQL).
+type Rebuilder struct {
+	cfg  Config
+	pool *pgxpool.Pool
+	rdb  redis.UniversalClient
+	keys rkeys.Keys // prefix only
+}
+
+// New returns a Rebuilder.
+func New(cfg Config, pool *pgxpool.Pool, rdb redis.UniversalClient) (*Rebuilder, error) {
+	if pool == nil || rdb == nil {
+		return nil, errors.New("rebuild: nil PostgreSQL or Redis")
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	// Fail early on bad policies.
+	if _, err := projections.New(cfg.Projections, pool, rdb, nil); err != nil {
+		return nil, fmt.Errorf("rebuild: %w", err)
+	}
+	return &Rebuilder{cfg: cfg, pool: pool, rdb: rdb, keys: rkeys.Keys{Prefix: cfg.Projections.Keys.Prefix}}, nil
+}
+
+// Names returns the projections name stands for, or ErrUnknown.
+func Names(name string) ([]string, error) {
+	if name == All {
+		return rkeys.Projections(), nil
+	}
+	if slices.Contains(rkeys.Projections(), name) {
+		return []string{name}, nil
+	}
+	return nil, fmt.Errorf("%w %q (want one of %v or %s)", ErrUnknown, name, rkeys.Projections(), All)
+}
+
+// Run rebuilds name (a projection or "all"). It returns ErrBusy (wrapped,
+// with what the running rebuild says about itself) when another rebuild of
+// the namespace is running. Cancelling ctx stops it: before a switch the
+// live version is untouched and the next run starts over; after a switch
+// the next run finishes the cleanup.
+func (r *Rebuilder) Run(ctx context.Context, name string) ([]Result, error) {
+	names, err := Names(name)
+	if err != nil {
+		return nil, err
+	}
+	l, err := acquire(ctx, r.pool, r.keys.Prefix)
+	if errors.Is(err, ErrBusy) {
+		info, _ := r.rdb.HGetAll(ctx, r.keys.RebuildKey()).Result()
+		return nil, fmt.Errorf("%w (%s)", ErrBusy, describe(info))
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer l.release(ctx)
+	adm, err := newAdmin(r.cfg.Runner.Brokers)
+	if err != nil {
+		return nil, err
+	}
+	defer adm.close()
+
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		cleanErr error
+	)
+	defer wg.Wait() // cleanups finish before the lock is released
+	var out []Result
+	for _, n := range names {
+		res, err := r.one(ctx, adm, n, func(clean func(context.Context) error) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := clean(ctx); err != nil {
+					mu.Lock()
+					cleanErr = errors.Join(cleanErr, err)
+					mu.Unlock()
+				}
+			}()
+		})
+		if err != nil {
+			return out, err
+		}
+		out = append(out, res)
+	}
+	wg.Wait()
+	r.rdb.Del(context.WithoutCancel(ctx), r.keys.RebuildKey())
+	if cleanErr != nil {
+		return out, fmt.Errorf("switched, but cleanup failed (the next rebuild finishes it): %w", cleanErr)
+	}
+	return out, nil
+}
+
+// describe renders the running rebuild's self-description.
+func describe(info map[string]string) string {
+	if len(info) == 0 {
+		return "no details recorded"
+	}
+	return fmt.Sprintf("%s to version %s, phase %s, started %s", info["projection"], info["version"], info["phase"], info["started"])
+}
+
+// phase records what the rebuild is doing, for `feed status`.
+func (r *Rebuilder) phase(ctx context.Context, name string, version int, phase string) {
+	r.rdb.HSet(ctx, r.keys.RebuildKey(), "projection", name, "version", version, "phase", phase,
+		"updated", time.Now().UTC().Format(time.RFC3339))
+}
+
+// one rebuilds one projection up to the switch and hands its cleanup to
+// background.
+func (r *Rebuilder) one(ctx context.Context, adm *admin, name string, background func(func(context.Context) error)) (Result, error) {
+	start := time.Now()
+	prog := r.cfg.Progress
+	vs, err := rkeys.LoadVersions(ctx, r.rdb, r.keys.Prefix)
+	if err != nil {
+		return Result{}, err
+	}
+	cur := vs.Version(name)
+	next := cur + 1
+	res := Result{Projection: name, From: cur, To: next}
+	r.rdb.HSet(ctx, r.keys.RebuildKey(), "started", start.UTC().Format(time.RFC3339))
+	r.phase(ctx, name, next, "prepare")
+
+	// A run killed before (or during the cleanup after) its switch left
+	// keys of versions other than the active one: delete them first.
+	dirty, err := r.rdb.HExists(ctx, r.keys.VersionsKey(), rkeys.DirtyField(name)).Result()
+	if err != nil {
+		return res, fmt.Errorf("read registry: %w", err)
+	}
+	if dirty {
+		prog.Printf("%s: deleting keys left by an earlier, interrupted rebuild (keeping version %d)", name, cur)
+		if err := r.sweep(ctx, name, cur); err != nil {
+			return res, err
+		}
+	}
+	// From here on keys of version next exist until a cleanup ran.
+	if err := r.rdb.HSet(ctx, r.keys.VersionsKey(), rkeys.DirtyField(name), next).Err(); err != nil {
+		return res, fmt.Errorf("mark rebuild: %w", err)
+	}
+
+	// T0: every event the build may miss is at or above these offsets.
+	t0, err := adm.endOffsets(ctx, r.cfg.Runner.Topic)
+	if err != nil {
+		return res, err
+	}
+
+	pcfg := r.cfg.Projections
+	pcfg.Keys = rkeys.Keys{Prefix: r.keys.Prefix, Versions: rkeys.Versions{}.With(name, next)}
+	ps, err := projections.New(pcfg, r.pool, r.rdb, nil, name)
+	if err != nil {
+		return res, err
+	}
+	r.phase(ctx, name, next, "build")
+	buildStart := time.Now()
+	if res.Built, res.Unit, err = r.build(ctx, ps[0], prog, next); err != nil {
+		return res, fmt.Errorf("build %s version %d: %w", name, next, err)
+	}
+	res.BuildFor = time.Since(buildStart)
+
+	// Catch up from T0 in the new version's own group.
+	r.phase(ctx, name, next, "catch-up")
+	catchStart := time.Now()
+	group := r.cfg.Runner.GroupPrefix + ps[0].Group()
+	if err := adm.seed(ctx, group, t0); err != nil {
+		return res, err
+	}
+	runner, err := projections.NewRunner(r.cfg.Runner, ps...)
+	if err != nil {
+		return res, err
+	}
+	rctx, stopRunner := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan error, 1)
+	go func() { done <- runner.Run(rctx) }()
+	stop := func() error {
+		stopRunner()
+		return <-done
+	}
+	if err := r.catchUp(ctx, group, done, prog, name, next); err != nil {
+		_ = stop()
+		return res, err
+	}
+	res.CatchUpFor = time.Since(catchStart)
+
+	// The switch: one HSET. Readers and projectors follow it.
+	if err := r.rdb.HSet(ctx, r.keys.VersionsKey(), name, next).Err(); err != nil {
+		_ = stop()
+		return res, fmt.Errorf("switch %s to version %d: %w", name, next, err)
+	}
+	res.Total = time.Since(start)
+	prog.Printf("%s: switched to version %d (build %v, catch-up %v)", name, next,
+		res.BuildFor.Round(time.Millisecond), res.CatchUpFor.Round(time.Millisecond))
+	r.phase(ctx, name, next, "handover")
+	select {
+	case <-time.After(r.cfg.Handover):
+	case <-ctx.Done():
+	}
+	if err := stop(); err != nil {
+		r.cfg.Logger.Warn("rebuild: catch-up consumer", "projection", name, "err", err)
+	}
+
+	oldGroup := r.cfg.Runner.GroupPrefix + projections.GroupFor(name, cur)
+	background(func(ctx context.Context) error {
+		r.phase(ctx, name, next, "cleanup")
+		select {
+		case <-time.After(r.cfg.CleanupDelay):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if !adm.waitEmpty(ctx, oldGroup, r.cfg.GroupEmptyTimeout) {
+			r.cfg.Logger.Warn("rebuild: consumers of the old group are still running; deleting its keys anyway (restart them: they write keys nobody reads)",
+				"group", oldGroup)
+		}
+		if err := r.sweep(ctx, name, next); err != nil {
+			return err
+		}
+		if err := adm.deleteGroup(ctx, oldGroup); err != nil {
+			r.cfg.Logger.Warn("rebuild: delete old consumer group", "group", oldGroup, "err", err)
+		}
+		if err := r.rdb.HDel(ctx, r.keys.VersionsKey(), rkeys.DirtyField(name)).Err(); err != nil {
+			return fmt.Errorf("unmark rebuild of %s: %w", name, err)
+		}
+		prog.Printf("%s: deleted version %d", name, cur)
+		return nil
+	})
+	return res, nil
+}
+
+// build writes the projection's next version.
+func (r *Rebuilder) build(ctx context.Context, p projections.Projector, prog *Progress, next int) (int64, string, error) {
+	label := fmt.Sprintf("%s v%d build", p.Name(), next)
+	count := func(q string, args ...any) int64 {
+		var n int64
+		_ = r.pool.QueryRow(ctx, q, args...).Scan(&n)
+		return n
+	}
+	var (
+		n    int64
+		unit string
+		err  error
+	)
+	switch p := p.(type) {
+	case *projections.Posts:
+		unit = "posts"
+		prog.Start(label, unit, count(`SELECT count(*) FROM posts`))
+		n, err = p.BuildPosts(ctx, r.pool, prog.Add)
+	case *projections.Timelines:
+		unit = "authors"
+		prog.Start(label, unit, count(`SELECT count(*) FROM users`))
+		n, err = p.BuildTimelines(ctx, r.pool, prog.Add)
+	case *projections.Inbox:
+		unit = "active users"
+		prog.Start(label, unit, count(`SELECT count(*) FROM user_activity WHERE last_seen_at > now() - $1::interval`,
+			r.cfg.Projections.InactiveAfter))
+		n, err = p.BuildInboxes(ctx, prog.Add)
+	case *projections.Followers:
+		unit = "follow events"
+		var horizon uint64
+		if horizon, err = r.startHorizon(ctx); err != nil {
+			return 0, unit, err
+		}
+		prog.Start(label, unit, count(`SELECT count(*) FROM events WHERE type = ANY($1) AND tx_id < $2::text::xid8`,
+			followTypes, strconv.FormatUint(horizon, 10)))
+		n, err = r.replayFollows(ctx, p, horizon, prog)
+	default:
+		return 0, "", fmt.Errorf("no build for %T", p)
+	}
+	if err == nil {
+		prog.Finish()
+	}
+	return n, unit, err
+}
+
+// catchUp waits until the group's lag is at most CatchUpLag.
+func (r *Rebuilder) catchUp(ctx context.Context, group string, done chan error, prog *Progress, name string, next int) error {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.CatchUpTimeout)
+	defer cancel()
+	var told time.Time
+	for {
+		lags, err := projections.ConsumerLag(ctx, r.cfg.Runner.Brokers, r.cfg.Runner.Topic, []string{group})
+		if err == nil {
+			lag := lags[group]
+			if time.Since(told) >= 2*time.Second || lag <= r.cfg.CatchUpLag {
+				prog.Printf("%s v%d catch-up: %d messages behind", name, next, lag)
+				told = time.Now()
+			}
+			if lag <= r.cfg.CatchUpLag {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("catch up %s version %d: %w", name, next, ctx.Err())
+		case err := <-done:
+			if err == nil {
+				err = errors.New("consumer stopped")
+			}
+			done <- err
+			return fmt.Errorf("catch up %s version %d: %w", name, next, err)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// sweep deletes every key of projection whose version is not keep: SCAN of
+// the namespace, Classify (which tells `feed:{` from `v2:feed:{`), UNLINK
+// in batches.
+func (r *Rebuilder) sweep(ctx context.Context, projection string, keep int) error {
+	var cursor uint64
+	batch := make([]string, 0, 1000)
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		if err := r.rdb.Unlink(ctx, batch...).Err(); err != nil {
+			return fmt.Errorf("delete old keys of %s: %w", projection, err)
+		}
+		batch = batch[:0]
+		return nil
+	}
+	for {
+		keys, next, err := r.rdb.Scan(ctx, cursor, escapeGlob(r.keys.Prefix)+"*", 5000).Result()
+		if err != nil {
+			return fmt.Errorf("scan keys of %s: %w", projection, err)
+		}
+		for _, k := range keys {
+			if p, v, ok := r.keys.Classify(k); ok && p == projection && v != keep {
+				batch = append(batch, k)
+				if len(batch) == cap(batch) {
+					if err := flush(); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		if cursor = next; cursor == 0 {
+			return flush()
+		}
+	}
+}
+
+// escapeGlob quotes the glob characters of a SCAN MATCH pattern.
+func escapeGlob(s string) string {
+	var b []byte
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '*', '?', '[', ']', '\\':
+			b = append(b, '\\')
+		}
+		b = append(b, s[i])
+	}
+	return string(b)
+}

@@ -1,0 +1,70 @@
+package rebuild
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/feedco/feed/internal/rkeys"
+	"github.com/feedco/feed/projections"
+)
+
+// ProjectionStatus is one projection as `feed status` shows it.
+type ProjectionStatus struct {
+	Name    string
+	Version int
+	// Group is the active version's consumer group and Lag its messages
+	// not committed yet (-1 when Kafka could not be asked).
+	Group string
+	Lag   int64
+	// Dirty: keys of another version may exist (a rebuild is running, or
+	// one was interrupted and the next run cleans up).
+	Dirty bool
+}
+
+// Status is the state of the projections and of rebuilds.
+type Status struct {
+	Projections []ProjectionStatus
+	// Running: a rebuild holds the lock now; Info is what it says about
+	// itself (projection, version, phase, started, updated).
+	Running bool
+	Info    map[string]string
+}
+
+// ReadStatus reads the registry, the lock and the consumer lag of every
+// active group. A Kafka failure leaves the lags at -1 and is returned with
+// the rest of the status.
+func ReadStatus(ctx context.Context, pool *pgxpool.Pool, rdb redis.UniversalClient, rc projections.RunnerConfig, prefix string) (Status, error) {
+	var st Status
+	keys := rkeys.Keys{Prefix: prefix}
+	vs, err := rkeys.LoadVersions(ctx, rdb, prefix)
+	if err != nil {
+		return st, err
+	}
+	reg, err := rdb.HGetAll(ctx, keys.VersionsKey()).Result()
+	if err != nil {
+		return st, fmt.Errorf("read registry: %w", err)
+	}
+	var groups []string
+	for _, n := range rkeys.Projections() {
+		g := rc.GroupPrefix + projections.GroupFor(n, vs.Version(n))
+		_, dirty := reg[rkeys.DirtyField(n)]
+		st.Projections = append(st.Projections, ProjectionStatus{Name: n, Version: vs.Version(n), Group: g, Lag: -1, Dirty: dirty})
+		groups = append(groups, g)
+	}
+	if st.Running, err = Locked(ctx, pool, prefix); err != nil {
+		return st, err
+	}
+	if st.Running {
+		st.Info, _ = rdb.HGetAll(ctx, keys.RebuildKey()).Result()
+	}
+	lags, lerr := projections.ConsumerLag(ctx, rc.Brokers, rc.Topic, groups)
+	if lerr == nil {
+		for i := range st.Projections {
+			st.Projections[i].Lag = lags[st.Projections[i].Group]
+		}
+	}
+	return st, lerr
+}
