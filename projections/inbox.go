@@ -73,14 +73,18 @@ func (p *Inbox) Apply(ctx context.Context, _ events.Envelope, ev events.Event) e
 }
 
 // Follower queries. The active one is the seeds' keyset-paged query: only
-// users who read their feed within InactiveAfter get pushes.
+// users who read their feed within InactiveAfter get pushes. Its second
+// column says whether the follower was last seen longer ago than the inbox
+// TTL (InactiveAfter minus InboxTTLMargin): that follower's inbox has
+// expired, and a push would recreate it, so it gets the script (with the
+// TTL) instead of a plain ZADD.
 const (
-	activeFollowersSQL = `SELECT f.follower_id FROM follows f
+	activeFollowersSQL = `SELECT f.follower_id, a.last_seen_at <= now() - $5::interval FROM follows f
 JOIN user_activity a ON a.user_id = f.follower_id
 WHERE f.followee_id = $1 AND f.follower_id > $2 AND a.last_seen_at > now() - $3::interval
 ORDER BY f.follower_id LIMIT $4`
-	allFollowersSQL = `SELECT follower_id FROM follows
-WHERE followee_id = $1 AND follower_id > $2 AND $3::interval IS NOT NULL
+	allFollowersSQL = `SELECT follower_id, false FROM follows
+WHERE followee_id = $1 AND follower_id > $2 AND $3::interval IS NOT NULL AND $5::interval IS NOT NULL
 ORDER BY follower_id LIMIT $4`
 	isActiveSQL = `SELECT EXISTS (SELECT 1 FROM user_activity WHERE user_id = $1 AND last_seen_at > now() - $2::interval)`
 	// newestPostsSQL reads one more than it copies, to know whether more
@@ -93,33 +97,37 @@ ORDER BY created_at DESC, id DESC LIMIT $2`
 )
 
 // eachFollowerPage calls fn with keyset-paged batches of the author's
-// followers (active ones only when active is true).
-func (p *Inbox) eachFollowerPage(ctx context.Context, author int64, active bool, fn func([]int64) error) error {
+// followers (active ones only when active is true) and, per follower,
+// whether their inbox is past its TTL (see activeFollowersSQL).
+func (p *Inbox) eachFollowerPage(ctx context.Context, author int64, active bool, fn func(ids []int64, expiring []bool) error) error {
 	q := allFollowersSQL
 	if active {
 		q = activeFollowersSQL
 	}
 	var last int64
 	for {
-		rows, err := p.pg.Query(ctx, q, author, last, p.cfg.InactiveAfter, p.cfg.FanoutBatch)
+		rows, err := p.pg.Query(ctx, q, author, last, p.cfg.InactiveAfter, p.cfg.FanoutBatch, p.cfg.inboxTTL())
 		if err != nil {
 			return fmt.Errorf("query followers of %d: %w", author, err)
 		}
 		ids := make([]int64, 0, p.cfg.FanoutBatch)
+		expiring := make([]bool, 0, p.cfg.FanoutBatch)
 		for rows.Next() {
 			var id int64
-			if err := rows.Scan(&id); err != nil {
+			var exp bool
+			if err := rows.Scan(&id, &exp); err != nil {
 				rows.Close()
 				return fmt.Errorf("scan follower: %w", err)
 			}
 			ids = append(ids, id)
+			expiring = append(expiring, exp)
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("query followers of %d: %w", author, err)
 		}
 		if len(ids) > 0 {
-			if err := fn(ids); err != nil {
+			if err := fn(ids, expiring); err != nil {
 				return err
 			}
 			last = ids[len(ids)-1]
@@ -130,59 +138,103 @@ func (p *Inbox) eachFollowerPage(ctx context.Context, author int64, active bool,
 	}
 }
 
-// push fans one post out to the author's active followers: per batch one
-// pipeline of ZADD + ZSCORE ~floor + ZCARD per inbox (three O(1)-ish
-// commands, no script), then, for the few inboxes that are over their bound
-// or got an entry at or below their floor, one pipeline of the bounded-add
-// script with nothing to add, which trims, raises the floor and restores the
-// invariant. ZSCORE runs after ZADD: a concurrent floor raise either comes
-// before it (seen, fixed here) or after it (its script removes our entry).
+// push fans one post out to the author's active followers, one pipeline
+// per page and ONE command per follower: a plain ZADD, or, for one (post,
+// follower) pair in InboxTrimEvery (a deterministic hash, so a redelivery
+// samples the same pairs) and for followers whose inbox is past its TTL,
+// the bounded-add script, which adds the post unless it lies at or below
+// the floor, removes what earlier plain ZADDs left at or below the floor,
+// trims back to InboxMax once the inbox is over InboxMax + slack, and gives
+// a key without a TTL the fallback TTL.
+//
+// A plain ZADD does not look at the floor: a late push (its score at or
+// below a floor that a trim or backfill raised meanwhile) lands there and
+// stays until the next sampled script removes it. Readers take only entries
+// strictly above ~floor (docs/architecture.md), so it is never shown; it is
+// only memory for a while. Neither does it count the inbox: between two
+// sampled scripts an inbox grows by InboxTrimEvery pushes on average, so it
+// stays near InboxMax + slack (docs/projections.md has the numbers).
 func (p *Inbox) push(ctx context.Context, e events.PostCreated) error {
 	score := millis(e.CreatedAt)
 	member := itoa(e.PostID)
-	bound := int64(p.cfg.InboxMax + p.cfg.InboxTrimSlack)
-	return p.eachFollowerPage(ctx, e.AuthorID, true, func(ids []int64) error {
-		type cmds struct {
-			add   *redis.IntCmd
-			floor *redis.FloatCmd
-			card  *redis.IntCmd
+	args := p.scriptArgs(nil, "", score, member)
+	return p.eachFollowerPage(ctx, e.AuthorID, true, func(ids []int64, expiring []bool) error {
+		adds := make([]*redis.IntCmd, 0, len(ids))
+		var scripts []*redis.Cmd
+		fill := func(pipe redis.Pipeliner) {
+			adds, scripts = adds[:0], scripts[:0]
+			for i, u := range ids {
+				k := p.cfg.Keys.Inbox(u)
+				if expiring[i] || sampled(e.PostID, u, p.cfg.InboxTrimEvery) {
+					scripts = append(scripts, boundedAddScript.EvalSha(ctx, pipe, []string{k}, args...))
+					continue
+				}
+				adds = append(adds, pipe.ZAdd(ctx, k, redis.Z{Score: float64(score), Member: member}))
+			}
 		}
-		cs := make([]cmds, len(ids))
-		pipe := p.rdb.Pipeline()
-		for i, u := range ids {
-			k := p.cfg.Keys.Inbox(u)
-			cs[i].add = pipe.ZAdd(ctx, k, redis.Z{Score: float64(score), Member: member})
-			cs[i].floor = pipe.ZScore(ctx, k, rkeys.SentinelFloor)
-			cs[i].card = pipe.ZCard(ctx, k)
-		}
-		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		if err := p.execScripts(ctx, fill); err != nil {
 			return fmt.Errorf("push post %d: %w", e.PostID, err)
 		}
-		var fix []string
 		added := 0
-		for i, c := range cs {
-			if err := c.add.Err(); err != nil {
-				return fmt.Errorf("push post %d: %w", e.PostID, err)
-			}
-			if c.add.Val() == 1 {
-				added++
-			}
-			real := c.card.Val() - 1 // assume ~built is there: never trims early
-			f, ferr := c.floor.Result()
-			hasFloor := ferr == nil
-			if hasFloor {
-				real--
-			}
-			if (c.add.Val() == 1 && hasFloor && float64(score) <= f) || real > bound {
-				fix = append(fix, p.cfg.Keys.Inbox(ids[i]))
-			}
+		for _, c := range adds {
+			added += int(c.Val())
 		}
-		if err := p.bounded(ctx, fix, nil, ""); err != nil {
-			return fmt.Errorf("trim inboxes after post %d: %w", e.PostID, err)
+		for _, c := range scripts {
+			n, _ := c.Int()
+			added += n
 		}
 		p.m.entries(NameInbox, added)
 		return nil
 	})
+}
+
+// sampled reports whether the push of post to user runs the bounded-add
+// script: true for one pair in every (on average), by a hash of the pair
+// alone, so redeliveries and replays sample the same pairs.
+func sampled(post, user int64, every int) bool {
+	if every <= 1 {
+		return true
+	}
+	// splitmix64 finaliser over both ids: consecutive post and user ids
+	// (Snowflake, sequences) spread evenly over the residues.
+	h := uint64(post)*0x9e3779b97f4a7c15 ^ uint64(user)
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	h ^= h >> 31
+	return h%uint64(every) == 0
+}
+
+// scriptArgs returns the bounded-add script's arguments for an inbox:
+// bound, slack, floor raise (unconditional), no ~built, the fallback TTL,
+// then the pairs (and score, member when given).
+func (p *Inbox) scriptArgs(pairs []any, raiseTo string, score int64, member string) []any {
+	ttl := int64(p.cfg.inboxTTL() / time.Second)
+	args := append([]any{p.cfg.InboxMax, p.cfg.InboxTrimSlack, raiseTo, "", "0", ttl}, pairs...)
+	if member != "" {
+		args = append(args, score, member)
+	}
+	return args
+}
+
+// execScripts runs the pipeline fill queues. The first use of the script on
+// a server (or after SCRIPT FLUSH) fails with NOSCRIPT: the script is then
+// loaded and the whole pipeline run again, which is harmless because every
+// command in it is idempotent.
+func (p *Inbox) execScripts(ctx context.Context, fill func(redis.Pipeliner)) error {
+	pipe := p.rdb.Pipeline()
+	fill(pipe)
+	_, err := pipe.Exec(ctx)
+	if err != nil && isNoScript(err) {
+		if lerr := boundedAddScript.Load(ctx, p.rdb).Err(); lerr != nil {
+			return fmt.Errorf("load bounded-add script: %w", lerr)
+		}
+		pipe = p.rdb.Pipeline()
+		fill(pipe)
+		_, err = pipe.Exec(ctx)
+	}
+	return err
 }
 
 // bounded runs the bounded-add script on every key with the same arguments,
@@ -191,24 +243,13 @@ func (p *Inbox) bounded(ctx context.Context, keys []string, pairs []any, raiseTo
 	if len(keys) == 0 {
 		return nil
 	}
-	args := append([]any{p.cfg.InboxMax, p.cfg.InboxTrimSlack, raiseTo, "", "0"}, pairs...)
-	pipe := p.rdb.Pipeline()
+	args := p.scriptArgs(pairs, raiseTo, 0, "")
 	cmds := make([]*redis.Cmd, len(keys))
-	for i, k := range keys {
-		cmds[i] = boundedAddScript.EvalSha(ctx, pipe, []string{k}, args...)
-	}
-	_, err := pipe.Exec(ctx)
-	if err != nil && isNoScript(err) {
-		// First use on this server (or after SCRIPT FLUSH): load it, retry once.
-		if lerr := boundedAddScript.Load(ctx, p.rdb).Err(); lerr != nil {
-			return fmt.Errorf("load bounded-add script: %w", lerr)
-		}
-		pipe = p.rdb.Pipeline()
+	err := p.execScripts(ctx, func(pipe redis.Pipeliner) {
 		for i, k := range keys {
 			cmds[i] = boundedAddScript.EvalSha(ctx, pipe, []string{k}, args...)
 		}
-		_, err = pipe.Exec(ctx)
-	}
+	})
 	if err != nil {
 		return err
 	}
@@ -298,7 +339,7 @@ func (p *Inbox) crossDown(ctx context.Context, author int64) error {
 	if err != nil {
 		return err
 	}
-	return p.eachFollowerPage(ctx, author, true, func(ids []int64) error {
+	return p.eachFollowerPage(ctx, author, true, func(ids []int64, _ []bool) error {
 		return p.backfill(ctx, ids, bf, false)
 	})
 }
@@ -355,7 +396,7 @@ func (p *Inbox) removeAuthor(ctx context.Context, follower, author int64) error 
 // the post cache; this only reclaims the entries.
 func (p *Inbox) cleanDeleted(ctx context.Context, e events.PostDeleted) error {
 	member := itoa(e.PostID)
-	return p.eachFollowerPage(ctx, e.AuthorID, false, func(ids []int64) error {
+	return p.eachFollowerPage(ctx, e.AuthorID, false, func(ids []int64, _ []bool) error {
 		pipe := p.rdb.Pipeline()
 		for _, u := range ids {
 			pipe.ZRem(ctx, p.cfg.Keys.Inbox(u), member)

@@ -94,6 +94,17 @@ type Config struct {
 	// every push over the bound (slower, but byte-for-byte order
 	// independent; see docs/projections.md). Negative means 0.
 	InboxTrimSlack int
+	// InboxTrimEvery: a push runs the bounded-add script (trim, floor, TTL)
+	// instead of a plain ZADD for one (post, follower) pair in this many,
+	// chosen by a hash of the pair, so a redelivery samples the same pairs.
+	// 1 runs it on every push (with InboxTrimSlack 0: exact trims, see
+	// docs/projections.md). Default 16.
+	InboxTrimEvery int
+	// InboxTTLMargin: inboxes the projector creates or trims without a TTL
+	// get InactiveAfter minus this margin, and followers seen longer ago
+	// than that get the script on every push, so their inbox gets that TTL
+	// at once. The query side sets the same TTL on reads. Default 1h.
+	InboxTTLMargin time.Duration
 	// TimelineMax bounds every author timeline.
 	TimelineMax int
 	// BackfillPosts is how many of a followee's newest posts a follow copies.
@@ -112,6 +123,8 @@ func DefaultConfig() Config {
 		CelebrityThreshold: 10_000,
 		InboxMax:           500,
 		InboxTrimSlack:     50,
+		InboxTrimEvery:     16,
+		InboxTTLMargin:     time.Hour,
 		TimelineMax:        1000,
 		BackfillPosts:      20,
 		FanoutBatch:        1000,
@@ -130,6 +143,8 @@ func (c Config) withDefaults() Config {
 	if c.InboxTrimSlack < 0 {
 		c.InboxTrimSlack = 0
 	}
+	c.InboxTrimEvery = cmp.Or(c.InboxTrimEvery, d.InboxTrimEvery)
+	c.InboxTTLMargin = cmp.Or(c.InboxTTLMargin, d.InboxTTLMargin)
 	c.TimelineMax = cmp.Or(c.TimelineMax, d.TimelineMax)
 	c.BackfillPosts = cmp.Or(c.BackfillPosts, d.BackfillPosts)
 	c.FanoutBatch = cmp.Or(c.FanoutBatch, d.FanoutBatch)
@@ -150,6 +165,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("fan-out batch %d: want at least 1", c.FanoutBatch)
 	case c.InactiveAfter <= 0:
 		return fmt.Errorf("inactive after %v: want a positive duration", c.InactiveAfter)
+	case c.InboxTrimEvery < 1:
+		return fmt.Errorf("inbox trim every %d: want at least 1", c.InboxTrimEvery)
+	case c.InboxTTLMargin <= 0 || c.InactiveAfter-c.InboxTTLMargin < time.Second:
+		return fmt.Errorf("inbox TTL margin %v: want a positive duration below inactive after %v", c.InboxTTLMargin, c.InactiveAfter)
 	}
 	return nil
 }
@@ -184,6 +203,9 @@ func New(cfg Config, pg Querier, rdb redis.UniversalClient, m *Metrics, names ..
 	}
 	return out, nil
 }
+
+// inboxTTL is the TTL the projector gives inboxes that have none.
+func (c Config) inboxTTL() time.Duration { return c.InactiveAfter - c.InboxTTLMargin }
 
 // millis is the sorted-set score of a post: its created_at in epoch ms.
 func millis(t time.Time) int64 { return t.UnixMilli() }

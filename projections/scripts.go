@@ -13,24 +13,27 @@ import (
 //
 // KEYS[1] the sorted set.
 // ARGV[1] max real entries; ARGV[2] slack (trim only when over max+slack);
-// ARGV[3] raise the floor to this score (” for none), ARGV[4] but only if
-// this score is above the current floor (” for unconditionally: the inbox
-// passes ” so the result does not depend on the order of partitions, see
+// ARGV[3] raise the floor to this score ('' for none), ARGV[4] but only if
+// this score is above the current floor ('' for unconditionally: the inbox
+// passes '' so the result does not depend on the order of partitions, see
 // docs/projections.md);
 // ARGV[5] '1' to make sure ~built (+inf) is present;
-// ARGV[6..] score, member pairs to add.
+// ARGV[6] a TTL in seconds to set when the key has none ('0' for none);
+// ARGV[7..] score, member pairs to add.
 //
-// Invariant kept: every real member scores strictly above ~floor. Entries at
-// or below the floor are not added (they would be trimmed anyway), so a late
-// push, a redelivery and an early one end the same. The floor only grows.
+// After it ran, every real member scores strictly above ~floor: entries at
+// or below the floor are not added, and those that plain ZADDs of the inbox
+// hot path left there (late pushes) are removed. The floor only grows.
 // Returns the number of members added.
 var boundedAddScript = redis.NewScript(`
 local k = KEYS[1]
 local max = tonumber(ARGV[1])
 local slack = tonumber(ARGV[2])
+local ttl = tonumber(ARGV[6])
 local f = redis.call('ZSCORE', k, '~floor')
-local fl = nil
-if f then fl = tonumber(f) end
+local old = nil
+if f then old = tonumber(f) end
+local fl = old
 if ARGV[3] ~= '' then
   local r = tonumber(ARGV[3])
   local cond = true
@@ -38,16 +41,17 @@ if ARGV[3] ~= '' then
   if cond and (not fl or r > fl) then fl = r end
 end
 local added = 0
-for i = 6, #ARGV, 2 do
+for i = 7, #ARGV, 2 do
   if not fl or tonumber(ARGV[i]) > fl then
     added = added + redis.call('ZADD', k, ARGV[i], ARGV[i+1])
   end
 end
 if ARGV[5] == '1' then redis.call('ZADD', k, 'inf', '~built') end
-if fl then
+if fl and (fl ~= old or redis.call('ZCOUNT', k, '-inf', fl) > 1) then
   redis.call('ZREMRANGEBYSCORE', k, '-inf', fl)
   redis.call('ZADD', k, fl, '~floor')
 end
+if ttl > 0 and redis.call('TTL', k) == -1 then redis.call('EXPIRE', k, ttl) end
 local n = redis.call('ZCARD', k)
 if n == 0 then return added end
 local fixed = 0

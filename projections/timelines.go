@@ -45,7 +45,7 @@ func (p *Timelines) Apply(ctx context.Context, _ events.Envelope, ev events.Even
 	case events.PostCreated:
 		k := p.cfg.Keys.Timeline(e.AuthorID)
 		err := runScript(ctx, p.rdb, boundedAddScript, []string{k},
-			p.cfg.TimelineMax, 0, "", "", "1", millis(e.CreatedAt), itoa(e.PostID)).Err()
+			p.cfg.TimelineMax, 0, "", "", "1", "0", millis(e.CreatedAt), itoa(e.PostID)).Err()
 		if err != nil {
 			return fmt.Errorf("add post %d to timeline: %w", e.PostID, err)
 		}

@@ -1,0 +1,136 @@
+package projections_test
+
+import (
+	"context"
+	"math"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/feedco/feed/internal/rkeys"
+	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/projections"
+)
+
+// With sampled trims (plain ZADDs, the script for one push in every few),
+// an inbox that receives many posts stays near its bound, keeps exactly the
+// newest posts, and its floor lies below them.
+func TestSampledTrimsBoundInbox(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	rd := testenv.NewRedis(t)
+	keys := rkeys.Keys{Prefix: rd.Prefix}
+	author, fan := w.user(true), w.user(true)
+	w.follow(fan, author)
+	const max, slack, every = 20, 8, 4
+	cfg := projections.Config{Keys: keys, InboxMax: max, InboxTrimSlack: slack, InboxTrimEvery: every, BackfillPosts: 3}
+	ps := newProjectors(t, w, rd.Client, cfg)
+	applyAll(t, ps, w.envs) // the follow first: a later one would backfill and raise the floor
+	w.envs = nil
+	var posts []int64
+	for i := 0; i < 300; i++ {
+		posts = append(posts, w.post(author))
+	}
+	applyAll(t, ps, w.envs)
+
+	ids, floor, _ := zview(t, rd.Client, keys.Inbox(fan))
+	// Between two sampled scripts an inbox grows by a geometric number of
+	// pushes (mean every); 40 more than max+slack has odds of (3/4)^40.
+	if len(ids) < max || len(ids) > max+slack+40 {
+		t.Fatalf("inbox holds %d posts, want %d..%d: %s", len(ids), max, max+slack+40, fmtView(ids, floor, false))
+	}
+	for i := 0; i < max; i++ {
+		if want := idstr(posts[len(posts)-1-i]); ids[i] != want {
+			t.Fatalf("entry %d is %s, want %s (the newest posts)", i, ids[i], want)
+		}
+	}
+	if math.IsNaN(floor) {
+		t.Fatal("no ~floor after trims")
+	}
+	// In-order pushes are never late: nothing lies at or below the floor.
+	lowest := rd.Client.ZScore(context.Background(), keys.Inbox(fan), ids[len(ids)-1]).Val()
+	if lowest <= floor {
+		t.Errorf("lowest entry %v at or below the floor %v", lowest, floor)
+	}
+}
+
+// A plain ZADD does not check the floor: a late push lands at or below it,
+// where readers never look, and the next script run removes it.
+func TestLatePushBelowFloorIsRemovedByNextScript(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	rd := testenv.NewRedis(t)
+	ctx := context.Background()
+	keys := rkeys.Keys{Prefix: rd.Prefix}
+	author, fan := w.user(true), w.user(true)
+	w.follow(fan, author)
+	w.envs = w.envs[:0]
+	late := w.post(author)
+	lateEnvs := w.envs
+	w.envs = nil
+	k := keys.Inbox(fan)
+	floor := float64(w.clock.UnixMilli() + 1000)
+	rd.Client.ZAdd(ctx, k, redis.Z{Score: floor, Member: rkeys.SentinelFloor}, redis.Z{Score: math.Inf(1), Member: rkeys.SentinelBuilt})
+
+	// Sampling practically never: the push is a plain ZADD.
+	never := projections.Config{Keys: keys, InboxTrimEvery: math.MaxInt32}
+	applyAll(t, newProjectors(t, w, rd.Client, never), lateEnvs)
+	if rd.Client.ZScore(ctx, k, idstr(late)).Err() != nil {
+		t.Fatalf("the plain ZADD did not land (test premise)")
+	}
+	// The next script run (here: every push runs it) removes it.
+	w.clock = w.clock.Add(2 * time.Second)
+	fresh := w.post(author)
+	applyAll(t, newProjectors(t, w, rd.Client, projections.Config{Keys: keys, InboxTrimEvery: 1}), w.envs)
+	ids, f, built := zview(t, rd.Client, k)
+	if want := []string{idstr(fresh)}; len(ids) != 1 || ids[0] != want[0] || f != floor || !built {
+		t.Errorf("inbox %s, want %v floor=%v built=true", fmtView(ids, f, built), want, floor)
+	}
+}
+
+// Inboxes the projector creates get a TTL: at the first push when the
+// follower is past the inbox TTL (InactiveAfter minus the margin), else at
+// the first sampled push. A TTL already set (by the query side) is kept.
+func TestProjectorInboxTTL(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	rd := testenv.NewRedis(t)
+	ctx := context.Background()
+	keys := rkeys.Keys{Prefix: rd.Prefix}
+	author, plain, expiring, kept := w.user(true), w.user(true), w.user(true), w.user(true)
+	for _, u := range []int64{plain, expiring, kept} {
+		w.follow(u, author)
+	}
+	const inactive, margin = 48 * time.Hour, 2 * time.Hour
+	// Seen 47 h ago: still active (pushed), but past the 46 h inbox TTL.
+	w.exec(`UPDATE user_activity SET last_seen_at = now() - interval '47 hours' WHERE user_id = $1`, expiring)
+	rd.Client.ZAdd(ctx, keys.Inbox(kept), redis.Z{Score: 1, Member: "1"})
+	rd.Client.Expire(ctx, keys.Inbox(kept), 100*time.Second)
+	setup := len(w.envs)
+	cfg := projections.Config{Keys: keys, InactiveAfter: inactive, InboxTTLMargin: margin, InboxTrimEvery: 8}
+	ps := newProjectors(t, w, rd.Client, cfg)
+	applyAll(t, ps, w.envs[:setup])
+	// Follows of a non-celebrity backfill nothing here (no posts yet).
+	first := w.post(author)
+	applyAll(t, ps, w.envs[setup:])
+	if ttl := rd.Client.TTL(ctx, keys.Inbox(expiring)).Val(); ttl <= 0 || ttl > inactive-margin {
+		t.Errorf("expiring follower's inbox TTL after one push: %v, want in (0, %v]", ttl, inactive-margin)
+	}
+	// 150 more posts: the odds that none of them is sampled for plain are (7/8)^150.
+	n := len(w.envs)
+	for i := 0; i < 150; i++ {
+		w.post(author)
+	}
+	applyAll(t, ps, w.envs[n:])
+	if ttl := rd.Client.TTL(ctx, keys.Inbox(plain)).Val(); ttl <= inactive-margin-time.Minute || ttl > inactive-margin {
+		t.Errorf("projector-created inbox TTL: %v, want about %v", ttl, inactive-margin)
+	}
+	if ttl := rd.Client.TTL(ctx, keys.Inbox(kept)).Val(); ttl <= 0 || ttl > 100*time.Second {
+		t.Errorf("an existing TTL was changed to %v, want at most 100s", ttl)
+	}
+	if rd.Client.ZScore(ctx, keys.Inbox(plain), strconv.FormatInt(first, 10)).Err() != nil {
+		t.Errorf("the first post is missing from the plain follower's inbox")
+	}
+}
