@@ -13,9 +13,9 @@ import (
 //
 // KEYS[1] the sorted set.
 // ARGV[1] max real entries; ARGV[2] slack (trim only when over max+slack);
-// ARGV[3] raise the floor to this score ('' for none), ARGV[4] but only if
-// this score is above the current floor ('' for unconditionally: the inbox
-// passes '' so the result does not depend on the order of partitions, see
+// ARGV[3] raise the floor to this score (” for none), ARGV[4] but only if
+// this score is above the current floor (” for unconditionally: the inbox
+// passes ” so the result does not depend on the order of partitions, see
 // docs/projections.md);
 // ARGV[5] '1' to make sure ~built (+inf) is present;
 // ARGV[6] a TTL in seconds to set when the key has none ('0' for none);

@@ -67,8 +67,9 @@ func (f *Feed) startRebuild(user int64) {
 // between the snapshot and this write must survive. Entries already in the
 // set (stale pushes) are either real posts of the user's followees, or
 // hidden at read (deleted, unfollowed), or at or below the floor. The
-// members and ~built go in one MULTI (one key, one slot) so no reader sees
-// ~built over a half-written inbox.
+// members, ~built and the expiry go in one MULTI (one key, one slot) so no
+// reader sees ~built over a half-written inbox, and no built inbox lives
+// longer than inboxTTL after the activity write above (see recordActivity).
 func (f *Feed) rebuildInbox(ctx context.Context, user int64) error {
 	if err := f.markActive(ctx, user); err != nil {
 		return err
@@ -102,6 +103,7 @@ func (f *Feed) rebuildInbox(ctx context.Context, user int64) error {
 		pipe.ZAddGT(ctx, k, redis.Z{Score: zs[len(zs)-1].Score, Member: rkeys.SentinelFloor})
 	}
 	pipe.ZAdd(ctx, k, redis.Z{Score: math.Inf(1), Member: rkeys.SentinelBuilt})
+	pipe.Expire(ctx, k, f.cfg.inboxTTL())
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("write rebuilt inbox of %d: %w", user, err)
 	}

@@ -57,6 +57,15 @@ type Config struct {
 	// writes for one user from one process (default 5 min). It must stay far
 	// below the projectors' inactivity threshold (30 days).
 	ActivityWriteInterval time.Duration
+	// InactiveAfter is the projectors' inactivity threshold
+	// (FEED_INACTIVE_AFTER, default 30 days): fan-out skips users not seen
+	// for this long, so their inbox must be gone by then.
+	InactiveAfter time.Duration
+	// InboxTTLMargin: every activity write, and every cold rebuild, sets the
+	// reader's inbox to expire after InactiveAfter minus this margin, so the
+	// inbox disappears before fan-out stops pushing to its owner (default
+	// max(1h, 2×ActivityWriteInterval)).
+	InboxTTLMargin time.Duration
 	// OwnPostsWindow is the read-your-writes fallback: after PostCreated
 	// failed to write a post through to Redis, this process reads the
 	// author's own posts created this recently from PostgreSQL on their
@@ -86,6 +95,8 @@ func (c Config) withDefaults() Config {
 	c.CelebrityCacheTTL = cmp.Or(c.CelebrityCacheTTL, 3*time.Second)
 	c.TimelineCacheSize = cmp.Or(c.TimelineCacheSize, 200)
 	c.ActivityWriteInterval = cmp.Or(c.ActivityWriteInterval, 5*time.Minute)
+	c.InactiveAfter = cmp.Or(c.InactiveAfter, 30*24*time.Hour)
+	c.InboxTTLMargin = cmp.Or(c.InboxTTLMargin, max(time.Hour, 2*c.ActivityWriteInterval))
 	c.OwnPostsWindow = cmp.Or(c.OwnPostsWindow, time.Minute)
 	c.RebuildTimeout = cmp.Or(c.RebuildTimeout, 10*time.Second)
 	c.PostCacheSize = cmp.Or(c.PostCacheSize, 100_000)
@@ -107,6 +118,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("queries: TimelineCacheSize %d must be at least %d", c.TimelineCacheSize, MaxLimit+1)
 	case c.ActivityWriteInterval <= 0 || c.ActivityWriteInterval > 24*time.Hour:
 		return fmt.Errorf("queries: ActivityWriteInterval %v must be in (0, 24h]", c.ActivityWriteInterval)
+	case c.InboxTTLMargin <= 0 || c.InactiveAfter-c.InboxTTLMargin < c.ActivityWriteInterval:
+		return fmt.Errorf("queries: InboxTTLMargin %v must be positive and leave InactiveAfter %v minus it at least ActivityWriteInterval", c.InboxTTLMargin, c.InactiveAfter)
 	case c.OwnPostsWindow <= 0:
 		return fmt.Errorf("queries: OwnPostsWindow %v must be positive", c.OwnPostsWindow)
 	case c.RebuildTimeout <= 0:

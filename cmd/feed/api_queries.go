@@ -16,6 +16,7 @@ func init() {
 		f, err := queries.New(queries.Config{
 			InboxMax:          a.Cfg.InboxMax,
 			CelebrityCacheTTL: a.Cfg.CelebrityCacheTTL,
+			InactiveAfter:     a.Cfg.InactiveAfter,
 			Registerer:        d.Registry,
 			Logger:            a.Log,
 		}, a.Pool, a.Redis)
