@@ -135,26 +135,28 @@ CROSS JOIN LATERAL (
 )
 
 // eachOwnerPage calls fn, BuildWorkers at a time, with keyset pages of the
-// ids listSQL returns ($1 = last id, $2 = page size, $3 = InactiveAfter).
-func (c Config) eachOwnerPage(ctx context.Context, pg Querier, listSQL string, fn func([]int64) error) error {
+// ids and TTLs (ms, 0 for none) listSQL returns ($1 = last id, $2 = page
+// size, $3 = arg).
+func (c Config) eachOwnerPage(ctx context.Context, pg Querier, listSQL string, arg any, fn func(ids, ttls []int64) error) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(BuildWorkers)
 	var last int64
 	for gctx.Err() == nil {
-		rows, err := pg.Query(gctx, listSQL, last, BuildOwners, c.InactiveAfter)
+		rows, err := pg.Query(gctx, listSQL, last, BuildOwners, arg)
 		if err != nil {
 			_ = g.Wait()
 			return fmt.Errorf("list owners: %w", err)
 		}
 		ids := make([]int64, 0, BuildOwners)
+		ttls := make([]int64, 0, BuildOwners)
 		for rows.Next() {
-			var id int64
-			if err := rows.Scan(&id); err != nil {
+			var id, ttl int64
+			if err := rows.Scan(&id, &ttl); err != nil {
 				rows.Close()
 				_ = g.Wait()
 				return fmt.Errorf("list owners: %w", err)
 			}
-			ids = append(ids, id)
+			ids, ttls = append(ids, id), append(ttls, ttl)
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
@@ -162,7 +164,7 @@ func (c Config) eachOwnerPage(ctx context.Context, pg Querier, listSQL string, f
 			return fmt.Errorf("list owners: %w", err)
 		}
 		if len(ids) > 0 {
-			g.Go(func() error { return fn(ids) })
+			g.Go(func() error { return fn(ids, ttls) })
 			last = ids[len(ids)-1]
 		}
 		if len(ids) < BuildOwners {
@@ -177,17 +179,23 @@ func (c Config) eachOwnerPage(ctx context.Context, pg Querier, listSQL string, f
 
 // Owner lists for the builds.
 const (
-	// AllUsersSQL pages every user (timelines: every author).
-	AllUsersSQL = `SELECT id FROM users WHERE id > $1 AND $3::interval IS NOT NULL ORDER BY id LIMIT $2`
-	// ActiveUsersSQL pages the users the inbox projector pushes to.
-	ActiveUsersSQL = `SELECT user_id FROM user_activity WHERE user_id > $1 AND last_seen_at > now() - $3::interval ORDER BY user_id LIMIT $2`
+	// AllUsersSQL pages every user (timelines: every author), no TTL.
+	AllUsersSQL = `SELECT id, 0::bigint FROM users WHERE id > $1 AND $3::int IS NOT NULL ORDER BY id LIMIT $2`
+	// ActiveUsersSQL pages the users whose inbox lives ($3 = the inbox TTL
+	// after the last activity write, see Config.InboxTTLMargin), with the
+	// TTL left: the projector pushes to them, and their inbox must expire
+	// when the query side's would (before fan-out stops). Users seen
+	// longer ago have no inbox (it expired), as with the live version.
+	ActiveUsersSQL = `SELECT user_id, (extract(epoch FROM last_seen_at + $3::interval - now()) * 1000)::bigint
+FROM user_activity WHERE user_id > $1 AND last_seen_at > now() - $3::interval + interval '1 second'
+ORDER BY user_id LIMIT $2`
 )
 
 // writeSets writes, per owner, the newest posts rows gave (at most keep
 // kept, keep+1 read), the floor when more existed, and ~built, in one
 // pipeline. The floor follows the bounded-add rule: the score of the first
 // entry cut, and nothing at or below it is kept.
-func writeSets(ctx context.Context, rdb redis.UniversalClient, pg Querier, sql string, owners []int64,
+func writeSets(ctx context.Context, rdb redis.UniversalClient, pg Querier, sql string, owners, ttls []int64,
 	read, keep int, key func(int64) string) (int, error) {
 	rows, err := pg.Query(ctx, sql, owners, read)
 	if err != nil {
@@ -213,7 +221,7 @@ func writeSets(ctx context.Context, rdb redis.UniversalClient, pg Querier, sql s
 	}
 	pipe := rdb.Pipeline()
 	written := 0
-	for _, o := range owners {
+	for i, o := range owners {
 		es := byOwner[o]
 		if len(es) == 0 {
 			continue
@@ -236,6 +244,9 @@ func writeSets(ctx context.Context, rdb redis.UniversalClient, pg Querier, sql s
 		}
 		zs = append(zs, redis.Z{Score: math.Inf(1), Member: rkeys.SentinelBuilt})
 		pipe.ZAdd(ctx, k, zs...)
+		if ttls[i] > 0 {
+			pipe.PExpire(ctx, k, time.Duration(ttls[i])*time.Millisecond)
+		}
 		written++
 	}
 	if written > 0 {
@@ -250,8 +261,8 @@ func writeSets(ctx context.Context, rdb redis.UniversalClient, pg Querier, sql s
 // when the author has more, and ~built. progress counts authors.
 func (p *Timelines) BuildTimelines(ctx context.Context, pg Querier, progress Progress) (int64, error) {
 	var total atomic.Int64
-	err := p.cfg.eachOwnerPage(ctx, pg, AllUsersSQL, func(ids []int64) error {
-		if _, err := writeSets(ctx, p.rdb, pg, timelineRowsSQL, ids, p.cfg.TimelineMax+1, p.cfg.TimelineMax, p.cfg.Keys.Timeline); err != nil {
+	err := p.cfg.eachOwnerPage(ctx, pg, AllUsersSQL, 0, func(ids, ttls []int64) error {
+		if _, err := writeSets(ctx, p.rdb, pg, timelineRowsSQL, ids, ttls, p.cfg.TimelineMax+1, p.cfg.TimelineMax, p.cfg.Keys.Timeline); err != nil {
 			return fmt.Errorf("build timelines: %w", err)
 		}
 		total.Add(int64(len(ids)))
@@ -261,11 +272,12 @@ func (p *Timelines) BuildTimelines(ctx context.Context, pg Querier, progress Pro
 	return total.Load(), err
 }
 
-// BuildInboxes writes the inbox of every active user exactly as the query
-// side's cold rebuild does: the newest InboxMax posts of their followees
-// and themselves, the floor when the result was cut, and ~built (warm: the
-// query side serves it from Redis at once). Inactive users get none, as
-// with the projector. A post committed after a user's query is pushed by
+// BuildInboxes writes the inbox of every user whose inbox lives (seen within
+// the inbox TTL) exactly as the query side's cold rebuild does: the newest
+// InboxMax posts of their followees and themselves, the floor when the
+// result was cut, ~built (warm: the query side serves it from Redis at
+// once), and the expiry the live inbox has (last activity + TTL). Others
+// get none, as in the live version, where theirs expired. A post committed after a user's query is pushed by
 // the projector's catch-up, which the rebuild starts at offsets taken
 // before the first query. progress counts users.
 func (p *Inbox) BuildInboxes(ctx context.Context, progress Progress) (int64, error) {
@@ -274,8 +286,8 @@ func (p *Inbox) BuildInboxes(ctx context.Context, progress Progress) (int64, err
 	// kept score; reading one more and flooring at it claims the same
 	// completeness (strictly above the first cut entry) and keeps the
 	// bounded-add rule (nothing at or below the floor).
-	err := p.cfg.eachOwnerPage(ctx, p.pg, ActiveUsersSQL, func(ids []int64) error {
-		if _, err := writeSets(ctx, p.rdb, p.pg, inboxRowsSQL, ids, p.cfg.InboxMax+1, p.cfg.InboxMax, p.cfg.Keys.Inbox); err != nil {
+	err := p.cfg.eachOwnerPage(ctx, p.pg, ActiveUsersSQL, p.cfg.inboxTTL(), func(ids, ttls []int64) error {
+		if _, err := writeSets(ctx, p.rdb, p.pg, inboxRowsSQL, ids, ttls, p.cfg.InboxMax+1, p.cfg.InboxMax, p.cfg.Keys.Inbox); err != nil {
 			return fmt.Errorf("build inboxes: %w", err)
 		}
 		total.Add(int64(len(ids)))
@@ -344,3 +356,6 @@ func (p *Followers) ApplyBatch(ctx context.Context, batch []Decoded) error {
 	}
 	return err
 }
+
+// TTL is how long an inbox lives after its owner's last activity write.
+func (p *Inbox) TTL() time.Duration { return p.cfg.inboxTTL() }

@@ -61,6 +61,10 @@ type Config struct {
 	GroupEmptyTimeout time.Duration
 	// Progress shows progress (nil: nothing).
 	Progress *Progress
+	// OnPhase, if set, is called as each phase of a projection's rebuild
+	// begins (prepare, build, catch-up, handover, cleanup), on the
+	// rebuild's goroutine: for tools and tests.
+	OnPhase func(projection, phase string)
 	// Logger receives warnings (nil: slog.Default()).
 	Logger *slog.Logger
 }
@@ -214,6 +218,9 @@ func describe(info map[string]string) string {
 func (r *Rebuilder) phase(ctx context.Context, name string, version int, phase string) {
 	r.rdb.HSet(ctx, r.keys.RebuildKey(), "projection", name, "version", version, "phase", phase,
 		"updated", time.Now().UTC().Format(time.RFC3339))
+	if r.cfg.OnPhase != nil {
+		r.cfg.OnPhase(name, phase)
+	}
 }
 
 // one rebuilds one projection up to the switch and hands its cleanup to
@@ -360,7 +367,7 @@ func (r *Rebuilder) build(ctx context.Context, p projections.Projector, prog *Pr
 	case *projections.Inbox:
 		unit = "active users"
 		prog.Start(label, unit, count(`SELECT count(*) FROM user_activity WHERE last_seen_at > now() - $1::interval`,
-			r.cfg.Projections.InactiveAfter))
+			p.TTL()))
 		n, err = p.BuildInboxes(ctx, prog.Add)
 	case *projections.Followers:
 		unit = "follow events"

@@ -1,0 +1,370 @@
+package rebuild
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/feedco/feed/cdc"
+	"github.com/feedco/feed/commands"
+	"github.com/feedco/feed/internal/kafka"
+	"github.com/feedco/feed/internal/kafka/kafkatest"
+	"github.com/feedco/feed/internal/rkeys"
+	"github.com/feedco/feed/internal/snowflake"
+	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/projections"
+	"github.com/feedco/feed/queries"
+)
+
+// A minimal whole pipeline (the e2e package's harness lives in its _test
+// files, which cannot be imported): commands write PostgreSQL, CDC feeds the
+// broker, the projectors run under a Supervisor (so they follow switches),
+// and the query side reads with live versions, all on this test's own
+// database, Redis prefix, broker and topic.
+
+// policies are low so a small workload reaches celebrities, trims and floors.
+var policies = projections.Config{
+	CelebrityThreshold: 8,
+	InboxMax:           20,
+	InboxTrimSlack:     2,
+	TimelineMax:        30,
+	BackfillPosts:      5,
+	FanoutBatch:        7,
+}
+
+type system struct {
+	db     *testenv.DB
+	rdb    redis.UniversalClient
+	prefix string
+	broker *kafkatest.Broker
+	topic  string
+	slot   string
+	group  string // consumer group prefix
+	cmds   *commands.Commands
+	feed   *queries.Feed
+	log    *slog.Logger
+
+	users []int64
+	// keep are posts never deleted: one per user, so every feed is
+	// non-empty at all times.
+	keep map[int64]bool
+	mu   sync.Mutex
+	rnd  *rand.Rand
+	live []int64 // deletable posts
+}
+
+func startSystem(t *testing.T) *system {
+	t.Helper()
+	ctx := context.Background()
+	s := &system{db: testenv.NewDB(t), broker: kafkatest.Start(t), keep: map[int64]bool{},
+		log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		rnd: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))}
+	r := testenv.NewRedis(t)
+	s.rdb, s.prefix = r.Client, r.Prefix
+	s.topic = s.broker.Topic(t, 6)
+	s.slot = "feed_rb_" + s.db.Name
+	s.group = testenv.RandomName("rb") + "."
+	if _, err := s.db.Pool.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, s.slot); err != nil {
+		t.Fatalf("create slot: %v", err)
+	}
+	var stops []func()
+	t.Cleanup(func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	})
+	run := func(name string, fn func(context.Context) error) {
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- fn(rctx) }()
+		stops = append(stops, func() {
+			cancel()
+			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("%s stopped with: %v", name, err)
+			}
+		})
+	}
+	pub, err := kafka.NewPublisher(s.broker.Addrs(), watermill.NopLogger{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stops = append(stops, func() { _ = pub.Close() })
+	c, err := cdc.New(cdc.Config{
+		DatabaseURL: s.db.URL, Slot: s.slot, Topic: s.topic,
+		ConfirmInterval: 100 * time.Millisecond, StatusInterval: time.Second, StateInterval: 500 * time.Millisecond,
+		MinBackoff: 50 * time.Millisecond, MaxBackoff: time.Second, Logger: s.log,
+	}, s.db.Pool, pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run("cdc", c.Run)
+
+	pcfg := policies
+	pcfg.Keys = rkeys.Keys{Prefix: s.prefix}
+	pm, err := projections.NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sup, err := projections.NewSupervisor(projections.SupervisorConfig{
+		Projections:  pcfg,
+		Runner:       s.runnerConfig(),
+		PollInterval: 200 * time.Millisecond,
+	}, s.db.Pool, s.rdb, pm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run("projectors", sup.Run)
+
+	s.feed, err = queries.New(queries.Config{
+		Keys: rkeys.Keys{Prefix: s.prefix}, InboxMax: policies.InboxMax,
+		CelebrityCacheTTL: 300 * time.Millisecond, TimelineCacheSize: queries.MaxLimit + 1,
+		Registerer: prometheus.NewRegistry(), Logger: s.log,
+	}, s.db.Pool, s.rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stops = append(stops, s.feed.Close)
+	ids, err := snowflake.New(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.cmds, err = commands.New(s.db.Pool, ids, commands.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func (s *system) runnerConfig() projections.RunnerConfig {
+	return projections.RunnerConfig{
+		Brokers: s.broker.Addrs(), Topic: s.topic, GroupPrefix: s.group,
+		RetryInitial: 20 * time.Millisecond, RetryMax: 500 * time.Millisecond,
+		DrainTimeout: 10 * time.Second, LagInterval: -1, Logger: s.log,
+	}
+}
+
+// rebuilder returns a Rebuilder for this system with short pauses.
+func (s *system) rebuilder(t *testing.T, onPhase func(projection, phase string)) *Rebuilder {
+	t.Helper()
+	pcfg := policies
+	pcfg.Keys = rkeys.Keys{Prefix: s.prefix}
+	r, err := New(Config{
+		Projections: pcfg, Runner: s.runnerConfig(), PageSize: 50,
+		CatchUpLag: 0, Handover: time.Second, CleanupDelay: 1500 * time.Millisecond,
+		GroupEmptyTimeout: 20 * time.Second, OnPhase: onPhase, Logger: s.log,
+	}, s.db.Pool, s.rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// seed registers n users, each following about follows others, with one
+// kept post each plus posts more posts, and reads every feed once (which
+// makes every user active, so fan-out reaches them).
+func (s *system) seed(t *testing.T, n, follows, posts int) {
+	t.Helper()
+	ctx := context.Background()
+	for i := range n {
+		u, err := s.cmds.RegisterUser.Handle(ctx, commands.RegisterUser{Name: "u" + strconv.Itoa(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.users = append(s.users, u.ID)
+	}
+	for _, u := range s.users {
+		for range follows {
+			if err := s.follow(ctx, u); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p, err := s.cmds.CreatePost.Handle(ctx, commands.CreatePost{AuthorID: u, Content: "kept post of " + strconv.FormatInt(u, 10)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.keep[p.ID] = true
+	}
+	for range posts {
+		if err := s.post(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, u := range s.users {
+		if _, err := s.feed.Home(ctx, u, "", 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func (s *system) pick() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.users[s.rnd.IntN(len(s.users))]
+}
+
+func (s *system) follow(ctx context.Context, u int64) error {
+	v := s.pick()
+	if v == u {
+		return nil
+	}
+	_, err := s.cmds.Follow.Handle(ctx, commands.Follow{FollowerID: u, FolloweeID: v})
+	return err
+}
+
+func (s *system) post(ctx context.Context) error {
+	a := s.pick()
+	p, err := s.cmds.CreatePost.Handle(ctx, commands.CreatePost{AuthorID: a, Content: "post " + time.Now().String()})
+	if err == nil {
+		s.mu.Lock()
+		s.live = append(s.live, p.ID)
+		s.mu.Unlock()
+	}
+	return err
+}
+
+// step does one random write: mostly posts, some follows, unfollows and
+// deletions (never of a kept post).
+func (s *system) step(ctx context.Context) error {
+	s.mu.Lock()
+	r := s.rnd.IntN(10)
+	s.mu.Unlock()
+	switch {
+	case r < 5:
+		return s.post(ctx)
+	case r < 7:
+		return s.follow(ctx, s.pick())
+	case r < 8:
+		u, v := s.pick(), s.pick()
+		if u == v {
+			return nil
+		}
+		_, err := s.cmds.Unfollow.Handle(ctx, commands.Unfollow{FollowerID: u, FolloweeID: v})
+		return err
+	default:
+		s.mu.Lock()
+		if len(s.live) == 0 {
+			s.mu.Unlock()
+			return nil
+		}
+		i := s.rnd.IntN(len(s.live))
+		id := s.live[i]
+		s.live = slices.Delete(s.live, i, i+1)
+		s.mu.Unlock()
+		var author int64
+		if err := s.db.Pool.QueryRow(ctx, `SELECT author_id FROM posts WHERE id = $1`, id).Scan(&author); err != nil {
+			return err
+		}
+		_, err := s.cmds.DeletePost.Handle(ctx, commands.DeletePost{PostID: id, ActorID: author})
+		return err
+	}
+}
+
+// quiesce waits until CDC confirmed everything written so far and every
+// active version's consumer group has committed the end of the topic.
+func (s *system) quiesce(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var lsn string
+	if err := s.db.Pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&lsn); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 60*time.Second, "CDC confirms "+lsn, func() bool {
+		var done bool
+		err := s.db.Pool.QueryRow(ctx, `SELECT coalesce(confirmed_flush_lsn >= $1::pg_lsn, false) FROM pg_replication_slots WHERE slot_name = $2`, lsn, s.slot).Scan(&done)
+		return err == nil && done
+	})
+	testenv.Eventually(t, 60*time.Second, "active groups catch up", func() bool {
+		st, err := ReadStatus(ctx, s.db.Pool, s.rdb, s.runnerConfig(), s.prefix)
+		if err != nil {
+			return false
+		}
+		for _, p := range st.Projections {
+			if p.Lag != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	time.Sleep(time.Second) // query-side caches (300 ms) and version refresh (1 s)
+}
+
+// truth is user u's whole feed from the source of truth.
+func (s *system) truth(ctx context.Context, u int64) ([]string, error) {
+	rows, err := s.db.Pool.Query(ctx, `SELECT id::text FROM posts WHERE NOT deleted
+		AND (author_id = $1 OR author_id IN (SELECT followee_id FROM follows WHERE follower_id = $1))
+		ORDER BY created_at DESC, id DESC`, u)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// read is user u's whole feed through the query side, page by page.
+func (s *system) read(ctx context.Context, u int64) ([]string, error) {
+	var out []string
+	cursor := ""
+	for range 1000 {
+		p, err := s.feed.Home(ctx, u, cursor, queries.MaxLimit)
+		if err != nil {
+			return nil, err
+		}
+		for _, it := range p.Items {
+			out = append(out, it.ID)
+		}
+		if p.NextCursor == nil {
+			return out, nil
+		}
+		cursor = *p.NextCursor
+	}
+	return nil, errors.New("more than 1000 pages")
+}
+
+// checkConverged compares every user's feed with the source of truth.
+func (s *system) checkConverged(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	for _, u := range s.users {
+		want, err := s.truth(ctx, u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.read(ctx, u)
+		if err != nil {
+			t.Fatalf("read feed of %d: %v", u, err)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("feed of %d differs from the source of truth:\n got %v\nwant %v", u, got, want)
+		}
+	}
+}
+
+// keyVersions counts the read-model keys of the namespace per projection
+// and version ("posts/v2" -> n).
+func (s *system) keyVersions(t *testing.T) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	keys := rkeys.Keys{Prefix: s.prefix}
+	iter := s.rdb.Scan(context.Background(), 0, escapeGlob(s.prefix)+"*", 1000).Iterator()
+	for iter.Next(context.Background()) {
+		if p, v, ok := keys.Classify(iter.Val()); ok {
+			out[fmt.Sprintf("%s/v%d", p, v)]++
+		}
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
