@@ -309,10 +309,10 @@ func (d *Dataset) Digest() string {
 
 // Stats summarises the follower distribution, for the seed's output.
 type Stats struct {
-	Users, Follows, Posts               int
-	MeanFollowers                       float64
-	P50, P90, P99, MaxFollowers         int
-	OverThreshold                       int
+	Users, Follows, Posts                     int
+	MeanFollowers                             float64
+	P50, P90, P99, MaxFollowers               int
+	OverThreshold                             int
 	MeanFollowing, MinFollowing, MaxFollowing int
 }
 
