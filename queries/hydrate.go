@@ -79,10 +79,7 @@ func (f *Feed) hydrateBatch(ctx context.Context, batch []key, vis visibility) ([
 		get = append(get, i)
 	}
 	pipe := f.rdb.Pipeline()
-	cmds := make([]*redis.StringCmd, len(get))
-	for j, i := range get {
-		cmds[j] = pipe.Get(ctx, f.keys.Post(batch[i].id))
-	}
+	bodies := f.queueBodies(ctx, pipe, batch, get)
 	follows := map[int64]bool{}
 	known := f.queueFollowCheck(ctx, pipe, res, vis)
 	if pipe.Len() > 0 {
@@ -95,10 +92,9 @@ func (f *Feed) hydrateBatch(ctx context.Context, batch []key, vis visibility) ([
 	}
 	now := f.now().UnixNano()
 	var missing []int64
-	for j, c := range cmds {
-		i := get[j]
-		raw, err := c.Bytes()
-		if err != nil {
+	for j, i := range get {
+		raw, ok := bodies.at(j)
+		if !ok {
 			missing = append(missing, batch[i].id)
 			continue
 		}
@@ -154,6 +150,45 @@ func (f *Feed) hydrateBatch(ctx context.Context, batch []key, vis visibility) ([
 		out = append(out, h.item)
 	}
 	return out, nil
+}
+
+// bodyReads are queued reads of post:{p}: one MGET on a single Redis
+// server, one GET each on a cluster (every post key is its own slot).
+type bodyReads struct {
+	mget *redis.SliceCmd
+	gets []*redis.StringCmd
+}
+
+func (f *Feed) queueBodies(ctx context.Context, pipe redis.Pipeliner, batch []key, get []int) bodyReads {
+	if len(get) == 0 {
+		return bodyReads{}
+	}
+	if _, single := f.rdb.(*redis.Client); single {
+		ks := make([]string, len(get))
+		for j, i := range get {
+			ks[j] = f.keys.Post(batch[i].id)
+		}
+		return bodyReads{mget: pipe.MGet(ctx, ks...)}
+	}
+	gets := make([]*redis.StringCmd, len(get))
+	for j, i := range get {
+		gets[j] = pipe.Get(ctx, f.keys.Post(batch[i].id))
+	}
+	return bodyReads{gets: gets}
+}
+
+// at returns the j-th body, false when the key is absent.
+func (r bodyReads) at(j int) ([]byte, bool) {
+	if r.mget != nil {
+		vals := r.mget.Val()
+		if j >= len(vals) {
+			return nil, false
+		}
+		s, ok := vals[j].(string)
+		return []byte(s), ok
+	}
+	raw, err := r.gets[j].Bytes()
+	return raw, err == nil
 }
 
 // fromCache shows a cached post at the key the page was built with.

@@ -1,0 +1,444 @@
+package api_test
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/feedco/feed/api"
+	"github.com/feedco/feed/commands"
+	"github.com/feedco/feed/internal/auth"
+	"github.com/feedco/feed/internal/rkeys"
+	"github.com/feedco/feed/internal/snowflake"
+	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/queries"
+)
+
+var (
+	readUsers    = flag.Int("read.users", 2000, "BenchmarkReadHTTP: users (each follows 100-300 others, Zipf-skewed)")
+	readPosts    = flag.Int("read.posts", 60000, "BenchmarkReadHTTP: posts")
+	readCelebs   = flag.Int("read.celebs", 3, "BenchmarkReadHTTP: most-followed users treated as celebrities (pulled, not pushed)")
+	readClients  = flag.Int("read.clients", 32, "BenchmarkReadHTTP: concurrent closed-loop clients of every phase")
+	readDuration = flag.Duration("read.duration", 3*time.Second, "BenchmarkReadHTTP: length of each measured phase")
+	readRounds   = flag.Int("read.rounds", 3, "BenchmarkReadHTTP: rounds of the three phases (medians are reported)")
+)
+
+// pullSQLSeed is the seeds' fan-out-on-read query (section 6), the
+// baseline: the followees' posts before a time, newest first, 20.
+const pullSQLSeed = `SELECT p.id, p.created_at
+FROM posts p
+WHERE p.author_id IN (SELECT followee_id FROM follows WHERE follower_id = $1)
+  AND p.created_at < $2
+  AND p.deleted = false
+ORDER BY p.created_at DESC
+LIMIT 20`
+
+// BenchmarkReadHTTP measures the home feed read path over HTTP on a seeded
+// dataset, beside two baselines measured in the same run on the same data
+// with the same number of closed-loop clients:
+//
+//   - http: GET /api/feed (first page, limit 20) through the whole API
+//     (JWT auth, routing, query side, JSON) over keep-alive connections,
+//     each request for a random user;
+//   - sql: the seeds' pull query (section 6) for a random user;
+//   - redis: the raw two commands a read needs, ZREVRANGEBYSCORE of the
+//     inbox (LIMIT 21) then MGET of 20 post bodies.
+//
+// The data: -read.users users, each following 100-300 others drawn with a
+// Zipf skew, -read.posts posts over 30 days, the -read.celebs most-followed
+// users as celebrities; the read models are written the way caught-up
+// projectors leave them (built inboxes of 500 with ~floor, timelines,
+// post cache, following sets, celebrity set). Each phase runs
+// -read.duration; -read.rounds rounds; a table of every round and the
+// medians is printed. It runs once whatever b.N is:
+//
+//	go test -run '^$' -bench ReadHTTP -benchtime 1x ./api/
+func BenchmarkReadHTTP(b *testing.B) {
+	if testing.Short() {
+		b.Skip("seeds a large dataset")
+	}
+	ctx := context.Background()
+	db := testenv.NewDB(b)
+	r := testenv.NewRedis(b)
+	keys := rkeys.Keys{Prefix: r.Prefix}
+	start := time.Now()
+	users := seedRead(b, ctx, db.Pool, r.Client, keys)
+	b.Logf("seeded %d users, %d posts in %v", len(users), *readPosts, time.Since(start).Round(time.Millisecond))
+
+	feed, err := queries.New(queries.Config{Keys: keys, Registerer: prometheus.NewRegistry()}, db.Pool, r.Client)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(feed.Close)
+	ids, _ := snowflake.New(9)
+	cmds, err := commands.New(db.Pool, ids, commands.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	signer, _ := auth.NewSigner(secret)
+	srv, err := api.New(api.Config{}, api.Deps{Commands: cmds, Tokens: signer, Feed: feed, Registry: prometheus.NewRegistry()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	url := newHTTPServer(b, srv.Handler()) + "/api/feed"
+	clients := *readClients
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients, MaxConnsPerHost: clients, DisableCompression: true}}
+	tokens := make([]string, len(users))
+	for i, u := range users {
+		tokens[i] = "Bearer " + signer.Sign(u, 24*time.Hour)
+	}
+	var checked atomic.Int64
+	httpRead := func(rng *rand.Rand) error {
+		i := rng.IntN(len(users))
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		req.Header.Set("Authorization", tokens[i])
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET /api/feed: status %d", resp.StatusCode)
+		}
+		if checked.Add(1) > 200 {
+			_, err = io.Copy(io.Discard, resp.Body)
+			return err
+		}
+		var page queries.Page
+		if err := json.NewDecoder(resp.Body).Decode(&page); err != nil {
+			return err
+		}
+		if len(page.Items) != 20 || page.NextCursor == nil {
+			return fmt.Errorf("user %d: page of %d items", users[i], len(page.Items))
+		}
+		return nil
+	}
+	now := time.Now()
+	sqlRead := func(rng *rand.Rand) error {
+		rows, err := db.Pool.Query(ctx, pullSQLSeed, users[rng.IntN(len(users))], now)
+		if err != nil {
+			return err
+		}
+		n := 0
+		for rows.Next() {
+			n++
+		}
+		rows.Close()
+		if n != 20 {
+			return fmt.Errorf("pull query: %d rows (%v)", n, rows.Err())
+		}
+		return rows.Err()
+	}
+	redisRead := func(rng *rand.Rand) error {
+		u := users[rng.IntN(len(users))]
+		m, err := r.Client.ZRevRangeByScore(ctx, keys.Inbox(u), &redis.ZRangeBy{Max: "(+inf", Min: "-inf", Count: 21}).Result()
+		if err != nil {
+			return err
+		}
+		if len(m) < 21 {
+			return fmt.Errorf("inbox of %d: %d members", u, len(m))
+		}
+		ks := make([]string, 20)
+		for i := range ks {
+			id, _ := strconv.ParseInt(m[i], 10, 64)
+			ks[i] = keys.Post(id)
+		}
+		return r.Client.MGet(ctx, ks...).Err()
+	}
+
+	// Warm up: connections, the process caches, activity writes.
+	if _, err := closedLoop(clients, 2*time.Second, httpRead); err != nil {
+		b.Fatal(err)
+	}
+	phases := []struct {
+		name string
+		op   func(*rand.Rand) error
+	}{{"http GET /api/feed", httpRead}, {"sql pull query (seeds §6)", sqlRead}, {"redis ZREVRANGEBYSCORE+MGET", redisRead}}
+	res := make([][]phaseResult, len(phases))
+	b.ResetTimer()
+	for range *readRounds {
+		for i, p := range phases {
+			pr, err := closedLoop(clients, *readDuration, p.op)
+			if err != nil {
+				b.Fatalf("%s: %v", p.name, err)
+			}
+			res[i] = append(res[i], pr)
+		}
+	}
+	b.StopTimer()
+
+	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "phase (%d clients)\tround\treads/s\tp50 ms\tp99 ms\tp99.9 ms\t\n", clients)
+	med := make([]phaseResult, len(phases))
+	for i, p := range phases {
+		for j, pr := range res[i] {
+			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t\n", p.name, j+1, pr.rate, ms(pr.p50), ms(pr.p99), ms(pr.p999))
+		}
+		med[i] = median(res[i])
+		fmt.Fprintf(tw, "%s\tmedian\t%.0f\t%.2f\t%.2f\t%.2f\t\n", p.name, med[i].rate, ms(med[i].p50), ms(med[i].p99), ms(med[i].p999))
+	}
+	_ = tw.Flush()
+	fmt.Printf("http/sql = %.1fx (target >= 30x), http/redis = %.2fx (target >= 1x), http p99 = %.2f ms (target < 10 ms)\n",
+		med[0].rate/med[1].rate, med[0].rate/med[2].rate, ms(med[0].p99))
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(med[0].rate, "http-reads/s")
+	b.ReportMetric(ms(med[0].p99), "http-p99-ms")
+	b.ReportMetric(med[1].rate, "sql-reads/s")
+	b.ReportMetric(med[2].rate, "redis-reads/s")
+	b.ReportMetric(med[0].rate/med[1].rate, "x-sql")
+	b.ReportMetric(med[0].rate/med[2].rate, "x-redis")
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// phaseResult is one measured phase.
+type phaseResult struct {
+	rate           float64 // operations per second
+	p50, p99, p999 time.Duration
+}
+
+// median takes each column's median across rounds.
+func median(rs []phaseResult) phaseResult {
+	col := func(f func(phaseResult) float64) float64 {
+		v := make([]float64, len(rs))
+		for i, r := range rs {
+			v[i] = f(r)
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	return phaseResult{
+		rate: col(func(r phaseResult) float64 { return r.rate }),
+		p50:  time.Duration(col(func(r phaseResult) float64 { return float64(r.p50) })),
+		p99:  time.Duration(col(func(r phaseResult) float64 { return float64(r.p99) })),
+		p999: time.Duration(col(func(r phaseResult) float64 { return float64(r.p999) })),
+	}
+}
+
+// closedLoop runs op from clients goroutines, each issuing the next
+// operation when the previous one returned, for d; it returns the rate and
+// the latency percentiles of every operation.
+func closedLoop(clients int, d time.Duration, op func(*rand.Rand) error) (phaseResult, error) {
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	lat := make([][]time.Duration, clients)
+	start := time.Now()
+	deadline := start.Add(d)
+	for c := range clients {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(c), uint64(start.UnixNano())))
+			l := make([]time.Duration, 0, 4096)
+			for {
+				t0 := time.Now()
+				if !t0.Before(deadline) {
+					break
+				}
+				if err := op(rng); err != nil {
+					failed.CompareAndSwap(nil, err)
+					return
+				}
+				l = append(l, time.Since(t0))
+			}
+			lat[c] = l
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if err, _ := failed.Load().(error); err != nil {
+		return phaseResult{}, err
+	}
+	all := slices.Concat(lat...)
+	if len(all) == 0 {
+		return phaseResult{}, fmt.Errorf("no operation finished in %v", d)
+	}
+	slices.Sort(all)
+	q := func(p float64) time.Duration { return all[min(len(all)-1, int(math.Ceil(p*float64(len(all))))-1)] }
+	return phaseResult{rate: float64(len(all)) / elapsed.Seconds(), p50: q(0.50), p99: q(0.99), p999: q(0.999)}, nil
+}
+
+// benchContent is a seeded post's text, about 100 characters.
+func benchContent(id int64) string {
+	return "post " + strconv.FormatInt(id, 10) + " lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor"
+}
+
+// benchPost is a seeded post.
+type benchPost struct {
+	id, author, ms int64
+}
+
+// seedRead writes the benchmark's dataset into PostgreSQL (users, follows,
+// posts) and the read models into Redis as caught-up projectors would, and
+// returns the user ids. Deterministic (fixed seed).
+func seedRead(b *testing.B, ctx context.Context, pool *pgxpool.Pool, rdb redis.UniversalClient, keys rkeys.Keys) []int64 {
+	b.Helper()
+	nUsers, nPosts := *readUsers, *readPosts
+	rng := rand.New(rand.NewPCG(42, 42))
+	zipf := rand.NewZipf(rand.New(rand.NewPCG(43, 43)), 1.1, 2, uint64(nUsers-1))
+	users := make([]int64, nUsers)
+	for i := range users {
+		users[i] = int64(i + 1)
+	}
+	// Follows: 100-300 distinct followees each, popular accounts first.
+	follows := make(map[int64][]int64, nUsers)
+	followers := make(map[int64]int, nUsers)
+	var followRows [][]any
+	for _, u := range users {
+		want := 100 + rng.IntN(201)
+		seen := map[int64]bool{u: true}
+		for tries := 0; len(seen) <= want && tries < 20*want; tries++ {
+			v := int64(zipf.Uint64()) + 1
+			if tries >= 10*want {
+				v = users[rng.IntN(nUsers)] // the tail, when Zipf keeps drawing the head
+			}
+			if !seen[v] {
+				seen[v] = true
+				follows[u] = append(follows[u], v)
+				followers[v]++
+				followRows = append(followRows, []any{u, v})
+			}
+		}
+	}
+	// Posts over the last 30 days; popular accounts post more.
+	end := time.Now().Add(-time.Hour).UnixMilli()
+	span := int64(30 * 24 * time.Hour / time.Millisecond)
+	posts := make([]benchPost, 0, nPosts)
+	used := map[int64]bool{}
+	var postRows [][]any
+	for len(posts) < nPosts {
+		author := users[rng.IntN(nUsers)]
+		if rng.IntN(2) == 0 {
+			author = int64(zipf.Uint64()) + 1
+		}
+		ms := end - rng.Int64N(span)
+		id := ms<<12 | int64(len(posts)&0xfff)
+		if used[id] {
+			continue
+		}
+		used[id] = true
+		posts = append(posts, benchPost{id: id, author: author, ms: ms})
+		postRows = append(postRows, []any{id, author, benchContent(id), time.UnixMilli(ms).UTC()})
+	}
+	var userRows [][]any
+	for _, u := range users {
+		userRows = append(userRows, []any{u, "user" + strconv.FormatInt(u, 10), int64(followers[u]), int64(len(follows[u]))})
+	}
+	t0 := time.Now()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Release()
+	// The generated rows are consistent: skip the per-row foreign key
+	// triggers (this session only).
+	if _, err := conn.Exec(ctx, `SET session_replication_role = replica`); err != nil {
+		b.Fatal(err)
+	}
+	copyRows := func(table string, cols []string, rows [][]any) {
+		if _, err := conn.CopyFrom(ctx, pgx.Identifier{table}, cols, pgx.CopyFromRows(rows)); err != nil {
+			b.Fatalf("copy %s: %v", table, err)
+		}
+	}
+	copyRows("users", []string{"id", "name", "follower_count", "following_count"}, userRows)
+	copyRows("follows", []string{"follower_id", "followee_id"}, followRows)
+	copyRows("posts", []string{"id", "author_id", "content", "created_at"}, postRows)
+	if _, err := conn.Exec(ctx, `SET session_replication_role = origin; ANALYZE users; ANALYZE follows; ANALYZE posts`); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("PostgreSQL seeded in %v", time.Since(t0).Round(time.Millisecond))
+	t0 = time.Now()
+
+	// Celebrities: the most-followed accounts.
+	byFollowers := slices.Clone(users)
+	slices.SortFunc(byFollowers, func(x, y int64) int { return cmp.Compare(followers[y], followers[x]) })
+	celeb := map[int64]bool{}
+	for _, c := range byFollowers[:*readCelebs] {
+		celeb[c] = true
+	}
+	// Newest first, ties by id, as every read model orders them.
+	slices.SortFunc(posts, func(x, y benchPost) int { return cmp.Or(cmp.Compare(y.ms, x.ms), cmp.Compare(y.id, x.id)) })
+	byAuthor := map[int64][]benchPost{}
+	for _, p := range posts {
+		byAuthor[p.author] = append(byAuthor[p.author], p)
+	}
+
+	pipe := rdb.Pipeline()
+	flush := func() {
+		if _, err := pipe.Exec(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i, p := range posts {
+		raw, _ := json.Marshal(rkeys.Post{ID: p.id, AuthorID: p.author, Content: benchContent(p.id), CreatedAt: time.UnixMilli(p.ms).UTC().Format("2006-01-02T15:04:05.000Z")})
+		pipe.Set(ctx, keys.Post(p.id), raw, 0)
+		if i%1000 == 999 {
+			flush()
+		}
+	}
+	flush()
+	// writeSet writes a sorted set of newest-first posts bounded to max,
+	// with ~built and, when cut, ~floor at the highest score removed.
+	writeSet := func(k string, ps []benchPost, max int) {
+		zs := make([]redis.Z, 0, min(len(ps), max)+2)
+		for _, p := range ps[:min(len(ps), max)] {
+			zs = append(zs, redis.Z{Score: float64(p.ms), Member: strconv.FormatInt(p.id, 10)})
+		}
+		zs = append(zs, redis.Z{Score: math.Inf(1), Member: rkeys.SentinelBuilt})
+		if len(ps) > max {
+			zs = append(zs, redis.Z{Score: float64(ps[max].ms), Member: rkeys.SentinelFloor})
+		}
+		pipe.ZAdd(ctx, k, zs...)
+	}
+	for a, ps := range byAuthor {
+		writeSet(keys.Timeline(a), ps, 1000)
+	}
+	flush()
+	for _, c := range byFollowers[:*readCelebs] {
+		pipe.SAdd(ctx, keys.Celebrities(), strconv.FormatInt(c, 10))
+	}
+	for i, u := range users {
+		args := make([]any, 0, len(follows[u]))
+		pushed := make([]bool, nUsers+1) // authors whose posts reach u's inbox
+		for _, v := range follows[u] {
+			args = append(args, strconv.FormatInt(v, 10))
+			pushed[v] = !celeb[v]
+		}
+		pipe.SAdd(ctx, keys.Following(u), args...)
+		// posts is newest first: the inbox is its first 501 pushed posts
+		// (500 kept, one more to place ~floor).
+		var inbox []benchPost
+		for _, p := range posts {
+			if pushed[p.author] {
+				inbox = append(inbox, p)
+				if len(inbox) > 500 {
+					break
+				}
+			}
+		}
+		writeSet(keys.Inbox(u), inbox, 500)
+		if i%50 == 49 {
+			flush()
+		}
+	}
+	flush()
+	b.Logf("Redis seeded in %v", time.Since(t0).Round(time.Millisecond))
+	return users
+}
