@@ -42,10 +42,16 @@ func setup(t testing.TB, partitions int32) *bundle {
 	b := &bundle{db: testenv.NewDB(t), broker: kafkatest.Start(t), reg: prometheus.NewRegistry()}
 	b.topic = b.broker.Topic(t, partitions)
 	b.slot = "feed_cdc_" + b.db.Name
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// Creating a slot waits for every transaction running on the cluster,
+	// other databases' included (another test's or engineer's bulk load).
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if _, err := ensureSlot(ctx, b.db.Pool, b.slot, DefaultPublication); err != nil {
+	start := time.Now()
+	if _, err := ensureSlot(ctx, b.db.Pool, b.slot, DefaultPublication, slog.New(slog.DiscardHandler)); err != nil {
 		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Logf("creating the slot waited %v for running transactions", d.Round(time.Second))
 	}
 	return b
 }

@@ -21,9 +21,9 @@ import (
 // confirms progress, until an error or ctx ends. progressed reports whether
 // any change arrived (the caller then resets its backoff).
 func (c *CDC) session(ctx context.Context, cancelLanes context.CancelFunc) (progressed bool, err error) {
-	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	created, err := ensureSlot(sctx, c.pool, c.cfg.Slot, c.cfg.Publication)
-	cancel()
+	// No timeout but ctx: creating a slot waits for every transaction
+	// running on the cluster (any database) to finish, however long.
+	created, err := ensureSlot(ctx, c.pool, c.cfg.Slot, c.cfg.Publication, c.cfg.Logger)
 	if err != nil {
 		return false, err
 	}

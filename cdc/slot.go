@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -27,7 +28,7 @@ var ErrNoSlot = errors.New("replication slot does not exist")
 
 // ensureSlot checks the publication and creates the slot when missing. It
 // reports whether it created the slot.
-func ensureSlot(ctx context.Context, pool *pgxpool.Pool, slot, publication string) (bool, error) {
+func ensureSlot(ctx context.Context, pool *pgxpool.Pool, slot, publication string, log *slog.Logger) (bool, error) {
 	var ok bool
 	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, publication).Scan(&ok); err != nil {
 		return false, fmt.Errorf("look up publication %s: %w", publication, err)
@@ -50,6 +51,7 @@ func ensureSlot(ctx context.Context, pool *pgxpool.Pool, slot, publication strin
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return false, fmt.Errorf("look up slot %s: %w", slot, err)
 	}
+	log.Info("cdc: creating replication slot; this waits for the transactions running on the server now to finish", "slot", slot)
 	_, err = pool.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot)
 	var pg *pgconn.PgError
 	if errors.As(err, &pg) && pg.Code == "42710" { // created concurrently
