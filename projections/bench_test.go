@@ -2,8 +2,12 @@ package projections_test
 
 import (
 	"context"
+	"hash/fnv"
 	"math"
+	"sort"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,38 +19,76 @@ import (
 	"github.com/feedco/feed/projections"
 )
 
-// BenchmarkFanout measures inbox fan-out from Kafka to Redis (authors with
-// 1k-5k active followers, every inbox already full: 500 entries and the
-// sentinels), beside the raw Redis ceiling measured in the same run: ZADD +
-// ZREMRANGEBYRANK per follower in 1,000-follower pipelines on equally full
-// inboxes. Both with the server's default zset encoding (skiplist past 128
-// entries) and with zset-max-listpack-entries raised so inboxes stay
-// listpacks (set for the run, restored after). Also reports MEMORY USAGE of
-// a full 500-entry inbox per entry.
+// BenchmarkFanout measures inbox fan-out from Kafka to Redis beside the raw
+// Redis ceiling of the naive command pair, in the same run and the same
+// zset encoding:
 //
-//	go test -run '^$' -bench Fanout -count 3 ./projections/
+//   - 24 authors, two per partition of the 12-partition topic (chosen by the
+//     producer's hash, so every partition is busy), with 1,000 to 5,000
+//     active followers each out of a pool of 5,000 users, 3 posts each;
+//   - every inbox full: 500 entries for the raw run, 500-550 (the sampled
+//     trims' steady state) for the projector, plus ~floor and ~built;
+//   - "entries/s": PostCreated messages published to the embedded broker
+//     until the inbox projector has written every entry;
+//   - "raw-1/s": ZADD + ZREMRANGEBYRANK per follower in 1,000-follower
+//     pipelines from one goroutine; "raw-12/s": the same from 12 goroutines
+//     (one per partition's pair of authors, as the projector runs them);
+//     "x-raw" is entries/s over the better of the two;
+//   - "bytes/entry": MEMORY USAGE of a full 500-entry inbox / 500;
+//     "bytes/kept": the mean MEMORY USAGE of 200 of the projector's inboxes
+//     after the run / 500 (what the trim slack costs).
+//
+// Encodings: "listpack" sets zset-max-listpack-entries 1024 for the run,
+// "skiplist" 128 (the server default); the server's value is restored in a
+// cleanup, also when the benchmark fails.
+//
+//	go test -run '^$' -bench Fanout -benchtime 1x -count 3 ./projections/
 func BenchmarkFanout(b *testing.B) {
 	for _, enc := range []struct {
 		name     string
 		listpack string
-	}{{"skiplist", "128"}, {"listpack", "1024"}} {
+	}{{"listpack", "1024"}, {"skiplist", "128"}} {
 		b.Run(enc.name, func(b *testing.B) { benchFanout(b, enc.listpack) })
 	}
 }
 
-const benchPool = 5000
+const (
+	benchPool       = 5000
+	benchPartitions = 12
+	benchPosts      = 3 // per author
+)
 
-var benchAuthors = []int{1000, 2000, 3000, 4000, 5000, 2500}
+// benchFollowers is how many followers author i gets: 1,000 to 5,000.
+func benchFollowers(i, n int) int { return 1000 + i*4000/(n-1) }
+
+// partitionOf is the partition sarama's hash partitioner (the publisher's)
+// gives a Kafka key.
+func partitionOf(key int64, partitions int32) int32 {
+	h := fnv.New32a()
+	h.Write([]byte(strconv.FormatInt(key, 10)))
+	p := int32(h.Sum32()) % partitions
+	if p < 0 {
+		p = -p
+	}
+	return p
+}
 
 func benchFanout(b *testing.B, listpack string) {
 	ctx := context.Background()
 	w := newWorld(b)
 	rd := testenv.NewRedis(b)
-	old := rd.Client.ConfigGet(ctx, "zset-max-listpack-entries").Val()["zset-max-listpack-entries"]
+	old, err := rd.Client.ConfigGet(ctx, "zset-max-listpack-entries").Result()
+	if err != nil {
+		b.Skipf("CONFIG GET not allowed: %v", err)
+	}
 	if err := rd.Client.ConfigSet(ctx, "zset-max-listpack-entries", listpack).Err(); err != nil {
 		b.Skipf("CONFIG SET not allowed: %v", err)
 	}
-	b.Cleanup(func() { rd.Client.ConfigSet(context.Background(), "zset-max-listpack-entries", old) })
+	b.Cleanup(func() {
+		if err := rd.Client.ConfigSet(context.Background(), "zset-max-listpack-entries", old["zset-max-listpack-entries"]).Err(); err != nil {
+			b.Errorf("restore zset-max-listpack-entries: %v", err)
+		}
+	})
 
 	var first int64
 	if err := w.db.Pool.QueryRow(ctx, `WITH u AS (INSERT INTO users (name) SELECT 'f' FROM generate_series(1, $1::int) RETURNING id)
@@ -54,70 +96,147 @@ func benchFanout(b *testing.B, listpack string) {
 		b.Fatal(err)
 	}
 	w.exec(`INSERT INTO user_activity (user_id, last_seen_at) SELECT id, now() FROM users WHERE id >= $1`, first)
+	// Two authors per partition.
+	perPartition := map[int32][]int64{}
 	var authors []int64
-	for _, n := range benchAuthors {
+	for len(authors) < 2*benchPartitions {
 		a := w.user(true)
-		w.exec(`INSERT INTO follows (follower_id, followee_id) SELECT id, $1 FROM users WHERE id >= $2 AND id < $3`, a, first, first+int64(n))
-		w.exec(`UPDATE users SET follower_count = $2 WHERE id = $1`, a, n)
-		authors = append(authors, a)
-	}
-	base := time.Now().Add(-24 * time.Hour).UnixMilli()
-	fill := func(prefix string) {
-		keys := rkeys.Keys{Prefix: prefix}
-		for u := first; u < first+benchPool; u += 100 {
-			pipe := rd.Client.Pipeline()
-			for v := u; v < u+100 && v < first+benchPool; v++ {
-				zs := make([]redis.Z, 0, 502)
-				for e := int64(0); e < 500; e++ {
-					zs = append(zs, redis.Z{Score: float64(base + e), Member: strconv.FormatInt(1<<60+v<<20+e, 10)})
-				}
-				zs = append(zs, redis.Z{Score: float64(base - 1), Member: rkeys.SentinelFloor}, redis.Z{Score: math.Inf(1), Member: rkeys.SentinelBuilt})
-				pipe.ZAdd(ctx, keys.Inbox(v), zs...)
-			}
-			if _, err := pipe.Exec(ctx); err != nil {
-				b.Fatal(err)
-			}
+		if p := partitionOf(a, benchPartitions); len(perPartition[p]) < 2 {
+			perPartition[p] = append(perPartition[p], a)
+			authors = append(authors, a)
 		}
 	}
-	const postsPerAuthor = 8
+	followers := make(map[int64]int, len(authors))
 	total := 0
-	for _, n := range benchAuthors {
-		total += n * postsPerAuthor
+	for i, a := range authors {
+		n := benchFollowers(i, len(authors))
+		off := i * benchPool / len(authors) // spread: every user follows about 14 authors
+		w.exec(`INSERT INTO follows (follower_id, followee_id) SELECT id, $1 FROM users
+			WHERE id >= $2 AND id < $2 + $3 AND (id - $2 + $4) % $3 < $5`, a, first, benchPool, off, n)
+		w.exec(`UPDATE users SET follower_count = $2 WHERE id = $1`, a, n)
+		followers[a] = n
+		total += n * benchPosts
+	}
+	base := time.Now().Add(-24 * time.Hour).UnixMilli()
+	// fill writes every pool inbox under prefix: 500 entries plus extra(v),
+	// COPYed server-side from one template per size (fast even under load).
+	fill := func(prefix string, extra func(v int64) int64) {
+		keys := rkeys.Keys{Prefix: prefix}
+		tmpl := map[int64]string{}
+		pipe := rd.Client.Pipeline()
+		for v := first; v < first+benchPool; v++ {
+			x := extra(v)
+			t, ok := tmpl[x]
+			if !ok {
+				t = prefix + "template:" + strconv.FormatInt(x, 10)
+				tmpl[x] = t
+				zs := make([]redis.Z, 0, 500+x+2)
+				for e := int64(0); e < 500+x; e++ {
+					zs = append(zs, redis.Z{Score: float64(base + e), Member: strconv.FormatInt(1<<60+x<<20+e, 10)})
+				}
+				zs = append(zs, redis.Z{Score: float64(base - 1), Member: rkeys.SentinelFloor}, redis.Z{Score: math.Inf(1), Member: rkeys.SentinelBuilt})
+				if err := rd.Client.ZAdd(ctx, t, zs...).Err(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			pipe.Copy(ctx, t, keys.Inbox(v), 0, true)
+			if pipe.Len() == 500 {
+				if _, err := pipe.Exec(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	// The follower ids of each author, in the projector's (keyset) order.
+	followerIDs := map[int64][]int64{}
+	for _, a := range authors {
+		rows, err := w.db.Pool.Query(ctx, `SELECT follower_id FROM follows WHERE followee_id = $1 ORDER BY follower_id`, a)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				b.Fatal(err)
+			}
+			followerIDs[a] = append(followerIDs[a], id)
+		}
+		rows.Close()
+	}
+	// rawAuthor pushes benchPosts posts of author a with the naive pair.
+	rawAuthor := func(rk rkeys.Keys, ai int, a int64) error {
+		ids := followerIDs[a]
+		for p := 0; p < benchPosts; p++ {
+			member := strconv.FormatInt(1<<61+int64(p*100+ai), 10)
+			score := float64(base + 1000 + int64(p*100+ai))
+			for lo := 0; lo < len(ids); lo += 1000 {
+				pipe := rd.Client.Pipeline()
+				for _, v := range ids[lo:min(lo+1000, len(ids))] {
+					pipe.ZAdd(ctx, rk.Inbox(v), redis.Z{Score: score, Member: member})
+					pipe.ZRemRangeByRank(ctx, rk.Inbox(v), 0, -501)
+				}
+				if _, err := pipe.Exec(ctx); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	raw := func(parallel bool) (float64, float64) {
+		prefix := testenv.RandomName("t") + ":"
+		fill(prefix, func(int64) int64 { return 0 })
+		defer testenv.DeletePrefix(ctx, rd.Client, prefix)
+		rk := rkeys.Keys{Prefix: prefix}
+		before := commandUsec(b, rd.Client)
+		start := time.Now()
+		if parallel {
+			var wg sync.WaitGroup
+			errs := make(chan error, benchPartitions)
+			for _, pair := range perPartition {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for _, a := range pair {
+						if err := rawAuthor(rk, indexOf(authors, a), a); err != nil {
+							errs <- err
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			if err := <-errs; err != nil {
+				b.Fatal(err)
+			}
+		} else {
+			for ai, a := range authors {
+				if err := rawAuthor(rk, ai, a); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		rate := float64(total) / time.Since(start).Seconds()
+		us := (commandUsec(b, rd.Client) - before) / float64(total)
+		// The server is shared: log the encoding the inboxes really had.
+		b.Logf("raw (parallel %v): %.0f/s, Redis %.2f µs/entry, inboxes are %s", parallel, rate, us, rd.Client.ObjectEncoding(ctx, rk.Inbox(first)).Val())
+		return rate, us
 	}
 
 	for i := 0; i < b.N; i++ {
-		// Raw ceiling: the naive pair per follower, 1,000 a pipeline.
-		raw := testenv.RandomName("t") + ":"
-		fill(raw)
-		rk := rkeys.Keys{Prefix: raw}
-		start := time.Now()
-		for p := 0; p < postsPerAuthor; p++ {
-			for ai, n := range benchAuthors {
-				member := strconv.FormatInt(1<<61+int64(p*100+ai), 10)
-				score := float64(base + 1000 + int64(p*100+ai))
-				for u := first; u < first+int64(n); u += 1000 {
-					pipe := rd.Client.Pipeline()
-					for v := u; v < u+1000 && v < first+int64(n); v++ {
-						pipe.ZAdd(ctx, rk.Inbox(v), redis.Z{Score: score, Member: member})
-						pipe.ZRemRangeByRank(ctx, rk.Inbox(v), 0, -501)
-					}
-					if _, err := pipe.Exec(ctx); err != nil {
-						b.Fatal(err)
-					}
-				}
-			}
-		}
-		rawRate := float64(total) / time.Since(start).Seconds()
-		// The server is shared: another process may change the setting
-		// mid-run. Log the encoding the inboxes really had.
-		b.Logf("raw run: inboxes are %s", rd.Client.ObjectEncoding(ctx, rk.Inbox(first)).Val())
-		testenv.DeletePrefix(ctx, rd.Client, raw)
+		t0 := time.Now()
+		raw1, _ := raw(false)
+		raw12, rawUs := raw(true)
+		b.Logf("raw runs with fills: %v", time.Since(t0).Round(time.Millisecond))
 
 		// The projector: PostCreated messages through Kafka, inbox group.
 		prefix := testenv.RandomName("t") + ":"
-		fill(prefix)
+		fill(prefix, func(v int64) int64 { return (v * 7) % 51 })
 		w.envs = w.envs[:0]
-		for p := 0; p < postsPerAuthor; p++ {
+		for p := 0; p < benchPosts; p++ {
 			for _, a := range authors {
 				w.post(a)
 			}
@@ -129,8 +248,9 @@ func benchFanout(b *testing.B, listpack string) {
 		w.follow(fan, warm)
 		w.post(warm) // one entry (the follow backfill copies it; the push then adds nothing)
 		warmup := w.envs
+		w.envs = nil
 		bk := kafkatest.Start(b)
-		topic := bk.Topic(b, 12)
+		topic := bk.Topic(b, benchPartitions)
 		publish(b, bk.Addrs(), topic, warmup)
 		m, _ := projections.NewMetrics(nil)
 		ps, err := projections.New(projections.Config{Keys: rkeys.Keys{Prefix: prefix}}, w.db.Pool, rd.Client, m, projections.NameInbox)
@@ -152,7 +272,8 @@ func benchFanout(b *testing.B, listpack string) {
 			}
 			return m.EntriesWritten() >= 1
 		})
-		start = time.Now()
+		before := commandUsec(b, rd.Client)
+		start := time.Now()
 		publish(b, bk.Addrs(), topic, posts)
 		for m.EntriesWritten() < int64(total)+1 {
 			time.Sleep(2 * time.Millisecond)
@@ -161,17 +282,75 @@ func benchFanout(b *testing.B, listpack string) {
 			}
 		}
 		rate := float64(total) / time.Since(start).Seconds()
-		b.Logf("projector run: inboxes are %s", rd.Client.ObjectEncoding(ctx, rkeys.Keys{Prefix: prefix}.Inbox(first)).Val())
+		us := (commandUsec(b, rd.Client) - before) / float64(total)
 		cancel()
 		<-done
+		keys := rkeys.Keys{Prefix: prefix}
+		b.Logf("projector: %.0f/s, Redis %.2f µs/entry, inboxes are %s; whole run %v", rate, us, rd.Client.ObjectEncoding(ctx, keys.Inbox(first)).Val(), time.Since(t0).Round(time.Millisecond))
+		kept, sizes := keptBytes(b, rd.Client, keys, first)
+		b.Logf("projector inboxes after the run (200 sampled): sizes %v", sizes)
 		testenv.DeletePrefix(ctx, rd.Client, prefix)
 		bk.Stop()
 
 		b.ReportMetric(rate, "entries/s")
-		b.ReportMetric(rawRate, "raw-followers/s")
-		b.ReportMetric(rate/rawRate, "x-raw")
+		b.ReportMetric(raw1, "raw-1/s")
+		b.ReportMetric(raw12, "raw-12/s")
+		b.ReportMetric(rate/max(raw1, raw12), "x-raw")
+		b.ReportMetric(kept, "bytes/kept")
+		b.ReportMetric(us, "redis-µs/entry")
+		b.ReportMetric(rawUs, "raw-redis-µs/entry")
 	}
 	b.ReportMetric(bytesPerEntry(b, rd), "bytes/entry")
+}
+
+// commandUsec is the server's total time in the fan-out commands so far
+// (INFO commandstats: zadd, zremrangebyrank, evalsha and what scripts call),
+// to compare Redis's own work per entry apart from the shared CPU.
+func commandUsec(b *testing.B, rdb redis.UniversalClient) float64 {
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sum float64
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		switch strings.TrimPrefix(name, "cmdstat_") {
+		case "zadd", "zremrangebyrank", "evalsha":
+			for _, f := range strings.Split(rest, ",") {
+				if v, ok := strings.CutPrefix(f, "usec="); ok {
+					x, _ := strconv.ParseFloat(v, 64)
+					sum += x
+				}
+			}
+		}
+	}
+	return sum
+}
+
+func indexOf(s []int64, v int64) int {
+	for i, x := range s {
+		if x == v {
+			return i
+		}
+	}
+	return -1
+}
+
+// keptBytes is the mean MEMORY USAGE of 200 of the pool's inboxes divided by
+// the 500 entries a reader is served, and the min/median/max entry counts.
+func keptBytes(b *testing.B, rdb redis.UniversalClient, keys rkeys.Keys, first int64) (float64, [3]int64) {
+	ctx := context.Background()
+	var sum int64
+	var sizes []int64
+	for v := first; v < first+benchPool; v += benchPool / 200 {
+		sum += rdb.MemoryUsage(ctx, keys.Inbox(v), 0).Val()
+		sizes = append(sizes, rdb.ZCard(ctx, keys.Inbox(v)).Val()-2)
+	}
+	sort.Slice(sizes, func(i, j int) bool { return sizes[i] < sizes[j] })
+	return float64(sum) / float64(len(sizes)) / 500, [3]int64{sizes[0], sizes[len(sizes)/2], sizes[len(sizes)-1]}
 }
 
 // bytesPerEntry is MEMORY USAGE of a full 500-entry inbox (19-digit post
