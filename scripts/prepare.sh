@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Prepares the local PostgreSQL and Redis for `feed dev` and the tests,
 # idempotently: starts them when they are not running, turns on
-# wal_level=logical (restarting PostgreSQL only when needed), and creates the
-# `feed` database. Safe to run any number of times.
+# wal_level=logical (restarting PostgreSQL only when needed), creates the
+# `feed` database, and keeps full inboxes in Redis's compact listpack encoding
+# (zset-max-listpack-entries 1024). Safe to run any number of times.
 set -euo pipefail
 
 PGHOST=${PGHOST:-127.0.0.1}
@@ -76,8 +77,16 @@ fi
 # 4. Redis running.
 if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
   say "starting Redis"
-  redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no
+  redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no --zset-max-listpack-entries 1024
   for _ in $(seq 1 50); do redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 && break; sleep 0.1; done
   redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null || { say "Redis did not come up"; exit 1; }
+fi
+
+# 5. Full inboxes (500 posts + trim slack + sentinels) stay listpacks: ~21
+#    bytes an entry instead of ~120 (docs/projections.md, Operations).
+lp=$(redis-cli -h 127.0.0.1 -p 6379 CONFIG GET zset-max-listpack-entries | tail -1)
+if [ "${lp:-0}" -lt 1024 ]; then
+  say "setting Redis zset-max-listpack-entries 1024 (was $lp)"
+  redis-cli -h 127.0.0.1 -p 6379 CONFIG SET zset-max-listpack-entries 1024 >/dev/null
 fi
 say "PostgreSQL (wal_level=logical, database $FEED_DB) and Redis are ready"
