@@ -1,0 +1,127 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/feedco/feed/internal/rkeys"
+)
+
+// PullSQL is the seeds' fan-out-on-read query (section 6 of the Spanish
+// case study), the baseline the read side must beat: the 20 newest
+// non-deleted posts of the authors the user follows, older than :before.
+const PullSQL = `SELECT p.id, p.created_at
+FROM posts p
+WHERE p.author_id IN (SELECT followee_id FROM follows WHERE follower_id = $1)
+  AND p.created_at < $2
+  AND p.deleted = false
+ORDER BY p.created_at DESC
+LIMIT 20`
+
+// Baselines are the two baseline phases' results.
+type Baselines struct {
+	PullSQL  Summary `json:"pullSql"`
+	RawRedis Summary `json:"rawRedis"`
+	// Errors counts failed baseline operations by kind.
+	Errors map[string]int64 `json:"errors,omitempty"`
+
+	pullMs, redisMs []float64
+}
+
+// runBaselines runs the pull SQL, then the raw Redis read, each for
+// BaselineDuration with Clients workers over the readers.
+func (r *Runner) runBaselines(ctx context.Context) *Baselines {
+	b := &Baselines{Errors: map[string]int64{}}
+	var mu sync.Mutex
+	fail := func(k string) {
+		mu.Lock()
+		b.Errors[k]++
+		mu.Unlock()
+	}
+	fmt.Fprintf(r.deps.Log, "bench: baseline pull SQL, %s, %d clients\n", r.cfg.BaselineDuration, r.cfg.Clients)
+	b.pullMs, b.PullSQL = r.closedLoop(ctx, func(ctx context.Context, u int64) bool {
+		rows, err := r.deps.DB.Query(ctx, PullSQL, u, time.Now())
+		if err != nil {
+			fail("pull sql: " + err.Error())
+			return false
+		}
+		for rows.Next() {
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			fail("pull sql: " + err.Error())
+			return false
+		}
+		return true
+	})
+	fmt.Fprintf(r.deps.Log, "bench: baseline raw Redis (ZREVRANGEBYSCORE 21 + MGET 20), %s, %d clients\n", r.cfg.BaselineDuration, r.cfg.Clients)
+	b.redisMs, b.RawRedis = r.closedLoop(ctx, func(ctx context.Context, u int64) bool {
+		if err := RawRead(ctx, r.deps.Redis, r.deps.Keys, u); err != nil {
+			fail("raw redis: " + err.Error())
+			return false
+		}
+		return true
+	})
+	return b
+}
+
+// RawRead is the least a Redis read of a first page costs: the newest 21
+// inbox members (one more, to know if a next page exists) and one MGET of
+// the 20 posts' cached bodies.
+func RawRead(ctx context.Context, rdb redis.UniversalClient, keys rkeys.Keys, user int64) error {
+	m, err := rdb.ZRevRangeByScore(ctx, keys.Inbox(user), &redis.ZRangeBy{Max: "(+inf", Min: "-inf", Count: 21}).Result()
+	if err != nil {
+		return err
+	}
+	ks := make([]string, 0, 20)
+	for _, s := range m {
+		if rkeys.IsSentinel(s) || len(ks) == 20 {
+			continue
+		}
+		id, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			continue
+		}
+		ks = append(ks, keys.Post(id))
+	}
+	if len(ks) == 0 {
+		return nil
+	}
+	return rdb.MGet(ctx, ks...).Err()
+}
+
+// closedLoop runs fn for BaselineDuration from Clients goroutines, each on
+// random readers, and summarises the successful calls.
+func (r *Runner) closedLoop(ctx context.Context, fn func(ctx context.Context, user int64) bool) ([]float64, Summary) {
+	start := time.Now()
+	end := start.Add(r.cfg.BaselineDuration)
+	var mu sync.Mutex
+	var all []float64
+	var wg sync.WaitGroup
+	for i := range r.cfg.Clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(r.cfg.Seed, uint64(i)+10_000))
+			var ms []float64
+			for time.Now().Before(end) && ctx.Err() == nil {
+				u := r.pop.Readers[rng.IntN(len(r.pop.Readers))]
+				t := time.Now()
+				if fn(ctx, u) {
+					ms = append(ms, msOf(time.Since(t)))
+				}
+			}
+			mu.Lock()
+			all = append(all, ms...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return all, Summarize(all, time.Since(start))
+}

@@ -1,0 +1,248 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/seed"
+)
+
+// TestPercentile: nearest rank on known data.
+func TestPercentile(t *testing.T) {
+	t.Parallel()
+	v := make([]float64, 1000)
+	for i := range v {
+		v[i] = float64(i + 1)
+	}
+	rand.Shuffle(len(v), func(i, j int) { v[i], v[j] = v[j], v[i] })
+	s := Summarize(v, 2*time.Second)
+	want := Summary{Count: 1000, Rate: 500, Mean: 500.5, P50: 500, P90: 900, P99: 990, P999: 999, Max: 1000}
+	if s != want {
+		t.Errorf("Summarize(1..1000) = %+v, want %+v", s, want)
+	}
+	for _, c := range []struct {
+		data []float64
+		q    float64
+		want float64
+	}{
+		{nil, 0.5, 0},
+		{[]float64{7}, 0.99, 7},
+		{[]float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 0.5, 5},
+		{[]float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 0.99, 10},
+		{[]float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 0.1, 1},
+		{[]float64{1, 2, 3, 4}, 0.75, 3},
+	} {
+		if got := Percentile(c.data, c.q); got != c.want {
+			t.Errorf("Percentile(%v, %g) = %g, want %g", c.data, c.q, got, c.want)
+		}
+	}
+	count, p50, p99 := perSecond([]sample{{0, 1}, {500 * time.Millisecond, 3}, {1500 * time.Millisecond, 9}}, 3)
+	if !slices.Equal(count, []int{2, 1, 0}) || !slices.Equal(p50, []float64{1, 9, 0}) || !slices.Equal(p99, []float64{3, 9, 0}) {
+		t.Errorf("perSecond = %v %v %v", count, p50, p99)
+	}
+}
+
+// fakeAPI is an HTTP server with the API's shapes whose posts become
+// visible in feeds exactly delay after the 201 is written.
+type fakeAPI struct {
+	delay time.Duration
+	mu    sync.Mutex
+	posts []fakePost
+	next  int64
+}
+
+type fakePost struct {
+	id      string
+	visible time.Time
+}
+
+func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case r.Method == http.MethodPost && r.URL.Path == "/api/posts":
+		f.mu.Lock()
+		f.next++
+		id := strconv.FormatInt(900000000000+f.next, 10)
+		f.posts = append(f.posts, fakePost{id: id, visible: time.Now().Add(f.delay)})
+		f.mu.Unlock()
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"id":"%s","authorId":"1","content":"x","createdAt":"2026-11-30T00:00:00.000Z"}`, id)
+	case r.Method == http.MethodGet && r.URL.Path == "/api/feed":
+		now := time.Now()
+		var items []string
+		f.mu.Lock()
+		for _, p := range f.posts {
+			if !now.Before(p.visible) {
+				items = append(items, `{"id":"`+p.id+`","authorId":"1"}`)
+			}
+		}
+		f.mu.Unlock()
+		fmt.Fprintf(w, `{"items":[%s],"nextCursor":null}`, strings.Join(items, ","))
+	case r.URL.Path == "/metrics":
+		fmt.Fprintln(w, `feed_projection_entries_written_total{projector="inbox"} 42`)
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+// TestPostToVisibleFromThe201 runs the mixed phase against a server that
+// makes each post visible 200 ms after its 201, with posts spread over a
+// 2 s run: every measurement must be about 200 ms (from the post's own
+// 201), not the time since the start of the run (up to 2.2 s). It also
+// checks that every dispatched operation is accounted for.
+func TestPostToVisibleFromThe201(t *testing.T) {
+	t.Parallel()
+	const delay = 200 * time.Millisecond
+	srv := httptest.NewServer(&fakeAPI{delay: delay})
+	t.Cleanup(srv.Close)
+	pop := &Population{
+		Authors:   []int64{1, 2, 3},
+		Followers: map[int64]int64{1: 2, 2: 2, 3: 2},
+		Readers:   []int64{10, 11},
+		Watchers:  map[int64][]int64{1: {10, 11}, 2: {10, 11}, 3: {10, 11}},
+		Churners:  []int64{20},
+		Following: map[int64][]int64{},
+	}
+	cfg := Config{BaseURL: srv.URL, Duration: 2 * time.Second, Rate: 20, Clients: 8, ReadRatio: 0.5, PostShare: 1,
+		VisibleRate: 1000, PollInterval: 5 * time.Millisecond, VisibleTimeout: 5 * time.Second, BaselineDuration: -1, SampleEvery: 200 * time.Millisecond}
+	r, err := New(cfg, pop, func(int64) string { return "token" }, Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := r.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := rep.Mixed
+	if m.ErrorCount != 0 {
+		t.Fatalf("errors: %v", m.Errors)
+	}
+	// 2 s at 20/s: exactly 40 operations dispatched, each a read or a post.
+	if n := m.Reads.Count + m.Posts.Count; n != 40 {
+		t.Errorf("%d reads + posts, want the 40 dispatched", n)
+	}
+	if m.Posts.Count < 15 || m.PostToVisible.Count != m.Posts.Count {
+		t.Fatalf("%d posts, %d probes: want every post probed", m.Posts.Count, m.PostToVisible.Count)
+	}
+	lastAt := 0.0
+	for _, v := range m.Visible {
+		lastAt = max(lastAt, v[0])
+		if v[1] < msOf(delay)-10 {
+			t.Errorf("post at %.2fs measured visible after %.1f ms, before the server made it visible (%v)", v[0], v[1], delay)
+		}
+	}
+	if lastAt < 1.5 {
+		t.Fatalf("posts only in the first %.2f s of the run; the test needs late posts", lastAt)
+	}
+	// From the start of the run the late posts would measure over 1.7 s;
+	// from their 201 they measure the delay plus at most a poll or two.
+	if m.PostToVisible.P50 > msOf(delay)+300 {
+		t.Errorf("post-to-visible p50 %.1f ms: measured from the start of the run, not from the 201?", m.PostToVisible.P50)
+	}
+	if m.FanoutPerSec != 0 {
+		t.Errorf("fan-out %.1f/s from a constant counter, want 0", m.FanoutPerSec)
+	}
+	// The report files are written and readable.
+	dir := t.TempDir()
+	if err := rep.WriteJSON(filepath.Join(dir, "r.json")); err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	b, _ := os.ReadFile(filepath.Join(dir, "r.json"))
+	if err := json.Unmarshal(b, &back); err != nil || back.Mixed.PostToVisible != m.PostToVisible {
+		t.Fatalf("JSON round trip: %v", err)
+	}
+	if err := rep.WriteChart(filepath.Join(dir, "r.png")); err != nil {
+		t.Fatal(err)
+	}
+	if out := os.Getenv("BENCH_CHART_OUT"); out != "" { // to look at the chart
+		if err := rep.WriteChart(out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var sb strings.Builder
+	rep.WriteTable(&sb)
+	if !strings.Contains(sb.String(), "post-to-visible") {
+		t.Errorf("table lacks post-to-visible:\n%s", sb.String())
+	}
+}
+
+// TestParseEntries reads the inbox projector's counter out of Prometheus
+// text and ignores the other projectors.
+func TestParseEntries(t *testing.T) {
+	t.Parallel()
+	text := `# HELP feed_projection_entries_written_total x
+feed_projection_entries_written_total{projector="inbox"} 1.5e+06
+feed_projection_entries_written_total{projector="timelines"} 99
+other_metric 3
+`
+	if got := parseEntries(strings.NewReader(text)); got != 1.5e6 {
+		t.Errorf("parseEntries = %g, want 1.5e6", got)
+	}
+	if got := parseEntries(strings.NewReader("other 1\n")); got != -1 {
+		t.Errorf("parseEntries without the metric = %g, want -1", got)
+	}
+}
+
+// TestLoadPopulation seeds a small graph and checks the population drawn
+// from it: readers and churners disjoint, each watcher really follows the
+// author it watches, churners' follow lists match the database.
+func TestLoadPopulation(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	ctx := context.Background()
+	d, err := seed.Generate(seed.Params{Users: 300, AvgFollows: 20, Posts: 100, Celebrities: 1, Threshold: 100, Days: 1, End: time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := seed.Write(ctx, db.Pool, d, seed.WriteConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := LoadPopulation(ctx, db.Pool, 50, 20, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Authors) != 300 || len(p.Readers) != 50 || len(p.Churners) != 20 || p.Follows != int64(len(d.Edges)) {
+		t.Fatalf("population: %d authors, %d readers, %d churners, %d follows", len(p.Authors), len(p.Readers), len(p.Churners), p.Follows)
+	}
+	for _, c := range p.Churners {
+		if _, ok := slices.BinarySearch(p.Readers, c); ok {
+			t.Fatalf("user %d is reader and churner", c)
+		}
+	}
+	var pairs int
+	for a, ws := range p.Watchers {
+		for _, w := range ws {
+			var ok bool
+			if err := db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM follows WHERE follower_id = $1 AND followee_id = $2)`, w, a).Scan(&ok); err != nil || !ok {
+				t.Fatalf("watcher %d of %d does not follow (%v)", w, a, err)
+			}
+			pairs++
+		}
+	}
+	var want int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM follows WHERE follower_id = ANY($1)`, p.Readers).Scan(&want); err != nil || pairs != want {
+		t.Fatalf("%d watcher pairs, the readers follow %d (%v)", pairs, want, err)
+	}
+	// The pull SQL baseline runs on this schema.
+	rows, err := db.Pool.Query(ctx, PullSQL, p.Readers[0], time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+}

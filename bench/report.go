@@ -1,0 +1,191 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Report is everything a run measured; it is written as JSON as is.
+type Report struct {
+	Command    string     `json:"command,omitempty"`
+	Config     Config     `json:"config"`
+	StartedAt  time.Time  `json:"startedAt"`
+	FinishedAt time.Time  `json:"finishedAt"`
+	LoadBefore [3]float64 `json:"loadAverageBefore"`
+	LoadAfter  [3]float64 `json:"loadAverageAfter"`
+	Users      int        `json:"users"`
+	Follows    int64      `json:"follows"`
+	Readers    int        `json:"readers"`
+	Churners   int        `json:"churners"`
+	// WarmUp is the readers' first reads (cold inbox builds).
+	WarmUp         Summary    `json:"warmUp"`
+	BaselineBefore *Baselines `json:"baselineBefore,omitempty"`
+	Mixed          *Mixed     `json:"mixed"`
+	BaselineAfter  *Baselines `json:"baselineAfter,omitempty"`
+}
+
+// Mixed is the mixed phase's measurements.
+type Mixed struct {
+	Seconds   float64 `json:"seconds"`
+	Reads     Summary `json:"reads"`
+	Posts     Summary `json:"posts"`
+	Follows   Summary `json:"follows"`
+	Unfollows Summary `json:"unfollows"`
+	// WritesPerSec is posts, follows and unfollows per second together.
+	WritesPerSec float64 `json:"writesPerSecond"`
+	// PostToVisible: from the post's 201 at the client to the receipt of
+	// the first page of a follower that shows it (see probe).
+	PostToVisible Summary `json:"postToVisible"`
+	// FanoutPerSec is the mean of the inbox projector's entries/s samples
+	// taken during the phase.
+	FanoutPerSec float64 `json:"fanoutEntriesPerSecond"`
+	// LateStarts counts open-loop operations started over 10 ms after
+	// their scheduled time (the client could not keep up).
+	LateStarts int64            `json:"lateStarts"`
+	Errors     map[string]int64 `json:"errors"`
+	ErrorCount int64            `json:"errorCount"`
+	// PerSecond is the reads' count and latency per second of the phase.
+	PerSecond []SecondPoint `json:"perSecond"`
+	Timeline  []TimePoint   `json:"timeline"`
+	// Visible lists every probe: post time since start and latency.
+	Visible [][2]float64 `json:"visibleSamples"`
+
+	readMs, visibleMs []float64
+}
+
+// SecondPoint is one second of the mixed phase.
+type SecondPoint struct {
+	Second     int     `json:"second"`
+	Reads      int     `json:"reads"`
+	ReadP50    float64 `json:"readP50Ms"`
+	ReadP99    float64 `json:"readP99Ms"`
+	Posts      int     `json:"posts"`
+	VisibleP50 float64 `json:"visibleP50Ms"`
+}
+
+// TimePoint is one sample of the pipeline during the phase.
+type TimePoint struct {
+	T            float64    `json:"t"`
+	Lag          *LagSample `json:"lag,omitempty"`
+	FanoutPerSec float64    `json:"fanoutEntriesPerSecond"`
+	Load1        float64    `json:"loadAverage1m"`
+}
+
+func (r *Runner) summarizeMixed(rec *recorder, elapsed time.Duration, timeline []TimePoint) *Mixed {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	m := &Mixed{Seconds: elapsed.Seconds(), Errors: rec.errs, LateStarts: rec.lateStarts, Timeline: timeline}
+	secs := int(elapsed/time.Second) + 1
+	rc, r50, r99 := perSecond(rec.reads, secs)
+	pc, _, _ := perSecond(rec.posts, secs)
+	_, v50, _ := perSecond(rec.visible, secs)
+	for i := range secs {
+		m.PerSecond = append(m.PerSecond, SecondPoint{Second: i, Reads: rc[i], ReadP50: r50[i], ReadP99: r99[i], Posts: pc[i], VisibleP50: v50[i]})
+	}
+	for _, v := range rec.visible {
+		m.Visible = append(m.Visible, [2]float64{v.at.Seconds(), v.ms})
+	}
+	m.readMs = latencies(rec.reads)
+	m.visibleMs = latencies(rec.visible)
+	m.Reads = Summarize(m.readMs, elapsed)
+	m.Posts = Summarize(latencies(rec.posts), elapsed)
+	m.Follows = Summarize(latencies(rec.follows), elapsed)
+	m.Unfollows = Summarize(latencies(rec.unfollows), elapsed)
+	m.WritesPerSec = m.Posts.Rate + m.Follows.Rate + m.Unfollows.Rate
+	m.PostToVisible = Summarize(m.visibleMs, elapsed)
+	var n int
+	for _, p := range timeline {
+		if p.T <= elapsed.Seconds()+0.5 && p.FanoutPerSec > 0 {
+			m.FanoutPerSec += p.FanoutPerSec
+			n++
+		}
+	}
+	// Seconds with no entries count too: average over the phase's samples.
+	var inPhase int
+	for _, p := range timeline {
+		if p.T <= elapsed.Seconds()+0.5 {
+			inPhase++
+		}
+	}
+	if inPhase > 0 {
+		m.FanoutPerSec /= float64(inPhase)
+	}
+	for _, v := range rec.errs {
+		m.ErrorCount += v
+	}
+	return m
+}
+
+// WriteJSON writes the report to path.
+func (rep *Report) WriteJSON(path string) error {
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode report: %w", err)
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	return nil
+}
+
+// WriteTable prints the report for a terminal.
+func (rep *Report) WriteTable(w io.Writer) {
+	m := rep.Mixed
+	fmt.Fprintf(w, "feed bench: %d users, %d follows, %d readers, %d churners; load average %.1f before, %.1f after\n",
+		rep.Users, rep.Follows, rep.Readers, rep.Churners, rep.LoadBefore[0], rep.LoadAfter[0])
+	fmt.Fprintf(w, "mixed phase %.0f s; warm-up (first reads, cold builds) p50 %.1f ms p99 %.1f ms\n\n", m.Seconds, rep.WarmUp.P50, rep.WarmUp.P99)
+	fmt.Fprintf(w, "%-34s %10s %9s %9s %9s %9s %9s\n", "measure", "count", "per s", "p50 ms", "p99 ms", "p99.9 ms", "max ms")
+	row := func(name string, s Summary) {
+		fmt.Fprintf(w, "%-34s %10d %9.1f %9.2f %9.2f %9.2f %9.2f\n", name, s.Count, s.Rate, s.P50, s.P99, s.P999, s.Max)
+	}
+	row("feed read (HTTP, mixed)", m.Reads)
+	row("post (HTTP 201)", m.Posts)
+	row("follow (HTTP 204)", m.Follows)
+	row("unfollow (HTTP 204)", m.Unfollows)
+	row("post-to-visible (201 -> feed)", m.PostToVisible)
+	for _, b := range []struct {
+		name string
+		b    *Baselines
+	}{{"before", rep.BaselineBefore}, {"after", rep.BaselineAfter}} {
+		if b.b != nil {
+			row("baseline pull SQL ("+b.name+")", b.b.PullSQL)
+			row("baseline raw Redis 2 cmds ("+b.name+")", b.b.RawRedis)
+		}
+	}
+	fmt.Fprintf(w, "\nwrites/s %.1f (posts %.1f); fan-out entries/s (inbox projector) %.0f; late open-loop starts %d\n",
+		m.WritesPerSec, m.Posts.Rate, m.FanoutPerSec, m.LateStarts)
+	var maxCDC, maxCDCs float64
+	maxCons := map[string]int64{}
+	for _, p := range m.Timeline {
+		if p.Lag == nil {
+			continue
+		}
+		maxCDC, maxCDCs = max(maxCDC, float64(p.Lag.CDCLagBytes)), max(maxCDCs, p.Lag.CDCLagSeconds)
+		for k, v := range p.Lag.ConsumerLag {
+			maxCons[k] = max(maxCons[k], v)
+		}
+	}
+	fmt.Fprintf(w, "max CDC lag %.0f bytes / %.1f s; max consumer lag:", maxCDC, maxCDCs)
+	for _, k := range slices.Sorted(maps.Keys(maxCons)) {
+		fmt.Fprintf(w, " %s %d", k, maxCons[k])
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "errors: %d", m.ErrorCount)
+	for _, k := range slices.Sorted(maps.Keys(m.Errors)) {
+		fmt.Fprintf(w, "\n  %-60s %d", k, m.Errors[k])
+	}
+	for _, b := range []*Baselines{rep.BaselineBefore, rep.BaselineAfter} {
+		if b != nil {
+			for k, v := range b.Errors {
+				fmt.Fprintf(w, "\n  baseline %-51s %d", strings.TrimSpace(k), v)
+			}
+		}
+	}
+	fmt.Fprintln(w)
+}

@@ -1,0 +1,560 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/feedco/feed/internal/rkeys"
+)
+
+// LagSample is one reading of the pipeline's lags.
+type LagSample struct {
+	// CDCLagBytes and CDCLagSeconds are the replication slot's lag.
+	CDCLagBytes   int64   `json:"cdcLagBytes"`
+	CDCLagSeconds float64 `json:"cdcLagSeconds"`
+	// ConsumerLag is each projector's consumer-group lag in messages.
+	ConsumerLag map[string]int64 `json:"consumerLag"`
+}
+
+// Sampler reads the lags (what `feed status` shows).
+type Sampler func(ctx context.Context) (LagSample, error)
+
+// Tokens returns a bearer token for a user.
+type Tokens func(userID int64) string
+
+// Deps are the runner's optional collaborators: without DB and Redis the
+// baselines and the activation are skipped; without Sampler no lags.
+type Deps struct {
+	DB      Querier
+	Redis   redis.UniversalClient
+	Keys    rkeys.Keys
+	Sampler Sampler
+	// Log receives progress lines; nil discards them.
+	Log io.Writer
+	// HTTP is the client; nil builds one sized for Clients.
+	HTTP *http.Client
+}
+
+// Runner runs one benchmark.
+type Runner struct {
+	cfg    Config
+	pop    *Population
+	tokens Tokens
+	deps   Deps
+	client *http.Client
+
+	churnMu sync.Mutex
+}
+
+// New checks the configuration and builds a runner.
+func New(cfg Config, pop *Population, tokens Tokens, deps Deps) (*Runner, error) {
+	if pop == nil || len(pop.Readers) == 0 || len(pop.Authors) < 2 {
+		return nil, errors.New("bench: empty population")
+	}
+	if tokens == nil {
+		return nil, errors.New("bench: nil token source")
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	if deps.Log == nil {
+		deps.Log = io.Discard
+	}
+	c := deps.HTTP
+	if c == nil {
+		c = &http.Client{Timeout: cfg.RequestTimeout, Transport: &http.Transport{
+			MaxIdleConns: 4 * cfg.Clients, MaxIdleConnsPerHost: 4 * cfg.Clients,
+			IdleConnTimeout: time.Minute, DisableCompression: true,
+		}}
+	}
+	return &Runner{cfg: cfg, pop: pop, tokens: tokens, deps: deps, client: c}, nil
+}
+
+// recorder collects the samples of the mixed phase.
+type recorder struct {
+	mu                                       sync.Mutex
+	reads, posts, follows, unfollows, visible []sample
+	errs                                     map[string]int64
+	lateStarts                               int64
+}
+
+func (r *recorder) add(dst *[]sample, s sample) {
+	r.mu.Lock()
+	*dst = append(*dst, s)
+	r.mu.Unlock()
+}
+
+func (r *recorder) fail(kind string) {
+	r.mu.Lock()
+	r.errs[kind]++
+	r.mu.Unlock()
+}
+
+// errKind names an error for the "errors by type" table.
+func errKind(op string, status int, err error) string {
+	if err == nil {
+		return op + ": HTTP " + strconv.Itoa(status)
+	}
+	var ne net.Error
+	switch {
+	case errors.As(err, &ne) && ne.Timeout():
+		return op + ": timeout"
+	case strings.Contains(err.Error(), "connection refused"):
+		return op + ": connection refused"
+	case strings.Contains(err.Error(), "connection reset"), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return op + ": connection reset"
+	}
+	return op + ": " + err.Error()
+}
+
+// do sends one request and reads the whole body.
+func (r *Runner) do(ctx context.Context, method, path string, user int64, body string) (int, []byte, error) {
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, r.cfg.BaseURL+path, rd)
+	if err != nil {
+		return 0, nil, err
+	}
+	if user > 0 {
+		req.Header.Set("Authorization", "Bearer "+r.tokens(user))
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := r.client.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}
+
+// readFeed reads user's first page; ok is a 200.
+func (r *Runner) readFeed(ctx context.Context, user int64) (int, []byte, error) {
+	return r.do(ctx, http.MethodGet, "/api/feed?limit=20", user, "")
+}
+
+// Run activates and warms up, runs the baselines, the mixed phase and the
+// baselines again, and returns the report.
+func (r *Runner) Run(ctx context.Context) (*Report, error) {
+	rep := &Report{Config: r.cfg, StartedAt: time.Now().UTC(), LoadBefore: loadAvg(),
+		Users: len(r.pop.Authors), Follows: r.pop.Follows, Readers: len(r.pop.Readers), Churners: len(r.pop.Churners)}
+	if r.cfg.Activate && r.deps.DB != nil {
+		t := time.Now()
+		if _, err := r.deps.DB.Exec(ctx, `INSERT INTO user_activity (user_id, last_seen_at) SELECT id, now() FROM users
+			ON CONFLICT (user_id) DO UPDATE SET last_seen_at = excluded.last_seen_at`); err != nil {
+			return nil, fmt.Errorf("activate users: %w", err)
+		}
+		fmt.Fprintf(r.deps.Log, "bench: marked %d users active in %s\n", len(r.pop.Authors), time.Since(t).Round(time.Millisecond))
+	}
+	warm, err := r.warmUp(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rep.WarmUp = warm
+	if r.baselines() {
+		rep.BaselineBefore = r.runBaselines(ctx)
+	}
+	mixed, err := r.mixed(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rep.Mixed = mixed
+	if r.baselines() {
+		rep.BaselineAfter = r.runBaselines(ctx)
+	}
+	rep.LoadAfter = loadAvg()
+	rep.FinishedAt = time.Now().UTC()
+	return rep, nil
+}
+
+func (r *Runner) baselines() bool {
+	return r.deps.DB != nil && r.deps.Redis != nil && r.cfg.BaselineDuration > 0
+}
+
+// warmUp reads every reader's feed once (which builds a cold inbox and
+// marks the reader active), Clients at a time.
+func (r *Runner) warmUp(ctx context.Context) (Summary, error) {
+	fmt.Fprintf(r.deps.Log, "bench: warming %d readers (one feed read each)\n", len(r.pop.Readers))
+	start := time.Now()
+	var (
+		mu   sync.Mutex
+		ms   []float64
+		next atomic.Int64
+		bad  atomic.Int64
+		wg   sync.WaitGroup
+	)
+	for range r.cfg.Clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(r.pop.Readers) || ctx.Err() != nil {
+					return
+				}
+				t := time.Now()
+				st, _, err := r.readFeed(ctx, r.pop.Readers[i])
+				if err != nil || st != http.StatusOK {
+					bad.Add(1)
+					continue
+				}
+				mu.Lock()
+				ms = append(ms, msOf(time.Since(t)))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return Summary{}, err
+	}
+	if n := bad.Load(); n > int64(len(r.pop.Readers))/10 {
+		return Summary{}, fmt.Errorf("warm-up: %d of %d feed reads failed (is the API at %s up?)", n, len(r.pop.Readers), r.cfg.BaseURL)
+	}
+	s := Summarize(ms, time.Since(start))
+	fmt.Fprintf(r.deps.Log, "bench: warm-up done in %s (p50 %.1f ms, p99 %.1f ms)\n", time.Since(start).Round(time.Millisecond), s.P50, s.P99)
+	return s, nil
+}
+
+// opKind is one operation of the mix.
+type opKind int
+
+const (
+	opRead opKind = iota
+	opPost
+	opFollow
+	opUnfollow
+)
+
+func (r *Runner) pick(rng *rand.Rand) opKind {
+	if rng.Float64() < r.cfg.ReadRatio/(r.cfg.ReadRatio+1) {
+		return opRead
+	}
+	w := rng.Float64()
+	switch {
+	case w < r.cfg.PostShare:
+		return opPost
+	case w < r.cfg.PostShare+(1-r.cfg.PostShare)/2:
+		return opFollow
+	}
+	return opUnfollow
+}
+
+// mixed runs the mixed phase and returns its measurements.
+func (r *Runner) mixed(ctx context.Context) (*Mixed, error) {
+	rec := &recorder{errs: map[string]int64{}}
+	mode := fmt.Sprintf("open loop at %.0f ops/s, %d workers", r.cfg.Rate, r.cfg.Clients)
+	if r.cfg.ClosedLoop {
+		mode = fmt.Sprintf("closed loop, %d clients", r.cfg.Clients)
+	}
+	fmt.Fprintf(r.deps.Log, "bench: mixed phase %s, %s, %.0f reads per write\n", r.cfg.Duration, mode, r.cfg.ReadRatio)
+	start := time.Now()
+	end := start.Add(r.cfg.Duration)
+	var probes sync.WaitGroup
+	var nextProbe atomic.Int64 // unix nanos of the next allowed probe
+	probeEvery := time.Duration(0)
+	if r.cfg.VisibleRate > 0 {
+		probeEvery = time.Duration(float64(time.Second) / r.cfg.VisibleRate)
+	}
+
+	// The sampler runs through the phase and until the probes finish.
+	sctx, stopSampler := context.WithCancel(ctx)
+	var timeline []TimePoint
+	sdone := make(chan struct{})
+	go func() {
+		defer close(sdone)
+		timeline = r.sample(sctx, start)
+	}()
+
+	var idx atomic.Int64
+	work := func(rng *rand.Rand) {
+		op := r.pick(rng)
+		switch op {
+		case opRead:
+			u := r.pop.Readers[rng.IntN(len(r.pop.Readers))]
+			t := time.Now()
+			st, _, err := r.readFeed(ctx, u)
+			if err != nil || st != http.StatusOK {
+				rec.fail(errKind("read", st, err))
+				return
+			}
+			rec.add(&rec.reads, sample{at: t.Sub(start), ms: msOf(time.Since(t))})
+		case opPost:
+			a := r.pop.Authors[rng.IntN(len(r.pop.Authors))]
+			n := idx.Add(1)
+			t := time.Now()
+			st, body, err := r.do(ctx, http.MethodPost, "/api/posts", a, `{"content":"bench post `+strconv.FormatInt(n, 10)+` from the mixed workload"}`)
+			if err != nil || st != http.StatusCreated {
+				rec.fail(errKind("post", st, err))
+				return
+			}
+			t201 := time.Now()
+			rec.add(&rec.posts, sample{at: t.Sub(start), ms: msOf(t201.Sub(t))})
+			if probeEvery == 0 || r.pop.Followers[a] >= r.cfg.CelebrityThreshold || len(r.pop.Watchers[a]) == 0 {
+				return
+			}
+			np := nextProbe.Load()
+			if t201.UnixNano() < np || !nextProbe.CompareAndSwap(np, t201.UnixNano()+int64(probeEvery)) {
+				return
+			}
+			id := postID(body)
+			if id == "" {
+				rec.fail("post: 201 without an id")
+				return
+			}
+			w := r.pop.Watchers[a][rng.IntN(len(r.pop.Watchers[a]))]
+			probes.Add(1)
+			go func() {
+				defer probes.Done()
+				r.probe(ctx, rec, start, t201, w, id)
+			}()
+		case opFollow, opUnfollow:
+			r.churn(ctx, rec, rng, start, op)
+		}
+	}
+
+	var wg sync.WaitGroup
+	if r.cfg.ClosedLoop {
+		for i := range r.cfg.Clients {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rng := rand.New(rand.NewPCG(r.cfg.Seed, uint64(i)+100))
+				for time.Now().Before(end) && ctx.Err() == nil {
+					work(rng)
+				}
+			}()
+		}
+	} else {
+		ch := make(chan time.Time, r.cfg.Clients)
+		for i := range r.cfg.Clients {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rng := rand.New(rand.NewPCG(r.cfg.Seed, uint64(i)+100))
+				for due := range ch {
+					if time.Since(due) > 10*time.Millisecond {
+						rec.mu.Lock()
+						rec.lateStarts++
+						rec.mu.Unlock()
+					}
+					work(rng)
+				}
+			}()
+		}
+		interval := time.Duration(float64(time.Second) / r.cfg.Rate)
+	dispatch:
+		for i := int64(0); ; i++ {
+			due := start.Add(time.Duration(i) * interval)
+			if !due.Before(end) {
+				break
+			}
+			if d := time.Until(due); d > 0 {
+				select {
+				case <-time.After(d):
+				case <-ctx.Done():
+					break dispatch
+				}
+			}
+			select {
+			case ch <- due:
+			default:
+				rec.fail("client: saturated (operation not sent: every worker busy)")
+			}
+		}
+		close(ch)
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	fmt.Fprintf(r.deps.Log, "bench: mixed phase done; waiting for %s of visibility probes at most\n", r.cfg.VisibleTimeout)
+	probes.Wait()
+	stopSampler()
+	<-sdone
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return r.summarizeMixed(rec, elapsed, timeline), nil
+}
+
+// churn follows or unfollows for a random churner.
+func (r *Runner) churn(ctx context.Context, rec *recorder, rng *rand.Rand, start time.Time, op opKind) {
+	c := r.pop.Churners[rng.IntN(len(r.pop.Churners))]
+	r.churnMu.Lock()
+	fl := r.pop.Following[c]
+	var target int64
+	if op == opUnfollow && len(fl) > 0 {
+		i := rng.IntN(len(fl))
+		target = fl[i]
+		fl[i] = fl[len(fl)-1]
+		r.pop.Following[c] = fl[:len(fl)-1]
+	} else {
+		op = opFollow
+		for target == 0 || target == c {
+			target = r.pop.Authors[rng.IntN(len(r.pop.Authors))]
+		}
+		r.pop.Following[c] = append(fl, target)
+	}
+	r.churnMu.Unlock()
+	method, name, dst := http.MethodPut, "follow", &rec.follows
+	if op == opUnfollow {
+		method, name, dst = http.MethodDelete, "unfollow", &rec.unfollows
+	}
+	t := time.Now()
+	st, _, err := r.do(ctx, method, "/api/following/"+strconv.FormatInt(target, 10), c, "")
+	if err != nil || st != http.StatusNoContent {
+		rec.fail(errKind(name, st, err))
+		return
+	}
+	rec.add(dst, sample{at: t.Sub(start), ms: msOf(time.Since(t))})
+}
+
+// probe polls watcher's first page until post id shows up. The latency is
+// from t201 (the moment the bench received the post's 201, i.e. after its
+// commit) to the receipt of the first page that contains the post: an
+// upper bound, by at most one poll interval plus one read, of the moment
+// the post became visible.
+func (r *Runner) probe(ctx context.Context, rec *recorder, start, t201 time.Time, watcher int64, id string) {
+	needle := []byte(`"id":"` + id + `"`)
+	deadline := t201.Add(r.cfg.VisibleTimeout)
+	for {
+		st, body, err := r.readFeed(ctx, watcher)
+		now := time.Now()
+		if err == nil && st == http.StatusOK && containsID(body, needle) {
+			rec.add(&rec.visible, sample{at: t201.Sub(start), ms: msOf(now.Sub(t201))})
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if now.After(deadline) {
+			rec.fail("visible: not in the follower's first page within " + r.cfg.VisibleTimeout.String())
+			return
+		}
+		time.Sleep(r.cfg.PollInterval)
+	}
+}
+
+// postID extracts "id" from a post's JSON without a full decode.
+func postID(body []byte) string {
+	s := string(body)
+	i := strings.Index(s, `"id":"`)
+	if i < 0 {
+		return ""
+	}
+	s = s[i+6:]
+	j := strings.IndexByte(s, '"')
+	if j < 0 {
+		return ""
+	}
+	return s[:j]
+}
+
+func containsID(body, needle []byte) bool {
+	return strings.Contains(string(body), string(needle))
+}
+
+// sample reads lags, fan-out entries and the load average every
+// SampleEvery until ctx ends.
+func (r *Runner) sample(ctx context.Context, start time.Time) []TimePoint {
+	var out []TimePoint
+	tick := time.NewTicker(r.cfg.SampleEvery)
+	defer tick.Stop()
+	prevEntries, prevAt := r.scrapeEntries(ctx), time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return out
+		case <-tick.C:
+		}
+		p := TimePoint{T: time.Since(start).Seconds(), Load1: loadAvg()[0]}
+		if r.deps.Sampler != nil {
+			sctx, cancel := context.WithTimeout(ctx, r.cfg.SampleEvery*3)
+			ls, err := r.deps.Sampler(sctx)
+			cancel()
+			if err == nil {
+				p.Lag = &ls
+			}
+		}
+		e, now := r.scrapeEntries(ctx), time.Now()
+		if e >= 0 && prevEntries >= 0 {
+			p.FanoutPerSec = float64(e-prevEntries) / now.Sub(prevAt).Seconds()
+		}
+		prevEntries, prevAt = e, now
+		out = append(out, p)
+	}
+}
+
+// scrapeEntries reads the inbox projector's entries-written counter from
+// the API's /metrics (feed dev serves every role's metrics there); -1 when
+// unavailable.
+func (r *Runner) scrapeEntries(ctx context.Context) float64 {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.cfg.BaseURL+"/metrics", nil)
+	if err != nil {
+		return -1
+	}
+	resp, err := r.client.Do(req)
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	return parseEntries(resp.Body)
+}
+
+// parseEntries sums feed_projection_entries_written_total for the inbox
+// projector in Prometheus text format; -1 when absent.
+func parseEntries(rd io.Reader) float64 {
+	sc := bufio.NewScanner(rd)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	total, found := 0.0, false
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "feed_projection_entries_written_total") || !strings.Contains(line, `projector="inbox"`) {
+			continue
+		}
+		f := strings.Fields(line)
+		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
+			total += v
+			found = true
+		}
+	}
+	if !found {
+		return -1
+	}
+	return total
+}
+
+// loadAvg reads the 1, 5 and 15 minute load averages (zeros when
+// /proc/loadavg is unreadable).
+func loadAvg() [3]float64 {
+	var l [3]float64
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return l
+	}
+	f := strings.Fields(string(b))
+	for i := 0; i < 3 && i < len(f); i++ {
+		l[i], _ = strconv.ParseFloat(f[i], 64)
+	}
+	return l
+}
