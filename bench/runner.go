@@ -87,10 +87,10 @@ func New(cfg Config, pop *Population, tokens Tokens, deps Deps) (*Runner, error)
 
 // recorder collects the samples of the mixed phase.
 type recorder struct {
-	mu                                       sync.Mutex
+	mu                                        sync.Mutex
 	reads, posts, follows, unfollows, visible []sample
-	errs                                     map[string]int64
-	lateStarts                               int64
+	errs                                      map[string]int64
+	lateStarts                                int64
 }
 
 func (r *recorder) add(dst *[]sample, s sample) {
