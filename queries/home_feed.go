@@ -118,7 +118,10 @@ func (f *Feed) homeSegment(ctx context.Context, user int64, cur key, want int) (
 	pipe := f.rdb.Pipeline()
 	inbox := addSetRead(ctx, pipe, f.keys.Inbox(user), cur, n, true)
 	own := addSetRead(ctx, pipe, f.keys.Timeline(user), cur, n, false)
-	followSet := pipe.Exists(ctx, f.keys.Following(user))
+	// following_v:{u} outlives the set: a user who unfollowed their last
+	// account has no following:{u}, but must still have authors hidden.
+	// Both keys share the {u} hash tag, so this is one slot on Cluster.
+	followSet := pipe.Exists(ctx, f.keys.Following(user), f.keys.FollowingVersions(user))
 	var celebArgs []any
 	var celebIDs []int64
 	for _, c := range celebs {

@@ -188,6 +188,29 @@ func TestHomeHidesUnfollowedAuthorBeforeInboxCleanup(t *testing.T) {
 	sameFeed(t, "unfollowed hidden", got, b.truth(u))
 }
 
+// Unfollowing one's last account removes following:{u} altogether (Redis
+// drops empty sets); the reader must still hide that author's posts left in
+// the inbox, e.g. by a cold rebuild that raced the unfollow cleanup.
+func TestHomeHidesLastUnfollowedAuthor(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	u, a := b.user(), b.user()
+	b.follow(u, a)
+	for i := range 4 {
+		b.post(a, base+int64(i))
+	}
+	b.projectAll(nil, []int64{u}, 500, 500)
+	b.unfollow(u, a)
+	if n, _ := b.rdb.Exists(b.ctx, b.keys.Following(u)).Result(); n != 0 {
+		t.Fatalf("following:{u} still exists (%d); the test needs it gone", n)
+	}
+	got := b.readHome(u, 3)
+	if len(got) != 0 {
+		t.Fatalf("got %d posts of an unfollowed author, want none", len(got))
+	}
+	sameFeed(t, "last unfollow hidden", got, b.truth(u))
+}
+
 func TestHomePullsFollowedCelebrities(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{})

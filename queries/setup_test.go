@@ -73,12 +73,15 @@ func (b *bundle) follow(follower, followee int64) {
 	b.t.Helper()
 	b.exec(`INSERT INTO follows (follower_id, followee_id) VALUES ($1, $2)`, follower, followee)
 	b.rdb.SAdd(b.ctx, b.keys.Following(follower), strconv.FormatInt(followee, 10))
+	// As the followers projector does: the pair's applied version.
+	b.rdb.HIncrBy(b.ctx, b.keys.FollowingVersions(follower), strconv.FormatInt(followee, 10), 1)
 }
 
 func (b *bundle) unfollow(follower, followee int64) {
 	b.t.Helper()
 	b.exec(`DELETE FROM follows WHERE follower_id = $1 AND followee_id = $2`, follower, followee)
 	b.rdb.SRem(b.ctx, b.keys.Following(follower), strconv.FormatInt(followee, 10))
+	b.rdb.HIncrBy(b.ctx, b.keys.FollowingVersions(follower), strconv.FormatInt(followee, 10), 1)
 }
 
 // post writes a post row only (no projector has seen it yet).
