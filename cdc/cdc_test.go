@@ -222,7 +222,8 @@ func TestBrokerOutage(t *testing.T) {
 		defer close(wdone)
 		w.run(ctx, t, 2)
 	}()
-	time.Sleep(time.Second)
+	// Stop the broker only once CDC is publishing.
+	testenv.Eventually(t, 60*time.Second, "first events acknowledged", func() bool { return value(c.m.published) > 0 })
 	b.broker.Stop()
 	stoppedAt := time.Now()
 	time.Sleep(4 * time.Second)
@@ -232,6 +233,8 @@ func TestBrokerOutage(t *testing.T) {
 		t.Fatal("no writes")
 	}
 	<-wdone
+	// At least one event after the restart, so the pause shows in acks.
+	mustInsert(ctx, t, b.db, []row{{events.UserRegistered{UserID: 99, Name: "after"}, 1}}, false)
 	want := committedIDs(t, b.db)
 	cons := newConsumer(t, b)
 	cons.readUntil(t, 60*time.Second, "every committed event", func(c *consumer) bool { return c.hasAll(want) })
