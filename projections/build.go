@@ -52,17 +52,20 @@ func (f Progress) add(n int) {
 
 // BuildPosts writes every post of the posts table into the post cache, as
 // the projector would after seeing its events: the body, or for a deleted
-// post the tombstone.
+// post the tombstone. Pages are read in id order and written by
+// BuildWorkers pipelines at once (distinct keys: order does not matter).
 func (p *Posts) BuildPosts(ctx context.Context, pg Querier, progress Progress) (int64, error) {
 	const q = `SELECT id, author_id, content, created_at, deleted FROM posts WHERE id > $1 ORDER BY id LIMIT $2`
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(BuildWorkers)
 	var last, total int64
-	for {
-		rows, err := pg.Query(ctx, q, last, BuildBatch)
+	for gctx.Err() == nil {
+		rows, err := pg.Query(gctx, q, last, BuildBatch)
 		if err != nil {
+			_ = g.Wait()
 			return total, fmt.Errorf("read posts: %w", err)
 		}
-		pipe := p.rdb.Pipeline()
-		n := 0
+		kv := make([]any, 0, 2*BuildBatch)
 		for rows.Next() {
 			var (
 				post    rkeys.Post
@@ -71,6 +74,7 @@ func (p *Posts) BuildPosts(ctx context.Context, pg Querier, progress Progress) (
 			)
 			if err := rows.Scan(&post.ID, &post.AuthorID, &post.Content, &at, &deleted); err != nil {
 				rows.Close()
+				_ = g.Wait()
 				return total, fmt.Errorf("read posts: %w", err)
 			}
 			if deleted {
@@ -82,27 +86,43 @@ func (p *Posts) BuildPosts(ctx context.Context, pg Querier, progress Progress) (
 			b, err := json.Marshal(post)
 			if err != nil {
 				rows.Close()
+				_ = g.Wait()
 				return total, fmt.Errorf("encode post %d: %w", post.ID, err)
 			}
-			pipe.Set(ctx, p.cfg.Keys.Post(post.ID), b, 0)
+			kv = append(kv, p.cfg.Keys.Post(post.ID), b)
 			last = post.ID
-			n++
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
+			_ = g.Wait()
 			return total, fmt.Errorf("read posts: %w", err)
 		}
+		n := len(kv) / 2
 		if n > 0 {
-			if _, err := pipe.Exec(ctx); err != nil {
-				return total, fmt.Errorf("write posts: %w", err)
-			}
+			g.Go(func() error {
+				// MSET is one command: keys of many slots, so on a Redis
+				// Cluster go-redis would refuse it; a pipeline of SETs is
+				// split per node instead.
+				pipe := p.rdb.Pipeline()
+				for i := 0; i < len(kv); i += 2 {
+					pipe.Set(gctx, kv[i].(string), kv[i+1], 0)
+				}
+				if _, err := pipe.Exec(gctx); err != nil {
+					return fmt.Errorf("write posts: %w", err)
+				}
+				progress.add(n)
+				return nil
+			})
 		}
 		total += int64(n)
-		progress.add(n)
 		if n < BuildBatch {
-			return total, nil
+			break
 		}
 	}
+	if err := g.Wait(); err != nil {
+		return total, err
+	}
+	return total, ctx.Err()
 }
 
 // newestPerOwnerSQL is, for each owner in $1, up to $2 newest non-deleted
@@ -219,8 +239,20 @@ func writeSets(ctx context.Context, rdb redis.UniversalClient, pg Querier, sql s
 	if err := rows.Err(); err != nil {
 		return 0, fmt.Errorf("read posts: %w", err)
 	}
+	// Pipelines are cut at about 20,000 members, so one round trip stays
+	// well inside the client's read timeout on a busy server.
 	pipe := rdb.Pipeline()
-	written := 0
+	written, pending := 0, 0
+	flush := func() error {
+		if pending == 0 {
+			return nil
+		}
+		pending = 0
+		if _, err := pipe.Exec(ctx); err != nil {
+			return fmt.Errorf("write sets: %w", err)
+		}
+		return nil
+	}
 	for i, o := range owners {
 		es := byOwner[o]
 		if len(es) == 0 {
@@ -248,11 +280,14 @@ func writeSets(ctx context.Context, rdb redis.UniversalClient, pg Querier, sql s
 			pipe.PExpire(ctx, k, time.Duration(ttls[i])*time.Millisecond)
 		}
 		written++
-	}
-	if written > 0 {
-		if _, err := pipe.Exec(ctx); err != nil {
-			return 0, fmt.Errorf("write %d sets: %w", written, err)
+		if pending += len(zs); pending >= 20_000 {
+			if err := flush(); err != nil {
+				return 0, err
+			}
 		}
+	}
+	if err := flush(); err != nil {
+		return 0, err
 	}
 	return written, nil
 }
