@@ -116,7 +116,7 @@ func TestPostToVisibleFromThe201(t *testing.T) {
 		Following: map[int64][]int64{},
 	}
 	cfg := Config{BaseURL: srv.URL, Duration: 2 * time.Second, Rate: 20, Clients: 8, ReadRatio: 0.5, PostShare: 1,
-		VisibleRate: 1000, PollInterval: 5 * time.Millisecond, VisibleTimeout: 5 * time.Second, BaselineDuration: -1, SampleEvery: 200 * time.Millisecond}
+		VisibleRate: 1e9, PollInterval: 5 * time.Millisecond, VisibleTimeout: 5 * time.Second, BaselineDuration: -1, SampleEvery: 200 * time.Millisecond}
 	r, err := New(cfg, pop, func(int64) string { return "token" }, Deps{})
 	if err != nil {
 		t.Fatal(err)

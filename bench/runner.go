@@ -312,9 +312,14 @@ func (r *Runner) mixed(ctx context.Context) (*Mixed, error) {
 			if probeEvery == 0 || r.pop.Followers[a] >= r.cfg.CelebrityThreshold || len(r.pop.Watchers[a]) == 0 {
 				return
 			}
-			np := nextProbe.Load()
-			if t201.UnixNano() < np || !nextProbe.CompareAndSwap(np, t201.UnixNano()+int64(probeEvery)) {
-				return
+			for {
+				np := nextProbe.Load()
+				if t201.UnixNano() < np {
+					return // probes are rate-limited to VisibleRate
+				}
+				if nextProbe.CompareAndSwap(np, t201.UnixNano()+int64(probeEvery)) {
+					break
+				}
 			}
 			id := postID(body)
 			if id == "" {
