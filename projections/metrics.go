@@ -2,12 +2,14 @@ package projections
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -123,6 +125,11 @@ func ConsumerLag(ctx context.Context, brokers []string, topic string, groups []s
 	out := make(map[string]int64, len(groups))
 	for _, g := range groups {
 		committed, err := adm.FetchOffsets(ctx, g)
+		if errors.Is(err, kerr.GroupIDNotFound) {
+			// A group that has not committed yet (kfake says so; Kafka
+			// answers with no offsets): everything retained is its lag.
+			committed, err = kadm.OffsetResponses{}, nil
+		}
 		if err != nil {
 			return nil, fmt.Errorf("fetch offsets of group %s: %w", g, err)
 		}
