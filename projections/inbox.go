@@ -139,37 +139,50 @@ func (p *Inbox) eachFollowerPage(ctx context.Context, author int64, active bool,
 }
 
 // push fans one post out to the author's active followers, one pipeline
-// per page and ONE command per follower: a plain ZADD, or, for one (post,
-// follower) pair in InboxTrimEvery (a deterministic hash, so a redelivery
-// samples the same pairs) and for followers whose inbox is past its TTL,
-// the bounded-add script, which adds the post unless it lies at or below
-// the floor, removes what earlier plain ZADDs left at or below the floor,
-// trims back to InboxMax once the inbox is over InboxMax + slack, and gives
-// a key without a TTL the fallback TTL.
+// per page with one ZADD per follower and nothing else for most of them.
+// For one (post, follower) pair in InboxTrimEvery (a deterministic hash, so
+// a redelivery samples the same pairs), and for followers whose inbox is
+// past its TTL, the ZADD is followed by ZCARD and EXPIRE NX (the fallback
+// TTL when the inbox has none); a second pipeline then runs the bounded-add
+// script on the sampled inboxes that are over InboxMax + slack: it trims
+// back to InboxMax, raises the floor and removes what lies at or below it.
+// Plain commands, because a Lua call costs Redis about as much as eight of
+// them (docs/benchmarks.md, Projections). With InboxTrimEvery 1 every push
+// is the script with the post instead (exact trims).
 //
 // A plain ZADD does not look at the floor: a late push (its score at or
 // below a floor that a trim or backfill raised meanwhile) lands there and
-// stays until the next sampled script removes it. Readers take only entries
+// stays until the script next runs on that inbox. Readers take only entries
 // strictly above ~floor (docs/architecture.md), so it is never shown; it is
-// only memory for a while. Neither does it count the inbox: between two
-// sampled scripts an inbox grows by InboxTrimEvery pushes on average, so it
-// stays near InboxMax + slack (docs/projections.md has the numbers).
+// only memory for a while, and it counts towards the trim.
 func (p *Inbox) push(ctx context.Context, e events.PostCreated) error {
 	score := millis(e.CreatedAt)
 	member := itoa(e.PostID)
+	exact := p.cfg.InboxTrimEvery == 1
 	args := p.scriptArgs(nil, "", score, member)
+	ttl := p.cfg.inboxTTL()
+	// Both sentinels assumed present: a trim never starts early.
+	over := int64(p.cfg.InboxMax + p.cfg.InboxTrimSlack + 2)
+	z := redis.Z{Score: float64(score), Member: member}
 	return p.eachFollowerPage(ctx, e.AuthorID, true, func(ids []int64, expiring []bool) error {
 		adds := make([]*redis.IntCmd, 0, len(ids))
 		var scripts []*redis.Cmd
+		var cards []*redis.IntCmd
+		var sampledKeys []string
 		fill := func(pipe redis.Pipeliner) {
-			adds, scripts = adds[:0], scripts[:0]
+			adds, scripts, cards, sampledKeys = adds[:0], scripts[:0], cards[:0], sampledKeys[:0]
 			for i, u := range ids {
 				k := p.cfg.Keys.Inbox(u)
-				if expiring[i] || sampled(e.PostID, u, p.cfg.InboxTrimEvery) {
+				if exact {
 					scripts = append(scripts, boundedAddScript.EvalSha(ctx, pipe, []string{k}, args...))
 					continue
 				}
-				adds = append(adds, pipe.ZAdd(ctx, k, redis.Z{Score: float64(score), Member: member}))
+				adds = append(adds, pipe.ZAdd(ctx, k, z))
+				if expiring[i] || sampled(e.PostID, u, p.cfg.InboxTrimEvery) {
+					cards = append(cards, pipe.ZCard(ctx, k))
+					pipe.ExpireNX(ctx, k, ttl)
+					sampledKeys = append(sampledKeys, k)
+				}
 			}
 		}
 		if err := p.execScripts(ctx, fill); err != nil {
@@ -184,12 +197,21 @@ func (p *Inbox) push(ctx context.Context, e events.PostCreated) error {
 			added += n
 		}
 		p.m.entries(NameInbox, added)
+		var trim []string
+		for i, c := range cards {
+			if c.Val() > over {
+				trim = append(trim, sampledKeys[i])
+			}
+		}
+		if err := p.bounded(ctx, trim, nil, ""); err != nil {
+			return fmt.Errorf("trim inboxes after post %d: %w", e.PostID, err)
+		}
 		return nil
 	})
 }
 
-// sampled reports whether the push of post to user runs the bounded-add
-// script: true for one pair in every (on average), by a hash of the pair
+// sampled reports whether the push of post to user checks the inbox's size
+// and TTL: true for one pair in every (on average), by a hash of the pair
 // alone, so redeliveries and replays sample the same pairs.
 func sampled(post, user int64, every int) bool {
 	if every <= 1 {

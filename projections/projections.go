@@ -94,16 +94,17 @@ type Config struct {
 	// every push over the bound (slower, but byte-for-byte order
 	// independent; see docs/projections.md). Negative means 0.
 	InboxTrimSlack int
-	// InboxTrimEvery: a push runs the bounded-add script (trim, floor, TTL)
-	// instead of a plain ZADD for one (post, follower) pair in this many,
-	// chosen by a hash of the pair, so a redelivery samples the same pairs.
-	// 1 runs it on every push (with InboxTrimSlack 0: exact trims, see
-	// docs/projections.md). Default 16.
+	// InboxTrimEvery: for one (post, follower) pair in this many, chosen by
+	// a hash of the pair (so a redelivery samples the same pairs), a push
+	// also checks the inbox's size (trimming it with the bounded-add script
+	// when over InboxMax + slack) and TTL. 1 runs the script on every push
+	// instead (with InboxTrimSlack 0: exact trims, see docs/projections.md).
+	// Default 16.
 	InboxTrimEvery int
 	// InboxTTLMargin: inboxes the projector creates or trims without a TTL
 	// get InactiveAfter minus this margin, and followers seen longer ago
-	// than that get the script on every push, so their inbox gets that TTL
-	// at once. The query side sets the same TTL on reads. Default 1h.
+	// than that get the TTL check on every push, so their inbox gets that
+	// TTL at once. The query side sets the same TTL on reads. Default 1h.
 	InboxTTLMargin time.Duration
 	// TimelineMax bounds every author timeline.
 	TimelineMax int
