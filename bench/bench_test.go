@@ -65,8 +65,8 @@ type fakeAPI struct {
 }
 
 type fakePost struct {
-	id      string
-	visible time.Time
+	id, createdAt string
+	visible       time.Time
 }
 
 func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -75,17 +75,18 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		f.next++
 		id := strconv.FormatInt(900000000000+f.next, 10)
-		f.posts = append(f.posts, fakePost{id: id, visible: time.Now().Add(f.delay)})
+		at := time.Now().UTC().Format("2006-01-02T15:04:05.000Z")
+		f.posts = append(f.posts, fakePost{id: id, createdAt: at, visible: time.Now().Add(f.delay)})
 		f.mu.Unlock()
 		w.WriteHeader(http.StatusCreated)
-		fmt.Fprintf(w, `{"id":"%s","authorId":"1","content":"x","createdAt":"2026-11-30T00:00:00.000Z"}`, id)
+		fmt.Fprintf(w, `{"id":"%s","authorId":"1","content":"x","createdAt":"%s"}`, id, at)
 	case r.Method == http.MethodGet && r.URL.Path == "/api/feed":
 		now := time.Now()
 		var items []string
 		f.mu.Lock()
-		for _, p := range f.posts {
-			if !now.Before(p.visible) {
-				items = append(items, `{"id":"`+p.id+`","authorId":"1"}`)
+		for i := len(f.posts) - 1; i >= 0; i-- { // newest first
+			if p := f.posts[i]; !now.Before(p.visible) {
+				items = append(items, `{"id":"`+p.id+`","authorId":"1","createdAt":"`+p.createdAt+`"}`)
 			}
 		}
 		f.mu.Unlock()
@@ -176,6 +177,17 @@ func TestPostToVisibleFromThe201(t *testing.T) {
 	rep.WriteTable(&sb)
 	if !strings.Contains(sb.String(), "post-to-visible") {
 		t.Errorf("table lacks post-to-visible:\n%s", sb.String())
+	}
+}
+
+// TestNewer: the probe's order is the feed's (createdAt, then id).
+func TestNewer(t *testing.T) {
+	t.Parallel()
+	a := feedItem{ID: "915180307647303680", CreatedAt: "2026-11-30T10:00:00.001Z"}
+	b := feedItem{ID: "915180307647303681", CreatedAt: "2026-11-30T10:00:00.001Z"}
+	c := feedItem{ID: "99", CreatedAt: "2026-11-30T10:00:00.002Z"}
+	if !b.newer(a) || a.newer(b) || !c.newer(b) || b.newer(c) || a.newer(a) {
+		t.Error("newer disagrees with (createdAt, id) order")
 	}
 }
 

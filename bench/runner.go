@@ -3,12 +3,14 @@ package bench
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -321,16 +323,16 @@ func (r *Runner) mixed(ctx context.Context) (*Mixed, error) {
 					break
 				}
 			}
-			id := postID(body)
-			if id == "" {
-				rec.fail("post: 201 without an id")
+			var post feedItem
+			if err := json.Unmarshal(body, &post); err != nil || post.ID == "" || post.CreatedAt == "" {
+				rec.fail("post: 201 without an id and createdAt")
 				return
 			}
 			w := r.pop.Watchers[a][rng.IntN(len(r.pop.Watchers[a]))]
 			probes.Add(1)
 			go func() {
 				defer probes.Done()
-				r.probe(ctx, rec, start, t201, w, id)
+				r.probe(ctx, rec, start, t201, w, post)
 			}()
 		case opFollow, opUnfollow:
 			r.churn(ctx, rec, rng, start, op)
@@ -432,49 +434,90 @@ func (r *Runner) churn(ctx context.Context, rec *recorder, rng *rand.Rand, start
 	rec.add(dst, sample{at: t.Sub(start), ms: msOf(time.Since(t))})
 }
 
-// probe polls watcher's first page until post id shows up. The latency is
-// from t201 (the moment the bench received the post's 201, i.e. after its
-// commit) to the receipt of the first page that contains the post: an
-// upper bound, by at most one poll interval plus one read, of the moment
-// the post became visible.
-func (r *Runner) probe(ctx context.Context, rec *recorder, start, t201 time.Time, watcher int64, id string) {
-	needle := []byte(`"id":"` + id + `"`)
+// probe polls watcher's feed until the post shows up. The latency is from
+// t201 (the moment the bench received the post's 201, i.e. after its
+// commit) to the receipt of the page that contains the post: an upper
+// bound, by at most one poll interval plus one poll, of the moment the
+// post became visible. A poll reads pages of 50 from the top, following
+// nextCursor while every entry is still newer than the post, so a post
+// that newer posts pushed off the first page is still found.
+func (r *Runner) probe(ctx context.Context, rec *recorder, start, t201 time.Time, watcher int64, post feedItem) {
 	deadline := t201.Add(r.cfg.VisibleTimeout)
 	for {
-		st, body, err := r.readFeed(ctx, watcher)
+		found, err := r.inFeed(ctx, watcher, post)
 		now := time.Now()
-		if err == nil && st == http.StatusOK && containsID(body, needle) {
+		if found {
 			rec.add(&rec.visible, sample{at: t201.Sub(start), ms: msOf(now.Sub(t201))})
 			return
 		}
 		if ctx.Err() != nil {
 			return
 		}
+		if err != nil {
+			rec.fail("visible: " + err.Error())
+			return
+		}
 		if now.After(deadline) {
-			rec.fail("visible: not in the follower's first page within " + r.cfg.VisibleTimeout.String())
+			rec.fail("visible: not in the follower's feed within " + r.cfg.VisibleTimeout.String())
 			return
 		}
 		time.Sleep(r.cfg.PollInterval)
 	}
 }
 
-// postID extracts "id" from a post's JSON without a full decode.
-func postID(body []byte) string {
-	s := string(body)
-	i := strings.Index(s, `"id":"`)
-	if i < 0 {
-		return ""
-	}
-	s = s[i+6:]
-	j := strings.IndexByte(s, '"')
-	if j < 0 {
-		return ""
-	}
-	return s[:j]
+// feedItem is the part of a post the probe looks at.
+type feedItem struct {
+	ID        string `json:"id"`
+	CreatedAt string `json:"createdAt"`
 }
 
-func containsID(body, needle []byte) bool {
-	return strings.Contains(string(body), string(needle))
+// newer orders feed entries like the feed: createdAt (fixed-width RFC 3339
+// in UTC, so strings compare like times), then id.
+func (a feedItem) newer(b feedItem) bool {
+	if a.CreatedAt != b.CreatedAt {
+		return a.CreatedAt > b.CreatedAt
+	}
+	if len(a.ID) != len(b.ID) {
+		return len(a.ID) > len(b.ID)
+	}
+	return a.ID > b.ID
+}
+
+// inFeed pages through watcher's feed from the top while entries are newer
+// than post, and reports whether post is there. Transient HTTP failures
+// count as "not yet" (the probe retries); at most 20 pages are read.
+func (r *Runner) inFeed(ctx context.Context, watcher int64, post feedItem) (bool, error) {
+	cursor := ""
+	for range 20 {
+		path := "/api/feed?limit=50"
+		if cursor != "" {
+			path += "&cursor=" + url.QueryEscape(cursor)
+		}
+		st, body, err := r.do(ctx, http.MethodGet, path, watcher, "")
+		if err != nil || st != http.StatusOK {
+			return false, nil
+		}
+		var page struct {
+			Items      []feedItem `json:"items"`
+			NextCursor *string    `json:"nextCursor"`
+		}
+		if err := json.Unmarshal(body, &page); err != nil {
+			return false, fmt.Errorf("decode feed page: %w", err)
+		}
+		for _, it := range page.Items {
+			if it.ID == post.ID {
+				return true, nil
+			}
+			if !it.newer(post) {
+				return false, nil // past where the post would be
+			}
+		}
+		if page.NextCursor == nil {
+			return false, nil
+		}
+		cursor = *page.NextCursor
+	}
+	return false, nil
 }
 
 // sample reads lags, fan-out entries and the load average every
