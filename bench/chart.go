@@ -174,6 +174,15 @@ func fmtTick(v float64) string {
 
 // legend draws colored boxes with names from (x, y) down.
 func (c *canvas) legend(x, y int, items []legendItem) {
+	width := 0
+	for _, it := range items {
+		width = max(width, 20+8*len(it.name))
+	}
+	for yy := y - 6; yy < y+18*len(items)+2; yy++ { // a white box, so curves do not cross the text
+		for xx := x - 6; xx < x+width+6; xx++ {
+			c.img.SetRGBA(xx, yy, colWhite)
+		}
+	}
 	for i, it := range items {
 		yy := y + i*18
 		for dy := range 10 {
@@ -277,7 +286,7 @@ func (rep *Report) WriteChart(path string) error {
 		cdf(append(slices.Clone(b.pullMs), rep.BaselineAfter.pullMsOrNil()...), colPurple)
 		items = append(items, legendItem{"RAW REDIS 2 COMMANDS (BASELINE)", colOrange}, legendItem{"PULL SQL (BASELINE)", colPurple})
 	}
-	c.legend(bot.x1-390, bot.y1-18*len(items)-10, items)
+	c.legend(bot.x0+20, bot.y0+10, items)
 
 	f, err := os.Create(path)
 	if err != nil {
