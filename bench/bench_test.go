@@ -258,3 +258,47 @@ func TestLoadPopulation(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestInFeedPagesDown: a post that newer posts pushed below the first page
+// is found by following nextCursor, and the search stops at the first
+// entry older than the post (it is not read to the end).
+func TestInFeedPagesDown(t *testing.T) {
+	t.Parallel()
+	var items []feedItem // newest first: ids 300..1, one per millisecond
+	for i := 300; i >= 1; i-- {
+		items = append(items, feedItem{ID: strconv.Itoa(1000 + i), CreatedAt: fmt.Sprintf("2026-11-30T10:00:00.%03dZ", i)})
+	}
+	var mu sync.Mutex
+	pages := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		pages++
+		mu.Unlock()
+		from, _ := strconv.Atoi(r.URL.Query().Get("cursor"))
+		limit, _ := strconv.Atoi(r.URL.Query().Get("limit"))
+		to := min(from+limit, len(items))
+		page := map[string]any{"items": items[from:to], "nextCursor": nil}
+		if to < len(items) {
+			page["nextCursor"] = strconv.Itoa(to)
+		}
+		_ = json.NewEncoder(w).Encode(page)
+	}))
+	t.Cleanup(srv.Close)
+	r, err := New(Config{BaseURL: srv.URL}, &Population{Authors: []int64{1, 2}, Readers: []int64{1}}, func(int64) string { return "t" }, Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	// Entry 120 from the top (id 1180) is on the third page of 50.
+	found, err := r.inFeed(ctx, 1, feedItem{ID: "1180", CreatedAt: "2026-11-30T10:00:00.180Z"})
+	if err != nil || !found || pages != 3 {
+		t.Fatalf("found %v after %d pages (%v), want true after 3", found, pages, err)
+	}
+	// A post that is not there, between two entries: stop at the first
+	// older entry (page 2), not at the end of the feed.
+	pages = 0
+	found, err = r.inFeed(ctx, 1, feedItem{ID: "999999", CreatedAt: "2026-11-30T10:00:00.230Z"})
+	if err != nil || found || pages != 2 {
+		t.Fatalf("found %v after %d pages (%v), want false after 2", found, pages, err)
+	}
+}
