@@ -100,7 +100,7 @@ func (w *Writer) Write(e *events.Envelope) error {
 			return fmt.Errorf("write csv header: %w", err)
 		}
 	}
-	w.line = appendRaw(w.line[:0], c.Payload) // as in JSON lines
+	w.line = events.AppendCompactJSON(w.line[:0], c.Payload) // as in JSON lines
 	w.row = append(w.row[:0],
 		strconv.FormatInt(c.Position, 10), c.EventID, c.StreamID,
 		strconv.FormatInt(c.StreamVersion, 10), c.Type,
