@@ -38,31 +38,44 @@ func (h *FollowHandler) Handle(ctx context.Context, cmd Follow) (changed bool, e
 // ones find the follows row and append nothing, and the followee's count
 // carried in Followed is the count after exactly this change.
 func (h *FollowHandler) Exec(ctx context.Context, tx pgx.Tx, cmd Follow) (bool, error) {
-	if err := validatePair(cmd.FollowerID, cmd.FolloweeID); err != nil {
+	return changeFollow(ctx, tx, cmd.FollowerID, cmd.FolloweeID, cmd.Trace, true)
+}
+
+// changeFollow is Follow (follow true) and Unfollow (false): lock both
+// users, insert or delete the follows row, and only when that changed
+// something, move both counts and append Followed or Unfollowed at the
+// pair stream's next version.
+func changeFollow(ctx context.Context, tx pgx.Tx, follower, followee int64, trace Trace, follow bool) (bool, error) {
+	if err := validatePair(follower, followee); err != nil {
 		return false, err
 	}
-	if err := lockUsers(ctx, tx, cmd.FollowerID, cmd.FolloweeID); err != nil {
+	if err := lockUsers(ctx, tx, follower, followee); err != nil {
 		return false, err
 	}
-	tag, err := tx.Exec(ctx, `INSERT INTO follows (follower_id, followee_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
-		cmd.FollowerID, cmd.FolloweeID)
+	sql, delta := `DELETE FROM follows WHERE follower_id = $1 AND followee_id = $2`, int64(-1)
+	if follow {
+		sql, delta = `INSERT INTO follows (follower_id, followee_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`, +1
+	}
+	tag, err := tx.Exec(ctx, sql, follower, followee)
 	if err != nil {
-		return false, fmt.Errorf("insert follow: %w", err)
+		return false, fmt.Errorf("change follow %d -> %d: %w", follower, followee, err)
 	}
 	if tag.RowsAffected() == 0 {
 		return false, nil
 	}
-	followers, err := bumpCounts(ctx, tx, cmd.FollowerID, cmd.FolloweeID, +1)
+	followers, err := bumpCounts(ctx, tx, follower, followee, delta)
 	if err != nil {
 		return false, err
 	}
-	stream := events.FollowStream(cmd.FollowerID, cmd.FolloweeID)
-	v, err := StreamVersion(ctx, tx, stream)
+	v, err := StreamVersion(ctx, tx, events.FollowStream(follower, followee))
 	if err != nil {
 		return false, err
 	}
-	meta := events.Metadata{CorrelationID: cmd.Trace.CorrelationID, CausationID: cmd.Trace.CausationID, Actor: strconv.FormatInt(cmd.FollowerID, 10)}
-	ev := events.Followed{FollowerID: cmd.FollowerID, FolloweeID: cmd.FolloweeID, FolloweeFollowers: followers}
+	meta := events.Metadata{CorrelationID: trace.CorrelationID, CausationID: trace.CausationID, Actor: strconv.FormatInt(follower, 10)}
+	var ev events.Event = events.Unfollowed{FollowerID: follower, FolloweeID: followee, FolloweeFollowers: followers}
+	if follow {
+		ev = events.Followed{FollowerID: follower, FolloweeID: followee, FolloweeFollowers: followers}
+	}
 	if err := Append(ctx, tx, v, meta, ev); err != nil {
 		return false, err
 	}
