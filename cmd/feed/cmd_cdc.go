@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"runtime/debug"
 	"time"
@@ -13,7 +12,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	wk "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/feedco/feed/cdc"
 	"github.com/feedco/feed/internal/kafka"
@@ -59,15 +57,7 @@ func runCDC(ctx context.Context, args []string) error {
 		return err
 	}
 	reg := prometheus.NewRegistry()
-	if *metricsAddr != "" {
-		srv := &http.Server{Addr: *metricsAddr, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
-		go func() {
-			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				a.Log.Error("cdc: metrics server", "err", err)
-			}
-		}()
-		defer srv.Close()
-	}
+	defer serveMetrics(*metricsAddr, reg, a.Log, "cdc")()
 	return runCDCRole(ctx, a, reg)
 }
 

@@ -2,16 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/feedco/feed/internal/rkeys"
 	"github.com/feedco/feed/projections"
@@ -44,15 +40,7 @@ func runProject(ctx context.Context, args []string) error {
 	}
 	defer a.Close()
 	reg := prometheus.NewRegistry()
-	if *metricsAddr != "" {
-		srv := &http.Server{Addr: *metricsAddr, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
-		go func() {
-			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				a.Log.Error("project: metrics server", "err", err)
-			}
-		}()
-		defer srv.Close()
-	}
+	defer serveMetrics(*metricsAddr, reg, a.Log, "project")()
 	return runProjectors(ctx, a, names, reg)
 }
 
