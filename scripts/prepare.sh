@@ -68,6 +68,15 @@ if [ "$need_restart" = 1 ]; then
 fi
 [ "$(psqlq -c 'SHOW wal_level')" = logical ] || { say "wal_level is still not logical"; exit 1; }
 
+# 2b. A development slot left behind (a `feed dev` that is not running) keeps
+#     WAL of the whole server; the tests write gigabytes of it. Cap what a
+#     slot may retain on this development server (a reload, no restart);
+#     production sets its own value (docs/cdc.md).
+if [ "$(psqlq -c 'SHOW max_slot_wal_keep_size')" = "-1" ]; then
+  say "capping max_slot_wal_keep_size at 8GB (development server)"
+  psqlq -c "ALTER SYSTEM SET max_slot_wal_keep_size = '8GB'" -c "SELECT pg_reload_conf()" >/dev/null
+fi
+
 # 3. The application database.
 if [ "$(psqlq -c "SELECT 1 FROM pg_database WHERE datname = '$FEED_DB'")" != 1 ]; then
   say "creating database $FEED_DB"
