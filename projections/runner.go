@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/feedco/feed/events"
@@ -122,7 +121,7 @@ func (r *Runner) Groups() []string {
 // Run consumes until ctx is cancelled, then drains and returns nil; it
 // returns an error when the router cannot start or stops by itself.
 func (r *Runner) Run(ctx context.Context) error {
-	wlog := watermill.NewSlogLogger(r.cfg.Logger)
+	wlog := kafka.Logger(r.cfg.Logger)
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: r.cfg.DrainTimeout}, wlog)
 	if err != nil {
 		return fmt.Errorf("create router: %w", err)

@@ -9,7 +9,6 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	wk "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -68,7 +67,7 @@ func runCDCRole(ctx context.Context, a *App, reg prometheus.Registerer) error {
 	var pub *wk.Publisher
 	for backoff := 200 * time.Millisecond; ; backoff = min(backoff*2, 15*time.Second) {
 		var err error
-		if pub, err = kafka.NewPublisher(brokers, watermill.NewSlogLogger(a.Log)); err == nil {
+		if pub, err = kafka.NewPublisher(brokers, kafka.Logger(a.Log)); err == nil {
 			break
 		}
 		a.Log.Warn("cdc: Kafka is not reachable yet, retrying", "brokers", brokers, "backoff", backoff, "err", err)

@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -107,4 +108,11 @@ func NewSubscriber(brokers []string, group string, logger watermill.LoggerAdapte
 		return nil, fmt.Errorf("create Kafka subscriber for group %s: %w", group, err)
 	}
 	return s, nil
+}
+
+// Logger adapts a slog logger for watermill, with watermill's per-handler
+// and per-subscriber lifecycle chatter (its Info level) demoted to Debug;
+// its warnings and errors stay as they are.
+func Logger(l *slog.Logger) watermill.LoggerAdapter {
+	return watermill.NewSlogLoggerWithLevelMapping(l, map[slog.Level]slog.Level{slog.LevelInfo: slog.LevelDebug})
 }
