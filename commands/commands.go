@@ -9,10 +9,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/feedco/feed/events"
 	"github.com/feedco/feed/internal/snowflake"
 )
 
@@ -69,6 +71,11 @@ type Trace struct {
 	// CausationID is the id of the request (or message) that caused this
 	// command.
 	CausationID string
+}
+
+// metadata is the event metadata of a command traced by t and done by actor.
+func (t Trace) metadata(actor int64) events.Metadata {
+	return events.Metadata{CorrelationID: t.CorrelationID, CausationID: t.CausationID, Actor: strconv.FormatInt(actor, 10)}
 }
 
 // Commands bundles the write side's handlers over one database.

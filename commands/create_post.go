@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -74,7 +73,7 @@ func (h *CreatePostHandler) Exec(ctx context.Context, tx pgx.Tx, cmd CreatePost)
 	if err != nil {
 		return Post{}, fmt.Errorf("insert post: %w", err)
 	}
-	meta := events.Metadata{CorrelationID: cmd.Trace.CorrelationID, CausationID: cmd.Trace.CausationID, Actor: strconv.FormatInt(cmd.AuthorID, 10)}
+	meta := cmd.Trace.metadata(cmd.AuthorID)
 	ev := events.PostCreated{PostID: p.ID, AuthorID: p.AuthorID, Content: p.Content, CreatedAt: p.CreatedAt, AuthorFollowers: followers}
 	if err := Append(ctx, tx, 0, meta, ev); err != nil {
 		return Post{}, err

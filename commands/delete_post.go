@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -63,7 +62,7 @@ func (h *DeletePostHandler) Exec(ctx context.Context, tx pgx.Tx, cmd DeletePost)
 	if err := tx.QueryRow(ctx, `UPDATE posts SET deleted = true, deleted_at = now() WHERE id = $1 RETURNING deleted_at`, cmd.PostID).Scan(&at); err != nil {
 		return false, fmt.Errorf("mark post %d deleted: %w", cmd.PostID, err)
 	}
-	meta := events.Metadata{CorrelationID: cmd.Trace.CorrelationID, CausationID: cmd.Trace.CausationID, Actor: strconv.FormatInt(cmd.ActorID, 10)}
+	meta := cmd.Trace.metadata(cmd.ActorID)
 	if err := Append(ctx, tx, 1, meta, events.PostDeleted{PostID: cmd.PostID, AuthorID: author, DeletedAt: at.UTC()}); err != nil {
 		return false, err
 	}

@@ -3,7 +3,6 @@ package commands
 import (
 	"context"
 	"fmt"
-	"strconv"
 
 	"github.com/jackc/pgx/v5"
 
@@ -71,7 +70,7 @@ func changeFollow(ctx context.Context, tx pgx.Tx, follower, followee int64, trac
 	if err != nil {
 		return false, err
 	}
-	meta := events.Metadata{CorrelationID: trace.CorrelationID, CausationID: trace.CausationID, Actor: strconv.FormatInt(follower, 10)}
+	meta := trace.metadata(follower)
 	var ev events.Event = events.Unfollowed{FollowerID: follower, FolloweeID: followee, FolloweeFollowers: followers}
 	if follow {
 		ev = events.Followed{FollowerID: follower, FolloweeID: followee, FolloweeFollowers: followers}

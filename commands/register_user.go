@@ -3,7 +3,6 @@ package commands
 import (
 	"context"
 	"fmt"
-	"strconv"
 
 	"github.com/jackc/pgx/v5"
 
@@ -42,7 +41,7 @@ func (h *RegisterUserHandler) Exec(ctx context.Context, tx pgx.Tx, cmd RegisterU
 	if err := tx.QueryRow(ctx, `INSERT INTO users (name) VALUES ($1) RETURNING id`, cmd.Name).Scan(&u.ID); err != nil {
 		return User{}, fmt.Errorf("insert user: %w", err)
 	}
-	meta := events.Metadata{CorrelationID: cmd.Trace.CorrelationID, CausationID: cmd.Trace.CausationID, Actor: strconv.FormatInt(u.ID, 10)}
+	meta := cmd.Trace.metadata(u.ID)
 	if err := Append(ctx, tx, 0, meta, events.UserRegistered{UserID: u.ID, Name: u.Name}); err != nil {
 		return User{}, err
 	}
