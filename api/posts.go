@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/gorilla/mux"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/feedco/feed/commands"
@@ -66,17 +65,8 @@ func (s *Server) createPost(w http.ResponseWriter, r *http.Request, caller int64
 
 // DELETE /api/posts/{id} -> 204; only the author; again -> 204.
 func (s *Server) deletePost(w http.ResponseWriter, r *http.Request, caller int64) error {
-	id, err := parseID("post id", mux.Vars(r)["id"])
-	if err != nil {
-		return err
-	}
-	body, err := readBody(r)
-	if err != nil {
-		return err
-	}
-	_, err = s.runWrite(w, r, caller, body, func(ctx context.Context, tx pgx.Tx) (int, any, error) {
+	return s.writeNoContent(w, r, caller, "id", "post id", func(ctx context.Context, tx pgx.Tx, id int64) error {
 		_, err := s.deps.Commands.DeletePost.Exec(ctx, tx, commands.DeletePost{ActorID: caller, PostID: id, Trace: s.trace(r)})
-		return http.StatusNoContent, nil, err
+		return err
 	})
-	return err
 }
