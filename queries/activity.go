@@ -2,42 +2,17 @@ package queries
 
 import (
 	"context"
-	"sync"
 	"time"
 )
 
-// activityTracker remembers when this process last wrote each user's
-// user_activity row, so a busy reader costs PostgreSQL one write per
-// interval, not one per page.
-type activityTracker struct {
-	interval time.Duration
-
-	mu   sync.Mutex
-	last map[int64]time.Time
-}
-
-// touch marks user active in the background, at most once per interval.
+// touch marks user active in the background, at most once per
+// ActivityWriteInterval per process (f.activity remembers the writes), so a
+// busy reader costs PostgreSQL one write per interval, not one per page.
 // Fan-out skips users not seen for weeks, so minutes of slack are harmless.
 func (f *Feed) touch(user int64) {
-	a := &f.activity
-	now := f.now()
-	a.mu.Lock()
-	if t, ok := a.last[user]; ok && now.Sub(t) < a.interval {
-		a.mu.Unlock()
+	if !f.activity.markUnlessRecent(user, f.now()) {
 		return
 	}
-	if a.last == nil {
-		a.last = make(map[int64]time.Time)
-	}
-	if len(a.last) > 100_000 {
-		for u, t := range a.last {
-			if now.Sub(t) >= a.interval {
-				delete(a.last, u)
-			}
-		}
-	}
-	a.last[user] = now
-	a.mu.Unlock()
 	f.bg.Add(1)
 	go func() {
 		defer f.bg.Done()
@@ -45,7 +20,7 @@ func (f *Feed) touch(user int64) {
 		defer cancel()
 		if err := f.recordActivity(ctx, user); err != nil {
 			f.log.Warn("queries: activity write failed", "user", user, "err", err)
-			a.forget(user) // the next read tries again
+			f.activity.forget(user) // the next read tries again
 		}
 	}()
 }
@@ -72,20 +47,4 @@ func (f *Feed) recordActivity(ctx context.Context, user int64) error {
 		f.log.Warn("queries: inbox expiry not moved (it keeps the earlier one)", "user", user, "err", err)
 	}
 	return nil
-}
-
-// record notes a write done elsewhere (the cold rebuild writes synchronously).
-func (a *activityTracker) record(user int64, at time.Time) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.last == nil {
-		a.last = make(map[int64]time.Time)
-	}
-	a.last[user] = at
-}
-
-func (a *activityTracker) forget(user int64) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	delete(a.last, user)
 }

@@ -74,7 +74,7 @@ func (f *Feed) rebuildInbox(ctx context.Context, user int64) error {
 	if err := f.markActive(ctx, user); err != nil {
 		return err
 	}
-	f.activity.record(user, f.now())
+	f.activity.mark(user, f.now())
 	rows, err := f.db.Query(ctx, pullKeysSQL, user, f.cfg.InboxMax)
 	if err != nil {
 		return fmt.Errorf("read inbox snapshot of %d: %w", user, err)

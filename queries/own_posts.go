@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -76,48 +75,4 @@ func (f *Feed) PostCreated(ctx context.Context, p NewPost) error {
 	}
 	f.metrics.WriteThroughs.WithLabelValues("ok").Inc()
 	return nil
-}
-
-// recentAuthors remembers, per process, the authors whose write-through
-// failed, and when: their home reads probe PostgreSQL for their own newest
-// posts until OwnPostsWindow has passed.
-type recentAuthors struct {
-	window time.Duration
-
-	mu sync.Mutex
-	at map[int64]time.Time
-}
-
-func (r *recentAuthors) mark(author int64, now time.Time) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.at == nil {
-		r.at = make(map[int64]time.Time)
-	}
-	if len(r.at) > 100_000 {
-		for a, t := range r.at {
-			if now.Sub(t) >= r.window {
-				delete(r.at, a)
-			}
-		}
-	}
-	r.at[author] = now
-}
-
-// has reports whether a write-through of author failed within the window.
-// The latest failure is kept, so every failed post (created at or before
-// it) stays covered by the probe (posts of the last window) while it may
-// still be missing from Redis.
-func (r *recentAuthors) has(author int64, now time.Time) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	t, ok := r.at[author]
-	if !ok {
-		return false
-	}
-	if now.Sub(t) >= r.window {
-		delete(r.at, author)
-		return false
-	}
-	return true
 }

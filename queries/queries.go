@@ -159,9 +159,9 @@ type Feed struct {
 
 	celebs    celebrityCache
 	posts     *postCache
-	recent    recentAuthors // failed write-throughs: read-your-writes fallback
+	recent    recentSet // failed write-throughs: read-your-writes fallback (OwnPostsWindow)
 	timelines timelineCache
-	activity  activityTracker
+	activity  recentSet // activity writes of this process (ActivityWriteInterval)
 	flights   rebuildFlights
 	bg        sync.WaitGroup // background rebuilds and activity writes
 }
@@ -199,7 +199,7 @@ func New(cfg Config, db DB, rdb redis.UniversalClient) (*Feed, error) {
 	f.celebs.ttl = cfg.CelebrityCacheTTL
 	f.timelines.ttl = cfg.CelebrityCacheTTL
 	f.timelines.size = cfg.TimelineCacheSize
-	f.activity.interval = cfg.ActivityWriteInterval
+	f.activity.window = cfg.ActivityWriteInterval
 	f.posts = newPostCache(cfg.PostCacheSize, cfg.PostCacheTTL)
 	f.recent.window = cfg.OwnPostsWindow
 	return f, nil
