@@ -52,13 +52,34 @@ func TestProjectorsEndToEnd(t *testing.T) {
 	topic := b.Topic(t, 4)
 	keys := rkeys.Keys{Prefix: rd.Prefix}
 	cfg := projections.Config{Keys: keys, CelebrityThreshold: 3}
-	runProjectors(t, b.Addrs(), topic, newProjectors(t, w, rd.Client, cfg))
+	ps := newProjectors(t, w, rd.Client, cfg)
+	runProjectors(t, b.Addrs(), topic, ps)
+	var groups []string
+	for _, p := range ps {
+		groups = append(groups, topic+"."+p.Group())
+	}
 
 	ctx := context.Background()
+	// A step publishes what the world wrote since the last one and waits
+	// until every projector has handled all of it (committed offsets at the
+	// end): the next step writes PostgreSQL rows that backfills read, so a
+	// projector still behind would see them early.
 	step := func(what string, cond func() bool) {
 		t.Helper()
 		publish(t, b.Addrs(), topic, w.envs)
 		w.envs = w.envs[:0]
+		testenv.Eventually(t, 60*time.Second, what+": every projector caught up", func() bool {
+			lags, err := projections.ConsumerLag(ctx, b.Addrs(), topic, groups)
+			if err != nil {
+				return false
+			}
+			for _, l := range lags {
+				if l != 0 {
+					return false
+				}
+			}
+			return true
+		})
 		testenv.Eventually(t, 60*time.Second, what, cond)
 	}
 
