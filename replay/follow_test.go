@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"testing"
 	"time"
 
@@ -66,6 +67,23 @@ func (f *follower) next(t *testing.T, what string) events.Envelope {
 	return events.Envelope{}
 }
 
+// startSignal closes ch when the wrapped source finishes its first poll
+// (its first nil emit: caught up, waiting for more).
+type startSignal struct {
+	Source
+	ch   chan struct{}
+	once sync.Once
+}
+
+func (s *startSignal) Stream(ctx context.Context, emit func(*events.Envelope) error) error {
+	return s.Source.Stream(ctx, func(e *events.Envelope) error {
+		if e == nil {
+			s.once.Do(func() { close(s.ch) })
+		}
+		return emit(e)
+	})
+}
+
 // newEvent is one more event after the known history.
 func (b *bundle) newEvent(t *testing.T, n int) events.Envelope {
 	t.Helper()
@@ -119,7 +137,16 @@ func TestPGFollowLateCommitBelowPrinted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := follow(t, src)
+	// The follower must be past its start before A and B get their ids:
+	// a start would wait for B, which this test holds open until A's
+	// event is printed.
+	started := &startSignal{Source: src, ch: make(chan struct{})}
+	f := follow(t, started)
+	select {
+	case <-started.ch:
+	case <-time.After(90 * time.Second):
+		t.Fatal("follower did not finish its first poll within 90s")
+	}
 
 	txA, err := b.db.Pool.Begin(ctx)
 	if err != nil {
