@@ -20,6 +20,7 @@ func (f *Feed) AuthorPosts(ctx context.Context, authorID int64, cursor string, l
 	if err != nil {
 		return Page{}, err
 	}
+	fresh := f.useDeletionFeed(f.now())
 	need := limit + 1
 	var items []item
 	used := map[string]bool{}
@@ -45,7 +46,7 @@ func (f *Feed) AuthorPosts(ctx context.Context, authorID int64, cursor string, l
 			}
 			used["redis"] = true
 			seg := mergeSegment(cur, []source{src})
-			got, err := f.hydrate(ctx, seg.keys, visibility{author: authorID}, short)
+			got, err := f.hydrate(ctx, seg.keys, visibility{author: authorID, fresh: fresh}, short)
 			if err != nil {
 				return Page{}, err
 			}

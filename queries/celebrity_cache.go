@@ -25,11 +25,18 @@ type celebrityCache struct {
 	sf  singleflight.Group
 
 	mu      sync.Mutex
-	members []string // decimal ids, the SMISMEMBER arguments
+	members []celeb
 	at      time.Time
 }
 
-func (f *Feed) celebrities(ctx context.Context) ([]string, error) {
+// celeb is one member of the celebrity set: its id, and as the decimal
+// string SMISMEMBER sends.
+type celeb struct {
+	id int64
+	s  string
+}
+
+func (f *Feed) celebrities(ctx context.Context) ([]celeb, error) {
 	c := &f.celebs
 	c.mu.Lock()
 	if !c.at.IsZero() && f.now().Sub(c.at) < c.ttl {
@@ -41,9 +48,15 @@ func (f *Feed) celebrities(ctx context.Context) ([]string, error) {
 	c.mu.Unlock()
 	f.metrics.CacheLookups.WithLabelValues("celebrities", "miss").Inc()
 	v, err, _ := c.sf.Do("", func() (any, error) {
-		m, err := f.rdb.SMembers(ctx, f.keys.Celebrities()).Result()
+		ss, err := f.rdb.SMembers(ctx, f.keys.Celebrities()).Result()
 		if err != nil {
 			return nil, fmt.Errorf("read celebrities: %w", err)
+		}
+		m := make([]celeb, 0, len(ss))
+		for _, s := range ss {
+			if id, err := strconv.ParseInt(s, 10, 64); err == nil && id > 0 {
+				m = append(m, celeb{id: id, s: s})
+			}
 		}
 		c.mu.Lock()
 		c.members, c.at = m, f.now()
@@ -53,7 +66,7 @@ func (f *Feed) celebrities(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	return v.([]string), nil
+	return v.([]celeb), nil
 }
 
 // timelineHead is the newest part of one celebrity's timeline, as a source

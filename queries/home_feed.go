@@ -35,9 +35,16 @@ func (f *Feed) Home(ctx context.Context, userID int64, cursor string, limit int)
 		return Page{}, err
 	}
 	f.touch(userID)
+	now := f.now()
+	fresh := f.useDeletionFeed(now)
+	first := cur.ms >= maxCursorMs
+	var hint []int64
+	if first {
+		hint = make([]int64, 0, limit+limit/2+4) // the authors this page hydrates: the next read's hint
+	}
 	need := limit + 1 // one more than shown says whether a next page exists
 	var items []item
-	used := map[string]bool{}
+	var used [3]bool // redis, pg, cold
 	mode := stepRedis
 	for round := 0; len(items) < need && mode != stepEnd; round++ {
 		if mode == stepRedis && round < maxRedisRounds {
@@ -46,12 +53,16 @@ func (f *Feed) Home(ctx context.Context, userID int64, cursor string, limit int)
 				return Page{}, err
 			}
 			if !built {
-				used["cold"] = true
+				used[2] = true
 				f.startRebuild(userID)
 				mode = stepPG
 				continue
 			}
-			used["redis"] = true
+			used[0] = true
+			hr.vis.fresh = fresh
+			if first {
+				hr.vis.authors = &hint
+			}
 			got, err := f.hydrate(ctx, hr.seg.keys, hr.vis, need-len(items))
 			if err != nil {
 				return Page{}, err
@@ -60,8 +71,8 @@ func (f *Feed) Home(ctx context.Context, userID int64, cursor string, limit int)
 			cur, mode = lower(cur, hr.seg.bound), hr.seg.next
 			continue
 		}
-		if !used["cold"] {
-			used["pg"] = true
+		if !used[2] {
+			used[1] = true
 		}
 		got, err := f.pgPull(ctx, userID, cur, need-len(items))
 		if err != nil {
@@ -70,8 +81,13 @@ func (f *Feed) Home(ctx context.Context, userID int64, cursor string, limit int)
 		items = append(items, got...)
 		break // PostgreSQL is exact: the page is full or the feed ended
 	}
-	for s := range used {
-		f.metrics.Sources.WithLabelValues("home", s).Inc()
+	for i, u := range used {
+		if u {
+			f.metrics.homeSources[i].Inc()
+		}
+	}
+	if first && used[0] {
+		f.hints.set(userID, hint)
 	}
 	return makePage(items, limit), nil
 }
@@ -114,7 +130,6 @@ func (f *Feed) homeSegment(ctx context.Context, user int64, cur key, want int) (
 		}()
 	}
 
-	self := strconv.FormatInt(user, 10)
 	pipe := f.rdb.Pipeline()
 	inbox := addSetRead(ctx, pipe, f.keys.Inbox(user), cur, n, true)
 	own := addSetRead(ctx, pipe, f.keys.Timeline(user), cur, n, false)
@@ -122,22 +137,32 @@ func (f *Feed) homeSegment(ctx context.Context, user int64, cur key, want int) (
 	// account has no following:{u}, but must still have authors hidden.
 	// Both keys share the {u} hash tag, so this is one slot on Cluster.
 	followSet := pipe.Exists(ctx, f.keys.Following(user), f.keys.FollowingVersions(user))
-	var celebArgs []any
-	var celebIDs []int64
+	// One SMISMEMBER following:{u} answers, in this pipeline, whether the
+	// caller follows each celebrity and each author their last page showed
+	// (the hint): a warm page needs no second round trip for the follow
+	// check.
+	hint := f.hints.get(user)
+	asked := make([]int64, 0, len(celebs)+len(hint))
+	args := make([]any, 0, len(celebs)+len(hint))
+	isCeleb := make(map[int64]bool, len(celebs))
 	for _, c := range celebs {
-		if c == self {
+		if c.id == user {
 			continue
 		}
-		id, err := strconv.ParseInt(c, 10, 64)
-		if err != nil {
+		isCeleb[c.id] = true
+		asked = append(asked, c.id)
+		args = append(args, c.s)
+	}
+	for _, a := range hint {
+		if a == user || isCeleb[a] {
 			continue
 		}
-		celebArgs = append(celebArgs, c)
-		celebIDs = append(celebIDs, id)
+		asked = append(asked, a)
+		args = append(args, strconv.FormatInt(a, 10))
 	}
 	var isMember *redis.BoolSliceCmd
-	if len(celebArgs) > 0 {
-		isMember = pipe.SMIsMember(ctx, f.keys.Following(user), celebArgs...)
+	if len(args) > 0 {
+		isMember = pipe.SMIsMember(ctx, f.keys.Following(user), args...)
 	}
 	err = execPipe(ctx, pipe)
 	wg.Wait()
@@ -174,17 +199,18 @@ func (f *Feed) homeSegment(ctx context.Context, user int64, cur key, want int) (
 		srcs = append(srcs, probeSrc)
 	}
 
-	followed := map[int64]bool{}
+	follows := make(map[int64]bool, len(asked))
 	if isMember != nil {
 		is, err := isMember.Result()
 		if err != nil {
 			return homeRead{}, false, fmt.Errorf("read follows of %d: %w", user, err)
 		}
 		var fc []int64
-		for i, ok := range is {
-			if ok && i < len(celebIDs) {
-				fc = append(fc, celebIDs[i])
-				followed[celebIDs[i]] = true
+		for i, a := range asked {
+			ok := i < len(is) && is[i]
+			follows[a] = ok
+			if ok && isCeleb[a] {
+				fc = append(fc, a)
 			}
 		}
 		cs, err := f.celebritySources(ctx, fc, cur, n)
@@ -195,7 +221,7 @@ func (f *Feed) homeSegment(ctx context.Context, user int64, cur key, want int) (
 	}
 	return homeRead{
 		seg: mergeSegment(cur, srcs),
-		vis: visibility{viewer: user, followed: followed, checkFollow: followSet.Val() > 0, pre: pre},
+		vis: visibility{viewer: user, follows: follows, checkFollow: followSet.Val() > 0, pre: pre},
 	}, true, nil
 }
 

@@ -15,9 +15,11 @@ import (
 type visibility struct {
 	viewer      int64          // home feeds: the reader, whose own posts are always shown
 	author      int64          // author pages: only this author's posts
-	followed    map[int64]bool // authors known to be followed (followed celebrities)
+	follows     map[int64]bool // follow answers already read for this page (celebrities, hinted authors)
 	checkFollow bool           // hide authors not in following:{viewer}
 	pre         map[int64]item // posts already read from PostgreSQL
+	fresh       bool           // the deletion feed vouches for cached bodies (postCache.lookup)
+	authors     *[]int64       // if set, receives the authors of the hydrated posts (follow hints)
 }
 
 // hydrate turns the segment's keys, newest first, into up to want visible
@@ -63,7 +65,7 @@ func (f *Feed) hydrateBatch(ctx context.Context, batch []key, vis visibility) ([
 		ids[i] = k.id
 	}
 	cached := make([]*cachedPost, len(batch))
-	ask, _ := f.posts.lookup(ids, f.now(), cached)
+	ask, _ := f.posts.lookup(ids, f.now(), vis.fresh, cached)
 	for i, cp := range cached {
 		if cp != nil {
 			res[i] = fromCache(cp, batch[i])
@@ -81,7 +83,7 @@ func (f *Feed) hydrateBatch(ctx context.Context, batch []key, vis visibility) ([
 	pipe := f.rdb.Pipeline()
 	bodies := f.queueBodies(ctx, pipe, batch, get)
 	follows := map[int64]bool{}
-	known := f.queueFollowCheck(ctx, pipe, res, vis)
+	known := f.queueFollowCheck(ctx, pipe, res, vis) // authors of cached bodies whose follow is not known yet
 	if pipe.Len() > 0 {
 		if err := execPipe(ctx, pipe); err != nil {
 			return nil, fmt.Errorf("hydrate posts: %w", err)
@@ -104,13 +106,12 @@ func (f *Feed) hydrateBatch(ctx context.Context, batch []key, vis visibility) ([
 			continue
 		}
 		cp := &cachedPost{it: newItem(p.ID, p.AuthorID, p.Content, batch[i].ms), author: p.AuthorID, deleted: p.Deleted, checkedAt: now}
-		f.posts.store(cp)
-		res[i] = fromCache(cp, batch[i])
+		res[i] = fromCache(f.posts.store(cp), batch[i])
 	}
-	f.metrics.Hydrations.WithLabelValues("process").Add(float64(len(batch) - len(ask)))
-	f.metrics.Hydrations.WithLabelValues("redis").Add(float64(len(get) - len(missing)))
+	f.metrics.hydProcess.Add(float64(len(batch) - len(ask)))
+	f.metrics.hydRedis.Add(float64(len(get) - len(missing)))
 	if len(missing) > 0 {
-		f.metrics.Hydrations.WithLabelValues("pg").Add(float64(len(missing)))
+		f.metrics.hydPG.Add(float64(len(missing)))
 		rows, err := f.pgPostsByID(ctx, missing)
 		if err != nil {
 			return nil, err
@@ -121,8 +122,7 @@ func (f *Feed) hydrateBatch(ctx context.Context, batch []key, vis visibility) ([
 			}
 			if r, ok := rows[batch[i].id]; ok {
 				cp := &cachedPost{it: r.item, author: r.author, deleted: r.deleted, checkedAt: now}
-				f.posts.store(cp)
-				res[i] = fromCache(cp, batch[i])
+				res[i] = fromCache(f.posts.store(cp), batch[i])
 			}
 			// A post the truth does not know is never shown.
 		}
@@ -141,10 +141,13 @@ func (f *Feed) hydrateBatch(ctx context.Context, batch []key, vis visibility) ([
 		if !h.ok || h.deleted {
 			continue
 		}
+		if vis.authors != nil {
+			*vis.authors = append(*vis.authors, h.author)
+		}
 		if vis.author != 0 && h.author != vis.author {
 			continue
 		}
-		if vis.checkFollow && h.author != vis.viewer && !vis.followed[h.author] && !follows[h.author] {
+		if vis.checkFollow && h.author != vis.viewer && !vis.follows[h.author] && !follows[h.author] {
 			continue
 		}
 		out = append(out, h.item)
@@ -230,8 +233,8 @@ func (c followCheck) into(follows map[int64]bool) error {
 }
 
 // followQuestions lists the authors of shown-candidate posts whose follow
-// is neither known from the page (the viewer, followed celebrities) nor
-// already answered.
+// is neither known from the page (the viewer, answers of its first
+// pipeline) nor already answered.
 func followQuestions(res []hydrated, vis visibility, answered map[int64]bool) ([]any, []int64) {
 	if !vis.checkFollow {
 		return nil, nil
@@ -241,7 +244,10 @@ func followQuestions(res []hydrated, vis visibility, answered map[int64]bool) ([
 	seen := map[int64]bool{}
 	for _, h := range res {
 		a := h.author
-		if !h.ok || h.deleted || a == vis.viewer || vis.followed[a] || seen[a] {
+		if !h.ok || h.deleted || a == vis.viewer || seen[a] {
+			continue
+		}
+		if _, ok := vis.follows[a]; ok {
 			continue
 		}
 		if _, ok := answered[a]; ok {

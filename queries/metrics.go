@@ -27,6 +27,11 @@ type Metrics struct {
 	// result ("ok", "error"); an error turns on the PostgreSQL fallback
 	// for that author.
 	WriteThroughs *prometheus.CounterVec
+
+	// The per-page counters, resolved once (WithLabelValues hashes its
+	// labels on every call).
+	hydProcess, hydRedis, hydPG prometheus.Counter
+	homeSources                 [3]prometheus.Counter // redis, pg, cold
 }
 
 func newMetrics(reg prometheus.Registerer) (*Metrics, error) {
@@ -51,6 +56,12 @@ func newMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "feed_query_write_throughs_total",
 			Help: "Own posts written through to Redis on create (read-your-writes), by result.",
 		}, []string{"result"}),
+	}
+	m.hydProcess = m.Hydrations.WithLabelValues("process")
+	m.hydRedis = m.Hydrations.WithLabelValues("redis")
+	m.hydPG = m.Hydrations.WithLabelValues("pg")
+	for i, s := range [3]string{"redis", "pg", "cold"} {
+		m.homeSources[i] = m.Sources.WithLabelValues("home", s)
 	}
 	if reg == nil {
 		return m, nil

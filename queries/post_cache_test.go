@@ -20,7 +20,7 @@ func TestPostCacheBoundedAndKeepsRecentlyUsed(t *testing.T) {
 	put := func(id int64) { c.store(&cachedPost{it: newItem(id, 1, "x", 1), author: 1, checkedAt: now.UnixNano()}) }
 	hit := func(id int64) bool {
 		out := make([]*cachedPost, 1)
-		ask, _ := c.lookup([]int64{id}, now, out)
+		ask, _ := c.lookup([]int64{id}, now, false, out)
 		return len(ask) == 0 && out[0] != nil
 	}
 	put(7)
@@ -41,13 +41,13 @@ func TestPostCacheBoundedAndKeepsRecentlyUsed(t *testing.T) {
 		c.store(&cachedPost{it: newItem(1, 1, "x", 1), checkedAt: now.UnixNano()})
 		c.store(&cachedPost{it: newItem(2, 1, "", 1), deleted: true, checkedAt: now.UnixNano()})
 		out := make([]*cachedPost, 2)
-		ask, stale := c.lookup([]int64{1, 2}, now.Add(2*time.Second), out)
+		ask, stale := c.lookup([]int64{1, 2}, now.Add(2*time.Second), false, out)
 		if len(ask) != 1 || ask[0] != 0 || stale[0] == nil || out[1] == nil || !out[1].deleted {
 			t.Fatalf("ask %v stale %v out %v", ask, stale, out)
 		}
 		// A late live answer does not undo a known deletion.
 		c.store(&cachedPost{it: newItem(2, 1, "x", 1), checkedAt: now.Add(3 * time.Second).UnixNano()})
-		if _, _ = c.lookup([]int64{2}, now, out[:1]); out[0] == nil || !out[0].deleted {
+		if _, _ = c.lookup([]int64{2}, now, false, out[:1]); out[0] == nil || !out[0].deleted {
 			t.Fatal("deletion undone")
 		}
 	})
@@ -64,15 +64,17 @@ func (b *bundle) hydrated(from string) float64 {
 	return counter(b.feed.metrics.Hydrations.WithLabelValues(from))
 }
 
-// The exact deletion guarantee of the process cache: a post deleted after
-// this process cached it is hidden from the first read that starts
-// PostCacheTTL after the process last confirmed it live; a known deletion
-// is final (never asked again). Warm pages hydrate from process memory.
+// The deletion guarantee of the process cache without the deletion feed
+// (PostgreSQL unreachable, or the feed stale): a post deleted after this
+// process cached it is hidden from the first read that starts PostCacheTTL
+// after the process last confirmed it live; a known deletion is final
+// (never asked again). Warm pages hydrate from process memory.
 func TestHomeDeletionHiddenWithinPostCacheTTL(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{PostCacheTTL: time.Second})
 	clk := newClock(time.Now())
 	b.useClock(clk)
+	b.stopDeletionFeed()
 	u, a := b.user(), b.user()
 	b.follow(u, a)
 	var all []key

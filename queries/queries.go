@@ -77,11 +77,18 @@ type Config struct {
 	// (default 100,000; about 300 bytes each with 100-character content).
 	PostCacheSize int
 	// PostCacheTTL is how long a cached post is trusted to be live before
-	// the next page that shows it asks Redis again (default 1 s, at most
-	// 5 s): a deletion is hidden at most this long after the posts
-	// projector wrote its tombstone. Bodies themselves never expire (they
-	// are immutable); a known deletion is final.
+	// the next page that shows it asks Redis again, when the deletion feed
+	// is not fresh (default 1 s, at most 5 s): a deletion is then hidden at
+	// most this long after the posts projector wrote its tombstone. While
+	// the feed is fresh (its last poll started less than PostCacheTTL ago)
+	// cached bodies are trusted up to a minute and deletions are hidden
+	// from the first poll after their commit. Bodies themselves never
+	// expire (they are immutable); a known deletion is final.
 	PostCacheTTL time.Duration
+	// DeletionPollInterval is how often the process reads new post
+	// deletions from the event log while it serves reads (default 200 ms;
+	// below PostCacheTTL). See docs/queries.md "Post body cache".
+	DeletionPollInterval time.Duration
 	// RebuildTimeout bounds one background inbox rebuild (default 10 s).
 	RebuildTimeout time.Duration
 	// Registerer receives the metrics; nil registers nothing.
@@ -101,6 +108,7 @@ func (c Config) withDefaults() Config {
 	c.RebuildTimeout = cmp.Or(c.RebuildTimeout, 10*time.Second)
 	c.PostCacheSize = cmp.Or(c.PostCacheSize, 100_000)
 	c.PostCacheTTL = cmp.Or(c.PostCacheTTL, time.Second)
+	c.DeletionPollInterval = cmp.Or(c.DeletionPollInterval, 200*time.Millisecond)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -128,6 +136,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("queries: PostCacheSize %d must be at least %d", c.PostCacheSize, 2*(MaxLimit+1))
 	case c.PostCacheTTL <= 0 || c.PostCacheTTL > 5*time.Second:
 		return fmt.Errorf("queries: PostCacheTTL %v must be in (0, 5s]", c.PostCacheTTL)
+	case c.DeletionPollInterval <= 0 || c.DeletionPollInterval >= c.PostCacheTTL:
+		return fmt.Errorf("queries: DeletionPollInterval %v must be positive and below PostCacheTTL %v", c.DeletionPollInterval, c.PostCacheTTL)
 	}
 	return nil
 }
@@ -164,7 +174,13 @@ type Feed struct {
 	activity  recentSet // activity writes of this process (ActivityWriteInterval)
 	flights   rebuildFlights
 	bg        sync.WaitGroup // background rebuilds and activity writes
+	deletions deletionFeed   // post deletions from the event log (deletion_feed.go)
+	hints     *followHints   // per reader, the authors to ask about in the first pipeline
 }
+
+// followHintUsers bounds the readers whose follow hints a process keeps
+// (a few hundred bytes each).
+const followHintUsers = 50_000
 
 // New returns the read side over PostgreSQL (the source of truth) and Redis
 // (the read models).
@@ -201,14 +217,37 @@ func New(cfg Config, db DB, rdb redis.UniversalClient) (*Feed, error) {
 	f.timelines.size = cfg.TimelineCacheSize
 	f.activity.window = cfg.ActivityWriteInterval
 	f.posts = newPostCache(cfg.PostCacheSize, cfg.PostCacheTTL)
+	f.hints = newFollowHints(followHintUsers)
 	f.recent.window = cfg.OwnPostsWindow
+	f.deletions = deletionFeed{interval: cfg.DeletionPollInterval, scanLimit: deletionScanLimit, wake: make(chan struct{}, 1),
+		stop: make(chan struct{}), done: make(chan struct{})}
 	return f, nil
 }
 
-// Close waits for background work (inbox rebuilds, activity writes), each
-// bounded by its own timeout, so a shutdown does not cut a rebuild in half.
+// Close stops the deletion feed and waits for background work (inbox
+// rebuilds, activity writes), each bounded by its own timeout, so a
+// shutdown does not cut a rebuild in half.
 func (f *Feed) Close() {
+	d := &f.deletions
+	d.once.Do(func() { close(d.done) }) // never started: nothing to wait for
+	select {
+	case <-d.stop:
+	default:
+		close(d.stop)
+	}
+	<-d.done
 	f.bg.Wait()
+}
+
+// useDeletionFeed is called by every read that hydrates: it starts the
+// poller on the first read (so a Feed that serves nothing costs
+// PostgreSQL nothing) and reports whether the feed vouches for cached
+// bodies now.
+func (f *Feed) useDeletionFeed(now time.Time) bool {
+	d := &f.deletions
+	d.once.Do(func() { go f.runDeletionFeed() })
+	d.touch(now, f.cfg.PostCacheTTL)
+	return d.fresh(now, f.cfg.PostCacheTTL)
 }
 
 // Metrics exposes the counters, for tests and for the api's own dashboards.

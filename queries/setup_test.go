@@ -102,10 +102,24 @@ func (b *bundle) postID(author, ms, id int64) key {
 	return key{ms: ms, id: id}
 }
 
+// deletePost deletes a post as the command and the posts projector do: the
+// row and its post.deleted.v1 event in one transaction, then the tombstone
+// in the Redis post cache.
 func (b *bundle) deletePost(k key) {
 	b.t.Helper()
-	b.exec(`UPDATE posts SET deleted = true, deleted_at = now() WHERE id = $1`, k.id)
+	b.deleteRow(k)
 	b.cachePost(k)
+}
+
+// deleteRow is the command's half of a deletion (the posts projector has
+// not written the tombstone yet).
+func (b *bundle) deleteRow(k key) {
+	b.t.Helper()
+	b.exec(`WITH d AS (UPDATE posts SET deleted = true, deleted_at = now() WHERE id = $1 RETURNING id, author_id)
+INSERT INTO events (event_id, stream_id, stream_version, type, payload)
+SELECT gen_random_uuid(), 'post-' || id, 2, 'post.deleted.v1',
+       jsonb_build_object('postId', id::text, 'authorId', author_id::text, 'deletedAt', now())
+FROM d`, k.id)
 }
 
 // cachePost writes post:{p} from the row, as the posts projector does.

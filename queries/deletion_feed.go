@@ -1,0 +1,186 @@
+package queries
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The deletion feed lets the process keep post bodies for minutes instead
+// of PostCacheTTL: a post's body never changes, only `deleted` can, and
+// every deletion is a post.deleted.v1 event in the event log. So each
+// process polls the log for deletions (one small indexed query per
+// DeletionPollInterval, only while it serves reads), applies them to its
+// post cache, and knows "every deletion committed before T is applied";
+// while T is fresh (now - T < PostCacheTTL) a cached live body needs no
+// confirmation from Redis. See docs/queries.md "Post body cache".
+
+const (
+	// deletionMemory is how long learnt deletions are remembered beside the
+	// post cache (so an evicted post re-read from a Redis post cache that
+	// has not got its tombstone yet is still known deleted) and how far back
+	// a (re)start of the feed reads deletions. It must exceed the posts
+	// projector's lag.
+	deletionMemory = 10 * time.Minute
+	// feedTrustMaxAge bounds how long the feed alone vouches for a cached
+	// live body: past it the body's deletion flag is confirmed from Redis
+	// again (the fallback rule for a projector lagging more than
+	// deletionMemory).
+	feedTrustMaxAge = time.Minute
+	// deletionScanLimit bounds the events one incremental poll reads
+	// (deletionFeed.scanLimit); a longer backlog (the process was idle, or
+	// a long transaction held the xid horizon) restarts the feed from
+	// deletionMemory instead.
+	deletionScanLimit = 10_000
+)
+
+// deletionStartSQL (re)starts the feed: the deletions recorded in the last
+// $1 and the snapshot's xmin. Every transaction below xmin has finished, so
+// its events are visible here if it committed; the next poll continues
+// from xmin. recorded_at is the transaction's start, so a deleting
+// transaction longer than deletionMemory would be missed (commands take
+// milliseconds).
+const deletionStartSQL = `
+SELECT pg_snapshot_xmin(pg_current_snapshot())::text,
+       ARRAY(SELECT (payload->>'postId')::bigint FROM events
+             WHERE recorded_at > now() - $1::interval AND type = 'post.deleted.v1')`
+
+// deletionPollSQL is one incremental poll: the events of transactions
+// from $1 on (the previous poll's xmin), in one snapshot with its xmin.
+// Every event visible now was either below $1 (seen by an earlier poll:
+// those transactions had all finished before it) or is read here; rows of
+// transactions still running are read again by the next poll (xmin does
+// not pass them). The scan is bounded: count = $2 means it was cut.
+const deletionPollSQL = `
+WITH r AS MATERIALIZED (
+    SELECT type, payload FROM events WHERE tx_id >= $1::text::xid8 ORDER BY tx_id LIMIT $2)
+SELECT pg_snapshot_xmin(pg_current_snapshot())::text,
+       (SELECT count(*) FROM r),
+       ARRAY(SELECT (payload->>'postId')::bigint FROM r WHERE type = 'post.deleted.v1')`
+
+// deletionFeed is the poller's state.
+type deletionFeed struct {
+	interval  time.Duration
+	scanLimit int64
+	wake      chan struct{}
+	stop      chan struct{}
+	done      chan struct{}
+	once      sync.Once
+
+	horizon string       // xid8 of the previous poll's xmin; "" = (re)start
+	pruned  time.Time    // last forgetDeletionsBefore
+	through atomic.Int64 // unix nanos: deletions committed before it are applied (0: none yet)
+	wanted  atomic.Int64 // unix nanos of the last read that used the cache
+}
+
+// fresh reports whether the feed vouches for cached live bodies at now.
+func (d *deletionFeed) fresh(now time.Time, ttl time.Duration) bool {
+	t := d.through.Load()
+	return t != 0 && now.UnixNano()-t < int64(ttl)
+}
+
+// touch records that a read wants the feed, and wakes the poller when the
+// feed is stale (after an idle period it skips polls).
+func (d *deletionFeed) touch(now time.Time, ttl time.Duration) {
+	d.wanted.Store(now.UnixNano())
+	if !d.fresh(now, ttl) {
+		select {
+		case d.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// runDeletionFeed polls until Close. It skips polls while no read used the
+// cache for a few TTLs (an idle process costs PostgreSQL nothing); a read
+// finding the feed stale wakes it.
+func (f *Feed) runDeletionFeed() {
+	d := &f.deletions
+	defer close(d.done)
+	t := time.NewTicker(d.interval)
+	defer t.Stop()
+	backoff := 0
+	for {
+		select {
+		case <-d.stop:
+			return
+		case <-t.C:
+		case <-d.wake:
+		}
+		now := f.now()
+		if now.UnixNano()-d.wanted.Load() > int64(4*f.cfg.PostCacheTTL) {
+			continue // idle: let the feed go stale, reads fall back to the TTL
+		}
+		if backoff > 0 {
+			backoff--
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), max(2*d.interval, time.Second))
+		err := f.pollDeletions(ctx)
+		cancel()
+		if err != nil {
+			f.log.Warn("queries: deletion feed poll failed (cached bodies fall back to PostCacheTTL)", "err", err)
+			backoff = 10 // a failing database is not asked every interval
+		}
+	}
+}
+
+// pollDeletions runs one poll and applies what it learnt.
+func (f *Feed) pollDeletions(ctx context.Context) error {
+	d := &f.deletions
+	start := f.now() // the snapshot is taken after this: it sees every commit before it
+	var xmin string
+	var ids []int64
+	if d.horizon == "" {
+		if err := f.queryRow(ctx, deletionStartSQL, []any{deletionMemory.String()}, &xmin, &ids); err != nil {
+			return fmt.Errorf("start deletion feed: %w", err)
+		}
+	} else {
+		var n int64
+		if err := f.queryRow(ctx, deletionPollSQL, []any{d.horizon, d.scanLimit}, &xmin, &n, &ids); err != nil {
+			return fmt.Errorf("poll deletions: %w", err)
+		}
+		if n >= d.scanLimit {
+			// Cut: apply what was read (always safe), then restart from
+			// the recent window instead of paging through the backlog.
+			f.posts.markDeleted(ids, start)
+			d.horizon = ""
+			return f.pollDeletions(ctx)
+		}
+	}
+	if _, err := strconv.ParseUint(xmin, 10, 64); err != nil {
+		return fmt.Errorf("poll deletions: xmin %q: %w", xmin, err)
+	}
+	f.posts.markDeleted(ids, start)
+	if start.Sub(d.pruned) > deletionMemory/10 {
+		f.posts.forgetDeletionsBefore(start.Add(-deletionMemory))
+		d.pruned = start
+	}
+	d.horizon = xmin
+	d.through.Store(start.UnixNano())
+	return nil
+}
+
+// queryRow runs a one-row query through the DB interface (which has no
+// QueryRow).
+func (f *Feed) queryRow(ctx context.Context, sql string, args []any, dest ...any) error {
+	rows, err := f.db.Query(ctx, sql, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return fmt.Errorf("no row")
+	}
+	if err := rows.Scan(dest...); err != nil {
+		return err
+	}
+	rows.Close()
+	return rows.Err()
+}
