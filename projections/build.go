@@ -28,13 +28,14 @@ import (
 // write side (posts, follows, user_activity): they are committed in the
 // same transaction as the events, so a snapshot of them is the log folded
 // up to that snapshot, and they are far cheaper to read than the log
-// (an inbox is one query instead of a fan-out per post). Followers replays
+// (inboxes are merged in memory from one pass over posts and follows,
+// build_inbox.go, instead of a fan-out per post). Followers replays
 // the follow events themselves (ApplyBatch): its idempotency state (the
 // last applied stream version of each pair) exists only in the log.
 
 // BuildBatch is the number of rows per query and pipeline (posts), and
-// BuildOwners the number of owners (users) per query and pipeline
-// (timelines, inboxes); BuildWorkers owner pages are built at once.
+// BuildOwners the number of owners (authors) per query and pipeline
+// (timelines); BuildWorkers pages (inboxes: chunks) are built at once.
 const (
 	BuildBatch   = 2000
 	BuildOwners  = 250
@@ -125,10 +126,8 @@ func (p *Posts) BuildPosts(ctx context.Context, pg Querier, progress Progress) (
 	return total, ctx.Err()
 }
 
-// newestPerOwnerSQL is, for each owner in $1, up to $2 newest non-deleted
-// posts of the authors $3 picks: the owner alone (timelines), or the
-// owner's followees and the owner (inboxes, exactly the query side's cold
-// rebuild). One LATERAL index range scan per author.
+// timelineRowsSQL is, for each owner in $1, up to $2 newest non-deleted
+// posts of the owner. One LATERAL index range scan per author.
 const (
 	timelineRowsSQL = `
 SELECT o.id, p.id, p.created_at
@@ -138,20 +137,6 @@ CROSS JOIN LATERAL (
     WHERE author_id = o.id AND NOT deleted
     ORDER BY created_at DESC, id DESC
     LIMIT $2) p`
-	inboxRowsSQL = `
-SELECT o.id, q.id, q.created_at
-FROM unnest($1::bigint[]) AS o(id)
-CROSS JOIN LATERAL (
-    SELECT p.id, p.created_at
-    FROM (SELECT f.followee_id AS author_id FROM follows f WHERE f.follower_id = o.id
-          UNION ALL SELECT o.id) a
-    CROSS JOIN LATERAL (
-        SELECT id, created_at FROM posts
-        WHERE posts.author_id = a.author_id AND NOT deleted
-        ORDER BY created_at DESC, id DESC
-        LIMIT $2) p
-    ORDER BY p.created_at DESC, p.id DESC
-    LIMIT $2) q`
 )
 
 // eachOwnerPage calls fn, BuildWorkers at a time, with keyset pages of the
@@ -201,14 +186,6 @@ func (c Config) eachOwnerPage(ctx context.Context, pg Querier, listSQL string, a
 const (
 	// AllUsersSQL pages every user (timelines: every author), no TTL.
 	AllUsersSQL = `SELECT id, 0::bigint FROM users WHERE id > $1 AND $3::int IS NOT NULL ORDER BY id LIMIT $2`
-	// ActiveUsersSQL pages the users whose inbox lives ($3 = the inbox TTL
-	// after the last activity write, see Config.InboxTTLMargin), with the
-	// TTL left: the projector pushes to them, and their inbox must expire
-	// when the query side's would (before fan-out stops). Users seen
-	// longer ago have no inbox (it expired), as with the live version.
-	ActiveUsersSQL = `SELECT user_id, (extract(epoch FROM last_seen_at + $3::interval - now()) * 1000)::bigint
-FROM user_activity WHERE user_id > $1 AND last_seen_at > now() - $3::interval + interval '1 second'
-ORDER BY user_id LIMIT $2`
 )
 
 // writeSets writes, per owner, the newest posts rows gave (at most keep
@@ -307,31 +284,6 @@ func (p *Timelines) BuildTimelines(ctx context.Context, pg Querier, progress Pro
 	return total.Load(), err
 }
 
-// BuildInboxes writes the inbox of every user whose inbox lives (seen within
-// the inbox TTL) exactly as the query side's cold rebuild does: the newest
-// InboxMax posts of their followees and themselves, the floor when the
-// result was cut, ~built (warm: the query side serves it from Redis at
-// once), and the expiry the live inbox has (last activity + TTL). Others
-// get none, as in the live version, where theirs expired. A post committed after a user's query is pushed by
-// the projector's catch-up, which the rebuild starts at offsets taken
-// before the first query. progress counts users.
-func (p *Inbox) BuildInboxes(ctx context.Context, progress Progress) (int64, error) {
-	var total atomic.Int64
-	// The cold rebuild keeps the newest InboxMax and floors at the oldest
-	// kept score; reading one more and flooring at it claims the same
-	// completeness (strictly above the first cut entry) and keeps the
-	// bounded-add rule (nothing at or below the floor).
-	err := p.cfg.eachOwnerPage(ctx, p.pg, ActiveUsersSQL, p.cfg.inboxTTL(), func(ids, ttls []int64) error {
-		if _, err := writeSets(ctx, p.rdb, p.pg, inboxRowsSQL, ids, ttls, p.cfg.InboxMax+1, p.cfg.InboxMax, p.cfg.Keys.Inbox); err != nil {
-			return fmt.Errorf("build inboxes: %w", err)
-		}
-		total.Add(int64(len(ids)))
-		progress.add(len(ids))
-		return nil
-	})
-	return total.Load(), err
-}
-
 // Decoded is one event ready for ApplyBatch.
 type Decoded struct {
 	Env events.Envelope
@@ -391,6 +343,3 @@ func (p *Followers) ApplyBatch(ctx context.Context, batch []Decoded) error {
 	}
 	return err
 }
-
-// TTL is how long an inbox lives after its owner's last activity write.
-func (p *Inbox) TTL() time.Duration { return p.cfg.inboxTTL() }

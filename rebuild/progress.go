@@ -46,6 +46,16 @@ func (p *Progress) Start(phase, unit string, total int64) {
 	p.draw(false)
 }
 
+// started reports whether a phase was started (and not yet finished).
+func (p *Progress) started() bool {
+	if p == nil {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.phase != ""
+}
+
 // Add counts n more units done.
 func (p *Progress) Add(n int) {
 	if p == nil {
@@ -67,6 +77,7 @@ func (p *Progress) Finish() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.draw(true)
+	p.phase = ""
 }
 
 // Printf writes a message line (clearing the bar first on a terminal).

@@ -366,9 +366,7 @@ func (r *Rebuilder) build(ctx context.Context, p projections.Projector, prog *Pr
 		n, err = p.BuildTimelines(ctx, r.pool, prog.Add)
 	case *projections.Inbox:
 		unit = "active users"
-		prog.Start(label, unit, count(`SELECT count(*) FROM user_activity WHERE last_seen_at > now() - $1::interval`,
-			p.TTL()))
-		n, err = p.BuildInboxes(ctx, prog.Add)
+		n, err = p.BuildInboxes(ctx, r.pool, stages{prog, label})
 	case *projections.Followers:
 		unit = "follow events"
 		var horizon uint64
@@ -386,6 +384,22 @@ func (r *Rebuilder) build(ctx context.Context, p projections.Projector, prog *Pr
 	}
 	return n, unit, err
 }
+
+// stages shows each stage of a build as a phase of the progress display
+// ("inbox v2 build: read posts", then "... write inboxes").
+type stages struct {
+	prog  *Progress
+	label string
+}
+
+func (s stages) Stage(name, unit string, total int64) {
+	if s.prog.started() {
+		s.prog.Finish()
+	}
+	s.prog.Start(s.label+": "+name, unit, total)
+}
+
+func (s stages) Add(n int) { s.prog.Add(n) }
 
 // catchUp waits until the group's lag is at most CatchUpLag.
 func (r *Rebuilder) catchUp(ctx context.Context, group string, done chan error, prog *Progress, name string, next int) error {

@@ -1,0 +1,544 @@
+package projections
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/feedco/feed/internal/rkeys"
+)
+
+// The inbox bulk build (`feed rebuild inbox`, docs/rebuild.md) in Go memory,
+// from one snapshot of the inline tables.
+//
+// What it writes is what the SQL build before it wrote (one LATERAL query
+// per batch of users, the query side's cold rebuild): for every user seen
+// within the inbox TTL, the newest InboxMax+1 non-deleted posts of their
+// followees and themselves, newest first by (created_at, id); the first
+// InboxMax are kept, the floor is the score of the one after them when
+// there is one (entries at or below it are left out, the bounded-add rule),
+// then ~built; the TTL is the user's last activity plus the inbox TTL.
+// Scores are created_at in milliseconds, members the post ids in decimal.
+// build_inbox_test.go checks it key by key, byte for byte, against that
+// SQL build and against a replay of the events through the projector.
+//
+// How, with the cost and the memory of each step:
+//
+//  1. One REPEATABLE READ, read-only transaction: every read below sees the
+//     same snapshot, taken after the rebuild's T0 (docs/rebuild.md).
+//  2. The active users with their expiry: 16 bytes each.
+//  3. One sequential scan of the non-deleted posts, keeping per author the
+//     newest InboxMax+1 (no user's inbox can take more of one author):
+//     16 bytes a post kept, up to twice that while an author's list waits
+//     to be cut, plus ~50 bytes an author.
+//  4. The follow edges by follower, one keyset range of at most
+//     inboxChunkUsers active users per query (the primary key's order), so
+//     only the edges of the chunks in flight are in memory; workers merge,
+//     per user, the newest posts of the followees and the user (a k-way
+//     merge that stops at InboxMax+1) and write the chunk in one pipeline,
+//     BuildWorkers chunks at once.
+//
+// Each inbox is written as one RESTORE of the finished sorted set in Redis's
+// listpack encoding (build_listpack.go), with its TTL: a ZADD of n members
+// into a listpack costs Redis O(n²), a RESTORE one copy. When the server
+// refuses the payload (a server older than Redis 7.0, RESTORE disabled) the
+// build falls back to ZADD + PEXPIRE for the rest; when the key exists
+// already (BUSYKEY: nothing should have written it), ZADD adds to it as the
+// SQL build did.
+
+// Beginner starts the snapshot transaction of the inbox build;
+// *pgxpool.Pool implements it.
+type Beginner interface {
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+}
+
+// BuildProgress follows a build made of stages: Stage starts one (total 0
+// when unknown), Add counts units done in it. Add is called from several
+// goroutines.
+type BuildProgress interface {
+	Stage(name, unit string, total int64)
+	Add(n int)
+}
+
+// inboxChunkUsers is the number of active users per follows query and per
+// write pipeline of the inbox build.
+const inboxChunkUsers = 256
+
+const (
+	inboxNowSQL   = `SELECT (extract(epoch FROM now()) * 1000)::bigint`
+	inboxUsersSQL = `SELECT user_id, (extract(epoch FROM last_seen_at + $1::interval) * 1000)::bigint
+FROM user_activity WHERE last_seen_at > now() - $1::interval + interval '1 second'
+ORDER BY user_id`
+	inboxPostsSQL = `SELECT author_id, id, created_at FROM posts WHERE NOT deleted`
+	inboxEdgesSQL = `SELECT follower_id, followee_id FROM follows
+WHERE follower_id >= $1 AND follower_id <= $2 ORDER BY follower_id`
+)
+
+// inboxPost is a post as the inbox build orders it: created_at in
+// microseconds (the column's precision, which the SQL build ordered by),
+// then id.
+type inboxPost struct{ us, id int64 }
+
+func (a inboxPost) newer(b inboxPost) bool { return a.us > b.us || a.us == b.us && a.id > b.id }
+
+// ms is the inbox score, created_at's millisecond (UnixMilli).
+func (a inboxPost) ms() int64 { return floorDiv(a.us, 1000) }
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
+
+func newestFirst(a, b inboxPost) int {
+	switch {
+	case a.newer(b):
+		return -1
+	case b.newer(a):
+		return 1
+	}
+	return 0
+}
+
+// authorPosts holds each author's newest bound posts, newest first once
+// finish ran.
+type authorPosts struct {
+	bound int
+	index map[int64]int32
+	lists [][]inboxPost
+}
+
+func newAuthorPosts(bound int) *authorPosts {
+	return &authorPosts{bound: bound, index: make(map[int64]int32)}
+}
+
+func (a *authorPosts) add(author int64, p inboxPost) {
+	i, ok := a.index[author]
+	if !ok {
+		i = int32(len(a.lists))
+		a.index[author] = i
+		a.lists = append(a.lists, nil)
+	}
+	l := append(a.lists[i], p)
+	if len(l) >= 2*a.bound {
+		slices.SortFunc(l, newestFirst)
+		l = l[:a.bound]
+	}
+	a.lists[i] = l
+}
+
+func (a *authorPosts) finish() {
+	for i, l := range a.lists {
+		slices.SortFunc(l, newestFirst)
+		if len(l) > a.bound {
+			l = slices.Clip(l[:a.bound])
+		}
+		a.lists[i] = l
+	}
+}
+
+func (a *authorPosts) of(author int64) []inboxPost {
+	if i, ok := a.index[author]; ok {
+		return a.lists[i]
+	}
+	return nil
+}
+
+// inboxUser is an active user and their inbox's expiry (epoch ms,
+// PostgreSQL's clock).
+type inboxUser struct{ id, expireMs int64 }
+
+// inboxChunk is a run of active users and their followees: user i follows
+// followees[offs[i]:offs[i+1]].
+type inboxChunk struct {
+	users     []inboxUser
+	offs      []int
+	followees []int64
+}
+
+// BuildInboxes writes the inbox of every user whose inbox lives (seen within
+// the inbox TTL), as described at the top of this file. Others get none, as
+// in the live version, where theirs expired. A post committed after the
+// snapshot is pushed by the projector's catch-up, which the rebuild starts
+// at offsets taken before it. It returns the number of active users.
+func (p *Inbox) BuildInboxes(ctx context.Context, db Beginner, progress BuildProgress) (int64, error) {
+	return p.buildInboxes(ctx, db, progress, true)
+}
+
+func (p *Inbox) buildInboxes(ctx context.Context, db Beginner, progress BuildProgress, restore bool) (int64, error) {
+	if progress == nil {
+		progress = noProgress{}
+	}
+	tx, err := db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return 0, fmt.Errorf("build inboxes: begin snapshot: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+
+	// The snapshot's now() and the moment we read it: a TTL written later
+	// is the expiry minus the time since (PostgreSQL's clock, as before).
+	var pgNow int64
+	if err := tx.QueryRow(ctx, inboxNowSQL).Scan(&pgNow); err != nil {
+		return 0, fmt.Errorf("build inboxes: read snapshot time: %w", err)
+	}
+	ref := time.Now()
+	nowMs := func() int64 { return pgNow + time.Since(ref).Milliseconds() }
+
+	rows, err := tx.Query(ctx, inboxUsersSQL, p.cfg.inboxTTL())
+	if err != nil {
+		return 0, fmt.Errorf("build inboxes: read active users: %w", err)
+	}
+	users, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (inboxUser, error) {
+		var u inboxUser
+		return u, r.Scan(&u.id, &u.expireMs)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("build inboxes: read active users: %w", err)
+	}
+
+	keep := p.cfg.InboxMax
+	progress.Stage("read posts", "posts", 0)
+	posts, err := readAuthorPosts(ctx, tx, keep+1, progress)
+	if err != nil {
+		return 0, fmt.Errorf("build inboxes: %w", err)
+	}
+
+	progress.Stage("write inboxes", "active users", int64(len(users)))
+	w := &inboxWriter{p: p, posts: posts, keep: keep, nowMs: nowMs}
+	w.restore.Store(restore)
+	chunks := make(chan inboxChunk, BuildWorkers)
+	g, gctx := errgroup.WithContext(ctx)
+	for range BuildWorkers {
+		g.Go(func() error {
+			var b inboxBuffers
+			for c := range chunks {
+				if err := w.write(gctx, c, &b); err != nil {
+					return err
+				}
+				progress.Add(len(c.users))
+			}
+			return nil
+		})
+	}
+	readErr := func() error {
+		defer close(chunks)
+		for i := 0; i < len(users); i += inboxChunkUsers {
+			c, err := readChunk(gctx, tx, users[i:min(i+inboxChunkUsers, len(users))])
+			if err != nil {
+				return err
+			}
+			select {
+			case chunks <- c:
+			case <-gctx.Done():
+				return gctx.Err()
+			}
+		}
+		return nil
+	}()
+	if err := g.Wait(); err != nil {
+		return 0, fmt.Errorf("build inboxes: %w", err)
+	}
+	if readErr != nil {
+		return 0, fmt.Errorf("build inboxes: %w", readErr)
+	}
+	return int64(len(users)), ctx.Err()
+}
+
+type noProgress struct{}
+
+func (noProgress) Stage(string, string, int64) {}
+func (noProgress) Add(int)                     {}
+
+// readAuthorPosts reads every non-deleted post, keeping each author's
+// newest bound.
+func readAuthorPosts(ctx context.Context, tx pgx.Tx, bound int, progress BuildProgress) (*authorPosts, error) {
+	rows, err := tx.Query(ctx, inboxPostsSQL)
+	if err != nil {
+		return nil, fmt.Errorf("read posts: %w", err)
+	}
+	defer rows.Close()
+	out := newAuthorPosts(bound)
+	n := 0
+	for rows.Next() {
+		var author, id int64
+		var at time.Time
+		if err := rows.Scan(&author, &id, &at); err != nil {
+			return nil, fmt.Errorf("read posts: %w", err)
+		}
+		out.add(author, inboxPost{us: at.UnixMicro(), id: id})
+		if n++; n == 10_000 {
+			progress.Add(n)
+			n = 0
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read posts: %w", err)
+	}
+	progress.Add(n)
+	out.finish()
+	return out, nil
+}
+
+// readChunk reads the followees of users (sorted by id): the follow rows of
+// the id range they span, in primary key order, skipping inactive
+// followers.
+func readChunk(ctx context.Context, tx pgx.Tx, users []inboxUser) (inboxChunk, error) {
+	c := inboxChunk{users: users, offs: make([]int, 1, len(users)+1)}
+	rows, err := tx.Query(ctx, inboxEdgesSQL, users[0].id, users[len(users)-1].id)
+	if err != nil {
+		return c, fmt.Errorf("read follows: %w", err)
+	}
+	defer rows.Close()
+	i := 0 // the user whose followees are being read
+	var follower, followee int64
+	for rows.Next() {
+		if err := rows.Scan(&follower, &followee); err != nil {
+			return c, fmt.Errorf("read follows: %w", err)
+		}
+		for i < len(users) && users[i].id < follower {
+			c.offs = append(c.offs, len(c.followees))
+			i++
+		}
+		if i < len(users) && users[i].id == follower {
+			c.followees = append(c.followees, followee)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return c, fmt.Errorf("read follows: %w", err)
+	}
+	for i < len(users) {
+		c.offs = append(c.offs, len(c.followees))
+		i++
+	}
+	return c, nil
+}
+
+// inboxWriter merges and writes chunks; shared by the workers.
+type inboxWriter struct {
+	p       *Inbox
+	posts   *authorPosts
+	keep    int
+	nowMs   func() int64
+	restore atomic.Bool // false once the server refused a payload
+}
+
+// inboxBuffers are one worker's reusable buffers.
+type inboxBuffers struct {
+	heap    []inboxCursor
+	merged  []inboxPost
+	entries []lpEntry
+	scratch []byte
+	arena   []byte
+}
+
+// inboxCursor is the unread rest of one author's posts in a merge.
+type inboxCursor []inboxPost
+
+// merge returns the newest limit posts of the user's followees and the user,
+// newest first, in b.merged.
+func (w *inboxWriter) merge(user int64, followees []int64, limit int, b *inboxBuffers) []inboxPost {
+	h := b.heap[:0]
+	if l := w.posts.of(user); len(l) > 0 {
+		h = append(h, l)
+	}
+	for _, f := range followees {
+		if l := w.posts.of(f); len(l) > 0 {
+			h = append(h, l)
+		}
+	}
+	out := b.merged[:0]
+	if len(h) == 1 {
+		out = append(out, h[0][:min(limit, len(h[0]))]...)
+	} else if len(h) > 1 {
+		for i := len(h)/2 - 1; i >= 0; i-- {
+			siftDown(h, i)
+		}
+		for len(out) < limit && len(h) > 0 {
+			out = append(out, h[0][0])
+			if h[0] = h[0][1:]; len(h[0]) == 0 {
+				h[0] = h[len(h)-1]
+				h = h[:len(h)-1]
+			}
+			siftDown(h, 0)
+		}
+	}
+	b.heap, b.merged = h[:0], out
+	return out
+}
+
+// siftDown restores the max-heap (newest head first) below i.
+func siftDown(h []inboxCursor, i int) {
+	for {
+		l := 2*i + 1
+		if l >= len(h) {
+			return
+		}
+		m := l
+		if r := l + 1; r < len(h) && h[r][0].newer(h[l][0]) {
+			m = r
+		}
+		if !h[m][0].newer(h[i][0]) {
+			return
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+}
+
+// inboxSet is one user's inbox as written: kept posts newest first, all
+// scoring above the floor when there is one.
+type inboxSet struct {
+	kept     []inboxPost
+	floor    int64
+	hasFloor bool
+}
+
+// set computes the user's inbox; ok is false when there is nothing to write.
+func (w *inboxWriter) set(user int64, followees []int64, b *inboxBuffers) (s inboxSet, ok bool) {
+	es := w.merge(user, followees, w.keep+1, b)
+	if len(es) == 0 {
+		return s, false
+	}
+	if len(es) > w.keep {
+		s.floor, s.hasFloor = es[w.keep].ms(), true
+		es = es[:w.keep]
+		// Entries sharing the floor's millisecond are left out too.
+		for len(es) > 0 && es[len(es)-1].ms() <= s.floor {
+			es = es[:len(es)-1]
+		}
+	}
+	s.kept = es
+	return s, true
+}
+
+// write writes one chunk's inboxes in one pipeline.
+func (w *inboxWriter) write(ctx context.Context, c inboxChunk, b *inboxBuffers) error {
+	keys := w.p.cfg.Keys
+	pipe := w.p.rdb.Pipeline()
+	type restored struct {
+		i   int
+		cmd *redis.Cmd
+	}
+	var sent []restored
+	useRestore := w.restore.Load()
+	b.arena = b.arena[:0]
+	for i, u := range c.users {
+		s, ok := w.set(u.id, c.followees[c.offs[i]:c.offs[i+1]], b)
+		if !ok {
+			continue
+		}
+		ttl := u.expireMs - w.nowMs()
+		if ttl <= 0 {
+			continue // expired during the build, as the live inbox has
+		}
+		if useRestore {
+			start := len(b.arena)
+			var err error
+			b.entries = s.listpack(b.entries[:0])
+			if b.arena, b.scratch, err = appendListpackPayload(b.arena, b.scratch, b.entries); err == nil {
+				sent = append(sent, restored{i, pipe.Do(ctx, "restore", keys.Inbox(u.id), ttl, b.arena[start:len(b.arena):len(b.arena)])})
+				continue
+			}
+			b.arena = b.arena[:start]
+		}
+		s.zadd(ctx, pipe, keys.Inbox(u.id), ttl)
+	}
+	if pipe.Len() == 0 {
+		return nil
+	}
+	cmds, err := pipe.Exec(ctx)
+	if err != nil && !errors.As(err, new(redis.Error)) {
+		return fmt.Errorf("write inboxes: %w", err)
+	}
+	// A refused RESTORE is written again with ZADD; any other error fails
+	// the build.
+	for _, cmd := range cmds {
+		if err := cmd.Err(); err != nil && cmd.Name() != "restore" {
+			return fmt.Errorf("write inboxes: %w", err)
+		}
+	}
+	var again []int
+	for _, r := range sent {
+		err := r.cmd.Err()
+		if err == nil {
+			continue
+		}
+		var rerr redis.Error
+		if !errors.As(err, &rerr) {
+			return fmt.Errorf("write inboxes: %w", err)
+		}
+		if !strings.HasPrefix(err.Error(), "BUSYKEY") && w.restore.Swap(false) {
+			slog.Default().Warn("projections: Redis refused a RESTORE of an inbox; the build writes inboxes with ZADD instead (slower)", "err", err)
+		}
+		again = append(again, r.i)
+	}
+	if len(again) == 0 {
+		return nil
+	}
+	pipe = w.p.rdb.Pipeline()
+	for _, i := range again {
+		u := c.users[i]
+		s, _ := w.set(u.id, c.followees[c.offs[i]:c.offs[i+1]], b)
+		if ttl := u.expireMs - w.nowMs(); ttl > 0 {
+			s.zadd(ctx, pipe, keys.Inbox(u.id), ttl)
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("write inboxes: %w", err)
+	}
+	return nil
+}
+
+// zadd queues the inbox as the SQL build wrote it: one ZADD of the members
+// (newest first), the floor and ~built, then the TTL.
+func (s inboxSet) zadd(ctx context.Context, pipe redis.Pipeliner, key string, ttlMs int64) {
+	zs := make([]redis.Z, 0, len(s.kept)+2)
+	for _, e := range s.kept {
+		zs = append(zs, redis.Z{Score: float64(e.ms()), Member: itoa(e.id)})
+	}
+	if s.hasFloor {
+		zs = append(zs, redis.Z{Score: float64(s.floor), Member: rkeys.SentinelFloor})
+	}
+	zs = append(zs, redis.Z{Score: math.Inf(1), Member: rkeys.SentinelBuilt})
+	pipe.ZAdd(ctx, key, zs...)
+	pipe.PExpire(ctx, key, time.Duration(ttlMs)*time.Millisecond)
+}
+
+// listpack appends the inbox's entries in listpack order: the floor (below
+// every member), the members by score and, within one millisecond, by their
+// decimal's bytes, then ~built.
+func (s inboxSet) listpack(es []lpEntry) []lpEntry {
+	if s.hasFloor {
+		es = append(es, lpEntry{score: float64(s.floor), str: rkeys.SentinelFloor})
+	}
+	first := len(es)
+	for i := len(s.kept) - 1; i >= 0; i-- {
+		e := s.kept[i]
+		es = append(es, lpEntry{score: float64(e.ms()), id: e.id})
+	}
+	// kept is ordered by microsecond: only runs of one millisecond may be
+	// out of the listpack's order.
+	for i := first; i < len(es); {
+		j := i + 1
+		for j < len(es) && es[j].score == es[i].score {
+			j++
+		}
+		if j-i > 1 {
+			sortListpack(es[i:j])
+		}
+		i = j
+	}
+	return append(es, lpEntry{score: math.Inf(1), str: rkeys.SentinelBuilt})
+}
