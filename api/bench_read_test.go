@@ -1,6 +1,8 @@
 package api_test
 
 import (
+	"bufio"
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -9,6 +11,7 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -22,6 +25,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/feedco/feed/api"
@@ -40,6 +44,7 @@ var (
 	readClients  = flag.Int("read.clients", 32, "BenchmarkReadHTTP: concurrent closed-loop clients of every phase")
 	readDuration = flag.Duration("read.duration", 3*time.Second, "BenchmarkReadHTTP: length of each measured phase")
 	readRounds   = flag.Int("read.rounds", 3, "BenchmarkReadHTTP: rounds of the three phases (medians are reported)")
+	readClient   = flag.String("read.client", "raw", "BenchmarkReadHTTP: HTTP load generator, raw (one keep-alive connection per client, wrk-like) or std (net/http.Client)")
 )
 
 // pullSQLSeed is the seeds' fan-out-on-read query (section 6), the
@@ -99,38 +104,73 @@ func BenchmarkReadHTTP(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	url := newHTTPServer(b, srv.Handler()) + "/api/feed"
+	addr := serveForBench(b, srv)
 	clients := *readClients
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients, MaxConnsPerHost: clients, DisableCompression: true}}
 	tokens := make([]string, len(users))
 	for i, u := range users {
 		tokens[i] = "Bearer " + signer.Sign(u, 24*time.Hour)
 	}
 	var checked atomic.Int64
-	httpRead := func(rng *rand.Rand) error {
-		i := rng.IntN(len(users))
-		req, _ := http.NewRequest(http.MethodGet, url, nil)
-		req.Header.Set("Authorization", tokens[i])
-		resp, err := client.Do(req)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("GET /api/feed: status %d", resp.StatusCode)
-		}
+	// check decodes the first 200 pages of the phase: 20 items and a cursor.
+	check := func(i int, body io.Reader) error {
 		if checked.Add(1) > 200 {
-			_, err = io.Copy(io.Discard, resp.Body)
+			_, err := io.Copy(io.Discard, body)
 			return err
 		}
 		var page queries.Page
-		if err := json.NewDecoder(resp.Body).Decode(&page); err != nil {
+		if err := json.NewDecoder(body).Decode(&page); err != nil {
 			return err
 		}
 		if len(page.Items) != 20 || page.NextCursor == nil {
 			return fmt.Errorf("user %d: page of %d items", users[i], len(page.Items))
 		}
 		return nil
+	}
+	var httpRead func(rng *rand.Rand) error
+	switch *readClient {
+	case "std":
+		url := "http://" + addr + "/api/feed"
+		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients, MaxConnsPerHost: clients, DisableCompression: true}}
+		httpRead = func(rng *rand.Rand) error {
+			i := rng.IntN(len(users))
+			req, _ := http.NewRequest(http.MethodGet, url, nil)
+			req.Header.Set("Authorization", tokens[i])
+			resp, err := client.Do(req)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("GET /api/feed: status %d", resp.StatusCode)
+			}
+			return check(i, resp.Body)
+		}
+	case "raw":
+		reqs := make([][]byte, len(users))
+		for i := range users {
+			reqs[i] = []byte("GET /api/feed HTTP/1.1\r\nHost: " + addr + "\r\nAuthorization: " + tokens[i] + "\r\n\r\n")
+		}
+		conns := make(chan *rawConn, clients)
+		for range clients {
+			c, err := dialRaw(addr)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = c.conn.Close() })
+			conns <- c
+		}
+		httpRead = func(rng *rand.Rand) error {
+			i := rng.IntN(len(users))
+			c := <-conns
+			defer func() { conns <- c }()
+			body, err := c.get(reqs[i])
+			if err != nil {
+				return err
+			}
+			return check(i, bytes.NewReader(body))
+		}
+	default:
+		b.Fatalf("-read.client %q: want raw or std", *readClient)
 	}
 	now := time.Now()
 	sqlRead := func(rng *rand.Rand) error {
@@ -199,6 +239,9 @@ func BenchmarkReadHTTP(b *testing.B) {
 	_ = tw.Flush()
 	fmt.Printf("http/sql = %.1fx (target >= 30x), http/redis = %.2fx (target >= 1x), http p99 = %.2f ms (target < 10 ms)\n",
 		med[0].rate/med[1].rate, med[0].rate/med[2].rate, ms(med[0].p99))
+	hyd := feed.Metrics().Hydrations
+	fmt.Printf("post bodies hydrated during the run: from process memory %.0f, from Redis %.0f, from PostgreSQL %.0f\n",
+		counterValue(hyd.WithLabelValues("process")), counterValue(hyd.WithLabelValues("redis")), counterValue(hyd.WithLabelValues("pg")))
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(med[0].rate, "http-reads/s")
 	b.ReportMetric(ms(med[0].p99), "http-p99-ms")
@@ -206,6 +249,12 @@ func BenchmarkReadHTTP(b *testing.B) {
 	b.ReportMetric(med[2].rate, "redis-reads/s")
 	b.ReportMetric(med[0].rate/med[1].rate, "x-sql")
 	b.ReportMetric(med[0].rate/med[2].rate, "x-redis")
+}
+
+func counterValue(c prometheus.Counter) float64 {
+	var m dto.Metric
+	_ = c.Write(&m)
+	return m.GetCounter().GetValue()
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -441,4 +490,82 @@ func seedRead(b *testing.B, ctx context.Context, pool *pgxpool.Pool, rdb redis.U
 	flush()
 	b.Logf("Redis seeded in %v", time.Since(t0).Round(time.Millisecond))
 	return users
+}
+
+// serveForBench serves srv the way `feed api` does (api.Server.Serve: its
+// timeouts, its handler) on a loopback port, until the benchmark ends.
+func serveForBench(b *testing.B, srv *api.Server) string {
+	b.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+	b.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			b.Errorf("serve: %v", err)
+		}
+	})
+	return ln.Addr().String()
+}
+
+// rawConn is the benchmark's lean HTTP/1.1 client: one keep-alive
+// connection, a prebuilt request, a response read by its Content-Length.
+// Like wrk, it spends next to no CPU of its own, so on a 2-core machine
+// shared with the server the measurement is the server's, not net/http's
+// client (two goroutines per connection, header maps, body wrappers).
+type rawConn struct {
+	conn net.Conn
+	br   *bufio.Reader
+	body []byte
+}
+
+func dialRaw(addr string) (*rawConn, error) {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return &rawConn{conn: c, br: bufio.NewReaderSize(c, 16<<10)}, nil
+}
+
+// get sends req and returns the body of a 200 response (valid until the
+// next call).
+func (c *rawConn) get(req []byte) ([]byte, error) {
+	if _, err := c.conn.Write(req); err != nil {
+		return nil, err
+	}
+	line, err := c.br.ReadSlice('\n')
+	if err != nil {
+		return nil, err
+	}
+	if !bytes.HasPrefix(line, []byte("HTTP/1.1 200 ")) {
+		return nil, fmt.Errorf("GET /api/feed: %q", bytes.TrimSpace(line))
+	}
+	n := -1
+	for {
+		h, err := c.br.ReadSlice('\n')
+		if err != nil {
+			return nil, err
+		}
+		if len(h) <= 2 {
+			break
+		}
+		if name, v, ok := bytes.Cut(h, []byte(":")); ok && bytes.EqualFold(name, []byte("Content-Length")) {
+			if n, err = strconv.Atoi(string(bytes.TrimSpace(v))); err != nil {
+				return nil, fmt.Errorf("content-length %q", v)
+			}
+		}
+	}
+	if n < 0 {
+		return nil, fmt.Errorf("GET /api/feed: response without Content-Length")
+	}
+	if cap(c.body) < n {
+		c.body = make([]byte, n)
+	}
+	c.body = c.body[:n]
+	_, err = io.ReadFull(c.br, c.body)
+	return c.body, err
 }

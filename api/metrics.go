@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -16,6 +17,16 @@ import (
 type metrics struct {
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
+
+	// The series by label values, resolved once: WithLabelValues validates
+	// and hashes its labels on every call. Bounded: route templates x
+	// methods x status codes.
+	series sync.Map // seriesKey -> prometheus.Counter (code != 0) or prometheus.Observer (code 0)
+}
+
+type seriesKey struct {
+	route, method string
+	code          int
 }
 
 // newMetrics registers the HTTP metrics, labelled by route template (never
@@ -60,8 +71,19 @@ func (m *metrics) observe(route, method string, status int, start time.Time) {
 	default:
 		method = "other" // clients choose methods; keep the label set bounded
 	}
-	m.requests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
-	m.latency.WithLabelValues(route, method).Observe(time.Since(start).Seconds())
+	d := time.Since(start).Seconds()
+	k := seriesKey{route, method, status}
+	c, ok := m.series.Load(k)
+	if !ok {
+		c, _ = m.series.LoadOrStore(k, m.requests.WithLabelValues(route, method, strconv.Itoa(status)))
+	}
+	c.(prometheus.Counter).Inc()
+	k.code = 0
+	o, ok := m.series.Load(k)
+	if !ok {
+		o, _ = m.series.LoadOrStore(k, m.latency.WithLabelValues(route, method))
+	}
+	o.(prometheus.Observer).Observe(d)
 }
 
 // middleware measures matched routes; mux has set the route by now.

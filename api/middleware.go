@@ -116,7 +116,8 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request, caller int64) erro
 // timeout, error answering.
 func (s *Server) public(h handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		r = s.prepare(w, r)
+		r, cancel := s.prepare(w, r)
+		defer cancel()
 		if err := h(w, r, 0); err != nil {
 			writeError(w, r, s.log, err)
 		}
@@ -126,7 +127,8 @@ func (s *Server) public(h handlerFunc) http.Handler {
 // authed is public plus the caller's identity; none is 401.
 func (s *Server) authed(h handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		r = s.prepare(w, r)
+		r, cancel := s.prepare(w, r)
+		defer cancel()
 		caller, err := s.identify(r)
 		if err == nil {
 			err = h(w, r, caller)
@@ -137,14 +139,13 @@ func (s *Server) authed(h handlerFunc) http.Handler {
 	})
 }
 
-func (s *Server) prepare(w http.ResponseWriter, r *http.Request) *http.Request {
+// prepare bounds the body and the request's time; the caller defers the
+// returned cancel (the wrappers above, so no endpoint has to), which
+// releases the timer when the endpoint returns.
+func (s *Server) prepare(w http.ResponseWriter, r *http.Request) (*http.Request, context.CancelFunc) {
 	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
-	// The request context ends with the request; cancel then releases the
-	// timer. context.AfterFunc keeps the cancel reachable without a defer
-	// in every endpoint.
-	context.AfterFunc(r.Context(), cancel)
-	return r.WithContext(ctx)
+	return r.WithContext(ctx), cancel
 }
 
 // identify returns the caller's user id from the configured auth mode.

@@ -150,6 +150,9 @@ func (s *Server) routes() http.Handler {
 	r.MethodNotAllowedHandler = s.unmatched(errMethodNotAllowed)
 	r.Use(s.metrics.middleware)
 
+	// The home feed first: mux tries routes in order, and it is the
+	// hottest (no other route matches its path).
+	r.Handle("/api/feed", s.authed(s.homeFeed)).Methods(http.MethodGet)
 	r.Handle("/healthz", http.HandlerFunc(s.healthz)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/readyz", http.HandlerFunc(s.readyz)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/metrics", s.metrics.handler(s.reg)).Methods(http.MethodGet)
@@ -163,7 +166,6 @@ func (s *Server) routes() http.Handler {
 	r.Handle("/api/posts/{id}", s.authed(s.deletePost)).Methods(http.MethodDelete)
 	r.Handle("/api/following/{userId}", s.authed(s.follow)).Methods(http.MethodPut)
 	r.Handle("/api/following/{userId}", s.authed(s.unfollow)).Methods(http.MethodDelete)
-	r.Handle("/api/feed", s.authed(s.homeFeed)).Methods(http.MethodGet)
 
 	return s.recoverPanics(s.withRequestID(r))
 }
