@@ -300,12 +300,7 @@ func rowOf(cols eventColumns, vals [][]byte, commitLSN pglogrepl.LSN) (*eventRow
 	}
 	r.recordedAt = string(b)
 	env.CommitLSN = commitLSN.String()
-	ev, derr := events.DefaultCodec.Decode(env.Type, env.Payload)
-	if derr != nil {
-		r.decodeErr = derr
-		return r, nil
-	}
-	env.AudienceKey = ev.AudienceKey()
+	env.AudienceKey, r.decodeErr = events.DefaultCodec.AudienceKeyOf(env.Type, env.Payload)
 	return r, nil
 }
 
@@ -313,7 +308,8 @@ func rowOf(cols eventColumns, vals [][]byte, commitLSN pglogrepl.LSN) (*eventRow
 // runs with DateStyle ISO and TimeZone UTC).
 func (r *eventRow) envelope() (events.Envelope, error) {
 	env := r.env
-	if err := json.Unmarshal(r.metadata, &env.Metadata); err != nil {
+	var err error
+	if env.Metadata, err = events.ParseMetadata(r.metadata); err != nil {
 		return env, fmt.Errorf("events row %s: metadata: %w", env.EventID, ErrMalformed)
 	}
 	t, err := parseTimestamptz(r.recordedAt)
@@ -333,10 +329,63 @@ var tsLayouts = []string{
 }
 
 func parseTimestamptz(s string) (time.Time, error) {
+	if t, ok := parseUTCTimestamptz(s); ok {
+		return t, nil
+	}
 	for _, l := range tsLayouts {
 		if t, err := time.Parse(l, s); err == nil {
 			return t.UTC(), nil
 		}
 	}
 	return time.Time{}, fmt.Errorf("timestamp %q: %w", s, ErrMalformed)
+}
+
+// parseUTCTimestamptz is the fast path of parseTimestamptz for what the
+// session prints: "2006-01-02 15:04:05[.f{1,6}]+00". ok is false for
+// anything else (the layouts then decide).
+func parseUTCTimestamptz(s string) (time.Time, bool) {
+	n := len(s)
+	if n < 22 || s[n-3:] != "+00" || s[4] != '-' || s[7] != '-' || s[10] != ' ' || s[13] != ':' || s[16] != ':' {
+		return time.Time{}, false
+	}
+	num := func(from, to int) (int, bool) {
+		v := 0
+		for i := from; i < to; i++ {
+			c := s[i]
+			if c < '0' || c > '9' {
+				return 0, false
+			}
+			v = v*10 + int(c-'0')
+		}
+		return v, true
+	}
+	year, ok1 := num(0, 4)
+	month, ok2 := num(5, 7)
+	day, ok3 := num(8, 10)
+	hour, ok4 := num(11, 13)
+	minute, ok5 := num(14, 16)
+	sec, ok6 := num(17, 19)
+	if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6) || month < 1 || month > 12 || day < 1 || day > 31 || hour > 23 || minute > 59 || sec > 59 {
+		return time.Time{}, false
+	}
+	nsec := 0
+	switch rest := s[19 : n-3]; {
+	case rest == "":
+	case rest[0] == '.' && len(rest) >= 2 && len(rest) <= 10:
+		f, ok := num(20, n-3)
+		if !ok {
+			return time.Time{}, false
+		}
+		for range 10 - len(rest) {
+			f *= 10
+		}
+		nsec = f
+	default:
+		return time.Time{}, false
+	}
+	t := time.Date(year, time.Month(month), day, hour, minute, sec, nsec, time.UTC)
+	if t.Day() != day { // 31 February and the like: let time.Parse refuse it
+		return time.Time{}, false
+	}
+	return t, true
 }

@@ -2,11 +2,15 @@ package cdc
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
 
 	"github.com/jackc/pglogrepl"
+
+	"github.com/feedco/feed/events"
+	"github.com/feedco/feed/internal/kafka"
 )
 
 // pgoutput encoders for tests: the server's side of the format.
@@ -200,4 +204,115 @@ func TestCheckpointerConfirmsAcknowledgedPrefix(t *testing.T) {
 	if p := c.advance(); !p.idle {
 		t.Fatal("abandoned transaction still in flight")
 	}
+}
+
+// slowTimestamptz is parseTimestamptz without its fast path.
+func slowTimestamptz(s string) (time.Time, error) {
+	for _, l := range tsLayouts {
+		if t, err := time.Parse(l, s); err == nil {
+			return t.UTC(), nil
+		}
+	}
+	return time.Time{}, ErrMalformed
+}
+
+// TestTimestamptzFastPath: the fast path gives what the layouts give, and
+// steps aside for anything it does not know.
+func TestTimestamptzFastPath(t *testing.T) {
+	for _, s := range []string{
+		"2026-11-30 12:00:00+00", "2026-11-30 12:00:00.1+00", "2026-11-30 12:00:00.123456+00",
+		"2024-02-29 23:59:59.999999+00", "1999-12-31 00:00:00.5+00",
+		"2026-02-31 12:00:00+00", "2026-13-01 12:00:00+00", "2026-11-30 12:00:00.+00",
+		"2026-11-30 12:00:00.1234567890+00", "2026-11-30 12:00:00+01", "2026-11-30T12:00:00+00",
+		"2026-11-30 12:00:00.12a+00", "2026-11-30 12:00:00-07:30",
+	} {
+		want, werr := slowTimestamptz(s)
+		got, err := parseTimestamptz(s)
+		if (err != nil) != (werr != nil) || !got.Equal(want) {
+			t.Errorf("%q: got %v, %v; layouts %v, %v", s, got, err, want, werr)
+		}
+	}
+	if _, ok := parseUTCTimestamptz("2026-11-30 12:00:00.123456+00"); !ok {
+		t.Error("the session's form missed the fast path")
+	}
+}
+
+func FuzzTimestamptz(f *testing.F) {
+	f.Add("2026-11-30 12:00:00.123456+00")
+	f.Fuzz(func(t *testing.T, s string) {
+		want, werr := slowTimestamptz(s)
+		got, err := parseTimestamptz(s)
+		if (err != nil) != (werr != nil) || !got.Equal(want) {
+			t.Fatalf("%q: got %v, %v; layouts %v, %v", s, got, err, want, werr)
+		}
+	})
+}
+
+// BenchmarkEventToMessage is the CDC process's own CPU per event, from a
+// decoded insert to the Kafka message (row, envelope, message, watermill's
+// marshaling): "whole". Beside it, each fast path against the standard
+// decoder it replaces, in the same run: the audience key
+// (events.AudienceKeyOf against a full Codec.Decode), the metadata
+// (events.ParseMetadata against json.Unmarshal) and recorded_at
+// (parseUTCTimestamptz against time.Parse of the layouts).
+//
+//	go test -run '^$' -bench EventToMessage -count 5 ./cdc/
+func BenchmarkEventToMessage(b *testing.B) {
+	cols := []string{"position", "event_id", "stream_id", "stream_version", "type", "payload", "metadata", "recorded_at", "tx_id"}
+	rel, err := decodeMessage(encRelation(16384, "public", "events", cols))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ec, err := newEventColumns(rel.(*relation))
+	if err != nil {
+		b.Fatal(err)
+	}
+	payload := `{"postId": "7400000000000000077", "authorId": "1234", "content": "hello world, a post of some length", "createdAt": "2026-11-30T09:41:12.345Z", "authorFollowers": 321}`
+	metadata := `{"actor": "1234", "causationId": "", "correlationId": "corr-0193a4b2-7c1e"}`
+	recorded := "2026-11-30 09:41:12.345678+00"
+	ins, err := decodeMessage(encInsert(16384, []*string{sp("77"), sp("0193a4b2-7c1e-7d3a-9f00-1234567890ab"),
+		sp("post-7400000000000000077"), sp("1"), sp(events.TypePostCreated), sp(payload), sp(metadata), sp(recorded), sp("123456")}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	vals := ins.(*insertMsg).Values
+	b.Run("whole", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			row, err := rowOf(ec, vals, 0x16B374D848)
+			if err != nil {
+				b.Fatal(err)
+			}
+			msg, err := messageOf(row)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := kafka.Marshaler.Marshal("events", msg); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	pb, mb := []byte(payload), []byte(metadata)
+	run := func(name string, f func() error) {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := f(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	run("audience/fast", func() error { _, err := events.DefaultCodec.AudienceKeyOf(events.TypePostCreated, pb); return err })
+	run("audience/codec", func() error {
+		ev, err := events.DefaultCodec.Decode(events.TypePostCreated, pb)
+		if err == nil {
+			_ = ev.AudienceKey()
+		}
+		return err
+	})
+	run("metadata/fast", func() error { _, err := events.ParseMetadata(mb); return err })
+	run("metadata/json", func() error { var m events.Metadata; return json.Unmarshal(mb, &m) })
+	run("recorded_at/fast", func() error { _, err := parseTimestamptz(recorded); return err })
+	run("recorded_at/layouts", func() error { _, err := slowTimestamptz(recorded); return err })
 }

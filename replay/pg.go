@@ -294,7 +294,7 @@ func (s *PG) page(ctx context.Context, emit func(*events.Envelope) error, after,
 		e.Payload = payload
 		// The audience key as CDC computes it: 0 for a type this binary
 		// cannot decode.
-		e.AudienceKey = audienceKey(e.Type, e.Payload)
+		e.AudienceKey, _ = events.DefaultCodec.AudienceKeyOf(e.Type, e.Payload)
 		if !f.Match(&e) {
 			continue
 		}
