@@ -46,7 +46,7 @@ const (
 const deletionStartSQL = `
 SELECT pg_snapshot_xmin(pg_current_snapshot())::text,
        ARRAY(SELECT (payload->>'postId')::bigint FROM events
-             WHERE recorded_at > now() - $1::interval AND type = 'post.deleted.v1')`
+             WHERE recorded_at > now() - $1::int * interval '1 second' AND type = 'post.deleted.v1')`
 
 // deletionPollSQL is one incremental poll: the events of transactions
 // from $1 on (the previous poll's xmin), in one snapshot with its xmin.
@@ -135,7 +135,7 @@ func (f *Feed) pollDeletions(ctx context.Context) error {
 	var xmin string
 	var ids []int64
 	if d.horizon == "" {
-		if err := f.queryRow(ctx, deletionStartSQL, []any{deletionMemory.String()}, &xmin, &ids); err != nil {
+		if err := f.queryRow(ctx, deletionStartSQL, []any{int(deletionMemory / time.Second)}, &xmin, &ids); err != nil {
 			return fmt.Errorf("start deletion feed: %w", err)
 		}
 	} else {

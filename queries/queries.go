@@ -86,8 +86,8 @@ type Config struct {
 	// expire (they are immutable); a known deletion is final.
 	PostCacheTTL time.Duration
 	// DeletionPollInterval is how often the process reads new post
-	// deletions from the event log while it serves reads (default 200 ms;
-	// below PostCacheTTL). See docs/queries.md "Post body cache".
+	// deletions from the event log while it serves reads (default 200 ms,
+	// or PostCacheTTL/2 if that is shorter; it must be below PostCacheTTL). See docs/queries.md "Post body cache".
 	DeletionPollInterval time.Duration
 	// RebuildTimeout bounds one background inbox rebuild (default 10 s).
 	RebuildTimeout time.Duration
@@ -108,7 +108,7 @@ func (c Config) withDefaults() Config {
 	c.RebuildTimeout = cmp.Or(c.RebuildTimeout, 10*time.Second)
 	c.PostCacheSize = cmp.Or(c.PostCacheSize, 100_000)
 	c.PostCacheTTL = cmp.Or(c.PostCacheTTL, time.Second)
-	c.DeletionPollInterval = cmp.Or(c.DeletionPollInterval, 200*time.Millisecond)
+	c.DeletionPollInterval = cmp.Or(c.DeletionPollInterval, min(200*time.Millisecond, c.PostCacheTTL/2))
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
