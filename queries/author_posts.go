@@ -46,11 +46,10 @@ func (f *Feed) AuthorPosts(ctx context.Context, authorID int64, cursor string, l
 			}
 			used["redis"] = true
 			seg := mergeSegment(cur, []source{src})
-			got, err := f.hydrate(ctx, seg.keys, visibility{author: authorID, fresh: fresh}, short)
+			items, err = f.hydrate(ctx, seg.keys, visibility{author: authorID, fresh: fresh}, short, items)
 			if err != nil {
 				return Page{}, err
 			}
-			items = append(items, got...)
 			cur, mode = lower(cur, seg.bound), seg.next
 			continue
 		}

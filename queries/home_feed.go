@@ -43,7 +43,7 @@ func (f *Feed) Home(ctx context.Context, userID int64, cursor string, limit int)
 		hint = make([]int64, 0, limit+limit/2+4) // the authors this page hydrates: the next read's hint
 	}
 	need := limit + 1 // one more than shown says whether a next page exists
-	var items []item
+	items := make([]item, 0, need)
 	var used [3]bool // redis, pg, cold
 	mode := stepRedis
 	for round := 0; len(items) < need && mode != stepEnd; round++ {
@@ -63,11 +63,10 @@ func (f *Feed) Home(ctx context.Context, userID int64, cursor string, limit int)
 			if first {
 				hr.vis.authors = &hint
 			}
-			got, err := f.hydrate(ctx, hr.seg.keys, hr.vis, need-len(items))
+			items, err = f.hydrate(ctx, hr.seg.keys, hr.vis, need-len(items), items)
 			if err != nil {
 				return Page{}, err
 			}
-			items = append(items, got...)
 			cur, mode = lower(cur, hr.seg.bound), hr.seg.next
 			continue
 		}

@@ -22,25 +22,20 @@ type visibility struct {
 	authors     *[]int64       // if set, receives the authors of the hydrated posts (follow hints)
 }
 
-// hydrate turns the segment's keys, newest first, into up to want visible
-// items, in batches (see hydrateBatch). A batch over-fetches a little so
-// that a few hidden posts (deleted, unfollowed) do not cost another batch.
-func (f *Feed) hydrate(ctx context.Context, keys []key, vis visibility, want int) ([]item, error) {
-	var out []item
-	for len(keys) > 0 && len(out) < want {
-		short := want - len(out)
+// hydrate appends to out the segment's keys, newest first, as up to want
+// visible items, in batches (see hydrateBatch). A batch over-fetches a
+// little so that a few hidden posts (deleted, unfollowed) do not cost
+// another batch.
+func (f *Feed) hydrate(ctx context.Context, keys []key, vis visibility, want int, out []item) ([]item, error) {
+	limit := len(out) + want
+	for len(keys) > 0 && len(out) < limit {
+		short := limit - len(out)
 		n := min(len(keys), short+short/4+2)
 		batch := keys[:n]
 		keys = keys[n:]
-		got, err := f.hydrateBatch(ctx, batch, vis)
-		if err != nil {
+		var err error
+		if out, err = f.hydrateBatch(ctx, batch, vis, out, limit); err != nil {
 			return nil, err
-		}
-		for _, it := range got {
-			if len(out) == want {
-				break
-			}
-			out = append(out, it)
 		}
 	}
 	return out, nil
@@ -58,7 +53,7 @@ type hydrated struct {
 // confirmation) are read with GET post:{p} in one pipeline, together with
 // the follow check of the authors already known, so a warm batch costs one
 // round trip. Posts missing from the Redis cache come from PostgreSQL.
-func (f *Feed) hydrateBatch(ctx context.Context, batch []key, vis visibility) ([]item, error) {
+func (f *Feed) hydrateBatch(ctx context.Context, batch []key, vis visibility, out []item, limit int) ([]item, error) {
 	res := make([]hydrated, len(batch))
 	ids := make([]int64, len(batch))
 	for i, k := range batch {
@@ -136,7 +131,6 @@ func (f *Feed) hydrateBatch(ctx context.Context, batch []key, vis visibility) ([
 	for a, ok := range more {
 		follows[a] = ok
 	}
-	out := make([]item, 0, len(res))
 	for _, h := range res {
 		if !h.ok || h.deleted {
 			continue
@@ -150,7 +144,9 @@ func (f *Feed) hydrateBatch(ctx context.Context, batch []key, vis visibility) ([
 		if vis.checkFollow && h.author != vis.viewer && !vis.follows[h.author] && !follows[h.author] {
 			continue
 		}
-		out = append(out, h.item)
+		if len(out) < limit {
+			out = append(out, h.item)
+		}
 	}
 	return out, nil
 }

@@ -17,9 +17,10 @@ import (
 // feed. The set is complete for keys strictly above bound: everything it
 // holds there is in keys. Below bound it knows nothing.
 type source struct {
-	keys  []key // any order; may hold keys outside the segment
+	keys  []key // any order (see desc); may hold keys outside the segment
 	bound key   // minKey: complete down to the very first post
 	floor bool  // bound is the set's ~floor (below it only PostgreSQL knows), not a LIMIT cut
+	desc  bool  // keys are in descending millisecond order (ties in any order): a reverse range reply
 }
 
 // step says where a page continues after a segment.
@@ -53,17 +54,25 @@ func mergeSegment(cur key, srcs []source) segment {
 			floor = floor || s.floor
 		}
 	}
+	// The keys in range: a descending source (a celebrity's cached head
+	// holds 200) is cut at the first millisecond below the bound.
+	inRange := func(s source, add func(key)) {
+		for _, k := range s.keys {
+			if s.desc && k.ms < seg.bound.ms {
+				break // every later key is older still
+			}
+			if k.less(cur) && seg.bound.less(k) {
+				add(k)
+			}
+		}
+	}
 	n := 0
 	for _, s := range srcs {
-		n += len(s.keys)
+		inRange(s, func(key) { n++ })
 	}
 	keys := make([]key, 0, n)
 	for _, s := range srcs {
-		for _, k := range s.keys {
-			if k.less(cur) && seg.bound.less(k) {
-				keys = append(keys, k)
-			}
-		}
+		inRange(s, func(k key) { keys = append(keys, k) })
 	}
 	sortNewestFirst(keys)
 	seg.keys = slices.Compact(keys)
@@ -120,12 +129,14 @@ func mergePage(cur key, limit int, lists ...[]key) []key {
 }
 
 // zsource turns a ZREVRANGEBYSCORE ... LIMIT 0 limit reply (sentinels
-// included) and the set's ~floor score into a source. A full reply is a cut:
+// included) and the set's ~floor score into a source. The source is desc:
+// a reverse range comes in descending score, and a key's millisecond is
+// its score (were that mapping ever not monotonic, desc must go). A full reply is a cut:
 // the set is then only known complete above the last score returned, because
 // Redis orders same-score members by their bytes, not as numbers, so the
 // entries of that last millisecond may be partial.
 func zsource(reply []redis.Z, limit int, floorMs *int64) source {
-	s := source{bound: minKey, keys: make([]key, 0, len(reply))}
+	s := source{bound: minKey, keys: make([]key, 0, len(reply)), desc: true}
 	for _, z := range reply {
 		m, ok := z.Member.(string)
 		if !ok || rkeys.IsSentinel(m) {

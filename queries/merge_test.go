@@ -2,6 +2,7 @@ package queries
 
 import (
 	"math"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -221,5 +222,36 @@ func TestMakePage(t *testing.T) {
 	}
 	if got := formatTime(1_760_245_800_123); got != "2025-10-12T05:10:00.123Z" {
 		t.Errorf("formatTime = %q", got)
+	}
+}
+
+// A descending source (a reverse range reply) is cut early; the segment is
+// the same as for the same keys in no particular order.
+func TestMergeSegmentDescendingSourcesCutEarly(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(7, 7))
+	for range 500 {
+		var srcs, plain []source
+		for range 1 + rng.IntN(4) {
+			var ks []key
+			ms := int64(1000)
+			for range rng.IntN(30) {
+				ms -= rng.Int64N(3) // ties in one millisecond, ids in any order
+				ks = append(ks, key{ms: ms, id: 1 + rng.Int64N(1_000_000)})
+			}
+			bound := minKey
+			if rng.IntN(3) > 0 {
+				bound = key{ms: 1000 - rng.Int64N(40), id: rng.Int64N(1_000_000)}
+			}
+			srcs = append(srcs, source{keys: ks, bound: bound, desc: true})
+			shuffled := slices.Clone(ks)
+			rng.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+			plain = append(plain, source{keys: shuffled, bound: bound})
+		}
+		cur := key{ms: 1000 - rng.Int64N(20), id: rng.Int64N(1_000_000)}
+		got, want := mergeSegment(cur, srcs), mergeSegment(cur, plain)
+		if !slices.Equal(got.keys, want.keys) || got.bound != want.bound || got.next != want.next {
+			t.Fatalf("desc %+v\nplain %+v", got, want)
+		}
 	}
 }
