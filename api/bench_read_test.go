@@ -58,15 +58,24 @@ ORDER BY p.created_at DESC
 LIMIT 20`
 
 // BenchmarkReadHTTP measures the home feed read path over HTTP on a seeded
-// dataset, beside two baselines measured in the same run on the same data
+// dataset, beside baselines measured in the same run on the same data
 // with the same number of closed-loop clients:
 //
 //   - http: GET /api/feed (first page, limit 20) through the whole API
-//     (JWT auth, routing, query side, JSON) over keep-alive connections,
-//     each request for a random user;
+//     (JWT auth, routing, metrics, query side, JSON) served by
+//     api.Server.Serve (the server `feed api` runs, with its timeouts) on
+//     keep-alive connections, each request for a random user;
 //   - sql: the seeds' pull query (section 6) for a random user;
 //   - redis: the raw two commands a read needs, ZREVRANGEBYSCORE of the
-//     inbox (LIMIT 21) then MGET of 20 post bodies.
+//     inbox (LIMIT 21) then MGET of 20 post bodies;
+//   - http, fixed page: the same API answering one real page from memory
+//     (no query side, no Redis): the ceiling of this machine for any
+//     query side.
+//
+// The load generator runs in the same process: -read.client=raw (default)
+// is a wrk-like client, one keep-alive connection per client and next to
+// no CPU of its own; -read.client=std is net/http's Client (two goroutines
+// per connection, header maps), which takes a visible share of two cores.
 //
 // The data: -read.users users, each following 100-300 others drawn with a
 // Zipf skew, -read.posts posts over 30 days, the -read.celebs most-followed
@@ -126,51 +135,80 @@ func BenchmarkReadHTTP(b *testing.B) {
 		}
 		return nil
 	}
-	var httpRead func(rng *rand.Rand) error
-	switch *readClient {
-	case "std":
-		url := "http://" + addr + "/api/feed"
-		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients, MaxConnsPerHost: clients, DisableCompression: true}}
-		httpRead = func(rng *rand.Rand) error {
-			i := rng.IntN(len(users))
-			req, _ := http.NewRequest(http.MethodGet, url, nil)
-			req.Header.Set("Authorization", tokens[i])
-			resp, err := client.Do(req)
-			if err != nil {
-				return err
+	// newHTTPRead returns the closed-loop operation against the API at addr.
+	newHTTPRead := func(addr string) func(rng *rand.Rand) error {
+		switch *readClient {
+		case "std":
+			url := "http://" + addr + "/api/feed"
+			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients, MaxConnsPerHost: clients, DisableCompression: true}}
+			return func(rng *rand.Rand) error {
+				i := rng.IntN(len(users))
+				req, _ := http.NewRequest(http.MethodGet, url, nil)
+				req.Header.Set("Authorization", tokens[i])
+				resp, err := client.Do(req)
+				if err != nil {
+					return err
+				}
+				defer resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					return fmt.Errorf("GET /api/feed: status %d", resp.StatusCode)
+				}
+				return check(i, resp.Body)
 			}
-			defer resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("GET /api/feed: status %d", resp.StatusCode)
+		case "raw":
+			reqs := make([][]byte, len(users))
+			for i := range users {
+				reqs[i] = []byte("GET /api/feed HTTP/1.1\r\nHost: " + addr + "\r\nAuthorization: " + tokens[i] + "\r\n\r\n")
 			}
-			return check(i, resp.Body)
-		}
-	case "raw":
-		reqs := make([][]byte, len(users))
-		for i := range users {
-			reqs[i] = []byte("GET /api/feed HTTP/1.1\r\nHost: " + addr + "\r\nAuthorization: " + tokens[i] + "\r\n\r\n")
-		}
-		conns := make(chan *rawConn, clients)
-		for range clients {
-			c, err := dialRaw(addr)
-			if err != nil {
-				b.Fatal(err)
+			conns := make(chan *rawConn, clients)
+			for range clients {
+				c, err := dialRaw(addr)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { _ = c.conn.Close() })
+				// One request now: an idle connection that never sent one is
+				// closed after the server's ReadHeaderTimeout; after one, the
+				// IdleTimeout (60 s) applies between phases.
+				if _, err := c.get(reqs[0]); err != nil {
+					b.Fatal(err)
+				}
+				conns <- c
 			}
-			b.Cleanup(func() { _ = c.conn.Close() })
-			conns <- c
-		}
-		httpRead = func(rng *rand.Rand) error {
-			i := rng.IntN(len(users))
-			c := <-conns
-			defer func() { conns <- c }()
-			body, err := c.get(reqs[i])
-			if err != nil {
-				return err
+			return func(rng *rand.Rand) error {
+				i := rng.IntN(len(users))
+				c := <-conns
+				defer func() { conns <- c }()
+				body, err := c.get(reqs[i])
+				if err != nil {
+					return err
+				}
+				return check(i, bytes.NewReader(body))
 			}
-			return check(i, bytes.NewReader(body))
 		}
-	default:
 		b.Fatalf("-read.client %q: want raw or std", *readClient)
+		return nil
+	}
+	httpRead := newHTTPRead(addr)
+	// The ceiling of this machine for any query side: the same API (auth,
+	// routing, metrics, JSON, server) answering one fixed real page from
+	// memory, no Redis at all.
+	page, err := feed.Home(ctx, users[0], "", 20)
+	if err != nil {
+		b.Fatal(err)
+	}
+	static, err := api.New(api.Config{}, api.Deps{Commands: cmds, Tokens: signer, Feed: staticFeed{page}, Registry: prometheus.NewRegistry()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	staticRead := newHTTPRead(serveForBench(b, static))
+	// The query side alone, called in process: what HTTP adds is the rest.
+	homeRead := func(rng *rand.Rand) error {
+		p, err := feed.Home(ctx, users[rng.IntN(len(users))], "", 20)
+		if err == nil && len(p.Items) != 20 {
+			err = fmt.Errorf("page of %d items", len(p.Items))
+		}
+		return err
 	}
 	now := time.Now()
 	sqlRead := func(rng *rand.Rand) error {
@@ -212,7 +250,8 @@ func BenchmarkReadHTTP(b *testing.B) {
 	phases := []struct {
 		name string
 		op   func(*rand.Rand) error
-	}{{"http GET /api/feed", httpRead}, {"sql pull query (seeds §6)", sqlRead}, {"redis ZREVRANGEBYSCORE+MGET", redisRead}}
+	}{{"http GET /api/feed", httpRead}, {"sql pull query (seeds §6)", sqlRead}, {"redis ZREVRANGEBYSCORE+MGET", redisRead},
+		{"http, fixed page from memory", staticRead}, {"Feed.Home in process, no HTTP", homeRead}}
 	res := make([][]phaseResult, len(phases))
 	b.ResetTimer()
 	for range *readRounds {
@@ -239,6 +278,8 @@ func BenchmarkReadHTTP(b *testing.B) {
 	_ = tw.Flush()
 	fmt.Printf("http/sql = %.1fx (target >= 30x), http/redis = %.2fx (target >= 1x), http p99 = %.2f ms (target < 10 ms)\n",
 		med[0].rate/med[1].rate, med[0].rate/med[2].rate, ms(med[0].p99))
+	fmt.Printf("ceiling: the API serving a fixed page without Redis = %.2fx raw Redis; the real read = %.2fx of that ceiling\n",
+		med[3].rate/med[2].rate, med[0].rate/med[3].rate)
 	hyd := feed.Metrics().Hydrations
 	fmt.Printf("post bodies hydrated during the run: from process memory %.0f, from Redis %.0f, from PostgreSQL %.0f\n",
 		counterValue(hyd.WithLabelValues("process")), counterValue(hyd.WithLabelValues("redis")), counterValue(hyd.WithLabelValues("pg")))
@@ -249,6 +290,7 @@ func BenchmarkReadHTTP(b *testing.B) {
 	b.ReportMetric(med[2].rate, "redis-reads/s")
 	b.ReportMetric(med[0].rate/med[1].rate, "x-sql")
 	b.ReportMetric(med[0].rate/med[2].rate, "x-redis")
+	b.ReportMetric(med[3].rate, "static-http-reads/s")
 }
 
 func counterValue(c prometheus.Counter) float64 {
@@ -490,6 +532,14 @@ func seedRead(b *testing.B, ctx context.Context, pool *pgxpool.Pool, rdb redis.U
 	flush()
 	b.Logf("Redis seeded in %v", time.Since(t0).Round(time.Millisecond))
 	return users
+}
+
+// staticFeed answers every read with one page: the API without a query side.
+type staticFeed struct{ p queries.Page }
+
+func (s staticFeed) Home(context.Context, int64, string, int) (queries.Page, error) { return s.p, nil }
+func (s staticFeed) AuthorPosts(context.Context, int64, string, int) (queries.Page, error) {
+	return s.p, nil
 }
 
 // serveForBench serves srv the way `feed api` does (api.Server.Serve: its

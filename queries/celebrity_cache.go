@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -19,12 +20,15 @@ import (
 // turns that hot key into a few Redis reads per second per instance. Each
 // cache refresh is single-flight, so an expiry does not stampede Redis.
 
-// celebrityCache holds the `celebrities` set.
+// celebrityCache holds the `celebrities` set, as an immutable snapshot
+// every read loads without a lock.
 type celebrityCache struct {
-	ttl time.Duration
-	sf  singleflight.Group
+	ttl  time.Duration
+	sf   singleflight.Group
+	snap atomic.Pointer[celebSnapshot]
+}
 
-	mu      sync.Mutex
+type celebSnapshot struct {
 	members []celeb
 	at      time.Time
 }
@@ -38,15 +42,11 @@ type celeb struct {
 
 func (f *Feed) celebrities(ctx context.Context) ([]celeb, error) {
 	c := &f.celebs
-	c.mu.Lock()
-	if !c.at.IsZero() && f.now().Sub(c.at) < c.ttl {
-		m := c.members
-		c.mu.Unlock()
-		f.metrics.CacheLookups.WithLabelValues("celebrities", "hit").Inc()
-		return m, nil
+	if s := c.snap.Load(); s != nil && f.now().Sub(s.at) < c.ttl {
+		f.metrics.celebHit.Inc()
+		return s.members, nil
 	}
-	c.mu.Unlock()
-	f.metrics.CacheLookups.WithLabelValues("celebrities", "miss").Inc()
+	f.metrics.celebMiss.Inc()
 	v, err, _ := c.sf.Do("", func() (any, error) {
 		ss, err := f.rdb.SMembers(ctx, f.keys.Celebrities()).Result()
 		if err != nil {
@@ -58,9 +58,7 @@ func (f *Feed) celebrities(ctx context.Context) ([]celeb, error) {
 				m = append(m, celeb{id: id, s: s})
 			}
 		}
-		c.mu.Lock()
-		c.members, c.at = m, f.now()
-		c.mu.Unlock()
+		c.snap.Store(&celebSnapshot{members: m, at: f.now()})
 		return m, nil
 	})
 	if err != nil {
@@ -82,7 +80,7 @@ type timelineCache struct {
 	size int
 	sf   singleflight.Group
 
-	mu    sync.Mutex
+	mu    sync.RWMutex // read-locked by every read that follows a celebrity
 	heads map[int64]*timelineHead
 }
 
@@ -113,7 +111,7 @@ func (f *Feed) timelineHeads(ctx context.Context, authors []int64) (map[int64]*t
 	out := make(map[int64]*timelineHead, len(authors))
 	var missing []int64
 	now := f.now()
-	c.mu.Lock()
+	c.mu.RLock()
 	for _, a := range authors {
 		if h, ok := c.heads[a]; ok && now.Sub(h.at) < c.ttl {
 			out[a] = h
@@ -121,12 +119,12 @@ func (f *Feed) timelineHeads(ctx context.Context, authors []int64) (map[int64]*t
 			missing = append(missing, a)
 		}
 	}
-	c.mu.Unlock()
-	f.metrics.CacheLookups.WithLabelValues("timeline", "hit").Add(float64(len(out)))
+	c.mu.RUnlock()
+	f.metrics.timelineHit.Add(float64(len(out)))
 	if len(missing) == 0 {
 		return out, nil
 	}
-	f.metrics.CacheLookups.WithLabelValues("timeline", "miss").Add(float64(len(missing)))
+	f.metrics.timelineMiss.Add(float64(len(missing)))
 	chans := make([]<-chan singleflight.Result, len(missing))
 	for i, a := range missing {
 		chans[i] = c.sf.DoChan(strconv.FormatInt(a, 10), func() (any, error) {

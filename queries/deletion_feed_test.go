@@ -11,13 +11,7 @@ import (
 
 // knowsDeleted reports whether the post cache learnt id's deletion from the
 // feed.
-func (b *bundle) knowsDeleted(id int64) bool {
-	c := b.feed.posts
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	_, ok := c.deleted[id]
-	return ok
-}
+func (b *bundle) knowsDeleted(id int64) bool { return b.feed.posts.knowsDeleted(id) }
 
 // stopDeletionFeed stops the poller for good: the feed then goes stale and
 // cached bodies fall back to PostCacheTTL.
@@ -109,8 +103,8 @@ func TestHomeHidesDeletionSeenByFeedBeforeTombstone(t *testing.T) {
 	}
 	b.projectAll(nil, []int64{u}, 500, 500)
 	sameFeed(t, "before", b.readHome(u, 3), b.truth(u)) // warms the caches, starts the poller
+	b.deleteRow(all[4])                                 // no tombstone in Redis
 	committed := time.Now()
-	b.deleteRow(all[4]) // no tombstone in Redis
 	testenv.Eventually(t, 10*time.Second, "the deletion feed polls past the commit", func() bool {
 		return b.feed.deletions.through.Load() > committed.UnixNano()
 	})
@@ -123,10 +117,7 @@ func TestHomeHidesDeletionSeenByFeedBeforeTombstone(t *testing.T) {
 		t.Fatal("deleted post shown")
 	}
 	// Evicted and read again from Redis, which still says live: hidden.
-	b.feed.posts.mu.Lock()
-	delete(b.feed.posts.cur, all[4].id)
-	delete(b.feed.posts.old, all[4].id)
-	b.feed.posts.mu.Unlock()
+	b.feed.posts.evict(all[4].id)
 	sameFeed(t, "after eviction", b.readHome(u, 3), b.truth(u))
 }
 
@@ -168,7 +159,7 @@ func TestPostCacheTrustsFreshFeed(t *testing.T) {
 	if got := c.store(&cachedPost{it: newItem(3, 1, "x", 1), checkedAt: now.UnixNano()}); got.deleted {
 		t.Fatal("post 3 was never deleted")
 	}
-	if len(c.deleted) != 0 {
-		t.Fatalf("%d deletions kept past forgetDeletionsBefore", len(c.deleted))
+	if _, n := c.len(); n != 0 {
+		t.Fatalf("%d deletions kept past forgetDeletionsBefore", n)
 	}
 }

@@ -14,10 +14,18 @@ import (
 // as before. Bounded like the post cache: two generations of at most half
 // entries each.
 type followHints struct {
-	half int
+	shards [hintShards]hintShard
+}
 
+// hintShards splits the readers over locks: every home read takes one
+// twice (get, set).
+const hintShards = 32
+
+type hintShard struct {
 	mu       sync.Mutex
+	half     int
 	cur, old map[int64][]int64
+	_        [24]byte // keep shards' locks on separate cache lines
 }
 
 // maxHintAuthors bounds one reader's hint (a page of 50 with over-fetch
@@ -25,20 +33,28 @@ type followHints struct {
 const maxHintAuthors = 80
 
 func newFollowHints(users int) *followHints {
-	half := max(users/2, 1)
-	return &followHints{half: half, cur: make(map[int64][]int64)}
+	h := &followHints{}
+	for i := range h.shards {
+		h.shards[i] = hintShard{half: max(users/2/hintShards, 1), cur: make(map[int64][]int64)}
+	}
+	return h
+}
+
+func (h *followHints) shard(user int64) *hintShard {
+	return &h.shards[(uint64(user)*0x9E3779B97F4A7C15>>32)%hintShards]
 }
 
 // get returns user's hinted authors (shared: do not modify).
 func (h *followHints) get(user int64) []int64 {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if a, ok := h.cur[user]; ok {
+	sh := h.shard(user)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if a, ok := sh.cur[user]; ok {
 		return a
 	}
-	a, ok := h.old[user]
+	a, ok := sh.old[user]
 	if ok {
-		h.putLocked(user, a)
+		sh.putLocked(user, a)
 	}
 	return a
 }
@@ -54,17 +70,18 @@ func (h *followHints) set(user int64, authors []int64) {
 	if len(authors) > maxHintAuthors {
 		authors = authors[:maxHintAuthors]
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if was, ok := h.cur[user]; ok && slices.Equal(was, authors) {
+	sh := h.shard(user)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if was, ok := sh.cur[user]; ok && slices.Equal(was, authors) {
 		return
 	}
-	h.putLocked(user, slices.Clip(authors))
+	sh.putLocked(user, slices.Clip(authors))
 }
 
-func (h *followHints) putLocked(user int64, a []int64) {
-	if _, ok := h.cur[user]; !ok && len(h.cur) >= h.half {
-		h.old, h.cur = h.cur, make(map[int64][]int64, h.half)
+func (sh *hintShard) putLocked(user int64, a []int64) {
+	if _, ok := sh.cur[user]; !ok && len(sh.cur) >= sh.half {
+		sh.old, sh.cur = sh.cur, make(map[int64][]int64, sh.half)
 	}
-	h.cur[user] = a
+	sh.cur[user] = a
 }

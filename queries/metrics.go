@@ -32,6 +32,8 @@ type Metrics struct {
 	// labels on every call).
 	hydProcess, hydRedis, hydPG prometheus.Counter
 	homeSources                 [3]prometheus.Counter // redis, pg, cold
+	celebHit, celebMiss         prometheus.Counter
+	timelineHit, timelineMiss   prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*Metrics, error) {
@@ -60,6 +62,10 @@ func newMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m.hydProcess = m.Hydrations.WithLabelValues("process")
 	m.hydRedis = m.Hydrations.WithLabelValues("redis")
 	m.hydPG = m.Hydrations.WithLabelValues("pg")
+	m.celebHit = m.CacheLookups.WithLabelValues("celebrities", "hit")
+	m.celebMiss = m.CacheLookups.WithLabelValues("celebrities", "miss")
+	m.timelineHit = m.CacheLookups.WithLabelValues("timeline", "hit")
+	m.timelineMiss = m.CacheLookups.WithLabelValues("timeline", "miss")
 	for i, s := range [3]string{"redis", "pg", "cold"} {
 		m.homeSources[i] = m.Sources.WithLabelValues("home", s)
 	}

@@ -27,14 +27,24 @@ import (
 // Bounded by two generations of at most size/2 entries each: a hit in the
 // old generation moves to the new one, and when the new one fills up the
 // old one is dropped, so recently used posts survive (an approximate LRU
-// with O(1) work and no per-entry list).
+// with O(1) work and no per-entry list). Split in shards by post id, each
+// with its own lock held for one post at a time: every page looks up 20-60
+// posts, and on a busy 2-core machine one lock over the whole cache made
+// readers queue behind a holder the kernel had descheduled.
 type postCache struct {
-	ttl  time.Duration
-	half int // entries per generation
+	ttl    time.Duration
+	shards []postShard
+	mask   uint64
+}
 
+// postShard is one shard: its generations and the feed's deletions of
+// its ids.
+type postShard struct {
 	mu       sync.Mutex
+	half     int // entries per generation
 	cur, old map[int64]*cachedPost
 	deleted  map[int64]int64 // deletions learnt from the feed: id -> unix nanos learnt
+	_        [16]byte        // keep shards' locks on separate cache lines
 }
 
 // cachedPost is one post body and what is known of its deletion.
@@ -45,9 +55,25 @@ type cachedPost struct {
 	checkedAt int64 // unix nanos of the last confirmation of !deleted
 }
 
+// newPostCache splits size over up to 64 shards of at least 1,024 posts
+// per generation (one shard below 4,096 posts).
 func newPostCache(size int, ttl time.Duration) *postCache {
-	half := max(size/2, 1)
-	return &postCache{ttl: ttl, half: half, cur: make(map[int64]*cachedPost, half), deleted: map[int64]int64{}}
+	n := 1
+	for n < 64 && size/(4*n) >= 1024 { // doubling keeps 1,024 per generation
+		n *= 2
+	}
+	c := &postCache{ttl: ttl, shards: make([]postShard, n), mask: uint64(n - 1)}
+	for i := range c.shards {
+		half := max(size/2/n, 1)
+		c.shards[i] = postShard{half: half, cur: make(map[int64]*cachedPost, half), deleted: map[int64]int64{}}
+	}
+	return c
+}
+
+// shard returns the shard of post id (Fibonacci hashing: Snowflake ids
+// share their low bits).
+func (c *postCache) shard(id int64) *postShard {
+	return &c.shards[(uint64(id)*0x9E3779B97F4A7C15>>32)&c.mask]
 }
 
 // lookup fills out[i] for every id the cache can answer now (deleted, or
@@ -60,10 +86,11 @@ func (c *postCache) lookup(ids []int64, now time.Time, feedFresh bool, out []*ca
 	if feedFresh {
 		cutoff = min(cutoff, now.Add(-feedTrustMaxAge).UnixNano())
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	for i, id := range ids {
-		p := c.getLocked(id)
+		sh := c.shard(id)
+		sh.mu.Lock()
+		p := sh.getLocked(id)
+		sh.mu.Unlock()
 		switch {
 		case p == nil:
 			ask = append(ask, i)
@@ -79,23 +106,23 @@ func (c *postCache) lookup(ids []int64, now time.Time, feedFresh bool, out []*ca
 }
 
 // getLocked returns the entry of id, promoting it from the old generation.
-func (c *postCache) getLocked(id int64) *cachedPost {
-	if p, ok := c.cur[id]; ok {
+func (sh *postShard) getLocked(id int64) *cachedPost {
+	if p, ok := sh.cur[id]; ok {
 		return p
 	}
-	p, ok := c.old[id]
+	p, ok := sh.old[id]
 	if !ok {
 		return nil
 	}
-	c.putLocked(id, p)
+	sh.putLocked(id, p)
 	return p
 }
 
-func (c *postCache) putLocked(id int64, p *cachedPost) {
-	if len(c.cur) >= c.half {
-		c.old, c.cur = c.cur, make(map[int64]*cachedPost, c.half)
+func (sh *postShard) putLocked(id int64, p *cachedPost) {
+	if len(sh.cur) >= sh.half {
+		sh.old, sh.cur = sh.cur, make(map[int64]*cachedPost, sh.half)
 	}
-	c.cur[id] = p
+	sh.cur[id] = p
 }
 
 // store records what the source of a confirmation said about a post and
@@ -104,15 +131,16 @@ func (c *postCache) putLocked(id int64, p *cachedPost) {
 // tombstone yet), whether it is known from the entry or from the feed.
 func (c *postCache) store(p *cachedPost) *cachedPost {
 	id := p.it.key.id
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if was := c.getLocked(id); was != nil && was.deleted {
+	sh := c.shard(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if was := sh.getLocked(id); was != nil && was.deleted {
 		return was
 	}
-	if _, gone := c.deleted[id]; gone && !p.deleted {
+	if _, gone := sh.deleted[id]; gone && !p.deleted {
 		p = p.asDeleted()
 	}
-	c.putLocked(id, p)
+	sh.putLocked(id, p)
 	return p
 }
 
@@ -126,19 +154,17 @@ func (p *cachedPost) asDeleted() *cachedPost {
 
 // markDeleted applies deletions learnt from the deletion feed at now.
 func (c *postCache) markDeleted(ids []int64, now time.Time) {
-	if len(ids) == 0 {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	for _, id := range ids {
-		c.deleted[id] = now.UnixNano()
-		if p, ok := c.cur[id]; ok && !p.deleted {
-			c.cur[id] = p.asDeleted()
+		sh := c.shard(id)
+		sh.mu.Lock()
+		sh.deleted[id] = now.UnixNano()
+		if p, ok := sh.cur[id]; ok && !p.deleted {
+			sh.cur[id] = p.asDeleted()
 		}
-		if p, ok := c.old[id]; ok && !p.deleted {
-			c.old[id] = p.asDeleted()
+		if p, ok := sh.old[id]; ok && !p.deleted {
+			sh.old[id] = p.asDeleted()
 		}
+		sh.mu.Unlock()
 	}
 }
 
@@ -147,18 +173,45 @@ func (c *postCache) markDeleted(ids []int64, now time.Time) {
 // deleted.
 func (c *postCache) forgetDeletionsBefore(t time.Time) {
 	cut := t.UnixNano()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for id, at := range c.deleted {
-		if at < cut {
-			delete(c.deleted, id)
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		for id, at := range sh.deleted {
+			if at < cut {
+				delete(sh.deleted, id)
+			}
 		}
+		sh.mu.Unlock()
 	}
 }
 
-// len returns the number of cached entries (both generations).
-func (c *postCache) len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.cur) + len(c.old)
+// knowsDeleted reports whether the feed's deletions hold id.
+func (c *postCache) knowsDeleted(id int64) bool {
+	sh := c.shard(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	_, ok := sh.deleted[id]
+	return ok
+}
+
+// evict drops id's body (not a deletion learnt from the feed).
+func (c *postCache) evict(id int64) {
+	sh := c.shard(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	delete(sh.cur, id)
+	delete(sh.old, id)
+}
+
+// len returns the number of cached entries (both generations) and of
+// deletions learnt from the feed.
+func (c *postCache) len() (bodies, deletions int) {
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		bodies += len(sh.cur) + len(sh.old)
+		deletions += len(sh.deleted)
+		sh.mu.Unlock()
+	}
+	return bodies, deletions
 }

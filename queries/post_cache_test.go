@@ -29,7 +29,7 @@ func TestPostCacheBoundedAndKeepsRecentlyUsed(t *testing.T) {
 		if id%5 == 0 && !hit(7) { // post 7 is read all the time
 			t.Fatalf("recently used post 7 evicted after %d inserts", id)
 		}
-		if n := c.len(); n > 10 {
+		if n, _ := c.len(); n > 10 {
 			t.Fatalf("cache holds %d entries, bound 10", n)
 		}
 	}
@@ -151,4 +151,25 @@ func TestPostCreatedRespectsTombstoneAndFloor(t *testing.T) {
 	}
 	// The own page shows the fresh post and hides the deleted one.
 	sameFeed(t, "own posts", b.readHome(u, 2), b.truth(u))
+}
+
+// A production-sized cache is split in shards and still holds at most its
+// size.
+func TestPostCacheShardedStaysBounded(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1000, 0)
+	c := newPostCache(100_000, time.Second)
+	if len(c.shards) != 32 {
+		t.Fatalf("%d shards for 100,000 posts, want 32 (at least 1,024 per generation each)", len(c.shards))
+	}
+	for id := int64(1); id <= 300_000; id++ {
+		c.store(&cachedPost{it: newItem(id, 1, "x", 1), checkedAt: now.UnixNano()})
+	}
+	if n, _ := c.len(); n > 100_000 || n < 50_000 {
+		t.Fatalf("%d entries after 300,000 stores into a 100,000-post cache", n)
+	}
+	out := make([]*cachedPost, 1)
+	if ask, _ := c.lookup([]int64{300_000}, now, false, out); len(ask) != 0 || out[0] == nil {
+		t.Fatal("the newest post is not cached")
+	}
 }

@@ -8,58 +8,73 @@ import (
 // recentSet remembers, per process, when something last happened to each
 // id, for window: the activity writes (at most one per user per interval)
 // and the failed write-throughs (probe PostgreSQL for that author until the
-// window has passed). It stays bounded: past 100,000 ids, expired ones are
-// dropped.
+// window has passed). Every home read asks both, so the ids are split over
+// shards, each with its own lock. It stays bounded: past 100,000 ids (over
+// all shards), expired ones are dropped.
 type recentSet struct {
 	window time.Duration
 
+	shards [recentShards]recentShard
+}
+
+const recentShards = 32
+
+type recentShard struct {
 	mu sync.Mutex
 	at map[int64]time.Time
+	_  [40]byte // keep shards' locks on separate cache lines
+}
+
+func (r *recentSet) shard(id int64) *recentShard {
+	return &r.shards[(uint64(id)*0x9E3779B97F4A7C15>>32)%recentShards]
 }
 
 // mark records id at now.
 func (r *recentSet) mark(id int64, now time.Time) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.markLocked(id, now)
+	sh := r.shard(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	r.markLocked(sh, id, now)
 }
 
 // markUnlessRecent records id at now and reports true, unless id was
 // marked within the window (then it reports false and changes nothing).
 func (r *recentSet) markUnlessRecent(id int64, now time.Time) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if t, ok := r.at[id]; ok && now.Sub(t) < r.window {
+	sh := r.shard(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if t, ok := sh.at[id]; ok && now.Sub(t) < r.window {
 		return false
 	}
-	r.markLocked(id, now)
+	r.markLocked(sh, id, now)
 	return true
 }
 
-func (r *recentSet) markLocked(id int64, now time.Time) {
-	if r.at == nil {
-		r.at = make(map[int64]time.Time)
+func (r *recentSet) markLocked(sh *recentShard, id int64, now time.Time) {
+	if sh.at == nil {
+		sh.at = make(map[int64]time.Time)
 	}
-	if len(r.at) > 100_000 {
-		for k, t := range r.at {
+	if len(sh.at) > 100_000/recentShards {
+		for k, t := range sh.at {
 			if now.Sub(t) >= r.window {
-				delete(r.at, k)
+				delete(sh.at, k)
 			}
 		}
 	}
-	r.at[id] = now
+	sh.at[id] = now
 }
 
 // has reports whether id was marked within the window.
 func (r *recentSet) has(id int64, now time.Time) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	t, ok := r.at[id]
+	sh := r.shard(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	t, ok := sh.at[id]
 	if !ok {
 		return false
 	}
 	if now.Sub(t) >= r.window {
-		delete(r.at, id)
+		delete(sh.at, id)
 		return false
 	}
 	return true
@@ -67,7 +82,8 @@ func (r *recentSet) has(id int64, now time.Time) bool {
 
 // forget drops id.
 func (r *recentSet) forget(id int64) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.at, id)
+	sh := r.shard(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	delete(sh.at, id)
 }
