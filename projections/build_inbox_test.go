@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -220,11 +221,29 @@ FROM generate_series(1, 6000) g`)
 	sqlBuildInboxes(t, w, rd.Client, ref, inboxMax, ttl)
 	want := inboxes(t, rd.Client, ref)
 
-	for _, mode := range []string{"restore", "zadd"} {
+	// "refused": a client whose RESTOREs carry a wrong checksum, so the
+	// server refuses every one and the build falls back to ZADD.
+	opt, err := redis.ParseURL(testenv.RedisURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	corrupt := &corruptRestores{}
+	refusing := redis.NewClient(opt)
+	refusing.AddHook(corrupt)
+	t.Cleanup(func() { _ = refusing.Close() })
+
+	for _, mode := range []string{"restore", "zadd", "refused"} {
 		keys := rkeys.Keys{Prefix: rd.Prefix + mode + ":"}
 		c := cfg
 		c.Keys = keys
-		p, err := projections.NewInbox(c, w.db.Pool, rd.Client, nil)
+		client := rd.Client
+		if mode == "refused" {
+			client = refusing
+			for _, u := range []int64{3, 4} {
+				rd.Client.ZAdd(ctx, keys.Inbox(u), redis.Z{Score: 1, Member: "1"})
+			}
+		}
+		p, err := projections.NewInbox(c, w.db.Pool, client, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -293,6 +312,36 @@ FROM generate_series(1, 6000) g`)
 				t.Errorf("%s: the existing member of inbox %d was not kept", mode, u)
 			}
 		}
+	}
+	if n := corrupt.refused.Load(); n == 0 {
+		t.Error("no RESTORE was refused in the refused mode (test premise)")
+	}
+}
+
+// corruptRestores flips a byte of every RESTORE payload's checksum, and
+// counts the RESTOREs the server refused.
+type corruptRestores struct{ refused atomic.Int64 }
+
+func (*corruptRestores) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (*corruptRestores) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (c *corruptRestores) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if args := cmd.Args(); cmd.Name() == "restore" && len(args) == 4 {
+				if b, ok := args[3].([]byte); ok {
+					b = append([]byte(nil), b...)
+					b[len(b)-1] ^= 0xFF
+					args[3] = b
+				}
+			}
+		}
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			if cmd.Name() == "restore" && cmd.Err() != nil {
+				c.refused.Add(1)
+			}
+		}
+		return err
 	}
 }
 

@@ -60,7 +60,9 @@ func TestListpackPayloadMatchesZADD(t *testing.T) {
 		}
 	}
 	cases["widths"] = w
-	for _, n := range []int{130, 501} {
+	// 501: the default inbox (a 2-byte RDB length); 1000: over 16 KB (the
+	// 5-byte length form).
+	for _, n := range []int{130, 501, 1000} {
 		var es []lpEntry
 		base := int64(1764498000000)
 		for i := range n {
@@ -83,9 +85,12 @@ func TestListpackPayloadMatchesZADD(t *testing.T) {
 		}
 		sorted := append([]lpEntry(nil), es...)
 		sortListpack(sorted)
-		payload, _, err := appendListpackPayload(nil, nil, sorted)
+		payload, lp, err := appendListpackPayload(nil, nil, sorted)
 		if err != nil {
 			t.Fatalf("%s: encode: %v", name, err)
+		}
+		if name == "inbox 1000" && len(lp) < 1<<14 {
+			t.Fatalf("%s: listpack of %d bytes, want over 16 KB", name, len(lp))
 		}
 		if err := rd.Client.Restore(ctx, restore, 0, string(payload)).Err(); err != nil {
 			t.Fatalf("%s: restore: %v", name, err)
