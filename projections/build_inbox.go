@@ -27,8 +27,8 @@ import (
 // followees and themselves, newest first by (created_at, id); the first
 // InboxMax are kept, the floor is the score of the one after them when
 // there is one (entries at or below it are left out, the bounded-add rule),
-// then ~built; the TTL is the user's last activity plus the inbox TTL.
-// Scores are created_at in milliseconds, members the post ids in decimal.
+// then ~built; the TTL is the user's last activity plus the inbox TTL (an
+// inbox that would expire before it is written is not written). Scores are created_at in milliseconds, members the post ids in decimal.
 // build_inbox_test.go checks it key by key, byte for byte, against that
 // SQL build and against a replay of the events through the projector.
 //
