@@ -22,10 +22,10 @@ type followHints struct {
 const hintShards = 32
 
 type hintShard struct {
-	mu       sync.Mutex
+	mu       sync.RWMutex
 	half     int
 	cur, old map[int64][]int64
-	_        [24]byte // keep shards' locks on separate cache lines
+	_        [16]byte // keep shards' locks on separate cache lines
 }
 
 // maxHintAuthors bounds one reader's hint (a page of 50 with over-fetch
@@ -47,12 +47,15 @@ func (h *followHints) shard(user int64) *hintShard {
 // get returns user's hinted authors (shared: do not modify).
 func (h *followHints) get(user int64) []int64 {
 	sh := h.shard(user)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if a, ok := sh.cur[user]; ok {
+	sh.mu.RLock()
+	a, ok := sh.cur[user]
+	sh.mu.RUnlock()
+	if ok {
 		return a
 	}
-	a, ok := sh.old[user]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	a, ok = sh.old[user]
 	if ok {
 		sh.putLocked(user, a)
 	}
@@ -71,11 +74,14 @@ func (h *followHints) set(user int64, authors []int64) {
 		authors = authors[:maxHintAuthors]
 	}
 	sh := h.shard(user)
+	sh.mu.RLock()
+	was, ok := sh.cur[user]
+	sh.mu.RUnlock()
+	if ok && slices.Equal(was, authors) {
+		return // the usual case: the same authors as last time
+	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if was, ok := sh.cur[user]; ok && slices.Equal(was, authors) {
-		return
-	}
 	sh.putLocked(user, slices.Clip(authors))
 }
 

@@ -40,8 +40,8 @@ type postCache struct {
 // postShard is one shard: its generations and the feed's deletions of
 // its ids.
 type postShard struct {
-	mu       sync.Mutex
-	half     int // entries per generation
+	mu       sync.RWMutex // read-locked for a hit in the new generation (most lookups)
+	half     int          // entries per generation
 	cur, old map[int64]*cachedPost
 	deleted  map[int64]int64 // deletions learnt from the feed: id -> unix nanos learnt
 	_        [16]byte        // keep shards' locks on separate cache lines
@@ -88,9 +88,14 @@ func (c *postCache) lookup(ids []int64, now time.Time, feedFresh bool, out []*ca
 	}
 	for i, id := range ids {
 		sh := c.shard(id)
-		sh.mu.Lock()
-		p := sh.getLocked(id)
-		sh.mu.Unlock()
+		sh.mu.RLock()
+		p, hit := sh.cur[id]
+		sh.mu.RUnlock()
+		if !hit {
+			sh.mu.Lock()
+			p = sh.getLocked(id) // promotes from the old generation
+			sh.mu.Unlock()
+		}
 		switch {
 		case p == nil:
 			ask = append(ask, i)

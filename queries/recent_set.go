@@ -20,9 +20,9 @@ type recentSet struct {
 const recentShards = 32
 
 type recentShard struct {
-	mu sync.Mutex
+	mu sync.RWMutex
 	at map[int64]time.Time
-	_  [40]byte // keep shards' locks on separate cache lines
+	_  [32]byte // keep shards' locks on separate cache lines
 }
 
 func (r *recentSet) shard(id int64) *recentShard {
@@ -41,6 +41,12 @@ func (r *recentSet) mark(id int64, now time.Time) {
 // marked within the window (then it reports false and changes nothing).
 func (r *recentSet) markUnlessRecent(id int64, now time.Time) bool {
 	sh := r.shard(id)
+	sh.mu.RLock()
+	t, ok := sh.at[id]
+	sh.mu.RUnlock()
+	if ok && now.Sub(t) < r.window {
+		return false // the usual case: marked recently
+	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if t, ok := sh.at[id]; ok && now.Sub(t) < r.window {
@@ -67,14 +73,18 @@ func (r *recentSet) markLocked(sh *recentShard, id int64, now time.Time) {
 // has reports whether id was marked within the window.
 func (r *recentSet) has(id int64, now time.Time) bool {
 	sh := r.shard(id)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
+	sh.mu.RLock()
 	t, ok := sh.at[id]
+	sh.mu.RUnlock()
 	if !ok {
 		return false
 	}
 	if now.Sub(t) >= r.window {
-		delete(sh.at, id)
+		sh.mu.Lock()
+		if t, ok := sh.at[id]; ok && now.Sub(t) >= r.window {
+			delete(sh.at, id)
+		}
+		sh.mu.Unlock()
 		return false
 	}
 	return true
