@@ -2,8 +2,10 @@ package projections_test
 
 import (
 	"context"
+	"flag"
 	"hash/fnv"
 	"math"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -27,8 +29,9 @@ import (
 //   - 24 authors, two per partition of the 12-partition topic (chosen by the
 //     producer's hash, so every partition is busy), with 1,000 to 5,000
 //     active followers each out of a pool of 5,000 users, 3 posts each;
-//   - every inbox full: 500 entries for the raw run, 500-550 (the sampled
-//     trims' steady state) for the projector, plus ~floor and ~built;
+//   - every inbox full: 500 entries for the raw run, 500 to 500 + trim
+//     slack (the sampled trims' steady state) for the projector, plus
+//     ~floor and ~built;
 //   - "entries/s": PostCreated messages published to the embedded broker
 //     until the inbox projector has written every entry;
 //   - "raw-1/s": ZADD + ZREMRANGEBYRANK per follower in 1,000-follower
@@ -38,6 +41,8 @@ import (
 //   - "redis-cpu-µs/entry" and "raw-redis-cpu-µs/entry": Redis main-thread
 //     CPU per entry in the projector run and the raw-12 run (INFO cpu), the
 //     work the design costs Redis apart from how the shared CPU was split;
+//     "pg-cpu-µs/entry": the CPU of the projector's PostgreSQL backends
+//     (/proc; the follower queries), which the raw runs do not pay;
 //   - "bytes/entry": MEMORY USAGE of a full 500-entry inbox / 500;
 //     "bytes/kept": the mean MEMORY USAGE of 200 of the projector's inboxes
 //     after the run / 500 (what the trim slack costs).
@@ -47,6 +52,9 @@ import (
 // cleanup, also when the benchmark fails.
 //
 //	go test -run '^$' -bench Fanout -benchtime 1x -count 3 ./projections/
+//
+// -fanout.cache-rows, -fanout.parallel and -fanout.slack change one lever
+// of the projector's config at a time (see their help).
 func BenchmarkFanout(b *testing.B) {
 	for _, enc := range []struct {
 		name     string
@@ -55,6 +63,13 @@ func BenchmarkFanout(b *testing.B) {
 		b.Run(enc.name, func(b *testing.B) { benchFanout(b, enc.listpack) })
 	}
 }
+
+// Knobs to measure one lever at a time (0 or -1: the default config).
+var (
+	benchCacheRows = flag.Int("fanout.cache-rows", 0, "BenchmarkFanout: the inbox projector's FollowerCacheRows (-1: off)")
+	benchParallel  = flag.Int("fanout.parallel", 0, "BenchmarkFanout: FanoutParallel")
+	benchSlack     = flag.Int("fanout.slack", -1, "BenchmarkFanout: InboxTrimSlack with InboxTrimEvery 16 (-1: the default policy)")
+)
 
 const (
 	benchPool       = 5000
@@ -238,7 +253,12 @@ func benchFanout(b *testing.B, listpack string) {
 
 		// The projector: PostCreated messages through Kafka, inbox group.
 		prefix := testenv.RandomName("t") + ":"
-		fill(prefix, func(v int64) int64 { return (v * 7) % 51 })
+		// The sampled trims' steady state: 0 to slack entries over the bound.
+		slack := int64(projections.DefaultConfig().InboxTrimSlack)
+		if *benchSlack >= 0 {
+			slack = int64(*benchSlack)
+		}
+		fill(prefix, func(v int64) int64 { return (v * 7) % (slack + 1) })
 		w.envs = w.envs[:0]
 		for p := 0; p < benchPosts; p++ {
 			for _, a := range authors {
@@ -257,7 +277,11 @@ func benchFanout(b *testing.B, listpack string) {
 		topic := bk.Topic(b, benchPartitions)
 		publish(b, bk.Addrs(), topic, warmup)
 		m, _ := projections.NewMetrics(nil)
-		ps, err := projections.New(projections.Config{Keys: rkeys.Keys{Prefix: prefix}}, w.db.Pool, rd.Client, m, projections.NameInbox)
+		cfg := projections.Config{Keys: rkeys.Keys{Prefix: prefix}, FollowerCacheRows: *benchCacheRows, FanoutParallel: *benchParallel}
+		if *benchSlack >= 0 { // with the sampling set, the slack is taken as it is
+			cfg.InboxTrimSlack, cfg.InboxTrimEvery = *benchSlack, 16
+		}
+		ps, err := projections.New(cfg, w.db.Pool, rd.Client, m, projections.NameInbox)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -277,6 +301,7 @@ func benchFanout(b *testing.B, listpack string) {
 			return m.EntriesWritten() >= 1
 		})
 		r0, s0 := cpuNow(b, rd.Client)
+		pg0 := pgCPU(b, w.db)
 		start := time.Now()
 		publish(b, bk.Addrs(), topic, posts)
 		for m.EntriesWritten() < int64(total)+1 {
@@ -287,10 +312,14 @@ func benchFanout(b *testing.B, listpack string) {
 		}
 		rate := float64(total) / time.Since(start).Seconds()
 		us, sus := cpuPerEntry(b, rd.Client, r0, s0, total)
+		pgUs := pgCPU(b, w.db).since(pg0) * 1e6 / float64(total)
 		cancel()
 		<-done
 		keys := rkeys.Keys{Prefix: prefix}
-		b.Logf("projector: %.0f/s, CPU µs/entry: Redis %.2f, process %.2f; inboxes are %s; whole run %v", rate, us, sus, rd.Client.ObjectEncoding(ctx, keys.Inbox(first)).Val(), time.Since(t0).Round(time.Millisecond))
+		b.Logf("projector: %.0f/s, CPU µs/entry: Redis %.2f, process %.2f, PostgreSQL %.2f; inboxes are %s; whole run %v", rate, us, sus, pgUs, rd.Client.ObjectEncoding(ctx, keys.Inbox(first)).Val(), time.Since(t0).Round(time.Millisecond))
+		if in, ok := ps[0].(*projections.Inbox); ok {
+			b.Logf("follower lists read from PostgreSQL: %d (cache rows %d)", in.FollowerLoads(), in.FollowerRows())
+		}
 		kept, sizes := keptBytes(b, rd.Client, keys, first)
 		b.Logf("projector inboxes after the run (200 sampled): sizes %v", sizes)
 		testenv.DeletePrefix(ctx, rd.Client, prefix)
@@ -303,6 +332,7 @@ func benchFanout(b *testing.B, listpack string) {
 		b.ReportMetric(kept, "bytes/kept")
 		b.ReportMetric(us, "redis-cpu-µs/entry")
 		b.ReportMetric(rawUs, "raw-redis-cpu-µs/entry")
+		b.ReportMetric(pgUs, "pg-cpu-µs/entry")
 	}
 	b.ReportMetric(bytesPerEntry(b, rd), "bytes/entry")
 }
@@ -376,4 +406,48 @@ func bytesPerEntry(b *testing.B, rd *testenv.Redis) float64 {
 	n := rd.Client.MemoryUsage(ctx, k, 0).Val()
 	b.Logf("full inbox: %s, MEMORY USAGE %d bytes", rd.Client.ObjectEncoding(ctx, k).Val(), n)
 	return float64(n) / 500
+}
+
+// pgTicks is the CPU time (clock ticks, /proc) used so far by the
+// PostgreSQL client backends of the benchmark's own database (not
+// autovacuum, which the fresh tables attract).
+type pgTicks map[int]int64
+
+// pgCPU reads the CPU ticks of db's backends (PostgreSQL on this machine).
+func pgCPU(b *testing.B, db *testenv.DB) pgTicks {
+	rows, err := db.Pool.Query(context.Background(), `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND backend_type = 'client backend'`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rows.Close()
+	out := pgTicks{}
+	for rows.Next() {
+		var pid int
+		if err := rows.Scan(&pid); err != nil {
+			b.Fatal(err)
+		}
+		stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			continue // not local, or gone
+		}
+		// Fields after the command name (which ends with ')'): utime and
+		// stime are the 12th and 13th.
+		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		if len(f) > 12 {
+			u, _ := strconv.ParseInt(f[11], 10, 64)
+			s, _ := strconv.ParseInt(f[12], 10, 64)
+			out[pid] = u + s
+		}
+	}
+	return out
+}
+
+// since is the CPU seconds used after t0 (backends started since count
+// whole); the kernel's clock ticks are 100 a second on Linux.
+func (t pgTicks) since(t0 pgTicks) float64 {
+	var d int64
+	for pid, v := range t {
+		d += v - t0[pid]
+	}
+	return float64(d) / 100
 }

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/feedco/feed/events"
 	"github.com/feedco/feed/internal/rkeys"
@@ -18,10 +21,11 @@ import (
 // on the downward celebrity crossing, removes an author's posts on unfollow,
 // and cleans deleted posts out of inboxes.
 type Inbox struct {
-	cfg Config
-	pg  Querier
-	rdb redis.UniversalClient
-	m   *Metrics
+	cfg   Config
+	pg    Querier
+	rdb   redis.UniversalClient
+	m     *Metrics
+	cache *followerCache // nil when FollowerCacheRows < 0
 }
 
 // NewInbox returns the inbox projector. m may be nil.
@@ -33,7 +37,10 @@ func NewInbox(cfg Config, pg Querier, rdb redis.UniversalClient, m *Metrics) (*I
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("new inbox projector: %w", err)
 	}
-	return &Inbox{cfg: cfg, pg: pg, rdb: rdb, m: m}, nil
+	// Lists longer than twice the celebrity threshold only come from
+	// replays of posts by authors who are celebrities now: not kept.
+	cache := newFollowerCache(cfg.FollowerCacheRows, int(min(2*cfg.CelebrityThreshold, math.MaxInt32)))
+	return &Inbox{cfg: cfg, pg: pg, rdb: rdb, m: m, cache: cache}, nil
 }
 
 // Name implements Projector.
@@ -44,6 +51,15 @@ func (p *Inbox) Group() string { return GroupFor(NameInbox, p.cfg.Keys.Version(N
 
 // Apply implements Projector.
 func (p *Inbox) Apply(ctx context.Context, _ events.Envelope, ev events.Event) error {
+	if d, ok := deliveryFrom(ctx); ok {
+		p.cache.observe(d)
+	}
+	switch e := ev.(type) {
+	case events.Followed:
+		p.cache.drop(e.FolloweeID)
+	case events.Unfollowed:
+		p.cache.drop(e.FolloweeID)
+	}
 	switch e := ev.(type) {
 	case events.PostCreated:
 		if e.AuthorFollowers >= p.cfg.CelebrityThreshold {
@@ -91,6 +107,19 @@ ORDER BY follower_id LIMIT $4`
 	// posts exist below the copied ones.
 	newestPostsSQL = `SELECT id, created_at FROM posts WHERE author_id = $1 AND NOT deleted
 ORDER BY created_at DESC, id DESC LIMIT $2`
+	// followersSeenSQL loads an author's follower list for the cache:
+	// every follower, their last_seen_at in Unix µs (NULL without a
+	// user_activity row), and PostgreSQL's clock, one row more than kept.
+	followersSeenSQL = `SELECT f.follower_id, (extract(epoch FROM a.last_seen_at) * 1000000)::bigint, (extract(epoch FROM now()) * 1000000)::bigint
+FROM follows f LEFT JOIN user_activity a ON a.user_id = f.follower_id
+WHERE f.followee_id = $1 ORDER BY f.follower_id LIMIT $2`
+	// recheckSQL asks about the cached followers the cache cannot decide:
+	// which of them ($1, by ordinal) are active, their last_seen_at, and
+	// whether their inbox is past its TTL: the conditions of
+	// activeFollowersSQL, evaluated now.
+	recheckSQL = `SELECT t.i, (extract(epoch FROM a.last_seen_at) * 1000000)::bigint, a.last_seen_at <= now() - $3::interval
+FROM unnest($1::bigint[]) WITH ORDINALITY t(id, i) JOIN user_activity a ON a.user_id = t.id
+WHERE a.last_seen_at > now() - $2::interval`
 	// authorPostsAmongSQL picks the author's posts out of an inbox's
 	// members, deleted ones included: they may still sit in inboxes.
 	authorPostsAmongSQL = `SELECT id FROM posts WHERE id = ANY($2::bigint[]) AND author_id = $1`
@@ -138,17 +167,26 @@ func (p *Inbox) eachFollowerPage(ctx context.Context, author int64, active bool,
 	}
 }
 
-// push fans one post out to the author's active followers, one pipeline
-// per page with one ZADD per follower and nothing else for most of them.
-// For one (post, follower) pair in InboxTrimEvery (a deterministic hash, so
-// a redelivery samples the same pairs), and for followers whose inbox is
-// past its TTL, the ZADD is followed by ZCARD and EXPIRE NX (the fallback
-// TTL when the inbox has none); a second pipeline then runs the bounded-add
-// script on the sampled inboxes that are over InboxMax + slack: it trims
-// back to InboxMax, raises the floor and removes what lies at or below it.
-// Plain commands, because a Lua call costs Redis about as much as eight of
-// them (docs/benchmarks.md, Projections). With InboxTrimEvery 1 every push
-// is the script with the post instead (exact trims).
+// push fans one post out to the author's active followers: pages of
+// FanoutBatch followers, up to FanoutParallel pages in flight at once (so
+// Redis stays busy while this handler builds the next pipeline or reads
+// PostgreSQL), each page one pipeline with one ZADD per follower and nothing
+// else for most of them. For one (post, follower) pair in InboxTrimEvery (a
+// deterministic hash, so a redelivery samples the same pairs), and for
+// followers whose inbox is past its TTL, the ZADD is followed by ZCARD and
+// EXPIRE NX (the fallback TTL when the inbox has none); a second pipeline
+// then runs trimScript (trim.go) on the sampled inboxes that are over
+// InboxMax + slack: it trims back to InboxMax, raises the floor and removes
+// what lies at or below it, walking only the entries it cuts. Plain
+// commands on the hot path: every ZADD on a listpack inbox already scans
+// the whole inbox, and anything more per push costs Redis on top of that
+// (docs/benchmarks.md, Projections). With
+// InboxTrimEvery 1 every push is the script with the post instead (exact
+// trims).
+//
+// Pages write disjoint inboxes, so their order does not matter; the message
+// is acknowledged only after every page succeeded (a failed page fails the
+// message, which is retried: every command here is idempotent).
 //
 // A plain ZADD does not look at the floor: a late push (its score at or
 // below a floor that a trim or backfill raised meanwhile) lands there and
@@ -156,58 +194,212 @@ func (p *Inbox) eachFollowerPage(ctx context.Context, author int64, active bool,
 // strictly above ~floor (docs/architecture.md), so it is never shown; it is
 // only memory for a while, and it counts towards the trim.
 func (p *Inbox) push(ctx context.Context, e events.PostCreated) error {
-	score := millis(e.CreatedAt)
-	member := itoa(e.PostID)
-	exact := p.cfg.InboxTrimEvery == 1
-	args := p.scriptArgs(nil, "", score, member)
-	ttl := p.cfg.inboxTTL()
-	// Both sentinels assumed present: a trim never starts early.
-	over := int64(p.cfg.InboxMax + p.cfg.InboxTrimSlack + 2)
-	z := redis.Z{Score: float64(score), Member: member}
-	return p.eachFollowerPage(ctx, e.AuthorID, true, func(ids []int64, expiring []bool) error {
-		adds := make([]*redis.IntCmd, 0, len(ids))
-		var scripts []*redis.Cmd
-		var cards []*redis.IntCmd
-		var sampledKeys []string
-		fill := func(pipe redis.Pipeliner) {
-			adds, scripts, cards, sampledKeys = adds[:0], scripts[:0], cards[:0], sampledKeys[:0]
-			for i, u := range ids {
-				k := p.cfg.Keys.Inbox(u)
-				if exact {
-					scripts = append(scripts, boundedAddScript.EvalSha(ctx, pipe, []string{k}, args...))
-					continue
-				}
-				adds = append(adds, pipe.ZAdd(ctx, k, z))
-				if expiring[i] || sampled(e.PostID, u, p.cfg.InboxTrimEvery) {
-					cards = append(cards, pipe.ZCard(ctx, k))
-					pipe.ExpireNX(ctx, k, ttl)
-					sampledKeys = append(sampledKeys, k)
-				}
-			}
-		}
-		if err := p.execScripts(ctx, fill); err != nil {
-			return fmt.Errorf("push post %d: %w", e.PostID, err)
-		}
-		added := 0
-		for _, c := range adds {
-			added += int(c.Val())
-		}
-		for _, c := range scripts {
-			n, _ := c.Int()
-			added += n
-		}
-		p.m.entries(NameInbox, added)
-		var trim []string
-		for i, c := range cards {
-			if c.Val() > over {
-				trim = append(trim, sampledKeys[i])
-			}
-		}
-		if err := p.bounded(ctx, trim, nil, ""); err != nil {
-			return fmt.Errorf("trim inboxes after post %d: %w", e.PostID, err)
-		}
+	pp := postPush{
+		post:  e.PostID,
+		z:     redis.Z{Score: float64(millis(e.CreatedAt)), Member: itoa(e.PostID)},
+		args:  p.scriptArgs(nil, "", millis(e.CreatedAt), itoa(e.PostID)),
+		exact: p.cfg.InboxTrimEvery == 1,
+		ttl:   p.cfg.inboxTTL(),
+		// Both sentinels assumed present: a trim never starts early.
+		over: int64(p.cfg.InboxMax + p.cfg.InboxTrimSlack + 2),
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(p.cfg.FanoutParallel)
+	err := p.eachPushPage(gctx, e.AuthorID, func(ids []int64, expiring []bool) error {
+		g.Go(func() error { return p.pushPage(gctx, pp, ids, expiring) })
 		return nil
 	})
+	if werr := g.Wait(); werr != nil {
+		return werr
+	}
+	return err
+}
+
+// postPush is what every page of one post's fan-out shares.
+type postPush struct {
+	post  int64
+	z     redis.Z
+	args  []any
+	exact bool
+	ttl   time.Duration
+	over  int64
+}
+
+// pushPage writes one page of a post's fan-out (see push).
+func (p *Inbox) pushPage(ctx context.Context, pp postPush, ids []int64, expiring []bool) error {
+	adds := make([]*redis.IntCmd, 0, len(ids))
+	var scripts []*redis.Cmd
+	var cards []*redis.IntCmd
+	var sampledKeys []string
+	fill := func(pipe redis.Pipeliner) {
+		adds, scripts, cards, sampledKeys = adds[:0], scripts[:0], cards[:0], sampledKeys[:0]
+		for i, u := range ids {
+			k := p.cfg.Keys.Inbox(u)
+			if pp.exact {
+				scripts = append(scripts, boundedAddScript.EvalSha(ctx, pipe, []string{k}, pp.args...))
+				continue
+			}
+			adds = append(adds, pipe.ZAdd(ctx, k, pp.z))
+			if expiring[i] || sampled(pp.post, u, p.cfg.InboxTrimEvery) {
+				cards = append(cards, pipe.ZCard(ctx, k))
+				pipe.ExpireNX(ctx, k, pp.ttl)
+				sampledKeys = append(sampledKeys, k)
+			}
+		}
+	}
+	if err := p.execScripts(ctx, fill); err != nil {
+		return fmt.Errorf("push post %d: %w", pp.post, err)
+	}
+	added := 0
+	for _, c := range adds {
+		added += int(c.Val())
+	}
+	for _, c := range scripts {
+		n, _ := c.Int()
+		added += n
+	}
+	p.m.entries(NameInbox, added)
+	var trim []string
+	for i, c := range cards {
+		if c.Val() > pp.over {
+			trim = append(trim, sampledKeys[i])
+		}
+	}
+	if err := p.trim(ctx, trim); err != nil {
+		return fmt.Errorf("trim inboxes after post %d: %w", pp.post, err)
+	}
+	return nil
+}
+
+// eachPushPage calls fn with the author's active followers, FanoutBatch at
+// a time, and per follower whether their inbox is past its TTL. With a
+// delivery in ctx (the runner's) it uses the follower cache; otherwise, or
+// for an author with too many followers to cache, it pages through
+// activeFollowersSQL.
+func (p *Inbox) eachPushPage(ctx context.Context, author int64, fn func(ids []int64, expiring []bool) error) error {
+	d, ok := deliveryFrom(ctx)
+	if !ok || p.cache == nil {
+		return p.eachFollowerPage(ctx, author, true, fn)
+	}
+	ids, expiring, ok, err := p.cachedTargets(ctx, d, author)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return p.eachFollowerPage(ctx, author, true, fn)
+	}
+	for lo := 0; lo < len(ids); lo += p.cfg.FanoutBatch {
+		hi := min(lo+p.cfg.FanoutBatch, len(ids))
+		if err := fn(ids[lo:hi], expiring[lo:hi]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// cachedTargets returns the author's active followers and, per follower,
+// whether their inbox is past its TTL: the answer of activeFollowersSQL,
+// from the follower cache (see followercache.go for why it is the same).
+// Followers whose cached last_seen_at makes them active and not past the
+// TTL (with clockMargin to spare) are taken as they are; the others are
+// asked again (recheckSQL). ok is false when the author has too many
+// followers to cache.
+func (p *Inbox) cachedTargets(ctx context.Context, d delivery, author int64) (ids []int64, expiring []bool, ok bool, err error) {
+	l := p.cache.get(d, author)
+	if l == nil {
+		if l, err = p.loadFollowers(ctx, author); err != nil || l == nil {
+			return nil, nil, false, err
+		}
+		p.cache.put(d, author, l)
+	}
+	ttl := p.cfg.inboxTTL()
+	fresh := time.Now().Add(l.skew - ttl + clockMargin).UnixMicro()
+	ids = make([]int64, 0, len(l.ids))
+	expiring = make([]bool, 0, len(l.ids))
+	var unsure []int64
+	var unsureAt []int
+	for i, id := range l.ids {
+		if l.seen[i].Load() > fresh {
+			ids = append(ids, id)
+			expiring = append(expiring, false)
+			continue
+		}
+		unsure = append(unsure, id)
+		unsureAt = append(unsureAt, i)
+	}
+	if len(unsure) == 0 {
+		return ids, expiring, true, nil
+	}
+	rows, err := p.pg.Query(ctx, recheckSQL, unsure, p.cfg.InactiveAfter, ttl)
+	if err != nil {
+		return nil, nil, false, fmt.Errorf("query activity of followers of %d: %w", author, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var ord, seen int64
+		var exp bool
+		if err := rows.Scan(&ord, &seen, &exp); err != nil {
+			return nil, nil, false, fmt.Errorf("scan follower activity: %w", err)
+		}
+		i := unsureAt[ord-1]
+		// last_seen_at only grows: remember it, so a follower who came
+		// back is not asked about again.
+		for s := &l.seen[i]; ; {
+			old := s.Load()
+			if seen <= old || s.CompareAndSwap(old, seen) {
+				break
+			}
+		}
+		ids = append(ids, l.ids[i])
+		expiring = append(expiring, exp)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, false, fmt.Errorf("query activity of followers of %d: %w", author, err)
+	}
+	return ids, expiring, true, nil
+}
+
+// loadFollowers reads the author's whole follower list for the cache, or
+// nil when it is longer than the cache keeps.
+func (p *Inbox) loadFollowers(ctx context.Context, author int64) (*followerList, error) {
+	before := time.Now()
+	p.cache.loads.Add(1)
+	rows, err := p.pg.Query(ctx, followersSeenSQL, author, p.cache.maxList+1)
+	if err != nil {
+		return nil, fmt.Errorf("query followers of %d: %w", author, err)
+	}
+	defer rows.Close()
+	var ids, seen []int64
+	var pgNow int64
+	for rows.Next() {
+		var id int64
+		var s *int64
+		if err := rows.Scan(&id, &s, &pgNow); err != nil {
+			return nil, fmt.Errorf("scan follower: %w", err)
+		}
+		ids = append(ids, id)
+		if s == nil {
+			seen = append(seen, noActivity)
+		} else {
+			seen = append(seen, *s)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("query followers of %d: %w", author, err)
+	}
+	if len(ids) > p.cache.maxList {
+		return nil, nil
+	}
+	l := &followerList{ids: ids, seen: make([]atomic.Int64, len(ids)), loaded: before}
+	for i, s := range seen {
+		l.seen[i].Store(s)
+	}
+	if len(ids) > 0 {
+		// now() is the query's start, after `before`: the estimate runs
+		// ahead, which only sends more followers to recheckSQL.
+		l.skew = time.UnixMicro(pgNow).Sub(before)
+	}
+	return l, nil
 }
 
 // sampled reports whether the push of post to user checks the inbox's size
@@ -245,12 +437,17 @@ func (p *Inbox) scriptArgs(pairs []any, raiseTo string, score int64, member stri
 // loaded and the whole pipeline run again, which is harmless because every
 // command in it is idempotent.
 func (p *Inbox) execScripts(ctx context.Context, fill func(redis.Pipeliner)) error {
+	return p.execScript(ctx, boundedAddScript, fill)
+}
+
+// execScript is execScripts for any one script s.
+func (p *Inbox) execScript(ctx context.Context, s *redis.Script, fill func(redis.Pipeliner)) error {
 	pipe := p.rdb.Pipeline()
 	fill(pipe)
 	_, err := pipe.Exec(ctx)
 	if err != nil && isNoScript(err) {
-		if lerr := boundedAddScript.Load(ctx, p.rdb).Err(); lerr != nil {
-			return fmt.Errorf("load bounded-add script: %w", lerr)
+		if lerr := s.Load(ctx, p.rdb).Err(); lerr != nil {
+			return fmt.Errorf("load script: %w", lerr)
 		}
 		pipe = p.rdb.Pipeline()
 		fill(pipe)

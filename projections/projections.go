@@ -92,7 +92,10 @@ type Config struct {
 	// InboxTrimSlack lets an inbox grow this far over InboxMax before it is
 	// trimmed back to InboxMax, so a push usually costs no trim. 0 trims on
 	// every push over the bound (slower, but byte-for-byte order
-	// independent; see docs/projections.md). Negative means 0.
+	// independent with InboxTrimEvery 1; see docs/projections.md). Negative
+	// means 0. The trim policy defaults as a pair: when both InboxTrimSlack
+	// and InboxTrimEvery are zero, both take DefaultConfig's values (16,
+	// 16); when InboxTrimEvery is set, InboxTrimSlack is taken as it is.
 	InboxTrimSlack int
 	// InboxTrimEvery: for one (post, follower) pair in this many, chosen by
 	// a hash of the pair (so a redelivery samples the same pairs), a push
@@ -113,6 +116,15 @@ type Config struct {
 	// FanoutBatch is the page size of follower queries and the number of
 	// inboxes written per Redis pipeline.
 	FanoutBatch int
+	// FanoutParallel is how many pages of one post's fan-out are written
+	// at once (pipelines in flight per message). Default 4.
+	FanoutParallel int
+	// FollowerCacheRows bounds the follower cache of the inbox projector
+	// (follower rows held, about 16 bytes each; see followercache.go):
+	// an author's followers are read from PostgreSQL once and reused for
+	// their next posts. Default 1<<20; negative turns the cache off (every
+	// post reads its followers again).
+	FollowerCacheRows int
 	// InactiveAfter: followers who have not read their feed for this long
 	// get no pushes (FEED_INACTIVE_AFTER).
 	InactiveAfter time.Duration
@@ -123,12 +135,14 @@ func DefaultConfig() Config {
 	return Config{
 		CelebrityThreshold: 10_000,
 		InboxMax:           500,
-		InboxTrimSlack:     50,
+		InboxTrimSlack:     16,
 		InboxTrimEvery:     16,
 		InboxTTLMargin:     time.Hour,
 		TimelineMax:        1000,
 		BackfillPosts:      20,
 		FanoutBatch:        1000,
+		FanoutParallel:     4,
+		FollowerCacheRows:  1 << 20,
 		InactiveAfter:      30 * 24 * time.Hour,
 	}
 }
@@ -141,6 +155,13 @@ func (c Config) withDefaults() Config {
 	c.Keys = c.Keys.Fixed()
 	c.CelebrityThreshold = cmp.Or(c.CelebrityThreshold, d.CelebrityThreshold)
 	c.InboxMax = cmp.Or(c.InboxMax, d.InboxMax)
+	// Zero slack is a meaningful setting (exact trims), so it defaults only
+	// together with the sampling: a caller that sets neither (`feed
+	// project`) gets the documented policy, not slack 0, which would run
+	// the trim script on nearly every sampled push.
+	if c.InboxTrimSlack == 0 && c.InboxTrimEvery == 0 {
+		c.InboxTrimSlack = d.InboxTrimSlack
+	}
 	if c.InboxTrimSlack < 0 {
 		c.InboxTrimSlack = 0
 	}
@@ -149,6 +170,8 @@ func (c Config) withDefaults() Config {
 	c.TimelineMax = cmp.Or(c.TimelineMax, d.TimelineMax)
 	c.BackfillPosts = cmp.Or(c.BackfillPosts, d.BackfillPosts)
 	c.FanoutBatch = cmp.Or(c.FanoutBatch, d.FanoutBatch)
+	c.FanoutParallel = cmp.Or(c.FanoutParallel, d.FanoutParallel)
+	c.FollowerCacheRows = cmp.Or(c.FollowerCacheRows, d.FollowerCacheRows)
 	c.InactiveAfter = cmp.Or(c.InactiveAfter, d.InactiveAfter)
 	return c
 }
@@ -164,6 +187,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("backfill posts %d: want 1..inbox max", c.BackfillPosts)
 	case c.FanoutBatch < 1:
 		return fmt.Errorf("fan-out batch %d: want at least 1", c.FanoutBatch)
+	case c.FanoutParallel < 1:
+		return fmt.Errorf("fan-out parallel %d: want at least 1", c.FanoutParallel)
 	case c.InactiveAfter <= 0:
 		return fmt.Errorf("inactive after %v: want a positive duration", c.InactiveAfter)
 	case c.InboxTrimEvery < 1:

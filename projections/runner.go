@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	wk "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/feedco/feed/events"
@@ -233,6 +234,13 @@ func (r *Runner) handler(p Projector) message.NoPublishHandlerFunc {
 		}
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(msg.Context()), r.cfg.HandlerTimeout)
 		defer cancel()
+		// The message's place in its partition: the inbox projector's
+		// follower cache relies on seeing every offset in order.
+		if part, ok := wk.MessagePartitionFromCtx(msg.Context()); ok {
+			if off, ok := wk.MessagePartitionOffsetFromCtx(msg.Context()); ok {
+				ctx = withDelivery(ctx, delivery{topic: r.cfg.Topic, partition: part, offset: off})
+			}
+		}
 		if err := p.Apply(ctx, env, ev); err != nil {
 			return fmt.Errorf("%s: apply %s %s: %w", p.Name(), env.Type, env.EventID, err)
 		}

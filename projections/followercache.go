@@ -1,0 +1,241 @@
+package projections
+
+import (
+	"context"
+	"math"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The follower cache saves the push path its PostgreSQL query: an author's
+// followers (every follower, with their last_seen_at) are read once and
+// reused for the author's next posts. Why that stays correct
+// (docs/projections.md, "Follower cache"):
+//
+//   - Follows change only with a Followed/Unfollowed event, in the same
+//     transaction, and that event is keyed by the followee: it sits in the
+//     author's partition, in commit order with the author's posts. A list
+//     loaded while handling offset o holds every follow change committed
+//     before the load; any later change has its event after o. The inbox
+//     projector drops an author's list when it handles a follow event of
+//     that author, so a list used for a post at offset p has seen every
+//     follow change whose event lies before p; the changes it lacks have
+//     their events after p, exactly the case of a fresh query that ran
+//     before they committed (the follow backfill or the unfollow removal
+//     that comes later fixes the inbox either way).
+//   - That argument needs every message between o and p to have passed
+//     through this projector. Each partition's offsets are tracked
+//     (observe): any offset other than the last one again (a retry) or the
+//     next one (a gap: a rebalance, a message that failed to decode, a
+//     redelivery from an older commit) drops the partition's lists. A
+//     message without a delivery (projections.Apply, tools) never uses the
+//     cache.
+//   - Activity is not an event. last_seen_at only grows (the query side
+//     writes GREATEST), so a follower whose cached last_seen_at already
+//     makes them active and not past the inbox TTL is so now; every other
+//     follower (inactive, expiring, or without activity at the time of the
+//     load) is asked again from PostgreSQL on every post, with the same
+//     conditions as the uncached query. A follower who came back is
+//     therefore pushed to exactly as before. The PostgreSQL clock is
+//     estimated from the load (its now() against ours), with a margin.
+//
+// Lists are bounded (FollowerCacheRows in all, longer lists are not kept),
+// evicted least recently used, and dropped after followerCacheMaxAge as a
+// guard against writes that bypass the event log (a hand-made fix in SQL).
+type followerCache struct {
+	mu      sync.Mutex
+	maxRows int
+	maxList int
+	rows    int
+	parts   map[partKey]*partFollowers
+	now     func() time.Time
+	loads   atomic.Int64 // lists read from PostgreSQL (tests)
+}
+
+const (
+	// followerCacheMaxAge bounds how long a list is reused.
+	followerCacheMaxAge = 10 * time.Minute
+	// clockMargin is how far the PostgreSQL clock estimate may be off
+	// before a follower near the TTL boundary is decided wrongly; such
+	// followers are asked again instead.
+	clockMargin = time.Minute
+	// noActivity is the cached last_seen_at of a follower without a
+	// user_activity row.
+	noActivity = math.MinInt64
+)
+
+type partKey struct {
+	topic     string
+	partition int32
+}
+
+type partFollowers struct {
+	last  int64 // offset of the last message observed
+	lists map[int64]*followerList
+}
+
+// followerList is one author's followers in follower-id order. ids and
+// skew never change; seen only grows (atomically: a partition's lists are
+// used by one handler at a time, but a rebalance can briefly overlap two).
+type followerList struct {
+	ids    []int64
+	seen   []atomic.Int64 // last_seen_at in Unix µs, noActivity when none
+	skew   time.Duration  // PostgreSQL's clock minus ours, at the load
+	loaded time.Time
+	used   time.Time
+}
+
+func newFollowerCache(maxRows, maxList int) *followerCache {
+	if maxRows <= 0 {
+		return nil
+	}
+	return &followerCache{maxRows: maxRows, maxList: min(maxList, maxRows), parts: map[partKey]*partFollowers{}, now: time.Now}
+}
+
+// observe records that the message d is being handled, and drops the
+// partition's lists unless d is the message observed last (a retry) or the
+// one right after it.
+func (c *followerCache) observe(d delivery) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := partKey{d.topic, d.partition}
+	pf := c.parts[k]
+	if pf == nil {
+		c.parts[k] = &partFollowers{last: d.offset, lists: map[int64]*followerList{}}
+		return
+	}
+	if d.offset != pf.last && d.offset != pf.last+1 {
+		c.clearLocked(pf)
+	}
+	pf.last = d.offset
+}
+
+// drop forgets the author's list, in whichever partition holds it.
+func (c *followerCache) drop(author int64) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, pf := range c.parts {
+		if l := pf.lists[author]; l != nil {
+			c.rows -= len(l.ids)
+			delete(pf.lists, author)
+		}
+	}
+}
+
+func (c *followerCache) clearLocked(pf *partFollowers) {
+	for _, l := range pf.lists {
+		c.rows -= len(l.ids)
+	}
+	clear(pf.lists)
+}
+
+// get returns the author's list in d's partition, or nil.
+func (c *followerCache) get(d delivery, author int64) *followerList {
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	pf := c.parts[partKey{d.topic, d.partition}]
+	if pf == nil {
+		return nil
+	}
+	l := pf.lists[author]
+	if l == nil {
+		return nil
+	}
+	now := c.now()
+	if now.Sub(l.loaded) > followerCacheMaxAge {
+		c.rows -= len(l.ids)
+		delete(pf.lists, author)
+		return nil
+	}
+	l.used = now
+	return l
+}
+
+// put keeps l as the author's list in d's partition, evicting the least
+// recently used lists when over the bound.
+func (c *followerCache) put(d delivery, author int64, l *followerList) {
+	if c == nil || len(l.ids) > c.maxList {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := partKey{d.topic, d.partition}
+	pf := c.parts[k]
+	if pf == nil {
+		pf = &partFollowers{last: d.offset, lists: map[int64]*followerList{}}
+		c.parts[k] = pf
+	}
+	if old := pf.lists[author]; old != nil {
+		c.rows -= len(old.ids)
+	}
+	l.used = c.now()
+	pf.lists[author] = l
+	c.rows += len(l.ids)
+	if c.rows > c.maxRows {
+		c.evictLocked(c.maxRows * 3 / 4)
+	}
+}
+
+// evictLocked drops the least recently used lists until at most keep rows
+// remain (in bulk, so the sort is amortised over many puts).
+func (c *followerCache) evictLocked(keep int) {
+	type ref struct {
+		pf     *partFollowers
+		author int64
+		l      *followerList
+	}
+	var all []ref
+	for _, pf := range c.parts {
+		for a, l := range pf.lists {
+			all = append(all, ref{pf, a, l})
+		}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].l.used.Before(all[j].l.used) })
+	for _, r := range all {
+		if c.rows <= keep {
+			return
+		}
+		c.rows -= len(r.l.ids)
+		delete(r.pf.lists, r.author)
+	}
+}
+
+// rowsHeld is the number of follower rows cached (for tests and metrics).
+func (c *followerCache) rowsHeld() int {
+	if c == nil {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.rows
+}
+
+// delivery is a message's place in the topic: the runner puts it in the
+// handler's context (withDelivery); projections.Apply has none.
+type delivery struct {
+	topic     string
+	partition int32
+	offset    int64
+}
+
+type deliveryKey struct{}
+
+func withDelivery(ctx context.Context, d delivery) context.Context {
+	return context.WithValue(ctx, deliveryKey{}, d)
+}
+
+func deliveryFrom(ctx context.Context) (delivery, bool) {
+	d, ok := ctx.Value(deliveryKey{}).(delivery)
+	return d, ok
+}
