@@ -108,16 +108,16 @@ ORDER BY follower_id LIMIT $4`
 	newestPostsSQL = `SELECT id, created_at FROM posts WHERE author_id = $1 AND NOT deleted
 ORDER BY created_at DESC, id DESC LIMIT $2`
 	// followersSeenSQL loads an author's follower list for the cache:
-	// every follower, their last_seen_at in Unix µs (NULL without a
-	// user_activity row), and PostgreSQL's clock, one row more than kept.
-	followersSeenSQL = `SELECT f.follower_id, (extract(epoch FROM a.last_seen_at) * 1000000)::bigint, (extract(epoch FROM now()) * 1000000)::bigint
+	// every follower, their last_seen_at (NULL without a user_activity
+	// row), and PostgreSQL's clock, one row more than kept.
+	followersSeenSQL = `SELECT f.follower_id, a.last_seen_at, now()
 FROM follows f LEFT JOIN user_activity a ON a.user_id = f.follower_id
 WHERE f.followee_id = $1 ORDER BY f.follower_id LIMIT $2`
 	// recheckSQL asks about the cached followers the cache cannot decide:
 	// which of them ($1, by ordinal) are active, their last_seen_at, and
 	// whether their inbox is past its TTL: the conditions of
 	// activeFollowersSQL, evaluated now.
-	recheckSQL = `SELECT t.i, (extract(epoch FROM a.last_seen_at) * 1000000)::bigint, a.last_seen_at <= now() - $3::interval
+	recheckSQL = `SELECT t.i, a.last_seen_at, a.last_seen_at <= now() - $3::interval
 FROM unnest($1::bigint[]) WITH ORDINALITY t(id, i) JOIN user_activity a ON a.user_id = t.id
 WHERE a.last_seen_at > now() - $2::interval`
 	// authorPostsAmongSQL picks the author's posts out of an inbox's
@@ -336,12 +336,13 @@ func (p *Inbox) cachedTargets(ctx context.Context, d delivery, author int64) (id
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var ord, seen int64
+		var ord int64
+		var at time.Time
 		var exp bool
-		if err := rows.Scan(&ord, &seen, &exp); err != nil {
+		if err := rows.Scan(&ord, &at, &exp); err != nil {
 			return nil, nil, false, fmt.Errorf("scan follower activity: %w", err)
 		}
-		i := unsureAt[ord-1]
+		i, seen := unsureAt[ord-1], at.UnixMicro()
 		// last_seen_at only grows: remember it, so a follower who came
 		// back is not asked about again.
 		for s := &l.seen[i]; ; {
@@ -370,10 +371,10 @@ func (p *Inbox) loadFollowers(ctx context.Context, author int64) (*followerList,
 	}
 	defer rows.Close()
 	var ids, seen []int64
-	var pgNow int64
+	var pgNow time.Time
 	for rows.Next() {
 		var id int64
-		var s *int64
+		var s *time.Time
 		if err := rows.Scan(&id, &s, &pgNow); err != nil {
 			return nil, fmt.Errorf("scan follower: %w", err)
 		}
@@ -381,7 +382,7 @@ func (p *Inbox) loadFollowers(ctx context.Context, author int64) (*followerList,
 		if s == nil {
 			seen = append(seen, noActivity)
 		} else {
-			seen = append(seen, *s)
+			seen = append(seen, s.UnixMicro())
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -397,7 +398,7 @@ func (p *Inbox) loadFollowers(ctx context.Context, author int64) (*followerList,
 	if len(ids) > 0 {
 		// now() is the query's start, after `before`: the estimate runs
 		// ahead, which only sends more followers to recheckSQL.
-		l.skew = time.UnixMicro(pgNow).Sub(before)
+		l.skew = pgNow.Sub(before)
 	}
 	return l, nil
 }
