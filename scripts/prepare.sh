@@ -61,6 +61,13 @@ conns=$(psqlq -c 'SHOW max_connections')
 if [ "$conns" -lt 500 ]; then
   psqlq -c "ALTER SYSTEM SET max_connections = 500"; need_restart=1
 fi
+# A seed of 50k users (15.5M events, docs/bench.md) thrashes the default
+# 128MB of shared buffers with random B-tree inserts; 1GB of this 24GB
+# development machine keeps the follows indexes in memory.
+sb=$(psqlq -c "SELECT setting::bigint * 8192 / 1048576 FROM pg_settings WHERE name = 'shared_buffers'")
+if [ "$sb" -lt 1024 ]; then
+  psqlq -c "ALTER SYSTEM SET shared_buffers = '1GB'"; need_restart=1
+fi
 if [ "$need_restart" = 1 ]; then
   say "restarting PostgreSQL to apply replication settings"
   pg_ctl restart
@@ -75,6 +82,14 @@ fi
 if [ "$(psqlq -c 'SHOW max_slot_wal_keep_size')" = "-1" ]; then
   say "capping max_slot_wal_keep_size at 8GB (development server)"
   psqlq -c "ALTER SYSTEM SET max_slot_wal_keep_size = '8GB'" -c "SELECT pg_reload_conf()" >/dev/null
+fi
+
+# 2c. Checkpoints: at the default max_wal_size (1GB) the tests and the seed
+#     force a checkpoint every few seconds, and every page written after one
+#     goes to the WAL whole again. 4GB (a reload) spaces them out.
+if [ "$(psqlq -c "SELECT setting::bigint FROM pg_settings WHERE name = 'max_wal_size'")" -lt 4096 ]; then
+  say "setting max_wal_size 4GB (development server)"
+  psqlq -c "ALTER SYSTEM SET max_wal_size = '4GB'" -c "SELECT pg_reload_conf()" >/dev/null
 fi
 
 # 3. The application database.
