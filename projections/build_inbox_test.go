@@ -106,11 +106,13 @@ FROM user_activity WHERE last_seen_at > now() - $1::interval + interval '1 secon
 
 // inboxKey is one inbox as compared: every member with its score, the
 // server's DUMP (the serialized encoding: equal DUMPs are byte-identical
-// sets), the TTL.
+// sets), the TTL and the expiry time it gives (the TTL's read time plus
+// the TTL: builds read at different times compare by expiry).
 type inboxKey struct {
-	zs   []redis.Z
-	dump string
-	ttl  time.Duration
+	zs      []redis.Z
+	dump    string
+	ttl     time.Duration
+	expires time.Time
 }
 
 // inboxes reads every inbox key under keys' prefix, by user.
@@ -125,11 +127,14 @@ func inboxes(t *testing.T, rdb redis.UniversalClient, keys rkeys.Keys) map[strin
 		if !ok || p != rkeys.ProjectionInbox {
 			continue
 		}
-		out[strings.TrimPrefix(k, keys.Prefix)] = inboxKey{
+		ik := inboxKey{
 			zs:   rdb.ZRangeWithScores(ctx, k, 0, -1).Val(),
 			dump: rdb.Dump(ctx, k).Val(),
-			ttl:  rdb.PTTL(ctx, k).Val(),
 		}
+		at := time.Now()
+		ik.ttl = rdb.PTTL(ctx, k).Val()
+		ik.expires = at.Add(ik.ttl)
+		out[strings.TrimPrefix(k, keys.Prefix)] = ik
 	}
 	if err := iter.Err(); err != nil {
 		t.Fatal(err)
@@ -285,8 +290,8 @@ FROM generate_series(1, 6000) g`)
 			if gv.dump != wv.dump {
 				t.Errorf("%s: %s: DUMP differs from the SQL build's", mode, k)
 			}
-			if gv.ttl <= 0 || wv.ttl <= 0 || (gv.ttl-wv.ttl).Abs() > 10*time.Second {
-				t.Errorf("%s: %s: TTL %v, the SQL build's %v", mode, k, gv.ttl, wv.ttl)
+			if gv.ttl <= 0 || wv.ttl <= 0 || gv.expires.Sub(wv.expires).Abs() > 10*time.Second {
+				t.Errorf("%s: %s: expires %v (TTL %v), the SQL build's %v (TTL %v)", mode, k, gv.expires, gv.ttl, wv.expires, wv.ttl)
 			}
 			for i, z := range wv.zs {
 				if z.Member == rkeys.SentinelFloor {
