@@ -41,7 +41,7 @@ func newFollowHints(users int) *followHints {
 }
 
 func (h *followHints) shard(user int64) *hintShard {
-	return &h.shards[(uint64(user)*0x9E3779B97F4A7C15>>32)%hintShards]
+	return &h.shards[spread(user)%hintShards]
 }
 
 // get returns user's hinted authors (shared: do not modify).

@@ -70,10 +70,14 @@ func newPostCache(size int, ttl time.Duration) *postCache {
 	return c
 }
 
-// shard returns the shard of post id (Fibonacci hashing: Snowflake ids
-// share their low bits).
+// spread hashes an id for picking a shard (Fibonacci hashing: Snowflake
+// ids share their low bits, sequential user ids their high ones). The
+// post cache, the recent sets and the follow hints shard by it.
+func spread(id int64) uint64 { return uint64(id) * 0x9E3779B97F4A7C15 >> 32 }
+
+// shard returns the shard of post id.
 func (c *postCache) shard(id int64) *postShard {
-	return &c.shards[(uint64(id)*0x9E3779B97F4A7C15>>32)&c.mask]
+	return &c.shards[spread(id)&c.mask]
 }
 
 // lookup fills out[i] for every id the cache can answer now (deleted, or

@@ -26,7 +26,7 @@ type recentShard struct {
 }
 
 func (r *recentSet) shard(id int64) *recentShard {
-	return &r.shards[(uint64(id)*0x9E3779B97F4A7C15>>32)%recentShards]
+	return &r.shards[spread(id)%recentShards]
 }
 
 // mark records id at now.
