@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -373,9 +372,7 @@ func (r *Rebuilder) build(ctx context.Context, p projections.Projector, prog *Pr
 		if horizon, err = r.startHorizon(ctx); err != nil {
 			return 0, unit, err
 		}
-		prog.Start(label, unit, count(`SELECT count(*) FROM events WHERE type = ANY($1) AND tx_id < $2::text::xid8`,
-			followTypes, strconv.FormatUint(horizon, 10)))
-		n, err = r.replayFollows(ctx, p, horizon, prog)
+		n, err = p.BuildFollowers(ctx, r.pool, horizon, stages{prog, label})
 	default:
 		return 0, "", fmt.Errorf("no build for %T", p)
 	}

@@ -1,0 +1,267 @@
+package projections
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+)
+
+// BuildFollowers writes the followers projection (docs/rebuild.md) from
+// the follow events of the log below horizon: the state that applying
+// every one of them through ApplyBatch, in position order, leaves, but
+// computed in memory and written once per key instead of two scripts per
+// event. For each follow pair only its newest event counts (the highest
+// stream version: the scripts' version guard makes every older one a
+// no-op in the end); for the celebrity set only each followee's newest
+// event by position (ApplyBatch moves the set on every event).
+//
+// horizon is a pg_snapshot xmax below which every transaction has
+// finished; events of later transactions are the catch-up's. The keys of
+// the Keys' version must not exist yet (a rebuild sweeps them first).
+//
+// Memory: 24 bytes per follow event of the log while it builds.
+func (p *Followers) BuildFollowers(ctx context.Context, pg Querier, horizon uint64, progress BuildProgress) (int64, error) {
+	if progress == nil {
+		progress = noProgress{}
+	}
+	progress.Stage("read follow events", "events", 0)
+	edges, last, err := readFollowEdges(ctx, pg, horizon, progress)
+	if err != nil {
+		return 0, err
+	}
+	n := int64(len(edges))
+	edges = newestPerPair(edges)
+
+	progress.Stage("write followers", "pairs", int64(len(edges)))
+	if err := p.writeFollowerHashes(ctx, edges, last, progress); err != nil {
+		return n, err
+	}
+	slices.SortFunc(edges, func(a, b followEdge) int {
+		return cmp.Or(cmp.Compare(a.follower, b.follower), cmp.Compare(a.followee, b.followee))
+	})
+	progress.Stage("write following", "pairs", int64(len(edges)))
+	if err := p.writeFollowing(ctx, edges, progress); err != nil {
+		return n, err
+	}
+	return n, nil
+}
+
+// followEdge is one follow event: the pair and vf = version<<1 | 1 for
+// Followed, 0 for Unfollowed.
+type followEdge struct {
+	follower, followee int64
+	vf                 int64
+}
+
+func (e followEdge) version() int64 { return e.vf >> 1 }
+func (e followEdge) follows() bool  { return e.vf&1 == 1 }
+
+// lastEvent is a followee's newest follow event by position: its
+// followee-follower count decides celebrity membership.
+type lastEvent struct{ position, after int64 }
+
+const followEdgesSQL = `SELECT position, stream_version, type = 'user.followed.v1',
+       (payload->>'followerId')::bigint, (payload->>'followeeId')::bigint,
+       coalesce((payload->>'followeeFollowers')::bigint, 0)
+FROM events
+WHERE type IN ('user.followed.v1', 'user.unfollowed.v1') AND tx_id < $1::text::xid8`
+
+// readFollowEdges reads every follow event below horizon in one streamed
+// query, in no particular order.
+func readFollowEdges(ctx context.Context, pg Querier, horizon uint64, progress BuildProgress) ([]followEdge, map[int64]lastEvent, error) {
+	rows, err := pg.Query(ctx, followEdgesSQL, strconv.FormatUint(horizon, 10))
+	if err != nil {
+		return nil, nil, fmt.Errorf("build followers: read follow events: %w", err)
+	}
+	defer rows.Close()
+	var edges []followEdge
+	last := map[int64]lastEvent{}
+	const tick = 50_000
+	for rows.Next() {
+		var pos, version, after int64
+		var follow bool
+		var e followEdge
+		if err := rows.Scan(&pos, &version, &follow, &e.follower, &e.followee, &after); err != nil {
+			return nil, nil, fmt.Errorf("build followers: read follow events: %w", err)
+		}
+		if version < 1 || version > 1<<61 {
+			return nil, nil, fmt.Errorf("build followers: follow event at %d with stream version %d: %w", pos, version, ErrPermanent)
+		}
+		e.vf = version << 1
+		if follow {
+			e.vf |= 1
+		}
+		edges = append(edges, e)
+		if l, ok := last[e.followee]; !ok || pos > l.position {
+			last[e.followee] = lastEvent{pos, after}
+		}
+		if len(edges)%tick == 0 {
+			progress.Add(tick)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("build followers: read follow events: %w", err)
+	}
+	progress.Add(len(edges) % tick)
+	return edges, last, nil
+}
+
+// newestPerPair sorts edges by (followee, follower) and keeps each pair's
+// newest event.
+func newestPerPair(edges []followEdge) []followEdge {
+	slices.SortFunc(edges, func(a, b followEdge) int {
+		return cmp.Or(cmp.Compare(a.followee, b.followee), cmp.Compare(a.follower, b.follower), cmp.Compare(b.vf, a.vf))
+	})
+	return slices.CompactFunc(edges, func(a, b followEdge) bool {
+		return a.followee == b.followee && a.follower == b.follower
+	})
+}
+
+// followerChunk is the number of fields per HSET or members per SADD, and
+// about the number per write pipeline; followerWriters pipelines are in
+// flight at once.
+const (
+	followerChunk   = 1024
+	followerWriters = 4
+)
+
+// pipelines runs fill's commands in pipelines of about followerChunk*8
+// arguments, followerWriters at a time, loading the scripts never (plain
+// commands only).
+type pipelines struct {
+	ctx      context.Context
+	rdb      redis.UniversalClient
+	g        *errgroup.Group
+	pipe     redis.Pipeliner
+	args     int
+	progress BuildProgress
+	pairs    int
+}
+
+func newPipelines(ctx context.Context, rdb redis.UniversalClient, progress BuildProgress) *pipelines {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(followerWriters)
+	return &pipelines{ctx: gctx, rdb: rdb, g: g, pipe: rdb.Pipeline(), progress: progress}
+}
+
+// added counts args queued and pairs written, and sends the pipeline when
+// it is full.
+func (w *pipelines) added(args, pairs int) {
+	w.args += args
+	w.pairs += pairs
+	if w.args >= followerChunk*8 {
+		w.flush()
+	}
+}
+
+func (w *pipelines) flush() {
+	if w.args == 0 && w.pipe.Len() == 0 {
+		return
+	}
+	pipe, pairs := w.pipe, w.pairs
+	w.pipe, w.args, w.pairs = w.rdb.Pipeline(), 0, 0
+	w.g.Go(func() error {
+		if _, err := pipe.Exec(w.ctx); err != nil {
+			return err
+		}
+		w.progress.Add(pairs)
+		return nil
+	})
+}
+
+func (w *pipelines) wait() error {
+	w.flush()
+	return w.g.Wait()
+}
+
+// writeFollowerHashes writes followers:{a} (each follower's newest pair
+// version and the count of current followers) and the celebrity set, from
+// edges sorted by followee.
+func (p *Followers) writeFollowerHashes(ctx context.Context, edges []followEdge, last map[int64]lastEvent, progress BuildProgress) error {
+	k := p.cfg.Keys
+	w := newPipelines(ctx, p.rdb, progress)
+	for i := 0; i < len(edges); {
+		a := edges[i].followee
+		j := i
+		for j < len(edges) && edges[j].followee == a {
+			j++
+		}
+		key := k.Followers(a)
+		var count int64
+		args := make([]any, 0, 2*min(j-i, followerChunk)+2)
+		for x := i; x < j; x++ {
+			e := edges[x]
+			if e.follows() {
+				count++
+			}
+			args = append(args, e.follower, e.version())
+			if len(args) == 2*followerChunk {
+				w.pipe.HSet(w.ctx, key, args...)
+				w.added(len(args), len(args)/2)
+				args = make([]any, 0, 2*min(j-x-1, followerChunk)+2)
+			}
+		}
+		args = append(args, "count", count)
+		w.pipe.HSet(w.ctx, key, args...)
+		w.added(len(args), len(args)/2-1)
+		i = j
+	}
+	var celebs []any
+	for a, l := range last {
+		if l.after >= p.cfg.CelebrityThreshold {
+			celebs = append(celebs, a)
+		}
+	}
+	for len(celebs) > 0 {
+		c := celebs[:min(len(celebs), followerChunk)]
+		celebs = celebs[len(c):]
+		w.pipe.SAdd(w.ctx, k.Celebrities(), c...)
+		w.added(len(c), 0)
+	}
+	if err := w.wait(); err != nil {
+		return fmt.Errorf("build followers: write follower counts: %w", err)
+	}
+	return nil
+}
+
+// writeFollowing writes following:{u} (the accounts u follows now) and
+// following_v:{u} (u's newest version of every pair), from edges sorted
+// by follower.
+func (p *Followers) writeFollowing(ctx context.Context, edges []followEdge, progress BuildProgress) error {
+	k := p.cfg.Keys
+	w := newPipelines(ctx, p.rdb, progress)
+	for i := 0; i < len(edges); {
+		u := edges[i].follower
+		j := i
+		for j < len(edges) && edges[j].follower == u {
+			j++
+		}
+		setKey, verKey := k.Following(u), k.FollowingVersions(u)
+		for lo := i; lo < j; lo += followerChunk {
+			hi := min(j, lo+followerChunk)
+			vers := make([]any, 0, 2*(hi-lo))
+			var members []any
+			for _, e := range edges[lo:hi] {
+				vers = append(vers, e.followee, e.version())
+				if e.follows() {
+					members = append(members, e.followee)
+				}
+			}
+			w.pipe.HSet(w.ctx, verKey, vers...)
+			if len(members) > 0 {
+				w.pipe.SAdd(w.ctx, setKey, members...)
+			}
+			w.added(len(vers)+len(members), hi-lo)
+		}
+		i = j
+	}
+	if err := w.wait(); err != nil {
+		return fmt.Errorf("build followers: write following sets: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,163 @@
+package projections_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+
+	"github.com/feedco/feed/events"
+	"github.com/feedco/feed/internal/rkeys"
+	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/projections"
+)
+
+// snapshotXmax is the horizon a rebuild takes: every transaction below it
+// has finished (nothing else writes this test's database).
+func snapshotXmax(t *testing.T, w *world) uint64 {
+	t.Helper()
+	var s string
+	if err := w.db.Pool.QueryRow(context.Background(), `SELECT pg_snapshot_xmax(pg_current_snapshot())::text`).Scan(&s); err != nil {
+		t.Fatal(err)
+	}
+	h, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// TestBuildFollowersMatchesProjectorReplay builds the followers projection
+// in bulk and compares every key with what the projector's own ApplyBatch
+// leaves after every event of the log in position order: random follows,
+// unfollows and re-follows (one pair with 6 versions or more), accounts that
+// cross the celebrity threshold up and back down, a follower whose last
+// account was unfollowed (an empty following set but a versions hash),
+// and a followee whose every follower left (count 0). Events committed
+// after the horizon are left out of the build, as they are the catch-up's.
+func TestBuildFollowersMatchesProjectorReplay(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	ctx := context.Background()
+	rd := testenv.NewRedis(t)
+	live := rkeys.Keys{Prefix: rd.Prefix + "live:"}
+	built := rkeys.Keys{Prefix: rd.Prefix + "built:"}
+	cfg := projections.Config{CelebrityThreshold: 6}
+
+	var users []int64
+	for range 14 {
+		users = append(users, w.user(true))
+	}
+	rng := rand.New(rand.NewPCG(7, 11))
+	following := map[[2]int64]bool{}
+	toggle := func(a, b int64) {
+		if following[[2]int64{a, b}] {
+			w.unfollow(a, b)
+		} else {
+			w.follow(a, b)
+		}
+		following[[2]int64{a, b}] = !following[[2]int64{a, b}]
+	}
+	// users[0] becomes a celebrity (everyone follows), then drops back
+	// under the threshold; users[1] crosses it and stays.
+	for _, u := range users[1:] {
+		toggle(u, users[0])
+	}
+	for _, u := range users[2:10] {
+		toggle(u, users[1])
+	}
+	for i := range 300 {
+		a, b := users[rng.IntN(len(users))], users[2+rng.IntN(len(users)-2)]
+		if a == b {
+			continue
+		}
+		toggle(a, b)
+		if i%50 == 0 {
+			toggle(users[5], users[4]) // one pair with many versions
+		}
+	}
+	for _, u := range users[1:11] {
+		if following[[2]int64{u, users[0]}] {
+			toggle(u, users[0])
+		}
+	}
+	// users[12] follows only users[13], then unfollows: an empty set.
+	for _, b := range users {
+		if following[[2]int64{users[12], b}] {
+			toggle(users[12], b)
+		}
+	}
+	toggle(users[12], users[13])
+	toggle(users[12], users[13])
+	// users[13]'s followers all leave: a count of 0.
+	for _, a := range users {
+		if following[[2]int64{a, users[13]}] {
+			toggle(a, users[13])
+		}
+	}
+	horizon := snapshotXmax(t, w)
+	before := len(w.envs)
+	toggle(users[2], users[3]) // after the horizon: not in the build
+	toggle(users[4], users[0])
+
+	lc := cfg
+	lc.Keys = live
+	lp, err := projections.NewFollowers(lc, rd.Client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var batch []projections.Decoded
+	for _, env := range w.envs[:before] {
+		ev, err := events.DefaultCodec.DecodeEnvelope(env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch = append(batch, projections.Decoded{Env: env, Ev: ev})
+	}
+	if err := lp.ApplyBatch(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+
+	bc := cfg
+	bc.Keys = built
+	bp, err := projections.NewFollowers(bc, rd.Client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &stages{}
+	n, err := bp.BuildFollowers(ctx, w.db.Pool, horizon, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var follows int
+	for _, env := range w.envs[:before] {
+		if env.Type == "user.followed.v1" || env.Type == "user.unfollowed.v1" {
+			follows++
+		}
+	}
+	if n != int64(follows) {
+		t.Errorf("build read %d follow events, the log has %d below the horizon", n, follows)
+	}
+
+	want, got := dump(t, rd.Client, live.Prefix), dump(t, rd.Client, built.Prefix)
+	if d := diff(want, got); d != "" {
+		t.Fatalf("bulk build differs from the projector's replay:\n%s", d)
+	}
+	// The data set exercised what it claims to.
+	if in := rd.Client.SMIsMember(ctx, built.Celebrities(), idstr(users[0]), idstr(users[1])).Val(); len(in) != 2 || in[0] || !in[1] {
+		t.Errorf("celebrity membership of users[0], users[1]: %v, want false (crossed back down), true", in)
+	}
+	if rd.Client.Exists(ctx, built.Following(users[12])).Val() != 0 || rd.Client.HLen(ctx, built.FollowingVersions(users[12])).Val() == 0 {
+		t.Errorf("users[12]: want no following set and a versions hash")
+	}
+	if c := rd.Client.HGet(ctx, built.Followers(users[13]), "count").Val(); c != "0" {
+		t.Errorf("users[13] follower count %q, want 0", c)
+	}
+	if v, _ := strconv.Atoi(rd.Client.HGet(ctx, built.Followers(users[4]), idstr(users[5])).Val()); v < 6 {
+		t.Errorf("users[5] -> users[4] version %d, want at least 6", v)
+	}
+	// Progress: every event read is counted, each write stage to its total.
+	if len(st.names) != 3 || st.added[0] != n || st.added[1] != st.totals[1] || st.added[2] != st.totals[2] || st.totals[1] == 0 {
+		t.Errorf("stages %v totals %v added %v", st.names, st.totals, st.added)
+	}
+}
