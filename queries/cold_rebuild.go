@@ -104,7 +104,9 @@ func (f *Feed) rebuildInbox(ctx context.Context, user int64) error {
 	}
 	pipe.ZAdd(ctx, k, redis.Z{Score: math.Inf(1), Member: rkeys.SentinelBuilt})
 	pipe.Expire(ctx, k, f.cfg.inboxTTL())
-	if _, err := pipe.Exec(ctx); err != nil {
+	_, err = pipe.Exec(ctx)
+	f.cache.invalidate(k) // written here: the next read sees it without waiting for Redis's invalidation
+	if err != nil {
 		return fmt.Errorf("write rebuilt inbox of %d: %w", user, err)
 	}
 	return nil

@@ -129,20 +129,13 @@ func (f *Feed) homeSegment(ctx context.Context, user int64, cur key, want int) (
 		}()
 	}
 
-	pipe := f.rdb.Pipeline()
-	inbox := addSetRead(ctx, pipe, f.keys.Inbox(user), cur, n, true)
-	own := addSetRead(ctx, pipe, f.keys.Timeline(user), cur, n, false)
-	// following_v:{u} outlives the set: a user who unfollowed their last
-	// account has no following:{u}, but must still have authors hidden.
-	// Both keys share the {u} hash tag, so this is one slot on Cluster.
-	followSet := pipe.Exists(ctx, f.keys.Following(user), f.keys.FollowingVersions(user))
-	// One SMISMEMBER following:{u} answers, in this pipeline, whether the
-	// caller follows each celebrity and each author their last page showed
-	// (the hint): a warm page needs no second round trip for the follow
-	// check.
+	// One SMISMEMBER following:{u} answers, in the same round trip,
+	// whether the caller follows each celebrity and each author their last
+	// page showed (the hint): a warm page needs no second round trip for
+	// the follow check.
 	hint := f.hints.get(user)
 	asked := make([]int64, 0, len(celebs)+len(hint))
-	args := make([]any, 0, len(celebs)+len(hint))
+	members := make([]string, 0, len(celebs)+len(hint))
 	isCeleb := make(map[int64]bool, len(celebs))
 	for _, c := range celebs {
 		if c.id == user {
@@ -150,38 +143,27 @@ func (f *Feed) homeSegment(ctx context.Context, user int64, cur key, want int) (
 		}
 		isCeleb[c.id] = true
 		asked = append(asked, c.id)
-		args = append(args, c.s)
+		members = append(members, c.s)
 	}
 	for _, a := range hint {
 		if a == user || isCeleb[a] {
 			continue
 		}
 		asked = append(asked, a)
-		args = append(args, strconv.FormatInt(a, 10))
+		members = append(members, strconv.FormatInt(a, 10))
 	}
-	var isMember *redis.BoolSliceCmd
-	if len(args) > 0 {
-		isMember = pipe.SMIsMember(ctx, f.keys.Following(user), args...)
-	}
-	err = execPipe(ctx, pipe)
+	rr, err := f.readHome(ctx, user, cur, n, members)
 	wg.Wait()
 	if err != nil {
-		return homeRead{}, false, fmt.Errorf("read inbox of %d: %w", user, err)
+		return homeRead{}, false, err
 	}
 	if probeErr != nil {
 		return homeRead{}, false, probeErr
 	}
-	inboxSrc, built, err := inbox.result()
-	if err != nil {
-		return homeRead{}, false, fmt.Errorf("read inbox of %d: %w", user, err)
-	}
-	if !built {
+	if !rr.inbox.built {
 		return homeRead{}, false, nil
 	}
-	ownSrc, _, err := own.result()
-	if err != nil {
-		return homeRead{}, false, fmt.Errorf("read own timeline of %d: %w", user, err)
-	}
+	inboxSrc, ownSrc := rr.inbox.src, rr.own.src
 	srcs := make([]source, 0, 4)
 	srcs = append(srcs, inboxSrc, ownSrc)
 	var pre map[int64]item
@@ -199,11 +181,8 @@ func (f *Feed) homeSegment(ctx context.Context, user int64, cur key, want int) (
 	}
 
 	follows := make(map[int64]bool, len(asked))
-	if isMember != nil {
-		is, err := isMember.Result()
-		if err != nil {
-			return homeRead{}, false, fmt.Errorf("read follows of %d: %w", user, err)
-		}
+	if len(asked) > 0 {
+		is := rr.member
 		var fc []int64
 		for i, a := range asked {
 			ok := i < len(is) && is[i]
@@ -220,7 +199,7 @@ func (f *Feed) homeSegment(ctx context.Context, user int64, cur key, want int) (
 	}
 	return homeRead{
 		seg: mergeSegment(cur, srcs),
-		vis: visibility{viewer: user, follows: follows, checkFollow: followSet.Val() > 0, pre: pre},
+		vis: visibility{viewer: user, follows: follows, checkFollow: rr.followSet, pre: pre},
 	}, true, nil
 }
 

@@ -2,6 +2,7 @@ package queries
 
 import (
 	"fmt"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -78,4 +79,30 @@ func newMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// registerReadCache exports the read cache's counters
+// (feed_query_read_cache_total{event}): hit, miss, stored, dropped (a
+// reply raced an invalidation or a reconnect and was not cached),
+// invalidated (keys), flush and generation (invalidation connections).
+func (m *Metrics) registerReadCache(reg prometheus.Registerer, c *readCache) error {
+	if reg == nil || c == nil {
+		return nil
+	}
+	for _, e := range []struct {
+		name string
+		v    *atomic.Int64
+	}{{"hit", &c.stats.hits}, {"miss", &c.stats.misses}, {"stored", &c.stats.stored}, {"dropped", &c.stats.dropped},
+		{"invalidated", &c.stats.invalidated}, {"flush", &c.stats.flushes}, {"generation", &c.stats.generations}} {
+		v := e.v
+		cf := prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "feed_query_read_cache_total",
+			Help:        "Read cache (Redis CLIENT TRACKING) events of the read side.",
+			ConstLabels: prometheus.Labels{"event": e.name},
+		}, func() float64 { return float64(v.Load()) })
+		if err := reg.Register(cf); err != nil {
+			return fmt.Errorf("register read cache metrics: %w", err)
+		}
+	}
+	return nil
 }

@@ -68,7 +68,12 @@ func (f *Feed) PostCreated(ctx context.Context, p NewPost) error {
 	pipe := f.rdb.Pipeline()
 	pipe.Eval(ctx, ownPostScript, []string{f.keys.Timeline(p.AuthorID)}, ms, strconv.FormatInt(p.ID, 10))
 	pipe.SetNX(ctx, f.keys.Post(p.ID), body, 0)
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	_, err = pipe.Exec(ctx)
+	// Read-your-writes: the author's next read must not wait for Redis's
+	// invalidation message of their timeline (a failed write may have
+	// applied too).
+	f.cache.invalidate(f.keys.Timeline(p.AuthorID))
+	if err != nil && !errors.Is(err, redis.Nil) {
 		f.recent.mark(p.AuthorID, now)
 		f.metrics.WriteThroughs.WithLabelValues("error").Inc()
 		return fmt.Errorf("write post %d through to Redis: %w", p.ID, err)

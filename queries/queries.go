@@ -91,6 +91,13 @@ type Config struct {
 	DeletionPollInterval time.Duration
 	// RebuildTimeout bounds one background inbox rebuild (default 10 s).
 	RebuildTimeout time.Duration
+	// ReadCacheKeys bounds the server-assisted client-side cache of the
+	// per-reader Redis reads of home pages (Redis CLIENT TRACKING, see
+	// read_cache.go and docs/queries.md "Read cache"), in Redis keys. Zero
+	// takes FEED_READ_CACHE_KEYS, else 100,000; negative, or
+	// FEED_READ_CACHE_KEYS=0, turns it off. Only a single-node
+	// *redis.Client gets the cache.
+	ReadCacheKeys int
 	// Registerer receives the metrics; nil registers nothing.
 	Registerer prometheus.Registerer
 	// Logger reports background failures; nil means slog.Default().
@@ -176,6 +183,7 @@ type Feed struct {
 	bg        sync.WaitGroup // background rebuilds and activity writes
 	deletions deletionFeed   // post deletions from the event log (deletion_feed.go)
 	hints     *followHints   // per reader, the authors to ask about in the first pipeline
+	cache     *readCache     // per-reader Redis reads (read_cache.go); nil when off
 }
 
 // followHintUsers bounds the readers whose follow hints a process keeps
@@ -207,6 +215,10 @@ func New(cfg Config, db DB, rdb redis.UniversalClient) (*Feed, error) {
 		}
 		cfg.Keys.Versions = lv
 	}
+	cacheKeys, err := readCacheKeys(cfg.ReadCacheKeys)
+	if err != nil {
+		return nil, err
+	}
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, err
@@ -221,6 +233,11 @@ func New(cfg Config, db DB, rdb redis.UniversalClient) (*Feed, error) {
 	f.recent.window = cfg.OwnPostsWindow
 	f.deletions = deletionFeed{interval: cfg.DeletionPollInterval, scanLimit: deletionScanLimit, wake: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{})}
+	f.cache = newReadCache(rdb, cacheKeys, cfg.Logger)
+	if err := m.registerReadCache(cfg.Registerer, f.cache); err != nil {
+		f.cache.close()
+		return nil, err
+	}
 	return f, nil
 }
 
@@ -237,6 +254,7 @@ func (f *Feed) Close() {
 	}
 	<-d.done
 	f.bg.Wait()
+	f.cache.close()
 }
 
 // useDeletionFeed is called by every read that hydrates: it starts the

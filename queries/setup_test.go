@@ -46,6 +46,11 @@ func setup(t *testing.T, cfg Config) *bundle {
 		t.Fatal(err)
 	}
 	t.Cleanup(f.Close)
+	// The tests write the read models with this client, then read: with the
+	// read cache on, each write waits until its invalidation has reached
+	// the cache (as the projectors' lag does in production), so the next
+	// read sees it.
+	r.Client.AddHook(cacheSyncHook{f})
 	// Snowflake-sized ids, with some of other lengths below (ties in one
 	// millisecond must order numerically, not as Redis orders bytes).
 	return &bundle{t: t, ctx: context.Background(), feed: f, db: db, rdb: r.Client, keys: cfg.Keys, reg: reg, next: 7_000_000_000_000_000_000}
@@ -332,6 +337,11 @@ type roundTrips struct{ n atomic.Int64 }
 func countRoundTrips(b *bundle) *roundTrips {
 	rt := &roundTrips{}
 	b.rdb.AddHook(rtHook{rt})
+	if g := b.feed.cache.current(); g != nil {
+		for _, tc := range g.conns { // the read cache's tracking connections
+			tc.cn.AddHook(rtHook{rt})
+		}
+	}
 	return rt
 }
 
@@ -351,4 +361,46 @@ func (h rtHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 		h.rt.n.Add(1)
 		return next(ctx, cmds)
 	}
+}
+
+// cacheSyncHook makes every write through the tests' client wait for the
+// read cache's invalidations (readCache.sync) before it returns.
+type cacheSyncHook struct{ f *Feed }
+
+func (cacheSyncHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h cacheSyncHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if !readOnlyCmd(cmd.Name()) {
+			if serr := h.f.cache.sync(ctx); serr != nil && err == nil {
+				err = serr
+			}
+		}
+		return err
+	}
+}
+
+func (h cacheSyncHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, c := range cmds {
+			if !readOnlyCmd(c.Name()) {
+				if serr := h.f.cache.sync(ctx); serr != nil && err == nil {
+					err = serr
+				}
+				break
+			}
+		}
+		return err
+	}
+}
+
+func readOnlyCmd(name string) bool {
+	switch name {
+	case "get", "mget", "exists", "smembers", "sismember", "smismember", "scard", "zscore", "zcard", "zrange",
+		"zrevrange", "zrangebyscore", "zrevrangebyscore", "ttl", "pttl", "hget", "hgetall", "scan", "type", "ping", "hello", "client":
+		return true
+	}
+	return false
 }

@@ -1,0 +1,219 @@
+package queries
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// homeReply is what a home segment reads from Redis about its reader.
+type homeReply struct {
+	inbox, own setResult
+	followSet  bool   // following:{u} or following_v:{u} exists
+	member     []bool // following:{u} membership of each asked member
+}
+
+// setResult is a read sorted set (see setRead.result). Cached replies are
+// shared between readers: never modified.
+type setResult struct {
+	src   source
+	built bool
+}
+
+// readHome reads, in one round trip at most, the reader's inbox and own
+// timeline from cur (n entries), whether their following set exists, and
+// whether it holds each of members. With the read cache on, whatever the
+// cache holds costs nothing, and a fully cached page costs no round trip.
+func (f *Feed) readHome(ctx context.Context, user int64, cur key, n int, members []string) (homeReply, error) {
+	g := f.cache.current()
+	if g == nil {
+		return f.readHomeDirect(ctx, user, cur, n, members)
+	}
+	r, err := f.readHomeCached(ctx, g, user, cur, n, members)
+	if err != nil && f.cache.current() != g {
+		// The generation ended under the read (its connections may be
+		// closing): read without the cache.
+		return f.readHomeDirect(ctx, user, cur, n, members)
+	}
+	return r, err
+}
+
+// readHomeDirect is the uncached read: one pipeline of four commands.
+func (f *Feed) readHomeDirect(ctx context.Context, user int64, cur key, n int, members []string) (homeReply, error) {
+	pipe := f.rdb.Pipeline()
+	inbox := addSetRead(ctx, pipe, f.keys.Inbox(user), cur, n, true)
+	own := addSetRead(ctx, pipe, f.keys.Timeline(user), cur, n, false)
+	// following_v:{u} outlives the set: a user who unfollowed their last
+	// account has no following:{u}, but must still have authors hidden.
+	// Both keys share the {u} hash tag, so this is one slot on Cluster.
+	followSet := pipe.Exists(ctx, f.keys.Following(user), f.keys.FollowingVersions(user))
+	var isMember *redis.BoolSliceCmd
+	if len(members) > 0 {
+		isMember = pipe.SMIsMember(ctx, f.keys.Following(user), anys(members)...)
+	}
+	if err := execPipe(ctx, pipe); err != nil {
+		return homeReply{}, fmt.Errorf("read inbox of %d: %w", user, err)
+	}
+	var r homeReply
+	var err error
+	if r.inbox.src, r.inbox.built, err = inbox.result(); err != nil {
+		return homeReply{}, fmt.Errorf("read inbox of %d: %w", user, err)
+	}
+	if r.own.src, r.own.built, err = own.result(); err != nil {
+		return homeReply{}, fmt.Errorf("read own timeline of %d: %w", user, err)
+	}
+	r.followSet = followSet.Val() > 0
+	if isMember != nil {
+		if r.member, err = isMember.Result(); err != nil {
+			return homeReply{}, fmt.Errorf("read follows of %d: %w", user, err)
+		}
+	}
+	return r, nil
+}
+
+// setSig is the cache signature of a sorted set read from cur.
+func setSig(cur key, n int, wantBuilt bool) string {
+	b := make([]byte, 0, 32)
+	b = append(b, 'z')
+	if wantBuilt {
+		b = append(b, 'b')
+	}
+	b = strconv.AppendInt(b, cur.ms, 10)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, int64(n), 10)
+	return string(b)
+}
+
+const existsSig = "x"
+
+// readHomeCached answers from the cache what it holds and reads the rest
+// in one pipeline through generation g's tracking connections, caching
+// each reply unless an invalidation raced it (see readCache).
+func (f *Feed) readHomeCached(ctx context.Context, g *cacheGen, user int64, cur key, n int, members []string) (homeReply, error) {
+	c := f.cache
+	now := time.Now().UnixNano()
+	kIn, kOwn := f.keys.Inbox(user), f.keys.Timeline(user)
+	kF, kFV := f.keys.Following(user), f.keys.FollowingVersions(user)
+	var r homeReply
+	tc := g.pick()
+	defer tc.mu.Unlock()
+	pipe := tc.cn.Pipeline()
+
+	// tickets before the commands are sent, one per key read
+	var inT, ownT, fT, fvT ticket
+	var inbox, own setRead
+	sigIn, sigOwn := setSig(cur, n, true), setSig(cur, n, false)
+	inHit, ownHit := false, false
+	if v, ok := c.lookup(kIn, sigIn, now); ok {
+		r.inbox, inHit = v.(setResult), true
+	} else {
+		inT = c.begin(g, kIn)
+		inbox = addSetRead(ctx, pipe, kIn, cur, n, true)
+	}
+	if v, ok := c.lookup(kOwn, sigOwn, now); ok {
+		r.own, ownHit = v.(setResult), true
+	} else {
+		ownT = c.begin(g, kOwn)
+		own = addSetRead(ctx, pipe, kOwn, cur, n, false)
+	}
+	var fEx, fvEx *redis.IntCmd
+	fHit, fvHit := false, false
+	if v, ok := c.lookup(kF, existsSig, now); ok {
+		r.followSet, fHit = v.(bool), true
+	}
+	if v, ok := c.lookup(kFV, existsSig, now); ok {
+		fvHit = true
+		r.followSet = r.followSet || v.(bool)
+	}
+	fTaken := false
+	if !fHit {
+		fT, fTaken = c.begin(g, kF), true
+		fEx = pipe.Exists(ctx, kF)
+	}
+	if !fvHit {
+		fvT = c.begin(g, kFV)
+		fvEx = pipe.Exists(ctx, kFV)
+	}
+	r.member = make([]bool, len(members))
+	var ask []int // indexes of members not cached
+	for i, m := range members {
+		v, ok := c.lookup(kF, "m"+m, now)
+		if !ok {
+			ask = append(ask, i)
+			continue
+		}
+		r.member[i] = v.(bool)
+	}
+	var isMember *redis.BoolSliceCmd
+	if len(ask) > 0 {
+		if !fTaken {
+			fT = c.begin(g, kF)
+		}
+		args := make([]any, len(ask))
+		for j, i := range ask {
+			args[j] = members[i]
+		}
+		isMember = pipe.SMIsMember(ctx, kF, args...)
+	}
+	if pipe.Len() == 0 {
+		return r, nil
+	}
+	if err := execPipe(ctx, pipe); err != nil {
+		// The connection may be gone, and with it what Redis tracked for
+		// it: the generation ends (the caller reads without the cache).
+		c.endGen(g)
+		return homeReply{}, fmt.Errorf("read inbox of %d: %w", user, err)
+	}
+	now = time.Now().UnixNano()
+	var err error
+	if !inHit {
+		if r.inbox.src, r.inbox.built, err = inbox.result(); err != nil {
+			return homeReply{}, fmt.Errorf("read inbox of %d: %w", user, err)
+		}
+		c.store(inT, kIn, sigIn, r.inbox, now)
+	}
+	if !ownHit {
+		if r.own.src, r.own.built, err = own.result(); err != nil {
+			return homeReply{}, fmt.Errorf("read own timeline of %d: %w", user, err)
+		}
+		c.store(ownT, kOwn, sigOwn, r.own, now)
+	}
+	if fEx != nil {
+		v, err := fEx.Result()
+		if err != nil {
+			return homeReply{}, fmt.Errorf("read follows of %d: %w", user, err)
+		}
+		r.followSet = r.followSet || v > 0
+		c.store(fT, kF, existsSig, v > 0, now)
+	}
+	if fvEx != nil {
+		v, err := fvEx.Result()
+		if err != nil {
+			return homeReply{}, fmt.Errorf("read follows of %d: %w", user, err)
+		}
+		r.followSet = r.followSet || v > 0
+		c.store(fvT, kFV, existsSig, v > 0, now)
+	}
+	if isMember != nil {
+		is, err := isMember.Result()
+		if err != nil || len(is) != len(ask) {
+			return homeReply{}, fmt.Errorf("read follows of %d: %w (%d answers for %d)", user, err, len(is), len(ask))
+		}
+		for j, i := range ask {
+			r.member[i] = is[j]
+			c.store(fT, kF, "m"+members[i], is[j], now)
+		}
+	}
+	return r, nil
+}
+
+func anys(ss []string) []any {
+	a := make([]any, len(ss))
+	for i, s := range ss {
+		a[i] = s
+	}
+	return a
+}

@@ -1,0 +1,595 @@
+package queries
+
+import (
+	"context"
+	"errors"
+	"hash/maphash"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// readCache is the server-assisted client-side cache of the per-reader
+// Redis reads of a home page (the inbox and own-timeline ranges, whether
+// following:{u} and following_v:{u} exist, and following:{u} memberships):
+// a repeated read of an unchanged inbox costs no Redis round trip.
+//
+// Redis CLIENT TRACKING in its default mode (the server remembers the
+// keys each tracking connection read) with REDIRECT: the reads that fill
+// the cache go over their own connections (a go-redis client per
+// generation, below), each of which turns tracking on at connect,
+// redirecting its invalidation messages to one connection subscribed to
+// __redis__:invalidate. A write to a key read through those connections
+// makes Redis send the key's name there; the entry is then dropped.
+//
+// Correctness:
+//
+//   - A value read before an invalidation is never cached after it. Every
+//     key hashes to a shard with an epoch; a read takes a ticket (the
+//     generation and its key's shard epoch) before it sends its commands,
+//     and stores its reply only if, under the shard lock, neither changed.
+//     Every invalidation of a key bumps its shard's epoch, so a reply that
+//     raced an invalidation (the write happened after Redis executed the
+//     read, and its invalidation arrived before the reply was stored) is
+//     dropped, never cached.
+//   - A generation is one life of the invalidation connection (its CLIENT
+//     ID). When that connection fails, times out on pings, or receives
+//     anything it cannot parse (a null payload: FLUSHALL, FLUSHDB), the
+//     whole cache is flushed and turned off, the generation's data
+//     connections (redirecting to a client id that no longer exists, so no
+//     longer told of writes) are closed, and a new connection subscribes;
+//     only when Redis confirms the subscription does a new generation (new
+//     data connections, redirecting to the new id) start filling the cache.
+//   - Entries also expire after maxAge (a minute), a bound on any staleness
+//     a lost invalidation could cause.
+//   - Writes by this process (PostCreated's write-through, a cold rebuild)
+//     invalidate their keys here synchronously, so read-your-writes does
+//     not wait for the invalidation message; writes by other processes
+//     (the projectors) become visible when their invalidation arrives,
+//     normally well under a millisecond after the write, far below the
+//     projectors' own lag.
+//
+// Bounded: at most maxKeys Redis keys, in two generations of half each per
+// shard (as the post cache), and at most maxSigs cached replies per key.
+type readCache struct {
+	log     *slog.Logger
+	base    redis.Options // the main client's options, for each generation's data client
+	inval   *redis.Client // the invalidation connection's client (RESP2: pubsub messages)
+	maxAge  int64         // nanos
+	pending atomic.Int64  // CLIENT ID of the invalidation connection, set when it connects
+	gen     atomic.Pointer[cacheGen]
+	shards  []rcShard
+	seed    maphash.Seed
+	stats   cacheStats
+
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	// Pings of the invalidation connection, in the order they were sent,
+	// and the pongs received: sync() waits for its own ping's pong.
+	pingMu     sync.Mutex
+	ps         *redis.PubSub
+	sent, recv uint64
+	waiters    []waiter
+}
+
+type waiter struct {
+	seq uint64
+	ch  chan struct{}
+}
+
+// cacheStats are the cache's counters (also exported as metrics).
+type cacheStats struct {
+	hits, misses, stored, dropped, invalidated, flushes, generations atomic.Int64
+}
+
+// cacheGen is one life of the invalidation connection and of the data
+// connections redirecting to it. Redis keeps the tracked keys per data
+// connection: one that closes takes its keys' future invalidations with
+// it. So the data connections are readCacheConns dedicated connections,
+// opened at the start, and the generation ends (the cache is flushed) on
+// any error of one, or on any connect beyond the first readCacheConns (a
+// connection replaced under the hood).
+type cacheGen struct {
+	id       int64         // the invalidation connection's CLIENT ID
+	client   *redis.Client // owns the dedicated connections
+	conns    []*trackConn
+	next     atomic.Uint32
+	connects atomic.Int64
+}
+
+// trackConn is one dedicated tracking connection; a *redis.Conn serves
+// one caller at a time.
+type trackConn struct {
+	mu sync.Mutex
+	cn *redis.Conn
+}
+
+// readCacheConns is the number of tracking connections of a generation:
+// only cache misses use them.
+const readCacheConns = 8
+
+// pick locks and returns a free connection, else waits for one.
+func (g *cacheGen) pick() *trackConn {
+	n := uint32(len(g.conns))
+	start := g.next.Add(1)
+	for i := range n {
+		tc := g.conns[(start+i)%n]
+		if tc.mu.TryLock() {
+			return tc
+		}
+	}
+	tc := g.conns[start%n]
+	tc.mu.Lock()
+	return tc
+}
+
+type rcShard struct {
+	mu       sync.Mutex
+	epoch    uint64 // bumped by every invalidation or flush touching the shard
+	half     int
+	cur, old map[string]*rcEntry
+	_        [24]byte
+}
+
+// rcEntry is what is cached for one Redis key: replies by signature (the
+// command and its arguments).
+type rcEntry struct {
+	vals map[string]rcVal
+}
+
+type rcVal struct {
+	v  any
+	at int64 // unix nanos stored
+}
+
+const (
+	readCacheShards     = 256
+	maxSigs             = 128 // cached replies per key (deeper pages, members)
+	invalidationChannel = "__redis__:invalidate"
+	readCachePing       = 250 * time.Millisecond // idle pings of the invalidation connection; a generation ended by a data connection restarts within it
+	readCacheMaxAge     = time.Minute
+)
+
+// ReadCacheEnv turns the read cache off ("0") or bounds it in Redis keys;
+// read by New when Config.ReadCacheKeys is zero.
+const ReadCacheEnv = "FEED_READ_CACHE_KEYS"
+
+// readCacheKeys returns the configured bound: Config.ReadCacheKeys, else
+// FEED_READ_CACHE_KEYS, else the default; 0 means off.
+func readCacheKeys(cfg int) (int, error) {
+	if cfg != 0 {
+		return max(cfg, 0), nil
+	}
+	if v := os.Getenv(ReadCacheEnv); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return 0, errors.New("queries: " + ReadCacheEnv + "=" + strconv.Quote(v) + ": want a number of keys, 0 for off")
+		}
+		return n, nil
+	}
+	return defaultReadCacheKeys, nil
+}
+
+// defaultReadCacheKeys: a reader's first page caches about five keys, so
+// about 20,000 active readers per process; an entry is a parsed range of
+// about 30 posts (under 1 KB), so at most about 100 MB, typically far less.
+const defaultReadCacheKeys = 100_000
+
+// newReadCache starts the invalidation connection of a cache of maxKeys
+// keys over the server rdb talks to. Only a single-node client
+// (*redis.Client) is supported; other clients get no cache (nil).
+func newReadCache(rdb redis.UniversalClient, maxKeys int, log *slog.Logger) *readCache {
+	c, ok := rdb.(*redis.Client)
+	if !ok || maxKeys <= 0 {
+		return nil
+	}
+	rc := &readCache{log: log, base: *c.Options(), maxAge: int64(readCacheMaxAge), seed: maphash.MakeSeed(), done: make(chan struct{})}
+	rc.shards = make([]rcShard, readCacheShards)
+	for i := range rc.shards {
+		half := max(maxKeys/2/readCacheShards, 1)
+		rc.shards[i] = rcShard{half: half, cur: make(map[string]*rcEntry)}
+	}
+	io := rc.base
+	io.Protocol = 2 // invalidations as pubsub messages
+	io.PoolSize, io.MinIdleConns, io.MaxIdleConns = 1, 0, 0
+	io.ClientName = "feed-read-cache-invalidations"
+	io.OnConnect = func(ctx context.Context, cn *redis.Conn) error {
+		id, err := cn.ClientID(ctx).Result()
+		if err != nil {
+			return err
+		}
+		rc.pending.Store(id)
+		return nil
+	}
+	rc.inval = redis.NewClient(&io)
+	ctx, cancel := context.WithCancel(context.Background())
+	rc.cancel = cancel
+	go rc.run(ctx)
+	return rc
+}
+
+// close stops the invalidation connection and the data connections.
+func (c *readCache) close() {
+	if c == nil {
+		return
+	}
+	c.cancel()
+	<-c.done
+	c.down()
+	_ = c.inval.Close()
+}
+
+// run keeps the invalidation connection subscribed and applies what it
+// receives, until ctx ends.
+func (c *readCache) run(ctx context.Context) {
+	defer close(c.done)
+	backoff := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		ps := c.inval.Subscribe(ctx, invalidationChannel)
+		c.pingMu.Lock()
+		c.ps, c.sent, c.recv = ps, 0, 0
+		c.pingMu.Unlock()
+		err := c.receive(ctx, ps)
+		c.pingMu.Lock()
+		c.ps = nil
+		c.pingMu.Unlock()
+		_ = ps.Close()
+		c.down()
+		if ctx.Err() != nil {
+			return
+		}
+		c.log.Warn("queries: read cache off until the invalidation connection is back", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// receive applies messages until something is wrong: a connection error,
+// an unanswered ping, or a message it cannot read (a null invalidation,
+// sent for FLUSHALL, is one): every one of them ends the generation.
+func (c *readCache) receive(ctx context.Context, ps *redis.PubSub) error {
+	pinged, subscribed := false, false
+	for {
+		if subscribed && c.gen.Load() == nil {
+			// A data connection ended the generation: start the next one.
+			if err := c.up(ctx, c.pending.Load()); err != nil {
+				return err
+			}
+		}
+		msg, err := ps.ReceiveTimeout(ctx, readCachePing)
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() && ctx.Err() == nil {
+				if pinged {
+					return errors.New("invalidation connection: no pong")
+				}
+				if _, err := c.ping(ctx); err != nil {
+					return err
+				}
+				pinged = true
+				continue
+			}
+			return err
+		}
+		pinged = false
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if m.Kind == "subscribe" && m.Channel == invalidationChannel {
+				subscribed = true
+				if err := c.up(ctx, c.pending.Load()); err != nil {
+					return err
+				}
+			}
+		case *redis.Message:
+			if m.Channel != invalidationChannel {
+				continue
+			}
+			if m.PayloadSlice == nil {
+				if m.Payload == "" {
+					return errors.New("invalidation without keys (flush)")
+				}
+				c.invalidate(m.Payload)
+				continue
+			}
+			for _, k := range m.PayloadSlice {
+				c.invalidate(k)
+			}
+		case *redis.Pong:
+			c.pong()
+		}
+	}
+}
+
+// up starts a generation redirecting to the invalidation connection id,
+// unless one runs.
+func (c *readCache) up(ctx context.Context, id int64) error {
+	if id == 0 {
+		return errors.New("invalidation connection without a client id")
+	}
+	if g := c.gen.Load(); g != nil && g.id == id {
+		return nil
+	}
+	o := c.base
+	o.Protocol = 2 // no RESP3 push handling on every read
+	o.ClientName = "feed-read-cache"
+	o.PoolSize, o.MinIdleConns, o.MaxIdleConns = readCacheConns, 0, readCacheConns
+	o.MaxRetries = -1      // an error ends the generation: never hidden by a retry on another connection
+	o.ConnMaxIdleTime = -1 // (dedicated connections are never idle in the pool anyway)
+	o.ConnMaxLifetime = 0
+	g := &cacheGen{id: id}
+	next := c.base.OnConnect
+	o.OnConnect = func(ctx context.Context, cn *redis.Conn) error {
+		if g.connects.Add(1) > readCacheConns {
+			c.endGen(g) // a replaced connection: its tracked keys are forgotten by Redis
+		}
+		if next != nil {
+			if err := next(ctx, cn); err != nil {
+				return err
+			}
+		}
+		return cn.Do(ctx, "CLIENT", "TRACKING", "ON", "REDIRECT", id).Err()
+	}
+	g.client = redis.NewClient(&o)
+	for range readCacheConns {
+		cn := g.client.Conn()
+		// Connect now: a server refusing tracking turns the cache off here
+		// rather than on every read.
+		if err := cn.Ping(ctx).Err(); err != nil {
+			_ = g.client.Close()
+			return err
+		}
+		g.conns = append(g.conns, &trackConn{cn: cn})
+	}
+	c.flush()
+	c.gen.Store(g)
+	c.stats.generations.Add(1)
+	go c.watch(ctx, g)
+	return nil
+}
+
+// watch pings g's idle data connections every readCachePing while g runs:
+// a connection the server closed while idle (its tracked keys forgotten)
+// ends the generation within that time, not at its next use.
+func (c *readCache) watch(ctx context.Context, g *cacheGen) {
+	t := time.NewTicker(readCachePing)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if c.gen.Load() != g {
+			return
+		}
+		for _, tc := range g.conns {
+			if !tc.mu.TryLock() {
+				continue // in use: its own errors end the generation
+			}
+			err := tc.cn.Ping(ctx).Err()
+			tc.mu.Unlock()
+			if err != nil {
+				c.endGen(g)
+				return
+			}
+		}
+	}
+}
+
+// endGen ends generation g if it still runs (a data connection failed):
+// the cache is flushed and off until the receive loop starts the next.
+func (c *readCache) endGen(g *cacheGen) {
+	if !c.gen.CompareAndSwap(g, nil) {
+		return
+	}
+	c.flush()
+	c.retire(g)
+}
+
+// retire closes g's connections once the reads in flight on it are done
+// (they will not store: their tickets hold g).
+func (c *readCache) retire(g *cacheGen) {
+	time.AfterFunc(10*time.Second, func() { _ = g.client.Close() })
+}
+
+// down ends the generation: the cache is flushed and off until the next.
+func (c *readCache) down() {
+	g := c.gen.Swap(nil)
+	c.flush()
+	c.wakeAll() // sync() callers: nothing cached is left to be stale
+	if g != nil {
+		c.retire(g)
+	}
+}
+
+// current returns the generation reads may use, nil when the cache is off.
+func (c *readCache) current() *cacheGen {
+	if c == nil {
+		return nil
+	}
+	return c.gen.Load()
+}
+
+func (c *readCache) shard(k string) *rcShard {
+	return &c.shards[maphash.String(c.seed, k)%readCacheShards]
+}
+
+// lookup returns the cached reply of sig on k.
+func (c *readCache) lookup(k, sig string, now int64) (any, bool) {
+	sh := c.shard(k)
+	sh.mu.Lock()
+	e := sh.cur[k]
+	if e == nil {
+		if e = sh.old[k]; e != nil {
+			sh.putLocked(k, e)
+		}
+	}
+	var v rcVal
+	ok := false
+	if e != nil {
+		v, ok = e.vals[sig]
+		if ok && now-v.at > c.maxAge {
+			delete(e.vals, sig)
+			ok = false
+		}
+	}
+	sh.mu.Unlock()
+	if ok {
+		c.stats.hits.Add(1)
+		return v.v, true
+	}
+	c.stats.misses.Add(1)
+	return nil, false
+}
+
+// ticket is what a read must still match when it stores its reply.
+type ticket struct {
+	gen   *cacheGen
+	epoch uint64
+}
+
+// begin takes the ticket of a read of k through g: before its commands
+// are sent.
+func (c *readCache) begin(g *cacheGen, k string) ticket {
+	sh := c.shard(k)
+	sh.mu.Lock()
+	e := sh.epoch
+	sh.mu.Unlock()
+	return ticket{gen: g, epoch: e}
+}
+
+// store caches v as the reply of sig on k, unless the generation ended or
+// an invalidation reached k's shard since t was taken.
+func (c *readCache) store(t ticket, k, sig string, v any, now int64) {
+	sh := c.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.epoch != t.epoch || c.gen.Load() != t.gen {
+		c.stats.dropped.Add(1)
+		return
+	}
+	e := sh.cur[k]
+	if e == nil {
+		if e = sh.old[k]; e == nil {
+			e = &rcEntry{vals: make(map[string]rcVal, 1)}
+		}
+		sh.putLocked(k, e)
+	}
+	if len(e.vals) >= maxSigs {
+		clear(e.vals)
+	}
+	e.vals[sig] = rcVal{v: v, at: now}
+	c.stats.stored.Add(1)
+}
+
+func (sh *rcShard) putLocked(k string, e *rcEntry) {
+	if _, ok := sh.cur[k]; !ok && len(sh.cur) >= sh.half {
+		sh.old, sh.cur = sh.cur, make(map[string]*rcEntry, sh.half)
+	}
+	sh.cur[k] = e
+	delete(sh.old, k)
+}
+
+// invalidate drops k and fails every read of its shard in flight.
+func (c *readCache) invalidate(k string) {
+	if c == nil {
+		return
+	}
+	sh := c.shard(k)
+	sh.mu.Lock()
+	sh.epoch++
+	delete(sh.cur, k)
+	delete(sh.old, k)
+	sh.mu.Unlock()
+	c.stats.invalidated.Add(1)
+}
+
+// flush drops everything and fails every read in flight.
+func (c *readCache) flush() {
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		sh.epoch++
+		clear(sh.cur)
+		sh.old = nil
+		sh.mu.Unlock()
+	}
+	c.stats.flushes.Add(1)
+}
+
+// sync returns once every invalidation Redis sent before the call has been
+// applied (or the cache is off): it pings the invalidation connection,
+// whose pong Redis queues after them. For tests, and for a caller that
+// wants a write by another client visible at once.
+func (c *readCache) sync(ctx context.Context) error {
+	if c == nil || c.current() == nil {
+		return nil
+	}
+	ch := make(chan struct{})
+	c.pingMu.Lock()
+	if c.ps == nil {
+		c.pingMu.Unlock()
+		return nil
+	}
+	c.sent++
+	c.waiters = append(c.waiters, waiter{seq: c.sent, ch: ch})
+	err := c.ps.Ping(ctx)
+	c.pingMu.Unlock()
+	if err != nil {
+		return err // the receive loop fails too, and flushes
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// ping sends a keep-alive ping on the invalidation connection.
+func (c *readCache) ping(ctx context.Context) (uint64, error) {
+	c.pingMu.Lock()
+	defer c.pingMu.Unlock()
+	if c.ps == nil {
+		return 0, nil
+	}
+	c.sent++
+	return c.sent, c.ps.Ping(ctx)
+}
+
+// pong counts a pong (they come in the order of the pings) and releases
+// the sync() callers whose ping it answers.
+func (c *readCache) pong() {
+	c.pingMu.Lock()
+	defer c.pingMu.Unlock()
+	c.recv++
+	kept := c.waiters[:0]
+	for _, w := range c.waiters {
+		if w.seq <= c.recv {
+			close(w.ch)
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	c.waiters = kept
+}
+
+func (c *readCache) wakeAll() {
+	c.pingMu.Lock()
+	defer c.pingMu.Unlock()
+	for _, w := range c.waiters {
+		close(w.ch)
+	}
+	c.waiters = nil
+}

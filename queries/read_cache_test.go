@@ -1,0 +1,322 @@
+package queries
+
+import (
+	"context"
+	"hash/maphash"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// cacheUp waits until the read cache's generation gen (1 the first) serves
+// reads, and returns it.
+func cacheUp(b *bundle, gen int64) *cacheGen {
+	b.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if g := b.feed.cache.current(); g != nil && b.feed.cache.stats.generations.Load() >= gen {
+			return g
+		}
+		if time.Now().After(deadline) {
+			b.t.Fatalf("read cache generation %d not up (at %d)", gen, b.feed.cache.stats.generations.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// otherClient is a second Redis client without the tests' sync hook: its
+// writes reach the cache only through Redis's invalidation messages, as
+// the projectors' do.
+func otherClient(b *bundle) *redis.Client {
+	c := redis.NewClient(b.rdb.(*redis.Client).Options())
+	b.t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// cachedFeed is a reader with a built inbox of three posts, read once (so
+// cached) and then read again without any Redis round trip.
+func cachedFeed(t *testing.T) (b *bundle, u, a int64) {
+	t.Helper()
+	b = setup(t, Config{})
+	b.useClock(newClock(time.Now())) // bodies stay trusted: round trips are exact
+	u, a = b.user(), b.user()
+	b.follow(u, a)
+	for i := range 3 {
+		b.post(a, base+int64(i))
+	}
+	b.projectAll(nil, []int64{u}, 500, 500)
+	cacheUp(b, 1)
+	// The first read caches the sets; the second the follow answers of
+	// the authors the first showed (its follow hint).
+	for range 2 {
+		if _, err := b.feed.Home(b.ctx, u, "", 20); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rt := countRoundTrips(b)
+	hits := b.feed.cache.stats.hits.Load()
+	p, err := b.feed.Home(b.ctx, u, "", 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Items) != 3 {
+		t.Fatalf("page of %d, want 3", len(p.Items))
+	}
+	if n := rt.n.Load(); n != 0 {
+		t.Fatalf("repeated read of an unchanged inbox took %d round trips, want 0", n)
+	}
+	if got := b.feed.cache.stats.hits.Load() - hits; got < 4 {
+		t.Fatalf("%d cache hits on the repeated read, want the inbox, the timeline and both EXISTS", got)
+	}
+	return b, u, a
+}
+
+// addToInbox writes a new post of a into u's inbox through c.
+func addToInbox(b *bundle, c *redis.Client, u, a, ms int64) key {
+	b.t.Helper()
+	k := b.post(a, ms)
+	b.cachePost(k)
+	if err := c.ZAdd(b.ctx, b.keys.Inbox(u), redis.Z{Score: float64(k.ms), Member: strconv.FormatInt(k.id, 10)}).Err(); err != nil {
+		b.t.Fatal(err)
+	}
+	return k
+}
+
+func firstItem(b *bundle, u int64) (key, int) {
+	b.t.Helper()
+	p, err := b.feed.Home(b.ctx, u, "", 20)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	if len(p.Items) == 0 {
+		b.t.Fatal("empty page")
+	}
+	return itemKey(b.t.(*testing.T), p.Items[0]), len(p.Items)
+}
+
+// A write to a cached inbox by another client is on the next read once its
+// invalidation has arrived (sync waits for exactly that).
+func TestReadCacheInboxWriteVisible(t *testing.T) {
+	t.Parallel()
+	b, u, a := cachedFeed(t)
+	inv := b.feed.cache.stats.invalidated.Load()
+	k := addToInbox(b, otherClient(b), u, a, base+10)
+	if err := b.feed.cache.sync(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.feed.cache.stats.invalidated.Load() - inv; got < 1 {
+		t.Fatalf("%d invalidations after the write, want the inbox", got)
+	}
+	if got, n := firstItem(b, u); got != k || n != 4 {
+		t.Fatalf("first item %v of %d, want the new post %v of 4", got, n, k)
+	}
+}
+
+// A reply read before a write whose invalidation arrives before the reply
+// is stored is never cached: the read itself may show the old inbox (it
+// was read before the write), the next one shows the new.
+func TestReadCacheInvalidationDuringRead(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	b.useClock(newClock(time.Now()))
+	u, a := b.user(), b.user()
+	b.follow(u, a)
+	for i := range 3 {
+		b.post(a, base+int64(i))
+	}
+	b.projectAll(nil, []int64{u}, 500, 500)
+	g := cacheUp(b, 1)
+	other := otherClient(b)
+	var armed atomic.Bool
+	var written key
+	hook := raceHook{after: func() {
+		if armed.CompareAndSwap(true, false) {
+			// The reply is read, not yet stored: a write lands and its
+			// invalidation is applied now.
+			written = addToInbox(b, other, u, a, base+10)
+			if err := b.feed.cache.sync(context.Background()); err != nil {
+				t.Error(err)
+			}
+		}
+	}}
+	for _, tc := range g.conns {
+		tc.cn.AddHook(hook)
+	}
+	dropped := b.feed.cache.stats.dropped.Load()
+	armed.Store(true)
+	if got, n := firstItem(b, u); n != 3 {
+		t.Fatalf("the raced read: first %v of %d, want the 3 posts read before the write", got, n)
+	}
+	if armed.Load() {
+		t.Fatal("the read did not go through the tracking connections")
+	}
+	if got := b.feed.cache.stats.dropped.Load() - dropped; got < 1 {
+		t.Fatalf("%d replies dropped, want the raced inbox", got)
+	}
+	if got, n := firstItem(b, u); got != written || n != 4 {
+		t.Fatalf("next read: first %v of %d, want the new post %v of 4 (a stale reply was cached)", got, n, written)
+	}
+}
+
+// raceHook runs after() when a pipeline's replies are read, before the
+// read path stores them.
+type raceHook struct{ after func() }
+
+func (raceHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (raceHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h raceHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		h.after()
+		return err
+	}
+}
+
+// When the invalidation connection drops, whatever Redis would have told
+// it is lost: the cache is flushed, and the next generation reads afresh.
+func TestReadCacheInvalidationConnectionLoss(t *testing.T) {
+	t.Parallel()
+	b, u, a := cachedFeed(t)
+	g := b.feed.cache.current()
+	other := otherClient(b)
+	flushes := b.feed.cache.stats.flushes.Load()
+	if err := other.Do(b.ctx, "CLIENT", "KILL", "ID", g.id).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Redis has no invalidation connection for this write's invalidation.
+	k := addToInbox(b, other, u, a, base+10)
+	cacheUp(b, 2)
+	if got := b.feed.cache.stats.flushes.Load() - flushes; got < 1 {
+		t.Fatalf("%d flushes, want one at the loss", got)
+	}
+	if got, n := firstItem(b, u); got != k || n != 4 {
+		t.Fatalf("first item %v of %d after the reconnect, want the new post %v of 4", got, n, k)
+	}
+	// The new generation caches and invalidates again.
+	if _, _ = firstItem(b, u); b.feed.cache.current() == nil {
+		t.Fatal("cache off")
+	}
+	k2 := addToInbox(b, other, u, a, base+11)
+	if err := b.feed.cache.sync(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := firstItem(b, u); got != k2 {
+		t.Fatalf("first item %v, want %v", got, k2)
+	}
+}
+
+// A data connection that drops takes what Redis tracked for it: the
+// generation ends (flushed) and the next one reads afresh.
+func TestReadCacheDataConnectionLoss(t *testing.T) {
+	t.Parallel()
+	b, u, a := cachedFeed(t)
+	g := b.feed.cache.current()
+	other := otherClient(b)
+	for _, tc := range g.conns {
+		tc.mu.Lock()
+		id, err := tc.cn.ClientID(b.ctx).Result()
+		tc.mu.Unlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := other.Do(b.ctx, "CLIENT", "KILL", "ID", id).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k := addToInbox(b, other, u, a, base+10)
+	cacheUp(b, 2)
+	if got, n := firstItem(b, u); got != k || n != 4 {
+		t.Fatalf("first item %v of %d after the data connections dropped, want the new post %v of 4", got, n, k)
+	}
+}
+
+// The author's own post is on their next read without waiting for Redis's
+// invalidation of their (cached) timeline.
+func TestReadCacheOwnPostLocalInvalidation(t *testing.T) {
+	t.Parallel()
+	b, u, _ := cachedFeed(t)
+	mine := b.post(u, time.Now().UnixMilli())
+	inv := b.feed.cache.stats.invalidated.Load()
+	b.created(u, mine)
+	if b.feed.cache.stats.invalidated.Load() == inv {
+		t.Fatal("PostCreated did not invalidate the author's timeline here")
+	}
+	if got, _ := firstItem(b, u); got != mine {
+		t.Fatalf("first item %v, want the own post %v", got, mine)
+	}
+}
+
+// FEED_READ_CACHE_KEYS=0 and a negative ReadCacheKeys turn the cache off;
+// the reads are as before.
+func TestReadCacheOff(t *testing.T) {
+	t.Setenv(ReadCacheEnv, "0")
+	b := setup(t, Config{})
+	if b.feed.cache != nil {
+		t.Fatal("cache on with FEED_READ_CACHE_KEYS=0")
+	}
+	u, a := b.user(), b.user()
+	b.follow(u, a)
+	k := b.post(a, base)
+	b.projectAll(nil, []int64{u}, 500, 500)
+	if got, n := firstItem(b, u); got != k || n != 1 {
+		t.Fatalf("first item %v of %d", got, n)
+	}
+	if n, err := readCacheKeys(-1); err != nil || n != 0 {
+		t.Fatalf("ReadCacheKeys -1: %d %v, want off", n, err)
+	}
+	t.Setenv(ReadCacheEnv, "x")
+	if _, err := readCacheKeys(0); err == nil {
+		t.Fatal("FEED_READ_CACHE_KEYS=x accepted")
+	}
+}
+
+// The cache's bound: a shard keeps at most two generations of half its
+// share of keys; an invalidation between a read's ticket and its store
+// keeps the reply out.
+func TestReadCacheBoundAndTicket(t *testing.T) {
+	c := &readCache{maxAge: int64(time.Minute), seed: maphash.MakeSeed()}
+	c.shards = make([]rcShard, readCacheShards)
+	for i := range c.shards {
+		c.shards[i] = rcShard{half: 2, cur: map[string]*rcEntry{}}
+	}
+	g := &cacheGen{}
+	c.gen.Store(g)
+	now := time.Now().UnixNano()
+	for i := range 10_000 {
+		k := "k" + strconv.Itoa(i)
+		c.store(c.begin(g, k), k, "s", i, now)
+	}
+	n := 0
+	for i := range c.shards {
+		n += len(c.shards[i].cur) + len(c.shards[i].old)
+		if len(c.shards[i].cur) > 2 || len(c.shards[i].old) > 2 {
+			t.Fatalf("shard %d: %d + %d keys, bound 2 + 2", i, len(c.shards[i].cur), len(c.shards[i].old))
+		}
+	}
+	if n > 4*readCacheShards {
+		t.Fatalf("%d keys cached", n)
+	}
+	tk := c.begin(g, "x")
+	c.invalidate("x")
+	c.store(tk, "x", "s", 1, now)
+	if _, ok := c.lookup("x", "s", now); ok {
+		t.Fatal("a reply raced by an invalidation was cached")
+	}
+	tk = c.begin(g, "x")
+	c.gen.Store(&cacheGen{})
+	c.store(tk, "x", "s", 1, now)
+	if _, ok := c.lookup("x", "s", now); ok {
+		t.Fatal("a reply of an ended generation was cached")
+	}
+	c.gen.Store(g)
+	c.store(c.begin(g, "x"), "x", "s", 1, now)
+	if _, ok := c.lookup("x", "s", now); !ok {
+		t.Fatal("not cached")
+	}
+	if _, ok := c.lookup("x", "s", now+int64(2*time.Minute)); ok {
+		t.Fatal("served past maxAge")
+	}
+}
