@@ -44,6 +44,7 @@ var (
 	readClients  = flag.Int("read.clients", 32, "BenchmarkReadHTTP: concurrent closed-loop clients of every phase")
 	readDuration = flag.Duration("read.duration", 3*time.Second, "BenchmarkReadHTTP: length of each measured phase")
 	readRounds   = flag.Int("read.rounds", 3, "BenchmarkReadHTTP: rounds of the three phases (medians are reported)")
+	readWrites   = flag.Int("read.writes", 0, "BenchmarkReadHTTP: inbox writes/s to random readers during every phase (each invalidates a cached inbox; 0: none)")
 	readClient   = flag.String("read.client", "raw", "BenchmarkReadHTTP: HTTP load generator, raw (one keep-alive connection per client, wrk-like) or std (net/http.Client)")
 )
 
@@ -98,7 +99,8 @@ func BenchmarkReadHTTP(b *testing.B) {
 	users := seedRead(b, ctx, db.Pool, r.Client, keys)
 	b.Logf("seeded %d users, %d posts in %v", len(users), *readPosts, time.Since(start).Round(time.Millisecond))
 
-	feed, err := queries.New(queries.Config{Keys: keys, Registerer: prometheus.NewRegistry()}, db.Pool, r.Client)
+	feedReg := prometheus.NewRegistry()
+	feed, err := queries.New(queries.Config{Keys: keys, Registerer: feedReg}, db.Pool, r.Client)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -252,6 +254,13 @@ func BenchmarkReadHTTP(b *testing.B) {
 		op   func(*rand.Rand) error
 	}{{"http GET /api/feed", httpRead}, {"sql pull query (seeds §6)", sqlRead}, {"redis ZREVRANGEBYSCORE+MGET", redisRead},
 		{"http, fixed page from memory", staticRead}, {"Feed.Home in process, no HTTP", homeRead}}
+	if *readWrites > 0 {
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go inboxWriter(ctx, r.Client, keys, users, *readWrites, stop, done)
+		defer func() { close(stop); <-done }()
+	}
+	cacheBefore := readCacheStats(b, feedReg)
 	res := make([][]phaseResult, len(phases))
 	b.ResetTimer()
 	for range *readRounds {
@@ -283,6 +292,12 @@ func BenchmarkReadHTTP(b *testing.B) {
 	hyd := feed.Metrics().Hydrations
 	fmt.Printf("post bodies hydrated during the run: from process memory %.0f, from Redis %.0f, from PostgreSQL %.0f\n",
 		counterValue(hyd.WithLabelValues("process")), counterValue(hyd.WithLabelValues("redis")), counterValue(hyd.WithLabelValues("pg")))
+	cacheAfter := readCacheStats(b, feedReg)
+	fmt.Printf("read cache (FEED_READ_CACHE_KEYS, %d inbox writes/s) during the rounds:", *readWrites)
+	for _, e := range []string{"hit", "miss", "stored", "dropped", "invalidated", "flush", "generation"} {
+		fmt.Printf(" %s %.0f", e, cacheAfter[e]-cacheBefore[e])
+	}
+	fmt.Println()
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(med[0].rate, "http-reads/s")
 	b.ReportMetric(ms(med[0].p99), "http-p99-ms")
@@ -291,6 +306,59 @@ func BenchmarkReadHTTP(b *testing.B) {
 	b.ReportMetric(med[0].rate/med[1].rate, "x-sql")
 	b.ReportMetric(med[0].rate/med[2].rate, "x-redis")
 	b.ReportMetric(med[3].rate, "static-http-reads/s")
+}
+
+// readCacheStats reads feed_query_read_cache_total by event.
+func readCacheStats(b *testing.B, reg *prometheus.Registry) map[string]float64 {
+	mfs, err := reg.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "feed_query_read_cache_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "event" {
+					out[l.GetValue()] = m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out
+}
+
+// inboxWriter changes random readers' inboxes, perSec a second, until
+// stop: each write adds and removes a member below every post (score
+// -inf, so no page shows it), which makes Redis invalidate the inbox as a
+// fan-out push does, without changing any page.
+func inboxWriter(ctx context.Context, rdb redis.UniversalClient, keys rkeys.Keys, users []int64, perSec int, stop, done chan struct{}) {
+	defer close(done)
+	rng := rand.New(rand.NewPCG(7, 7))
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	start, sent := time.Now(), 0
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		due := int(time.Since(start).Seconds()*float64(perSec)) - sent
+		if due <= 0 {
+			continue
+		}
+		pipe := rdb.Pipeline()
+		for range due {
+			k := keys.Inbox(users[rng.IntN(len(users))])
+			pipe.ZAdd(ctx, k, redis.Z{Score: math.Inf(-1), Member: "~bench-write"})
+			pipe.ZRem(ctx, k, "~bench-write")
+		}
+		_, _ = pipe.Exec(ctx)
+		sent += due
+	}
 }
 
 func counterValue(c prometheus.Counter) float64 {

@@ -138,15 +138,7 @@ func (f *Feed) readHomeCached(ctx context.Context, g *cacheGen, user int64, cur 
 		fvEx = pipe.Exists(ctx, kFV)
 	}
 	r.member = make([]bool, len(members))
-	var ask []int // indexes of members not cached
-	for i, m := range members {
-		v, ok := c.lookup(kF, "m"+m, now)
-		if !ok {
-			ask = append(ask, i)
-			continue
-		}
-		r.member[i] = v.(bool)
-	}
+	ask := c.lookupMembers(kF, members, r.member, now) // indexes of members not cached
 	var isMember *redis.BoolSliceCmd
 	if len(ask) > 0 {
 		if !fTaken {
@@ -204,8 +196,8 @@ func (f *Feed) readHomeCached(ctx context.Context, g *cacheGen, user int64, cur 
 		}
 		for j, i := range ask {
 			r.member[i] = is[j]
-			c.store(fT, kF, "m"+members[i], is[j], now)
 		}
+		c.storeMembers(fT, kF, members, ask, is, now)
 	}
 	return r, nil
 }

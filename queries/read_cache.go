@@ -141,7 +141,13 @@ type rcShard struct {
 // rcEntry is what is cached for one Redis key: replies by signature (the
 // command and its arguments).
 type rcEntry struct {
-	vals map[string]rcVal
+	vals    map[string]rcVal
+	members map[string]rcMember // set membership answers (SMISMEMBER), by member
+}
+
+type rcMember struct {
+	is bool
+	at int64
 }
 
 type rcVal struct {
@@ -151,7 +157,8 @@ type rcVal struct {
 
 const (
 	readCacheShards     = 256
-	maxSigs             = 128 // cached replies per key (deeper pages, members)
+	maxSigs             = 128  // cached replies per key (deeper pages)
+	maxMembers          = 1024 // cached membership answers per set
 	invalidationChannel = "__redis__:invalidate"
 	readCachePing       = 250 * time.Millisecond // idle pings of the invalidation connection; a generation ended by a data connection restarts within it
 	readCacheMaxAge     = time.Minute
@@ -481,16 +488,79 @@ func (c *readCache) store(t ticket, k, sig string, v any, now int64) {
 	}
 	e := sh.cur[k]
 	if e == nil {
-		if e = sh.old[k]; e == nil {
-			e = &rcEntry{vals: make(map[string]rcVal, 1)}
-		}
-		sh.putLocked(k, e)
+		e = c.entryLocked(sh, k)
+	}
+	if e.vals == nil {
+		e.vals = make(map[string]rcVal, 1)
 	}
 	if len(e.vals) >= maxSigs {
 		clear(e.vals)
 	}
 	e.vals[sig] = rcVal{v: v, at: now}
 	c.stats.stored.Add(1)
+}
+
+// entryLocked returns k's entry, made (and promoted) if need be.
+func (c *readCache) entryLocked(sh *rcShard, k string) *rcEntry {
+	e := sh.cur[k]
+	if e == nil {
+		if e = sh.old[k]; e == nil {
+			e = &rcEntry{}
+		}
+		sh.putLocked(k, e)
+	}
+	return e
+}
+
+// lookupMembers fills is with the cached membership answers of members in
+// set k and returns the indexes of those not cached, in one lock.
+func (c *readCache) lookupMembers(k string, members []string, is []bool, now int64) []int {
+	sh := c.shard(k)
+	sh.mu.Lock()
+	e := sh.cur[k]
+	if e == nil {
+		if e = sh.old[k]; e != nil {
+			sh.putLocked(k, e)
+		}
+	}
+	var ask []int
+	for i, m := range members {
+		var v rcMember
+		ok := false
+		if e != nil {
+			v, ok = e.members[m]
+			ok = ok && now-v.at <= c.maxAge
+		}
+		if !ok {
+			ask = append(ask, i)
+			continue
+		}
+		is[i] = v.is
+	}
+	sh.mu.Unlock()
+	c.stats.hits.Add(int64(len(members) - len(ask)))
+	c.stats.misses.Add(int64(len(ask)))
+	return ask
+}
+
+// storeMembers caches the answers is[j] of members[ask[j]] in set k (as
+// store: unless raced).
+func (c *readCache) storeMembers(t ticket, k string, members []string, ask []int, is []bool, now int64) {
+	sh := c.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.epoch != t.epoch || c.gen.Load() != t.gen {
+		c.stats.dropped.Add(int64(len(ask)))
+		return
+	}
+	e := c.entryLocked(sh, k)
+	if e.members == nil || len(e.members)+len(ask) > maxMembers {
+		e.members = make(map[string]rcMember, len(ask))
+	}
+	for j, i := range ask {
+		e.members[members[i]] = rcMember{is: is[j], at: now}
+	}
+	c.stats.stored.Add(int64(len(ask)))
 }
 
 func (sh *rcShard) putLocked(k string, e *rcEntry) {
