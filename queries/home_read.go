@@ -153,7 +153,9 @@ func (f *Feed) readHomeCached(ctx context.Context, g *cacheGen, user int64, cur 
 	if pipe.Len() == 0 {
 		return r, nil
 	}
-	if err := execPipe(ctx, pipe); err != nil {
+	// Not cancelled with the request: a read cut halfway would leave the
+	// dedicated connection unusable and end the generation.
+	if err := execPipe(context.WithoutCancel(ctx), pipe); err != nil {
 		// The connection may be gone, and with it what Redis tracked for
 		// it: the generation ends (the caller reads without the cache).
 		c.endGen(g)

@@ -68,8 +68,9 @@ type readCache struct {
 	seed    maphash.Seed
 	stats   cacheStats
 
-	cancel context.CancelFunc
-	done   chan struct{}
+	cancel  context.CancelFunc
+	done    chan struct{}
+	closing atomic.Bool // close(): retire connections at once
 
 	// Pings of the invalidation connection, in the order they were sent,
 	// and the pongs received: sync() waits for its own ping's pong.
@@ -157,8 +158,8 @@ type rcVal struct {
 
 const (
 	readCacheShards     = 256
-	maxSigs             = 128  // cached replies per key (deeper pages)
-	maxMembers          = 1024 // cached membership answers per set
+	maxSigs             = 128 // cached replies per key (deeper pages)
+	maxMembers          = 256 // cached membership answers per set (a page asks the celebrities and up to 80 hinted authors)
 	invalidationChannel = "__redis__:invalidate"
 	readCachePing       = 250 * time.Millisecond // idle pings of the invalidation connection; a generation ended by a data connection restarts within it
 	readCacheMaxAge     = time.Minute
@@ -184,10 +185,11 @@ func readCacheKeys(cfg int) (int, error) {
 	return defaultReadCacheKeys, nil
 }
 
-// defaultReadCacheKeys: a reader's first page caches about five keys, so
-// about 20,000 active readers per process; an entry is a parsed range of
-// about 30 posts (under 1 KB), so at most about 100 MB, typically far less.
-const defaultReadCacheKeys = 100_000
+// defaultReadCacheKeys: a reader's first page caches four keys (inbox,
+// own timeline, following:{u} with its membership answers, following_v),
+// about 6 KB in all with a full follow hint, so 10,000 readers and about
+// 60 MB.
+const defaultReadCacheKeys = 40_000
 
 // newReadCache starts the invalidation connection of a cache of maxKeys
 // keys over the server rdb talks to. Only a single-node client
@@ -227,6 +229,7 @@ func (c *readCache) close() {
 	if c == nil {
 		return
 	}
+	c.closing.Store(true)
 	c.cancel()
 	<-c.done
 	c.down()
@@ -407,6 +410,10 @@ func (c *readCache) endGen(g *cacheGen) {
 // retire closes g's connections once the reads in flight on it are done
 // (they will not store: their tickets hold g).
 func (c *readCache) retire(g *cacheGen) {
+	if c.closing.Load() {
+		_ = g.client.Close()
+		return
+	}
 	time.AfterFunc(10*time.Second, func() { _ = g.client.Close() })
 }
 
