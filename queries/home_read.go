@@ -98,9 +98,7 @@ func (f *Feed) readHomeCached(ctx context.Context, g *cacheGen, user int64, cur 
 	kIn, kOwn := f.keys.Inbox(user), f.keys.Timeline(user)
 	kF, kFV := f.keys.Following(user), f.keys.FollowingVersions(user)
 	var r homeReply
-	tc := g.pick()
-	defer tc.mu.Unlock()
-	pipe := tc.cn.Pipeline()
+	pipe := g.client.Pipeline() // only queues: the commands go out in the connection's next batch
 
 	// tickets before the commands are sent, one per key read
 	var inT, ownT, fT, fvT ticket
@@ -153,9 +151,7 @@ func (f *Feed) readHomeCached(ctx context.Context, g *cacheGen, user int64, cur 
 	if pipe.Len() == 0 {
 		return r, nil
 	}
-	// Not cancelled with the request: a read cut halfway would leave the
-	// dedicated connection unusable and end the generation.
-	if err := execPipe(context.WithoutCancel(ctx), pipe); err != nil {
+	if err := g.pick().do(pipe.Cmds()); err != nil {
 		// The connection may be gone, and with it what Redis tracked for
 		// it: the generation ends (the caller reads without the cache).
 		c.endGen(g)

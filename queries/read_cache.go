@@ -105,30 +105,102 @@ type cacheGen struct {
 	connects atomic.Int64
 }
 
-// trackConn is one dedicated tracking connection; a *redis.Conn serves
-// one caller at a time.
+// trackConn is one dedicated tracking connection, auto-pipelined: the
+// commands of every read queued while a batch is in flight go out
+// together as the next batch (one write, one read, on both sides).
 type trackConn struct {
-	mu sync.Mutex
+	mu sync.Mutex // the connection: held by the batch in flight (or watch's ping)
 	cn *redis.Conn
+
+	qmu     sync.Mutex
+	queue   []*batchReq
+	leading bool // a reader (or a drain) is sending batches
+}
+
+type batchReq struct {
+	cmds []redis.Cmder
+	err  error
+	done chan struct{}
+}
+
+// do sends cmds in the connection's next batch and returns the first
+// error of theirs (redis.Nil is an answer, not an error). The reader that
+// finds no batch in flight sends batches until its own is answered, then
+// hands what is queued to a drain.
+func (tc *trackConn) do(cmds []redis.Cmder) error {
+	r := &batchReq{cmds: cmds, done: make(chan struct{})}
+	tc.qmu.Lock()
+	tc.queue = append(tc.queue, r)
+	if tc.leading {
+		tc.qmu.Unlock()
+		<-r.done
+		return r.err
+	}
+	tc.leading = true
+	batch := tc.queue
+	tc.queue = nil
+	tc.qmu.Unlock()
+	tc.send(batch) // holds r
+	tc.qmu.Lock()
+	if len(tc.queue) == 0 {
+		tc.leading = false
+		tc.qmu.Unlock()
+	} else {
+		tc.qmu.Unlock()
+		go tc.drain()
+	}
+	return r.err
+}
+
+// drain sends the queued batches until none is left.
+func (tc *trackConn) drain() {
+	for {
+		tc.qmu.Lock()
+		batch := tc.queue
+		tc.queue = nil
+		if len(batch) == 0 {
+			tc.leading = false
+			tc.qmu.Unlock()
+			return
+		}
+		tc.qmu.Unlock()
+		tc.send(batch)
+	}
+}
+
+// send runs one batch as one pipeline. Not cancelled with any request: a
+// read cut halfway would leave the connection unusable (and end the
+// generation); go-redis's read and write timeouts bound it.
+func (tc *trackConn) send(batch []*batchReq) {
+	ctx := context.Background()
+	tc.mu.Lock()
+	pipe := tc.cn.Pipeline()
+	for _, r := range batch {
+		for _, c := range r.cmds {
+			_ = pipe.Process(ctx, c)
+		}
+	}
+	_, _ = pipe.Exec(ctx) // every command carries its own error, a connection's included
+	tc.mu.Unlock()
+	for _, r := range batch {
+		for _, c := range r.cmds {
+			if e := c.Err(); e != nil && !errors.Is(e, redis.Nil) {
+				r.err = e
+				break
+			}
+		}
+		close(r.done)
+	}
 }
 
 // readCacheConns is the number of tracking connections of a generation:
 // only cache misses use them.
 const readCacheConns = 8
 
-// pick locks and returns a free connection, else waits for one.
+// pick returns the connection of the next read (round robin: each
+// batches what its readers queue).
 func (g *cacheGen) pick() *trackConn {
-	n := uint32(len(g.conns))
-	start := g.next.Add(1)
-	for i := range n {
-		tc := g.conns[(start+i)%n]
-		if tc.mu.TryLock() {
-			return tc
-		}
-	}
-	tc := g.conns[start%n]
-	tc.mu.Lock()
-	return tc
+	return g.conns[g.next.Add(1)%uint32(len(g.conns))]
 }
 
 type rcShard struct {
