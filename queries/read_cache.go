@@ -204,8 +204,8 @@ func (g *cacheGen) pick() *trackConn {
 }
 
 type rcShard struct {
-	mu       sync.Mutex
-	epoch    uint64 // bumped by every invalidation or flush touching the shard
+	mu       sync.RWMutex // read-locked for a hit in the new generation (most lookups)
+	epoch    uint64       // bumped by every invalidation or flush touching the shard
 	half     int
 	cur, old map[string]*rcEntry
 	_        [24]byte
@@ -514,23 +514,22 @@ func (c *readCache) shard(k string) *rcShard {
 // lookup returns the cached reply of sig on k.
 func (c *readCache) lookup(k, sig string, now int64) (any, bool) {
 	sh := c.shard(k)
-	sh.mu.Lock()
-	e := sh.cur[k]
-	if e == nil {
-		if e = sh.old[k]; e != nil {
-			sh.putLocked(k, e)
-		}
-	}
 	var v rcVal
 	ok := false
+	sh.mu.RLock()
+	e := sh.cur[k]
 	if e != nil {
 		v, ok = e.vals[sig]
-		if ok && now-v.at > c.maxAge {
-			delete(e.vals, sig)
-			ok = false
-		}
 	}
-	sh.mu.Unlock()
+	sh.mu.RUnlock()
+	if e == nil {
+		sh.mu.Lock()
+		if e = sh.promoteLocked(k); e != nil {
+			v, ok = e.vals[sig]
+		}
+		sh.mu.Unlock()
+	}
+	ok = ok && now-v.at <= c.maxAge // an expired reply is replaced by the next store
 	if ok {
 		c.stats.hits.Add(1)
 		return v.v, true
@@ -595,11 +594,16 @@ func (c *readCache) entryLocked(sh *rcShard, k string) *rcEntry {
 // set k and returns the indexes of those not cached, in one lock.
 func (c *readCache) lookupMembers(k string, members []string, is []bool, now int64) []int {
 	sh := c.shard(k)
-	sh.mu.Lock()
+	sh.mu.RLock()
 	e := sh.cur[k]
 	if e == nil {
-		if e = sh.old[k]; e != nil {
-			sh.putLocked(k, e)
+		sh.mu.RUnlock()
+		sh.mu.Lock()
+		e = sh.promoteLocked(k)
+		sh.mu.Unlock()
+		sh.mu.RLock()
+		if e != nil && sh.cur[k] != e {
+			e = nil // invalidated in between
 		}
 	}
 	var ask []int
@@ -616,7 +620,7 @@ func (c *readCache) lookupMembers(k string, members []string, is []bool, now int
 		}
 		is[i] = v.is
 	}
-	sh.mu.Unlock()
+	sh.mu.RUnlock()
 	c.stats.hits.Add(int64(len(members) - len(ask)))
 	c.stats.misses.Add(int64(len(ask)))
 	return ask
@@ -640,6 +644,18 @@ func (c *readCache) storeMembers(t ticket, k string, members []string, ask []int
 		e.members[members[i]] = rcMember{is: is[j], at: now}
 	}
 	c.stats.stored.Add(int64(len(ask)))
+}
+
+// promoteLocked moves k's entry from the old generation to the new one
+// and returns it (nil if absent).
+func (sh *rcShard) promoteLocked(k string) *rcEntry {
+	e := sh.cur[k]
+	if e == nil {
+		if e = sh.old[k]; e != nil {
+			sh.putLocked(k, e)
+		}
+	}
+	return e
 }
 
 func (sh *rcShard) putLocked(k string, e *rcEntry) {
