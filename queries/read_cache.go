@@ -318,7 +318,11 @@ func (c *readCache) run(ctx context.Context) {
 		c.pingMu.Lock()
 		c.ps, c.sent, c.recv = ps, 0, 0
 		c.pingMu.Unlock()
+		gens := c.stats.generations.Load()
 		err := c.receive(ctx, ps)
+		if c.stats.generations.Load() != gens {
+			backoff = 50 * time.Millisecond // it worked for a while
+		}
 		c.pingMu.Lock()
 		c.ps = nil
 		c.pingMu.Unlock()
