@@ -20,6 +20,29 @@ import (
 	"github.com/feedco/feed/seed"
 )
 
+// TestPollWait: a probe polls every base interval until the 5% rule is
+// longer, so its overestimate stays within one interval of 5% of the
+// latency and a slow post costs tens of polls, not thousands.
+func TestPollWait(t *testing.T) {
+	base := 10 * time.Millisecond
+	for _, c := range []struct{ waited, want time.Duration }{
+		{0, base}, {150 * time.Millisecond, base}, {200 * time.Millisecond, base},
+		{time.Second, 50 * time.Millisecond}, {10 * time.Second, 500 * time.Millisecond},
+	} {
+		if got := pollWait(base, c.waited); got != c.want {
+			t.Errorf("pollWait(%v, %v) = %v, want %v", base, c.waited, got, c.want)
+		}
+	}
+	// Polls of a probe that waits the whole 30 s timeout.
+	polls := 0
+	for w := time.Duration(0); w < 30*time.Second; w += pollWait(base, w) {
+		polls++
+	}
+	if polls > 200 {
+		t.Errorf("a 30 s probe polls %d times, want under 200 (3,000 at a fixed 10 ms)", polls)
+	}
+}
+
 // TestPercentile: nearest rank on known data.
 func TestPercentile(t *testing.T) {
 	t.Parallel()

@@ -438,9 +438,13 @@ func (r *Runner) churn(ctx context.Context, rec *recorder, rng *rand.Rand, start
 // t201 (the moment the bench received the post's 201, i.e. after its
 // commit) to the receipt of the page that contains the post: an upper
 // bound, by at most one poll interval plus one poll, of the moment the
-// post became visible. A poll reads pages of 50 from the top, following
-// nextCursor while every entry is still newer than the post, so a post
-// that newer posts pushed off the first page is still found.
+// post became visible. The interval is PollInterval, or pollPrecision of
+// the time waited so far when that is longer (see pollWait), so a probe
+// of a post that takes seconds does not poll a hundred times a second:
+// otherwise a slow pipeline makes probes pile up and their reads become
+// most of the load being measured. A poll reads pages of 50 from the top,
+// following nextCursor while every entry is still newer than the post, so
+// a post that newer posts pushed off the first page is still found.
 func (r *Runner) probe(ctx context.Context, rec *recorder, start, t201 time.Time, watcher int64, post feedItem) {
 	deadline := t201.Add(r.cfg.VisibleTimeout)
 	for {
@@ -461,8 +465,19 @@ func (r *Runner) probe(ctx context.Context, rec *recorder, start, t201 time.Time
 			rec.fail("visible: not in the follower's feed within " + r.cfg.VisibleTimeout.String())
 			return
 		}
-		time.Sleep(r.cfg.PollInterval)
+		time.Sleep(pollWait(r.cfg.PollInterval, now.Sub(t201)))
 	}
+}
+
+// pollPrecision bounds a probe's overestimate, past its first
+// PollInterval/pollPrecision of waiting, to this fraction of the latency.
+const pollPrecision = 0.05
+
+// pollWait is the time to the next poll of a probe that has waited for
+// waited: every base, or pollPrecision of waited when that is longer
+// (10 ms up to 200 ms, 50 ms at 1 s, 500 ms at 10 s).
+func pollWait(base, waited time.Duration) time.Duration {
+	return max(base, time.Duration(float64(waited)*pollPrecision))
 }
 
 // feedItem is the part of a post the probe looks at.
