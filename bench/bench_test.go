@@ -313,15 +313,19 @@ func TestInFeedPagesDown(t *testing.T) {
 	}
 	ctx := context.Background()
 	// Entry 120 from the top (id 1180) is on the third page of 50.
-	found, err := r.inFeed(ctx, 1, feedItem{ID: "1180", CreatedAt: "2026-11-30T10:00:00.180Z"})
+	rec := &recorder{}
+	found, err := r.inFeed(ctx, rec, 1, feedItem{ID: "1180", CreatedAt: "2026-11-30T10:00:00.180Z"})
 	if err != nil || !found || pages != 3 {
 		t.Fatalf("found %v after %d pages (%v), want true after 3", found, pages, err)
 	}
 	// A post that is not there, between two entries: stop at the first
 	// older entry (page 2), not at the end of the feed.
 	pages = 0
-	found, err = r.inFeed(ctx, 1, feedItem{ID: "999999", CreatedAt: "2026-11-30T10:00:00.230Z"})
+	found, err = r.inFeed(ctx, rec, 1, feedItem{ID: "999999", CreatedAt: "2026-11-30T10:00:00.230Z"})
 	if err != nil || found || pages != 2 {
 		t.Fatalf("found %v after %d pages (%v), want false after 2", found, pages, err)
+	}
+	if n := rec.probeReads.Load(); n != 5 {
+		t.Errorf("probe reads counted %d, want 5 (3 + 2 pages)", n)
 	}
 }

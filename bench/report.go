@@ -47,9 +47,13 @@ type Mixed struct {
 	FanoutPerSec float64 `json:"fanoutEntriesPerSecond"`
 	// LateStarts counts open-loop operations started over 10 ms after
 	// their scheduled time (the client could not keep up).
-	LateStarts int64            `json:"lateStarts"`
-	Errors     map[string]int64 `json:"errors"`
-	ErrorCount int64            `json:"errorCount"`
+	LateStarts int64 `json:"lateStarts"`
+	// ProbeReadsPerSec is the feed pages the visibility probes read (the
+	// probes still running after the phase included) per second of the
+	// phase: load on top of the measured reads.
+	ProbeReadsPerSec float64          `json:"probeReadsPerSecond"`
+	Errors           map[string]int64 `json:"errors"`
+	ErrorCount       int64            `json:"errorCount"`
 	// PerSecond is the reads' count and latency per second of the phase.
 	PerSecond []SecondPoint `json:"perSecond"`
 	Timeline  []TimePoint   `json:"timeline"`
@@ -80,7 +84,8 @@ type TimePoint struct {
 func (r *Runner) summarizeMixed(rec *recorder, elapsed time.Duration, timeline []TimePoint) *Mixed {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	m := &Mixed{Seconds: elapsed.Seconds(), Errors: rec.errs, LateStarts: rec.lateStarts, Timeline: timeline}
+	m := &Mixed{Seconds: elapsed.Seconds(), Errors: rec.errs, LateStarts: rec.lateStarts, Timeline: timeline,
+		ProbeReadsPerSec: float64(rec.probeReads.Load()) / elapsed.Seconds()}
 	secs := int(elapsed/time.Second) + 1
 	rc, r50, r99 := perSecond(rec.reads, secs)
 	pc, _, _ := perSecond(rec.posts, secs)
@@ -158,8 +163,8 @@ func (rep *Report) WriteTable(w io.Writer) {
 			row("baseline raw Redis 2 cmds ("+b.name+")", b.b.RawRedis)
 		}
 	}
-	fmt.Fprintf(w, "\nwrites/s %.1f (posts %.1f); fan-out entries/s (inbox projector) %.0f; late open-loop starts %d\n",
-		m.WritesPerSec, m.Posts.Rate, m.FanoutPerSec, m.LateStarts)
+	fmt.Fprintf(w, "\nwrites/s %.1f (posts %.1f); fan-out entries/s (inbox projector) %.0f; late open-loop starts %d; probe reads/s %.0f\n",
+		m.WritesPerSec, m.Posts.Rate, m.FanoutPerSec, m.LateStarts, m.ProbeReadsPerSec)
 	var maxCDC, maxCDCs float64
 	maxCons := map[string]int64{}
 	for _, p := range m.Timeline {

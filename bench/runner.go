@@ -93,6 +93,7 @@ type recorder struct {
 	reads, posts, follows, unfollows, visible []sample
 	errs                                      map[string]int64
 	lateStarts                                int64
+	probeReads                                atomic.Int64 // feed pages the probes read
 }
 
 func (r *recorder) add(dst *[]sample, s sample) {
@@ -448,7 +449,7 @@ func (r *Runner) churn(ctx context.Context, rec *recorder, rng *rand.Rand, start
 func (r *Runner) probe(ctx context.Context, rec *recorder, start, t201 time.Time, watcher int64, post feedItem) {
 	deadline := t201.Add(r.cfg.VisibleTimeout)
 	for {
-		found, err := r.inFeed(ctx, watcher, post)
+		found, err := r.inFeed(ctx, rec, watcher, post)
 		now := time.Now()
 		if found {
 			rec.add(&rec.visible, sample{at: t201.Sub(start), ms: msOf(now.Sub(t201))})
@@ -501,7 +502,7 @@ func (a feedItem) newer(b feedItem) bool {
 // inFeed pages through watcher's feed from the top while entries are newer
 // than post, and reports whether post is there. Transient HTTP failures
 // count as "not yet" (the probe retries); at most 20 pages are read.
-func (r *Runner) inFeed(ctx context.Context, watcher int64, post feedItem) (bool, error) {
+func (r *Runner) inFeed(ctx context.Context, rec *recorder, watcher int64, post feedItem) (bool, error) {
 	cursor := ""
 	for range 20 {
 		path := "/api/feed?limit=50"
@@ -509,6 +510,7 @@ func (r *Runner) inFeed(ctx context.Context, watcher int64, post feedItem) (bool
 			path += "&cursor=" + url.QueryEscape(cursor)
 		}
 		st, body, err := r.do(ctx, http.MethodGet, path, watcher, "")
+		rec.probeReads.Add(1)
 		if err != nil || st != http.StatusOK {
 			return false, nil
 		}
