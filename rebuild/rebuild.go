@@ -38,8 +38,6 @@ type Config struct {
 	// Runner configures the catch-up consumer: Brokers and Topic are
 	// required; GroupPrefix must be the live projectors' (normally "").
 	Runner projections.RunnerConfig
-	// PageSize is the number of events per page of the log (default 5000).
-	PageSize int
 	// CatchUpLag: the switch happens once the new group's lag (committed
 	// offsets; they are committed every second) is at most this (default
 	// 1000). The catch-up consumer keeps running through the switch, so
@@ -69,7 +67,6 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	c.PageSize = cmp.Or(c.PageSize, 5000)
 	c.CatchUpLag = cmp.Or(c.CatchUpLag, 1000)
 	c.CatchUpTimeout = cmp.Or(c.CatchUpTimeout, 10*time.Minute)
 	c.Handover = cmp.Or(c.Handover, 3*time.Second)
@@ -90,8 +87,6 @@ func (c Config) Validate() error {
 	switch {
 	case len(c.Runner.Brokers) == 0 || c.Runner.Topic == "":
 		return errors.New("rebuild: Kafka brokers and topic are required")
-	case c.PageSize < 1:
-		return fmt.Errorf("rebuild: page size %d", c.PageSize)
 	case c.CatchUpLag < 0:
 		return fmt.Errorf("rebuild: catch-up lag %d", c.CatchUpLag)
 	}

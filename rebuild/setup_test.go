@@ -161,7 +161,7 @@ func (s *system) rebuilder(t *testing.T, onPhase func(projection, phase string))
 	pcfg := policies
 	pcfg.Keys = rkeys.Keys{Prefix: s.prefix}
 	r, err := New(Config{
-		Projections: pcfg, Runner: s.runnerConfig(), PageSize: 50,
+		Projections: pcfg, Runner: s.runnerConfig(),
 		CatchUpLag: 0, Handover: time.Second, CleanupDelay: 1500 * time.Millisecond,
 		GroupEmptyTimeout: 20 * time.Second, OnPhase: onPhase, Logger: s.log,
 	}, s.db.Pool, s.rdb)
