@@ -3,7 +3,6 @@ package queries
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -135,7 +134,6 @@ func (f *Feed) homeSegment(ctx context.Context, user int64, cur key, want int) (
 	// the follow check.
 	hint := f.hints.get(user)
 	asked := make([]int64, 0, len(celebs)+len(hint))
-	members := make([]string, 0, len(celebs)+len(hint))
 	isCeleb := make(map[int64]bool, len(celebs))
 	for _, c := range celebs {
 		if c.id == user {
@@ -143,16 +141,14 @@ func (f *Feed) homeSegment(ctx context.Context, user int64, cur key, want int) (
 		}
 		isCeleb[c.id] = true
 		asked = append(asked, c.id)
-		members = append(members, c.s)
 	}
 	for _, a := range hint {
 		if a == user || isCeleb[a] {
 			continue
 		}
 		asked = append(asked, a)
-		members = append(members, strconv.FormatInt(a, 10))
 	}
-	rr, err := f.readHome(ctx, user, cur, n, members)
+	rr, err := f.readHome(ctx, user, cur, n, asked)
 	wg.Wait()
 	if err != nil {
 		return homeRead{}, false, err

@@ -27,7 +27,7 @@ type setResult struct {
 // timeline from cur (n entries), whether their following set exists, and
 // whether it holds each of members. With the read cache on, whatever the
 // cache holds costs nothing, and a fully cached page costs no round trip.
-func (f *Feed) readHome(ctx context.Context, user int64, cur key, n int, members []string) (homeReply, error) {
+func (f *Feed) readHome(ctx context.Context, user int64, cur key, n int, members []int64) (homeReply, error) {
 	g := f.cache.current()
 	if g == nil {
 		return f.readHomeDirect(ctx, user, cur, n, members)
@@ -42,7 +42,7 @@ func (f *Feed) readHome(ctx context.Context, user int64, cur key, n int, members
 }
 
 // readHomeDirect is the uncached read: one pipeline of four commands.
-func (f *Feed) readHomeDirect(ctx context.Context, user int64, cur key, n int, members []string) (homeReply, error) {
+func (f *Feed) readHomeDirect(ctx context.Context, user int64, cur key, n int, members []int64) (homeReply, error) {
 	pipe := f.rdb.Pipeline()
 	inbox := addSetRead(ctx, pipe, f.keys.Inbox(user), cur, n, true)
 	own := addSetRead(ctx, pipe, f.keys.Timeline(user), cur, n, false)
@@ -52,7 +52,11 @@ func (f *Feed) readHomeDirect(ctx context.Context, user int64, cur key, n int, m
 	followSet := pipe.Exists(ctx, f.keys.Following(user), f.keys.FollowingVersions(user))
 	var isMember *redis.BoolSliceCmd
 	if len(members) > 0 {
-		isMember = pipe.SMIsMember(ctx, f.keys.Following(user), anys(members)...)
+		args := make([]any, len(members))
+		for i, m := range members {
+			args[i] = strconv.FormatInt(m, 10)
+		}
+		isMember = pipe.SMIsMember(ctx, f.keys.Following(user), args...)
 	}
 	if err := execPipe(ctx, pipe); err != nil {
 		return homeReply{}, fmt.Errorf("read inbox of %d: %w", user, err)
@@ -92,7 +96,7 @@ const existsSig = "x"
 // readHomeCached answers from the cache what it holds and reads the rest
 // in one pipeline through generation g's tracking connections, caching
 // each reply unless an invalidation raced it (see readCache).
-func (f *Feed) readHomeCached(ctx context.Context, g *cacheGen, user int64, cur key, n int, members []string) (homeReply, error) {
+func (f *Feed) readHomeCached(ctx context.Context, g *cacheGen, user int64, cur key, n int, members []int64) (homeReply, error) {
 	c := f.cache
 	now := time.Now().UnixNano()
 	kIn, kOwn := f.keys.Inbox(user), f.keys.Timeline(user)
@@ -144,7 +148,7 @@ func (f *Feed) readHomeCached(ctx context.Context, g *cacheGen, user int64, cur 
 		}
 		args := make([]any, len(ask))
 		for j, i := range ask {
-			args[j] = members[i]
+			args[j] = strconv.FormatInt(members[i], 10)
 		}
 		isMember = pipe.SMIsMember(ctx, kF, args...)
 	}
@@ -198,12 +202,4 @@ func (f *Feed) readHomeCached(ctx context.Context, g *cacheGen, user int64, cur 
 		c.storeMembers(fT, kF, members, ask, is, now)
 	}
 	return r, nil
-}
-
-func anys(ss []string) []any {
-	a := make([]any, len(ss))
-	for i, s := range ss {
-		a[i] = s
-	}
-	return a
 }

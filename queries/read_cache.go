@@ -215,7 +215,7 @@ type rcShard struct {
 // command and its arguments).
 type rcEntry struct {
 	vals    map[string]rcVal
-	members map[string]rcMember // set membership answers (SMISMEMBER), by member
+	members map[int64]rcMember // set membership answers (SMISMEMBER), by member (an id)
 }
 
 type rcMember struct {
@@ -596,7 +596,7 @@ func (c *readCache) entryLocked(sh *rcShard, k string) *rcEntry {
 
 // lookupMembers fills is with the cached membership answers of members in
 // set k and returns the indexes of those not cached, in one lock.
-func (c *readCache) lookupMembers(k string, members []string, is []bool, now int64) []int {
+func (c *readCache) lookupMembers(k string, members []int64, is []bool, now int64) []int {
 	sh := c.shard(k)
 	sh.mu.RLock()
 	e := sh.cur[k]
@@ -632,7 +632,7 @@ func (c *readCache) lookupMembers(k string, members []string, is []bool, now int
 
 // storeMembers caches the answers is[j] of members[ask[j]] in set k (as
 // store: unless raced).
-func (c *readCache) storeMembers(t ticket, k string, members []string, ask []int, is []bool, now int64) {
+func (c *readCache) storeMembers(t ticket, k string, members []int64, ask []int, is []bool, now int64) {
 	sh := c.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -642,7 +642,7 @@ func (c *readCache) storeMembers(t ticket, k string, members []string, ask []int
 	}
 	e := c.entryLocked(sh, k)
 	if e.members == nil || len(e.members)+len(ask) > maxMembers {
-		e.members = make(map[string]rcMember, len(ask))
+		e.members = make(map[int64]rcMember, len(ask))
 	}
 	for j, i := range ask {
 		e.members[members[i]] = rcMember{is: is[j], at: now}
