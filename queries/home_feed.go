@@ -216,11 +216,14 @@ func (f *Feed) celebritySources(ctx context.Context, celebs []int64, cur key, n 
 		fl *redis.FloatCmd
 	}
 	var directs []direct
-	pipe := f.rdb.Pipeline()
+	var pipe redis.Pipeliner // made for the first direct read only
 	for _, c := range celebs {
 		if h := heads[c]; h != nil && h.usable(cur, n) {
 			srcs = append(srcs, h.src)
 			continue
+		}
+		if pipe == nil {
+			pipe = f.rdb.Pipeline()
 		}
 		k := f.keys.Timeline(c)
 		directs = append(directs, direct{addRange(ctx, pipe, k, cur, n), pipe.ZScore(ctx, k, rkeys.SentinelFloor)})

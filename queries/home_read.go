@@ -102,7 +102,13 @@ func (f *Feed) readHomeCached(ctx context.Context, g *cacheGen, user int64, cur 
 	kIn, kOwn := f.keys.Inbox(user), f.keys.Timeline(user)
 	kF, kFV := f.keys.Following(user), f.keys.FollowingVersions(user)
 	var r homeReply
-	pipe := g.client.Pipeline() // only queues: the commands go out in the connection's next batch
+	var pipe redis.Pipeliner // made for the first miss; it only queues: the commands go out in the connection's next batch
+	queue := func() redis.Pipeliner {
+		if pipe == nil {
+			pipe = g.client.Pipeline()
+		}
+		return pipe
+	}
 
 	// tickets before the commands are sent, one per key read
 	var inT, ownT, fT, fvT ticket
@@ -113,13 +119,13 @@ func (f *Feed) readHomeCached(ctx context.Context, g *cacheGen, user int64, cur 
 		r.inbox, inHit = v.(setResult), true
 	} else {
 		inT = c.begin(g, kIn)
-		inbox = addSetRead(ctx, pipe, kIn, cur, n, true)
+		inbox = addSetRead(ctx, queue(), kIn, cur, n, true)
 	}
 	if v, ok := c.lookup(kOwn, sigOwn, now); ok {
 		r.own, ownHit = v.(setResult), true
 	} else {
 		ownT = c.begin(g, kOwn)
-		own = addSetRead(ctx, pipe, kOwn, cur, n, false)
+		own = addSetRead(ctx, queue(), kOwn, cur, n, false)
 	}
 	var fEx, fvEx *redis.IntCmd
 	fHit, fvHit := false, false
@@ -133,11 +139,11 @@ func (f *Feed) readHomeCached(ctx context.Context, g *cacheGen, user int64, cur 
 	fTaken := false
 	if !fHit {
 		fT, fTaken = c.begin(g, kF), true
-		fEx = pipe.Exists(ctx, kF)
+		fEx = queue().Exists(ctx, kF)
 	}
 	if !fvHit {
 		fvT = c.begin(g, kFV)
-		fvEx = pipe.Exists(ctx, kFV)
+		fvEx = queue().Exists(ctx, kFV)
 	}
 	r.member = make([]bool, len(members))
 	ask := c.lookupMembers(kF, members, r.member, now) // indexes of members not cached
@@ -150,10 +156,10 @@ func (f *Feed) readHomeCached(ctx context.Context, g *cacheGen, user int64, cur 
 		for j, i := range ask {
 			args[j] = strconv.FormatInt(members[i], 10)
 		}
-		isMember = pipe.SMIsMember(ctx, kF, args...)
+		isMember = queue().SMIsMember(ctx, kF, args...)
 	}
-	if pipe.Len() == 0 {
-		return r, nil
+	if pipe == nil {
+		return r, nil // all cached: no round trip
 	}
 	if err := g.pick().do(pipe.Cmds()); err != nil {
 		// The connection may be gone, and with it what Redis tracked for
