@@ -15,7 +15,8 @@ import (
 )
 
 // With sampled trims (plain ZADDs, the script for one push in every few),
-// an inbox that receives many posts stays near its bound, keeps exactly the
+// an inbox that receives many posts stays between InboxMax - slack (what a
+// trim keeps) and InboxMax plus the sampling overshoot, keeps exactly the
 // newest posts, and its floor lies below them.
 func TestSampledTrimsBoundInbox(t *testing.T) {
 	t.Parallel()
@@ -33,15 +34,34 @@ func TestSampledTrimsBoundInbox(t *testing.T) {
 	for i := 0; i < 300; i++ {
 		posts = append(posts, w.post(author))
 	}
-	applyAll(t, ps, w.envs)
-
-	ids, floor, _ := zview(t, rd.Client, keys.Inbox(fan))
-	// Between two sampled scripts an inbox grows by a geometric number of
-	// pushes (mean every); 40 more than max+slack has odds of (3/4)^40.
-	if len(ids) < max || len(ids) > max+slack+40 {
-		t.Fatalf("inbox holds %d posts, want %d..%d: %s", len(ids), max, max+slack+40, fmtView(ids, floor, false))
+	// One post at a time, to see every size the inbox passes through.
+	lo, hi, trims := 1<<30, 0, 0
+	last := 0
+	for i, env := range w.envs {
+		applyAll(t, ps, w.envs[i:i+1])
+		ids, floor, _ := zview(t, rd.Client, keys.Inbox(fan))
+		n := len(ids)
+		if n < last {
+			trims++
+			if n != max-slack {
+				t.Fatalf("post %d (%v): a trim left %d posts, want %d: %s", i, env.Type, n, max-slack, fmtView(ids, floor, false))
+			}
+		}
+		if trims > 0 && n < lo {
+			lo = n
+		}
+		if n > hi {
+			hi = n
+		}
+		last = n
 	}
-	for i := 0; i < max; i++ {
+	// Between two sampled scripts an inbox grows by a geometric number of
+	// pushes (mean every); 40 more than max has odds of (3/4)^40.
+	if trims == 0 || lo < max-slack || hi > max+40 {
+		t.Fatalf("%d trims; after the first the inbox held %d..%d posts, want %d..%d", trims, lo, hi, max-slack, max+40)
+	}
+	ids, floor, _ := zview(t, rd.Client, keys.Inbox(fan))
+	for i := range ids {
 		if want := idstr(posts[len(posts)-1-i]); ids[i] != want {
 			t.Fatalf("entry %d is %s, want %s (the newest posts)", i, ids[i], want)
 		}
@@ -49,10 +69,76 @@ func TestSampledTrimsBoundInbox(t *testing.T) {
 	if math.IsNaN(floor) {
 		t.Fatal("no ~floor after trims")
 	}
+	// The floor is the score of the newest post cut: the one after the kept.
+	if want := rd.Client.ZScore(context.Background(), keys.Inbox(fan), ids[len(ids)-1]).Val() - 1; floor > want {
+		t.Errorf("floor %v above the next older post's score %v", floor, want)
+	}
 	// In-order pushes are never late: nothing lies at or below the floor.
 	lowest := rd.Client.ZScore(context.Background(), keys.Inbox(fan), ids[len(ids)-1]).Val()
 	if lowest <= floor {
 		t.Errorf("lowest entry %v at or below the floor %v", lowest, floor)
+	}
+}
+
+// The exact path (InboxTrimEvery 1: the bounded-add script on every push)
+// and follow backfills trim by the same rule as the hot path: when an
+// inbox goes over InboxMax, back to its newest InboxMax - slack posts.
+func TestScriptTrimsFollowTheBoundRule(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	rd := testenv.NewRedis(t)
+	ctx := context.Background()
+	keys := rkeys.Keys{Prefix: rd.Prefix}
+	author, other, fan := w.user(true), w.user(true), w.user(true)
+	w.follow(fan, author)
+	const max, slack = 10, 4
+	exact := projections.Config{Keys: keys, InboxMax: max, InboxTrimSlack: slack, InboxTrimEvery: 1, BackfillPosts: 3}
+	ps := newProjectors(t, w, rd.Client, exact)
+	applyAll(t, ps, w.envs)
+	w.envs = nil
+	var posts []int64
+	for i := 0; i < 23; i++ {
+		posts = append(posts, w.post(author))
+	}
+	k := keys.Inbox(fan)
+	for i := range w.envs {
+		applyAll(t, ps, w.envs[i:i+1])
+		// Pushes 1..10 fit; push 11 trims to 6; then 7..10, 6, ...
+		want := i + 1
+		if want > max {
+			want = max - slack + (want-max-1)%(slack+1)
+		}
+		ids, floor, _ := zview(t, rd.Client, k)
+		if len(ids) != want {
+			t.Fatalf("after push %d: %d posts, want %d", i+1, len(ids), want)
+		}
+		if ids[0] != idstr(posts[i]) || ids[len(ids)-1] != idstr(posts[i+1-want]) {
+			t.Fatalf("after push %d: not the newest %d posts: %s", i+1, want, fmtView(ids, floor, false))
+		}
+	}
+	// The inbox holds 8 posts (push 21 trimmed it to 6, then 22 and 23). A
+	// follow of another author with 3 posts backfills them: 11 > 10, so
+	// back to the newest 6.
+	w.envs = nil
+	for i := 0; i < 3; i++ {
+		w.post(other)
+	}
+	// Sampled pushes, but the follow's backfill goes through the script.
+	sampled := exact
+	sampled.InboxTrimEvery = 16
+	ps = newProjectors(t, w, rd.Client, sampled)
+	applyAll(t, ps, w.envs) // posts by other: fan does not follow yet
+	w.envs = nil
+	w.follow(fan, other)
+	applyAll(t, ps, w.envs)
+	ids, floor, _ := zview(t, rd.Client, k)
+	if len(ids) != max-slack {
+		t.Fatalf("after the backfill: %s, want the newest %d", fmtView(ids, floor, false), max-slack)
+	}
+	for _, id := range ids {
+		if sc := rd.Client.ZScore(ctx, k, id).Val(); sc <= floor {
+			t.Fatalf("%s at %v, not above the floor %v", id, sc, floor)
+		}
 	}
 }
 

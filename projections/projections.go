@@ -89,20 +89,30 @@ type Config struct {
 	CelebrityThreshold int64
 	// InboxMax bounds every inbox (FEED_INBOX_MAX).
 	InboxMax int
-	// InboxTrimSlack lets an inbox grow this far over InboxMax before it is
-	// trimmed back to InboxMax, so a push usually costs no trim. 0 trims on
-	// every push over the bound (slower, but byte-for-byte order
-	// independent with InboxTrimEvery 1; see docs/projections.md). Negative
-	// means 0. The trim policy defaults as a pair: when both InboxTrimSlack
-	// and InboxTrimEvery are zero, both take DefaultConfig's values (16,
-	// 16); when InboxTrimEvery is set, InboxTrimSlack is taken as it is.
+	// InboxTrimSlack is how far below InboxMax a trim cuts: an inbox found
+	// over InboxMax (real entries; both sentinels assumed) is trimmed back
+	// to its newest InboxMax - InboxTrimSlack entries, so it then takes
+	// slack+1 pushes before it can need a trim again, and no inbox is ever
+	// kept over InboxMax by more than the sampling overshoot (readers
+	// continue below ~floor from PostgreSQL). With the defaults (500, 32,
+	// 1 in 16 sampled) inboxes average ~494 entries, fewer than the naive
+	// ZADD + ZREMRANGEBYRANK pair keeps, and every listpack ZADD scans the
+	// whole inbox (docs/projections.md). Follow backfills and the exact
+	// path (InboxTrimEvery 1) follow the same rule. 0 trims on every push
+	// over the bound, back to InboxMax (slower, but byte-for-byte order
+	// independent with InboxTrimEvery 1; see docs/projections.md).
+	// Negative means 0; it must be below InboxMax. The trim policy
+	// defaults as a pair: when both InboxTrimSlack and InboxTrimEvery are
+	// zero, both take DefaultConfig's values (32, 16), the slack clamped
+	// to InboxMax/4 (so a small FEED_INBOX_MAX keeps most of its bound);
+	// when InboxTrimEvery is set, InboxTrimSlack is taken as it is.
 	InboxTrimSlack int
 	// InboxTrimEvery: for one (post, follower) pair in this many, chosen by
 	// a hash of the pair (so a redelivery samples the same pairs), a push
-	// also checks the inbox's size (trimming it with the bounded-add script
-	// when over InboxMax + slack) and TTL. 1 runs the script on every push
-	// instead (with InboxTrimSlack 0: exact trims, see docs/projections.md).
-	// Default 16.
+	// also checks the inbox's size (trimming it with trimScript when over
+	// InboxMax, see InboxTrimSlack) and TTL. 1 runs the bounded-add script
+	// on every push instead (with InboxTrimSlack 0: exact trims, see
+	// docs/projections.md). Default 16.
 	InboxTrimEvery int
 	// InboxTTLMargin: inboxes the projector creates or trims without a TTL
 	// get InactiveAfter minus this margin, and followers seen longer ago
@@ -135,7 +145,7 @@ func DefaultConfig() Config {
 	return Config{
 		CelebrityThreshold: 10_000,
 		InboxMax:           500,
-		InboxTrimSlack:     16,
+		InboxTrimSlack:     32,
 		InboxTrimEvery:     16,
 		InboxTTLMargin:     time.Hour,
 		TimelineMax:        1000,
@@ -160,7 +170,7 @@ func (c Config) withDefaults() Config {
 	// project`) gets the documented policy, not slack 0, which would run
 	// the trim script on nearly every sampled push.
 	if c.InboxTrimSlack == 0 && c.InboxTrimEvery == 0 {
-		c.InboxTrimSlack = d.InboxTrimSlack
+		c.InboxTrimSlack = min(d.InboxTrimSlack, c.InboxMax/4)
 	}
 	if c.InboxTrimSlack < 0 {
 		c.InboxTrimSlack = 0
@@ -183,6 +193,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("celebrity threshold %d: want at least 1", c.CelebrityThreshold)
 	case c.InboxMax < 1 || c.TimelineMax < 1:
 		return fmt.Errorf("inbox max %d, timeline max %d: want at least 1", c.InboxMax, c.TimelineMax)
+	case c.InboxTrimSlack >= c.InboxMax:
+		return fmt.Errorf("inbox trim slack %d: want below inbox max %d (a trim keeps max - slack)", c.InboxTrimSlack, c.InboxMax)
 	case c.BackfillPosts < 1 || c.BackfillPosts > c.InboxMax:
 		return fmt.Errorf("backfill posts %d: want 1..inbox max", c.BackfillPosts)
 	case c.FanoutBatch < 1:
@@ -229,6 +241,10 @@ func New(cfg Config, pg Querier, rdb redis.UniversalClient, m *Metrics, names ..
 	}
 	return out, nil
 }
+
+// inboxKeep is how many real entries a trim keeps: InboxMax - slack (see
+// InboxTrimSlack).
+func (c Config) inboxKeep() int { return c.InboxMax - c.InboxTrimSlack }
 
 // inboxTTL is the TTL the projector gives inboxes that have none.
 func (c Config) inboxTTL() time.Duration { return c.InactiveAfter - c.InboxTTLMargin }

@@ -6,9 +6,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// trimScript trims an inbox that a sampled push found over its bound: the
-// hot path's trim (backfills and exact trims use boundedAddScript). It
-// keeps the newest ARGV[1] real entries, raises ~floor to the highest
+// trimScript trims an inbox that a sampled push found over InboxMax: the
+// hot path's trim (backfills and exact trims use boundedAddScript, with the
+// same bound rule). It keeps the newest ARGV[1] (InboxMax - slack) real
+// entries, raises ~floor to the highest
 // score it cuts (never lowers it: ZADD GT), and removes everything below
 // ~floor, late pushes included: the same result as boundedAddScript
 // without entries to add. It moves ~floor first and cuts by rank below it,
@@ -22,7 +23,8 @@ import (
 // digits), so "below ~floor by rank" is "at or below the floor's score",
 // ties included, as boundedAddScript's ZREMRANGEBYSCORE -inf floor.
 //
-// KEYS[1] the inbox; ARGV[1] InboxMax. Returns the number of members cut.
+// KEYS[1] the inbox; ARGV[1] the real entries to keep. Returns the number
+// of members cut.
 var trimScript = redis.NewScript(`
 local k = KEYS[1]
 local n = tonumber(ARGV[1]) + 1
@@ -36,14 +38,15 @@ if r > 0 then redis.call('ZREMRANGEBYRANK', k, 0, r - 1) end
 return r
 `)
 
-// trim runs trimScript on every key, in one pipeline.
+// trim runs trimScript on every key, in one pipeline: each keeps its newest
+// InboxMax - slack entries (Config.InboxTrimSlack).
 func (p *Inbox) trim(ctx context.Context, keys []string) error {
 	if len(keys) == 0 {
 		return nil
 	}
 	return p.execScript(ctx, trimScript, func(pipe redis.Pipeliner) {
 		for _, k := range keys {
-			trimScript.EvalSha(ctx, pipe, []string{k}, p.cfg.InboxMax)
+			trimScript.EvalSha(ctx, pipe, []string{k}, p.cfg.inboxKeep())
 		}
 	})
 }

@@ -69,3 +69,33 @@ func TestTrimScriptMatchesBoundedAdd(t *testing.T) {
 		t.Fatal("trimScript created a key that did not exist")
 	}
 }
+
+// The bound rule's configuration: a trim keeps InboxMax - slack, so the
+// slack must stay below the bound; a defaulted slack is clamped to a
+// quarter of the bound (a small FEED_INBOX_MAX keeps most of it), an
+// explicit one is taken as it is.
+func TestTrimSlackConfig(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		in          Config
+		slack, keep int
+	}{
+		{Config{}, 32, 468},
+		{Config{InboxMax: 20}, 5, 15},
+		{Config{InboxMax: 20, InboxTrimSlack: 2}, 2, 18},
+		{Config{InboxMax: 20, InboxTrimEvery: 1}, 0, 20},
+		{Config{InboxMax: 8, InboxTrimSlack: -3, InboxTrimEvery: 4, BackfillPosts: 3}, 0, 8},
+	} {
+		got := c.in.withDefaults()
+		if got.InboxTrimSlack != c.slack || got.inboxKeep() != c.keep {
+			t.Errorf("%+v: slack %d keep %d, want %d, %d", c.in, got.InboxTrimSlack, got.inboxKeep(), c.slack, c.keep)
+		}
+		if err := got.Validate(); err != nil {
+			t.Errorf("%+v: %v", c.in, err)
+		}
+	}
+	bad := Config{InboxMax: 10, InboxTrimSlack: 10, InboxTrimEvery: 16, BackfillPosts: 3}.withDefaults()
+	if err := bad.Validate(); err == nil {
+		t.Error("slack 10 with inbox max 10 (a trim would keep nothing): no error")
+	}
+}
