@@ -3,6 +3,7 @@ package projections_test
 import (
 	"context"
 	"flag"
+	"fmt"
 	"hash/fnv"
 	"math"
 	"os"
@@ -29,9 +30,10 @@ import (
 //   - 24 authors, two per partition of the 12-partition topic (chosen by the
 //     producer's hash, so every partition is busy), with 1,000 to 5,000
 //     active followers each out of a pool of 5,000 users, 3 posts each;
-//   - every inbox full: 500 entries for the raw run, 500 to 500 + trim
-//     slack (the sampled trims' steady state) for the projector, plus
-//     ~floor and ~built;
+//   - every inbox full: 500 entries for the raw run; for the projector the
+//     sampled trims' steady state (steadyExtra: 500 - slack up to 500 plus
+//     the sampling overshoot, in the proportions the policy keeps them);
+//     plus ~floor and ~built;
 //   - "entries/s": PostCreated messages published to the embedded broker
 //     until the inbox projector has written every entry;
 //   - "raw-1/s": ZADD + ZREMRANGEBYRANK per follower in 1,000-follower
@@ -210,6 +212,7 @@ func benchFanout(b *testing.B, listpack string) {
 		defer testenv.DeletePrefix(ctx, rd.Client, prefix)
 		rk := rkeys.Keys{Prefix: prefix}
 		r0, s0 := cpuNow(b, rd.Client)
+		c0 := redisStats(b, rd.Client)
 		start := time.Now()
 		if parallel {
 			var wg sync.WaitGroup
@@ -240,6 +243,7 @@ func benchFanout(b *testing.B, listpack string) {
 		}
 		rate := float64(total) / time.Since(start).Seconds()
 		rus, sus := cpuPerEntry(b, rd.Client, r0, s0, total)
+		logStatsSince(b, rd.Client, c0, total, fmt.Sprintf("raw (parallel %v)", parallel))
 		// The server is shared: log the encoding the inboxes really had.
 		b.Logf("raw (parallel %v): %.0f/s, CPU µs/entry: Redis %.2f, client %.2f; inboxes are %s", parallel, rate, rus, sus, rd.Client.ObjectEncoding(ctx, rk.Inbox(first)).Val())
 		return rate, rus
@@ -253,12 +257,13 @@ func benchFanout(b *testing.B, listpack string) {
 
 		// The projector: PostCreated messages through Kafka, inbox group.
 		prefix := testenv.RandomName("t") + ":"
-		// The sampled trims' steady state: 0 to slack entries over the bound.
-		slack := int64(projections.DefaultConfig().InboxTrimSlack)
+		// The sampled trims' steady state (steadyExtra).
+		slack, every := projections.DefaultConfig().InboxTrimSlack, projections.DefaultConfig().InboxTrimEvery
 		if *benchSlack >= 0 {
-			slack = int64(*benchSlack)
+			slack, every = *benchSlack, 16
 		}
-		fill(prefix, func(v int64) int64 { return (v * 7) % (slack + 1) })
+		steady := steadySizes(500, slack, every)
+		fill(prefix, func(v int64) int64 { return steady[(v*7919)%int64(len(steady))] - 500 })
 		w.envs = w.envs[:0]
 		for p := 0; p < benchPosts; p++ {
 			for _, a := range authors {
@@ -301,6 +306,7 @@ func benchFanout(b *testing.B, listpack string) {
 			return m.EntriesWritten() >= 1
 		})
 		r0, s0 := cpuNow(b, rd.Client)
+		c0 := redisStats(b, rd.Client)
 		pg0 := pgCPU(b, w.db)
 		start := time.Now()
 		publish(b, bk.Addrs(), topic, posts)
@@ -312,6 +318,7 @@ func benchFanout(b *testing.B, listpack string) {
 		}
 		rate := float64(total) / time.Since(start).Seconds()
 		us, sus := cpuPerEntry(b, rd.Client, r0, s0, total)
+		logStatsSince(b, rd.Client, c0, total, "projector")
 		pgUs := pgCPU(b, w.db).since(pg0) * 1e6 / float64(total)
 		cancel()
 		<-done
@@ -361,11 +368,109 @@ func cpuNow(b *testing.B, rdb redis.UniversalClient) (redisSec, selfSec float64)
 	return redisSec, selfSec
 }
 
+// redisStats reads INFO commandstats (calls and µs per command) and the
+// main thread's user and system CPU (as the commands "cpu-user" and
+// "cpu-sys", calls 0).
+func redisStats(b *testing.B, rdb redis.UniversalClient) map[string][2]float64 {
+	info, err := rdb.Info(context.Background(), "commandstats", "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := map[string][2]float64{}
+	for _, line := range strings.Split(info, "\n") {
+		name, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(name, "cmdstat_"):
+			var calls, usec float64
+			for _, kv := range strings.Split(v, ",") {
+				k, x, _ := strings.Cut(kv, "=")
+				switch k {
+				case "calls":
+					calls, _ = strconv.ParseFloat(x, 64)
+				case "usec":
+					usec, _ = strconv.ParseFloat(x, 64)
+				}
+			}
+			out[strings.TrimPrefix(name, "cmdstat_")] = [2]float64{calls, usec}
+		case name == "used_cpu_user_main_thread", name == "used_cpu_sys_main_thread":
+			x, _ := strconv.ParseFloat(v, 64)
+			out["cpu-"+strings.TrimSuffix(strings.TrimPrefix(name, "used_cpu_"), "_main_thread")] = [2]float64{0, x * 1e6}
+		}
+	}
+	return out
+}
+
+// logStatsSince logs, per command run since s0 (by other clients of a
+// shared server too), the calls and µs per call and per entry, and the
+// main thread's user and system CPU per entry: where Redis's time went
+// (command execution against reading requests and writing replies).
+func logStatsSince(b *testing.B, rdb redis.UniversalClient, s0 map[string][2]float64, entries int, what string) {
+	s1 := redisStats(b, rdb)
+	var names []string
+	for n := range s1 {
+		if s1[n] != s0[n] {
+			names = append(names, n)
+		}
+	}
+	sort.Slice(names, func(i, j int) bool { return s1[names[i]][1]-s0[names[i]][1] > s1[names[j]][1]-s0[names[j]][1] })
+	var parts []string
+	exec := 0.0
+	for _, n := range names {
+		calls, usec := s1[n][0]-s0[n][0], s1[n][1]-s0[n][1]
+		if calls == 0 {
+			parts = append(parts, fmt.Sprintf("%s %.2f µs/entry", n, usec/float64(entries)))
+			continue
+		}
+		if n != "evalsha" { // its inner commands are counted on their own too
+			exec += usec
+		}
+		parts = append(parts, fmt.Sprintf("%s %.0f calls %.2f µs/call %.2f µs/entry", n, calls, usec/calls, usec/float64(entries)))
+	}
+	b.Logf("%s, Redis by command: %s; commands without evalsha %.2f µs/entry", what, strings.Join(parts, "; "), exec/float64(entries))
+}
+
 // cpuPerEntry is the CPU µs per entry of Redis and of this process since
 // (r0, s0).
 func cpuPerEntry(b *testing.B, rdb redis.UniversalClient, r0, s0 float64, entries int) (redisUs, selfUs float64) {
 	r1, s1 := cpuNow(b, rdb)
 	return (r1 - r0) * 1e6 / float64(entries), (s1 - s0) * 1e6 / float64(entries)
+}
+
+// steadySizes returns 1,000 inbox sizes (real entries) in the proportions
+// that the sampled trims keep inboxes in over a long run, for the policy
+// (max, slack, every): a trim cuts back to max - slack, so the sizes seen
+// by a push are max - slack .. max once each per trim cycle, then max + j
+// with the odds (1 - 1/every)^j that j more pushes went by unsampled.
+func steadySizes(max, slack, every int) []int64 {
+	q := 1 - 1/float64(every)
+	var sizes []int64
+	var weights []float64
+	total := 0.0
+	for n := max - slack; ; n++ {
+		w := 1.0
+		if n > max {
+			w = math.Pow(q, float64(n-max))
+		}
+		if w < 1e-4 {
+			break
+		}
+		sizes, weights = append(sizes, int64(n)), append(weights, w)
+		total += w
+	}
+	out := make([]int64, 0, 1000)
+	acc, i := 0.0, 0
+	for k := 0; k < 1000; k++ {
+		u := (float64(k) + 0.5) / 1000 * total
+		for acc+weights[i] < u {
+			acc += weights[i]
+			i++
+		}
+		out = append(out, sizes[i])
+	}
+	return out
 }
 
 func indexOf(s []int64, v int64) int {
@@ -388,6 +493,11 @@ func keptBytes(b *testing.B, rdb redis.UniversalClient, keys rkeys.Keys, first i
 		sizes = append(sizes, rdb.ZCard(ctx, keys.Inbox(v)).Val()-2)
 	}
 	sort.Slice(sizes, func(i, j int) bool { return sizes[i] < sizes[j] })
+	var entries int64
+	for _, n := range sizes {
+		entries += n
+	}
+	b.Logf("inboxes after the run: %.1f real entries on average, %.2f bytes per entry held", float64(entries)/float64(len(sizes)), float64(sum)/float64(entries))
 	return float64(sum) / float64(len(sizes)) / 500, [3]int64{sizes[0], sizes[len(sizes)/2], sizes[len(sizes)-1]}
 }
 
