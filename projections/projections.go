@@ -94,8 +94,8 @@ type Config struct {
 	// to its newest InboxMax - InboxTrimSlack entries, so it then takes
 	// slack+1 pushes before it can need a trim again, and no inbox is ever
 	// kept over InboxMax by more than the sampling overshoot (readers
-	// continue below ~floor from PostgreSQL). With the defaults (500, 32,
-	// 1 in 16 sampled) inboxes average ~494 entries, fewer than the naive
+	// continue below ~floor from PostgreSQL). With the defaults (500, 64,
+	// 1 in 16 sampled) inboxes average ~485 entries, fewer than the naive
 	// ZADD + ZREMRANGEBYRANK pair keeps, and every listpack ZADD scans the
 	// whole inbox (docs/projections.md). Follow backfills and the exact
 	// path (InboxTrimEvery 1) follow the same rule. 0 trims on every push
@@ -103,7 +103,7 @@ type Config struct {
 	// independent with InboxTrimEvery 1; see docs/projections.md).
 	// Negative means 0; it must be below InboxMax. The trim policy
 	// defaults as a pair: when both InboxTrimSlack and InboxTrimEvery are
-	// zero, both take DefaultConfig's values (32, 16), the slack clamped
+	// zero, both take DefaultConfig's values (64, 16), the slack clamped
 	// to InboxMax/4 (so a small FEED_INBOX_MAX keeps most of its bound);
 	// when InboxTrimEvery is set, InboxTrimSlack is taken as it is.
 	InboxTrimSlack int
@@ -145,7 +145,7 @@ func DefaultConfig() Config {
 	return Config{
 		CelebrityThreshold: 10_000,
 		InboxMax:           500,
-		InboxTrimSlack:     32,
+		InboxTrimSlack:     64,
 		InboxTrimEvery:     16,
 		InboxTTLMargin:     time.Hour,
 		TimelineMax:        1000,

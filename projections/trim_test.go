@@ -80,7 +80,7 @@ func TestTrimSlackConfig(t *testing.T) {
 		in          Config
 		slack, keep int
 	}{
-		{Config{}, 32, 468},
+		{Config{}, 64, 436},
 		{Config{InboxMax: 20}, 5, 15},
 		{Config{InboxMax: 20, InboxTrimSlack: 2}, 2, 18},
 		{Config{InboxMax: 20, InboxTrimEvery: 1}, 0, 20},
