@@ -10,14 +10,14 @@ import (
 
 // ListpackEntriesFor is the zset-max-listpack-entries a Redis server needs
 // so full inboxes stay in the compact listpack encoding: InboxMax real
-// entries, the trim slack, the overshoot between two sampled trims (a gap
-// longer than 20 × InboxTrimEvery pushes has odds of about e^-20; it would
-// only turn that inbox into a skiplist) and the two sentinels: 872 with the
-// defaults. docs/projections.md
-// explains the memory and speed trade-off; production uses 1024.
+// entries (a trim starts only above it), the overshoot between two sampled
+// trims (a gap longer than 20 × InboxTrimEvery pushes has odds of about
+// e^-20; it would only turn that inbox into a skiplist) and the two
+// sentinels: 822 with the defaults. docs/projections.md explains the
+// memory and speed trade-off; production uses 1024.
 func ListpackEntriesFor(cfg Config) int {
 	cfg = cfg.withDefaults()
-	return cfg.InboxMax + cfg.InboxTrimSlack + 20*cfg.InboxTrimEvery + 2
+	return cfg.InboxMax + 20*cfg.InboxTrimEvery + 2
 }
 
 // WarnListpack logs once at start when the server keeps full inboxes in the
