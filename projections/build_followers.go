@@ -122,13 +122,25 @@ func newestPerPair(edges []followEdge) []followEdge {
 	})
 }
 
+// eachRun calls fn with each run of consecutive edges that share key.
+func eachRun(edges []followEdge, key func(followEdge) int64, fn func(id int64, run []followEdge)) {
+	for i := 0; i < len(edges); {
+		id := key(edges[i])
+		j := i + 1
+		for j < len(edges) && key(edges[j]) == id {
+			j++
+		}
+		fn(id, edges[i:j])
+		i = j
+	}
+}
+
 // followerChunk is the number of fields per HSET or members per SADD, and
 // about the number per write pipeline; followerWriters pipelines are in
-// flight at once.
-const (
-	followerChunk   = 1024
-	followerWriters = 4
-)
+// flight at once. A variable for the tests (export_test.go).
+var followerChunk = 1024
+
+const followerWriters = 4
 
 // pipelines runs fill's commands in pipelines of about followerChunk*8
 // arguments, followerWriters at a time, loading the scripts never (plain
@@ -185,17 +197,11 @@ func (w *pipelines) wait() error {
 func (p *Followers) writeFollowerHashes(ctx context.Context, edges []followEdge, last map[int64]lastEvent, progress BuildProgress) error {
 	k := p.cfg.Keys
 	w := newPipelines(ctx, p.rdb, progress)
-	for i := 0; i < len(edges); {
-		a := edges[i].followee
-		j := i
-		for j < len(edges) && edges[j].followee == a {
-			j++
-		}
+	eachRun(edges, func(e followEdge) int64 { return e.followee }, func(a int64, run []followEdge) {
 		key := k.Followers(a)
 		var count int64
-		args := make([]any, 0, 2*min(j-i, followerChunk)+2)
-		for x := i; x < j; x++ {
-			e := edges[x]
+		args := make([]any, 0, 2*min(len(run), followerChunk)+2)
+		for x, e := range run {
 			if e.follows() {
 				count++
 			}
@@ -203,14 +209,13 @@ func (p *Followers) writeFollowerHashes(ctx context.Context, edges []followEdge,
 			if len(args) == 2*followerChunk {
 				w.pipe.HSet(w.ctx, key, args...)
 				w.added(len(args), len(args)/2)
-				args = make([]any, 0, 2*min(j-x-1, followerChunk)+2)
+				args = make([]any, 0, 2*min(len(run)-x-1, followerChunk)+2)
 			}
 		}
 		args = append(args, "count", count)
 		w.pipe.HSet(w.ctx, key, args...)
 		w.added(len(args), len(args)/2-1)
-		i = j
-	}
+	})
 	var celebs []any
 	for a, l := range last {
 		if l.after >= p.cfg.CelebrityThreshold {
@@ -235,18 +240,14 @@ func (p *Followers) writeFollowerHashes(ctx context.Context, edges []followEdge,
 func (p *Followers) writeFollowing(ctx context.Context, edges []followEdge, progress BuildProgress) error {
 	k := p.cfg.Keys
 	w := newPipelines(ctx, p.rdb, progress)
-	for i := 0; i < len(edges); {
-		u := edges[i].follower
-		j := i
-		for j < len(edges) && edges[j].follower == u {
-			j++
-		}
+	eachRun(edges, func(e followEdge) int64 { return e.follower }, func(u int64, run []followEdge) {
 		setKey, verKey := k.Following(u), k.FollowingVersions(u)
-		for lo := i; lo < j; lo += followerChunk {
-			hi := min(j, lo+followerChunk)
-			vers := make([]any, 0, 2*(hi-lo))
+		for len(run) > 0 {
+			chunk := run[:min(len(run), followerChunk)]
+			run = run[len(chunk):]
+			vers := make([]any, 0, 2*len(chunk))
 			var members []any
-			for _, e := range edges[lo:hi] {
+			for _, e := range chunk {
 				vers = append(vers, e.followee, e.version())
 				if e.follows() {
 					members = append(members, e.followee)
@@ -256,10 +257,9 @@ func (p *Followers) writeFollowing(ctx context.Context, edges []followEdge, prog
 			if len(members) > 0 {
 				w.pipe.SAdd(w.ctx, setKey, members...)
 			}
-			w.added(len(vers)+len(members), hi-lo)
+			w.added(len(vers)+len(members), len(chunk))
 		}
-		i = j
-	}
+	})
 	if err := w.wait(); err != nil {
 		return fmt.Errorf("build followers: write following sets: %w", err)
 	}

@@ -143,6 +143,24 @@ func TestBuildFollowersMatchesProjectorReplay(t *testing.T) {
 	if d := diff(want, got); d != "" {
 		t.Fatalf("bulk build differs from the projector's replay:\n%s", d)
 	}
+	// The same with 3 fields per command: hashes, sets and the celebrity
+	// set written in several commands and pipelines.
+	small := rkeys.Keys{Prefix: rd.Prefix + "small:"}
+	sc := cfg
+	sc.Keys = small
+	sp, err := projections.NewFollowers(sc, rd.Client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := projections.SetFollowerChunk(3)
+	_, err = sp.BuildFollowers(ctx, w.db.Pool, horizon, nil)
+	projections.SetFollowerChunk(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := diff(want, dump(t, rd.Client, small.Prefix)); d != "" {
+		t.Fatalf("bulk build in chunks of 3 differs from the projector's replay:\n%s", d)
+	}
 	// The data set exercised what it claims to.
 	if in := rd.Client.SMIsMember(ctx, built.Celebrities(), idstr(users[0]), idstr(users[1])).Val(); len(in) != 2 || in[0] || !in[1] {
 		t.Errorf("celebrity membership of users[0], users[1]: %v, want false (crossed back down), true", in)
