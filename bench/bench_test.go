@@ -312,20 +312,21 @@ func TestInFeedPagesDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	// Entry 120 from the top (id 1180) is on the third page of 50.
+	// Entry 120 from the top (id 1180) is on page 120/probePage + 1.
 	rec := &recorder{}
 	found, err := r.inFeed(ctx, rec, 1, feedItem{ID: "1180", CreatedAt: "2026-11-30T10:00:00.180Z"})
-	if err != nil || !found || pages != 3 {
-		t.Fatalf("found %v after %d pages (%v), want true after 3", found, pages, err)
+	if want := 120/probePage + 1; err != nil || !found || pages != want {
+		t.Fatalf("found %v after %d pages (%v), want true after %d", found, pages, err, want)
 	}
+	first := pages
 	// A post that is not there, between two entries: stop at the first
-	// older entry (page 2), not at the end of the feed.
+	// older entry (id 1230, 70 from the top), not at the end of the feed.
 	pages = 0
 	found, err = r.inFeed(ctx, rec, 1, feedItem{ID: "999999", CreatedAt: "2026-11-30T10:00:00.230Z"})
-	if err != nil || found || pages != 2 {
-		t.Fatalf("found %v after %d pages (%v), want false after 2", found, pages, err)
+	if want := 70/probePage + 1; err != nil || found || pages != want {
+		t.Fatalf("found %v after %d pages (%v), want false after %d", found, pages, err, want)
 	}
-	if n := rec.probeReads.Load(); n != 5 {
-		t.Errorf("probe reads counted %d, want 5 (3 + 2 pages)", n)
+	if n, want := rec.probeReads.Load(), int64(first+pages); n != want {
+		t.Errorf("probe reads counted %d, want %d (%d + %d pages)", n, want, first, pages)
 	}
 }

@@ -443,9 +443,10 @@ func (r *Runner) churn(ctx context.Context, rec *recorder, rng *rand.Rand, start
 // the time waited so far when that is longer (see pollWait), so a probe
 // of a post that takes seconds does not poll a hundred times a second:
 // otherwise a slow pipeline makes probes pile up and their reads become
-// most of the load being measured. A poll reads pages of 50 from the top,
-// following nextCursor while every entry is still newer than the post, so
-// a post that newer posts pushed off the first page is still found.
+// most of the load being measured. A poll reads pages of probePage from
+// the top, following nextCursor while every entry is still newer than the
+// post, so a post that newer posts pushed off the first page is still
+// found.
 func (r *Runner) probe(ctx context.Context, rec *recorder, start, t201 time.Time, watcher int64, post feedItem) {
 	deadline := t201.Add(r.cfg.VisibleTimeout)
 	for {
@@ -499,13 +500,24 @@ func (a feedItem) newer(b feedItem) bool {
 	return a.ID > b.ID
 }
 
+// Probe pages. A probed post is almost always among a follower's newest
+// few entries (a follower of ~300 authors gets about one new post a second
+// at 200 posts/s), so small pages keep the probes' share of the server's
+// work small (each entry is hydrated and encoded); the cursor reaches the
+// deeper ones, down to probePage*probePages entries (the inbox bound).
+const (
+	probePage  = 10
+	probePages = 50
+)
+
 // inFeed pages through watcher's feed from the top while entries are newer
 // than post, and reports whether post is there. Transient HTTP failures
-// count as "not yet" (the probe retries); at most 20 pages are read.
+// count as "not yet" (the probe retries); at most probePages pages are
+// read.
 func (r *Runner) inFeed(ctx context.Context, rec *recorder, watcher int64, post feedItem) (bool, error) {
 	cursor := ""
-	for range 20 {
-		path := "/api/feed?limit=50"
+	for range probePages {
+		path := "/api/feed?limit=" + strconv.Itoa(probePage)
 		if cursor != "" {
 			path += "&cursor=" + url.QueryEscape(cursor)
 		}
