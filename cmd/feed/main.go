@@ -62,6 +62,7 @@ func main() {
 		usage()
 		os.Exit(2)
 	}
+	startPprof(slog.Default())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := cmd.run(ctx, os.Args[2:])
