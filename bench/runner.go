@@ -47,7 +47,9 @@ type Deps struct {
 	Sampler Sampler
 	// Log receives progress lines; nil discards them.
 	Log io.Writer
-	// HTTP is the client; nil builds one sized for Clients.
+	// HTTP, when set, is the client of every request; nil uses the
+	// benchmark's lean HTTP/1.1 client (httpc.go) for the API's requests
+	// and a net/http client sized for Clients for /metrics.
 	HTTP *http.Client
 }
 
@@ -58,6 +60,7 @@ type Runner struct {
 	tokens Tokens
 	deps   Deps
 	client *http.Client
+	lean   *leanClient // nil when Deps.HTTP is given
 
 	churnMu sync.Mutex
 }
@@ -84,7 +87,15 @@ func New(cfg Config, pop *Population, tokens Tokens, deps Deps) (*Runner, error)
 			IdleConnTimeout: time.Minute, DisableCompression: true,
 		}}
 	}
-	return &Runner{cfg: cfg, pop: pop, tokens: tokens, deps: deps, client: c}, nil
+	r := &Runner{cfg: cfg, pop: pop, tokens: tokens, deps: deps, client: c}
+	if deps.HTTP == nil {
+		lc, err := newLeanClient(cfg.BaseURL, cfg.RequestTimeout, 4*cfg.Clients)
+		if err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+		r.lean = lc
+	}
+	return r, nil
 }
 
 // recorder collects the samples of the mixed phase.
@@ -125,8 +136,16 @@ func errKind(op string, status int, err error) string {
 	return op + ": " + err.Error()
 }
 
-// do sends one request and reads the whole body.
+// do sends one request and reads the whole body: with the lean client
+// (httpc.go), or with Deps.HTTP when one is given.
 func (r *Runner) do(ctx context.Context, method, path string, user int64, body string) (int, []byte, error) {
+	if r.lean != nil {
+		auth := ""
+		if user > 0 {
+			auth = "Bearer " + r.tokens(user)
+		}
+		return r.lean.do(ctx, method, path, auth, body)
+	}
 	var rd io.Reader
 	if body != "" {
 		rd = strings.NewReader(body)
@@ -158,6 +177,9 @@ func (r *Runner) readFeed(ctx context.Context, user int64) (int, []byte, error) 
 // Run activates and warms up, runs the baselines, the mixed phase and the
 // baselines again, and returns the report.
 func (r *Runner) Run(ctx context.Context) (*Report, error) {
+	if r.lean != nil {
+		defer r.lean.closeIdle()
+	}
 	rep := &Report{Config: r.cfg, StartedAt: time.Now().UTC(), LoadBefore: loadAvg(),
 		Users: len(r.pop.Authors), Follows: r.pop.Follows, Readers: len(r.pop.Readers), Churners: len(r.pop.Churners)}
 	if r.cfg.Activate && r.deps.DB != nil {

@@ -1,0 +1,189 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestLeanClientFraming: bodies framed by Content-Length, by chunked
+// encoding (a handler that flushes, and a body past net/http's 2 KiB
+// buffer), none (204), requests with a body and headers, and keep-alive:
+// every request after the first reuses the one connection.
+func TestLeanClientFraming(t *testing.T) {
+	t.Parallel()
+	big := strings.Repeat("0123456789", 1000)
+	var conns atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/small":
+			_, _ = io.WriteString(w, "hello "+r.URL.Query().Get("q"))
+		case "/big": // no Content-Length: net/http chunks it
+			_, _ = io.WriteString(w, big)
+		case "/flushed":
+			_, _ = io.WriteString(w, "part1,")
+			w.(http.Flusher).Flush()
+			_, _ = io.WriteString(w, "part2")
+		case "/none":
+			w.WriteHeader(http.StatusNoContent)
+		case "/echo":
+			b, _ := io.ReadAll(r.Body)
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprintf(w, "%s %s %s %s", r.Method, r.Header.Get("Authorization"), r.Header.Get("Content-Type"), b)
+		case "/missing":
+			http.NotFound(w, r)
+		}
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	lc, err := newLeanClient(srv.URL, 5*time.Second, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(lc.closeIdle)
+	ctx := context.Background()
+	cases := []struct {
+		method, path, auth, body string
+		status                   int
+		want                     string
+	}{
+		{"GET", "/small?q=x", "", "", 200, "hello x"},
+		{"GET", "/big", "", "", 200, big},
+		{"GET", "/flushed", "", "", 200, "part1,part2"},
+		{"DELETE", "/none", "", "", 204, ""},
+		{"POST", "/echo", "Bearer t1", `{"a":1}`, 201, `POST Bearer t1 application/json {"a":1}`},
+		{"GET", "/missing", "", "", 404, "404 page not found\n"},
+		{"GET", "/small?q=again", "", "", 200, "hello again"},
+	}
+	for _, c := range cases {
+		st, b, err := lc.do(ctx, c.method, c.path, c.auth, c.body)
+		if err != nil || st != c.status || string(b) != c.want {
+			t.Fatalf("%s %s: %d %.60q %v, want %d %.60q", c.method, c.path, st, b, err, c.status, c.want)
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Errorf("%d connections for %d sequential requests, want 1 (keep-alive)", n, len(cases))
+	}
+}
+
+// TestLeanClientServerCloses: a response with Connection: close is read
+// whole and its connection is not reused; an idle connection the server
+// closed is replaced for a GET (retried once), and a POST on it fails
+// rather than being sent twice.
+func TestLeanClientServerCloses(t *testing.T) {
+	t.Parallel()
+	var conns atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/close" {
+			w.Header().Set("Connection", "close")
+		}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	lc, err := newLeanClient(srv.URL, 5*time.Second, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := range 2 {
+		if st, b, err := lc.do(ctx, "GET", "/close", "", ""); err != nil || st != 200 || string(b) != "ok" {
+			t.Fatalf("GET /close #%d: %d %q %v", i, st, b, err)
+		}
+	}
+	if n := conns.Load(); n != 2 {
+		t.Errorf("%d connections after two Connection: close responses, want 2", n)
+	}
+	// A pooled connection, then the server drops every idle one.
+	if _, _, err := lc.do(ctx, "GET", "/", "", ""); err != nil {
+		t.Fatal(err)
+	}
+	srv.CloseClientConnections()
+	time.Sleep(50 * time.Millisecond)
+	if st, b, err := lc.do(ctx, "GET", "/", "", ""); err != nil || st != 200 || string(b) != "ok" {
+		t.Fatalf("GET after the server closed the idle connection: %d %q %v, want a retry on a new one", st, b, err)
+	}
+	if _, _, err := lc.do(ctx, "GET", "/", "", ""); err != nil {
+		t.Fatal(err)
+	}
+	srv.CloseClientConnections()
+	time.Sleep(50 * time.Millisecond)
+	if _, _, err := lc.do(ctx, "POST", "/", "", "{}"); err == nil {
+		t.Fatal("POST on a connection the server closed succeeded; want an error (no silent resend)")
+	}
+}
+
+// TestLeanClientTimeout: a server that does not answer within the timeout
+// gives a net.Error that is a timeout (errKind's "timeout"), not a hang.
+func TestLeanClientTimeout(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _, _ = bufio.NewReader(c).ReadString('\n') }() // read, never answer
+		}
+	}()
+	lc, err := newLeanClient("http://"+l.Addr().String(), 200*time.Millisecond, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, _, err = lc.do(context.Background(), "GET", "/", "", "")
+	if err == nil || errKind("read", 0, err) != "read: timeout" {
+		t.Fatalf("err %v (kind %q), want a timeout", err, errKind("read", 0, err))
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("took %s with a 200ms timeout", d)
+	}
+}
+
+// TestReadResponseMalformed: what the client does not understand is an
+// error, not a guess.
+func TestReadResponseMalformed(t *testing.T) {
+	t.Parallel()
+	for _, raw := range []string{
+		"garbage\r\n\r\n",
+		"HTTP/1.1 2x0 OK\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort",
+		"HTTP/1.1 200 OK\r\nno-colon\r\n\r\n",
+	} {
+		if st, b, _, err := readResponse(bufio.NewReader(strings.NewReader(raw)), false); err == nil {
+			t.Errorf("%q: %d %q, want an error", raw, st, b)
+		}
+	}
+	// 100 Continue is skipped; a chunk extension and a trailer are allowed.
+	raw := "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3;ext=1\r\nabc\r\n0\r\nX-T: 1\r\n\r\n"
+	st, b, keep, err := readResponse(bufio.NewReader(strings.NewReader(raw)), false)
+	if err != nil || st != 200 || string(b) != "abc" || !keep {
+		t.Fatalf("100 Continue + chunked: %d %q keep=%v %v", st, b, keep, err)
+	}
+}
