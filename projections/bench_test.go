@@ -71,6 +71,7 @@ var (
 	benchCacheRows = flag.Int("fanout.cache-rows", 0, "BenchmarkFanout: the inbox projector's FollowerCacheRows (-1: off)")
 	benchParallel  = flag.Int("fanout.parallel", 0, "BenchmarkFanout: FanoutParallel")
 	benchSlack     = flag.Int("fanout.slack", -1, "BenchmarkFanout: InboxTrimSlack with InboxTrimEvery 16 (-1: the default policy)")
+	benchBand      = flag.Int("fanout.band", 0, "BenchmarkFanout: InboxTrimBand (0: the default for the policy; with -fanout.slack, the slack: trims start over 500)")
 )
 
 const (
@@ -257,12 +258,15 @@ func benchFanout(b *testing.B, listpack string) {
 
 		// The projector: PostCreated messages through Kafka, inbox group.
 		prefix := testenv.RandomName("t") + ":"
-		// The sampled trims' steady state (steadyExtra).
-		slack, every := projections.DefaultConfig().InboxTrimSlack, projections.DefaultConfig().InboxTrimEvery
-		if *benchSlack >= 0 {
-			slack, every = *benchSlack, 16
+		// The sampled trims' steady state (steadySizes): what a trim keeps
+		// up to where trims start, plus the sampling overshoot.
+		cfg := projections.Config{Keys: rkeys.Keys{Prefix: prefix}, FollowerCacheRows: *benchCacheRows, FanoutParallel: *benchParallel, InboxTrimBand: *benchBand}
+		if *benchSlack >= 0 { // with the sampling set, the slack is taken as it is
+			cfg.InboxTrimSlack, cfg.InboxTrimEvery = *benchSlack, 16
 		}
-		steady := steadySizes(500, slack, every)
+		eff := projections.EffectiveConfig(cfg)
+		steady := steadySizes(eff.InboxMax-eff.InboxTrimSlack+eff.InboxTrimBand, eff.InboxTrimBand, eff.InboxTrimEvery)
+		b.Logf("projector trim policy: keep %d, trim over %d, 1 push in %d sampled", eff.InboxMax-eff.InboxTrimSlack, eff.InboxMax-eff.InboxTrimSlack+eff.InboxTrimBand, eff.InboxTrimEvery)
 		fill(prefix, func(v int64) int64 { return steady[(v*7919)%int64(len(steady))] - 500 })
 		w.envs = w.envs[:0]
 		for p := 0; p < benchPosts; p++ {
@@ -282,10 +286,6 @@ func benchFanout(b *testing.B, listpack string) {
 		topic := bk.Topic(b, benchPartitions)
 		publish(b, bk.Addrs(), topic, warmup)
 		m, _ := projections.NewMetrics(nil)
-		cfg := projections.Config{Keys: rkeys.Keys{Prefix: prefix}, FollowerCacheRows: *benchCacheRows, FanoutParallel: *benchParallel}
-		if *benchSlack >= 0 { // with the sampling set, the slack is taken as it is
-			cfg.InboxTrimSlack, cfg.InboxTrimEvery = *benchSlack, 16
-		}
 		ps, err := projections.New(cfg, w.db.Pool, rd.Client, m, projections.NameInbox)
 		if err != nil {
 			b.Fatal(err)
@@ -441,9 +441,10 @@ func cpuPerEntry(b *testing.B, rdb redis.UniversalClient, r0, s0 float64, entrie
 
 // steadySizes returns 1,000 inbox sizes (real entries) in the proportions
 // that the sampled trims keep inboxes in over a long run, for the policy
-// (max, slack, every): a trim cuts back to max - slack, so the sizes seen
-// by a push are max - slack .. max once each per trim cycle, then max + j
-// with the odds (1 - 1/every)^j that j more pushes went by unsampled.
+// (max, slack, every): trims start over max (InboxMax - slack + band) and
+// cut back to max - slack (pass the band as slack), so the sizes seen by a
+// push are max - slack .. max once each per trim cycle, then max + j with
+// the odds (1 - 1/every)^j that j more pushes went by unsampled.
 func steadySizes(max, slack, every int) []int64 {
 	q := 1 - 1/float64(every)
 	var sizes []int64

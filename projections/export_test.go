@@ -15,3 +15,9 @@ func SetFollowerChunk(n int) int {
 	followerChunk = n
 	return old
 }
+
+// EffectiveConfig is cfg with the defaults filled in, as a projector uses it.
+func EffectiveConfig(cfg Config) Config { return cfg.withDefaults() }
+
+// Sampled is the hot path's choice of the pushes that check an inbox's size.
+func Sampled(post, user int64, every int) bool { return sampled(post, user, every) }

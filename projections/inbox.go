@@ -176,8 +176,9 @@ func (p *Inbox) eachFollowerPage(ctx context.Context, author int64, active bool,
 // followers whose inbox is past its TTL, the ZADD is followed by ZCARD and
 // EXPIRE NX (the fallback TTL when the inbox has none); a second pipeline
 // then runs trimScript (trim.go) on the sampled inboxes that are over
-// InboxMax: it trims them back to InboxMax - slack (so every ZADD scans a
-// shorter inbox than the raw pair's 500 on average), raises the floor and
+// InboxMax - slack + band: it trims them back to InboxMax - slack (so every
+// ZADD scans a shorter inbox than the raw pair's 500, ~462 entries on
+// average with the defaults), raises the floor and
 // removes what lies at or below it, walking only the entries it cuts. Plain
 // commands on the hot path: every ZADD on a listpack inbox already scans
 // the whole inbox, and anything more per push costs Redis on top of that
@@ -202,7 +203,7 @@ func (p *Inbox) push(ctx context.Context, e events.PostCreated) error {
 		exact: p.cfg.InboxTrimEvery == 1,
 		ttl:   p.cfg.inboxTTL(),
 		// Both sentinels assumed present: a trim never starts early.
-		over: int64(p.cfg.InboxMax + 2),
+		over: int64(p.cfg.inboxTrimOver() + 2),
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(p.cfg.FanoutParallel)
@@ -423,13 +424,13 @@ func sampled(post, user int64, every int) bool {
 }
 
 // scriptArgs returns the bounded-add script's arguments for an inbox: the
-// entries a trim keeps (InboxMax - slack) and the slack, so the script
-// trims when over InboxMax, back to InboxMax - slack, as trimScript does on
-// the hot path; then the floor raise (unconditional), no ~built, the
+// entries a trim keeps (InboxMax - slack) and the band, so the script
+// trims when over InboxMax - slack + band, back to InboxMax - slack, as
+// the hot path does with trimScript; then the floor raise (unconditional), no ~built, the
 // fallback TTL, then the pairs (and score, member when given).
 func (p *Inbox) scriptArgs(pairs []any, raiseTo string, score int64, member string) []any {
 	ttl := int64(p.cfg.inboxTTL() / time.Second)
-	args := append([]any{p.cfg.inboxKeep(), p.cfg.InboxTrimSlack, raiseTo, "", "0", ttl}, pairs...)
+	args := append([]any{p.cfg.inboxKeep(), p.cfg.InboxTrimBand, raiseTo, "", "0", ttl}, pairs...)
 	if member != "" {
 		args = append(args, score, member)
 	}

@@ -2,6 +2,7 @@ package projections_test
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"strconv"
 	"testing"
@@ -16,17 +17,32 @@ import (
 
 // With sampled trims (plain ZADDs, the script for one push in every few),
 // an inbox that receives many posts stays between InboxMax - slack (what a
-// trim keeps) and InboxMax plus the sampling overshoot, keeps exactly the
-// newest posts, and its floor lies below them.
+// trim keeps) and InboxMax - slack + band (where trims start; InboxMax
+// when the band is the slack) plus the sampling overshoot, is trimmed only
+// when over that, keeps exactly the newest posts, and its floor lies below
+// them.
 func TestSampledTrimsBoundInbox(t *testing.T) {
 	t.Parallel()
+	for _, band := range []int{0, 4} {
+		t.Run(fmt.Sprintf("band-%d", band), func(t *testing.T) {
+			t.Parallel()
+			testSampledTrimsBoundInbox(t, band)
+		})
+	}
+}
+
+func testSampledTrimsBoundInbox(t *testing.T, band int) {
 	w := newWorld(t)
 	rd := testenv.NewRedis(t)
 	keys := rkeys.Keys{Prefix: rd.Prefix}
 	author, fan := w.user(true), w.user(true)
 	w.follow(fan, author)
 	const max, slack, every = 20, 8, 4
-	cfg := projections.Config{Keys: keys, InboxMax: max, InboxTrimSlack: slack, InboxTrimEvery: every, BackfillPosts: 3}
+	cfg := projections.Config{Keys: keys, InboxMax: max, InboxTrimSlack: slack, InboxTrimEvery: every, InboxTrimBand: band, BackfillPosts: 3}
+	over := max - slack + band // where trims start
+	if band == 0 {
+		over = max
+	}
 	ps := newProjectors(t, w, rd.Client, cfg)
 	applyAll(t, ps, w.envs) // the follow first: a later one would backfill and raise the floor
 	w.envs = nil
@@ -36,16 +52,29 @@ func TestSampledTrimsBoundInbox(t *testing.T) {
 	}
 	// One post at a time, to see every size the inbox passes through.
 	lo, hi, trims := 1<<30, 0, 0
-	last := 0
+	last, lastCard := 0, 0
 	for i, env := range w.envs {
 		applyAll(t, ps, w.envs[i:i+1])
-		ids, floor, _ := zview(t, rd.Client, keys.Inbox(fan))
+		ids, floor, built := zview(t, rd.Client, keys.Inbox(fan))
 		n := len(ids)
 		if n < last {
 			trims++
 			if n != max-slack {
 				t.Fatalf("post %d (%v): a trim left %d posts, want %d: %s", i, env.Type, n, max-slack, fmtView(ids, floor, false))
 			}
+		}
+		// A push trims exactly when it is sampled and finds the inbox
+		// over where trims start (its ZCARD counted against the start
+		// plus both sentinels, present or not: never early).
+		if trim := projections.Sampled(posts[i], fan, every) && lastCard+1 > over+2; trim != (n < last) {
+			t.Fatalf("post %d: %d posts before the push, %d after; want a trim: %v (start over %d)", i, last, n, trim, over)
+		}
+		lastCard = n
+		if !math.IsNaN(floor) {
+			lastCard++
+		}
+		if built {
+			lastCard++
 		}
 		if trims > 0 && n < lo {
 			lo = n
@@ -56,9 +85,10 @@ func TestSampledTrimsBoundInbox(t *testing.T) {
 		last = n
 	}
 	// Between two sampled scripts an inbox grows by a geometric number of
-	// pushes (mean every); 40 more than max has odds of (3/4)^40.
-	if trims == 0 || lo < max-slack || hi > max+40 {
-		t.Fatalf("%d trims; after the first the inbox held %d..%d posts, want %d..%d", trims, lo, hi, max-slack, max+40)
+	// pushes (mean every); 40 more than where trims start has odds of
+	// (3/4)^40.
+	if trims == 0 || lo < max-slack || hi > over+40 {
+		t.Fatalf("%d trims; after the first the inbox held %d..%d posts, want %d..%d", trims, lo, hi, max-slack, over+40)
 	}
 	ids, floor, _ := zview(t, rd.Client, keys.Inbox(fan))
 	for i := range ids {
@@ -82,9 +112,19 @@ func TestSampledTrimsBoundInbox(t *testing.T) {
 
 // The exact path (InboxTrimEvery 1: the bounded-add script on every push)
 // and follow backfills trim by the same rule as the hot path: when an
-// inbox goes over InboxMax, back to its newest InboxMax - slack posts.
+// inbox goes over InboxMax - slack + band (InboxMax when the band is the
+// slack), back to its newest InboxMax - slack posts.
 func TestScriptTrimsFollowTheBoundRule(t *testing.T) {
 	t.Parallel()
+	for _, band := range []int{0, 2} {
+		t.Run(fmt.Sprintf("band-%d", band), func(t *testing.T) {
+			t.Parallel()
+			testScriptTrimsFollowTheBoundRule(t, band)
+		})
+	}
+}
+
+func testScriptTrimsFollowTheBoundRule(t *testing.T, band int) {
 	w := newWorld(t)
 	rd := testenv.NewRedis(t)
 	ctx := context.Background()
@@ -92,7 +132,11 @@ func TestScriptTrimsFollowTheBoundRule(t *testing.T) {
 	author, other, fan := w.user(true), w.user(true), w.user(true)
 	w.follow(fan, author)
 	const max, slack = 10, 4
-	exact := projections.Config{Keys: keys, InboxMax: max, InboxTrimSlack: slack, InboxTrimEvery: 1, BackfillPosts: 3}
+	exact := projections.Config{Keys: keys, InboxMax: max, InboxTrimSlack: slack, InboxTrimEvery: 1, InboxTrimBand: band, BackfillPosts: 3}
+	over := max - slack + band
+	if band == 0 {
+		over = max
+	}
 	ps := newProjectors(t, w, rd.Client, exact)
 	applyAll(t, ps, w.envs)
 	w.envs = nil
@@ -103,10 +147,11 @@ func TestScriptTrimsFollowTheBoundRule(t *testing.T) {
 	k := keys.Inbox(fan)
 	for i := range w.envs {
 		applyAll(t, ps, w.envs[i:i+1])
-		// Pushes 1..10 fit; push 11 trims to 6; then 7..10, 6, ...
+		// Band 0 (the slack): pushes 1..10 fit; push 11 trims to 6; then
+		// 7..10, 6, ... Band 2: 1..8 fit, push 9 trims to 6, then 7, 8, 6, ...
 		want := i + 1
-		if want > max {
-			want = max - slack + (want-max-1)%(slack+1)
+		if want > over {
+			want = max - slack + (want-over-1)%(over-(max-slack)+1)
 		}
 		ids, floor, _ := zview(t, rd.Client, k)
 		if len(ids) != want {
@@ -116,9 +161,9 @@ func TestScriptTrimsFollowTheBoundRule(t *testing.T) {
 			t.Fatalf("after push %d: not the newest %d posts: %s", i+1, want, fmtView(ids, floor, false))
 		}
 	}
-	// The inbox holds 8 posts (push 21 trimmed it to 6, then 22 and 23). A
-	// follow of another author with 3 posts backfills them: 11 > 10, so
-	// back to the newest 6.
+	// The inbox holds 8 posts (band 0: push 21 trimmed it to 6, then 22 and
+	// 23; band 2: push 21 did, too). A follow of another author with 3
+	// posts backfills them: 11 is over the start, so back to the newest 6.
 	w.envs = nil
 	for i := 0; i < 3; i++ {
 		w.post(other)

@@ -10,7 +10,7 @@ import (
 
 // ListpackEntriesFor is the zset-max-listpack-entries a Redis server needs
 // so full inboxes stay in the compact listpack encoding: InboxMax real
-// entries (a trim starts only above it), the overshoot between two sampled
+// entries (trims start at or below it: InboxTrimBand), the overshoot between two sampled
 // trims (a gap longer than 20 × InboxTrimEvery pushes has odds of about
 // e^-20; it would only turn that inbox into a skiplist) and the two
 // sentinels: 822 with the defaults. docs/projections.md explains the

@@ -89,24 +89,35 @@ type Config struct {
 	CelebrityThreshold int64
 	// InboxMax bounds every inbox (FEED_INBOX_MAX).
 	InboxMax int
-	// InboxTrimSlack is how far below InboxMax a trim cuts: an inbox found
-	// over InboxMax (real entries; both sentinels assumed) is trimmed back
-	// to its newest InboxMax - InboxTrimSlack entries, so it then takes
-	// slack+1 pushes before it can need a trim again, and no inbox is ever
-	// kept over InboxMax by more than the sampling overshoot (readers
-	// continue below ~floor from PostgreSQL). With the defaults (500, 64,
-	// 1 in 16 sampled) inboxes average ~485 entries, fewer than the naive
-	// ZADD + ZREMRANGEBYRANK pair keeps, and every listpack ZADD scans the
-	// whole inbox (docs/projections.md). Follow backfills and the exact
-	// path (InboxTrimEvery 1) follow the same rule. 0 trims on every push
-	// over the bound, back to InboxMax (slower, but byte-for-byte order
+	// InboxTrimSlack is how far below InboxMax a trim cuts: a trim keeps an
+	// inbox's newest InboxMax - InboxTrimSlack real entries (what an inbox
+	// guarantees its reader; readers continue below ~floor from
+	// PostgreSQL). A sampled push trims an inbox found over InboxMax -
+	// InboxTrimSlack + InboxTrimBand (real entries; both sentinels
+	// assumed), so no inbox is kept over that by more than the sampling
+	// overshoot, and every listpack ZADD, which scans the whole inbox,
+	// scans fewer entries than the naive ZADD + ZREMRANGEBYRANK pair's 500
+	// (docs/projections.md, "The bound rule"). Follow backfills and the
+	// exact path (InboxTrimEvery 1) follow the same rule. 0 trims on every
+	// push over InboxMax, back to InboxMax (slower, but byte-for-byte order
 	// independent with InboxTrimEvery 1; see docs/projections.md).
 	// Negative means 0; it must be below InboxMax. The trim policy
-	// defaults as a pair: when both InboxTrimSlack and InboxTrimEvery are
-	// zero, both take DefaultConfig's values (64, 16), the slack clamped
-	// to InboxMax/4 (so a small FEED_INBOX_MAX keeps most of its bound);
-	// when InboxTrimEvery is set, InboxTrimSlack is taken as it is.
+	// defaults as a whole: when both InboxTrimSlack and InboxTrimEvery are
+	// zero, they take DefaultConfig's values (64, 16), the slack clamped
+	// to InboxMax/4 (so a small FEED_INBOX_MAX keeps most of its bound),
+	// and a zero InboxTrimBand half the slack; when InboxTrimEvery is set,
+	// InboxTrimSlack is taken as it is and a zero InboxTrimBand means the
+	// slack (trims start over InboxMax, the rule before 2026-11-30 17:00).
 	InboxTrimSlack int
+	// InboxTrimBand is how far above what a trim keeps an inbox may grow
+	// before a sampled push trims it: trims start over InboxMax -
+	// InboxTrimSlack + InboxTrimBand real entries, 1..InboxTrimSlack (0:
+	// the default, see InboxTrimSlack). With the defaults (500, 64, 32, 1
+	// in 16 sampled) a trim keeps 436 and starts over 468, and inboxes
+	// average ~462 entries. A smaller band trims more often (a trim costs
+	// Redis about as much as a push) over smaller inboxes; the reader's
+	// guarantee (InboxMax - InboxTrimSlack) does not depend on it.
+	InboxTrimBand int
 	// InboxTrimEvery: for one (post, follower) pair in this many, chosen by
 	// a hash of the pair (so a redelivery samples the same pairs), a push
 	// also checks the inbox's size (trimming it with trimScript when over
@@ -169,11 +180,21 @@ func (c Config) withDefaults() Config {
 	// together with the sampling: a caller that sets neither (`feed
 	// project`) gets the documented policy, not slack 0, which would run
 	// the trim script on nearly every sampled push.
-	if c.InboxTrimSlack == 0 && c.InboxTrimEvery == 0 {
+	defaulted := c.InboxTrimSlack == 0 && c.InboxTrimEvery == 0
+	if defaulted {
 		c.InboxTrimSlack = min(d.InboxTrimSlack, c.InboxMax/4)
 	}
 	if c.InboxTrimSlack < 0 {
 		c.InboxTrimSlack = 0
+	}
+	if c.InboxTrimBand == 0 {
+		// The defaulted policy starts trims halfway between what a trim
+		// keeps and InboxMax; an explicit one (tests, exact trims) at
+		// InboxMax, as before the band existed.
+		c.InboxTrimBand = c.InboxTrimSlack
+		if defaulted {
+			c.InboxTrimBand = max(c.InboxTrimSlack/2, min(c.InboxTrimSlack, 1))
+		}
 	}
 	c.InboxTrimEvery = cmp.Or(c.InboxTrimEvery, d.InboxTrimEvery)
 	c.InboxTTLMargin = cmp.Or(c.InboxTTLMargin, d.InboxTTLMargin)
@@ -195,6 +216,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("inbox max %d, timeline max %d: want at least 1", c.InboxMax, c.TimelineMax)
 	case c.InboxTrimSlack >= c.InboxMax:
 		return fmt.Errorf("inbox trim slack %d: want below inbox max %d (a trim keeps max - slack)", c.InboxTrimSlack, c.InboxMax)
+	case c.InboxTrimBand < 0 || c.InboxTrimBand > c.InboxTrimSlack:
+		return fmt.Errorf("inbox trim band %d: want 1..slack %d (trims start over inbox max - slack + band)", c.InboxTrimBand, c.InboxTrimSlack)
 	case c.BackfillPosts < 1 || c.BackfillPosts > c.InboxMax:
 		return fmt.Errorf("backfill posts %d: want 1..inbox max", c.BackfillPosts)
 	case c.FanoutBatch < 1:
@@ -245,6 +268,10 @@ func New(cfg Config, pg Querier, rdb redis.UniversalClient, m *Metrics, names ..
 // inboxKeep is how many real entries a trim keeps: InboxMax - slack (see
 // InboxTrimSlack).
 func (c Config) inboxKeep() int { return c.InboxMax - c.InboxTrimSlack }
+
+// inboxTrimOver is the number of real entries over which a sampled push
+// trims an inbox: InboxMax - slack + band (see InboxTrimBand).
+func (c Config) inboxTrimOver() int { return c.inboxKeep() + c.InboxTrimBand }
 
 // inboxTTL is the TTL the projector gives inboxes that have none.
 func (c Config) inboxTTL() time.Duration { return c.InactiveAfter - c.InboxTTLMargin }

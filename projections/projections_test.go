@@ -2,6 +2,7 @@ package projections_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -284,9 +285,19 @@ func TestIdempotentAndOrderIndependent(t *testing.T) {
 // With trim slack, an inbox's raw contents depend on when trims ran (see
 // docs/projections.md), but what a reader sees does not: the newest
 // InboxMax - slack entries above the floor (what every trim keeps), and
-// the floor that implies.
+// the floor that implies; whether trims start over InboxMax (band 0: the
+// slack) or below it (band 2: over 4).
 func TestChunkedTrimsReadTheSame(t *testing.T) {
 	t.Parallel()
+	for _, band := range []int{0, 2} {
+		t.Run(fmt.Sprintf("band-%d", band), func(t *testing.T) {
+			t.Parallel()
+			testChunkedTrimsReadTheSame(t, band)
+		})
+	}
+}
+
+func testChunkedTrimsReadTheSame(t *testing.T, band int) {
 	w := newWorld(t)
 	scenario(t, w, 11, false)
 	const max = 6
@@ -294,7 +305,7 @@ func TestChunkedTrimsReadTheSame(t *testing.T) {
 	for i, envs := range [][]events.Envelope{w.envs, interleave(w.envs, 5), twice(interleave(w.envs, 6))} {
 		rd := testenv.NewRedis(t)
 		cfg := projections.Config{Keys: rkeys.Keys{Prefix: rd.Prefix}, CelebrityThreshold: 4,
-			InboxMax: max, InboxTrimSlack: 4, InboxTrimEvery: 3, TimelineMax: max, BackfillPosts: 3}
+			InboxMax: max, InboxTrimSlack: 4, InboxTrimEvery: 3, InboxTrimBand: band, TimelineMax: max, BackfillPosts: 3}
 		applyAll(t, newProjectors(t, w, rd.Client, cfg), envs)
 		got := canonical(t, rd.Client, rd.Prefix, max-4) // a trim keeps InboxMax - slack
 		if i == 0 {

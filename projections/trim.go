@@ -6,7 +6,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// trimScript trims an inbox that a sampled push found over InboxMax: the
+// trimScript trims an inbox that a sampled push found over InboxMax -
+// slack + band (Config.InboxTrimBand): the
 // hot path's trim (backfills and exact trims use boundedAddScript, with the
 // same bound rule). It keeps the newest ARGV[1] (InboxMax - slack) real
 // entries, raises ~floor to the highest

@@ -73,29 +73,43 @@ func TestTrimScriptMatchesBoundedAdd(t *testing.T) {
 // The bound rule's configuration: a trim keeps InboxMax - slack, so the
 // slack must stay below the bound; a defaulted slack is clamped to a
 // quarter of the bound (a small FEED_INBOX_MAX keeps most of it), an
-// explicit one is taken as it is.
+// explicit one is taken as it is. Trims start over keep + band: the
+// defaulted policy's band is half the slack, an explicit policy's zero
+// band is the slack (trims start over InboxMax), an explicit band is taken
+// as it is and must lie within the slack.
 func TestTrimSlackConfig(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		in          Config
-		slack, keep int
+		in                      Config
+		slack, keep, band, over int
 	}{
-		{Config{}, 64, 436},
-		{Config{InboxMax: 20}, 5, 15},
-		{Config{InboxMax: 20, InboxTrimSlack: 2}, 2, 18},
-		{Config{InboxMax: 20, InboxTrimEvery: 1}, 0, 20},
-		{Config{InboxMax: 8, InboxTrimSlack: -3, InboxTrimEvery: 4, BackfillPosts: 3}, 0, 8},
+		{Config{}, 64, 436, 32, 468},
+		{Config{InboxMax: 20}, 5, 15, 2, 17},
+		{Config{InboxMax: 4, BackfillPosts: 3}, 1, 3, 1, 4},
+		{Config{InboxMax: 3, BackfillPosts: 3}, 0, 3, 0, 3},
+		{Config{InboxMax: 20, InboxTrimSlack: 2}, 2, 18, 2, 20},
+		{Config{InboxMax: 20, InboxTrimEvery: 1}, 0, 20, 0, 20},
+		{Config{InboxMax: 20, InboxTrimSlack: 8, InboxTrimEvery: 4}, 8, 12, 8, 20},
+		{Config{InboxMax: 20, InboxTrimSlack: 8, InboxTrimEvery: 4, InboxTrimBand: 3}, 8, 12, 3, 15},
+		{Config{InboxTrimBand: 10}, 64, 436, 10, 446},
+		{Config{InboxMax: 8, InboxTrimSlack: -3, InboxTrimEvery: 4, BackfillPosts: 3}, 0, 8, 0, 8},
 	} {
 		got := c.in.withDefaults()
-		if got.InboxTrimSlack != c.slack || got.inboxKeep() != c.keep {
-			t.Errorf("%+v: slack %d keep %d, want %d, %d", c.in, got.InboxTrimSlack, got.inboxKeep(), c.slack, c.keep)
+		if got.InboxTrimSlack != c.slack || got.inboxKeep() != c.keep || got.InboxTrimBand != c.band || got.inboxTrimOver() != c.over {
+			t.Errorf("%+v: slack %d keep %d band %d over %d, want %d, %d, %d, %d", c.in,
+				got.InboxTrimSlack, got.inboxKeep(), got.InboxTrimBand, got.inboxTrimOver(), c.slack, c.keep, c.band, c.over)
 		}
 		if err := got.Validate(); err != nil {
 			t.Errorf("%+v: %v", c.in, err)
 		}
 	}
-	bad := Config{InboxMax: 10, InboxTrimSlack: 10, InboxTrimEvery: 16, BackfillPosts: 3}.withDefaults()
-	if err := bad.Validate(); err == nil {
-		t.Error("slack 10 with inbox max 10 (a trim would keep nothing): no error")
+	for _, bad := range []Config{
+		{InboxMax: 10, InboxTrimSlack: 10, InboxTrimEvery: 16, BackfillPosts: 3}, // a trim would keep nothing
+		{InboxMax: 10, InboxTrimSlack: 4, InboxTrimEvery: 16, InboxTrimBand: 5, BackfillPosts: 3},
+		{InboxMax: 10, InboxTrimSlack: 4, InboxTrimEvery: 16, InboxTrimBand: -1, BackfillPosts: 3},
+	} {
+		if err := bad.withDefaults().Validate(); err == nil {
+			t.Errorf("%+v: no error", bad)
+		}
 	}
 }
