@@ -26,6 +26,8 @@ type Inbox struct {
 	rdb   redis.UniversalClient
 	m     *Metrics
 	cache *followerCache // nil when FollowerCacheRows < 0
+	// inflight holds a slot per fan-out pipeline in flight (FanoutInflight).
+	inflight chan struct{}
 }
 
 // NewInbox returns the inbox projector. m may be nil.
@@ -40,7 +42,7 @@ func NewInbox(cfg Config, pg Querier, rdb redis.UniversalClient, m *Metrics) (*I
 	// Lists longer than twice the celebrity threshold only come from
 	// replays of posts by authors who are celebrities now: not kept.
 	cache := newFollowerCache(cfg.FollowerCacheRows, int(min(2*cfg.CelebrityThreshold, math.MaxInt32)))
-	return &Inbox{cfg: cfg, pg: pg, rdb: rdb, m: m, cache: cache}, nil
+	return &Inbox{cfg: cfg, pg: pg, rdb: rdb, m: m, cache: cache, inflight: make(chan struct{}, cfg.FanoutInflight)}, nil
 }
 
 // Name implements Projector.
@@ -249,7 +251,14 @@ func (p *Inbox) pushPage(ctx context.Context, pp postPush, ids []int64, expiring
 			}
 		}
 	}
-	if err := p.execScripts(ctx, fill); err != nil {
+	select {
+	case p.inflight <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	err := p.execScripts(ctx, fill)
+	<-p.inflight
+	if err != nil {
 		return fmt.Errorf("push post %d: %w", pp.post, err)
 	}
 	added := 0

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -263,5 +265,109 @@ func TestProjectorInboxTTL(t *testing.T) {
 	}
 	if rd.Client.ZScore(ctx, keys.Inbox(plain), strconv.FormatInt(first, 10)).Err() != nil {
 		t.Errorf("the first post is missing from the plain follower's inbox")
+	}
+}
+
+// pipeGauge is a go-redis hook that records the most pipelines holding a
+// ZADD in flight at once.
+type pipeGauge struct {
+	mu       sync.Mutex
+	cur, max int
+}
+
+func (*pipeGauge) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (*pipeGauge) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return next
+}
+func (g *pipeGauge) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		fanout := false
+		for _, c := range cmds {
+			if strings.EqualFold(c.Name(), "zadd") {
+				fanout = true
+				break
+			}
+		}
+		if !fanout {
+			return next(ctx, cmds)
+		}
+		g.mu.Lock()
+		g.cur++
+		g.max = max(g.max, g.cur)
+		g.mu.Unlock()
+		time.Sleep(2 * time.Millisecond) // widen the window in which pipelines overlap
+		err := next(ctx, cmds)
+		g.mu.Lock()
+		g.cur--
+		g.mu.Unlock()
+		return err
+	}
+}
+
+// TestFanoutInflightBound: posts of several authors applied at once (as
+// partitions are), each fanned out in several pages with FanoutParallel
+// pages at a time, never have more than FanoutInflight fan-out pipelines
+// in flight together, and every follower still gets every post.
+func TestFanoutInflightBound(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	rd := testenv.NewRedis(t)
+	keys := rkeys.Keys{Prefix: rd.Prefix}
+	const authors, fans, inflight = 6, 40, 2
+	var as, fs []int64
+	for range authors {
+		as = append(as, w.user(true))
+	}
+	for range fans {
+		f := w.user(true)
+		fs = append(fs, f)
+		for _, a := range as {
+			w.follow(f, a)
+		}
+	}
+	cfg := projections.Config{Keys: keys, FanoutBatch: 8, FanoutParallel: 4, FanoutInflight: inflight}
+	g := &pipeGauge{}
+	opt, err := redis.ParseURL(testenv.RedisURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.PoolSize = 64
+	rdb := redis.NewClient(opt)
+	t.Cleanup(func() { _ = rdb.Close() })
+	rdb.AddHook(g)
+	ps := newProjectors(t, w, rdb, cfg)
+	applyAll(t, ps, w.envs)
+	w.envs = nil
+	var posts []int64
+	for _, a := range as {
+		posts = append(posts, w.post(a))
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, len(w.envs))
+	for _, env := range w.envs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- projections.Apply(context.Background(), ps, env)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if g.max > inflight {
+		t.Errorf("%d fan-out pipelines in flight at once, want at most %d", g.max, inflight)
+	}
+	if g.max == 0 {
+		t.Fatal("no fan-out pipeline seen")
+	}
+	for _, f := range fs {
+		ids, _, _ := zview(t, rd.Client, keys.Inbox(f))
+		if len(ids) != len(posts) {
+			t.Fatalf("follower %d has %d posts, want %d", f, len(ids), len(posts))
+		}
 	}
 }

@@ -140,6 +140,13 @@ type Config struct {
 	// FanoutParallel is how many pages of one post's fan-out are written
 	// at once (pipelines in flight per message). Default 4.
 	FanoutParallel int
+	// FanoutInflight bounds the fan-out pipelines in flight at once across
+	// the whole inbox projector (every partition's messages). Redis runs
+	// one command at a time: past two pipelines in flight (one executing,
+	// one queued behind it) more do not write faster, but each one more
+	// is another batch of listpack ZADDs that a reader's command, arriving
+	// on its own connection, may wait behind. Default 2.
+	FanoutInflight int
 	// FollowerCacheRows bounds the follower cache of the inbox projector
 	// (follower rows held, about 16 bytes each; see followercache.go):
 	// an author's followers are read from PostgreSQL once and reused for
@@ -163,6 +170,7 @@ func DefaultConfig() Config {
 		BackfillPosts:      20,
 		FanoutBatch:        1000,
 		FanoutParallel:     4,
+		FanoutInflight:     2,
 		FollowerCacheRows:  1 << 20,
 		InactiveAfter:      30 * 24 * time.Hour,
 	}
@@ -202,6 +210,7 @@ func (c Config) withDefaults() Config {
 	c.BackfillPosts = cmp.Or(c.BackfillPosts, d.BackfillPosts)
 	c.FanoutBatch = cmp.Or(c.FanoutBatch, d.FanoutBatch)
 	c.FanoutParallel = cmp.Or(c.FanoutParallel, d.FanoutParallel)
+	c.FanoutInflight = cmp.Or(c.FanoutInflight, d.FanoutInflight)
 	c.FollowerCacheRows = cmp.Or(c.FollowerCacheRows, d.FollowerCacheRows)
 	c.InactiveAfter = cmp.Or(c.InactiveAfter, d.InactiveAfter)
 	return c
@@ -224,6 +233,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("fan-out batch %d: want at least 1", c.FanoutBatch)
 	case c.FanoutParallel < 1:
 		return fmt.Errorf("fan-out parallel %d: want at least 1", c.FanoutParallel)
+	case c.FanoutInflight < 1:
+		return fmt.Errorf("fan-out in flight %d: want at least 1", c.FanoutInflight)
 	case c.InactiveAfter <= 0:
 		return fmt.Errorf("inactive after %v: want a positive duration", c.InactiveAfter)
 	case c.InboxTrimEvery < 1:
