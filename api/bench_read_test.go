@@ -48,7 +48,7 @@ var (
 	readRounds   = flag.Int("read.rounds", 3, "BenchmarkReadHTTP: rounds of the three phases (medians are reported)")
 	readWrites   = flag.Int("read.writes", 0, "BenchmarkReadHTTP: inbox writes/s to random readers during every phase (each invalidates a cached inbox; 0: none)")
 	readClient   = flag.String("read.client", "raw", "BenchmarkReadHTTP: HTTP load generator, raw (one keep-alive connection per client, wrk-like) or std (net/http.Client)")
-	readPhases   = flag.String("read.phases", "http,sql,redis,static,home", "BenchmarkReadHTTP: the phases to run, a comma list of http, sql, redis, static, home")
+	readPhases   = flag.String("read.phases", "http,sql,redis,static,handler,home", "BenchmarkReadHTTP: the phases to run, a comma list of http, sql, redis, static, handler, home")
 )
 
 // pullSQLSeed is the seeds' fan-out-on-read query (section 6), the
@@ -74,7 +74,13 @@ LIMIT 20`
 //     inbox (LIMIT 21) then MGET of 20 post bodies;
 //   - http, fixed page: the same API answering one real page from memory
 //     (no query side, no Redis): the ceiling of this machine for any
-//     query side.
+//     query side;
+//   - handler: the API's http.Handler called in process for the same
+//     reads (no socket, no net/http server);
+//   - home: Feed.Home called in process.
+//
+// Every phase also reports the process's CPU time per read (getrusage:
+// user + system, the load generator included).
 //
 // The load generator runs in the same process: -read.client=raw (default)
 // is a wrk-like client, one keep-alive connection per client and next to
@@ -207,6 +213,24 @@ func BenchmarkReadHTTP(b *testing.B) {
 		b.Fatal(err)
 	}
 	staticRead := newHTTPRead(serveForBench(b, static))
+	// The API's handler called in process (auth, metrics, query side,
+	// JSON; no connection, no net/http server): the server's own CPU per
+	// read without the sockets and the load generator.
+	handler := srv.Handler()
+	handlerReqs := make([]*http.Request, len(users))
+	for i := range users {
+		handlerReqs[i], _ = http.NewRequest(http.MethodGet, "/api/feed", nil)
+		handlerReqs[i].Header.Set("Authorization", tokens[i])
+	}
+	handlerRead := func(rng *rand.Rand) error {
+		req := *handlerReqs[rng.IntN(len(users))] // the handler gets its own copy, as net/http gives each request
+		w := &discardWriter{header: make(http.Header, 4)}
+		handler.ServeHTTP(w, &req)
+		if w.status != http.StatusOK || w.n < 1000 {
+			return fmt.Errorf("handler: status %d, %d bytes", w.status, w.n)
+		}
+		return nil
+	}
 	// The query side alone, called in process: what HTTP adds is the rest.
 	homeRead := func(rng *rand.Rand) error {
 		p, err := feed.Home(ctx, users[rng.IntN(len(users))], "", 20)
@@ -259,7 +283,8 @@ func BenchmarkReadHTTP(b *testing.B) {
 	}
 	var phases []phase
 	for _, p := range []phase{{"http", "http GET /api/feed", httpRead}, {"sql", "sql pull query (seeds §6)", sqlRead}, {"redis", "redis ZREVRANGEBYSCORE+MGET", redisRead},
-		{"static", "http, fixed page from memory", staticRead}, {"home", "Feed.Home in process, no HTTP", homeRead}} {
+		{"static", "http, fixed page from memory", staticRead}, {"handler", "API handler in process, no socket", handlerRead},
+		{"home", "Feed.Home in process, no HTTP", homeRead}} {
 		if slices.Contains(strings.Split(*readPhases, ","), p.short) {
 			phases = append(phases, p)
 		}
@@ -637,6 +662,28 @@ func seedRead(b *testing.B, ctx context.Context, pool *pgxpool.Pool, rdb redis.U
 	flush()
 	b.Logf("Redis seeded in %v", time.Since(t0).Round(time.Millisecond))
 	return users
+}
+
+// discardWriter is a ResponseWriter that keeps the status and counts the
+// body.
+type discardWriter struct {
+	header http.Header
+	status int
+	n      int
+}
+
+func (w *discardWriter) Header() http.Header { return w.header }
+func (w *discardWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+}
+func (w *discardWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	w.n += len(b)
+	return len(b), nil
 }
 
 // staticFeed answers every read with one page: the API without a query side.
