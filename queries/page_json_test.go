@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 )
 
 func FuzzPageAppendJSONMatchesEncodingJSON(f *testing.F) {
@@ -106,4 +108,58 @@ func BenchmarkPageAppendJSON(b *testing.B) {
 			buf = plain.AppendJSON(buf[:0])
 		}
 	})
+}
+
+// Pages read through Redis and PostgreSQL, first from Redis's post cache
+// and then from the process's (whose posts carry their JSON encoded once),
+// encode byte for byte as encoding/json encodes them, with each post's
+// content as written; a post deleted after it was cached leaves the page.
+func TestHomePageJSONMatchesEncodingJSON(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	u, a := b.user(), b.user()
+	b.follow(u, a)
+	contents := []string{"plain words", `<b>"quoted" & \ </b>`, "line\nbreak\ttab \u2028 é 😀", "invalid \xff utf-8"}
+	want := map[int64]string{}
+	var ks []key
+	for i, c := range contents {
+		k := b.post(a, base+int64(i))
+		b.exec(`UPDATE posts SET content = $1 WHERE id = $2`, strings.ToValidUTF8(c, "\uFFFD"), k.id) // PostgreSQL keeps valid UTF-8 only
+		want[k.id] = strings.ToValidUTF8(c, "\uFFFD")
+		ks = append(ks, k)
+	}
+	b.projectAll(nil, []int64{u}, 500, 500)
+	// One body only in PostgreSQL (evicted from Redis's post cache).
+	b.rdb.Del(b.ctx, b.keys.Post(ks[1].id))
+	check := func(what string, n int) {
+		t.Helper()
+		p, err := b.feed.Home(b.ctx, u, "", 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Items) != n {
+			t.Fatalf("%s: %d items, want %d", what, len(p.Items), n)
+		}
+		for _, it := range p.Items {
+			if it.enc == nil {
+				t.Fatalf("%s: post %s without its encoded JSON", what, it.ID)
+			}
+			id, _ := strconv.ParseInt(it.ID, 10, 64)
+			if it.Content != want[id] {
+				t.Fatalf("%s: post %d content %q, want %q", what, id, it.Content, want[id])
+			}
+		}
+		enc, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := p.AppendJSON(nil); !bytes.Equal(got, enc) {
+			t.Fatalf("%s: AppendJSON\n%s\nencoding/json\n%s", what, got, enc)
+		}
+	}
+	check("from Redis and PostgreSQL", len(contents))
+	check("from the process cache", len(contents))
+	b.deletePost(ks[2])
+	b.feed.posts.markDeleted([]int64{ks[2].id}, time.Now()) // as the deletion feed would
+	check("after a deletion", len(contents)-1)
 }
