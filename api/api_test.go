@@ -682,3 +682,34 @@ func TestSharedRegistry(t *testing.T) {
 		t.Fatal("Registry() is not the one passed in Deps")
 	}
 }
+
+// GET /api/feed is served without mux (the hot path): the same answers,
+// ids and metrics as the routes mux serves, and mux still answers the
+// other methods and paths near it.
+func TestFeedHotPath(t *testing.T) {
+	t.Parallel()
+	e := setup(t, options{tweak: func(d *api.Deps) { d.Feed = &stubFeed{} }})
+	tok := e.bearer(7)
+	r := e.do(t, "GET", "/api/feed?limit=5", "", "Authorization", tok, "X-Request-Id", "req-hot")
+	if r.Status != 200 || r.Header.Get("X-Request-Id") != "req-hot" || r.Header.Get("Content-Type") != "application/json" {
+		t.Fatalf("GET /api/feed: %d %v %s", r.Status, r.Header, r.Body)
+	}
+	if r = e.do(t, "GET", "/api/feed", "", "Authorization", tok); len(r.Header.Get("X-Request-Id")) != 36 {
+		t.Fatalf("no request id generated: %v", r.Header)
+	}
+	wantProblem(t, e.do(t, "POST", "/api/feed", "{}", "Authorization", tok), 405, "method-not-allowed")
+	if r = e.do(t, "HEAD", "/api/feed", "", "Authorization", tok); r.Status != 405 {
+		t.Fatalf("HEAD /api/feed: %d", r.Status)
+	}
+	wantProblem(t, e.do(t, "GET", "/api/feed/", "", "Authorization", tok), 404, "not-found")
+	m := string(e.do(t, "GET", "/metrics", "").Body)
+	for _, want := range []string{
+		`feed_http_requests_total{code="200",method="GET",route="/api/feed"} 2`,
+		`feed_http_requests_total{code="405",method="POST",route="unmatched"} 1`,
+		`feed_http_request_duration_seconds_count{method="GET",route="/api/feed"} 2`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}

@@ -16,8 +16,10 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"text/tabwriter"
 	"time"
@@ -46,6 +48,7 @@ var (
 	readRounds   = flag.Int("read.rounds", 3, "BenchmarkReadHTTP: rounds of the three phases (medians are reported)")
 	readWrites   = flag.Int("read.writes", 0, "BenchmarkReadHTTP: inbox writes/s to random readers during every phase (each invalidates a cached inbox; 0: none)")
 	readClient   = flag.String("read.client", "raw", "BenchmarkReadHTTP: HTTP load generator, raw (one keep-alive connection per client, wrk-like) or std (net/http.Client)")
+	readPhases   = flag.String("read.phases", "http,sql,redis,static,handler,home", "BenchmarkReadHTTP: the phases to run, a comma list of http, sql, redis, static, handler, home")
 )
 
 // pullSQLSeed is the seeds' fan-out-on-read query (section 6), the
@@ -71,7 +74,13 @@ LIMIT 20`
 //     inbox (LIMIT 21) then MGET of 20 post bodies;
 //   - http, fixed page: the same API answering one real page from memory
 //     (no query side, no Redis): the ceiling of this machine for any
-//     query side.
+//     query side;
+//   - handler: the API's http.Handler called in process for the same
+//     reads (no socket, no net/http server);
+//   - home: Feed.Home called in process.
+//
+// Every phase also reports the process's CPU time per read (getrusage:
+// user + system, the load generator included).
 //
 // The load generator runs in the same process: -read.client=raw (default)
 // is a wrk-like client, one keep-alive connection per client and next to
@@ -204,6 +213,24 @@ func BenchmarkReadHTTP(b *testing.B) {
 		b.Fatal(err)
 	}
 	staticRead := newHTTPRead(serveForBench(b, static))
+	// The API's handler called in process (auth, metrics, query side,
+	// JSON; no connection, no net/http server): the server's own CPU per
+	// read without the sockets and the load generator.
+	handler := srv.Handler()
+	handlerReqs := make([]*http.Request, len(users))
+	for i := range users {
+		handlerReqs[i], _ = http.NewRequest(http.MethodGet, "/api/feed", nil)
+		handlerReqs[i].Header.Set("Authorization", tokens[i])
+	}
+	handlerRead := func(rng *rand.Rand) error {
+		req := *handlerReqs[rng.IntN(len(users))] // the handler gets its own copy, as net/http gives each request
+		w := &discardWriter{header: make(http.Header, 4)}
+		handler.ServeHTTP(w, &req)
+		if w.status != http.StatusOK || w.n < 1000 {
+			return fmt.Errorf("handler: status %d, %d bytes", w.status, w.n)
+		}
+		return nil
+	}
 	// The query side alone, called in process: what HTTP adds is the rest.
 	homeRead := func(rng *rand.Rand) error {
 		p, err := feed.Home(ctx, users[rng.IntN(len(users))], "", 20)
@@ -249,11 +276,30 @@ func BenchmarkReadHTTP(b *testing.B) {
 	if _, err := closedLoop(clients, 2*time.Second, httpRead); err != nil {
 		b.Fatal(err)
 	}
-	phases := []struct {
-		name string
-		op   func(*rand.Rand) error
-	}{{"http GET /api/feed", httpRead}, {"sql pull query (seeds §6)", sqlRead}, {"redis ZREVRANGEBYSCORE+MGET", redisRead},
-		{"http, fixed page from memory", staticRead}, {"Feed.Home in process, no HTTP", homeRead}}
+	var res [][]phaseResult // per phase, per round
+	type phase struct {
+		short, name string
+		op          func(*rand.Rand) error
+	}
+	var phases []phase
+	for _, p := range []phase{{"http", "http GET /api/feed", httpRead}, {"sql", "sql pull query (seeds §6)", sqlRead}, {"redis", "redis ZREVRANGEBYSCORE+MGET", redisRead},
+		{"static", "http, fixed page from memory", staticRead}, {"handler", "API handler in process, no socket", handlerRead},
+		{"home", "Feed.Home in process, no HTTP", homeRead}} {
+		if slices.Contains(strings.Split(*readPhases, ","), p.short) {
+			phases = append(phases, p)
+		}
+	}
+	if len(phases) == 0 || phases[0].short != "http" {
+		b.Fatalf("-read.phases %q: the http phase is required", *readPhases)
+	}
+	rate := func(short string) float64 { // the median rate of a phase, NaN if not run
+		for i, p := range phases {
+			if p.short == short {
+				return median(res[i]).rate
+			}
+		}
+		return math.NaN()
+	}
 	if *readWrites > 0 {
 		stop := make(chan struct{})
 		done := make(chan struct{})
@@ -261,7 +307,7 @@ func BenchmarkReadHTTP(b *testing.B) {
 		defer func() { close(stop); <-done }()
 	}
 	cacheBefore := readCacheStats(b, feedReg)
-	res := make([][]phaseResult, len(phases))
+	res = make([][]phaseResult, len(phases))
 	b.ResetTimer()
 	for range *readRounds {
 		for i, p := range phases {
@@ -275,20 +321,21 @@ func BenchmarkReadHTTP(b *testing.B) {
 	b.StopTimer()
 
 	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "phase (%d clients)\tround\treads/s\tp50 ms\tp99 ms\tp99.9 ms\t\n", clients)
+	fmt.Fprintf(tw, "phase (%d clients)\tround\treads/s\tp50 ms\tp99 ms\tp99.9 ms\tcpu µs/read\t\n", clients)
 	med := make([]phaseResult, len(phases))
 	for i, p := range phases {
 		for j, pr := range res[i] {
-			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t\n", p.name, j+1, pr.rate, ms(pr.p50), ms(pr.p99), ms(pr.p999))
+			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%.1f\t\n", p.name, j+1, pr.rate, ms(pr.p50), ms(pr.p99), ms(pr.p999), pr.cpuUs)
 		}
 		med[i] = median(res[i])
-		fmt.Fprintf(tw, "%s\tmedian\t%.0f\t%.2f\t%.2f\t%.2f\t\n", p.name, med[i].rate, ms(med[i].p50), ms(med[i].p99), ms(med[i].p999))
+		fmt.Fprintf(tw, "%s\tmedian\t%.0f\t%.2f\t%.2f\t%.2f\t%.1f\t\n", p.name, med[i].rate, ms(med[i].p50), ms(med[i].p99), ms(med[i].p999), med[i].cpuUs)
 	}
 	_ = tw.Flush()
 	fmt.Printf("http/sql = %.1fx (target >= 30x), http/redis = %.2fx (target >= 1x), http p99 = %.2f ms (target < 10 ms)\n",
-		med[0].rate/med[1].rate, med[0].rate/med[2].rate, ms(med[0].p99))
+		med[0].rate/rate("sql"), med[0].rate/rate("redis"), ms(med[0].p99))
 	fmt.Printf("ceiling: the API serving a fixed page without Redis = %.2fx raw Redis; the real read = %.2fx of that ceiling\n",
-		med[3].rate/med[2].rate, med[0].rate/med[3].rate)
+		rate("static")/rate("redis"), med[0].rate/rate("static"))
+	fmt.Printf("cpu µs/read is this process's CPU time (user+system, getrusage) over the phase divided by its reads: the server and the in-process load generator (and the inbox writer with -read.writes)\n")
 	hyd := feed.Metrics().Hydrations
 	fmt.Printf("post bodies hydrated during the run: from process memory %.0f, from Redis %.0f, from PostgreSQL %.0f\n",
 		counterValue(hyd.WithLabelValues("process")), counterValue(hyd.WithLabelValues("redis")), counterValue(hyd.WithLabelValues("pg")))
@@ -301,11 +348,12 @@ func BenchmarkReadHTTP(b *testing.B) {
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(med[0].rate, "http-reads/s")
 	b.ReportMetric(ms(med[0].p99), "http-p99-ms")
-	b.ReportMetric(med[1].rate, "sql-reads/s")
-	b.ReportMetric(med[2].rate, "redis-reads/s")
-	b.ReportMetric(med[0].rate/med[1].rate, "x-sql")
-	b.ReportMetric(med[0].rate/med[2].rate, "x-redis")
-	b.ReportMetric(med[3].rate, "static-http-reads/s")
+	b.ReportMetric(med[0].cpuUs, "http-cpu-µs/read")
+	b.ReportMetric(rate("sql"), "sql-reads/s")
+	b.ReportMetric(rate("redis"), "redis-reads/s")
+	b.ReportMetric(med[0].rate/rate("sql"), "x-sql")
+	b.ReportMetric(med[0].rate/rate("redis"), "x-redis")
+	b.ReportMetric(rate("static"), "static-http-reads/s")
 }
 
 // readCacheStats reads feed_query_read_cache_total by event.
@@ -373,6 +421,7 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 type phaseResult struct {
 	rate           float64 // operations per second
 	p50, p99, p999 time.Duration
+	cpuUs          float64 // the process's CPU time per operation, µs
 }
 
 // median takes each column's median across rounds.
@@ -386,10 +435,11 @@ func median(rs []phaseResult) phaseResult {
 		return v[len(v)/2]
 	}
 	return phaseResult{
-		rate: col(func(r phaseResult) float64 { return r.rate }),
-		p50:  time.Duration(col(func(r phaseResult) float64 { return float64(r.p50) })),
-		p99:  time.Duration(col(func(r phaseResult) float64 { return float64(r.p99) })),
-		p999: time.Duration(col(func(r phaseResult) float64 { return float64(r.p999) })),
+		rate:  col(func(r phaseResult) float64 { return r.rate }),
+		p50:   time.Duration(col(func(r phaseResult) float64 { return float64(r.p50) })),
+		p99:   time.Duration(col(func(r phaseResult) float64 { return float64(r.p99) })),
+		p999:  time.Duration(col(func(r phaseResult) float64 { return float64(r.p999) })),
+		cpuUs: col(func(r phaseResult) float64 { return r.cpuUs }),
 	}
 }
 
@@ -400,6 +450,7 @@ func closedLoop(clients int, d time.Duration, op func(*rand.Rand) error) (phaseR
 	var wg sync.WaitGroup
 	var failed atomic.Value
 	lat := make([][]time.Duration, clients)
+	cpu0 := processCPU()
 	start := time.Now()
 	deadline := start.Add(d)
 	for c := range clients {
@@ -422,6 +473,7 @@ func closedLoop(clients int, d time.Duration, op func(*rand.Rand) error) (phaseR
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	cpu := processCPU() - cpu0
 	if err, _ := failed.Load().(error); err != nil {
 		return phaseResult{}, err
 	}
@@ -431,7 +483,17 @@ func closedLoop(clients int, d time.Duration, op func(*rand.Rand) error) (phaseR
 	}
 	slices.Sort(all)
 	q := func(p float64) time.Duration { return all[min(len(all)-1, int(math.Ceil(p*float64(len(all))))-1)] }
-	return phaseResult{rate: float64(len(all)) / elapsed.Seconds(), p50: q(0.50), p99: q(0.99), p999: q(0.999)}, nil
+	return phaseResult{rate: float64(len(all)) / elapsed.Seconds(), p50: q(0.50), p99: q(0.99), p999: q(0.999),
+		cpuUs: float64(cpu) / float64(time.Microsecond) / float64(len(all))}, nil
+}
+
+// processCPU is the CPU time (user + system) this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // benchContent is a seeded post's text, about 100 characters.
@@ -600,6 +662,28 @@ func seedRead(b *testing.B, ctx context.Context, pool *pgxpool.Pool, rdb redis.U
 	flush()
 	b.Logf("Redis seeded in %v", time.Since(t0).Round(time.Millisecond))
 	return users
+}
+
+// discardWriter is a ResponseWriter that keeps the status and counts the
+// body.
+type discardWriter struct {
+	header http.Header
+	status int
+	n      int
+}
+
+func (w *discardWriter) Header() http.Header { return w.header }
+func (w *discardWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+}
+func (w *discardWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	w.n += len(b)
+	return len(b), nil
 }
 
 // staticFeed answers every read with one page: the API without a query side.

@@ -89,23 +89,36 @@ func (m *metrics) observe(route, method string, status int, start time.Time) {
 // middleware measures matched routes; mux has set the route by now.
 func (m *metrics) middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
 		route := "unknown"
 		if cr := mux.CurrentRoute(r); cr != nil {
 			if t, err := cr.GetPathTemplate(); err == nil {
 				route = t
 			}
 		}
-		sw := &statusWriter{ResponseWriter: w}
-		defer func() {
-			if v := recover(); v != nil {
-				m.observe(route, r.Method, http.StatusInternalServerError, start)
-				panic(v) // recoverPanics answers it
-			}
-			m.observe(route, r.Method, sw.status, start)
-		}()
-		next.ServeHTTP(sw, r)
+		m.serve(route, next, w, r)
 	})
+}
+
+// measure measures next under a fixed route label (a route served
+// without mux).
+func (m *metrics) measure(route string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		m.serve(route, next, w, r)
+	})
+}
+
+// serve runs next, counted and timed under route.
+func (m *metrics) serve(route string, next http.Handler, w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	sw := &statusWriter{ResponseWriter: w}
+	defer func() {
+		if v := recover(); v != nil {
+			m.observe(route, r.Method, http.StatusInternalServerError, start)
+			panic(v) // recoverPanics answers it
+		}
+		m.observe(route, r.Method, sw.status, start)
+	}()
+	next.ServeHTTP(sw, r)
 }
 
 // wrapUnmatched measures 404s and 405s under one route label.

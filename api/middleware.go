@@ -13,19 +13,25 @@ import (
 
 type ctxKey int
 
-const (
-	keyRequestID ctxKey = iota
-	keyCorrelationID
-)
+const keyRequestIDs ctxKey = iota
+
+// requestIDs are a request's ids, one context value for both.
+type requestIDs struct {
+	request, correlation string
+}
 
 func requestID(ctx context.Context) string {
-	s, _ := ctx.Value(keyRequestID).(string)
-	return s
+	if ids, ok := ctx.Value(keyRequestIDs).(*requestIDs); ok {
+		return ids.request
+	}
+	return ""
 }
 
 func correlationID(ctx context.Context) string {
-	s, _ := ctx.Value(keyCorrelationID).(string)
-	return s
+	if ids, ok := ctx.Value(keyRequestIDs).(*requestIDs); ok {
+		return ids.correlation
+	}
+	return ""
 }
 
 // withRequestID gives every request an id: the client's X-Request-Id when it
@@ -43,8 +49,7 @@ func (s *Server) withRequestID(next http.Handler) http.Handler {
 			corr = id
 		}
 		w.Header().Set("X-Request-Id", id)
-		ctx := context.WithValue(r.Context(), keyRequestID, id)
-		ctx = context.WithValue(ctx, keyCorrelationID, corr)
+		ctx := context.WithValue(r.Context(), keyRequestIDs, &requestIDs{request: id, correlation: corr})
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }

@@ -42,7 +42,15 @@ func (f *Feed) Home(ctx context.Context, userID int64, cursor string, limit int)
 		hint = make([]int64, 0, limit+limit/2+4) // the authors this page hydrates: the next read's hint
 	}
 	need := limit + 1 // one more than shown says whether a next page exists
-	items := make([]item, 0, need)
+	buf := itemBufs.Get().(*[]item)
+	items := (*buf)[:0]
+	defer func() { // makePage copied what it shows
+		if cap(items) <= 256 {
+			clear(items) // keep no post alive (the rest is zero already)
+			*buf = items[:0]
+			itemBufs.Put(buf)
+		}
+	}()
 	var used [3]bool // redis, pg, cold
 	mode := stepRedis
 	for round := 0; len(items) < need && mode != stepEnd; round++ {
@@ -89,6 +97,10 @@ func (f *Feed) Home(ctx context.Context, userID int64, cursor string, limit int)
 	}
 	return makePage(items, limit), nil
 }
+
+// itemBufs recycles the items of a page (about 1.8 KB for 21 items, the
+// largest allocation of a read).
+var itemBufs = sync.Pool{New: func() any { b := make([]item, 0, 64); return &b }}
 
 // homeRead is one Redis segment of a home feed and how to show it.
 type homeRead struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
@@ -54,12 +55,18 @@ type hydrated struct {
 // the follow check of the authors already known, so a warm batch costs one
 // round trip. Posts missing from the Redis cache come from PostgreSQL.
 func (f *Feed) hydrateBatch(ctx context.Context, batch []key, vis visibility, out []item, limit int) ([]item, error) {
-	res := make([]hydrated, len(batch))
-	ids := make([]int64, len(batch))
+	// A first page's batch (about 28 keys) fits the arrays on the stack.
+	var resA [32]hydrated
+	var idsA [32]int64
+	var cachedA [32]*cachedPost
+	res, ids, cached := resA[:0], idsA[:0], cachedA[:0]
+	if len(batch) > len(resA) {
+		res, ids, cached = make([]hydrated, 0, len(batch)), make([]int64, 0, len(batch)), make([]*cachedPost, 0, len(batch))
+	}
+	res, ids, cached = res[:len(batch)], ids[:len(batch)], cached[:len(batch)]
 	for i, k := range batch {
 		ids[i] = k.id
 	}
-	cached := make([]*cachedPost, len(batch))
 	ask, _ := f.posts.lookup(ids, f.now(), vis.fresh, cached)
 	for i, cp := range cached {
 		if cp != nil {
@@ -75,53 +82,26 @@ func (f *Feed) hydrateBatch(ctx context.Context, batch []key, vis visibility, ou
 		}
 		get = append(get, i)
 	}
-	pipe := f.rdb.Pipeline()
-	bodies := f.queueBodies(ctx, pipe, batch, get)
 	follows := map[int64]bool{}
-	known := f.queueFollowCheck(ctx, pipe, res, vis) // authors of cached bodies whose follow is not known yet
-	if pipe.Len() > 0 {
+	// authors of cached bodies whose follow is not known yet
+	if askF, authors := followQuestions(res, vis, nil); len(get) > 0 || len(askF) > 0 { // a warm page needs no pipeline
+		pipe := f.rdb.Pipeline()
+		bodies := f.queueBodies(ctx, pipe, batch, get)
+		var known followCheck
+		if len(askF) > 0 {
+			known = followCheck{cmd: pipe.SMIsMember(ctx, f.keys.Following(vis.viewer), askF...), authors: authors}
+		}
 		if err := execPipe(ctx, pipe); err != nil {
 			return nil, fmt.Errorf("hydrate posts: %w", err)
 		}
-	}
-	if err := known.into(follows); err != nil {
-		return nil, err
-	}
-	now := f.now().UnixNano()
-	var missing []int64
-	for j, i := range get {
-		raw, ok := bodies.at(j)
-		if !ok {
-			missing = append(missing, batch[i].id)
-			continue
-		}
-		var p rkeys.Post
-		if err := json.Unmarshal(raw, &p); err != nil || p.ID != batch[i].id {
-			missing = append(missing, batch[i].id) // unreadable cache entry: ask the truth
-			continue
-		}
-		cp := &cachedPost{it: newItem(p.ID, p.AuthorID, p.Content, batch[i].ms), author: p.AuthorID, deleted: p.Deleted, checkedAt: now}
-		res[i] = fromCache(f.posts.store(cp), batch[i])
-	}
-	f.metrics.hydProcess.Add(float64(len(batch) - len(ask)))
-	f.metrics.hydRedis.Add(float64(len(get) - len(missing)))
-	if len(missing) > 0 {
-		f.metrics.hydPG.Add(float64(len(missing)))
-		rows, err := f.pgPostsByID(ctx, missing)
-		if err != nil {
+		if err := known.into(follows); err != nil {
 			return nil, err
 		}
-		for i := range res {
-			if res[i].ok {
-				continue
-			}
-			if r, ok := rows[batch[i].id]; ok {
-				cp := &cachedPost{it: r.item, author: r.author, deleted: r.deleted, checkedAt: now}
-				res[i] = fromCache(f.posts.store(cp), batch[i])
-			}
-			// A post the truth does not know is never shown.
+		if err := f.hydrateRead(ctx, batch, res, get, bodies); err != nil {
+			return nil, err
 		}
 	}
+	f.metrics.hydProcess.Add(float64(len(batch) - len(ask)))
 	// Authors learnt from Redis or PostgreSQL in this batch (a cold
 	// process cache): one more round trip.
 	more, err := f.followsOf(ctx, res, vis, follows)
@@ -149,6 +129,46 @@ func (f *Feed) hydrateBatch(ctx context.Context, batch []key, vis visibility, ou
 		}
 	}
 	return out, nil
+}
+
+// hydrateRead fills res[i] for the bodies read from Redis (get, read in
+// bodies), and from PostgreSQL for those Redis did not have.
+func (f *Feed) hydrateRead(ctx context.Context, batch []key, res []hydrated, get []int, bodies bodyReads) error {
+	now := f.now().UnixNano()
+	var missing []int64
+	for j, i := range get {
+		raw, ok := bodies.at(j)
+		if !ok {
+			missing = append(missing, batch[i].id)
+			continue
+		}
+		var p rkeys.Post
+		if err := json.Unmarshal(raw, &p); err != nil || p.ID != batch[i].id {
+			missing = append(missing, batch[i].id) // unreadable cache entry: ask the truth
+			continue
+		}
+		cp := &cachedPost{it: newItem(p.ID, p.AuthorID, p.Content, batch[i].ms), author: p.AuthorID, deleted: p.Deleted, checkedAt: now}
+		res[i] = fromCache(f.posts.store(cp), batch[i])
+	}
+	f.metrics.hydRedis.Add(float64(len(get) - len(missing)))
+	if len(missing) > 0 {
+		f.metrics.hydPG.Add(float64(len(missing)))
+		rows, err := f.pgPostsByID(ctx, missing)
+		if err != nil {
+			return err
+		}
+		for i := range res {
+			if res[i].ok {
+				continue
+			}
+			if r, ok := rows[batch[i].id]; ok {
+				cp := &cachedPost{it: r.item, author: r.author, deleted: r.deleted, checkedAt: now}
+				res[i] = fromCache(f.posts.store(cp), batch[i])
+			}
+			// A post the truth does not know is never shown.
+		}
+	}
+	return nil
 }
 
 // bodyReads are queued reads of post:{p}: one MGET on a single Redis
@@ -203,16 +223,6 @@ type followCheck struct {
 	authors []int64
 }
 
-// queueFollowCheck queues the follow check of the authors of res not known
-// yet, if the page checks follows at all.
-func (f *Feed) queueFollowCheck(ctx context.Context, pipe redis.Pipeliner, res []hydrated, vis visibility) followCheck {
-	ask, authors := followQuestions(res, vis, nil)
-	if len(ask) == 0 {
-		return followCheck{}
-	}
-	return followCheck{cmd: pipe.SMIsMember(ctx, f.keys.Following(vis.viewer), ask...), authors: authors}
-}
-
 // into records the answers in follows.
 func (c followCheck) into(follows map[int64]bool) error {
 	if c.cmd == nil {
@@ -237,10 +247,9 @@ func followQuestions(res []hydrated, vis visibility, answered map[int64]bool) ([
 	}
 	var ask []any
 	var authors []int64
-	seen := map[int64]bool{}
 	for _, h := range res {
 		a := h.author
-		if !h.ok || h.deleted || a == vis.viewer || seen[a] {
+		if !h.ok || h.deleted || a == vis.viewer || slices.Contains(authors, a) { // a batch is a few dozen posts
 			continue
 		}
 		if _, ok := vis.follows[a]; ok {
@@ -249,7 +258,6 @@ func followQuestions(res []hydrated, vis visibility, answered map[int64]bool) ([
 		if _, ok := answered[a]; ok {
 			continue
 		}
-		seen[a] = true
 		ask = append(ask, strconv.FormatInt(a, 10))
 		authors = append(authors, a)
 	}

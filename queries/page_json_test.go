@@ -3,7 +3,10 @@ package queries
 import (
 	"bytes"
 	"encoding/json"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 )
 
 func FuzzPageAppendJSONMatchesEncodingJSON(f *testing.F) {
@@ -29,4 +32,134 @@ func FuzzPageAppendJSONMatchesEncodingJSON(f *testing.F) {
 			t.Fatalf("AppendJSON\n%s\nencoding/json\n%s", got, want)
 		}
 	})
+}
+
+// The JSON a post is encoded with once (encodePost, every item the query
+// side makes) is byte for byte encoding/json's, and the fields are the
+// ones newItem made before it kept the JSON.
+func FuzzEncodedPostMatchesEncodingJSON(f *testing.F) {
+	f.Add(int64(915184806927532032), int64(1), "hello from ana", int64(1764497861283))
+	f.Add(int64(1), int64(2), "<b>&amp;</b> \u2028 \x00 \"q\" \\ \xff\xfe é 😀", int64(0))
+	f.Add(int64(-5), int64(0), "", int64(-62135596800001))
+	f.Add(int64(7), int64(8), "x", int64(253402300800000)) // year 10000
+	f.Fuzz(func(t *testing.T, id, author int64, content string, ms int64) {
+		it := newItem(id, author, content, ms)
+		plain := Post{ID: strconv.FormatInt(id, 10), AuthorID: strconv.FormatInt(author, 10), Content: content, CreatedAt: formatTime(ms)}
+		if it.post.ID != plain.ID || it.post.AuthorID != plain.AuthorID || it.post.Content != plain.Content || it.post.CreatedAt != plain.CreatedAt {
+			t.Fatalf("fields %+v, want %+v", it.post, plain)
+		}
+		if it.post.enc == nil {
+			t.Fatal("no encoding kept")
+		}
+		p := Page{Items: []Post{it.post, it.post}}
+		want, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := p.AppendJSON(nil); !bytes.Equal(got, want) {
+			t.Fatalf("AppendJSON\n%s\nencoding/json\n%s", got, want)
+		}
+	})
+}
+
+// A Post changed after it was encoded is encoded again, never shown with
+// its old JSON.
+func TestEncodedPostChanged(t *testing.T) {
+	for name, change := range map[string]func(p *Post){
+		"id":              func(p *Post) { p.ID = "12" },
+		"id same length":  func(p *Post) { p.ID = "124" },
+		"author":          func(p *Post) { p.AuthorID = "9" },
+		"content":         func(p *Post) { p.Content = "changed <b>" },
+		"content prefix":  func(p *Post) { p.Content = p.Content[:3] },
+		"createdAt":       func(p *Post) { p.CreatedAt = "2001-01-01T00:00:00.000Z" },
+		"escaped content": func(p *Post) { p.Content = "a \"b\"" },
+	} {
+		it := newItem(123, 4, "hello & <bye>", 1764497861283)
+		if name == "escaped content" {
+			it = newItem(123, 4, "a 'b'", 1764497861283)
+		}
+		p := it.post
+		change(&p)
+		want, _ := json.Marshal(p)
+		if got := p.AppendJSON(nil); !bytes.Equal(got, want) {
+			t.Errorf("%s: AppendJSON\n%s\nencoding/json\n%s", name, got, want)
+		}
+	}
+}
+
+func BenchmarkPageAppendJSON(b *testing.B) {
+	content := "post 123456: lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod"
+	encoded, plain := Page{}, Page{}
+	for i := range 20 {
+		it := newItem(915184806927532032+int64(i), 1234, content, 1764497861283)
+		encoded.Items = append(encoded.Items, it.post)
+		plain.Items = append(plain.Items, Post{ID: it.post.ID, AuthorID: it.post.AuthorID, Content: it.post.Content, CreatedAt: it.post.CreatedAt})
+	}
+	c := "AQAAAZrU"
+	encoded.NextCursor, plain.NextCursor = &c, &c
+	buf := make([]byte, 0, 8<<10)
+	b.Run("pre-encoded", func(b *testing.B) {
+		for b.Loop() {
+			buf = encoded.AppendJSON(buf[:0])
+		}
+	})
+	b.Run("encoded per read", func(b *testing.B) {
+		for b.Loop() {
+			buf = plain.AppendJSON(buf[:0])
+		}
+	})
+}
+
+// Pages read through Redis and PostgreSQL, first from Redis's post cache
+// and then from the process's (whose posts carry their JSON encoded once),
+// encode byte for byte as encoding/json encodes them, with each post's
+// content as written; a post deleted after it was cached leaves the page.
+func TestHomePageJSONMatchesEncodingJSON(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	u, a := b.user(), b.user()
+	b.follow(u, a)
+	contents := []string{"plain words", `<b>"quoted" & \ </b>`, "line\nbreak\ttab \u2028 é 😀", "invalid \xff utf-8"}
+	want := map[int64]string{}
+	var ks []key
+	for i, c := range contents {
+		k := b.post(a, base+int64(i))
+		b.exec(`UPDATE posts SET content = $1 WHERE id = $2`, strings.ToValidUTF8(c, "\uFFFD"), k.id) // PostgreSQL keeps valid UTF-8 only
+		want[k.id] = strings.ToValidUTF8(c, "\uFFFD")
+		ks = append(ks, k)
+	}
+	b.projectAll(nil, []int64{u}, 500, 500)
+	// One body only in PostgreSQL (evicted from Redis's post cache).
+	b.rdb.Del(b.ctx, b.keys.Post(ks[1].id))
+	check := func(what string, n int) {
+		t.Helper()
+		p, err := b.feed.Home(b.ctx, u, "", 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Items) != n {
+			t.Fatalf("%s: %d items, want %d", what, len(p.Items), n)
+		}
+		for _, it := range p.Items {
+			if it.enc == nil {
+				t.Fatalf("%s: post %s without its encoded JSON", what, it.ID)
+			}
+			id, _ := strconv.ParseInt(it.ID, 10, 64)
+			if it.Content != want[id] {
+				t.Fatalf("%s: post %d content %q, want %q", what, id, it.Content, want[id])
+			}
+		}
+		enc, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := p.AppendJSON(nil); !bytes.Equal(got, enc) {
+			t.Fatalf("%s: AppendJSON\n%s\nencoding/json\n%s", what, got, enc)
+		}
+	}
+	check("from Redis and PostgreSQL", len(contents))
+	check("from the process cache", len(contents))
+	b.deletePost(ks[2])
+	b.feed.posts.markDeleted([]int64{ks[2].id}, time.Now()) // as the deletion feed would
+	check("after a deletion", len(contents)-1)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -89,12 +88,7 @@ func scanItems(rows pgx.Rows) ([]item, error) {
 }
 
 func newItem(id, author int64, content string, ms int64) item {
-	return item{key: key{ms: ms, id: id}, post: Post{
-		ID:        strconv.FormatInt(id, 10),
-		AuthorID:  strconv.FormatInt(author, 10),
-		Content:   content,
-		CreatedAt: formatTime(ms),
-	}}
+	return item{key: key{ms: ms, id: id}, post: encodePost(id, author, content, ms)}
 }
 
 // pgPull reads up to n feed items of user strictly older than cur.

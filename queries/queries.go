@@ -156,6 +156,11 @@ type Post struct {
 	AuthorID  string `json:"authorId"`
 	Content   string `json:"content"`
 	CreatedAt string `json:"createdAt"` // RFC 3339, UTC, milliseconds
+
+	// enc is the post's JSON as the query side encoded it once (newItem),
+	// copied into every page that shows the post; AppendJSON uses it only
+	// while the fields above are still the ones it was made from.
+	enc *postJSON
 }
 
 // Page is one page of a feed. NextCursor is nil when nothing older exists.

@@ -47,3 +47,91 @@ func TestShortSecret(t *testing.T) {
 		t.Fatal("short secret accepted")
 	}
 }
+
+// A verified token is remembered, but the memory never outlives exp, never
+// answers for another string (tampered, other signer) and stays bounded.
+func TestVerifiedCache(t *testing.T) {
+	s, _ := NewSigner("0123456789abcdef-secret")
+	at := time.Now()
+	s.now = func() time.Time { return at }
+	tok := s.Sign(7, time.Minute)
+	for range 2 { // the second answer comes from the cache
+		if id, err := s.Verify(tok); err != nil || id != 7 {
+			t.Fatalf("verify: %d %v", id, err)
+		}
+	}
+	if n := s.cache.len(); n != 1 {
+		t.Fatalf("%d tokens remembered, want 1", n)
+	}
+	// Expiry is checked on every hit.
+	at = at.Add(time.Minute)
+	if _, err := s.Verify(tok); !errors.Is(err, ErrInvalidToken) {
+		t.Fatalf("expired cached token accepted: %v", err)
+	}
+	// Neither a tampered copy nor another signer's check uses the entry.
+	at = at.Add(-time.Minute)
+	parts := strings.Split(tok, ".")
+	for _, bad := range []string{
+		parts[0] + "." + b64.EncodeToString([]byte(`{"sub":"1","exp":9999999999}`)) + "." + parts[2],
+		tok[:len(tok)-2] + "AA",
+		tok + ".",
+		"." + tok,
+	} {
+		if _, err := s.Verify(bad); !errors.Is(err, ErrInvalidToken) {
+			t.Fatalf("%q accepted", bad)
+		}
+	}
+	other, _ := NewSigner("another-secret-of-16+")
+	if _, err := other.Verify(tok); !errors.Is(err, ErrInvalidToken) {
+		t.Fatalf("other signer accepted a token cached by the first: %v", err)
+	}
+	// Bounded: many tokens, at most VerifiedCacheSize remembered, and the
+	// newest still answered.
+	var last string
+	for i := range VerifiedCacheSize + VerifiedCacheSize/2 {
+		last = s.Sign(int64(i+1), time.Hour)
+		if _, err := s.Verify(last); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := s.cache.len(); n > VerifiedCacheSize || n < VerifiedCacheSize/4 {
+		t.Fatalf("%d tokens remembered, bound %d", n, VerifiedCacheSize)
+	}
+	if _, ok := s.cache.get(last, at.Unix()); !ok {
+		t.Fatal("the newest token was dropped")
+	}
+}
+
+// A token whose header is not the one Sign writes is still verified by
+// decoding it: HS256 accepted, anything else refused.
+func TestOtherHeader(t *testing.T) {
+	s, _ := NewSigner("0123456789abcdef-secret")
+	claims := b64.EncodeToString([]byte(`{"sub":"9","exp":9999999999}`))
+	for h, ok := range map[string]bool{`{"typ":"JWT","alg":"HS256"}`: true, `{"alg":"none"}`: false, `{"alg":"HS512"}`: false} {
+		signing := b64.EncodeToString([]byte(h)) + "." + claims
+		tok := signing + "." + b64.EncodeToString(s.mac(signing))
+		id, err := s.Verify(tok)
+		if ok != (err == nil) || (ok && id != 9) {
+			t.Fatalf("header %s: %d %v", h, id, err)
+		}
+	}
+}
+
+func BenchmarkVerify(b *testing.B) {
+	s, _ := NewSigner("0123456789abcdef-secret")
+	tok := s.Sign(42, time.Hour)
+	b.Run("cached", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := s.Verify(tok); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("uncached", func(b *testing.B) {
+		for b.Loop() {
+			if _, _, err := s.verify(tok, 0); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
