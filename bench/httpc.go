@@ -31,15 +31,23 @@ type leanClient struct {
 	timeout time.Duration
 	dial    net.Dialer
 
-	mu   sync.Mutex
-	idle []*leanConn
-	max  int // idle connections kept
+	mu      sync.Mutex
+	idle    []*leanConn
+	max     int           // idle connections kept
+	idleMax time.Duration // an idle connection older than this is closed, not reused
 }
 
+// leanIdleMax is below the idle timeouts of common servers (the API's is
+// 60 s, net/http's client keeps 90 s): a server that closes a connection
+// as the client sends on it costs the request a retry, or an error for a
+// POST.
+const leanIdleMax = 30 * time.Second
+
 type leanConn struct {
-	c  net.Conn
-	br *bufio.Reader
-	wb []byte
+	c         net.Conn
+	br        *bufio.Reader
+	wb        []byte
+	idleSince time.Time
 }
 
 func newLeanClient(baseURL string, timeout time.Duration, maxIdle int) (*leanClient, error) {
@@ -57,19 +65,35 @@ func newLeanClient(baseURL string, timeout time.Duration, maxIdle int) (*leanCli
 	if u.Port() == "" {
 		addr = net.JoinHostPort(u.Hostname(), "80")
 	}
-	return &leanClient{addr: addr, host: u.Host, timeout: timeout, max: maxIdle}, nil
+	return &leanClient{addr: addr, host: u.Host, timeout: timeout, max: maxIdle, idleMax: leanIdleMax}, nil
 }
 
-// get takes an idle connection (reused) or dials one.
-func (lc *leanClient) get(ctx context.Context) (c *leanConn, reused bool, err error) {
+// get takes the most recently used idle connection (reused) or, with
+// none younger than idleMax or when fresh is asked, dials one.
+func (lc *leanClient) get(ctx context.Context, fresh bool) (c *leanConn, reused bool, err error) {
+	var stale []*leanConn
 	lc.mu.Lock()
-	if n := len(lc.idle); n > 0 {
-		c := lc.idle[n-1]
+	for !fresh && len(lc.idle) > 0 {
+		n := len(lc.idle)
+		c = lc.idle[n-1]
 		lc.idle = lc.idle[:n-1]
-		lc.mu.Unlock()
-		return c, true, nil
+		if time.Since(c.idleSince) <= lc.idleMax {
+			break
+		}
+		stale, c = append(stale, c), nil
+	}
+	// The stack's bottom is its oldest: drop what has aged out there too.
+	for len(lc.idle) > 0 && time.Since(lc.idle[0].idleSince) > lc.idleMax {
+		stale = append(stale, lc.idle[0])
+		lc.idle = lc.idle[1:]
 	}
 	lc.mu.Unlock()
+	for _, s := range stale {
+		_ = s.c.Close()
+	}
+	if c != nil {
+		return c, true, nil
+	}
 	nc, err := lc.dial.DialContext(ctx, "tcp", lc.addr)
 	if err != nil {
 		return nil, false, err
@@ -78,6 +102,7 @@ func (lc *leanClient) get(ctx context.Context) (c *leanConn, reused bool, err er
 }
 
 func (lc *leanClient) put(c *leanConn) {
+	c.idleSince = time.Now()
 	lc.mu.Lock()
 	if len(lc.idle) < lc.max {
 		lc.idle = append(lc.idle, c)
@@ -103,14 +128,15 @@ func (lc *leanClient) closeIdle() {
 // do sends one request and returns the status and the whole body. A
 // connection that was idle in the pool may have been closed by the server
 // meanwhile; a request that fails on such a connection before any byte of
-// the response arrived is retried once on a new connection, as net/http
-// does for idempotent requests (here: GET only).
+// the response arrived is retried once on a newly dialed connection (not
+// another pooled one, which may be just as stale), as net/http does for
+// idempotent requests (here: GET only).
 func (lc *leanClient) do(ctx context.Context, method, path, auth, body string) (int, []byte, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, nil, err
 	}
 	for attempt := 0; ; attempt++ {
-		c, reused, err := lc.get(ctx)
+		c, reused, err := lc.get(ctx, attempt > 0)
 		if err != nil {
 			return 0, nil, err
 		}

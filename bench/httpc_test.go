@@ -85,10 +85,17 @@ func TestLeanClientFraming(t *testing.T) {
 // rather than being sent twice.
 func TestLeanClientServerCloses(t *testing.T) {
 	t.Parallel()
-	var conns atomic.Int64
+	var conns, arrived atomic.Int64
+	release, both := make(chan struct{}), make(chan struct{})
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/close" {
+		switch r.URL.Path {
+		case "/close":
 			w.Header().Set("Connection", "close")
+		case "/pair": // held until two requests are in flight
+			if arrived.Add(1) == 2 {
+				close(both)
+			}
+			<-release
 		}
 		_, _ = io.WriteString(w, "ok")
 	}))
@@ -112,9 +119,22 @@ func TestLeanClientServerCloses(t *testing.T) {
 	if n := conns.Load(); n != 2 {
 		t.Errorf("%d connections after two Connection: close responses, want 2", n)
 	}
-	// A pooled connection, then the server drops every idle one.
-	if _, _, err := lc.do(ctx, "GET", "/", "", ""); err != nil {
-		t.Fatal(err)
+	// Two pooled connections (two requests at once), then the server drops
+	// every idle one: the GET's retry must dial, not take the other stale
+	// connection from the pool.
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() { _, _, err := lc.do(ctx, "GET", "/pair", "", ""); errs <- err }()
+	}
+	<-both
+	close(release)
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(lc.idle); n != 2 {
+		t.Fatalf("%d idle connections after two requests at once, want 2", n)
 	}
 	srv.CloseClientConnections()
 	time.Sleep(50 * time.Millisecond)
@@ -128,6 +148,40 @@ func TestLeanClientServerCloses(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	if _, _, err := lc.do(ctx, "POST", "/", "", "{}"); err == nil {
 		t.Fatal("POST on a connection the server closed succeeded; want an error (no silent resend)")
+	}
+}
+
+// TestLeanClientIdleMax: a connection idle longer than idleMax is closed
+// and replaced, not reused (a server may have closed it meanwhile).
+func TestLeanClientIdleMax(t *testing.T) {
+	t.Parallel()
+	var conns atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") }))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	lc, err := newLeanClient(srv.URL, 5*time.Second, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc.idleMax = 50 * time.Millisecond
+	for i := range 3 {
+		if _, _, err := lc.do(context.Background(), "GET", "/", "", ""); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			if _, _, err := lc.do(context.Background(), "GET", "/", "", ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if n := conns.Load(); n != 3 {
+		t.Errorf("%d connections, want 3 (one reused at once, then a new one after each idle spell)", n)
 	}
 }
 
