@@ -14,6 +14,22 @@ import (
 	"time"
 )
 
+// countingServer starts h on a test server and counts the connections it
+// accepts.
+func countingServer(t *testing.T, h http.HandlerFunc) (*httptest.Server, *atomic.Int64) {
+	t.Helper()
+	var conns atomic.Int64
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv, &conns
+}
+
 // TestLeanClientFraming: bodies framed by Content-Length, by chunked
 // encoding (a handler that flushes, and a body past net/http's 2 KiB
 // buffer), none (204), requests with a body and headers, and keep-alive:
@@ -21,8 +37,7 @@ import (
 func TestLeanClientFraming(t *testing.T) {
 	t.Parallel()
 	big := strings.Repeat("0123456789", 1000)
-	var conns atomic.Int64
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv, conns := countingServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/small":
 			_, _ = io.WriteString(w, "hello "+r.URL.Query().Get("q"))
@@ -42,13 +57,6 @@ func TestLeanClientFraming(t *testing.T) {
 			http.NotFound(w, r)
 		}
 	}))
-	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			conns.Add(1)
-		}
-	}
-	srv.Start()
-	t.Cleanup(srv.Close)
 	lc, err := newLeanClient(srv.URL, 5*time.Second, 4)
 	if err != nil {
 		t.Fatal(err)
@@ -85,9 +93,9 @@ func TestLeanClientFraming(t *testing.T) {
 // rather than being sent twice.
 func TestLeanClientServerCloses(t *testing.T) {
 	t.Parallel()
-	var conns, arrived atomic.Int64
+	var arrived atomic.Int64
 	release, both := make(chan struct{}), make(chan struct{})
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv, conns := countingServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/close":
 			w.Header().Set("Connection", "close")
@@ -99,13 +107,6 @@ func TestLeanClientServerCloses(t *testing.T) {
 		}
 		_, _ = io.WriteString(w, "ok")
 	}))
-	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			conns.Add(1)
-		}
-	}
-	srv.Start()
-	t.Cleanup(srv.Close)
 	lc, err := newLeanClient(srv.URL, 5*time.Second, 4)
 	if err != nil {
 		t.Fatal(err)
@@ -155,15 +156,7 @@ func TestLeanClientServerCloses(t *testing.T) {
 // and replaced, not reused (a server may have closed it meanwhile).
 func TestLeanClientIdleMax(t *testing.T) {
 	t.Parallel()
-	var conns atomic.Int64
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") }))
-	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			conns.Add(1)
-		}
-	}
-	srv.Start()
-	t.Cleanup(srv.Close)
+	srv, conns := countingServer(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") }))
 	lc, err := newLeanClient(srv.URL, 5*time.Second, 4)
 	if err != nil {
 		t.Fatal(err)
