@@ -193,7 +193,9 @@ func TestLeanClientTimeout(t *testing.T) {
 			if err != nil {
 				return
 			}
-			go func() { _, _ = bufio.NewReader(c).ReadString('\n') }() // read, never answer
+			// Read, never answer, and keep c referenced until the client
+			// closes it (a dropped net.Conn may be closed by its finalizer).
+			go func() { _, _ = io.Copy(io.Discard, c); _ = c.Close() }()
 		}
 	}()
 	lc, err := newLeanClient("http://"+l.Addr().String(), 200*time.Millisecond, 4)
