@@ -3,6 +3,8 @@ package queries
 import (
 	"slices"
 	"sync"
+
+	"github.com/feedco/feed/internal/genmap"
 )
 
 // followHints remembers, per reader, the authors of the posts their last
@@ -11,8 +13,8 @@ import (
 // needs no second round trip for the follow check: its answers are as
 // fresh as today's (read from Redis in the same page), only asked earlier.
 // An author the hint misses (a new post in the inbox) is asked afterwards,
-// as before. Bounded like the post cache: two generations of at most half
-// entries each.
+// as before. Bounded like the other caches (genmap): two generations of at
+// most half entries each.
 type followHints struct {
 	shards [hintShards]hintShard
 }
@@ -22,10 +24,9 @@ type followHints struct {
 const hintShards = 32
 
 type hintShard struct {
-	mu       sync.RWMutex
-	half     int
-	cur, old map[int64][]int64
-	_        [16]byte // keep shards' locks on separate cache lines
+	mu sync.RWMutex
+	m  genmap.Map[int64, []int64]
+	_  [16]byte // keep shards' locks on separate cache lines
 }
 
 // maxHintAuthors bounds one reader's hint (a page of 50 with over-fetch
@@ -35,7 +36,7 @@ const maxHintAuthors = 80
 func newFollowHints(users int) *followHints {
 	h := &followHints{}
 	for i := range h.shards {
-		h.shards[i] = hintShard{half: max(users/2/hintShards, 1), cur: make(map[int64][]int64)}
+		h.shards[i] = hintShard{m: genmap.New[int64, []int64](users / 2 / hintShards)}
 	}
 	return h
 }
@@ -48,17 +49,14 @@ func (h *followHints) shard(user int64) *hintShard {
 func (h *followHints) get(user int64) []int64 {
 	sh := h.shard(user)
 	sh.mu.RLock()
-	a, ok := sh.cur[user]
+	a, ok := sh.m.Peek(user)
 	sh.mu.RUnlock()
 	if ok {
 		return a
 	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	a, ok = sh.old[user]
-	if ok {
-		sh.putLocked(user, a)
-	}
+	a, _ = sh.m.Get(user)
 	return a
 }
 
@@ -75,19 +73,12 @@ func (h *followHints) set(user int64, authors []int64) {
 	}
 	sh := h.shard(user)
 	sh.mu.RLock()
-	was, ok := sh.cur[user]
+	was, ok := sh.m.Peek(user)
 	sh.mu.RUnlock()
 	if ok && slices.Equal(was, authors) {
 		return // the usual case: the same authors as last time
 	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	sh.putLocked(user, slices.Clip(authors))
-}
-
-func (sh *hintShard) putLocked(user int64, a []int64) {
-	if _, ok := sh.cur[user]; !ok && len(sh.cur) >= sh.half {
-		sh.old, sh.cur = sh.cur, make(map[int64][]int64, sh.half)
-	}
-	sh.cur[user] = a
+	sh.m.Put(user, slices.Clip(authors))
 }

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/feedco/feed/internal/genmap"
 )
 
 // ErrInvalidToken covers every way a token can fail verification; callers
@@ -137,18 +139,16 @@ func (s *Signer) mac(msg string) []byte {
 const VerifiedCacheSize = 65536
 
 // verifiedCache remembers tokens already verified: token -> user id and
-// exp. Bounded like the query side's caches: per shard, two generations of
-// at most half the shard's share each; a hit in the old generation moves
-// to the new one, and when the new one fills up the old one is dropped.
+// exp. Bounded like the query side's caches (genmap): per shard, two
+// generations of at most half the shard's share each.
 type verifiedCache struct {
 	shards [16]verifiedShard
 }
 
 type verifiedShard struct {
-	mu       sync.RWMutex
-	half     int
-	cur, old map[string]verifiedToken
-	_        [24]byte // keep shards' locks on separate cache lines
+	mu sync.RWMutex
+	m  genmap.Map[string, verifiedToken]
+	_  [24]byte // keep shards' locks on separate cache lines
 }
 
 type verifiedToken struct {
@@ -158,7 +158,7 @@ type verifiedToken struct {
 func (c *verifiedCache) init(size int) {
 	half := max(size/2/len(c.shards), 1)
 	for i := range c.shards {
-		c.shards[i] = verifiedShard{half: half, cur: make(map[string]verifiedToken)}
+		c.shards[i] = verifiedShard{m: genmap.New[string, verifiedToken](half)}
 	}
 }
 
@@ -177,13 +177,11 @@ func (c *verifiedCache) shard(token string) *verifiedShard {
 func (c *verifiedCache) get(token string, now int64) (int64, bool) {
 	sh := c.shard(token)
 	sh.mu.RLock()
-	v, ok := sh.cur[token]
+	v, ok := sh.m.Peek(token)
 	sh.mu.RUnlock()
 	if !ok {
 		sh.mu.Lock()
-		if v, ok = sh.old[token]; ok {
-			sh.putLocked(token, v)
-		}
+		v, ok = sh.m.Get(token)
 		sh.mu.Unlock()
 	}
 	if !ok || (v.exp != 0 && now >= v.exp) {
@@ -195,15 +193,8 @@ func (c *verifiedCache) get(token string, now int64) (int64, bool) {
 func (c *verifiedCache) put(token string, id, exp int64) {
 	sh := c.shard(token)
 	sh.mu.Lock()
-	sh.putLocked(strings.Clone(token), verifiedToken{id: id, exp: exp}) // not the request's header memory
+	sh.m.Put(strings.Clone(token), verifiedToken{id: id, exp: exp}) // not the request's header memory
 	sh.mu.Unlock()
-}
-
-func (sh *verifiedShard) putLocked(token string, v verifiedToken) {
-	if _, ok := sh.cur[token]; !ok && len(sh.cur) >= sh.half {
-		sh.old, sh.cur = sh.cur, make(map[string]verifiedToken, sh.half)
-	}
-	sh.cur[token] = v
 }
 
 // len is the number of remembered tokens.
@@ -212,7 +203,7 @@ func (c *verifiedCache) len() int {
 	for i := range c.shards {
 		sh := &c.shards[i]
 		sh.mu.RLock()
-		n += len(sh.cur) + len(sh.old)
+		n += sh.m.Len()
 		sh.mu.RUnlock()
 	}
 	return n

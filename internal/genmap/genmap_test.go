@@ -1,0 +1,40 @@
+package genmap
+
+import "testing"
+
+// TestBoundAndPromotion: at most 2*half entries; a key read from the
+// older generation survives the next rotation, an unread one does not;
+// re-putting a key of the newer generation does not rotate.
+func TestBoundAndPromotion(t *testing.T) {
+	m := New[int, string](3)
+	for k := range 3 {
+		m.Put(k, "v")
+	}
+	m.Put(0, "again") // already in the newer generation: no rotation
+	if m.Len() != 3 {
+		t.Fatalf("len %d after re-putting a key, want 3", m.Len())
+	}
+	m.Put(3, "v") // rotates: 0,1,2 older; 3 newer
+	if _, ok := m.Peek(0); ok {
+		t.Fatal("Peek found a key of the older generation")
+	}
+	if v, ok := m.Get(0); !ok || v != "again" {
+		t.Fatalf("Get(0) = %q %v, want the older generation's entry", v, ok)
+	}
+	if m.Len() != 4 { // 0 moved, not copied
+		t.Fatalf("len %d after a promotion, want 4", m.Len())
+	}
+	m.Put(4, "v") // newer now 3,0,4: full
+	m.Put(5, "v") // rotates: 3,0,4 older; 1 and 2 dropped
+	for k, want := range map[int]bool{0: true, 1: false, 2: false, 3: true, 4: true, 5: true} {
+		if _, ok := m.Get(k); ok != want {
+			t.Errorf("key %d present %v, want %v", k, ok, want)
+		}
+	}
+	for k := range 100 {
+		m.Put(k+10, "v")
+		if m.Len() > 6 {
+			t.Fatalf("len %d, bound 6", m.Len())
+		}
+	}
+}
