@@ -3,6 +3,8 @@ package queries
 import (
 	"sync"
 	"time"
+
+	"github.com/feedco/feed/internal/genmap"
 )
 
 // postCache is the in-process cache of post bodies. A post's content,
@@ -24,10 +26,10 @@ import (
 // bodies for deletionMemory, so that a body evicted and read again from a
 // Redis post cache that has no tombstone yet is still known deleted.
 //
-// Bounded by two generations of at most size/2 entries each: a hit in the
-// old generation moves to the new one, and when the new one fills up the
-// old one is dropped, so recently used posts survive (an approximate LRU
-// with O(1) work and no per-entry list). Split in shards by post id, each
+// Bounded by two generations of at most size/2 entries each (genmap): a
+// hit in the old generation moves to the new one, and when the new one
+// fills up the old one is dropped, so recently used posts survive (an
+// approximate LRU with O(1) work and no per-entry list). Split in shards by post id, each
 // with its own lock held for one post at a time: every page looks up 20-60
 // posts, and on a busy 2-core machine one lock over the whole cache made
 // readers queue behind a holder the kernel had descheduled.
@@ -40,11 +42,10 @@ type postCache struct {
 // postShard is one shard: its generations and the feed's deletions of
 // its ids.
 type postShard struct {
-	mu       sync.RWMutex // read-locked for a hit in the new generation (most lookups)
-	half     int          // entries per generation
-	cur, old map[int64]*cachedPost
-	deleted  map[int64]int64 // deletions learnt from the feed: id -> unix nanos learnt
-	_        [16]byte        // keep shards' locks on separate cache lines
+	mu      sync.RWMutex // read-locked for a hit in the new generation (most lookups)
+	m       genmap.Map[int64, *cachedPost]
+	deleted map[int64]int64 // deletions learnt from the feed: id -> unix nanos learnt
+	_       [16]byte        // keep shards' locks on separate cache lines
 }
 
 // cachedPost is one post body and what is known of its deletion.
@@ -64,8 +65,7 @@ func newPostCache(size int, ttl time.Duration) *postCache {
 	}
 	c := &postCache{ttl: ttl, shards: make([]postShard, n), mask: uint64(n - 1)}
 	for i := range c.shards {
-		half := max(size/2/n, 1)
-		c.shards[i] = postShard{half: half, cur: make(map[int64]*cachedPost, half), deleted: map[int64]int64{}}
+		c.shards[i] = postShard{m: genmap.New[int64, *cachedPost](size / 2 / n), deleted: map[int64]int64{}}
 	}
 	return c
 }
@@ -93,11 +93,11 @@ func (c *postCache) lookup(ids []int64, now time.Time, feedFresh bool, out []*ca
 	for i, id := range ids {
 		sh := c.shard(id)
 		sh.mu.RLock()
-		p, hit := sh.cur[id]
+		p, hit := sh.m.Peek(id)
 		sh.mu.RUnlock()
 		if !hit {
 			sh.mu.Lock()
-			p = sh.getLocked(id) // promotes from the old generation
+			p, _ = sh.m.Get(id) // promotes from the old generation
 			sh.mu.Unlock()
 		}
 		switch {
@@ -114,26 +114,6 @@ func (c *postCache) lookup(ids []int64, now time.Time, feedFresh bool, out []*ca
 	return ask, stale
 }
 
-// getLocked returns the entry of id, promoting it from the old generation.
-func (sh *postShard) getLocked(id int64) *cachedPost {
-	if p, ok := sh.cur[id]; ok {
-		return p
-	}
-	p, ok := sh.old[id]
-	if !ok {
-		return nil
-	}
-	sh.putLocked(id, p)
-	return p
-}
-
-func (sh *postShard) putLocked(id int64, p *cachedPost) {
-	if len(sh.cur) >= sh.half {
-		sh.old, sh.cur = sh.cur, make(map[int64]*cachedPost, sh.half)
-	}
-	sh.cur[id] = p
-}
-
 // store records what the source of a confirmation said about a post and
 // returns the entry the cache now holds for it. A deletion is never undone
 // by an older, live answer (a Redis post cache that has not got the
@@ -143,13 +123,13 @@ func (c *postCache) store(p *cachedPost) *cachedPost {
 	sh := c.shard(id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if was := sh.getLocked(id); was != nil && was.deleted {
+	if was, _ := sh.m.Get(id); was != nil && was.deleted {
 		return was
 	}
 	if _, gone := sh.deleted[id]; gone && !p.deleted {
 		p = p.asDeleted()
 	}
-	sh.putLocked(id, p)
+	sh.m.Put(id, p)
 	return p
 }
 
@@ -167,12 +147,12 @@ func (c *postCache) markDeleted(ids []int64, now time.Time) {
 		sh := c.shard(id)
 		sh.mu.Lock()
 		sh.deleted[id] = now.UnixNano()
-		if p, ok := sh.cur[id]; ok && !p.deleted {
-			sh.cur[id] = p.asDeleted()
-		}
-		if p, ok := sh.old[id]; ok && !p.deleted {
-			sh.old[id] = p.asDeleted()
-		}
+		sh.m.Update(id, func(p *cachedPost) *cachedPost {
+			if p.deleted {
+				return p
+			}
+			return p.asDeleted()
+		})
 		sh.mu.Unlock()
 	}
 }
@@ -208,8 +188,7 @@ func (c *postCache) evict(id int64) {
 	sh := c.shard(id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	delete(sh.cur, id)
-	delete(sh.old, id)
+	sh.m.Delete(id)
 }
 
 // len returns the number of cached entries (both generations) and of
@@ -218,7 +197,7 @@ func (c *postCache) len() (bodies, deletions int) {
 	for i := range c.shards {
 		sh := &c.shards[i]
 		sh.mu.Lock()
-		bodies += len(sh.cur) + len(sh.old)
+		bodies += sh.m.Len()
 		deletions += len(sh.deleted)
 		sh.mu.Unlock()
 	}

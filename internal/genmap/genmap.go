@@ -55,3 +55,23 @@ func (m *Map[K, V]) Put(k K, v V) {
 
 // Len is the number of entries in both generations.
 func (m *Map[K, V]) Len() int { return len(m.cur) + len(m.old) }
+
+// Update replaces k's entry with f of it in whichever generation holds
+// k, without moving it, and reports whether k was there.
+func (m *Map[K, V]) Update(k K, f func(V) V) bool {
+	if v, ok := m.cur[k]; ok {
+		m.cur[k] = f(v)
+		return true
+	}
+	if v, ok := m.old[k]; ok {
+		m.old[k] = f(v)
+		return true
+	}
+	return false
+}
+
+// Delete drops k from both generations.
+func (m *Map[K, V]) Delete(k K) {
+	delete(m.cur, k)
+	delete(m.old, k)
+}

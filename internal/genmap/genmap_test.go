@@ -38,3 +38,28 @@ func TestBoundAndPromotion(t *testing.T) {
 		}
 	}
 }
+
+// TestUpdateAndDelete: Update changes an entry where it is (an older one
+// stays older: the next rotation drops it) and adds nothing; Delete drops
+// a key from either generation.
+func TestUpdateAndDelete(t *testing.T) {
+	m := New[int, string](2)
+	m.Put(1, "a")
+	m.Put(2, "b")
+	m.Put(3, "c") // rotates: 1, 2 older
+	up := func(v string) string { return v + "!" }
+	if !m.Update(1, up) || m.Update(9, up) {
+		t.Fatal("Update: want true for a present key, false for an absent one")
+	}
+	if _, ok := m.Peek(1); ok {
+		t.Fatal("Update moved an older entry to the newer generation")
+	}
+	if _, ok := m.Get(9); ok {
+		t.Fatal("Update added an absent key")
+	}
+	m.Delete(2)
+	m.Delete(3)
+	if v, ok := m.Get(1); !ok || v != "a!" || m.Len() != 1 {
+		t.Fatalf("after deletes: Get(1) = %q %v, len %d; want a! true 1", v, ok, m.Len())
+	}
+}
