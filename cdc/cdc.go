@@ -33,6 +33,9 @@ type CDC struct {
 	sentLSN atomic.Uint64
 	// unsaved counts acknowledged events not yet added to cdc_state.
 	unsaved atomic.Int64
+	// visible holds decoded transactions' events back until PostgreSQL
+	// shows the transactions to new snapshots.
+	visible *visibilityGate
 }
 
 // New returns a CDC that reads through pool's database and publishes with
@@ -56,6 +59,7 @@ func New(cfg Config, pool *pgxpool.Pool, pubs ...Publisher) (*CDC, error) {
 		return nil, err
 	}
 	c := &CDC{cfg: cfg, pool: pool, m: newMetrics(cfg.Registerer), ckpt: newCheckpointer(0)}
+	c.visible = newVisibilityGate(c.readSnapshot, c.m, cfg.Logger)
 	c.proc = newProcessor(cfg, pubs, c.m, &c.unsaved)
 	return c, nil
 }
@@ -69,6 +73,7 @@ func (c *CDC) Run(ctx context.Context) error {
 	laneCtx, cancelLanes := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelLanes()
 	c.proc.start(laneCtx)
+	go c.visible.run(laneCtx) // the lanes wait on it: it lives as long as they do
 	stateCtx, cancelState := context.WithCancel(context.WithoutCancel(ctx))
 	stateDone := make(chan struct{})
 	go func() {

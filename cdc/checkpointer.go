@@ -1,6 +1,7 @@
 package cdc
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +24,31 @@ type txn struct {
 	submitted int64
 	// complete is set once the commit message arrived: no more events come.
 	complete atomic.Bool
+
+	// The visibility gate's (visibility.go): xid as decoded; visible is
+	// closed (and shown set) once PostgreSQL shows the transaction to new
+	// snapshots; held, heldAt and told belong to the gate's goroutine.
+	xid     uint32
+	visible chan struct{}
+	shown   atomic.Bool
+	held    bool
+	heldAt  time.Time
+	told    bool
+}
+
+// waitVisible returns true once t is visible in PostgreSQL, false if ctx
+// ends first. A transaction never registered with the gate (tests that
+// drive the checkpointer alone) counts as visible.
+func (t *txn) waitVisible(ctx context.Context) bool {
+	if t.visible == nil || t.shown.Load() {
+		return true
+	}
+	select {
+	case <-t.visible:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // ack records that Kafka acknowledged one event of t.

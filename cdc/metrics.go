@@ -14,10 +14,15 @@ type metrics struct {
 	publishErrors prometheus.Counter
 	reconnects    prometheus.Counter
 	backpressure  prometheus.Counter
-	inFlight      prometheus.Gauge
-	slotLagBytes  prometheus.Gauge
-	lagSeconds    prometheus.Gauge
-	confirmedLSN  prometheus.Gauge
+	// The visibility gate's snapshot reads, the time they took, and the
+	// transactions a snapshot still showed running (held back).
+	visibilityReads       prometheus.Counter
+	visibilityReadSeconds prometheus.Counter
+	visibilityHeld        prometheus.Counter
+	inFlight              prometheus.Gauge
+	slotLagBytes          prometheus.Gauge
+	lagSeconds            prometheus.Gauge
+	confirmedLSN          prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -46,6 +51,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "cdc_backpressure_seconds_total",
 			Help: "Time the reader waited for a full lane: Kafka is the bottleneck while this grows at about 1 s/s.",
 		}),
+		visibilityReads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cdc_visibility_snapshots_total",
+			Help: "Snapshots read to check that decoded transactions are visible in PostgreSQL before their events are published (one covers every transaction waiting).",
+		}),
+		visibilityReadSeconds: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cdc_visibility_snapshot_seconds_total",
+			Help: "Time spent reading those snapshots.",
+		}),
+		visibilityHeld: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cdc_visibility_held_total",
+			Help: "Decoded transactions PostgreSQL still showed as running (commit record written, commit not finished): their events waited until it did.",
+		}),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "cdc_events_in_flight",
 			Help: "Events read from the slot and not yet acknowledged by Kafka.",
@@ -69,6 +86,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.publishErrors = register(reg, m.publishErrors)
 	m.reconnects = register(reg, m.reconnects)
 	m.backpressure = register(reg, m.backpressure)
+	m.visibilityReads = register(reg, m.visibilityReads)
+	m.visibilityReadSeconds = register(reg, m.visibilityReadSeconds)
+	m.visibilityHeld = register(reg, m.visibilityHeld)
 	m.inFlight = register(reg, m.inFlight)
 	m.slotLagBytes = register(reg, m.slotLagBytes)
 	m.lagSeconds = register(reg, m.lagSeconds)

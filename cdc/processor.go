@@ -76,6 +76,9 @@ func (p *processor) lane(key int64) chan item {
 
 func (p *processor) runLane(ctx context.Context, q chan item, pub Publisher) {
 	for it := range q {
+		if !it.txn.waitVisible(ctx) {
+			return
+		}
 		msg, err := messageOf(it.row)
 		if err != nil {
 			// Cannot happen with rows PostgreSQL wrote (valid jsonb, ISO

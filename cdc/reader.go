@@ -186,6 +186,10 @@ func (r *reader) handle(ctx context.Context, data []byte) error {
 			return nil
 		}
 		r.cur = r.c.ckpt.begin(m.FinalLSN, m.CommitTime)
+		// Its events wait in their lanes until PostgreSQL shows it to new
+		// snapshots (visibility.go).
+		r.cur.xid = m.Xid
+		r.c.visible.add(r.cur)
 	case *commitMsg:
 		if r.skipping {
 			r.skipping = false
