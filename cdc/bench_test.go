@@ -151,17 +151,24 @@ func benchPublishers(b testing.TB, bb *bundle) []Publisher {
 }
 
 // BenchmarkCDCLag writes at a steady rate (CDC_BENCH_RATE events/s,
-// default 10,000, in transactions of 50 from 4 connections) for 10 s
-// while CDC runs, and reports the commit-to-acknowledgement lag p50/p99
-// (commit timestamp of the transaction to the broker's acknowledgement).
+// default 10,000, in transactions of CDC_BENCH_TX events, default 50, from
+// 4 connections) for 10 s while CDC runs, and reports the
+// commit-to-acknowledgement lag p50/p99 (commit timestamp of the
+// transaction to the broker's acknowledgement), and what the visibility
+// gate cost: snapshot reads per transaction and time in them.
 //
 //	go test -run '^$' -bench CDCLag -benchtime 1x -count 3 ./cdc/
+//	CDC_BENCH_TX=1 CDC_BENCH_RATE=2000 go test -run '^$' -bench CDCLag -benchtime 1x -count 3 ./cdc/
 func BenchmarkCDCLag(b *testing.B) {
 	rate := 10_000
 	if v, err := strconv.Atoi(os.Getenv("CDC_BENCH_RATE")); err == nil {
 		rate = v
 	}
-	const txSize, writers = 50, 4
+	txSize := 50
+	if v, err := strconv.Atoi(os.Getenv("CDC_BENCH_TX")); err == nil && v > 0 {
+		txSize = v
+	}
+	const writers = 4
 	const dur = 10 * time.Second
 	for i := 0; i < b.N; i++ {
 		bb := setup(b, 12)
@@ -185,7 +192,7 @@ func BenchmarkCDCLag(b *testing.B) {
 			_ = c.Run(ctx)
 		}()
 		// Each writer commits txSize events every interval.
-		interval := time.Duration(float64(time.Second) * txSize * writers / float64(rate))
+		interval := time.Duration(float64(time.Second) * float64(txSize*writers) / float64(rate))
 		var written sync.WaitGroup
 		var mu sync.Mutex
 		total := 0
@@ -235,6 +242,9 @@ func BenchmarkCDCLag(b *testing.B) {
 		b.ReportMetric(p(0.50), "p50-ms")
 		b.ReportMetric(p(0.99), "p99-ms")
 		b.ReportMetric(p(1), "max-ms")
+		txs := float64(total) / float64(txSize)
+		b.ReportMetric(value(c.m.visibilityReads)/txs, "snapshot-reads/tx")
+		b.ReportMetric(value(c.m.visibilityHeld), "held-tx")
 		fmt.Fprintf(os.Stderr, "lag: %d events, p50 %.1f ms, p99 %.1f ms, max %.1f ms\n", len(lags), p(0.5), p(0.99), p(1))
 		ackMu.Unlock()
 	}
