@@ -18,7 +18,10 @@ import (
 //     transaction, and that event is keyed by the followee: it sits in the
 //     author's partition, in commit order with the author's posts. A list
 //     loaded while handling offset o holds every follow change committed
-//     before the load; any later change has its event after o. The inbox
+//     before the load, which includes every change whose event is at or
+//     before o (CDC publishes an event only once its transaction is
+//     visible, docs/cdc.md "Visibility"); any later change has its event
+//     after o. The inbox
 //     projector drops an author's list when it handles a follow event of
 //     that author, so a list used for a post at offset p has seen every
 //     follow change whose event lies before p; the changes it lacks have
