@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -346,9 +347,48 @@ func (s *system) checkConverged(t *testing.T) {
 			t.Fatalf("read feed of %d: %v", u, err)
 		}
 		if !slices.Equal(got, want) {
-			t.Errorf("feed of %d differs from the source of truth:\n got %v\nwant %v", u, got, want)
+			t.Errorf("feed of %d differs from the source of truth:\n got %v\nwant %v\n%s", u, got, want, s.explain(ctx, u, got, want))
 		}
 	}
+}
+
+// explain says, for each post a feed lacks or has too many, where the read
+// models hold it: the author, whether the author is a celebrity, the
+// post's score in the reader's inbox, the author's timeline and the post
+// cache, per active version.
+func (s *system) explain(ctx context.Context, u int64, got, want []string) string {
+	vs, err := rkeys.LoadVersions(ctx, s.rdb, s.prefix)
+	if err != nil {
+		return "versions: " + err.Error()
+	}
+	keys := rkeys.Keys{Prefix: s.prefix, Versions: vs}
+	var b strings.Builder
+	fmt.Fprintf(&b, "versions %v; inbox %s: %v\n", vs, keys.Inbox(u), s.rdb.ZRevRangeWithScores(ctx, keys.Inbox(u), 0, -1).Val())
+	describe := func(what, id string) {
+		pid, _ := strconv.ParseInt(id, 10, 64)
+		var author int64
+		var deleted bool
+		var created time.Time
+		_ = s.db.Pool.QueryRow(ctx, `SELECT author_id, deleted, created_at FROM posts WHERE id = $1`, pid).Scan(&author, &deleted, &created)
+		var follows, followers int
+		_ = s.db.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE follower_id = $2), count(*) FROM follows WHERE followee_id = $1`, author, u).Scan(&follows, &followers)
+		fmt.Fprintf(&b, "%s %s: author %d (%d followers in PostgreSQL, followed by %d: %d, celebrity in Redis: %v), created %s, deleted %v; inbox score %v; timeline score %v; post cache %v\n",
+			what, id, author, followers, u, follows, s.rdb.SIsMember(ctx, keys.Celebrities(), author).Val(),
+			created.Format("15:04:05.000"), deleted,
+			s.rdb.ZScore(ctx, keys.Inbox(u), id).Val(), s.rdb.ZScore(ctx, keys.Timeline(author), id).Val(),
+			s.rdb.HGetAll(ctx, keys.Post(pid)).Val())
+	}
+	for _, id := range want {
+		if !slices.Contains(got, id) {
+			describe("missing", id)
+		}
+	}
+	for _, id := range got {
+		if !slices.Contains(want, id) {
+			describe("extra", id)
+		}
+	}
+	return b.String()
 }
 
 // keyVersions counts the read-model keys of the namespace per projection
