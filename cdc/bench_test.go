@@ -155,7 +155,7 @@ func benchPublishers(b testing.TB, bb *bundle) []Publisher {
 // 4 connections) for 10 s while CDC runs, and reports the
 // commit-to-acknowledgement lag p50/p99 (commit timestamp of the
 // transaction to the broker's acknowledgement), and what the visibility
-// gate cost: snapshot reads per transaction and time in them.
+// gate did: snapshot reads per transaction and transactions held.
 //
 //	go test -run '^$' -bench CDCLag -benchtime 1x -count 3 ./cdc/
 //	CDC_BENCH_TX=1 CDC_BENCH_RATE=2000 go test -run '^$' -bench CDCLag -benchtime 1x -count 3 ./cdc/
