@@ -2,15 +2,20 @@ package cdc
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/feedco/feed/events"
 	"github.com/feedco/feed/internal/testenv"
 )
 
@@ -170,4 +175,107 @@ func TestEventsWaitUntilVisible(t *testing.T) {
 		t.Errorf("held transactions = %v, want still 1", n)
 	}
 	c.proc.stop()
+}
+
+// Through the whole path (PostgreSQL, the slot, CDC, the broker): every
+// event read back from Kafka is visible in PostgreSQL at the moment it is
+// read, while writers commit single-event transactions as fast as they can
+// (the load under which a commit is most often decoded before its backend
+// has finished committing).
+func TestPublishedEventsAreVisible(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 4)
+	_, stop := b.start(t, b.config())
+	defer stop()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.broker.Addrs()...), kgo.ConsumeTopics(b.topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(10*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var written sync.Map
+	var wrote atomic.Int64
+	var wg sync.WaitGroup
+	const writers, dur = 4, 3 * time.Second
+	start := time.Now()
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; time.Since(start) < dur; i++ {
+				post := int64(w)<<32 | int64(i+1)
+				ids, err := insert(ctx, b.db, []row{{events.PostCreated{PostID: post, AuthorID: int64(w + 1), Content: "v", CreatedAt: time.Now().UTC()}, 1}}, false)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				written.Store(ids[0], true)
+				wrote.Add(1)
+			}
+		}()
+	}
+	writing := make(chan struct{})
+	go func() { wg.Wait(); close(writing) }()
+
+	seen := map[string]bool{}
+	var invisible []string
+	done := false
+	for !done {
+		select {
+		case <-writing:
+			done = int64(len(seen)) >= wrote.Load()
+		default:
+		}
+		pctx, pcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		fs := cl.PollFetches(pctx)
+		pcancel()
+		if ctx.Err() != nil {
+			t.Fatalf("read %d of %d events before the deadline", len(seen), wrote.Load())
+		}
+		var ids []string
+		fs.EachRecord(func(r *kgo.Record) {
+			var env events.Envelope
+			if err := json.Unmarshal(r.Value, &env); err != nil {
+				t.Fatalf("record %d/%d: %v", r.Partition, r.Offset, err)
+			}
+			ids = append(ids, env.EventID)
+		})
+		if len(ids) == 0 {
+			continue
+		}
+		// At once, before anything else: which of them PostgreSQL shows.
+		rows, err := b.db.Pool.Query(ctx, `SELECT event_id::text FROM events WHERE event_id = ANY($1::uuid[])`, ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		there := make(map[string]bool, len(found))
+		for _, id := range found {
+			there[id] = true
+		}
+		for _, id := range ids {
+			if !there[id] {
+				invisible = append(invisible, id)
+			}
+			seen[id] = true
+		}
+	}
+	n := 0
+	written.Range(func(k, _ any) bool {
+		if !seen[k.(string)] {
+			t.Errorf("event %s written, never read back", k)
+		}
+		n++
+		return true
+	})
+	t.Logf("%d single-event transactions in %v, %d read back, %d read before PostgreSQL showed them", n, dur, len(seen), len(invisible))
+	if len(invisible) > 0 {
+		t.Errorf("%d events were in Kafka before their transaction was visible in PostgreSQL, e.g. %v", len(invisible), invisible[:min(5, len(invisible))])
+	}
 }
