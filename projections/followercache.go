@@ -21,9 +21,8 @@ import (
 //     before the load, which includes every change whose event is at or
 //     before o (CDC publishes an event only once its transaction is
 //     visible, docs/cdc.md "Visibility"); any later change has its event
-//     after o. The inbox
-//     projector drops an author's list when it handles a follow event of
-//     that author, so a list used for a post at offset p has seen every
+//     after o. The inbox projector drops an author's list when it handles
+//     a follow event of that author, so a list used for a post at offset p has seen every
 //     follow change whose event lies before p; the changes it lacks have
 //     their events after p, exactly the case of a fresh query that ran
 //     before they committed (the follow backfill or the unfollow removal
