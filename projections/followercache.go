@@ -22,9 +22,9 @@ import (
 //     before o (CDC publishes an event only once its transaction is
 //     visible, docs/cdc.md "Visibility"); any later change has its event
 //     after o. The inbox projector drops an author's list when it handles
-//     a follow event of that author, so a list used for a post at offset p has seen every
-//     follow change whose event lies before p; the changes it lacks have
-//     their events after p, exactly the case of a fresh query that ran
+//     a follow event of that author, so a list used for a post at offset
+//     p has seen every follow change whose event lies before p; the
+//     changes it lacks have their events after p, exactly the case of a fresh query that ran
 //     before they committed (the follow backfill or the unfollow removal
 //     that comes later fixes the inbox either way).
 //   - That argument needs every message between o and p to have passed
