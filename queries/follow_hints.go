@@ -48,15 +48,7 @@ func (h *followHints) shard(user int64) *hintShard {
 // get returns user's hinted authors (shared: do not modify).
 func (h *followHints) get(user int64) []int64 {
 	sh := h.shard(user)
-	sh.mu.RLock()
-	a, ok := sh.m.Peek(user)
-	sh.mu.RUnlock()
-	if ok {
-		return a
-	}
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	a, _ = sh.m.Get(user)
+	a, _ := sh.m.GetShared(&sh.mu, user)
 	return a
 }
 

@@ -92,14 +92,7 @@ func (c *postCache) lookup(ids []int64, now time.Time, feedFresh bool, out []*ca
 	}
 	for i, id := range ids {
 		sh := c.shard(id)
-		sh.mu.RLock()
-		p, hit := sh.m.Peek(id)
-		sh.mu.RUnlock()
-		if !hit {
-			sh.mu.Lock()
-			p, _ = sh.m.Get(id) // promotes from the old generation
-			sh.mu.Unlock()
-		}
+		p, _ := sh.m.GetShared(&sh.mu, id) // promotes from the old generation
 		switch {
 		case p == nil:
 			ask = append(ask, i)

@@ -176,14 +176,7 @@ func (c *verifiedCache) shard(token string) *verifiedShard {
 // now (unix seconds).
 func (c *verifiedCache) get(token string, now int64) (int64, bool) {
 	sh := c.shard(token)
-	sh.mu.RLock()
-	v, ok := sh.m.Peek(token)
-	sh.mu.RUnlock()
-	if !ok {
-		sh.mu.Lock()
-		v, ok = sh.m.Get(token)
-		sh.mu.Unlock()
-	}
+	v, ok := sh.m.GetShared(&sh.mu, token)
 	if !ok || (v.exp != 0 && now >= v.exp) {
 		return 0, false
 	}

@@ -7,8 +7,10 @@
 //
 // A Map is not safe for concurrent use: the caches shard it and hold a
 // shard's lock around it (Peek under a read lock, the rest under a write
-// lock).
+// lock; GetShared takes that lock itself).
 package genmap
+
+import "sync"
 
 // Map is a two-generation bounded map; make one with New.
 type Map[K comparable, V any] struct {
@@ -40,6 +42,21 @@ func (m *Map[K, V]) Get(k K) (V, bool) {
 		m.Put(k, v)
 	}
 	return v, ok
+}
+
+// GetShared is Get with the shard's lock mu taken here: only the read lock
+// when the newer generation holds k (most lookups), the write lock to look
+// in the older one and move what it finds.
+func (m *Map[K, V]) GetShared(mu *sync.RWMutex, k K) (V, bool) {
+	mu.RLock()
+	v, ok := m.Peek(k)
+	mu.RUnlock()
+	if ok {
+		return v, true
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return m.Get(k)
 }
 
 // Put stores v under k in the newer generation. When that generation is

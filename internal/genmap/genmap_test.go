@@ -1,6 +1,9 @@
 package genmap
 
-import "testing"
+import (
+	"sync"
+	"testing"
+)
 
 // TestBoundAndPromotion: at most 2*half entries; a key read from the
 // older generation survives the next rotation, an unread one does not;
@@ -62,4 +65,30 @@ func TestUpdateAndDelete(t *testing.T) {
 	if v, ok := m.Get(1); !ok || v != "a!" || m.Len() != 1 {
 		t.Fatalf("after deletes: Get(1) = %q %v, len %d; want a! true 1", v, ok, m.Len())
 	}
+}
+
+// TestGetShared: the same answers as Get, taking the lock itself, and a
+// key of the older generation is moved forward; the lock is free after.
+func TestGetShared(t *testing.T) {
+	var mu sync.RWMutex
+	m := New[int, string](2)
+	m.Put(1, "one")
+	m.Put(2, "two")
+	m.Put(3, "three") // rotates: 1, 2 older
+	if v, ok := m.GetShared(&mu, 3); !ok || v != "three" {
+		t.Fatalf("GetShared(3) = %q %v", v, ok)
+	}
+	if v, ok := m.GetShared(&mu, 1); !ok || v != "one" {
+		t.Fatalf("GetShared(1) = %q %v, want the older generation's entry", v, ok)
+	}
+	if _, ok := m.Peek(1); !ok {
+		t.Fatal("GetShared did not move the older entry forward")
+	}
+	if _, ok := m.GetShared(&mu, 9); ok {
+		t.Fatal("GetShared found an absent key")
+	}
+	if !mu.TryLock() {
+		t.Fatal("the lock is still held after GetShared")
+	}
+	mu.Unlock()
 }
