@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
@@ -98,6 +99,9 @@ type Config struct {
 	// FEED_READ_CACHE_KEYS=0, turns it off. Only a single-node
 	// *redis.Client gets the cache.
 	ReadCacheKeys int
+	// invalDial, when set (tests), dials the read cache's invalidation
+	// connection.
+	invalDial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Registerer receives the metrics; nil registers nothing.
 	Registerer prometheus.Registerer
 	// Logger reports background failures; nil means slog.Default().
@@ -238,7 +242,7 @@ func New(cfg Config, db DB, rdb redis.UniversalClient) (*Feed, error) {
 	f.recent.window = cfg.OwnPostsWindow
 	f.deletions = deletionFeed{interval: cfg.DeletionPollInterval, scanLimit: deletionScanLimit, wake: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{})}
-	f.cache = newReadCache(rdb, cacheKeys, cfg.Logger)
+	f.cache = newReadCache(rdb, cacheKeys, cfg.Logger, cfg.invalDial)
 	if err := m.registerReadCache(cfg.Registerer, f.cache); err != nil {
 		f.cache.close()
 		return nil, err

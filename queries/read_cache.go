@@ -39,7 +39,7 @@ import (
 //     read, and its invalidation arrived before the reply was stored) is
 //     dropped, never cached.
 //   - A generation is one life of the invalidation connection (its CLIENT
-//     ID). When that connection fails, times out on pings, or receives
+//     ID). When that connection fails, does not answer a ping, or receives
 //     anything it cannot parse (a null payload: FLUSHALL, FLUSHDB), the
 //     whole cache is flushed and turned off, the generation's data
 //     connections (redirecting to a client id that no longer exists, so no
@@ -265,8 +265,9 @@ const defaultReadCacheKeys = 40_000
 
 // newReadCache starts the invalidation connection of a cache of maxKeys
 // keys over the server rdb talks to. Only a single-node client
-// (*redis.Client) is supported; other clients get no cache (nil).
-func newReadCache(rdb redis.UniversalClient, maxKeys int, log *slog.Logger) *readCache {
+// (*redis.Client) is supported; other clients get no cache (nil). dial,
+// if not nil, dials the invalidation connection (tests).
+func newReadCache(rdb redis.UniversalClient, maxKeys int, log *slog.Logger, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *readCache {
 	c, ok := rdb.(*redis.Client)
 	if !ok || maxKeys <= 0 {
 		return nil
@@ -281,6 +282,9 @@ func newReadCache(rdb redis.UniversalClient, maxKeys int, log *slog.Logger) *rea
 	io.Protocol = 2 // invalidations as pubsub messages
 	io.PoolSize, io.MinIdleConns, io.MaxIdleConns = 1, 0, 0
 	io.ClientName = "feed-read-cache-invalidations"
+	if dial != nil {
+		io.Dialer = dial
+	}
 	io.OnConnect = func(ctx context.Context, cn *redis.Conn) error {
 		id, err := cn.ClientID(ctx).Result()
 		if err != nil {
@@ -344,8 +348,21 @@ func (c *readCache) run(ctx context.Context) {
 // receive applies messages until something is wrong: a connection error,
 // an unanswered ping, or a message it cannot read (a null invalidation,
 // sent for FLUSHALL, is one): every one of them ends the generation.
+//
+// Its reads have no deadline. One that expired in the middle of a message
+// would leave go-redis's reader mid-message on a connection it keeps (a
+// timeout is not a broken connection to it): the rest of the message
+// would then be read as the next one, and a key's name read as a pong is
+// an invalidation lost without a trace. keepAlive, beside it, notices a
+// silent connection instead, and closes it.
 func (c *readCache) receive(ctx context.Context, ps *redis.PubSub) error {
-	pinged, subscribed := false, false
+	var last atomic.Int64 // unix nanos of the last message received
+	last.Store(time.Now().UnixNano())
+	kctx, stop := context.WithCancel(ctx)
+	silent := make(chan error, 1)
+	go c.keepAlive(kctx, ps, &last, silent)
+	defer stop()
+	subscribed := false
 	for {
 		if subscribed && c.gen.Load() == nil {
 			// A data connection ended the generation: start the next one.
@@ -353,22 +370,16 @@ func (c *readCache) receive(ctx context.Context, ps *redis.PubSub) error {
 				return err
 			}
 		}
-		msg, err := ps.ReceiveTimeout(ctx, readCachePing)
+		msg, err := ps.Receive(ctx)
 		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() && ctx.Err() == nil {
-				if pinged {
-					return errors.New("invalidation connection: no pong")
-				}
-				if _, err := c.ping(ctx); err != nil {
-					return err
-				}
-				pinged = true
-				continue
+			select {
+			case why := <-silent:
+				return why // keepAlive closed the connection
+			default:
+				return err
 			}
-			return err
 		}
-		pinged = false
+		last.Store(time.Now().UnixNano())
 		switch m := msg.(type) {
 		case *redis.Subscription:
 			if m.Kind == "subscribe" && m.Channel == invalidationChannel {
@@ -393,6 +404,44 @@ func (c *readCache) receive(ctx context.Context, ps *redis.PubSub) error {
 			}
 		case *redis.Pong:
 			c.pong()
+		}
+	}
+}
+
+// keepAlive pings the invalidation connection once it has been quiet for
+// readCachePing, and closes it (after saying why on silent) when nothing
+// arrives within readCachePing of a ping, or when ctx ends: the receive
+// loop's read then fails.
+func (c *readCache) keepAlive(ctx context.Context, ps *redis.PubSub, last *atomic.Int64, silent chan<- error) {
+	t := time.NewTicker(readCachePing / 5)
+	defer t.Stop()
+	var pingedAt int64 // unix nanos of the ping not answered yet; 0: none
+	fail := func(err error) {
+		silent <- err
+		_ = ps.Close()
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			_ = ps.Close()
+			return
+		case <-t.C:
+		}
+		now := time.Now().UnixNano()
+		l := last.Load()
+		if pingedAt != 0 && l >= pingedAt {
+			pingedAt = 0 // anything received since shows the connection alive
+		}
+		switch {
+		case pingedAt != 0 && now-pingedAt >= int64(readCachePing):
+			fail(errors.New("invalidation connection: no pong"))
+			return
+		case pingedAt == 0 && now-l >= int64(readCachePing):
+			if _, err := c.ping(ctx); err != nil {
+				fail(err)
+				return
+			}
+			pingedAt = now
 		}
 	}
 }

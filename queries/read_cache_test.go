@@ -40,7 +40,12 @@ func otherClient(b *bundle) *redis.Client {
 // cached) and then read again without any Redis round trip.
 func cachedFeed(t *testing.T) (b *bundle, u, a int64) {
 	t.Helper()
-	b = setup(t, Config{})
+	return cachedFeedWith(t, Config{})
+}
+
+func cachedFeedWith(t *testing.T, cfg Config) (b *bundle, u, a int64) {
+	t.Helper()
+	b = setup(t, cfg)
 	b.useClock(newClock(time.Now())) // bodies stay trusted: round trips are exact
 	u, a = b.user(), b.user()
 	b.follow(u, a)

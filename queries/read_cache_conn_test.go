@@ -1,0 +1,204 @@
+package queries
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// slowDialer dials the read cache's invalidation connections as
+// slowConns, and keeps the newest.
+type slowDialer struct {
+	cur atomic.Pointer[slowConn]
+}
+
+func (d *slowDialer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var nd net.Dialer
+	cn, err := nd.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	sc := &slowConn{Conn: cn, closed: make(chan struct{})}
+	d.cur.Store(sc)
+	return sc, nil
+}
+
+// slowConn delays what the server sends, as a slow network or a
+// descheduled process would, and honours read deadlines as the kernel
+// does: a read that finds its deadline passed fails with a timeout, and
+// what arrives later is there for the next read.
+type slowConn struct {
+	net.Conn
+	closed    chan struct{}
+	closeOnce sync.Once
+
+	mu        sync.Mutex
+	deadline  time.Time
+	splitAt   []byte        // armed: hold back the bytes from this marker on
+	splitFor  time.Duration // for this long
+	silent    bool          // armed: nothing more arrives
+	pending   []byte
+	pendingAt time.Time
+}
+
+// holdFrom holds back what the server sends from marker on (within one
+// read), for d: the reader gets the message before it at once and the
+// rest d later.
+func (c *slowConn) holdFrom(marker []byte, d time.Duration) {
+	c.mu.Lock()
+	c.splitAt, c.splitFor = marker, d
+	c.mu.Unlock()
+}
+
+// mute stops everything the server sends from arriving.
+func (c *slowConn) mute() {
+	c.mu.Lock()
+	c.silent = true
+	c.mu.Unlock()
+}
+
+func (c *slowConn) SetReadDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.deadline = t
+	c.mu.Unlock()
+	return c.Conn.SetReadDeadline(t)
+}
+
+func (c *slowConn) SetDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.deadline = t
+	c.mu.Unlock()
+	return c.Conn.SetDeadline(t)
+}
+
+func (c *slowConn) Close() error {
+	c.closeOnce.Do(func() { close(c.closed) })
+	return c.Conn.Close()
+}
+
+// waitUntil waits for t (zero: forever), the read deadline or Close.
+func (c *slowConn) waitUntil(t time.Time) error {
+	c.mu.Lock()
+	dl := c.deadline
+	c.mu.Unlock()
+	timeout := !dl.IsZero() && (t.IsZero() || dl.Before(t))
+	if timeout {
+		t = dl
+	}
+	var after <-chan time.Time
+	if !t.IsZero() {
+		tm := time.NewTimer(time.Until(t))
+		defer tm.Stop()
+		after = tm.C
+	}
+	select {
+	case <-c.closed:
+		return net.ErrClosed
+	case <-after:
+		if timeout {
+			return os.ErrDeadlineExceeded
+		}
+		return nil
+	}
+}
+
+func (c *slowConn) Read(p []byte) (int, error) {
+	c.mu.Lock()
+	silent, pending, at := c.silent, c.pending, c.pendingAt
+	c.mu.Unlock()
+	if silent {
+		return 0, c.waitUntil(time.Time{})
+	}
+	if pending != nil {
+		if err := c.waitUntil(at); err != nil {
+			return 0, err
+		}
+		n := copy(p, pending)
+		c.mu.Lock()
+		if c.pending = pending[n:]; len(c.pending) == 0 {
+			c.pending = nil
+		}
+		c.mu.Unlock()
+		return n, nil
+	}
+	n, err := c.Conn.Read(p)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.splitAt != nil && n > 0 {
+		if i := bytes.Index(p[:n], c.splitAt); i > 0 {
+			c.pending = bytes.Clone(p[i:n])
+			c.pendingAt = time.Now().Add(c.splitFor)
+			c.splitAt = nil
+			return i, err
+		}
+	}
+	return n, err
+}
+
+// An invalidation that arrives in two parts, the second after more than
+// the ping interval (a slow network, or this process descheduled in the
+// middle of a message), is applied: reads of the invalidation connection
+// have no deadline that could cut a message and leave the reader in its
+// middle. (With a 250 ms read deadline the key's name, held back here,
+// was later read as a pong, and the invalidation lost.)
+func TestReadCacheInvalidationArrivingSlowly(t *testing.T) {
+	t.Parallel()
+	d := &slowDialer{}
+	b, u, a := cachedFeedWith(t, Config{invalDial: d.dial})
+	gens, flushes := b.feed.cache.stats.generations.Load(), b.feed.cache.stats.flushes.Load()
+	// Hold back the invalidation's last element, the key's name, for 1.2
+	// ping intervals. (With the old read deadline this lost the
+	// invalidation in 6 of 6 runs; held for 2 intervals, it ended the
+	// generation instead, flushing the whole cache.)
+	key := b.keys.Inbox(u)
+	d.cur.Load().holdFrom([]byte("$"+strconv.Itoa(len(key))+"\r\n"+key+"\r\n"), readCachePing*6/5)
+	k := addToInbox(b, otherClient(b), u, a, base+10)
+	if err := b.feed.cache.sync(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, n := firstItem(b, u); got != k || n != 4 {
+		t.Fatalf("first item %v of %d, want the new post %v of 4 (a stale inbox: the invalidation was lost)", got, n, k)
+	}
+	if g, f := b.feed.cache.stats.generations.Load()-gens, b.feed.cache.stats.flushes.Load()-flushes; g != 0 || f != 0 {
+		t.Fatalf("%d new generations and %d flushes: a slow message is not a broken connection", g, f)
+	}
+}
+
+// An invalidation connection that goes silent (nothing arrives, not even
+// the pongs of its pings) is closed within two ping intervals: the
+// generation ends (the cache is flushed, so what it missed is not served)
+// and the next one starts on a new connection.
+func TestReadCacheInvalidationConnectionSilent(t *testing.T) {
+	t.Parallel()
+	d := &slowDialer{}
+	b, u, a := cachedFeedWith(t, Config{invalDial: d.dial})
+	muted := d.cur.Load()
+	flushes := b.feed.cache.stats.flushes.Load()
+	muted.mute()
+	// Its invalidation never arrives.
+	k := addToInbox(b, otherClient(b), u, a, base+10)
+	start := time.Now()
+	cacheUp(b, 2)
+	took := time.Since(start)
+	if got := b.feed.cache.stats.flushes.Load() - flushes; got < 1 {
+		t.Fatalf("%d flushes, want one when the silent connection was closed", got)
+	}
+	if d.cur.Load() == muted {
+		t.Fatal("the new generation uses the silent connection")
+	}
+	select {
+	case <-muted.closed:
+	default:
+		t.Fatal("the silent connection is still open")
+	}
+	if got, n := firstItem(b, u); got != k || n != 4 {
+		t.Fatalf("first item %v of %d after the new generation, want the new post %v of 4", got, n, k)
+	}
+	t.Logf("silent connection replaced after %v", took)
+}
