@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -24,10 +25,13 @@ type Report struct {
 	Readers    int        `json:"readers"`
 	Churners   int        `json:"churners"`
 	// WarmUp is the readers' first reads (cold inbox builds).
-	WarmUp         Summary    `json:"warmUp"`
-	BaselineBefore *Baselines `json:"baselineBefore,omitempty"`
-	Mixed          *Mixed     `json:"mixed"`
-	BaselineAfter  *Baselines `json:"baselineAfter,omitempty"`
+	WarmUp Summary `json:"warmUp"`
+	// Inboxes is how Redis held the readers' inboxes after the warm-up
+	// (nil without a Redis client).
+	Inboxes        *InboxEncoding `json:"inboxes,omitempty"`
+	BaselineBefore *Baselines     `json:"baselineBefore,omitempty"`
+	Mixed          *Mixed         `json:"mixed"`
+	BaselineAfter  *Baselines     `json:"baselineAfter,omitempty"`
 }
 
 // Mixed is the mixed phase's measurements.
@@ -144,7 +148,16 @@ func (rep *Report) WriteTable(w io.Writer) {
 	m := rep.Mixed
 	fmt.Fprintf(w, "feed bench: %d users, %d follows, %d readers, %d churners; load average %.1f before, %.1f after\n",
 		rep.Users, rep.Follows, rep.Readers, rep.Churners, rep.LoadBefore[0], rep.LoadAfter[0])
-	fmt.Fprintf(w, "mixed phase %.0f s; warm-up (first reads, cold builds) p50 %.1f ms p99 %.1f ms\n\n", m.Seconds, rep.WarmUp.P50, rep.WarmUp.P99)
+	fmt.Fprintf(w, "mixed phase %.0f s; warm-up (first reads, cold builds) p50 %.1f ms p99 %.1f ms\n", m.Seconds, rep.WarmUp.P50, rep.WarmUp.P99)
+	if e := rep.Inboxes; e != nil {
+		limit := "unknown"
+		if e.ZsetMaxListpackEntries >= 0 {
+			limit = strconv.Itoa(e.ZsetMaxListpackEntries)
+		}
+		fmt.Fprintf(w, "inboxes: %d of %d sampled listpack, %d skiplist (zset-max-listpack-entries %s)\n",
+			e.Listpack, e.Sampled, e.Skiplist, limit)
+	}
+	fmt.Fprintln(w)
 	fmt.Fprintf(w, "%-34s %10s %9s %9s %9s %9s %9s\n", "measure", "count", "per s", "p50 ms", "p99 ms", "p99.9 ms", "max ms")
 	row := func(name string, s Summary) {
 		fmt.Fprintf(w, "%-34s %10d %9.1f %9.2f %9.2f %9.2f %9.2f\n", name, s.Count, s.Rate, s.P50, s.P99, s.P999, s.Max)

@@ -195,6 +195,13 @@ func (r *Runner) Run(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	rep.WarmUp = warm
+	if r.deps.Redis != nil {
+		enc, err := inboxEncoding(ctx, r.deps.Redis, r.deps.Keys, r.pop.Readers)
+		if err != nil {
+			return nil, fmt.Errorf("inbox encodings: %w", err)
+		}
+		rep.Inboxes = &enc
+	}
 	if r.baselines() {
 		rep.BaselineBefore = r.runBaselines(ctx)
 	}
