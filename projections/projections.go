@@ -150,7 +150,8 @@ type Config struct {
 	// FollowerCacheRows bounds the follower cache of the inbox projector
 	// (follower rows held, about 16 bytes each; see followercache.go):
 	// an author's followers are read from PostgreSQL once and reused for
-	// their next posts. Default 1<<20; negative turns the cache off (every
+	// their next posts. Default 1<<24 (at most ~270 MB: the whole graph of
+	// 50,000 users with 300 followers each fits); negative turns the cache off (every
 	// post reads its followers again).
 	FollowerCacheRows int
 	// InactiveAfter: followers who have not read their feed for this long
@@ -171,7 +172,7 @@ func DefaultConfig() Config {
 		FanoutBatch:        1000,
 		FanoutParallel:     4,
 		FanoutInflight:     2,
-		FollowerCacheRows:  1 << 20,
+		FollowerCacheRows:  1 << 24,
 		InactiveAfter:      30 * 24 * time.Hour,
 	}
 }

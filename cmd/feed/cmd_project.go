@@ -51,7 +51,18 @@ func projectionConfig(cfg Config) projections.Config {
 		CelebrityThreshold: cfg.CelebrityThreshold,
 		InboxMax:           cfg.InboxMax,
 		InactiveAfter:      cfg.InactiveAfter,
+		FollowerCacheRows:  followerCacheRows(cfg.FollowerCacheRows),
 	}
+}
+
+// followerCacheRows maps FEED_FOLLOWER_CACHE_ROWS to the projector's
+// setting: 0 or less turns the cache off (the projector's 0 would mean
+// its default).
+func followerCacheRows(n int) int {
+	if n <= 0 {
+		return -1
+	}
+	return n
 }
 
 // brokersOf returns the configured brokers, or the development broker's

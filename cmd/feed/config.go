@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/feedco/feed/projections"
 )
 
 // Config is everything the binary reads from the environment. Only cmd/
@@ -24,6 +26,7 @@ type Config struct {
 	Partitions         int
 	CelebrityThreshold int64
 	InboxMax           int
+	FollowerCacheRows  int
 	Slot               string
 	NodeID             int64
 	MaxContentChars    int
@@ -96,6 +99,7 @@ func LoadConfig() (Config, error) {
 		{"FEED_PARTITIONS", 12, func(v int64) { c.Partitions = int(v) }},
 		{"FEED_CELEBRITY_THRESHOLD", 10000, func(v int64) { c.CelebrityThreshold = v }},
 		{"FEED_INBOX_MAX", 500, func(v int64) { c.InboxMax = int(v) }},
+		{"FEED_FOLLOWER_CACHE_ROWS", int64(projections.DefaultConfig().FollowerCacheRows), func(v int64) { c.FollowerCacheRows = int(v) }},
 		{"FEED_NODE_ID", 0, func(v int64) { c.NodeID = v }},
 		{"FEED_MAX_CONTENT_CHARS", 2000, func(v int64) { c.MaxContentChars = int(v) }},
 		{"FEED_LAG_WARN_BYTES", 256 << 20, func(v int64) { c.LagWarnBytes = v }},
