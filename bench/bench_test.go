@@ -201,6 +201,15 @@ func TestPostToVisibleFromThe201(t *testing.T) {
 	if !strings.Contains(sb.String(), "post-to-visible") {
 		t.Errorf("table lacks post-to-visible:\n%s", sb.String())
 	}
+	// The phase's CPU: this process served and drove it, so its own
+	// group used some; the line is on the terminal and in the JSON.
+	if _, err := os.Stat("/proc/self/stat"); err == nil {
+		if m.CPU == nil || m.CPU.Percent[cpuBench] <= 0 || m.CPU.Seconds < 1.9 {
+			t.Errorf("mixed phase CPU %+v, want this process's share over the 2 s phase", m.CPU)
+		} else if !strings.Contains(sb.String(), "cpu (% of one core, mixed phase): feed ") || back.Mixed.CPU == nil || back.Mixed.CPU.Total != m.CPU.Total {
+			t.Errorf("CPU line or JSON missing:\n%s", sb.String())
+		}
+	}
 }
 
 // TestNewer: the probe's order is the feed's (createdAt, then id).

@@ -63,6 +63,10 @@ type Mixed struct {
 	Timeline  []TimePoint   `json:"timeline"`
 	// Visible lists every probe: post time since start and latency.
 	Visible [][2]float64 `json:"visibleSamples"`
+	// CPU is the machine's CPU by process group from the phase's first
+	// operation to its last (the probes' wait after it not included); nil
+	// where /proc cannot be read.
+	CPU *CPU `json:"cpu,omitempty"`
 
 	readMs, visibleMs []float64
 }
@@ -194,6 +198,9 @@ func (rep *Report) WriteTable(w io.Writer) {
 		fmt.Fprintf(w, " %s %d", k, maxCons[k])
 	}
 	fmt.Fprintln(w)
+	if m.CPU != nil {
+		fmt.Fprintf(w, "cpu (%% of one core, mixed phase): %s\n", m.CPU)
+	}
 	fmt.Fprintf(w, "errors: %d", m.ErrorCount)
 	for _, k := range slices.Sorted(maps.Keys(m.Errors)) {
 		fmt.Fprintf(w, "\n  %-60s %d", k, m.Errors[k])

@@ -51,6 +51,8 @@ type Deps struct {
 	// benchmark's lean HTTP/1.1 client (httpc.go) for the API's requests
 	// and a net/http client sized for Clients for /metrics.
 	HTTP *http.Client
+	// Proc is the procfs the mixed phase's CPU is read from; "" is /proc.
+	Proc string
 }
 
 // Runner runs one benchmark.
@@ -369,6 +371,7 @@ func (r *Runner) mixed(ctx context.Context) (*Mixed, error) {
 		}
 	}
 
+	cpu := startCPUMeter(r.procDir())
 	var wg sync.WaitGroup
 	if r.cfg.ClosedLoop {
 		for i := range r.cfg.Clients {
@@ -422,6 +425,10 @@ func (r *Runner) mixed(ctx context.Context) (*Mixed, error) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	used, cpuErr := cpu.end()
+	if cpuErr != nil {
+		fmt.Fprintf(r.deps.Log, "bench: no CPU by process (%v)\n", cpuErr)
+	}
 	fmt.Fprintf(r.deps.Log, "bench: mixed phase done; waiting for %s of visibility probes at most\n", r.cfg.VisibleTimeout)
 	probes.Wait()
 	stopSampler()
@@ -429,7 +436,17 @@ func (r *Runner) mixed(ctx context.Context) (*Mixed, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	return r.summarizeMixed(rec, elapsed, timeline), nil
+	m := r.summarizeMixed(rec, elapsed, timeline)
+	m.CPU = used
+	return m, nil
+}
+
+// procDir is where the CPU meter reads processes: Deps.Proc, or /proc.
+func (r *Runner) procDir() string {
+	if r.deps.Proc != "" {
+		return r.deps.Proc
+	}
+	return "/proc"
 }
 
 // churn follows or unfollows for a random churner.

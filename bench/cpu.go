@@ -1,0 +1,198 @@
+package bench
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// CPU is the machine's CPU time during the mixed phase, by process group,
+// in percent of one core (200 is both cores of a 2-core machine). It is
+// read from /proc, so it covers every process of the machine the
+// benchmark runs on, and means what it says only when the system under
+// test runs there too (`feed dev` beside its PostgreSQL and Redis, as in
+// docs/bench.md). A process that ended during the phase is not counted;
+// one that started during it counts from its start.
+type CPU struct {
+	Cores   int                `json:"cores"`
+	Seconds float64            `json:"seconds"`
+	Percent map[string]float64 `json:"percent"` // group -> % of one core
+	Total   float64            `json:"total"`
+}
+
+// CPU groups, by the process's name (/proc/<pid>/comm).
+const (
+	cpuBench    = "bench" // this process
+	cpuFeed     = "feed"  // other feed processes: feed dev, feed cdc, ...
+	cpuPostgres = "postgres"
+	cpuRedis    = "redis"
+	cpuOther    = "other" // everything else, kernel threads included
+)
+
+var cpuGroupOrder = []string{cpuFeed, cpuRedis, cpuPostgres, cpuBench, cpuOther}
+
+// cpuGroup names the group of a process from its comm.
+func cpuGroup(comm string, self bool) string {
+	switch {
+	case self:
+		return cpuBench
+	case comm == "feed":
+		return cpuFeed
+	case comm == "postgres" || strings.HasPrefix(comm, "postgres:"):
+		return cpuPostgres
+	case strings.HasPrefix(comm, "redis-server"):
+		return cpuRedis
+	}
+	return cpuOther
+}
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's times: 100 on
+// every Linux architecture Go supports (sysconf(_SC_CLK_TCK) without cgo).
+const clockTicks = 100
+
+// procTime is one process's CPU time so far.
+type procTime struct {
+	group string
+	ticks uint64 // utime + stime
+}
+
+// cpuSnapshot is the CPU time of every process, by pid, at one moment.
+type cpuSnapshot struct {
+	at    time.Time
+	procs map[int]procTime
+}
+
+// parseProcStat returns comm and utime+stime (in clock ticks) of a
+// /proc/<pid>/stat line. comm is between the first '(' and the last ')',
+// and may itself hold spaces and parentheses.
+func parseProcStat(line []byte) (comm string, ticks uint64, err error) {
+	open, end := bytes.IndexByte(line, '('), bytes.LastIndexByte(line, ')')
+	if open < 0 || end < open {
+		return "", 0, errors.New("no (comm)")
+	}
+	comm = string(line[open+1 : end])
+	// After ") ": state(3) ppid(4) ... utime(14) stime(15), 1-based fields
+	// of the whole line.
+	f := strings.Fields(string(line[end+1:]))
+	if len(f) < 13 {
+		return "", 0, fmt.Errorf("%d fields after comm", len(f))
+	}
+	u, err := strconv.ParseUint(f[11], 10, 64)
+	if err != nil {
+		return "", 0, fmt.Errorf("utime: %w", err)
+	}
+	s, err := strconv.ParseUint(f[12], 10, 64)
+	if err != nil {
+		return "", 0, fmt.Errorf("stime: %w", err)
+	}
+	return comm, u + s, nil
+}
+
+// readCPUSnapshot reads every process under proc (normally "/proc").
+// Processes that exit while it reads are skipped.
+func readCPUSnapshot(proc string, self int) (cpuSnapshot, error) {
+	ents, err := os.ReadDir(proc)
+	if err != nil {
+		return cpuSnapshot{}, err
+	}
+	snap := cpuSnapshot{at: time.Now(), procs: make(map[int]procTime, len(ents))}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		line, err := os.ReadFile(filepath.Join(proc, e.Name(), "stat"))
+		if err != nil {
+			continue // gone
+		}
+		comm, ticks, err := parseProcStat(line)
+		if err != nil {
+			return cpuSnapshot{}, fmt.Errorf("%s/%d/stat: %w", proc, pid, err)
+		}
+		snap.procs[pid] = procTime{group: cpuGroup(comm, pid == self), ticks: ticks}
+	}
+	if len(snap.procs) == 0 {
+		return cpuSnapshot{}, fmt.Errorf("no processes under %s", proc)
+	}
+	return snap, nil
+}
+
+// cpuBetween is the CPU time of each group from a to b, in percent of one
+// core over the wall time between them. A pid seen in b only counts from
+// zero (it started in between); a pid whose group changed (reused) too.
+func cpuBetween(a, b cpuSnapshot, cores int) CPU {
+	secs := b.at.Sub(a.at).Seconds()
+	c := CPU{Cores: cores, Seconds: secs, Percent: map[string]float64{}}
+	if secs <= 0 {
+		return c
+	}
+	for pid, pb := range b.procs {
+		var t0 uint64
+		if pa, ok := a.procs[pid]; ok && pa.group == pb.group && pa.ticks <= pb.ticks {
+			t0 = pa.ticks
+		}
+		p := float64(pb.ticks-t0) / clockTicks / secs * 100
+		c.Percent[pb.group] += p
+		c.Total += p
+	}
+	for _, g := range cpuGroupOrder {
+		c.Percent[g] += 0 // every group present, zero or not
+	}
+	return c
+}
+
+// String is the report's line: "feed 89, redis 68, ... = 191% of 200%".
+func (c CPU) String() string {
+	var parts []string
+	seen := map[string]bool{}
+	for _, g := range cpuGroupOrder {
+		parts = append(parts, fmt.Sprintf("%s %.0f", g, c.Percent[g]))
+		seen[g] = true
+	}
+	var rest []string
+	for g := range c.Percent {
+		if !seen[g] {
+			rest = append(rest, g)
+		}
+	}
+	sort.Strings(rest)
+	for _, g := range rest {
+		parts = append(parts, fmt.Sprintf("%s %.0f", g, c.Percent[g]))
+	}
+	return fmt.Sprintf("%s = %.0f%% of %d%% (%d cores, %.0f s)", strings.Join(parts, ", "), c.Total, 100*c.Cores, c.Cores, c.Seconds)
+}
+
+// cpuMeter takes the snapshot at the start of the phase; end returns the
+// CPU since. Without a readable /proc (not Linux) it measures nothing and
+// end returns nil.
+type cpuMeter struct {
+	proc  string
+	self  int
+	start cpuSnapshot
+	err   error
+}
+
+func startCPUMeter(proc string) *cpuMeter {
+	m := &cpuMeter{proc: proc, self: os.Getpid()}
+	m.start, m.err = readCPUSnapshot(proc, m.self)
+	return m
+}
+
+func (m *cpuMeter) end() (*CPU, error) {
+	if m.err != nil {
+		return nil, m.err
+	}
+	b, err := readCPUSnapshot(m.proc, m.self)
+	if err != nil {
+		return nil, err
+	}
+	c := cpuBetween(m.start, b, runtime.NumCPU())
+	return &c, nil
+}

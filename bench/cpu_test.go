@@ -1,0 +1,161 @@
+package bench
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A stat line's comm may hold spaces and parentheses; the times are the
+// 14th and 15th fields of the line (utime, stime).
+func TestParseProcStat(t *testing.T) {
+	rest := " S 1 2 3 4 5 6 7 8 9 10 %d %d 0 0 20 0 1 0 99 1000 10 18446744073709551615"
+	for _, tc := range []struct {
+		comm         string
+		utime, stime uint64
+	}{
+		{"postgres", 120, 30},
+		{"redis-server", 0, 0},
+		{"feed (x) y", 7, 5}, // a comm such a process can set itself
+		{")(", 1, 2},
+	} {
+		line := "4242 (" + tc.comm + ")" + strings.Replace(strings.Replace(rest, "%d", strconv.FormatUint(tc.utime, 10), 1), "%d", strconv.FormatUint(tc.stime, 10), 1)
+		comm, ticks, err := parseProcStat([]byte(line))
+		if err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		if comm != tc.comm || ticks != tc.utime+tc.stime {
+			t.Errorf("%q: comm %q ticks %d, want %q %d", line, comm, ticks, tc.comm, tc.utime+tc.stime)
+		}
+	}
+	for _, bad := range []string{"", "4242 postgres S 1", "4242 (feed) S 1 2 3", "4242 (feed) S 1 2 3 4 5 6 7 8 9 10 x 1 0"} {
+		if _, _, err := parseProcStat([]byte(bad)); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+}
+
+func TestCPUGroup(t *testing.T) {
+	for _, tc := range []struct {
+		comm  string
+		self  bool
+		group string
+	}{
+		{"feed", false, cpuFeed},
+		{"feed", true, cpuBench},
+		{"postgres", false, cpuPostgres},
+		{"redis-server", false, cpuRedis},
+		{"feedbench", false, cpuOther}, // not the feed binary
+		{"kworker/0:1", false, cpuOther},
+	} {
+		if g := cpuGroup(tc.comm, tc.self); g != tc.group {
+			t.Errorf("cpuGroup(%q, %v) = %q, want %q", tc.comm, tc.self, g, tc.group)
+		}
+	}
+}
+
+// writeProc writes a fake procfs: pid -> (comm, ticks).
+func writeProc(t *testing.T, dir string, procs map[int]procTime) {
+	t.Helper()
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		os.RemoveAll(filepath.Join(dir, e.Name()))
+	}
+	for pid, p := range procs {
+		d := filepath.Join(dir, strconv.Itoa(pid))
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		line := strconv.Itoa(pid) + " (" + p.group + ") S 1 1 1 0 -1 0 0 0 0 0 " + strconv.FormatUint(p.ticks, 10) + " 0 0 0 20 0 1 0 5 0 0\n"
+		if err := os.WriteFile(filepath.Join(d, "stat"), []byte(line), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Entries that are not processes are skipped.
+	if err := os.WriteFile(filepath.Join(dir, "uptime"), []byte("1 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The groups' shares over a window: a process that ran throughout counts
+// its difference, one that started in the window counts from zero, one
+// that ended is not counted, a reused pid (another program) counts from
+// zero; the groups add up to the total.
+func TestCPUBetween(t *testing.T) {
+	dir := t.TempDir()
+	const self = 10
+	// Here procTime.group holds the comm written to the fake stat file.
+	writeProc(t, dir, map[int]procTime{
+		self: {group: "feed", ticks: 1000},
+		11:   {group: "feed", ticks: 5000},
+		12:   {group: "postgres", ticks: 100},
+		13:   {group: "postgres", ticks: 900}, // ends in the window
+		14:   {group: "redis-server", ticks: 70},
+		15:   {group: "sshd", ticks: 40}, // its pid is reused by a postgres
+	})
+	a, err := readCPUSnapshot(dir, self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeProc(t, dir, map[int]procTime{
+		self: {group: "feed", ticks: 1050},        // +50
+		11:   {group: "feed", ticks: 5180},        // +180
+		12:   {group: "postgres", ticks: 130},     // +30
+		14:   {group: "redis-server", ticks: 190}, // +120
+		15:   {group: "postgres", ticks: 44},      // another program: 44, not 44 - 40
+		16:   {group: "postgres", ticks: 6},       // new process: 6
+	})
+	b, err := readCPUSnapshot(dir, self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.at = time.Unix(100, 0)
+	b.at = a.at.Add(2 * time.Second) // percent = ticks / 100 / 2 s * 100 = ticks / 2
+	c := cpuBetween(a, b, 2)
+	want := map[string]float64{cpuBench: 25, cpuFeed: 90, cpuPostgres: 40, cpuRedis: 60, cpuOther: 0}
+	for g, p := range want {
+		if math.Abs(c.Percent[g]-p) > 1e-9 {
+			t.Errorf("%s: %.3f%%, want %.3f%%", g, c.Percent[g], p)
+		}
+	}
+	if len(c.Percent) != len(want) || math.Abs(c.Total-215) > 1e-9 || c.Cores != 2 || c.Seconds != 2 {
+		t.Errorf("got %+v, want the groups above, total 215, 2 cores, 2 s", c)
+	}
+	if s := c.String(); s != "feed 90, redis 60, postgres 40, bench 25, other 0 = 215% of 200% (2 cores, 2 s)" {
+		t.Errorf("line %q", s)
+	}
+	if _, err := readCPUSnapshot(t.TempDir(), self); err == nil {
+		t.Error("an empty procfs gave a snapshot")
+	}
+}
+
+// On the real /proc, the meter sees this process's work.
+func TestCPUMeterSeesThisProcess(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no /proc here")
+	}
+	m := startCPUMeter("/proc")
+	deadline := time.Now().Add(300 * time.Millisecond)
+	x := 0
+	for time.Now().Before(deadline) {
+		x++
+	}
+	c, err := m.end()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 300 ms of wall time spent spinning: at least a third of it on a CPU
+	// however busy the machine is, and no more than the whole machine.
+	if c.Percent[cpuBench] < 30 || c.Total > float64(100*c.Cores)*1.05+1 || c.Total < c.Percent[cpuBench] {
+		t.Errorf("spun %d times in 300 ms: %s", x, c)
+	}
+	if m := startCPUMeter(filepath.Join(t.TempDir(), "missing")); m.err == nil {
+		t.Error("a missing procfs gave a meter")
+	} else if c, err := m.end(); c != nil || err == nil {
+		t.Errorf("end of a failed meter: %v, %v", c, err)
+	}
+}
