@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -337,5 +338,32 @@ func TestInFeedPagesDown(t *testing.T) {
 	}
 	if n, want := rec.probeReads.Load(), int64(first+pages); n != want {
 		t.Errorf("probe reads counted %d, want %d (%d + %d pages)", n, want, first, pages)
+	}
+}
+
+// An explicit "none" is honoured: ReadRatio or PostShare below 0 gives no
+// reads or no posts, where 0 takes the default (20 reads per write, 0.8
+// posts).
+func TestPickHonoursNone(t *testing.T) {
+	count := func(cfg Config) map[opKind]int {
+		r := &Runner{cfg: cfg.withDefaults()}
+		rng := rand.New(rand.NewPCG(1, 2))
+		n := map[opKind]int{}
+		for range 20000 {
+			n[r.pick(rng)]++
+		}
+		return n
+	}
+	if n := count(Config{ReadRatio: -1}); n[opRead] != 0 || n[opPost] < 15000 || n[opFollow] == 0 || n[opUnfollow] == 0 {
+		t.Errorf("no reads: %v", n)
+	}
+	if n := count(Config{ReadRatio: -1, PostShare: -1}); n[opRead] != 0 || n[opPost] != 0 || n[opFollow] < 9000 || n[opUnfollow] < 9000 {
+		t.Errorf("follows and unfollows only: %v", n)
+	}
+	if n := count(Config{}); n[opRead] < 18500 || n[opPost] == 0 {
+		t.Errorf("defaults (20 reads per write): %v", n)
+	}
+	if err := (Config{BaseURL: "http://x", ReadRatio: math.NaN()}).withDefaults().Validate(); err == nil {
+		t.Error("NaN read ratio accepted")
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -28,10 +29,12 @@ type Config struct {
 	// too) and the concurrency of the baselines. Default 64 (open loop) or
 	// 16 (closed loop).
 	Clients int
-	// ReadRatio is how many feed reads per write. Default 20.
+	// ReadRatio is how many feed reads per write. Default 20; negative for
+	// none (writes only), since 0 is the default.
 	ReadRatio float64
 	// PostShare is the share of writes that are posts; the rest are split
-	// evenly between follows and unfollows. Default 0.8.
+	// evenly between follows and unfollows. Default 0.8; negative for none
+	// (follows and unfollows only).
 	PostShare float64
 	// Readers is how many users read (warmed before the run: one read each
 	// builds their inbox). Default 2,000.
@@ -88,6 +91,12 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// readRatio is ReadRatio with "none" as 0.
+func (c Config) readRatio() float64 { return max(c.ReadRatio, 0) }
+
+// postShare is PostShare with "none" as 0.
+func (c Config) postShare() float64 { return max(c.PostShare, 0) }
+
 // Validate reports the first setting that cannot work.
 func (c Config) Validate() error {
 	switch {
@@ -99,10 +108,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("rate %g: want positive", c.Rate)
 	case c.Clients < 1:
 		return fmt.Errorf("clients %d: want at least 1", c.Clients)
-	case c.ReadRatio < 0:
-		return fmt.Errorf("read ratio %g: want at least 0", c.ReadRatio)
-	case c.PostShare < 0 || c.PostShare > 1:
-		return fmt.Errorf("post share %g: want 0..1", c.PostShare)
+	case math.IsNaN(c.ReadRatio) || math.IsInf(c.ReadRatio, 0):
+		return fmt.Errorf("read ratio %g: want a number (negative for no reads)", c.ReadRatio)
+	case math.IsNaN(c.PostShare) || c.PostShare > 1:
+		return fmt.Errorf("post share %g: want up to 1 (negative for no posts)", c.PostShare)
 	case c.Readers < 1 || c.Churners < 1:
 		return fmt.Errorf("readers %d, churners %d: want at least 1 each", c.Readers, c.Churners)
 	case c.VisibleRate < 0 || c.PollInterval <= 0 || c.VisibleTimeout <= 0:

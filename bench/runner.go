@@ -280,14 +280,14 @@ const (
 )
 
 func (r *Runner) pick(rng *rand.Rand) opKind {
-	if rng.Float64() < r.cfg.ReadRatio/(r.cfg.ReadRatio+1) {
+	if rr := r.cfg.readRatio(); rng.Float64() < rr/(rr+1) {
 		return opRead
 	}
-	w := rng.Float64()
+	w, ps := rng.Float64(), r.cfg.postShare()
 	switch {
-	case w < r.cfg.PostShare:
+	case w < ps:
 		return opPost
-	case w < r.cfg.PostShare+(1-r.cfg.PostShare)/2:
+	case w < ps+(1-ps)/2:
 		return opFollow
 	}
 	return opUnfollow
@@ -300,7 +300,7 @@ func (r *Runner) mixed(ctx context.Context) (*Mixed, error) {
 	if r.cfg.ClosedLoop {
 		mode = fmt.Sprintf("closed loop, %d clients", r.cfg.Clients)
 	}
-	fmt.Fprintf(r.deps.Log, "bench: mixed phase %s, %s, %.0f reads per write\n", r.cfg.Duration, mode, r.cfg.ReadRatio)
+	fmt.Fprintf(r.deps.Log, "bench: mixed phase %s, %s, %g reads per write\n", r.cfg.Duration, mode, r.cfg.readRatio())
 	start := time.Now()
 	end := start.Add(r.cfg.Duration)
 	var probes sync.WaitGroup

@@ -30,8 +30,8 @@ func runBench(ctx context.Context, args []string) error {
 	fs.Float64Var(&c.Rate, "rate", 1000, "open loop: operations per second (reads and writes)")
 	fs.BoolVar(&c.ClosedLoop, "closed-loop", false, "run --clients workers back to back instead of --rate")
 	fs.IntVar(&c.Clients, "clients", 0, "workers (default 64 open loop, 16 closed loop); also the baselines' concurrency")
-	fs.Float64Var(&c.ReadRatio, "read-ratio", 20, "feed reads per write")
-	fs.Float64Var(&c.PostShare, "post-share", 0.8, "share of writes that are posts (the rest: follows and unfollows, half each)")
+	fs.Float64Var(&c.ReadRatio, "read-ratio", 20, "feed reads per write (0: writes only)")
+	fs.Float64Var(&c.PostShare, "post-share", 0.8, "share of writes that are posts (the rest: follows and unfollows, half each; 0: none)")
 	fs.IntVar(&c.Readers, "readers", 2000, "users who read (warmed by one read each before the run)")
 	fs.IntVar(&c.Churners, "churners", 500, "users who follow and unfollow")
 	fs.Float64Var(&c.VisibleRate, "visible-rate", 20, "posts per second that get a post-to-visible probe")
@@ -46,6 +46,9 @@ func runBench(ctx context.Context, args []string) error {
 	}
 	if fs.NArg() > 0 {
 		return usageError{"bench takes flags only"}
+	}
+	if err := noneFlags(&c); err != nil {
+		return err
 	}
 	a, err := newApp(ctx, true, true)
 	if err != nil {
@@ -114,5 +117,21 @@ func runBench(ctx context.Context, args []string) error {
 		return err
 	}
 	fmt.Printf("\nreport: %s.json, chart: %s.png\n", *out, *out)
+	return nil
+}
+
+// noneFlags maps an explicit 0 of --read-ratio and --post-share to the
+// library's "none" (negative: its 0 means the default) and refuses
+// negative values.
+func noneFlags(c *bench.Config) error {
+	if c.ReadRatio < 0 || c.PostShare < 0 {
+		return usageError{fmt.Sprintf("--read-ratio %g, --post-share %g: want at least 0", c.ReadRatio, c.PostShare)}
+	}
+	if c.ReadRatio == 0 {
+		c.ReadRatio = -1
+	}
+	if c.PostShare == 0 {
+		c.PostShare = -1
+	}
 	return nil
 }
