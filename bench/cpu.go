@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -150,20 +149,8 @@ func cpuBetween(a, b cpuSnapshot, cores int) CPU {
 
 // String is the report's line: "feed 89, redis 68, ... = 191% of 200%".
 func (c CPU) String() string {
-	var parts []string
-	seen := map[string]bool{}
+	parts := make([]string, 0, len(cpuGroupOrder))
 	for _, g := range cpuGroupOrder {
-		parts = append(parts, fmt.Sprintf("%s %.0f", g, c.Percent[g]))
-		seen[g] = true
-	}
-	var rest []string
-	for g := range c.Percent {
-		if !seen[g] {
-			rest = append(rest, g)
-		}
-	}
-	sort.Strings(rest)
-	for _, g := range rest {
 		parts = append(parts, fmt.Sprintf("%s %.0f", g, c.Percent[g]))
 	}
 	return fmt.Sprintf("%s = %.0f%% of %d%% (%d cores, %.0f s)", strings.Join(parts, ", "), c.Total, 100*c.Cores, c.Cores, c.Seconds)

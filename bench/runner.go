@@ -51,8 +51,6 @@ type Deps struct {
 	// benchmark's lean HTTP/1.1 client (httpc.go) for the API's requests
 	// and a net/http client sized for Clients for /metrics.
 	HTTP *http.Client
-	// Proc is the procfs the mixed phase's CPU is read from; "" is /proc.
-	Proc string
 }
 
 // Runner runs one benchmark.
@@ -371,7 +369,7 @@ func (r *Runner) mixed(ctx context.Context) (*Mixed, error) {
 		}
 	}
 
-	cpu := startCPUMeter(r.procDir())
+	cpu := startCPUMeter("/proc")
 	var wg sync.WaitGroup
 	if r.cfg.ClosedLoop {
 		for i := range r.cfg.Clients {
@@ -439,14 +437,6 @@ func (r *Runner) mixed(ctx context.Context) (*Mixed, error) {
 	m := r.summarizeMixed(rec, elapsed, timeline)
 	m.CPU = used
 	return m, nil
-}
-
-// procDir is where the CPU meter reads processes: Deps.Proc, or /proc.
-func (r *Runner) procDir() string {
-	if r.deps.Proc != "" {
-		return r.deps.Proc
-	}
-	return "/proc"
 }
 
 // churn follows or unfollows for a random churner.
