@@ -24,9 +24,9 @@ import (
 //     after o. The inbox projector drops an author's list when it handles
 //     a follow event of that author, so a list used for a post at offset
 //     p has seen every follow change whose event lies before p; the
-//     changes it lacks have their events after p, exactly the case of a fresh query that ran
-//     before they committed (the follow backfill or the unfollow removal
-//     that comes later fixes the inbox either way).
+//     changes it lacks have their events after p, exactly the case of a
+//     fresh query that ran before they committed (the follow backfill or
+//     the unfollow removal that comes later fixes the inbox either way).
 //   - That argument needs every message between o and p to have passed
 //     through this projector. Each partition's offsets are tracked
 //     (observe): any offset other than the last one again (a retry) or the

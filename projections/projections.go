@@ -151,8 +151,8 @@ type Config struct {
 	// (follower rows held, about 16 bytes each; see followercache.go):
 	// an author's followers are read from PostgreSQL once and reused for
 	// their next posts. Default 1<<24 (at most ~270 MB: the whole graph of
-	// 50,000 users with 300 followers each fits); negative turns the cache off (every
-	// post reads its followers again).
+	// 50,000 users with 300 followers each fits); negative turns the cache
+	// off (every post reads its followers again).
 	FollowerCacheRows int
 	// InactiveAfter: followers who have not read their feed for this long
 	// get no pushes (FEED_INACTIVE_AFTER).
