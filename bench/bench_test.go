@@ -117,6 +117,7 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, `{"items":[%s],"nextCursor":null}`, strings.Join(items, ","))
 	case r.URL.Path == "/metrics":
 		fmt.Fprintln(w, `feed_projection_entries_written_total{projector="inbox"} 42`)
+		fmt.Fprintln(w, `cdc_lag_seconds 0.003`)
 	default:
 		http.NotFound(w, r)
 	}
@@ -179,6 +180,15 @@ func TestPostToVisibleFromThe201(t *testing.T) {
 	if m.FanoutPerSec != 0 {
 		t.Errorf("fan-out %.1f/s from a constant counter, want 0", m.FanoutPerSec)
 	}
+	// The CDC reader's lag is scraped with the counter, every sample.
+	if len(m.Timeline) < 5 {
+		t.Fatalf("%d timeline samples over 2 s at 200 ms, want about 10", len(m.Timeline))
+	}
+	for _, p := range m.Timeline {
+		if p.CDCLagLive == nil || *p.CDCLagLive != 0.003 {
+			t.Fatalf("sample at %.2fs: CDC reader's lag %v, want the served 0.003 s", p.T, p.CDCLagLive)
+		}
+	}
 	// The report files are written and readable.
 	dir := t.TempDir()
 	if err := rep.WriteJSON(filepath.Join(dir, "r.json")); err != nil {
@@ -202,6 +212,12 @@ func TestPostToVisibleFromThe201(t *testing.T) {
 	if !strings.Contains(sb.String(), "post-to-visible") {
 		t.Errorf("table lacks post-to-visible:\n%s", sb.String())
 	}
+	if !strings.Contains(sb.String(), "CDC reader's lag (commit to Kafka ack, ") || !strings.Contains(sb.String(), "p50 3.0 ms, max 3.0 ms") {
+		t.Errorf("table lacks the CDC reader's lag:\n%s", sb.String())
+	}
+	if len(back.Mixed.Timeline) == 0 || back.Mixed.Timeline[0].CDCLagLive == nil {
+		t.Errorf("JSON lacks the CDC reader's lag")
+	}
 	// The phase's CPU: this process served and drove it, so its own
 	// group used some; the line is on the terminal and in the JSON.
 	if _, err := os.Stat("/proc/self/stat"); err == nil {
@@ -224,20 +240,27 @@ func TestNewer(t *testing.T) {
 	}
 }
 
-// TestParseEntries reads the inbox projector's counter out of Prometheus
-// text and ignores the other projectors.
-func TestParseEntries(t *testing.T) {
+// TestParseMetrics reads the inbox projector's counter out of Prometheus
+// text, ignoring the other projectors, and the CDC reader's lag gauge.
+func TestParseMetrics(t *testing.T) {
 	t.Parallel()
 	text := `# HELP feed_projection_entries_written_total x
+# TYPE feed_projection_entries_written_total counter
 feed_projection_entries_written_total{projector="inbox"} 1.5e+06
 feed_projection_entries_written_total{projector="timelines"} 99
+# HELP cdc_lag_seconds Age of the oldest committed transaction not yet fully acknowledged by Kafka (0 when caught up).
+cdc_lag_seconds_other 7
+cdc_lag_seconds 0.0125
 other_metric 3
 `
-	if got := parseEntries(strings.NewReader(text)); got != 1.5e6 {
-		t.Errorf("parseEntries = %g, want 1.5e6", got)
+	if got := parseMetrics(strings.NewReader(text)); got != (scraped{entries: 1.5e6, cdcLag: 0.0125}) {
+		t.Errorf("parseMetrics = %+v, want entries 1.5e6, cdcLag 0.0125", got)
 	}
-	if got := parseEntries(strings.NewReader("other 1\n")); got != -1 {
-		t.Errorf("parseEntries without the metric = %g, want -1", got)
+	if got := parseMetrics(strings.NewReader("other 1\ncdc_lag_seconds 0\n")); got != (scraped{entries: -1, cdcLag: 0}) {
+		t.Errorf("parseMetrics without the counter = %+v, want entries -1, cdcLag 0 (caught up)", got)
+	}
+	if got := parseMetrics(strings.NewReader("")); got != (scraped{entries: -1, cdcLag: -1}) {
+		t.Errorf("parseMetrics of nothing = %+v, want both absent (-1)", got)
 	}
 }
 

@@ -232,12 +232,28 @@ func (rep *Report) WriteChart(path string) error {
 			px, py = x, y
 		}
 	}
+	// CDC lag: the reader's own gauge when the run scraped it, else the
+	// slot's (about a second coarse: near half a second under any steady
+	// write rate).
+	cdcLabel, readerLag := "CDC LAG (SLOT)", false
+	for _, t := range m.Timeline {
+		if t.CDCLagLive != nil {
+			cdcLabel, readerLag = "CDC LAG (READER)", true
+			break
+		}
+	}
 	px, py := -1, -1
 	for _, t := range m.Timeline {
-		if t.Lag == nil {
+		var sec float64
+		switch {
+		case readerLag && t.CDCLagLive != nil:
+			sec = *t.CDCLagLive
+		case !readerLag && t.Lag != nil:
+			sec = t.Lag.CDCLagSeconds
+		default:
 			continue
 		}
-		x, y := top.px(t.T), top.py(math.Max(t.Lag.CDCLagSeconds*1000, 0.1))
+		x, y := top.px(t.T), top.py(math.Max(sec*1000, 0.1))
 		if px >= 0 {
 			c.line(px, py, x, y, 2, colGray)
 		}
@@ -249,7 +265,7 @@ func (rep *Report) WriteChart(path string) error {
 		c.dot(top.px(v[0]), top.py(v[1]), 5, colGreen)
 	}
 	c.legend(top.x1-330, top.y0+8, []legendItem{{"FEED READ P50 / S", colBlue}, {"FEED READ P99 / S", colRed},
-		{"POST TO VISIBLE (EACH)", colGreen}, {"CDC LAG (SLOT)", colGray}})
+		{"POST TO VISIBLE (EACH)", colGreen}, {cdcLabel, colGray}})
 
 	// Bottom panel: CDFs over log ms.
 	bot := panel{x0: 110, y0: 520, x1: 1170, y1: 880, xmin: 0.1, xmax: 100000, ymin: 0, ymax: 100, xlog: true}

@@ -83,10 +83,16 @@ type SecondPoint struct {
 
 // TimePoint is one sample of the pipeline during the phase.
 type TimePoint struct {
-	T            float64    `json:"t"`
-	Lag          *LagSample `json:"lag,omitempty"`
-	FanoutPerSec float64    `json:"fanoutEntriesPerSecond"`
-	Load1        float64    `json:"loadAverage1m"`
+	T   float64    `json:"t"`
+	Lag *LagSample `json:"lag,omitempty"`
+	// CDCLagLive is the CDC reader's own lag (cdc_lag_seconds from the
+	// API's /metrics: the age of the oldest committed transaction Kafka has
+	// not yet acknowledged, updated every second); absent when CDC does not
+	// run in the API's process. The slot's CDCLagSeconds comes from a
+	// progress row written once a second, so it is about a second coarse.
+	CDCLagLive   *float64 `json:"cdcLagSecondsLive,omitempty"`
+	FanoutPerSec float64  `json:"fanoutEntriesPerSecond"`
+	Load1        float64  `json:"loadAverage1m"`
 }
 
 func (r *Runner) summarizeMixed(rec *recorder, elapsed time.Duration, timeline []TimePoint) *Mixed {
@@ -183,8 +189,12 @@ func (rep *Report) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "\nwrites/s %.1f (posts %.1f); fan-out entries/s (inbox projector) %.0f; late open-loop starts %d; probe reads/s %.0f\n",
 		m.WritesPerSec, m.Posts.Rate, m.FanoutPerSec, m.LateStarts, m.ProbeReadsPerSec)
 	var maxCDC, maxCDCs float64
+	var live []float64
 	maxCons := map[string]int64{}
 	for _, p := range m.Timeline {
+		if p.CDCLagLive != nil {
+			live = append(live, *p.CDCLagLive*1000)
+		}
 		if p.Lag == nil {
 			continue
 		}
@@ -193,11 +203,16 @@ func (rep *Report) WriteTable(w io.Writer) {
 			maxCons[k] = max(maxCons[k], v)
 		}
 	}
-	fmt.Fprintf(w, "max CDC lag %.0f bytes / %.1f s; max consumer lag:", maxCDC, maxCDCs)
+	fmt.Fprintf(w, "max CDC lag %.0f bytes / %.1f s (slot, ~1 s coarse); max consumer lag:", maxCDC, maxCDCs)
 	for _, k := range slices.Sorted(maps.Keys(maxCons)) {
 		fmt.Fprintf(w, " %s %d", k, maxCons[k])
 	}
 	fmt.Fprintln(w)
+	if len(live) > 0 {
+		slices.Sort(live)
+		fmt.Fprintf(w, "CDC reader's lag (commit to Kafka ack, %d samples): p50 %.1f ms, max %.1f ms\n",
+			len(live), Percentile(live, 0.5), live[len(live)-1])
+	}
 	if m.CPU != nil {
 		fmt.Fprintf(w, "cpu (%% of one core, mixed phase): %s\n", m.CPU)
 	}

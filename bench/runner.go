@@ -585,13 +585,13 @@ func (r *Runner) inFeed(ctx context.Context, rec *recorder, watcher int64, post 
 	return false, nil
 }
 
-// sample reads lags, fan-out entries and the load average every
-// SampleEvery until ctx ends.
+// sample reads lags, fan-out entries, the CDC reader's own lag and the load
+// average every SampleEvery until ctx ends.
 func (r *Runner) sample(ctx context.Context, start time.Time) []TimePoint {
 	var out []TimePoint
 	tick := time.NewTicker(r.cfg.SampleEvery)
 	defer tick.Stop()
-	prevEntries, prevAt := r.scrapeEntries(ctx), time.Now()
+	prev, prevAt := r.scrapeMetrics(ctx), time.Now()
 	for {
 		select {
 		case <-ctx.Done():
@@ -607,54 +607,70 @@ func (r *Runner) sample(ctx context.Context, start time.Time) []TimePoint {
 				p.Lag = &ls
 			}
 		}
-		e, now := r.scrapeEntries(ctx), time.Now()
-		if e >= 0 && prevEntries >= 0 {
-			p.FanoutPerSec = float64(e-prevEntries) / now.Sub(prevAt).Seconds()
+		cur, now := r.scrapeMetrics(ctx), time.Now()
+		if cur.entries >= 0 && prev.entries >= 0 {
+			p.FanoutPerSec = (cur.entries - prev.entries) / now.Sub(prevAt).Seconds()
 		}
-		prevEntries, prevAt = e, now
+		if cur.cdcLag >= 0 {
+			v := cur.cdcLag
+			p.CDCLagLive = &v
+		}
+		prev, prevAt = cur, now
 		out = append(out, p)
 	}
 }
 
-// scrapeEntries reads the inbox projector's entries-written counter from
-// the API's /metrics (feed dev serves every role's metrics there); -1 when
-// unavailable.
-func (r *Runner) scrapeEntries(ctx context.Context) float64 {
+// scraped is what the benchmark reads from the API's /metrics; -1 where a
+// metric is absent (or /metrics is unreachable).
+type scraped struct {
+	entries float64 // feed_projection_entries_written_total of the inbox projector
+	cdcLag  float64 // cdc_lag_seconds: present when CDC runs in the API's process (feed dev)
+}
+
+// scrapeMetrics reads the API's /metrics (feed dev serves every role's
+// metrics there).
+func (r *Runner) scrapeMetrics(ctx context.Context) scraped {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
+	none := scraped{entries: -1, cdcLag: -1}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.cfg.BaseURL+"/metrics", nil)
 	if err != nil {
-		return -1
+		return none
 	}
 	resp, err := r.client.Do(req)
 	if err != nil {
-		return -1
+		return none
 	}
 	defer resp.Body.Close()
-	return parseEntries(resp.Body)
+	return parseMetrics(resp.Body)
 }
 
-// parseEntries sums feed_projection_entries_written_total for the inbox
-// projector in Prometheus text format; -1 when absent.
-func parseEntries(rd io.Reader) float64 {
+// parseMetrics reads, from Prometheus text, the sum of
+// feed_projection_entries_written_total for the inbox projector and the
+// CDC reader's cdc_lag_seconds gauge (the age of the oldest committed
+// transaction Kafka has not yet acknowledged, updated every second).
+func parseMetrics(rd io.Reader) scraped {
 	sc := bufio.NewScanner(rd)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	total, found := 0.0, false
+	out := scraped{entries: -1, cdcLag: -1}
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, "feed_projection_entries_written_total") || !strings.Contains(line, `projector="inbox"`) {
+		f := strings.Fields(line)
+		if len(f) < 2 {
 			continue
 		}
-		f := strings.Fields(line)
-		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
-			total += v
-			found = true
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(line, "feed_projection_entries_written_total{") && strings.Contains(line, `projector="inbox"`):
+			out.entries = max(out.entries, 0) + v
+		case f[0] == "cdc_lag_seconds":
+			out.cdcLag = v
 		}
 	}
-	if !found {
-		return -1
-	}
-	return total
+	return out
 }
 
 // loadAvg reads the 1, 5 and 15 minute load averages (zeros when
