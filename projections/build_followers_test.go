@@ -138,6 +138,17 @@ func TestBuildFollowersMatchesProjectorReplay(t *testing.T) {
 	if n != int64(follows) {
 		t.Errorf("build read %d follow events, the log has %d below the horizon", n, follows)
 	}
+	// The edges are read into one slice sized by a count of the whole
+	// log's follow events (after the horizon too), never grown.
+	all := 0
+	for _, env := range w.envs {
+		if env.Type == "user.followed.v1" || env.Type == "user.unfollowed.v1" {
+			all++
+		}
+	}
+	if got, capacity, err := projections.FollowEdgesRead(ctx, w.db.Pool, horizon); err != nil || got != follows || capacity != all {
+		t.Errorf("read %d follow events into a slice of capacity %d (%v), want %d of the log's %d", got, capacity, err, follows, all)
+	}
 
 	want, got := dump(t, rd.Client, live.Prefix), dump(t, rd.Client, built.Prefix)
 	if d := diff(want, got); d != "" {

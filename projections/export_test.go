@@ -21,3 +21,10 @@ func EffectiveConfig(cfg Config) Config { return cfg.withDefaults() }
 
 // Sampled is the hot path's choice of the pushes that check an inbox's size.
 func Sampled(post, user int64, every int) bool { return sampled(post, user, every) }
+
+// FollowEdgesRead is what the followers build reads below horizon: the
+// events kept and the capacity the slice was given for them.
+func FollowEdgesRead(ctx context.Context, pg Querier, horizon uint64) (n, capacity int, err error) {
+	edges, _, err := readFollowEdges(ctx, pg, horizon, noProgress{})
+	return len(edges), cap(edges), err
+}
