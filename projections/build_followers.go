@@ -73,9 +73,9 @@ const followEdgesSQL = `SELECT position, stream_version, type = 'user.followed.v
 FROM events
 WHERE type IN ('user.followed.v1', 'user.unfollowed.v1') AND tx_id < $1::text::xid8`
 
-// followEventCountSQL counts the follow events of the whole log, an
-// index-only scan of events_type_position_idx on a vacuumed table: at
-// least the number below any horizon taken before it ran.
+// followEventCountSQL counts the follow events of the whole log (a
+// parallel sequential scan where they are most of it: 0.9 s for 6.2M
+// events): at least the number below any horizon taken before it ran.
 const followEventCountSQL = `SELECT count(*) FROM events WHERE type IN ('user.followed.v1', 'user.unfollowed.v1')`
 
 // readFollowEdges reads every follow event below horizon in one streamed
