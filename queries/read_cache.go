@@ -765,7 +765,12 @@ func (c *readCache) sync(ctx context.Context) error {
 	err := c.ps.Ping(ctx)
 	c.pingMu.Unlock()
 	if err != nil {
-		return err // the receive loop fails too, and flushes
+		// The connection is closing or gone (keepAlive closes a silent
+		// one): the receive loop fails too, ends the generation, flushes,
+		// and then wakes this waiter (down). Returning the error at once
+		// would tell the caller a write might still be hidden, when it is
+		// about to be visible; wait for the flush instead.
+		c.log.Debug("queries: read cache sync: ping failed; waiting for the flush", "err", err)
 	}
 	select {
 	case <-ch:
