@@ -747,9 +747,10 @@ func (c *readCache) flush() {
 }
 
 // sync returns once every invalidation Redis sent before the call has been
-// applied (or the cache is off): it pings the invalidation connection,
-// whose pong Redis queues after them. For tests, and for a caller that
-// wants a write by another client visible at once.
+// applied, or the cache is off or flushed: it pings the invalidation
+// connection, whose pong Redis queues after them; when that connection is
+// going, it waits for the flush that ends the generation. For tests, and
+// for a caller that wants a write by another client visible at once.
 func (c *readCache) sync(ctx context.Context) error {
 	if c == nil || c.current() == nil {
 		return nil
