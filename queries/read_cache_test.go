@@ -27,6 +27,24 @@ func cacheUp(b *bundle, gen int64) *cacheGen {
 	}
 }
 
+// inOneGeneration runs fn, a measurement of the read cache (warm-up reads,
+// then a read whose round trips are counted), until one read-cache
+// generation served it from start to end, up to five times: on a loaded
+// machine the invalidation connection can miss a 250 ms pong, which ends
+// the generation and flushes the cache under the measurement.
+func inOneGeneration(b *bundle, fn func()) {
+	b.t.Helper()
+	for attempt := 1; ; attempt++ {
+		g := cacheUp(b, 1)
+		gens := b.feed.cache.stats.generations.Load()
+		fn()
+		if b.feed.cache.current() == g && b.feed.cache.stats.generations.Load() == gens || attempt == 5 {
+			return
+		}
+		b.t.Logf("attempt %d: the read cache's generation ended under the measurement; again", attempt)
+	}
+}
+
 // otherClient is a second Redis client without the tests' sync hook: its
 // writes reach the cache only through Redis's invalidation messages, as
 // the projectors' do.
@@ -53,16 +71,10 @@ func cachedFeedWith(t *testing.T, cfg Config) (b *bundle, u, a int64) {
 		b.post(a, base+int64(i))
 	}
 	b.projectAll(nil, []int64{u}, 500, 500)
-	// Warmed and measured within one read-cache generation: on a loaded
-	// machine the invalidation connection can miss a 250 ms pong, which
-	// ends the generation and flushes what the warm-up cached. Then the
-	// whole is done again, up to five times.
 	var rt *roundTrips
 	var hits int64
 	var p Page
-	for attempt := 1; ; attempt++ {
-		g := cacheUp(b, 1)
-		gens := b.feed.cache.stats.generations.Load()
+	inOneGeneration(b, func() {
 		// The first read caches the sets; the second the follow answers
 		// of the authors the first showed (its follow hint).
 		for range 2 {
@@ -80,11 +92,7 @@ func cachedFeedWith(t *testing.T, cfg Config) (b *bundle, u, a int64) {
 		if p, err = b.feed.Home(b.ctx, u, "", 20); err != nil {
 			t.Fatal(err)
 		}
-		if b.feed.cache.current() == g && b.feed.cache.stats.generations.Load() == gens || attempt == 5 {
-			break
-		}
-		t.Logf("attempt %d: the read cache's generation ended during the warm-up or the read; again", attempt)
-	}
+	})
 	if len(p.Items) != 3 {
 		t.Fatalf("page of %d, want 3", len(p.Items))
 	}
