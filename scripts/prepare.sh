@@ -62,8 +62,8 @@ if [ "$conns" -lt 500 ]; then
   psqlq -c "ALTER SYSTEM SET max_connections = 500"; need_restart=1
 fi
 # A seed of 50k users (15.5M events, docs/bench.md) thrashes the default
-# 128MB of shared buffers with random B-tree inserts; 1GB of this 24GB
-# development machine keeps the follows indexes in memory.
+# 128MB of shared buffers with random B-tree inserts; 1GB keeps the follows
+# indexes of such a seed in memory.
 sb=$(psqlq -c "SELECT setting::bigint * 8192 / 1048576 FROM pg_settings WHERE name = 'shared_buffers'")
 if [ "$sb" -lt 1024 ]; then
   psqlq -c "ALTER SYSTEM SET shared_buffers = '1GB'"; need_restart=1
