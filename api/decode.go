@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/gorilla/mux"
 )
 
 // Page sizes of GET /api/feed and GET /api/users/{id}/posts.
@@ -40,6 +42,15 @@ func readBody(r *http.Request) ([]byte, error) {
 		return nil, &badInput{"could not read the request body"}
 	}
 	return b, nil
+}
+
+// decodeBody reads the request body and decodes it as decodeJSON does.
+func decodeBody(r *http.Request, dst any) error {
+	body, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	return decodeJSON(body, dst)
 }
 
 // decodeJSON decodes exactly one JSON object into dst: valid UTF-8, no
@@ -137,6 +148,20 @@ func parseID(field, s string) (int64, error) {
 		return 0, &badInput{fmt.Sprintf("%s must be a positive decimal id", field)}
 	}
 	return n, nil
+}
+
+// targetID is the id in the path variable varName of a write that takes
+// no body (reported as field when malformed). The body is read all the
+// same, so that an oversized one is 413 as on every write.
+func targetID(r *http.Request, varName, field string) (int64, error) {
+	id, err := parseID(field, mux.Vars(r)[varName])
+	if err != nil {
+		return 0, err
+	}
+	if _, err := readBody(r); err != nil {
+		return 0, err
+	}
+	return id, nil
 }
 
 // parseLimit parses the limit query parameter: absent means DefaultLimit,
