@@ -9,8 +9,6 @@ import (
 	"net/http"
 	"strconv"
 	"unicode/utf8"
-
-	"github.com/gorilla/mux"
 )
 
 // Page sizes of GET /api/feed and GET /api/users/{id}/posts.
@@ -148,20 +146,6 @@ func parseID(field, s string) (int64, error) {
 		return 0, &badInput{fmt.Sprintf("%s must be a positive decimal id", field)}
 	}
 	return n, nil
-}
-
-// targetID is the id in the path variable varName of a write that takes
-// no body (reported as field when malformed). The body is read all the
-// same, so that an oversized one is 413 as on every write.
-func targetID(r *http.Request, varName, field string) (int64, error) {
-	id, err := parseID(field, mux.Vars(r)[varName])
-	if err != nil {
-		return 0, err
-	}
-	if _, err := readBody(r); err != nil {
-		return 0, err
-	}
-	return id, nil
 }
 
 // parseLimit parses the limit query parameter: absent means DefaultLimit,

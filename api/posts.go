@@ -47,10 +47,7 @@ func (s *Server) createPost(w http.ResponseWriter, r *http.Request, caller int64
 
 // DELETE /api/posts/{id} -> 204; only the author; again -> 204.
 func (s *Server) deletePost(w http.ResponseWriter, r *http.Request, caller int64) error {
-	id, err := targetID(r, "id", "post id")
-	if err != nil {
-		return err
-	}
-	_, _, err = runCommand(w, r, s.deps.Commands.DeletePost, commands.DeletePost{ActorID: caller, PostID: id, Trace: s.trace(r)}, http.StatusNoContent, nil)
-	return err
+	return runOnTarget(w, r, "id", "post id", s.deps.Commands.DeletePost, func(id int64) commands.DeletePost {
+		return commands.DeletePost{ActorID: caller, PostID: id, Trace: s.trace(r)}
+	})
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/gorilla/mux"
+
 	"github.com/feedco/feed/commands"
 )
 
@@ -43,6 +45,22 @@ func runCommand[C, R any](w http.ResponseWriter, r *http.Request, h commandHandl
 	}
 	writeRaw(w, status, body)
 	return res, replayed, nil
+}
+
+// runOnTarget runs the bodiless command that build makes of the id in the
+// path variable varName (reported as field when malformed) and answers
+// 204: the shape of follow, unfollow and delete. The body is read all the
+// same, so that an oversized one is 413 as on every write.
+func runOnTarget[C, R any](w http.ResponseWriter, r *http.Request, varName, field string, h commandHandler[C, R], build func(id int64) C) error {
+	id, err := parseID(field, mux.Vars(r)[varName])
+	if err != nil {
+		return err
+	}
+	if _, err := readBody(r); err != nil {
+		return err
+	}
+	_, _, err = runCommand(w, r, h, build(id), http.StatusNoContent, nil)
+	return err
 }
 
 // idempotencyKey is the request's Idempotency-Key, "" when it has none.
