@@ -91,7 +91,8 @@ func Idempotent[C Command, R any](name string, h TxHandler[C, R]) KeyedTxHandler
 // fingerprint is what makes two commands under one key "the same": the
 // command's name and its inputs, as JSON. Trace fields are tagged `json:"-"`
 // on every command, so a retry (which has a request id of its own) has the
-// fingerprint of the first attempt.
+// fingerprint of the first attempt. Renaming a command's field changes its
+// fingerprint: a retry across that change is refused as a reused key.
 func fingerprint(name string, cmd any) ([]byte, error) {
 	b, err := json.Marshal(cmd)
 	if err != nil {
