@@ -560,9 +560,9 @@ func TestEventMetadata(t *testing.T) {
 func TestAfterPostCreatedHook(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
-	var seen []api.Post
+	var seen []commands.Post
 	e := setup(t, options{tweak: func(d *api.Deps) {
-		d.AfterPostCreated = func(_ context.Context, p api.Post) {
+		d.AfterPostCreated = func(_ context.Context, p commands.Post) {
 			mu.Lock()
 			defer mu.Unlock()
 			seen = append(seen, p)

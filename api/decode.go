@@ -42,6 +42,15 @@ func readBody(r *http.Request) ([]byte, error) {
 	return b, nil
 }
 
+// decodeBody reads the request body and decodes it as decodeJSON does.
+func decodeBody(r *http.Request, dst any) error {
+	body, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	return decodeJSON(body, dst)
+}
+
 // decodeJSON decodes exactly one JSON object into dst: valid UTF-8, no
 // unknown fields, no trailing data, no unpaired surrogate escapes (which
 // encoding/json would silently turn into U+FFFD).

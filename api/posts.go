@@ -1,27 +1,17 @@
 package api
 
 import (
-	"context"
 	"net/http"
 	"strconv"
-	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/feedco/feed/commands"
 )
 
-// Post is a post the API created, as given to the AfterPostCreated hook.
-type Post struct {
-	ID        int64
-	AuthorID  int64
-	Content   string
-	CreatedAt time.Time
-}
-
 // createdAtLayout is RFC 3339 in UTC with exactly three fractional digits.
 const createdAtLayout = "2006-01-02T15:04:05.000Z"
 
+// postJSON is the post resource; ids are strings (JSON numbers lose
+// precision past 2^53).
 type postJSON struct {
 	ID        string `json:"id"`
 	AuthorID  string `json:"authorId"`
@@ -29,7 +19,7 @@ type postJSON struct {
 	CreatedAt string `json:"createdAt"`
 }
 
-func toPostJSON(p Post) postJSON {
+func toPostJSON(p commands.Post) postJSON {
 	return postJSON{
 		ID:        strconv.FormatInt(p.ID, 10),
 		AuthorID:  strconv.FormatInt(p.AuthorID, 10),
@@ -40,33 +30,24 @@ func toPostJSON(p Post) postJSON {
 
 // POST /api/posts {"content"} -> 201 post.
 func (s *Server) createPost(w http.ResponseWriter, r *http.Request, caller int64) error {
-	body, err := readBody(r)
-	if err != nil {
-		return err
-	}
 	var req createPostRequest
-	if err := decodeJSON(body, &req); err != nil {
+	if err := decodeBody(r, &req); err != nil {
 		return err
 	}
-	var created Post
-	replayed, err := s.runWrite(w, r, caller, body, func(ctx context.Context, tx pgx.Tx) (int, any, error) {
-		p, err := s.deps.Commands.CreatePost.Exec(ctx, tx, commands.CreatePost{AuthorID: caller, Content: req.Content, Trace: s.trace(r)})
-		created = Post(p)
-		return http.StatusCreated, toPostJSON(created), err
-	})
+	cmd := commands.CreatePost{AuthorID: caller, Content: req.Content, Trace: s.trace(r)}
+	p, replayed, err := runCommand(w, r, s.deps.Commands.CreatePost, cmd, http.StatusCreated, func(p commands.Post) any { return toPostJSON(p) })
 	if err != nil {
 		return err
 	}
 	if !replayed && s.deps.AfterPostCreated != nil {
-		s.deps.AfterPostCreated(r.Context(), created)
+		s.deps.AfterPostCreated(r.Context(), p)
 	}
 	return nil
 }
 
 // DELETE /api/posts/{id} -> 204; only the author; again -> 204.
 func (s *Server) deletePost(w http.ResponseWriter, r *http.Request, caller int64) error {
-	return s.writeNoContent(w, r, caller, "id", "post id", func(ctx context.Context, tx pgx.Tx, id int64) error {
-		_, err := s.deps.Commands.DeletePost.Exec(ctx, tx, commands.DeletePost{ActorID: caller, PostID: id, Trace: s.trace(r)})
-		return err
+	return runOnTarget(w, r, "id", "post id", s.deps.Commands.DeletePost, func(id int64) commands.DeletePost {
+		return commands.DeletePost{ActorID: caller, PostID: id, Trace: s.trace(r)}
 	})
 }

@@ -7,10 +7,9 @@ import (
 	"log/slog"
 	"net/http"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/feedco/feed/commands"
 	"github.com/feedco/feed/internal/auth"
+	"github.com/feedco/feed/internal/pgerr"
 	"github.com/feedco/feed/queries"
 )
 
@@ -68,7 +67,6 @@ func problemFor(err error) (p Problem, internal bool) {
 		ve  *commands.ValidationError
 		mbe *http.MaxBytesError
 		bc  badCursor
-		ce  *pgconn.ConnectError
 	)
 	switch {
 	case errors.As(err, &mbe):
@@ -92,10 +90,7 @@ func problemFor(err error) (p Problem, internal bool) {
 	case errors.Is(err, commands.ErrForbidden):
 		p = probForbidden
 		p.Detail = "only the owner may do this"
-	case errors.Is(err, commands.ErrNotFound):
-		p = probNotFound
-		p.Detail = err.Error()
-	case errors.Is(err, errRouteNotFound):
+	case errors.Is(err, commands.ErrNotFound), errors.Is(err, errRouteNotFound):
 		p = probNotFound
 		p.Detail = err.Error()
 	case errors.Is(err, errMethodNotAllowed):
@@ -115,7 +110,7 @@ func problemFor(err error) (p Problem, internal bool) {
 		// this answer, and it is not a failure worth logging.
 		p = probUnavailable
 		p.Detail = "the request was canceled"
-	case errors.As(err, &ce), errors.Is(err, context.DeadlineExceeded):
+	case pgerr.Unreachable(err), errors.Is(err, context.DeadlineExceeded):
 		p = probUnavailable
 		p.Detail = "a dependency is down or too slow; retry later"
 		internal = true

@@ -95,7 +95,7 @@ type Deps struct {
 	// AfterPostCreated, if set, is called after a post is committed (not
 	// for an idempotent replay), e.g. so the query side can give its author
 	// read-your-writes. It runs on the request path: keep it fast.
-	AfterPostCreated func(ctx context.Context, p Post)
+	AfterPostCreated func(ctx context.Context, p commands.Post)
 	// Registry is served at /metrics and receives the HTTP metrics; pass
 	// one to share it with the other components of the process (e.g. the
 	// query side's). Default: a new registry of the server's own.

@@ -1,12 +1,10 @@
 package api
 
 import (
-	"context"
 	"net/http"
 	"strconv"
 
 	"github.com/gorilla/mux"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/feedco/feed/commands"
 )
@@ -26,18 +24,12 @@ func toUserJSON(u commands.User) userJSON {
 
 // POST /api/users {"name"} -> 201 user. Needs no identity.
 func (s *Server) registerUser(w http.ResponseWriter, r *http.Request, _ int64) error {
-	body, err := readBody(r)
-	if err != nil {
-		return err
-	}
 	var req registerUserRequest
-	if err := decodeJSON(body, &req); err != nil {
+	if err := decodeBody(r, &req); err != nil {
 		return err
 	}
-	_, err = s.runWrite(w, r, 0, body, func(ctx context.Context, tx pgx.Tx) (int, any, error) {
-		u, err := s.deps.Commands.RegisterUser.Exec(ctx, tx, commands.RegisterUser{Name: req.Name, Trace: s.trace(r)})
-		return http.StatusCreated, toUserJSON(u), err
-	})
+	cmd := commands.RegisterUser{Name: req.Name, Trace: s.trace(r)}
+	_, _, err := runCommand(w, r, s.deps.Commands.RegisterUser, cmd, http.StatusCreated, func(u commands.User) any { return toUserJSON(u) })
 	return err
 }
 

@@ -2,75 +2,81 @@ package api
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"net/http"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/gorilla/mux"
 
 	"github.com/feedco/feed/commands"
 )
 
-// writeFunc is one attempt of a write endpoint's command inside the
-// transaction; it returns the success status and body (nil: no body).
-type writeFunc func(ctx context.Context, tx pgx.Tx) (status int, body any, err error)
+// commandHandler is a command's entry point as the API uses it;
+// *commands.Handler is one. It runs the whole command (transaction,
+// retries, idempotency under idempotencyKey when it is not "").
+type commandHandler[C, R any] interface {
+	Do(ctx context.Context, cmd C, idempotencyKey string) (res R, replayed bool, err error)
+}
 
-// runWrite runs a command's transaction, idempotently when the request has an
-// Idempotency-Key (scoped to actor; 0 for anonymous registration), writes the
-// response, and reports whether it was a replay of a stored one.
-func (s *Server) runWrite(w http.ResponseWriter, r *http.Request, actor int64, reqBody []byte, fn writeFunc) (replayed bool, err error) {
-	attempt := func(ctx context.Context, tx pgx.Tx) (commands.Response, error) {
-		status, body, err := fn(ctx, tx)
-		if err != nil {
-			return commands.Response{}, err
-		}
-		resp := commands.Response{Status: status}
-		if body != nil {
-			if resp.Body, err = json.Marshal(body); err != nil {
-				return commands.Response{}, fmt.Errorf("encode response: %w", err)
-			}
-		}
-		return resp, nil
-	}
-	var resp commands.Response
-	keys := r.Header.Values("Idempotency-Key")
-	switch {
-	case len(keys) == 0:
-		err = s.deps.Commands.Tx.Run(r.Context(), func(ctx context.Context, tx pgx.Tx) error {
-			var err error
-			resp, err = attempt(ctx, tx)
-			return err
-		})
-	case len(keys) > 1:
-		return false, &badInput{"send one Idempotency-Key header, not several"}
-	default:
-		if verr := commands.ValidateIdempotencyKey(keys[0]); verr != nil {
-			return false, &badInput{verr.Error()}
-		}
-		key := commands.IdempotencyKey{ActorID: actor, Key: keys[0], RequestHash: requestHash(r, reqBody)}
-		resp, replayed, err = s.deps.Commands.Tx.RunIdempotent(r.Context(), key, attempt)
-	}
+// runCommand runs cmd through h, idempotently when the request has an
+// Idempotency-Key (scoped by the command to its actor), and answers the
+// result with status and, unless present is nil, the JSON of present(res)
+// as the body. A replayed result gets `Idempotent-Replayed: true` and is
+// encoded exactly as a fresh one, so a retry's body is byte-for-byte the
+// first's. It is the one place where command results become responses, as
+// problemFor is for errors (which it returns unanswered).
+func runCommand[C, R any](w http.ResponseWriter, r *http.Request, h commandHandler[C, R], cmd C, status int, present func(R) any) (res R, replayed bool, err error) {
+	key, err := idempotencyKey(r)
 	if err != nil {
-		return false, err
+		return res, false, err
+	}
+	res, replayed, err = h.Do(r.Context(), cmd, key)
+	if err != nil {
+		return res, false, err
+	}
+	var body []byte
+	if present != nil {
+		if body, err = json.Marshal(present(res)); err != nil {
+			return res, false, fmt.Errorf("encode response: %w", err)
+		}
 	}
 	if replayed {
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
-	writeRaw(w, resp.Status, resp.Body)
-	return replayed, nil
+	writeRaw(w, status, body)
+	return res, replayed, nil
 }
 
-// requestHash fingerprints what makes two requests "the same" for an
-// idempotency key: method, path and body.
-func requestHash(r *http.Request, body []byte) []byte {
-	h := sha256.New()
-	h.Write([]byte(r.Method))
-	h.Write([]byte{0})
-	h.Write([]byte(r.URL.EscapedPath()))
-	h.Write([]byte{0})
-	h.Write(body)
-	return h.Sum(nil)
+// runOnTarget runs the bodiless command that build makes of the id in the
+// path variable varName (reported as field when malformed) and answers
+// 204: the shape of follow, unfollow and delete. The body is read all the
+// same, so that an oversized one is 413 as on every write.
+func runOnTarget[C, R any](w http.ResponseWriter, r *http.Request, varName, field string, h commandHandler[C, R], build func(id int64) C) error {
+	id, err := parseID(field, mux.Vars(r)[varName])
+	if err != nil {
+		return err
+	}
+	if _, err := readBody(r); err != nil {
+		return err
+	}
+	_, _, err = runCommand(w, r, h, build(id), http.StatusNoContent, nil)
+	return err
+}
+
+// idempotencyKey is the request's Idempotency-Key, "" when it has none.
+// Several keys, or a malformed one (an empty one included), are 400.
+func idempotencyKey(r *http.Request) (string, error) {
+	keys := r.Header.Values("Idempotency-Key")
+	switch {
+	case len(keys) == 0:
+		return "", nil
+	case len(keys) > 1:
+		return "", &badInput{"send one Idempotency-Key header, not several"}
+	}
+	if err := commands.ValidateIdempotencyKey(keys[0]); err != nil {
+		return "", &badInput{err.Error()}
+	}
+	return keys[0], nil
 }
 
 func writeRaw(w http.ResponseWriter, status int, body []byte) {

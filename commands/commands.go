@@ -1,7 +1,9 @@
 // Package commands is the write side: each command validates against the
 // inline projections (users, posts, follows) and appends its events to the
-// log in the same PostgreSQL transaction. One file per command; Append and
-// the transaction runner are shared.
+// log in the same PostgreSQL transaction. One file per command holds its
+// work (a TxHandler) and its domain result; the entry point that runs it
+// (Handler: transaction, retries, idempotency), Append and the transaction
+// runner are shared.
 package commands
 
 import (
@@ -78,16 +80,25 @@ func (t Trace) metadata(actor int64) events.Metadata {
 	return events.Metadata{CorrelationID: t.CorrelationID, CausationID: t.CausationID, Actor: strconv.FormatInt(actor, 10)}
 }
 
-// Commands bundles the write side's handlers over one database.
+// Commands bundles the write side's entry points over one database.
 type Commands struct {
-	Tx           *Runner
-	RegisterUser *RegisterUserHandler
-	CreatePost   *CreatePostHandler
-	DeletePost   *DeletePostHandler
-	Follow       *FollowHandler
-	Unfollow     *UnfollowHandler
-	db           DB
-	cfg          Config
+	// Tx runs transactions the way every command's runs (retries
+	// included), for work composed of several commands' Exec.
+	Tx *Runner
+	// RegisterUser returns the new user.
+	RegisterUser *Handler[RegisterUser, User]
+	// CreatePost returns the new post.
+	CreatePost *Handler[CreatePost, Post]
+	// DeletePost reports whether it deleted the post (false: it was
+	// already deleted).
+	DeletePost *Handler[DeletePost, bool]
+	// Follow reports whether it changed anything (false: already following).
+	Follow *Handler[Follow, bool]
+	// Unfollow reports whether it changed anything (false: was not
+	// following).
+	Unfollow *Handler[Unfollow, bool]
+	db       DB
+	cfg      Config
 }
 
 // New builds every handler. ids issues post ids; its node id must be unique
@@ -106,11 +117,11 @@ func New(db DB, ids *snowflake.Generator, cfg Config) (*Commands, error) {
 	tx := &Runner{db: db, cfg: cfg}
 	return &Commands{
 		Tx:           tx,
-		RegisterUser: &RegisterUserHandler{tx: tx, cfg: cfg},
-		CreatePost:   &CreatePostHandler{tx: tx, cfg: cfg, ids: ids},
-		DeletePost:   &DeletePostHandler{tx: tx},
-		Follow:       &FollowHandler{tx: tx},
-		Unfollow:     &UnfollowHandler{tx: tx},
+		RegisterUser: newHandler(tx, "register-user", registerUser(cfg)),
+		CreatePost:   newHandler(tx, "create-post", createPost(cfg, ids)),
+		DeletePost:   newHandler(tx, "delete-post", deletePost),
+		Follow:       newHandler(tx, "follow", follow),
+		Unfollow:     newHandler(tx, "unfollow", unfollow),
 		db:           db,
 		cfg:          cfg,
 	}, nil

@@ -16,67 +16,58 @@ import (
 type CreatePost struct {
 	AuthorID int64
 	Content  string
-	Trace    Trace
+	Trace    Trace `json:"-"`
 }
 
-// Post is a post as the write side created it.
+// Actor implements Command: the author.
+func (c CreatePost) Actor() int64 { return c.AuthorID }
+
+// Post is a post as the write side created it. Its JSON form is what an
+// idempotency key stores for a replay: renaming a tag breaks the replay of
+// keys stored before.
 type Post struct {
-	ID       int64
-	AuthorID int64
-	Content  string
+	ID       int64  `json:"id"`
+	AuthorID int64  `json:"authorId"`
+	Content  string `json:"content"`
 	// CreatedAt is the Snowflake id's millisecond, UTC: the time that
 	// orders feeds.
-	CreatedAt time.Time
+	CreatedAt time.Time `json:"createdAt"`
 }
 
-// CreatePostHandler handles CreatePost.
-type CreatePostHandler struct {
-	tx  *Runner
-	cfg Config
-	ids *snowflake.Generator
-}
-
-// Handle creates the post in its own transaction.
-func (h *CreatePostHandler) Handle(ctx context.Context, cmd CreatePost) (p Post, err error) {
-	err = h.tx.Run(ctx, func(ctx context.Context, tx pgx.Tx) error {
-		p, err = h.Exec(ctx, tx, cmd)
-		return err
-	})
-	return p, err
-}
-
-// Exec creates the post inside tx. It reads the author's follower count with
-// FOR SHARE, so a concurrent follow of the author (which updates that row)
-// commits either wholly before or wholly after this post, and the count
-// recorded in PostCreated agrees with the commit order of the log.
-func (h *CreatePostHandler) Exec(ctx context.Context, tx pgx.Tx, cmd CreatePost) (Post, error) {
-	if err := validateID("authorId", cmd.AuthorID); err != nil {
-		return Post{}, err
+// createPost is CreatePost's work. It reads the author's follower count
+// with FOR SHARE, so a concurrent follow of the author (which updates that
+// row) commits either wholly before or wholly after this post, and the
+// count recorded in PostCreated agrees with the commit order of the log.
+func createPost(cfg Config, ids *snowflake.Generator) TxHandler[CreatePost, Post] {
+	return func(ctx context.Context, tx pgx.Tx, cmd CreatePost) (Post, error) {
+		if err := validateID("authorId", cmd.AuthorID); err != nil {
+			return Post{}, err
+		}
+		if err := validateText("content", cmd.Content, cfg.MaxContentChars); err != nil {
+			return Post{}, err
+		}
+		id, at := ids.Next()
+		p := Post{ID: id, AuthorID: cmd.AuthorID, Content: cmd.Content, CreatedAt: at}
+		// One round trip: lock the author's row, insert the post only if
+		// the author exists, and read the follower count under the lock.
+		var followers int64
+		err := tx.QueryRow(ctx, `
+			WITH author AS (SELECT follower_count FROM users WHERE id = $2 FOR SHARE),
+			     post AS (INSERT INTO posts (id, author_id, content, created_at)
+			              SELECT $1, $2, $3, $4 FROM author RETURNING id)
+			SELECT follower_count FROM author, post`,
+			p.ID, p.AuthorID, p.Content, p.CreatedAt).Scan(&followers)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return Post{}, fmt.Errorf("author %d: %w", cmd.AuthorID, ErrNotFound)
+		}
+		if err != nil {
+			return Post{}, fmt.Errorf("insert post: %w", err)
+		}
+		meta := cmd.Trace.metadata(cmd.AuthorID)
+		ev := events.PostCreated{PostID: p.ID, AuthorID: p.AuthorID, Content: p.Content, CreatedAt: p.CreatedAt, AuthorFollowers: followers}
+		if err := Append(ctx, tx, 0, meta, ev); err != nil {
+			return Post{}, err
+		}
+		return p, nil
 	}
-	if err := validateText("content", cmd.Content, h.cfg.MaxContentChars); err != nil {
-		return Post{}, err
-	}
-	id, at := h.ids.Next()
-	p := Post{ID: id, AuthorID: cmd.AuthorID, Content: cmd.Content, CreatedAt: at}
-	// One round trip: lock the author's row, insert the post only if the
-	// author exists, and read the follower count under the lock.
-	var followers int64
-	err := tx.QueryRow(ctx, `
-		WITH author AS (SELECT follower_count FROM users WHERE id = $2 FOR SHARE),
-		     post AS (INSERT INTO posts (id, author_id, content, created_at)
-		              SELECT $1, $2, $3, $4 FROM author RETURNING id)
-		SELECT follower_count FROM author, post`,
-		p.ID, p.AuthorID, p.Content, p.CreatedAt).Scan(&followers)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Post{}, fmt.Errorf("author %d: %w", cmd.AuthorID, ErrNotFound)
-	}
-	if err != nil {
-		return Post{}, fmt.Errorf("insert post: %w", err)
-	}
-	meta := cmd.Trace.metadata(cmd.AuthorID)
-	ev := events.PostCreated{PostID: p.ID, AuthorID: p.AuthorID, Content: p.Content, CreatedAt: p.CreatedAt, AuthorFollowers: followers}
-	if err := Append(ctx, tx, 0, meta, ev); err != nil {
-		return Post{}, err
-	}
-	return p, nil
 }

@@ -11,32 +11,22 @@ import (
 	"github.com/feedco/feed/events"
 )
 
-// DeletePost deletes a post; only its author may.
+// DeletePost deletes a post; only its author may. Its result reports
+// whether this command deleted the post (false: it was already deleted,
+// nothing was appended).
 type DeletePost struct {
 	ActorID int64
 	PostID  int64
-	Trace   Trace
+	Trace   Trace `json:"-"`
 }
 
-// DeletePostHandler handles DeletePost.
-type DeletePostHandler struct {
-	tx *Runner
-}
+// Actor implements Command: the user deleting.
+func (c DeletePost) Actor() int64 { return c.ActorID }
 
-// Handle deletes the post in its own transaction. It reports whether this
-// call deleted it (false: it was already deleted, nothing was appended).
-func (h *DeletePostHandler) Handle(ctx context.Context, cmd DeletePost) (deleted bool, err error) {
-	err = h.tx.Run(ctx, func(ctx context.Context, tx pgx.Tx) error {
-		deleted, err = h.Exec(ctx, tx, cmd)
-		return err
-	})
-	return deleted, err
-}
-
-// Exec deletes the post inside tx: PostDeleted at version 2 of post-{id}.
+// deletePost is DeletePost's work: PostDeleted at version 2 of post-{id}.
 // The post row is locked first, so concurrent deletes serialise and the
 // later ones see it deleted and append nothing.
-func (h *DeletePostHandler) Exec(ctx context.Context, tx pgx.Tx, cmd DeletePost) (bool, error) {
+func deletePost(ctx context.Context, tx pgx.Tx, cmd DeletePost) (bool, error) {
 	if err := validateID("actorId", cmd.ActorID); err != nil {
 		return false, err
 	}

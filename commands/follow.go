@@ -10,33 +10,22 @@ import (
 )
 
 // Follow makes FollowerID follow FolloweeID. Following someone already
-// followed succeeds and appends nothing.
+// followed succeeds and appends nothing. Its result reports whether this
+// command changed anything (false: already following).
 type Follow struct {
 	FollowerID int64
 	FolloweeID int64
-	Trace      Trace
+	Trace      Trace `json:"-"`
 }
 
-// FollowHandler handles Follow.
-type FollowHandler struct {
-	tx *Runner
-}
+// Actor implements Command: the follower.
+func (c Follow) Actor() int64 { return c.FollowerID }
 
-// Handle follows in its own transaction. It reports whether this call
-// changed anything (false: already following).
-func (h *FollowHandler) Handle(ctx context.Context, cmd Follow) (changed bool, err error) {
-	err = h.tx.Run(ctx, func(ctx context.Context, tx pgx.Tx) error {
-		changed, err = h.Exec(ctx, tx, cmd)
-		return err
-	})
-	return changed, err
-}
-
-// Exec follows inside tx. Both users' rows are locked in id order first:
+// follow is Follow's work. Both users' rows are locked in id order first:
 // concurrent follows of one pair then run one after the other, the later
 // ones find the follows row and append nothing, and the followee's count
 // carried in Followed is the count after exactly this change.
-func (h *FollowHandler) Exec(ctx context.Context, tx pgx.Tx, cmd Follow) (bool, error) {
+func follow(ctx context.Context, tx pgx.Tx, cmd Follow) (bool, error) {
 	return changeFollow(ctx, tx, cmd.FollowerID, cmd.FolloweeID, cmd.Trace, true)
 }
 

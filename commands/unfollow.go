@@ -7,30 +7,19 @@ import (
 )
 
 // Unfollow makes FollowerID stop following FolloweeID. Unfollowing someone
-// not followed succeeds and appends nothing.
+// not followed succeeds and appends nothing. Its result reports whether
+// this command changed anything (false: was not following).
 type Unfollow struct {
 	FollowerID int64
 	FolloweeID int64
-	Trace      Trace
+	Trace      Trace `json:"-"`
 }
 
-// UnfollowHandler handles Unfollow.
-type UnfollowHandler struct {
-	tx *Runner
-}
+// Actor implements Command: the follower.
+func (c Unfollow) Actor() int64 { return c.FollowerID }
 
-// Handle unfollows in its own transaction. It reports whether this call
-// changed anything (false: was not following).
-func (h *UnfollowHandler) Handle(ctx context.Context, cmd Unfollow) (changed bool, err error) {
-	err = h.tx.Run(ctx, func(ctx context.Context, tx pgx.Tx) error {
-		changed, err = h.Exec(ctx, tx, cmd)
-		return err
-	})
-	return changed, err
-}
-
-// Exec unfollows inside tx, with the same locking as Follow. Unfollowed
+// unfollow is Unfollow's work, with the same locking as follow. Unfollowed
 // continues the pair's stream (Followed v1, Unfollowed v2, Followed v3, ...).
-func (h *UnfollowHandler) Exec(ctx context.Context, tx pgx.Tx, cmd Unfollow) (bool, error) {
+func unfollow(ctx context.Context, tx pgx.Tx, cmd Unfollow) (bool, error) {
 	return changeFollow(ctx, tx, cmd.FollowerID, cmd.FolloweeID, cmd.Trace, false)
 }

@@ -8,12 +8,14 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// User is an account as the inline projection holds it.
+// User is an account as the inline projection holds it. Its JSON form is
+// what an idempotency key stores for a replay of RegisterUser: renaming a
+// tag breaks the replay of keys stored before.
 type User struct {
-	ID             int64
-	Name           string
-	FollowerCount  int64
-	FollowingCount int64
+	ID             int64  `json:"id"`
+	Name           string `json:"name"`
+	FollowerCount  int64  `json:"followerCount"`
+	FollowingCount int64  `json:"followingCount"`
 }
 
 // GetUser reads one account from the users table the commands maintain. It

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/feedco/feed/api"
+	feedcmd "github.com/feedco/feed/commands"
 	"github.com/feedco/feed/queries"
 )
 
@@ -25,7 +26,7 @@ func init() {
 		}
 		d.Feed = f
 		prev := d.AfterPostCreated
-		d.AfterPostCreated = func(ctx context.Context, p api.Post) {
+		d.AfterPostCreated = func(ctx context.Context, p feedcmd.Post) {
 			if prev != nil {
 				prev(ctx, p)
 			}

@@ -1,0 +1,69 @@
+package commands
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Command is what every command of this package satisfies, so that one
+// entry point (Handler) and one idempotency decorator serve them all.
+type Command interface {
+	// Actor is the user the command acts as, 0 for a registration (which
+	// has no identity yet). Idempotency keys are scoped to it.
+	Actor() int64
+}
+
+// TxHandler is one command's work inside a transaction the caller owns:
+// validate against the inline projections, change them, append the
+// command's events, and return the command's domain result.
+type TxHandler[C, R any] func(ctx context.Context, tx pgx.Tx, cmd C) (R, error)
+
+// Handler is the entry point of one kind of command. It runs the whole
+// thing: the command's transaction, that transaction again when it loses a
+// concurrency race (see Runner), and idempotency when given a key (see
+// Idempotent). Callers never see a transaction.
+type Handler[C Command, R any] struct {
+	tx   *Runner
+	exec TxHandler[C, R]
+	idem KeyedTxHandler[C, R]
+}
+
+// newHandler builds the entry point of the command called name (the name
+// scopes its idempotency fingerprints) whose work is exec.
+func newHandler[C Command, R any](tx *Runner, name string, exec TxHandler[C, R]) *Handler[C, R] {
+	return &Handler[C, R]{tx: tx, exec: exec, idem: Idempotent(name, exec)}
+}
+
+// Do runs cmd in its own transaction and returns its result. With a
+// non-empty idempotencyKey it runs idempotently: when the actor already
+// completed a command under that key, cmd is not run, and the stored result
+// of that command is returned with replayed=true (ErrIdempotencyKeyReused
+// if that command was not the same as cmd). An empty key runs cmd
+// unconditionally.
+func (h *Handler[C, R]) Do(ctx context.Context, cmd C, idempotencyKey string) (res R, replayed bool, err error) {
+	err = h.tx.Run(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		var err error
+		res, replayed, err = h.idem(ctx, tx, cmd, idempotencyKey)
+		return err
+	})
+	if err != nil {
+		var zero R
+		return zero, false, err
+	}
+	return res, replayed, nil
+}
+
+// Handle runs cmd in its own transaction without an idempotency key, for
+// callers that never retry (tests, seeding).
+func (h *Handler[C, R]) Handle(ctx context.Context, cmd C) (R, error) {
+	res, _, err := h.Do(ctx, cmd, "")
+	return res, err
+}
+
+// Exec runs cmd inside tx, a transaction the caller owns, with neither
+// retries nor idempotency: for composing several commands in one
+// transaction.
+func (h *Handler[C, R]) Exec(ctx context.Context, tx pgx.Tx, cmd C) (R, error) {
+	return h.exec(ctx, tx, cmd)
+}
