@@ -1,6 +1,7 @@
 package cdc
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -68,51 +69,47 @@ type parser struct {
 	err error
 }
 
-func (p *parser) need(n int) bool {
+// take returns the next n bytes, or nil (and ErrMalformed) when fewer
+// are left.
+func (p *parser) take(n int) []byte {
 	if p.err != nil {
-		return false
+		return nil
 	}
 	if n < 0 || len(p.b) < n {
 		p.err = ErrMalformed
-		return false
+		return nil
 	}
-	return true
+	v := p.b[:n:n]
+	p.b = p.b[n:]
+	return v
 }
 
 func (p *parser) u8() byte {
-	if !p.need(1) {
-		return 0
+	if b := p.take(1); b != nil {
+		return b[0]
 	}
-	v := p.b[0]
-	p.b = p.b[1:]
-	return v
+	return 0
 }
 
 func (p *parser) u16() uint16 {
-	if !p.need(2) {
-		return 0
+	if b := p.take(2); b != nil {
+		return binary.BigEndian.Uint16(b)
 	}
-	v := binary.BigEndian.Uint16(p.b)
-	p.b = p.b[2:]
-	return v
+	return 0
 }
 
 func (p *parser) u32() uint32 {
-	if !p.need(4) {
-		return 0
+	if b := p.take(4); b != nil {
+		return binary.BigEndian.Uint32(b)
 	}
-	v := binary.BigEndian.Uint32(p.b)
-	p.b = p.b[4:]
-	return v
+	return 0
 }
 
 func (p *parser) u64() uint64 {
-	if !p.need(8) {
-		return 0
+	if b := p.take(8); b != nil {
+		return binary.BigEndian.Uint64(b)
 	}
-	v := binary.BigEndian.Uint64(p.b)
-	p.b = p.b[8:]
-	return v
+	return 0
 }
 
 func (p *parser) time() time.Time {
@@ -123,24 +120,14 @@ func (p *parser) str() string {
 	if p.err != nil {
 		return ""
 	}
-	for i, c := range p.b {
-		if c == 0 {
-			s := string(p.b[:i])
-			p.b = p.b[i+1:]
-			return s
-		}
+	i := bytes.IndexByte(p.b, 0)
+	if i < 0 {
+		p.err = ErrMalformed
+		return ""
 	}
-	p.err = ErrMalformed
-	return ""
-}
-
-func (p *parser) bytes(n int) []byte {
-	if !p.need(n) {
-		return nil
-	}
-	v := p.b[:n:n]
-	p.b = p.b[n:]
-	return v
+	s := string(p.b[:i])
+	p.b = p.b[i+1:]
+	return s
 }
 
 // pgoutputDecoder parses one pgoutput message into a *beginMsg,
@@ -204,7 +191,7 @@ func decodeMessage(data []byte) (any, error) {
 					p.err = ErrMalformed
 					break
 				}
-				m.Values[i] = p.bytes(int(l))
+				m.Values[i] = p.take(int(l))
 			case 'n', 'u':
 			default:
 				if p.err == nil {
@@ -225,7 +212,9 @@ func decodeMessage(data []byte) (any, error) {
 // parseMessage is decodeMessage on github.com/jackc/pglogrepl's Parse: the
 // same results and the same ErrMalformed for what cannot be read.
 // pglogrepl indexes its input without bounds checks and panics on a short
-// message, so a panic is turned into ErrMalformed here.
+// message, so a panic is turned into ErrMalformed here; and it allocates
+// what a column's length says before finding the message shorter, up to
+// 4 GiB for a corrupt length.
 func parseMessage(data []byte) (out any, err error) {
 	if len(data) == 0 {
 		return nil, fmt.Errorf("empty message: %w", ErrMalformed)

@@ -162,9 +162,12 @@ func decodeSeeds() [][]byte {
 	}
 }
 
-// FuzzDecodeMessage: neither decoder panics, both accept and refuse the
-// same input and read the same message from it, and a decoded insert goes
-// through rowOf and envelope without panicking.
+// FuzzDecodeMessage: decodeMessage does not panic, parseMessage accepts
+// what it accepts and reads the same message from it, and a decoded insert
+// goes through rowOf and envelope without panicking. parseMessage runs only
+// on what decodeMessage accepted: on a corrupt column length pglogrepl
+// allocates what the length says (TestDecodeTruncated has both refuse
+// truncated messages).
 func FuzzDecodeMessage(f *testing.F) {
 	for _, s := range decodeSeeds() {
 		f.Add(s)
@@ -173,12 +176,18 @@ func FuzzDecodeMessage(f *testing.F) {
 	ec, _ := newEventColumns(&relation{Columns: requiredColumns})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		msg, err := decodeMessage(data)
-		plain, perr := parseMessage(data)
-		if (err == nil) != (perr == nil) || (err != nil && !errors.Is(err, ErrMalformed)) || (perr != nil && !errors.Is(perr, ErrMalformed)) {
-			t.Fatalf("%q: hand %v, pglogrepl %v", data, err, perr)
-		}
 		if err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("%q: %v is not ErrMalformed", data, err)
+			}
 			return
+		}
+		plain, perr := parseMessage(data)
+		if ins, ok := msg.(*insertMsg); ok && len(ins.Values) == 0 && perr != nil {
+			return // pglogrepl refuses an insert of no columns (rowOf does too)
+		}
+		if perr != nil {
+			t.Fatalf("%q: hand %#v, pglogrepl %v", data, msg, perr)
 		}
 		if !sameMessage(msg, plain) {
 			t.Fatalf("%q: hand %#v, pglogrepl %#v", data, msg, plain)
@@ -191,15 +200,23 @@ func FuzzDecodeMessage(f *testing.F) {
 	})
 }
 
-// sameMessage compares two decoded messages, times by Equal.
+// sameTime compares two decoded times. pglogrepl counts nanoseconds since
+// 1970 and decodeMessage nanoseconds since 2000 in an int64, so each
+// overflows somewhere outside 1678-2261: there they may differ.
+func sameTime(a, b time.Time) bool {
+	inRange := func(t time.Time) bool { return t.Year() >= 1678 && t.Year() <= 2261 }
+	return a.Equal(b) || !inRange(a) || !inRange(b)
+}
+
+// sameMessage compares two decoded messages.
 func sameMessage(a, b any) bool {
 	switch a := a.(type) {
 	case *beginMsg:
 		b, ok := b.(*beginMsg)
-		return ok && a.FinalLSN == b.FinalLSN && a.CommitTime.Equal(b.CommitTime) && a.Xid == b.Xid
+		return ok && a.FinalLSN == b.FinalLSN && sameTime(a.CommitTime, b.CommitTime) && a.Xid == b.Xid
 	case *commitMsg:
 		b, ok := b.(*commitMsg)
-		return ok && a.CommitLSN == b.CommitLSN && a.EndLSN == b.EndLSN && a.CommitTime.Equal(b.CommitTime)
+		return ok && a.CommitLSN == b.CommitLSN && a.EndLSN == b.EndLSN && sameTime(a.CommitTime, b.CommitTime)
 	case *relation:
 		b, ok := b.(*relation)
 		return ok && a.ID == b.ID && a.Namespace == b.Namespace && a.Name == b.Name && slices.Equal(a.Columns, b.Columns)
