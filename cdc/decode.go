@@ -397,7 +397,7 @@ func parseTimestamptzLayouts(s string) (time.Time, error) {
 
 // parseUTCTimestamptz is the fast path of parseTimestamptz for what the
 // session prints: "2006-01-02 15:04:05[.f{1,6}]+00". ok is false for
-// anything else (the layouts then decide). It takes a third of the CPU of
+// anything else (the layouts then decide). It takes several times less CPU than
 // parseTimestamptzLayouts (BenchmarkEventToMessage in decode_test.go,
 // recorded_at/fast against recorded_at/layouts); TestTimestamptzFastPath
 // and FuzzTimestamptz hold the two equal.
