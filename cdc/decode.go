@@ -397,10 +397,10 @@ func parseTimestamptzLayouts(s string) (time.Time, error) {
 
 // parseUTCTimestamptz is the fast path of parseTimestamptz for what the
 // session prints: "2006-01-02 15:04:05[.f{1,6}]+00". ok is false for
-// anything else (the layouts then decide). It takes several times less CPU than
-// parseTimestamptzLayouts (BenchmarkEventToMessage in decode_test.go,
-// recorded_at/fast against recorded_at/layouts); TestTimestamptzFastPath
-// and FuzzTimestamptz hold the two equal.
+// anything else (the layouts then decide). It takes several times less
+// CPU than parseTimestamptzLayouts (BenchmarkEventToMessage in
+// decode_test.go, recorded_at/fast against recorded_at/layouts);
+// TestTimestamptzFastPath and FuzzTimestamptz hold the two equal.
 func parseUTCTimestamptz(s string) (time.Time, bool) {
 	n := len(s)
 	if n < 22 || s[n-3:] != "+00" || s[4] != '-' || s[7] != '-' || s[10] != ' ' || s[13] != ':' || s[16] != ':' {
