@@ -13,8 +13,8 @@ import (
 	"github.com/feedco/feed/internal/rkeys"
 )
 
-// PullSQL is the seeds' fan-out-on-read query (section 6 of the Spanish
-// case study), the baseline the read side must beat: the 20 newest
+// PullSQL is the plain fan-out-on-read query, the baseline the read side
+// must beat: the 20 newest
 // non-deleted posts of the authors the user follows, older than :before.
 const PullSQL = `SELECT p.id, p.created_at
 FROM posts p

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"fmt"
 	"image"
 	"image/color"
@@ -65,7 +66,7 @@ func (c *canvas) dot(x, y, size int, col color.RGBA) {
 // line draws a Bresenham line of the given thickness.
 func (c *canvas) line(x0, y0, x1, y1, thick int, col color.RGBA) {
 	dx, dy := abs(x1-x0), -abs(y1-y0)
-	sx, sy := sign(x1-x0), sign(y1-y0)
+	sx, sy := cmp.Compare(x1, x0), cmp.Compare(y1, y0)
 	e := dx + dy
 	for {
 		c.dot(x0, y0, thick, col)
@@ -87,16 +88,6 @@ func abs(v int) int {
 		return -v
 	}
 	return v
-}
-
-func sign(v int) int {
-	switch {
-	case v > 0:
-		return 1
-	case v < 0:
-		return -1
-	}
-	return 0
 }
 
 // text draws s (upper-cased) at (x, y) top-left, each font cell scale px.

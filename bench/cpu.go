@@ -1,15 +1,15 @@
 package bench
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
-	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/prometheus/procfs"
 )
 
 // CPU is the machine's CPU time during the mixed phase, by process group,
@@ -68,54 +68,39 @@ type cpuSnapshot struct {
 	procs map[int]procTime
 }
 
-// parseProcStat returns comm and utime+stime (in clock ticks) of a
-// /proc/<pid>/stat line. comm is between the first '(' and the last ')',
-// and may itself hold spaces and parentheses.
-func parseProcStat(line []byte) (comm string, ticks uint64, err error) {
-	open, end := bytes.IndexByte(line, '('), bytes.LastIndexByte(line, ')')
-	if open < 0 || end < open {
-		return "", 0, errors.New("no (comm)")
-	}
-	comm = string(line[open+1 : end])
-	// After ") ": state(3) ppid(4) ... utime(14) stime(15), 1-based fields
-	// of the whole line.
-	f := strings.Fields(string(line[end+1:]))
-	if len(f) < 13 {
-		return "", 0, fmt.Errorf("%d fields after comm", len(f))
-	}
-	u, err := strconv.ParseUint(f[11], 10, 64)
+// procCPU returns comm and utime+stime (in clock ticks) from a process's
+// /proc/<pid>/stat. gone is true when the file cannot be read (the
+// process exited).
+func procCPU(p procfs.Proc) (comm string, ticks uint64, gone bool, err error) {
+	st, err := p.Stat()
 	if err != nil {
-		return "", 0, fmt.Errorf("utime: %w", err)
+		var pe *fs.PathError
+		return "", 0, errors.As(err, &pe), err
 	}
-	s, err := strconv.ParseUint(f[12], 10, 64)
-	if err != nil {
-		return "", 0, fmt.Errorf("stime: %w", err)
-	}
-	return comm, u + s, nil
+	return st.Comm, uint64(st.UTime) + uint64(st.STime), false, nil
 }
 
 // readCPUSnapshot reads every process under proc (normally "/proc").
 // Processes that exit while it reads are skipped.
 func readCPUSnapshot(proc string, self int) (cpuSnapshot, error) {
-	ents, err := os.ReadDir(proc)
+	pfs, err := procfs.NewFS(proc)
 	if err != nil {
-		return cpuSnapshot{}, err
+		return cpuSnapshot{}, fmt.Errorf("open %s: %w", proc, err)
 	}
-	snap := cpuSnapshot{at: time.Now(), procs: make(map[int]procTime, len(ents))}
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
+	procs, err := pfs.AllProcs()
+	if err != nil {
+		return cpuSnapshot{}, fmt.Errorf("list %s: %w", proc, err)
+	}
+	snap := cpuSnapshot{at: time.Now(), procs: make(map[int]procTime, len(procs))}
+	for _, p := range procs {
+		comm, ticks, gone, err := procCPU(p)
+		if gone {
 			continue
 		}
-		line, err := os.ReadFile(filepath.Join(proc, e.Name(), "stat"))
 		if err != nil {
-			continue // gone
+			return cpuSnapshot{}, fmt.Errorf("%s/%d/stat: %w", proc, p.PID, err)
 		}
-		comm, ticks, err := parseProcStat(line)
-		if err != nil {
-			return cpuSnapshot{}, fmt.Errorf("%s/%d/stat: %w", proc, pid, err)
-		}
-		snap.procs[pid] = procTime{group: cpuGroup(comm, pid == self), ticks: ticks}
+		snap.procs[p.PID] = procTime{group: cpuGroup(comm, p.PID == self), ticks: ticks}
 	}
 	if len(snap.procs) == 0 {
 		return cpuSnapshot{}, fmt.Errorf("no processes under %s", proc)

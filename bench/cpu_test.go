@@ -9,12 +9,40 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/prometheus/procfs"
 )
+
+// statTail is what a kernel's stat line has after rsslimit (startcode ..
+// exit_code).
+const statTail = " 1 1 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0 0 0 0 0 0 0 0 0"
+
+// statOf reads a stat line through a fake procfs, as procCPU reads it.
+func statOf(t *testing.T, line string) (string, uint64, error) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "4242"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "4242", "stat"), []byte(line), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pfs, err := procfs.NewFS(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := pfs.Proc(4242)
+	if err != nil {
+		t.Fatal(err)
+	}
+	comm, ticks, _, err := procCPU(p)
+	return comm, ticks, err
+}
 
 // A stat line's comm may hold spaces and parentheses; the times are the
 // 14th and 15th fields of the line (utime, stime).
 func TestParseProcStat(t *testing.T) {
-	rest := " S 1 2 3 4 5 6 7 8 9 10 %d %d 0 0 20 0 1 0 99 1000 10 18446744073709551615"
+	rest := " S 1 2 3 4 5 6 7 8 9 10 %d %d 0 0 20 0 1 0 99 1000 10 18446744073709551615" + statTail
 	for _, tc := range []struct {
 		comm         string
 		utime, stime uint64
@@ -25,7 +53,7 @@ func TestParseProcStat(t *testing.T) {
 		{")(", 1, 2},
 	} {
 		line := "4242 (" + tc.comm + ")" + strings.Replace(strings.Replace(rest, "%d", strconv.FormatUint(tc.utime, 10), 1), "%d", strconv.FormatUint(tc.stime, 10), 1)
-		comm, ticks, err := parseProcStat([]byte(line))
+		comm, ticks, err := statOf(t, line)
 		if err != nil {
 			t.Fatalf("%q: %v", line, err)
 		}
@@ -34,7 +62,7 @@ func TestParseProcStat(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"", "4242 postgres S 1", "4242 (feed) S 1 2 3", "4242 (feed) S 1 2 3 4 5 6 7 8 9 10 x 1 0"} {
-		if _, _, err := parseProcStat([]byte(bad)); err == nil {
+		if _, _, err := statOf(t, bad); err == nil {
 			t.Errorf("%q parsed", bad)
 		}
 	}
@@ -71,7 +99,7 @@ func writeProc(t *testing.T, dir string, procs map[int]procTime) {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		line := strconv.Itoa(pid) + " (" + p.group + ") S 1 1 1 0 -1 0 0 0 0 0 " + strconv.FormatUint(p.ticks, 10) + " 0 0 0 20 0 1 0 5 0 0\n"
+		line := strconv.Itoa(pid) + " (" + p.group + ") S 1 1 1 0 -1 0 0 0 0 0 " + strconv.FormatUint(p.ticks, 10) + " 0 0 0 20 0 1 0 5 0 0 18446744073709551615" + statTail + "\n"
 		if err := os.WriteFile(filepath.Join(d, "stat"), []byte(line), 0o644); err != nil {
 			t.Fatal(err)
 		}

@@ -236,3 +236,52 @@ func TestReadResponseMalformed(t *testing.T) {
 		t.Fatalf("100 Continue + chunked: %d %q keep=%v %v", st, b, keep, err)
 	}
 }
+
+// BenchmarkClient: one GET of a 4 KiB JSON body over a kept-alive loopback
+// connection, with leanClient and with net/http's client (what the runner
+// uses when Deps.HTTP is set); the test server's work is in both.
+//
+//	go test -run '^$' -bench Client -count 5 ./bench/
+func BenchmarkClient(b *testing.B) {
+	body := strings.Repeat(`{"id":"915184806927532032","content":"hello"},`, 90)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, body)
+	}))
+	defer srv.Close()
+	ctx := context.Background()
+	b.Run("lean", func(b *testing.B) {
+		lc, err := newLeanClient(srv.URL, 5*time.Second, 4)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer lc.closeIdle()
+		b.ReportAllocs()
+		for b.Loop() {
+			if st, _, err := lc.do(ctx, http.MethodGet, "/api/feed", "Bearer x", ""); err != nil || st != 200 {
+				b.Fatal(st, err)
+			}
+		}
+	})
+	b.Run("net/http", func(b *testing.B) {
+		c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}}
+		defer c.CloseIdleConnections()
+		b.ReportAllocs()
+		for b.Loop() {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/api/feed", nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			req.Header.Set("Authorization", "Bearer x")
+			resp, err := c.Do(req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			_, err = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != 200 {
+				b.Fatal(resp.StatusCode, err)
+			}
+		}
+	})
+}

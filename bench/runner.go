@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,13 +10,16 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/procfs"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/feedco/feed/internal/rkeys"
@@ -648,42 +650,49 @@ func (r *Runner) scrapeMetrics(ctx context.Context) scraped {
 // parseMetrics reads, from Prometheus text, the sum of
 // feed_projection_entries_written_total for the inbox projector and the
 // CDC reader's cdc_lag_seconds gauge (the age of the oldest committed
-// transaction Kafka has not yet acknowledged, updated every second).
+// transaction Kafka has not yet acknowledged, updated every second). What
+// the text holds before a syntax error still counts.
 func parseMetrics(rd io.Reader) scraped {
-	sc := bufio.NewScanner(rd)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	out := scraped{entries: -1, cdcLag: -1}
-	for sc.Scan() {
-		line := sc.Text()
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err != nil {
-			continue
-		}
-		switch {
-		case strings.HasPrefix(line, "feed_projection_entries_written_total{") && strings.Contains(line, `projector="inbox"`):
-			out.entries = max(out.entries, 0) + v
-		case f[0] == "cdc_lag_seconds":
-			out.cdcLag = v
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, _ := parser.TextToMetricFamilies(rd)
+	if mf, ok := families["feed_projection_entries_written_total"]; ok {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "projector" && l.GetValue() == "inbox" {
+					out.entries = max(out.entries, 0) + sampleValue(m)
+				}
+			}
 		}
 	}
+	if mf, ok := families["cdc_lag_seconds"]; ok && len(mf.GetMetric()) > 0 {
+		out.cdcLag = sampleValue(mf.GetMetric()[len(mf.GetMetric())-1])
+	}
 	return out
+}
+
+// sampleValue is a counter's, gauge's or untyped metric's value.
+func sampleValue(m *dto.Metric) float64 {
+	switch {
+	case m.Counter != nil:
+		return m.GetCounter().GetValue()
+	case m.Gauge != nil:
+		return m.GetGauge().GetValue()
+	default:
+		return m.GetUntyped().GetValue()
+	}
 }
 
 // loadAvg reads the 1, 5 and 15 minute load averages (zeros when
 // /proc/loadavg is unreadable).
 func loadAvg() [3]float64 {
-	var l [3]float64
-	b, err := os.ReadFile("/proc/loadavg")
+	pfs, err := procfs.NewDefaultFS()
 	if err != nil {
-		return l
+		return [3]float64{}
 	}
-	f := strings.Fields(string(b))
-	for i := 0; i < 3 && i < len(f); i++ {
-		l[i], _ = strconv.ParseFloat(f[i], 64)
+	l, err := pfs.LoadAvg()
+	if err != nil {
+		return [3]float64{}
 	}
-	return l
+	return [3]float64{l.Load1, l.Load5, l.Load15}
 }

@@ -36,6 +36,9 @@ type CDC struct {
 	// visible holds decoded transactions' events back until PostgreSQL
 	// shows the transactions to new snapshots.
 	visible *visibilityGate
+	// decode parses the pgoutput messages (decodeMessage; tests also run
+	// parseMessage).
+	decode pgoutputDecoder
 }
 
 // New returns a CDC that reads through pool's database and publishes with
@@ -58,7 +61,7 @@ func New(cfg Config, pool *pgxpool.Pool, pubs ...Publisher) (*CDC, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c := &CDC{cfg: cfg, pool: pool, m: newMetrics(cfg.Registerer), ckpt: newCheckpointer(0)}
+	c := &CDC{cfg: cfg, pool: pool, m: newMetrics(cfg.Registerer), ckpt: newCheckpointer(0), decode: decodeMessage}
 	c.visible = newVisibilityGate(c.readSnapshot, c.m, cfg.Logger)
 	c.proc = newProcessor(cfg, pubs, c.m, &c.unsaved)
 	return c, nil

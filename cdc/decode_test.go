@@ -1,9 +1,11 @@
 package cdc
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -63,9 +65,21 @@ func encInsert(rel uint32, vals []*string) []byte {
 
 func sp(s string) *string { return &s }
 
+// decoders are the two pgoutputDecoders: every decode test runs on both.
+var decoders = []struct {
+	name   string
+	decode pgoutputDecoder
+}{{"hand", decodeMessage}, {"pglogrepl", parseMessage}}
+
 // A transaction of the events table decodes into the envelope of the
 // Kafka contract, columns found by name whatever their order.
 func TestDecodeTransaction(t *testing.T) {
+	for _, d := range decoders {
+		t.Run(d.name, func(t *testing.T) { testDecodeTransaction(t, d.decode) })
+	}
+}
+
+func testDecodeTransaction(t *testing.T, decodeMessage pgoutputDecoder) {
 	commit := time.Date(2026, 11, 30, 9, 41, 12, 345678000, time.UTC)
 	msg, err := decodeMessage(encBegin(0x16B374D848, commit, 7))
 	if err != nil {
@@ -129,28 +143,54 @@ func TestDecodeTransaction(t *testing.T) {
 
 // Truncated messages are errors, never panics.
 func TestDecodeTruncated(t *testing.T) {
-	for _, full := range [][]byte{
-		encBegin(1, time.Now(), 1), encCommit(1, 2, time.Now()),
-		encRelation(1, "public", "events", requiredColumns), encInsert(1, []*string{sp("a"), nil, sp("bc")}),
-	} {
+	for _, full := range decodeSeeds() {
 		for i := 0; i < len(full); i++ {
-			if _, err := decodeMessage(full[:i]); !errors.Is(err, ErrMalformed) {
-				t.Fatalf("%q truncated to %d: %v", full[0], i, err)
+			for _, d := range decoders {
+				if _, err := d.decode(full[:i]); !errors.Is(err, ErrMalformed) {
+					t.Fatalf("%s: %q truncated to %d: %v", d.name, full[0], i, err)
+				}
 			}
 		}
 	}
 }
 
+// decodeSeeds are one message of each kind CDC reads.
+func decodeSeeds() [][]byte {
+	return [][]byte{
+		encBegin(1, time.Now(), 1), encCommit(1, 2, time.Now()),
+		encRelation(1, "public", "events", requiredColumns), encInsert(1, []*string{sp("a"), nil, sp("bc")}),
+	}
+}
+
+// FuzzDecodeMessage: decodeMessage does not panic, parseMessage accepts
+// what it accepts and reads the same message from it, and a decoded insert
+// goes through rowOf and envelope without panicking. parseMessage runs only
+// on what decodeMessage accepted: on a corrupt column length pglogrepl
+// allocates what the length says (TestDecodeTruncated has both refuse
+// truncated messages).
 func FuzzDecodeMessage(f *testing.F) {
-	f.Add(encBegin(1, time.Now(), 1))
-	f.Add(encCommit(1, 2, time.Now()))
-	f.Add(encRelation(1, "public", "events", requiredColumns))
+	for _, s := range decodeSeeds() {
+		f.Add(s)
+	}
 	f.Add(encInsert(1, []*string{sp("1"), sp("x"), nil}))
 	ec, _ := newEventColumns(&relation{Columns: requiredColumns})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		msg, err := decodeMessage(data)
 		if err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("%q: %v is not ErrMalformed", data, err)
+			}
 			return
+		}
+		plain, perr := parseMessage(data)
+		if ins, ok := msg.(*insertMsg); ok && len(ins.Values) == 0 && perr != nil {
+			return // pglogrepl refuses an insert of no columns (rowOf does too)
+		}
+		if perr != nil {
+			t.Fatalf("%q: hand %#v, pglogrepl %v", data, msg, perr)
+		}
+		if !sameMessage(msg, plain) {
+			t.Fatalf("%q: hand %#v, pglogrepl %#v", data, msg, plain)
 		}
 		if ins, ok := msg.(*insertMsg); ok {
 			if row, err := rowOf(ec, ins.Values, 1); err == nil {
@@ -158,6 +198,37 @@ func FuzzDecodeMessage(f *testing.F) {
 			}
 		}
 	})
+}
+
+// sameTime compares two decoded times. pglogrepl counts nanoseconds since
+// 1970 and decodeMessage nanoseconds since 2000 in an int64, so each
+// overflows somewhere outside 1678-2261: there they may differ.
+func sameTime(a, b time.Time) bool {
+	inRange := func(t time.Time) bool { return t.Year() >= 1678 && t.Year() <= 2261 }
+	return a.Equal(b) || !inRange(a) || !inRange(b)
+}
+
+// sameMessage compares two decoded messages.
+func sameMessage(a, b any) bool {
+	switch a := a.(type) {
+	case *beginMsg:
+		b, ok := b.(*beginMsg)
+		return ok && a.FinalLSN == b.FinalLSN && sameTime(a.CommitTime, b.CommitTime) && a.Xid == b.Xid
+	case *commitMsg:
+		b, ok := b.(*commitMsg)
+		return ok && a.CommitLSN == b.CommitLSN && a.EndLSN == b.EndLSN && sameTime(a.CommitTime, b.CommitTime)
+	case *relation:
+		b, ok := b.(*relation)
+		return ok && a.ID == b.ID && a.Namespace == b.Namespace && a.Name == b.Name && slices.Equal(a.Columns, b.Columns)
+	case *insertMsg:
+		b, ok := b.(*insertMsg)
+		return ok && a.RelationID == b.RelationID && slices.EqualFunc(a.Values, b.Values, func(x, y []byte) bool {
+			return (x == nil) == (y == nil) && bytes.Equal(x, y)
+		})
+	case nil:
+		return b == nil
+	}
+	return false
 }
 
 // The checkpointer confirms a transaction only when it and every older
@@ -206,16 +277,6 @@ func TestCheckpointerConfirmsAcknowledgedPrefix(t *testing.T) {
 	}
 }
 
-// slowTimestamptz is parseTimestamptz without its fast path.
-func slowTimestamptz(s string) (time.Time, error) {
-	for _, l := range tsLayouts {
-		if t, err := time.Parse(l, s); err == nil {
-			return t.UTC(), nil
-		}
-	}
-	return time.Time{}, ErrMalformed
-}
-
 // TestTimestamptzFastPath: the fast path gives what the layouts give, and
 // steps aside for anything it does not know.
 func TestTimestamptzFastPath(t *testing.T) {
@@ -226,7 +287,7 @@ func TestTimestamptzFastPath(t *testing.T) {
 		"2026-11-30 12:00:00.1234567890+00", "2026-11-30 12:00:00+01", "2026-11-30T12:00:00+00",
 		"2026-11-30 12:00:00.12a+00", "2026-11-30 12:00:00-07:30",
 	} {
-		want, werr := slowTimestamptz(s)
+		want, werr := parseTimestamptzLayouts(s)
 		got, err := parseTimestamptz(s)
 		if (err != nil) != (werr != nil) || !got.Equal(want) {
 			t.Errorf("%q: got %v, %v; layouts %v, %v", s, got, err, want, werr)
@@ -240,7 +301,7 @@ func TestTimestamptzFastPath(t *testing.T) {
 func FuzzTimestamptz(f *testing.F) {
 	f.Add("2026-11-30 12:00:00.123456+00")
 	f.Fuzz(func(t *testing.T, s string) {
-		want, werr := slowTimestamptz(s)
+		want, werr := parseTimestamptzLayouts(s)
 		got, err := parseTimestamptz(s)
 		if (err != nil) != (werr != nil) || !got.Equal(want) {
 			t.Fatalf("%q: got %v, %v; layouts %v, %v", s, got, err, want, werr)
@@ -314,5 +375,46 @@ func BenchmarkEventToMessage(b *testing.B) {
 	run("metadata/fast", func() error { _, err := events.ParseMetadata(mb); return err })
 	run("metadata/json", func() error { var m events.Metadata; return json.Unmarshal(mb, &m) })
 	run("recorded_at/fast", func() error { _, err := parseTimestamptz(recorded); return err })
-	run("recorded_at/layouts", func() error { _, err := slowTimestamptz(recorded); return err })
+	run("recorded_at/layouts", func() error { _, err := parseTimestamptzLayouts(recorded); return err })
+}
+
+// BenchmarkDecode decodes one transaction of the events table (begin,
+// relation, one insert of a post, commit) with the hand-written decoder
+// ("hand", decodeMessage) and with pglogrepl.Parse ("pglogrepl", through
+// parseMessage; "pglogrepl/raw" is Parse alone).
+//
+//	go test -run '^$' -bench Decode -count 5 ./cdc/
+func BenchmarkDecode(b *testing.B) {
+	commit := time.Date(2026, 11, 30, 9, 41, 12, 345678000, time.UTC)
+	cols := []string{"position", "event_id", "stream_id", "stream_version", "type", "payload", "metadata", "recorded_at", "tx_id"}
+	payload := `{"postId": "7400000000000000077", "authorId": "1234", "content": "hello world, a post of some length", "createdAt": "2026-11-30T09:41:12.345Z", "authorFollowers": 321}`
+	msgs := [][]byte{
+		encBegin(0x16B374D848, commit, 7),
+		encRelation(16384, "public", "events", cols),
+		encInsert(16384, []*string{sp("77"), sp("0193a4b2-7c1e-7d3a-9f00-1234567890ab"),
+			sp("post-7400000000000000077"), sp("1"), sp(events.TypePostCreated), sp(payload),
+			sp(`{"actor": "1234", "causationId": "", "correlationId": "corr-0193a4b2-7c1e"}`),
+			sp("2026-11-30 09:41:12.345678+00"), sp("123456")}),
+		encCommit(0x16B374D848, 0x16B374D900, commit),
+	}
+	names := []string{"begin", "relation", "insert", "commit"}
+	for i, m := range msgs {
+		for _, d := range []struct {
+			name string
+			f    func([]byte) (any, error)
+		}{
+			{"hand", decodeMessage},
+			{"pglogrepl", parseMessage},
+			{"pglogrepl/raw", func(b []byte) (any, error) { return pglogrepl.Parse(b) }},
+		} {
+			b.Run(names[i]+"/"+d.name, func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := d.f(m); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
 }

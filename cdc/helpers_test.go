@@ -14,6 +14,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	wk "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/google/uuid"
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -282,17 +283,24 @@ func (c *consumer) checkOrder(t testing.TB) {
 
 func mustLSN(t testing.TB, s string) uint64 {
 	t.Helper()
-	var hi, lo uint64
-	if _, err := fmt.Sscanf(s, "%X/%X", &hi, &lo); err != nil {
+	lsn, err := pglogrepl.ParseLSN(s)
+	if err != nil {
 		t.Fatalf("commit LSN %q: %v", s, err)
 	}
-	return hi<<32 | lo
+	return uint64(lsn)
 }
 
 // committedIDs returns every event id in the database.
 func committedIDs(t testing.TB, db *testenv.DB) map[string]bool {
 	t.Helper()
-	rows, err := db.Pool.Query(context.Background(), `SELECT event_id::text FROM events`)
+	return queryIDs(t, context.Background(), db, `SELECT event_id::text FROM events`)
+}
+
+// queryIDs runs query, which selects event ids as text, and returns them
+// as a set.
+func queryIDs(t testing.TB, ctx context.Context, db *testenv.DB, query string, args ...any) map[string]bool {
+	t.Helper()
+	rows, err := db.Pool.Query(ctx, query, args...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,74 +26,40 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
-	m := &metrics{
-		published: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "cdc_events_published_total",
-			Help: "Events published to Kafka and acknowledged by the broker.",
-		}),
-		redelivered: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "cdc_events_redelivered_total",
-			Help: "Events published twice because the replication stream broke inside their transaction (at-least-once duplicates CDC knows of).",
-		}),
-		undecodable: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "cdc_events_undecodable_total",
-			Help: "Events whose payload this binary cannot decode; published with audience key 0.",
-		}),
-		publishErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "cdc_publish_errors_total",
-			Help: "Failed publish attempts (each is retried, in order).",
-		}),
-		reconnects: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "cdc_reconnects_total",
-			Help: "Replication sessions restarted after an error.",
-		}),
-		backpressure: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "cdc_backpressure_seconds_total",
-			Help: "Time the reader waited for a full lane: Kafka is the bottleneck while this grows at about 1 s/s.",
-		}),
-		visibilityReads: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "cdc_visibility_snapshots_total",
-			Help: "Snapshots read to check that decoded transactions are visible in PostgreSQL before their events are published (one covers every transaction waiting).",
-		}),
-		visibilityReadSeconds: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "cdc_visibility_snapshot_seconds_total",
-			Help: "Time spent reading those snapshots.",
-		}),
-		visibilityHeld: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "cdc_visibility_held_total",
-			Help: "Decoded transactions PostgreSQL still showed as running (commit record written, commit not finished): their events waited until it did.",
-		}),
-		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "cdc_events_in_flight",
-			Help: "Events read from the slot and not yet acknowledged by Kafka.",
-		}),
-		slotLagBytes: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "cdc_slot_lag_bytes",
-			Help: "pg_current_wal_lsn() - confirmed_flush_lsn of the slot: WAL the server keeps for CDC.",
-		}),
-		lagSeconds: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "cdc_lag_seconds",
-			Help: "Age of the oldest committed transaction not yet fully acknowledged by Kafka (0 when caught up).",
-		}),
-		confirmedLSN: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "cdc_confirmed_lsn",
-			Help: "The LSN last confirmed to PostgreSQL, as a number.",
-		}),
+	counter := func(name, help string) prometheus.Counter {
+		return register(reg, prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help}))
 	}
-	m.published = register(reg, m.published)
-	m.redelivered = register(reg, m.redelivered)
-	m.undecodable = register(reg, m.undecodable)
-	m.publishErrors = register(reg, m.publishErrors)
-	m.reconnects = register(reg, m.reconnects)
-	m.backpressure = register(reg, m.backpressure)
-	m.visibilityReads = register(reg, m.visibilityReads)
-	m.visibilityReadSeconds = register(reg, m.visibilityReadSeconds)
-	m.visibilityHeld = register(reg, m.visibilityHeld)
-	m.inFlight = register(reg, m.inFlight)
-	m.slotLagBytes = register(reg, m.slotLagBytes)
-	m.lagSeconds = register(reg, m.lagSeconds)
-	m.confirmedLSN = register(reg, m.confirmedLSN)
-	return m
+	gauge := func(name, help string) prometheus.Gauge {
+		return register(reg, prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help}))
+	}
+	return &metrics{
+		published: counter("cdc_events_published_total",
+			"Events published to Kafka and acknowledged by the broker."),
+		redelivered: counter("cdc_events_redelivered_total",
+			"Events published twice because the replication stream broke inside their transaction (at-least-once duplicates CDC knows of)."),
+		undecodable: counter("cdc_events_undecodable_total",
+			"Events whose payload this binary cannot decode; published with audience key 0."),
+		publishErrors: counter("cdc_publish_errors_total",
+			"Failed publish attempts (each is retried, in order)."),
+		reconnects: counter("cdc_reconnects_total",
+			"Replication sessions restarted after an error."),
+		backpressure: counter("cdc_backpressure_seconds_total",
+			"Time the reader waited for a full lane: Kafka is the bottleneck while this grows at about 1 s/s."),
+		visibilityReads: counter("cdc_visibility_snapshots_total",
+			"Snapshots read to check that decoded transactions are visible in PostgreSQL before their events are published (one covers every transaction waiting)."),
+		visibilityReadSeconds: counter("cdc_visibility_snapshot_seconds_total",
+			"Time spent reading those snapshots."),
+		visibilityHeld: counter("cdc_visibility_held_total",
+			"Decoded transactions PostgreSQL still showed as running (commit record written, commit not finished): their events waited until it did."),
+		inFlight: gauge("cdc_events_in_flight",
+			"Events read from the slot and not yet acknowledged by Kafka."),
+		slotLagBytes: gauge("cdc_slot_lag_bytes",
+			"pg_current_wal_lsn() - confirmed_flush_lsn of the slot: WAL the server keeps for CDC."),
+		lagSeconds: gauge("cdc_lag_seconds",
+			"Age of the oldest committed transaction not yet fully acknowledged by Kafka (0 when caught up)."),
+		confirmedLSN: gauge("cdc_confirmed_lsn",
+			"The LSN last confirmed to PostgreSQL, as a number."),
+	}
 }
 
 // register adds c to reg, or returns the collector already registered under

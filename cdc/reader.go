@@ -172,7 +172,7 @@ func (r *reader) handleCopyData(ctx context.Context, data []byte) error {
 
 // handle applies one pgoutput message.
 func (r *reader) handle(ctx context.Context, data []byte) error {
-	msg, err := decodeMessage(data)
+	msg, err := r.c.decode(data)
 	if err != nil {
 		return err
 	}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pglogrepl"
-	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/feedco/feed/events"
@@ -247,18 +246,7 @@ func TestPublishedEventsAreVisible(t *testing.T) {
 			continue
 		}
 		// At once, before anything else: which of them PostgreSQL shows.
-		rows, err := b.db.Pool.Query(ctx, `SELECT event_id::text FROM events WHERE event_id = ANY($1::uuid[])`, ids)
-		if err != nil {
-			t.Fatal(err)
-		}
-		found, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatal(err)
-		}
-		there := make(map[string]bool, len(found))
-		for _, id := range found {
-			there[id] = true
-		}
+		there := queryIDs(t, ctx, b.db, `SELECT event_id::text FROM events WHERE event_id = ANY($1::uuid[])`, ids)
 		for _, id := range ids {
 			if !there[id] {
 				invisible = append(invisible, id)

@@ -24,7 +24,11 @@ var audienceField = map[string]string{
 // types (old versions with upcasters), escaped or odd values go through
 // the codec, and an event the codec cannot decode gives 0 and its error.
 // The fast path does not validate the rest of the payload: consumers
-// decode it and deal with what they cannot.
+// decode it and deal with what they cannot. Nor does it look for a second
+// key of the same name (jsonb keeps one). The plain way, Decode and the
+// event's AudienceKey, is what it falls back to; TestAudienceFastPath
+// holds the two equal for every type, and BenchmarkEventToMessage in
+// cdc/decode_test.go measures them (audience/fast against audience/codec).
 func (c *Codec) AudienceKeyOf(typ string, payload []byte) (int64, error) {
 	if _, up := c.upcasters[typ]; !up {
 		if field, ok := audienceField[typ]; ok {
@@ -46,7 +50,10 @@ func (c *Codec) AudienceKeyOf(typ string, payload []byte) (int64, error) {
 // would, with a fast path for the flat object of plain strings that the
 // commands write (and PostgreSQL's jsonb prints): CDC parses one per event.
 // The input is expected to be valid JSON (it comes from jsonb): the fast
-// path does not reject every malformed value that it skips.
+// path does not reject every malformed value that it skips. json.Unmarshal
+// is the fallback; TestParseMetadata and FuzzParseMetadata hold the two
+// equal, and BenchmarkEventToMessage in cdc/decode_test.go measures them
+// (metadata/fast against metadata/json).
 func ParseMetadata(b []byte) (Metadata, error) {
 	var m Metadata
 	if parseMetadataFast(b, &m) {

@@ -9,8 +9,10 @@ import (
 
 // AppendJSON appends the JSON of e byte for byte as json.Marshal(e) prints
 // it (field order, omitempty, string-encoded int64s, HTML-safe escaping),
-// without reflection: CDC and the replay encode every event, and reflection
-// was a third of their CPU per event.
+// without reflection: CDC and the replay encode every event, and
+// json.Marshal(e), the plain way, takes about ten times the CPU and ten
+// allocations (BenchmarkAppendJSON in jsonenc_test.go).
+// TestAppendJSONMatchesEncodingJSON and FuzzAppendJSON hold the two equal.
 //
 // With rawPayload the payload is copied as it is (PostgreSQL's jsonb text:
 // the same JSON value, possibly with other whitespace) instead of compacted

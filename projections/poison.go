@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -75,16 +76,7 @@ func isTransient(err error) bool {
 	}
 	msg := err.Error()
 	for _, p := range []string{"LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "redis: connection pool timeout", "redis: client is closed"} {
-		if len(msg) >= len(p) && containsWord(msg, p) {
-			return true
-		}
-	}
-	return false
-}
-
-func containsWord(s, sub string) bool {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if s[i:i+len(sub)] == sub {
+		if strings.Contains(msg, p) {
 			return true
 		}
 	}

@@ -9,7 +9,11 @@ import (
 // AppendJSON appends the page as JSON, byte for byte what encoding/json
 // writes for it (HTML-safe escaping, invalid UTF-8 as U+FFFD, a nil Items
 // as null), without reflection or per-field allocations: the read path
-// encodes one page per request.
+// encodes one page per request. json.Marshal(p) is the plain way: a page
+// of posts encoded once (encodePost) copies in a tenth of its CPU and
+// without its allocations (BenchmarkPageAppendJSON in page_json_test.go);
+// FuzzPageAppendJSONMatchesEncodingJSON and
+// FuzzEncodedPostMatchesEncodingJSON hold the two equal.
 func (p Page) AppendJSON(dst []byte) []byte {
 	if p.Items == nil {
 		dst = append(dst, `{"items":null`...)

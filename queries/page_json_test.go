@@ -87,6 +87,11 @@ func TestEncodedPostChanged(t *testing.T) {
 	}
 }
 
+// BenchmarkPageAppendJSON: a page of 20 posts encoded by AppendJSON from
+// posts encoded once ("pre-encoded"), by AppendJSON from plain posts
+// ("encoded per read") and by json.Marshal ("encoding/json").
+//
+//	go test -run '^$' -bench PageAppendJSON -count 5 ./queries/
 func BenchmarkPageAppendJSON(b *testing.B) {
 	content := "post 123456: lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod"
 	encoded, plain := Page{}, Page{}
@@ -106,6 +111,13 @@ func BenchmarkPageAppendJSON(b *testing.B) {
 	b.Run("encoded per read", func(b *testing.B) {
 		for b.Loop() {
 			buf = plain.AppendJSON(buf[:0])
+		}
+	})
+	b.Run("encoding/json", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := json.Marshal(plain); err != nil {
+				b.Fatal(err)
+			}
 		}
 	})
 }

@@ -84,7 +84,7 @@ func (w *Writer) Write(e *events.Envelope) error {
 	}
 	if w.format == JSONL {
 		var err error
-		if w.line, err = appendEnvelope(w.line[:0], &c); err != nil {
+		if w.line, err = c.AppendJSON(w.line[:0], false); err != nil {
 			return fmt.Errorf("write event %s: %w", e.EventID, err)
 		}
 		w.line = append(w.line, '\n')

@@ -150,13 +150,9 @@ func (s *PG) Stream(ctx context.Context, emit func(*events.Envelope) error) erro
 // running in another database holds it back too (normally for
 // milliseconds).
 func (s *PG) startHorizon(ctx context.Context) (uint64, error) {
-	var xs string
-	if err := s.db.QueryRow(ctx, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text`).Scan(&xs); err != nil {
-		return 0, fmt.Errorf("read snapshot: %w", err)
-	}
-	target, err := strconv.ParseUint(xs, 10, 64)
+	target, err := s.snapshotXid(ctx, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text`)
 	if err != nil {
-		return 0, fmt.Errorf("read snapshot %q: %w", xs, err)
+		return 0, fmt.Errorf("read snapshot: %w", err)
 	}
 	start, told := time.Now(), false
 	wait := 5 * time.Millisecond
@@ -184,13 +180,23 @@ func (s *PG) startHorizon(ctx context.Context) (uint64, error) {
 // horizon returns the safe horizon: every transaction id below it has
 // finished (committed or rolled back).
 func (s *PG) horizon(ctx context.Context) (uint64, error) {
-	var x string
-	if err := s.db.QueryRow(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot())::text`).Scan(&x); err != nil {
+	v, err := s.snapshotXid(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot())::text`)
+	if err != nil {
 		return 0, fmt.Errorf("read snapshot horizon: %w", err)
+	}
+	return v, nil
+}
+
+// snapshotXid runs query, which selects one transaction id as text, and
+// parses it.
+func (s *PG) snapshotXid(ctx context.Context, query string) (uint64, error) {
+	var x string
+	if err := s.db.QueryRow(ctx, query).Scan(&x); err != nil {
+		return 0, err
 	}
 	v, err := strconv.ParseUint(x, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("read snapshot horizon %q: %w", x, err)
+		return 0, fmt.Errorf("transaction id %q: %w", x, err)
 	}
 	return v, nil
 }

@@ -3,7 +3,9 @@
 // looks in the older one and moves what it finds forward; when the newer
 // one is full, a new key makes it the older one and drops the older. So
 // what was used within the last half-bound insertions stays, without an
-// LRU list to maintain on every hit.
+// LRU list to maintain on every hit. LRU (lru.go) is the plain
+// implementation of the same Cache contract, and BenchmarkCache compares
+// the two.
 //
 // A Map is not safe for concurrent use: the caches shard it and hold a
 // shard's lock around it (Peek under a read lock, the rest under a write

@@ -92,3 +92,107 @@ func TestGetShared(t *testing.T) {
 	}
 	mu.Unlock()
 }
+
+// caches are the two Cache implementations, with a bound of 2*half: the
+// contract tests run on both.
+func caches(half int) map[string]Cache[int, string] {
+	m := New[int, string](half)
+	return map[string]Cache[int, string]{"genmap": &m, "lru": NewLRU[int, string](half)}
+}
+
+// TestCacheContract: what the caches rely on, for both implementations:
+// what was put is found until the bound pushes it out, the bound holds, a
+// key used since is kept over one that was not, Update changes only a
+// present key, Delete drops one.
+func TestCacheContract(t *testing.T) {
+	for name, c := range caches(4) {
+		t.Run(name, func(t *testing.T) {
+			for k := range 4 {
+				c.Put(k, "v")
+			}
+			if v, ok := c.Peek(3); !ok || v != "v" {
+				t.Fatalf("Peek(3) = %q %v after putting it", v, ok)
+			}
+			for k := 4; k < 100; k++ {
+				if _, ok := c.Get(0); !ok { // kept in use
+					t.Fatalf("key 0, used before every put, dropped at %d", k)
+				}
+				c.Put(k, "v")
+				if c.Len() > 8 {
+					t.Fatalf("len %d, bound 8", c.Len())
+				}
+			}
+			if _, ok := c.Get(5); ok {
+				t.Fatal("key 5, unused since 90 puts, still there")
+			}
+			up := func(v string) string { return v + "!" }
+			if !c.Update(0, up) || c.Update(5, up) {
+				t.Fatal("Update: want true for a present key, false for an absent one")
+			}
+			if v, _ := c.Get(0); v != "v!" {
+				t.Fatalf("Get(0) = %q after Update", v)
+			}
+			if _, ok := c.Get(5); ok {
+				t.Fatal("Update added an absent key")
+			}
+			n := c.Len()
+			c.Delete(0)
+			c.Delete(12345)
+			if _, ok := c.Get(0); ok || c.Len() != n-1 {
+				t.Fatalf("after Delete: key 0 there %v, len %d, want gone and %d", ok, c.Len(), n-1)
+			}
+		})
+	}
+}
+
+// BenchmarkCache, on a cache of 4,096 entries. "hit": lookups of keys it
+// holds, the way a cache shard serves them: Map under the read lock
+// (GetShared), LRU under the write lock (Get marks the entry used), one
+// goroutine per core. "churn": a miss and a put of a new key, evicting.
+//
+//	go test -run '^$' -bench Cache -count 5 ./internal/genmap/
+func BenchmarkCache(b *testing.B) {
+	const n = 4096
+	for name, c := range map[string]Cache[int, int]{"genmap": func() *Map[int, int] { m := New[int, int](n / 2); return &m }(), "lru": NewLRU[int, int](n / 2)} {
+		b.Run("churn/"+name, func(b *testing.B) {
+			b.ReportAllocs()
+			for k := 0; b.Loop(); k++ {
+				if _, ok := c.Get(-1 - k); ok {
+					b.Fatal("hit")
+				}
+				c.Put(k, k)
+			}
+		})
+	}
+	b.Run("hit/genmap", func(b *testing.B) {
+		var mu sync.RWMutex
+		m := New[int, int](n)
+		for k := range n {
+			m.Put(k, k)
+		}
+		b.RunParallel(func(pb *testing.PB) {
+			for k := 0; pb.Next(); k++ {
+				if _, ok := m.GetShared(&mu, k%n); !ok {
+					b.Fatal("miss")
+				}
+			}
+		})
+	})
+	b.Run("hit/lru", func(b *testing.B) {
+		var mu sync.Mutex
+		c := NewLRU[int, int](n)
+		for k := range n {
+			c.Put(k, k)
+		}
+		b.RunParallel(func(pb *testing.PB) {
+			for k := 0; pb.Next(); k++ {
+				mu.Lock()
+				_, ok := c.Get(k % n)
+				mu.Unlock()
+				if !ok {
+					b.Fatal("miss")
+				}
+			}
+		})
+	})
+}

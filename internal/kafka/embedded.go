@@ -33,7 +33,7 @@ type Embedded struct {
 
 // StartEmbedded starts a single-node Kafka-protocol broker with persistent
 // state, and creates the configured topics explicitly (an auto-created topic
-// does not survive a crash of kfake; KNOWN.md).
+// does not survive a crash of kfake).
 func StartEmbedded(ctx context.Context, cfg EmbeddedConfig) (*Embedded, error) {
 	if cfg.DataDir == "" {
 		return nil, fmt.Errorf("embedded broker: DataDir is required")

@@ -28,7 +28,7 @@ const (
 func PoisonTopic(topic string) string { return topic + ".poison" }
 
 // saramaVersion is the protocol version spoken to brokers; every version
-// from 1.0 to 4.0 works with kfake once sarama is 1.46+ (KNOWN.md).
+// from 1.0 to 4.0 works with kfake once sarama is 1.46+.
 var saramaVersion = sarama.V3_6_0_0
 
 // PublisherSaramaConfig keeps per-key order with no loss: all in-sync
@@ -123,7 +123,7 @@ func NewSubscriber(brokers []string, group string, logger watermill.LoggerAdapte
 		OverwriteSaramaConfig: SubscriberSaramaConfig(),
 		ConsumerGroup:         group,
 		// Watermill reconnects every ~2 ms by default when a group keeps
-		// failing (KNOWN.md): back off instead of burning a core.
+		// failing: back off instead of burning a core.
 		ReconnectRetrySleep: 2 * time.Second,
 		NackResendSleep:     200 * time.Millisecond,
 	}, logger)
