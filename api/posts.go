@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/feedco/feed/commands"
+	"github.com/feedco/feed/events"
 )
 
 // Post is a post the API created, as given to the AfterPostCreated hook.
@@ -18,9 +19,6 @@ type Post struct {
 	Content   string
 	CreatedAt time.Time
 }
-
-// createdAtLayout is RFC 3339 in UTC with exactly three fractional digits.
-const createdAtLayout = "2006-01-02T15:04:05.000Z"
 
 type postJSON struct {
 	ID        string `json:"id"`
@@ -34,7 +32,7 @@ func toPostJSON(p Post) postJSON {
 		ID:        strconv.FormatInt(p.ID, 10),
 		AuthorID:  strconv.FormatInt(p.AuthorID, 10),
 		Content:   p.Content,
-		CreatedAt: p.CreatedAt.UTC().Format(createdAtLayout),
+		CreatedAt: p.CreatedAt.UTC().Format(events.CreatedAtLayout),
 	}
 }
 

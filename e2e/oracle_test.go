@@ -17,6 +17,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/feedco/feed/events"
 	"github.com/feedco/feed/internal/rkeys"
 )
 
@@ -257,7 +258,7 @@ func (o *oracle) diff(got []apiPost, want []int64) []string {
 }
 
 func formatMillis(ms int64) string {
-	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z07:00")
+	return time.UnixMilli(ms).UTC().Format(events.CreatedAtLayout)
 }
 
 // mismatch is one user's (or author's) differences.
