@@ -596,7 +596,9 @@ func seedRead(b *testing.B, ctx context.Context, pool *pgxpool.Pool, rdb redis.U
 		celeb[c] = true
 	}
 	// Newest first, ties by id, as every read model orders them.
-	slices.SortFunc(posts, func(x, y benchPost) int { return events.NewestFirst(events.FeedKey{Ms: x.ms, ID: x.id}, events.FeedKey{Ms: y.ms, ID: y.id}) })
+	slices.SortFunc(posts, func(x, y benchPost) int {
+		return events.NewestFirst(events.FeedKey{Ms: x.ms, ID: x.id}, events.FeedKey{Ms: y.ms, ID: y.id})
+	})
 	byAuthor := map[int64][]benchPost{}
 	for _, p := range posts {
 		byAuthor[p.author] = append(byAuthor[p.author], p)
