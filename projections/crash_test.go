@@ -91,7 +91,7 @@ func TestCrashMidFanout(t *testing.T) {
 	for j := 0; j < 5; j++ {
 		w.post(authors[j%2])
 	}
-	publish(t, b.Addrs(), topic, w.envs)
+	b.PublishEvents(t, topic, w.envs...)
 
 	// Reference: the same messages applied once, directly.
 	ref := testenv.NewRedis(t)
@@ -151,18 +151,11 @@ func TestPoisonQueue(t *testing.T) {
 	runProjectors(t, b.Addrs(), topic, ps)
 	a := w.user(true)
 	p := w.post(a)
-	bad := envMessage(w.envs[1])
+	bad := kafkatest.EventMessage(t, w.envs[1])
 	bad.UUID = "bad-1"
 	bad.Payload = []byte(`{"type":"post.created.v1","payload":{"postId":`)
-	pub, err := kafka.NewPublisher(b.Addrs(), watermill.NopLogger{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := pub.Publish(topic, bad); err != nil {
-		t.Fatal(err)
-	}
-	pub.Close()
-	publish(t, b.Addrs(), topic, w.envs)
+	b.Publish(t, topic, bad)
+	b.PublishEvents(t, topic, w.envs...)
 	ctx := context.Background()
 	testenv.Eventually(t, 60*time.Second, "the good message after the bad one", func() bool {
 		return rd.Client.Exists(ctx, keys.Post(p)).Val() == 1

@@ -67,7 +67,7 @@ func TestProjectorsEndToEnd(t *testing.T) {
 	// projector still behind would see them early.
 	step := func(what string, cond func() bool) {
 		t.Helper()
-		publish(t, b.Addrs(), topic, w.envs)
+		b.PublishEvents(t, topic, w.envs...)
 		w.envs = w.envs[:0]
 		testenv.Eventually(t, 60*time.Second, what+": every projector caught up", func() bool {
 			lags, err := projections.ConsumerLag(ctx, b.Addrs(), topic, groups)
