@@ -25,12 +25,7 @@ import (
 // TestMain): the crash test starts it, kills it with SIGKILL, restarts it.
 const crashChildEnv = "FEED_PROJECTIONS_CRASH_CHILD"
 
-func TestMain(m *testing.M) {
-	if os.Getenv(crashChildEnv) == "1" {
-		os.Exit(crashChild())
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { testenv.ChildMain(m, crashChildEnv, crashChild) }
 
 func crashChild() int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
@@ -99,14 +94,8 @@ func TestCrashMidFanout(t *testing.T) {
 	want := dump(t, ref.Client, ref.Prefix)
 
 	start := func() *exec.Cmd {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), crashChildEnv+"=1", "CHILD_DB="+w.db.URL, "CHILD_PREFIX="+rd.Prefix,
+		return testenv.StartChild(t, crashChildEnv, os.Stderr, "CHILD_DB="+w.db.URL, "CHILD_PREFIX="+rd.Prefix,
 			"CHILD_BROKERS="+strings.Join(b.Addrs(), ","), "CHILD_TOPIC="+topic)
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		return cmd
 	}
 	inboxKeys := func() int64 {
 		n, _ := rd.Client.Eval(ctx, `return #redis.call('KEYS', ARGV[1])`, nil, rd.Prefix+"feed:*").Int64()
