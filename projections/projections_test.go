@@ -30,15 +30,7 @@ func runProjectors(t *testing.T, brokers []string, topic string, ps []projection
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("runner: %v", err)
-		}
-	})
+	testenv.Go(t, "runner", r.Run)
 }
 
 // The rules of every read model, end to end through Kafka: backfill on

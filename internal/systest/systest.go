@@ -171,14 +171,11 @@ func Start(t testing.TB, cfg Config) *System {
 // run runs fn until the test ends; an end other than the cancellation
 // fails the test.
 func run(t testing.TB, name string, fn func(context.Context) error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- fn(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("%s stopped with: %v", name, err)
+	testenv.Go(t, name+" stopped with", func(ctx context.Context) error {
+		if err := fn(ctx); !errors.Is(err, context.Canceled) {
+			return err
 		}
+		return nil
 	})
 }
 
