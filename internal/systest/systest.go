@@ -53,25 +53,30 @@ type Config struct {
 
 // System is a running pipeline and the handles a test reads it with.
 type System struct {
-	DB     *testenv.DB
+	// DB is the test's database, the event log and the inline tables.
+	DB *testenv.DB
+	// Redis is the client of the read models, all under Prefix.
 	Redis  redis.UniversalClient
 	Prefix string
 	// Keys names the read models at the first versions (no rebuild).
-	Keys   rkeys.Keys
+	Keys rkeys.Keys
+	// Broker and Topic carry the events from CDC to the projectors.
 	Broker *kafkatest.Broker
 	Topic  string
-	Slot   string
+	// Slot is CDC's replication slot.
+	Slot string
 	// GroupPrefix starts the names of the projectors' consumer groups.
 	GroupPrefix string
 	// Groups are the consumer groups of the projectors when they run under
 	// one Runner (nil when Supervised: the registry names them).
-	Groups   []string
+	Groups []string
+	// Commands is the write side; Feed is the query side.
 	Commands *commands.Commands
 	Feed     *queries.Feed
 	// ProjectionMetrics is the registry of the projectors' metrics.
 	ProjectionMetrics *prometheus.Registry
-	Log               *slog.Logger
-	cfg               Config
+	// Log is the components' logger (warnings and errors to stderr).
+	Log *slog.Logger
 }
 
 // Start starts the pipeline. The slot is created before anything is
@@ -79,7 +84,7 @@ type System struct {
 func Start(t testing.TB, cfg Config) *System {
 	t.Helper()
 	ctx := context.Background()
-	s := &System{cfg: cfg, DB: testenv.NewDB(t), Broker: kafkatest.Start(t),
+	s := &System{DB: testenv.NewDB(t), Broker: kafkatest.Start(t),
 		Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	r := testenv.NewRedis(t)
 	s.Redis, s.Prefix, s.Keys = r.Client, r.Prefix, rkeys.Keys{Prefix: r.Prefix}

@@ -1,6 +1,8 @@
 // Package testenv gives each test its own PostgreSQL database and Redis key
 // prefix on the real servers, cleaned up with t.Cleanup, so tests run in
-// parallel without seeing each other.
+// parallel without seeing each other; and the helpers tests share to run a
+// component until the test ends (Go), to wait for a condition (Eventually)
+// and to run their binary as a child process they can kill (ChildMain).
 package testenv
 
 import (
