@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"os"
 	"strconv"
 	"sync"
 	"testing"
@@ -66,7 +65,7 @@ func (b *bundle) config() Config {
 		MinBackoff:      50 * time.Millisecond,
 		MaxBackoff:      time.Second,
 		Registerer:      b.reg,
-		Logger:          slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger:          testenv.Logger(),
 	}
 }
 

@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"os"
 	"testing"
 	"time"
 
@@ -85,7 +84,7 @@ func Start(t testing.TB, cfg Config) *System {
 	t.Helper()
 	ctx := context.Background()
 	s := &System{DB: testenv.NewDB(t), Broker: kafkatest.Start(t),
-		Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+		Log: testenv.Logger()}
 	r := testenv.NewRedis(t)
 	s.Redis, s.Prefix, s.Keys = r.Client, r.Prefix, rkeys.Keys{Prefix: r.Prefix}
 	s.Topic = s.Broker.Topic(t, cfg.Partitions)

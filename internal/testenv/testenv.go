@@ -10,6 +10,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"strings"
@@ -202,4 +203,11 @@ func Go(t testing.TB, name string, fn func(context.Context) error) (stop func())
 	}
 	t.Cleanup(stop)
 	return stop
+}
+
+// Logger is the logger of components under test: their warnings and
+// errors on stderr, shown by go test with the test's output, and nothing
+// below.
+func Logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
