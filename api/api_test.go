@@ -205,7 +205,7 @@ func TestCreatePost(t *testing.T) {
 		t.Fatalf("post: %v", p)
 	}
 	ca := p["createdAt"].(string)
-	if !createdAtRE.MatchString(ca) || ca != snowflake.Time(id).Format("2006-01-02T15:04:05.000Z") {
+	if !createdAtRE.MatchString(ca) || ca != snowflake.Time(id).Format(events.CreatedAtLayout) {
 		t.Fatalf("createdAt %q: want the snowflake's millisecond %v in RFC 3339 UTC with ms", ca, snowflake.Time(id))
 	}
 	if n := e.count(t, "stream_id = $1 AND type = $2", events.PostStream(id), events.TypePostCreated); n != 1 {

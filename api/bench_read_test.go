@@ -32,6 +32,7 @@ import (
 
 	"github.com/feedco/feed/api"
 	"github.com/feedco/feed/commands"
+	"github.com/feedco/feed/events"
 	"github.com/feedco/feed/internal/auth"
 	"github.com/feedco/feed/internal/rkeys"
 	"github.com/feedco/feed/internal/snowflake"
@@ -595,7 +596,9 @@ func seedRead(b *testing.B, ctx context.Context, pool *pgxpool.Pool, rdb redis.U
 		celeb[c] = true
 	}
 	// Newest first, ties by id, as every read model orders them.
-	slices.SortFunc(posts, func(x, y benchPost) int { return cmp.Or(cmp.Compare(y.ms, x.ms), cmp.Compare(y.id, x.id)) })
+	slices.SortFunc(posts, func(x, y benchPost) int {
+		return events.NewestFirst(events.FeedKey{Ms: x.ms, ID: x.id}, events.FeedKey{Ms: y.ms, ID: y.id})
+	})
 	byAuthor := map[int64][]benchPost{}
 	for _, p := range posts {
 		byAuthor[p.author] = append(byAuthor[p.author], p)
@@ -608,7 +611,7 @@ func seedRead(b *testing.B, ctx context.Context, pool *pgxpool.Pool, rdb redis.U
 		}
 	}
 	for i, p := range posts {
-		raw, _ := json.Marshal(rkeys.Post{ID: p.id, AuthorID: p.author, Content: benchContent(p.id), CreatedAt: time.UnixMilli(p.ms).UTC().Format("2006-01-02T15:04:05.000Z")})
+		raw, _ := json.Marshal(rkeys.Post{ID: p.id, AuthorID: p.author, Content: benchContent(p.id), CreatedAt: time.UnixMilli(p.ms).UTC().Format(events.CreatedAtLayout)})
 		pipe.Set(ctx, keys.Post(p.id), raw, 0)
 		if i%1000 == 999 {
 			flush()

@@ -5,10 +5,8 @@ import (
 	"strconv"
 
 	"github.com/feedco/feed/commands"
+	"github.com/feedco/feed/events"
 )
-
-// createdAtLayout is RFC 3339 in UTC with exactly three fractional digits.
-const createdAtLayout = "2006-01-02T15:04:05.000Z"
 
 // postJSON is the post resource; ids are strings (JSON numbers lose
 // precision past 2^53).
@@ -24,7 +22,7 @@ func toPostJSON(p commands.Post) postJSON {
 		ID:        strconv.FormatInt(p.ID, 10),
 		AuthorID:  strconv.FormatInt(p.AuthorID, 10),
 		Content:   p.Content,
-		CreatedAt: p.CreatedAt.UTC().Format(createdAtLayout),
+		CreatedAt: p.CreatedAt.UTC().Format(events.CreatedAtLayout),
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/feedco/feed/events"
 	"github.com/feedco/feed/internal/testenv"
 	"github.com/feedco/feed/seed"
 )
@@ -99,7 +100,7 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		f.next++
 		id := strconv.FormatInt(900000000000+f.next, 10)
-		at := time.Now().UTC().Format("2006-01-02T15:04:05.000Z")
+		at := time.Now().UTC().Format(events.CreatedAtLayout)
 		f.posts = append(f.posts, fakePost{id: id, createdAt: at, visible: time.Now().Add(f.delay)})
 		f.mu.Unlock()
 		w.WriteHeader(http.StatusCreated)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -22,6 +23,7 @@ import (
 	"github.com/prometheus/procfs"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/feedco/feed/events"
 	"github.com/feedco/feed/internal/rkeys"
 )
 
@@ -526,16 +528,18 @@ type feedItem struct {
 	CreatedAt string `json:"createdAt"`
 }
 
-// newer orders feed entries like the feed: createdAt (fixed-width RFC 3339
-// in UTC, so strings compare like times), then id.
-func (a feedItem) newer(b feedItem) bool {
-	if a.CreatedAt != b.CreatedAt {
-		return a.CreatedAt > b.CreatedAt
+// newer orders feed entries like the feed (events.FeedKey).
+func (a feedItem) newer(b feedItem) bool { return a.key().Newer(b.key()) }
+
+// key is the entry's position in the feed; an entry whose createdAt or id
+// does not parse sorts below every real post.
+func (a feedItem) key() events.FeedKey {
+	at, err := time.Parse(events.CreatedAtLayout, a.CreatedAt)
+	if err != nil {
+		return events.FeedKey{Ms: math.MinInt64}
 	}
-	if len(a.ID) != len(b.ID) {
-		return len(a.ID) > len(b.ID)
-	}
-	return a.ID > b.ID
+	id, _ := strconv.ParseInt(a.ID, 10, 64)
+	return events.KeyOf(at, id)
 }
 
 // Probe pages. A probed post is almost always among a follower's newest

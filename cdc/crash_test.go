@@ -18,18 +18,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/feedco/feed/internal/kafka"
+	"github.com/feedco/feed/internal/testenv"
 )
 
 // childEnv switches the test binary into a CDC process (see TestMain), so
 // the crash test can kill -9 a real, separate process.
 const childEnv = "FEED_CDC_TEST_CHILD"
 
-func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) == "1" {
-		os.Exit(childMain())
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { testenv.ChildMain(m, childEnv, childMain) }
 
 // childMain runs CDC until SIGTERM, configured by the environment.
 func childMain() int {
@@ -77,26 +73,16 @@ type child struct {
 
 func (b *bundle) startChild(t *testing.T) *child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"=1",
-		"CHILD_DATABASE_URL="+b.db.URL, "CHILD_SLOT="+b.slot, "CHILD_TOPIC="+b.topic,
-		"CHILD_BROKERS="+strings.Join(b.broker.Addrs(), ","))
 	out := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	c := &child{cmd: cmd, out: out}
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
+	t.Cleanup(func() { // after StartChild's: the child is gone
 		if t.Failed() {
 			t.Logf("child output:\n%s", out.String())
 		}
 	})
-	return c
+	cmd := testenv.StartChild(t, childEnv, out,
+		"CHILD_DATABASE_URL="+b.db.URL, "CHILD_SLOT="+b.slot, "CHILD_TOPIC="+b.topic,
+		"CHILD_BROKERS="+strings.Join(b.broker.Addrs(), ","))
+	return &child{cmd: cmd, out: out}
 }
 
 // The CDC process is killed with SIGKILL twice while writes continue, and

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"os"
 	"strconv"
 	"sync"
 	"testing"
@@ -67,7 +66,7 @@ func (b *bundle) config() Config {
 		MinBackoff:      50 * time.Millisecond,
 		MaxBackoff:      time.Second,
 		Registerer:      b.reg,
-		Logger:          slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger:          testenv.Logger(),
 	}
 }
 
@@ -95,19 +94,9 @@ func (b *bundle) publisher(t testing.TB) *wk.Publisher {
 // run runs c until the returned stop is called or the test ends, then
 // closes pub.
 func (b *bundle) run(t testing.TB, c *CDC, pub *wk.Publisher) (stop func()) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
+	stopRun := testenv.Go(t, "cdc run", c.Run)
 	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("cdc run: %v", err)
-			}
-			_ = pub.Close()
-		})
-	}
+	stop = func() { once.Do(func() { stopRun(); _ = pub.Close() }) }
 	t.Cleanup(stop)
 	return stop
 }

@@ -17,6 +17,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/feedco/feed/events"
 	"github.com/feedco/feed/internal/rkeys"
 )
 
@@ -93,7 +94,7 @@ func TestOracle(t *testing.T) {
 	o.authorPosts([]int{7, 50})
 	o.users()
 	o.readModels()
-	if n := s.poisoned(t); n != 0 {
+	if n := s.Poisoned(t); n != 0 {
 		t.Errorf("seed %d: %d messages went to the poison topic (a projector gave up on them)", w.Seed, n)
 	}
 	o.coverageAfter()
@@ -142,7 +143,7 @@ func (o *oracle) errorf(format string, args ...any) {
 func (o *oracle) load() {
 	ctx := o.ctx()
 	o.posts, o.following, o.followers, o.byAuthor = map[int64]truePost{}, map[int64][]int64{}, map[int64]int64{}, map[int64][]int64{}
-	rows, err := o.s.db.Pool.Query(ctx, `SELECT id, author_id, (extract(epoch FROM created_at) * 1000)::bigint, content, deleted
+	rows, err := o.s.DB.Pool.Query(ctx, `SELECT id, author_id, (extract(epoch FROM created_at) * 1000)::bigint, content, deleted
 		FROM posts ORDER BY author_id, created_at DESC, id DESC`)
 	if err != nil {
 		o.fatalf("read posts: %v", err)
@@ -160,7 +161,7 @@ func (o *oracle) load() {
 	if rows.Err() != nil {
 		o.fatalf("read posts: %v", rows.Err())
 	}
-	rows, err = o.s.db.Pool.Query(ctx, `SELECT follower_id, followee_id FROM follows ORDER BY 1, 2`)
+	rows, err = o.s.DB.Pool.Query(ctx, `SELECT follower_id, followee_id FROM follows ORDER BY 1, 2`)
 	if err != nil {
 		o.fatalf("read follows: %v", err)
 	}
@@ -180,7 +181,7 @@ func (o *oracle) load() {
 // truthFeed is the feed definition, by SQL: the newest-first non-deleted
 // posts of the accounts u follows and of u.
 func (o *oracle) truthFeed(ctx context.Context, u int64) ([]int64, error) {
-	rows, err := o.s.db.Pool.Query(ctx, `SELECT p.id FROM posts p
+	rows, err := o.s.DB.Pool.Query(ctx, `SELECT p.id FROM posts p
 		WHERE NOT p.deleted AND (p.author_id = $1 OR p.author_id IN (SELECT followee_id FROM follows WHERE follower_id = $1))
 		ORDER BY p.created_at DESC, p.id DESC`, u)
 	if err != nil {
@@ -257,7 +258,7 @@ func (o *oracle) diff(got []apiPost, want []int64) []string {
 }
 
 func formatMillis(ms int64) string {
-	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z07:00")
+	return time.UnixMilli(ms).UTC().Format(events.CreatedAtLayout)
 }
 
 // mismatch is one user's (or author's) differences.
@@ -340,7 +341,7 @@ func (o *oracle) feeds(limits []int) {
 // u, to diagnose a difference: the inbox with its sentinels, the following
 // set and its versions, activity, and u's follow history from the log.
 func (o *oracle) explain(u int64) string {
-	ctx, rdb, k := o.ctx(), o.s.rdb, o.s.keys
+	ctx, rdb, k := o.ctx(), o.s.Redis, o.s.Keys
 	var b strings.Builder
 	zs, err := rdb.ZRangeWithScores(ctx, k.Inbox(u), 0, -1).Result()
 	fmt.Fprintf(&b, "  feed:{%d} (%d entries, err %v):", u, len(zs), err)
@@ -361,9 +362,9 @@ func (o *oracle) explain(u int64) string {
 	folv, _ := rdb.HGetAll(ctx, k.FollowingVersions(u)).Result()
 	fmt.Fprintf(&b, "\n  following:{%d} %v; following_v %v; SQL follows %v", u, fol, folv, o.following[u])
 	var seen *time.Time
-	_ = o.s.db.Pool.QueryRow(ctx, `SELECT last_seen_at FROM user_activity WHERE user_id = $1`, u).Scan(&seen)
+	_ = o.s.DB.Pool.QueryRow(ctx, `SELECT last_seen_at FROM user_activity WHERE user_id = $1`, u).Scan(&seen)
 	fmt.Fprintf(&b, "\n  last_seen_at %v", seen)
-	rows, err := o.s.db.Pool.Query(ctx, `SELECT type, payload->>'followeeId', stream_version, payload->>'followeeFollowers', recorded_at
+	rows, err := o.s.DB.Pool.Query(ctx, `SELECT type, payload->>'followeeId', stream_version, payload->>'followeeFollowers', recorded_at
 		FROM events WHERE type IN ('user.followed.v1', 'user.unfollowed.v1') AND payload->>'followerId' = $1 ORDER BY recorded_at, position`, itoa(u))
 	if err != nil {
 		fmt.Fprintf(&b, "\n  follow history: %v", err)
@@ -441,7 +442,7 @@ func (o *oracle) users() {
 // readModels checks the followers projection against SQL: each count, the
 // following sets, and the celebrity set.
 func (o *oracle) readModels() {
-	ctx, rdb, k := o.ctx(), o.s.rdb, o.s.keys
+	ctx, rdb, k := o.ctx(), o.s.Redis, o.s.Keys
 	var bad []mismatch
 	for _, u := range o.wd.users {
 		var d []string
@@ -501,7 +502,7 @@ func (o *oracle) coverageBefore() {
 			celebs++
 		}
 	}
-	err := o.s.db.Pool.QueryRow(ctx, `SELECT
+	err := o.s.DB.Pool.QueryRow(ctx, `SELECT
 		count(*) FILTER (WHERE type = 'user.followed.v1' AND (payload->>'followeeFollowers')::bigint = $1),
 		count(*) FILTER (WHERE type = 'user.unfollowed.v1' AND (payload->>'followeeFollowers')::bigint = $1 - 1),
 		count(*) FILTER (WHERE type = 'post.created.v1' AND (payload->>'authorFollowers')::bigint >= $1)
@@ -512,7 +513,7 @@ func (o *oracle) coverageBefore() {
 	// Authors that crossed down and stayed below: their posts from the
 	// celebrity time must have been backfilled into their followers' inboxes.
 	var stayedDown int64
-	err = o.s.db.Pool.QueryRow(ctx, `SELECT count(DISTINCT (payload->>'followeeId')::bigint) FROM events e
+	err = o.s.DB.Pool.QueryRow(ctx, `SELECT count(DISTINCT (payload->>'followeeId')::bigint) FROM events e
 		JOIN users u ON u.id = (e.payload->>'followeeId')::bigint
 		WHERE e.type = 'user.unfollowed.v1' AND (e.payload->>'followeeFollowers')::bigint = $1 - 1 AND u.follower_count < $1`, thr).Scan(&stayedDown)
 	if err != nil {
@@ -521,7 +522,7 @@ func (o *oracle) coverageBefore() {
 	floors, built := o.inboxSentinels(o.wd.users)
 	var timelineFloors int
 	for _, u := range o.wd.users {
-		if _, err := o.s.rdb.ZScore(ctx, o.s.keys.Timeline(u), rkeys.SentinelFloor).Result(); err == nil {
+		if _, err := o.s.Redis.ZScore(ctx, o.s.Keys.Timeline(u), rkeys.SentinelFloor).Result(); err == nil {
 			timelineFloors++
 		}
 	}
@@ -546,12 +547,12 @@ func (o *oracle) coverageBefore() {
 
 func (o *oracle) inboxSentinels(users []int64) (floors, built int) {
 	ctx := o.ctx()
-	pipe := o.s.rdb.Pipeline()
+	pipe := o.s.Redis.Pipeline()
 	fl := make([]*redis.FloatCmd, len(users))
 	bu := make([]*redis.FloatCmd, len(users))
 	for i, u := range users {
-		fl[i] = pipe.ZScore(ctx, o.s.keys.Inbox(u), rkeys.SentinelFloor)
-		bu[i] = pipe.ZScore(ctx, o.s.keys.Inbox(u), rkeys.SentinelBuilt)
+		fl[i] = pipe.ZScore(ctx, o.s.Keys.Inbox(u), rkeys.SentinelFloor)
+		bu[i] = pipe.ZScore(ctx, o.s.Keys.Inbox(u), rkeys.SentinelBuilt)
 	}
 	_, _ = pipe.Exec(ctx)
 	for i := range users {
@@ -568,7 +569,7 @@ func (o *oracle) inboxSentinels(users []int64) (floors, built int) {
 // coverageAfter checks that the oracle's reads went through the read
 // side's sources: Redis, PostgreSQL below a floor, and cold inboxes.
 func (o *oracle) coverageAfter() {
-	m := o.s.feed.Metrics()
+	m := o.s.Feed.Metrics()
 	get := func(query, source string) float64 {
 		var d dto.Metric
 		_ = m.Sources.WithLabelValues(query, source).Write(&d)

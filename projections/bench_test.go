@@ -284,7 +284,7 @@ func benchFanout(b *testing.B, listpack string) {
 		w.envs = nil
 		bk := kafkatest.Start(b)
 		topic := bk.Topic(b, benchPartitions)
-		publish(b, bk.Addrs(), topic, warmup)
+		bk.PublishEvents(b, topic, warmup...)
 		m, _ := projections.NewMetrics(nil)
 		ps, err := projections.New(cfg, w.db.Pool, rd.Client, m, projections.NameInbox)
 		if err != nil {
@@ -309,7 +309,7 @@ func benchFanout(b *testing.B, listpack string) {
 		c0 := redisStats(b, rd.Client)
 		pg0 := pgCPU(b, w.db)
 		start := time.Now()
-		publish(b, bk.Addrs(), topic, posts)
+		bk.PublishEvents(b, topic, posts...)
 		for m.EntriesWritten() < int64(total)+1 {
 			time.Sleep(2 * time.Millisecond)
 			if time.Since(start) > 5*time.Minute {

@@ -80,9 +80,9 @@ func (p *Posts) BuildPosts(ctx context.Context, pg Querier, progress Progress) (
 			}
 			if deleted {
 				post = rkeys.Post{ID: post.ID, AuthorID: post.AuthorID, Deleted: true,
-					CreatedAt: snowflake.Time(post.ID).Format(createdAtLayout)}
+					CreatedAt: snowflake.Time(post.ID).Format(events.CreatedAtLayout)}
 			} else {
-				post.CreatedAt = at.UTC().Format(createdAtLayout)
+				post.CreatedAt = at.UTC().Format(events.CreatedAtLayout)
 			}
 			b, err := json.Marshal(post)
 			if err != nil {

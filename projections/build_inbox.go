@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/feedco/feed/events"
 	"github.com/feedco/feed/internal/rkeys"
 )
 
@@ -84,33 +85,18 @@ ORDER BY user_id`
 WHERE follower_id >= $1 AND follower_id <= $2 ORDER BY follower_id`
 )
 
-// inboxPost is a post as the inbox build orders it: created_at in
-// microseconds (the column's precision, which the SQL build ordered by),
-// then id.
-type inboxPost struct{ us, id int64 }
+// inboxPost is a post as the inbox build orders it: the feed's order,
+// created_at in milliseconds (the inbox score) then id. The SQL build
+// ordered by the column's microseconds instead; both agree on every entry
+// above the floor, which is all an inbox keeps.
+type inboxPost struct{ events.FeedKey }
 
-func (a inboxPost) newer(b inboxPost) bool { return a.us > b.us || a.us == b.us && a.id > b.id }
+func (a inboxPost) newer(b inboxPost) bool { return a.Newer(b.FeedKey) }
 
 // ms is the inbox score, created_at's millisecond (UnixMilli).
-func (a inboxPost) ms() int64 { return floorDiv(a.us, 1000) }
+func (a inboxPost) ms() int64 { return a.Ms }
 
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if a%b != 0 && a < 0 {
-		q--
-	}
-	return q
-}
-
-func newestFirst(a, b inboxPost) int {
-	switch {
-	case a.newer(b):
-		return -1
-	case b.newer(a):
-		return 1
-	}
-	return 0
-}
+func newestFirst(a, b inboxPost) int { return events.NewestFirst(a.FeedKey, b.FeedKey) }
 
 // authorPosts holds each author's newest bound posts, newest first once
 // finish ran.
@@ -277,7 +263,7 @@ func readAuthorPosts(ctx context.Context, tx pgx.Tx, bound int, progress BuildPr
 		if err := rows.Scan(&author, &id, &at); err != nil {
 			return nil, fmt.Errorf("read posts: %w", err)
 		}
-		out.add(author, inboxPost{us: at.UnixMicro(), id: id})
+		out.add(author, inboxPost{events.KeyOf(at, id)})
 		if n++; n == 10_000 {
 			progress.Add(n)
 			n = 0
@@ -506,7 +492,7 @@ func (w *inboxWriter) write(ctx context.Context, c inboxChunk, b *inboxBuffers) 
 func (s inboxSet) zadd(ctx context.Context, pipe redis.Pipeliner, key string, ttlMs int64) {
 	zs := make([]redis.Z, 0, len(s.kept)+2)
 	for _, e := range s.kept {
-		zs = append(zs, redis.Z{Score: float64(e.ms()), Member: itoa(e.id)})
+		zs = append(zs, redis.Z{Score: float64(e.ms()), Member: itoa(e.ID)})
 	}
 	if s.hasFloor {
 		zs = append(zs, redis.Z{Score: float64(s.floor), Member: rkeys.SentinelFloor})
@@ -526,10 +512,11 @@ func (s inboxSet) listpack(es []lpEntry) []lpEntry {
 	first := len(es)
 	for i := len(s.kept) - 1; i >= 0; i-- {
 		e := s.kept[i]
-		es = append(es, lpEntry{score: float64(e.ms()), id: e.id})
+		es = append(es, lpEntry{score: float64(e.ms()), id: e.ID})
 	}
-	// kept is ordered by microsecond: only runs of one millisecond may be
-	// out of the listpack's order.
+	// kept is in feed order, by id within one millisecond, and the listpack
+	// by the decimal's bytes: only runs of one millisecond may be out of
+	// the listpack's order.
 	for i := first; i < len(es); {
 		j := i + 1
 		for j < len(es) && es[j].score == es[i].score {

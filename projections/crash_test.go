@@ -25,12 +25,7 @@ import (
 // TestMain): the crash test starts it, kills it with SIGKILL, restarts it.
 const crashChildEnv = "FEED_PROJECTIONS_CRASH_CHILD"
 
-func TestMain(m *testing.M) {
-	if os.Getenv(crashChildEnv) == "1" {
-		os.Exit(crashChild())
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { testenv.ChildMain(m, crashChildEnv, crashChild) }
 
 func crashChild() int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
@@ -91,7 +86,7 @@ func TestCrashMidFanout(t *testing.T) {
 	for j := 0; j < 5; j++ {
 		w.post(authors[j%2])
 	}
-	publish(t, b.Addrs(), topic, w.envs)
+	b.PublishEvents(t, topic, w.envs...)
 
 	// Reference: the same messages applied once, directly.
 	ref := testenv.NewRedis(t)
@@ -99,14 +94,8 @@ func TestCrashMidFanout(t *testing.T) {
 	want := dump(t, ref.Client, ref.Prefix)
 
 	start := func() *exec.Cmd {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), crashChildEnv+"=1", "CHILD_DB="+w.db.URL, "CHILD_PREFIX="+rd.Prefix,
+		return testenv.StartChild(t, crashChildEnv, os.Stderr, "CHILD_DB="+w.db.URL, "CHILD_PREFIX="+rd.Prefix,
 			"CHILD_BROKERS="+strings.Join(b.Addrs(), ","), "CHILD_TOPIC="+topic)
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		return cmd
 	}
 	inboxKeys := func() int64 {
 		n, _ := rd.Client.Eval(ctx, `return #redis.call('KEYS', ARGV[1])`, nil, rd.Prefix+"feed:*").Int64()
@@ -151,18 +140,11 @@ func TestPoisonQueue(t *testing.T) {
 	runProjectors(t, b.Addrs(), topic, ps)
 	a := w.user(true)
 	p := w.post(a)
-	bad := envMessage(w.envs[1])
+	bad := kafkatest.EventMessage(t, w.envs[1])
 	bad.UUID = "bad-1"
 	bad.Payload = []byte(`{"type":"post.created.v1","payload":{"postId":`)
-	pub, err := kafka.NewPublisher(b.Addrs(), watermill.NopLogger{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := pub.Publish(topic, bad); err != nil {
-		t.Fatal(err)
-	}
-	pub.Close()
-	publish(t, b.Addrs(), topic, w.envs)
+	b.Publish(t, topic, bad)
+	b.PublishEvents(t, topic, w.envs...)
 	ctx := context.Background()
 	testenv.Eventually(t, 60*time.Second, "the good message after the bad one", func() bool {
 		return rd.Client.Exists(ctx, keys.Post(p)).Val() == 1

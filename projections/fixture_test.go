@@ -11,13 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/feedco/feed/events"
-	"github.com/feedco/feed/internal/kafka"
 	"github.com/feedco/feed/internal/rkeys"
 	"github.com/feedco/feed/internal/snowflake"
 	"github.com/feedco/feed/internal/testenv"
@@ -131,35 +128,6 @@ func (w *world) del(author, post int64) {
 	w.t.Helper()
 	w.exec(`UPDATE posts SET deleted = true, deleted_at = now() WHERE id = $1`, post)
 	w.record(2, events.PostDeleted{PostID: post, AuthorID: author, DeletedAt: time.Now().UTC()})
-}
-
-// message is an envelope in the Kafka contract's format.
-func envMessage(env events.Envelope) *message.Message {
-	b, _ := json.Marshal(env)
-	m := message.NewMessage(env.EventID, b)
-	m.Metadata.Set(kafka.MetaName, env.Type)
-	m.Metadata.Set(kafka.MetaStreamID, env.StreamID)
-	m.Metadata.Set(kafka.MetaStreamVersion, strconv.FormatInt(env.StreamVersion, 10))
-	m.Metadata.Set(kafka.MetaPosition, strconv.FormatInt(env.Position, 10))
-	m.Metadata.Set(kafka.MetaCommitLSN, env.CommitLSN)
-	m.Metadata.Set(kafka.MetaCorrelationID, env.Metadata.CorrelationID)
-	m.Metadata.Set(kafka.MetaPartitionKey, strconv.FormatInt(env.AudienceKey, 10))
-	return m
-}
-
-// publish sends envelopes to the topic through the project's publisher.
-func publish(t testing.TB, brokers []string, topic string, envs []events.Envelope) {
-	t.Helper()
-	pub, err := kafka.NewPublisher(brokers, watermill.NopLogger{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Close()
-	for _, e := range envs {
-		if err := pub.Publish(topic, envMessage(e)); err != nil {
-			t.Fatal(err)
-		}
-	}
 }
 
 // dump returns every key under prefix with a canonical rendering of its

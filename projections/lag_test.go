@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/feedco/feed/internal/kafka"
@@ -20,18 +19,13 @@ func TestConsumerLagOfGroupThatNeverCommitted(t *testing.T) {
 	t.Parallel()
 	b := kafkatest.Start(t)
 	topic := b.Topic(t, 3)
-	pub, err := kafka.NewPublisher(b.Addrs(), watermill.NopLogger{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Close()
+	var msgs []*message.Message
 	for i := 0; i < 5; i++ {
 		m := message.NewMessage(strconv.Itoa(i), []byte("x"))
 		m.Metadata.Set(kafka.MetaPartitionKey, strconv.Itoa(i))
-		if err := pub.Publish(topic, m); err != nil {
-			t.Fatal(err)
-		}
+		msgs = append(msgs, m)
 	}
+	b.Publish(t, topic, msgs...)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	lags, err := projections.ConsumerLag(ctx, b.Addrs(), topic, []string{"never-joined"})

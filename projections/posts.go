@@ -13,9 +13,6 @@ import (
 	"github.com/feedco/feed/internal/snowflake"
 )
 
-// createdAtLayout is RFC 3339 in UTC with milliseconds, as the API prints.
-const createdAtLayout = "2006-01-02T15:04:05.000Z07:00"
-
 // Posts projects the post cache (`post:{p}`, JSON rkeys.Post) the query side
 // hydrates feed pages from.
 //
@@ -47,7 +44,7 @@ func (p *Posts) Apply(ctx context.Context, _ events.Envelope, ev events.Event) e
 	switch e := ev.(type) {
 	case events.PostCreated:
 		b, err := json.Marshal(rkeys.Post{ID: e.PostID, AuthorID: e.AuthorID, Content: e.Content,
-			CreatedAt: e.CreatedAt.UTC().Format(createdAtLayout)})
+			CreatedAt: e.CreatedAt.UTC().Format(events.CreatedAtLayout)})
 		if err != nil {
 			return fmt.Errorf("encode post %d: %w", e.PostID, err)
 		}
@@ -57,7 +54,7 @@ func (p *Posts) Apply(ctx context.Context, _ events.Envelope, ev events.Event) e
 	case events.PostDeleted:
 		// The Snowflake id carries the creation millisecond.
 		b, err := json.Marshal(rkeys.Post{ID: e.PostID, AuthorID: e.AuthorID,
-			CreatedAt: snowflake.Time(e.PostID).Format(createdAtLayout), Deleted: true})
+			CreatedAt: snowflake.Time(e.PostID).Format(events.CreatedAtLayout), Deleted: true})
 		if err != nil {
 			return fmt.Errorf("encode tombstone %d: %w", e.PostID, err)
 		}

@@ -30,15 +30,7 @@ func runProjectors(t *testing.T, brokers []string, topic string, ps []projection
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("runner: %v", err)
-		}
-	})
+	testenv.Go(t, "runner", r.Run)
 }
 
 // The rules of every read model, end to end through Kafka: backfill on
@@ -67,7 +59,7 @@ func TestProjectorsEndToEnd(t *testing.T) {
 	// projector still behind would see them early.
 	step := func(what string, cond func() bool) {
 		t.Helper()
-		publish(t, b.Addrs(), topic, w.envs)
+		b.PublishEvents(t, topic, w.envs...)
 		w.envs = w.envs[:0]
 		testenv.Eventually(t, 60*time.Second, what+": every projector caught up", func() bool {
 			lags, err := projections.ConsumerLag(ctx, b.Addrs(), topic, groups)

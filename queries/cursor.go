@@ -5,10 +5,13 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+
+	"github.com/feedco/feed/events"
 )
 
-// key orders feed entries: newest first means descending (ms, id). It is the
-// position of a post in every feed and the content of a cursor.
+// key orders feed entries in events.FeedKey's order: newest first means
+// descending (ms, id). It is the position of a post in every feed and the
+// content of a cursor.
 type key struct {
 	ms int64 // created_at, epoch milliseconds
 	id int64 // post id, the tie-break inside one millisecond
@@ -17,7 +20,7 @@ type key struct {
 // less reports whether a sorts before b in ascending (ms, id) order, i.e.
 // a is older than b in the feed.
 func (a key) less(b key) bool {
-	return a.ms < b.ms || (a.ms == b.ms && a.id < b.id)
+	return events.FeedKey{Ms: b.ms, ID: b.id}.Newer(events.FeedKey{Ms: a.ms, ID: a.id})
 }
 
 var (

@@ -95,13 +95,7 @@ SELECT gen_random_uuid(), 'noise-' || g, 1, 'user.registered.v1', '{}'::jsonb FR
 func TestHomeHidesDeletionSeenByFeedBeforeTombstone(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{})
-	u, a := b.user(), b.user()
-	b.follow(u, a)
-	var all []key
-	for i := range 5 {
-		all = append(all, b.post(a, base+int64(i)))
-	}
-	b.projectAll(nil, []int64{u}, 500, 500)
+	u, _, all := b.projectedFollow(5)
 	sameFeed(t, "before", b.readHome(u, 3), b.truth(u)) // warms the caches, starts the poller
 	b.deleteRow(all[4])                                 // no tombstone in Redis
 	committed := time.Now()

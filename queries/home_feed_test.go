@@ -20,6 +20,20 @@ import (
 // the own-posts probe matters.
 var base = time.Now().Add(-2 * time.Hour).UnixMilli()
 
+// projectedFollow registers a reader u following an author a who has n
+// posts, one millisecond apart from base, oldest first, and projects them
+// all (a built inbox for u), as the tests of one followed author start.
+func (b *bundle) projectedFollow(n int) (u, a int64, posts []key) {
+	b.t.Helper()
+	u, a = b.user(), b.user()
+	b.follow(u, a)
+	for i := range n {
+		posts = append(posts, b.post(a, base+int64(i)))
+	}
+	b.projectAll(nil, []int64{u}, 500, 500)
+	return u, a, posts
+}
+
 // projectAll writes every read model from the database, as caught-up
 // projectors would: post:{p} for every post (deleted flag included), each
 // author's timeline (newest timelineMax, ~floor when cut), the celebrity set,
@@ -207,12 +221,7 @@ func TestHomeHidesUnfollowedAuthorBeforeInboxCleanup(t *testing.T) {
 func TestHomeHidesLastUnfollowedAuthor(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{})
-	u, a := b.user(), b.user()
-	b.follow(u, a)
-	for i := range 4 {
-		b.post(a, base+int64(i))
-	}
-	b.projectAll(nil, []int64{u}, 500, 500)
+	u, a, _ := b.projectedFollow(4)
 	b.unfollow(u, a)
 	if n, _ := b.rdb.Exists(b.ctx, b.keys.Following(u)).Result(); n != 0 {
 		t.Fatalf("following:{u} still exists (%d); the test needs it gone", n)
@@ -385,12 +394,7 @@ func TestHomeOwnPostVisibleBeforeProjectors(t *testing.T) {
 	// A frozen clock: every cached body is within PostCacheTTL, whatever
 	// the deletion feed's timing, so the round trips below are exact.
 	b.useClock(newClock(time.Now()))
-	u, a := b.user(), b.user()
-	b.follow(u, a)
-	for i := range 3 {
-		b.post(a, base+int64(i))
-	}
-	b.projectAll(nil, []int64{u}, 500, 500)
+	u, _, _ := b.projectedFollow(3)
 	if _, err := b.feed.Home(b.ctx, u, "", 20); err != nil { // warms the process caches
 		t.Fatal(err)
 	}
@@ -448,12 +452,7 @@ func TestHomeOwnPostVisibleBeforeProjectors(t *testing.T) {
 func TestHomeOwnPostFallbackWhenWriteThroughFails(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{})
-	u, a := b.user(), b.user()
-	b.follow(u, a)
-	for i := range 3 {
-		b.post(a, base+int64(i))
-	}
-	b.projectAll(nil, []int64{u}, 500, 500)
+	u, _, _ := b.projectedFollow(3)
 	b.rdb.Set(b.ctx, b.keys.Timeline(u), "not a sorted set", 0)
 	mine := b.post(u, time.Now().UnixMilli())
 	if err := b.feed.PostCreated(b.ctx, NewPost{ID: mine.id, AuthorID: u, Content: fmt.Sprint("post ", mine.id), CreatedAt: time.UnixMilli(mine.ms)}); err == nil {

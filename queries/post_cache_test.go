@@ -75,13 +75,7 @@ func TestHomeDeletionHiddenWithinPostCacheTTL(t *testing.T) {
 	clk := newClock(time.Now())
 	b.useClock(clk)
 	b.stopDeletionFeed()
-	u, a := b.user(), b.user()
-	b.follow(u, a)
-	var all []key
-	for i := range 6 {
-		all = append(all, b.post(a, base+int64(i)))
-	}
-	b.projectAll(nil, []int64{u}, 500, 500)
+	u, _, all := b.projectedFollow(6)
 	first := func() []key {
 		t.Helper()
 		p, err := b.feed.Home(b.ctx, u, "", 3)

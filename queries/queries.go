@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/feedco/feed/events"
 	"github.com/feedco/feed/internal/rkeys"
 )
 
@@ -311,5 +312,5 @@ func makePage(items []item, limit int) Page {
 
 // formatTime renders the feed's millisecond as the API's createdAt.
 func formatTime(ms int64) string {
-	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z07:00")
+	return time.UnixMilli(ms).UTC().Format(events.CreatedAtLayout)
 }

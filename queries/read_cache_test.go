@@ -153,12 +153,7 @@ func TestReadCacheInvalidationDuringRead(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{})
 	b.useClock(newClock(time.Now()))
-	u, a := b.user(), b.user()
-	b.follow(u, a)
-	for i := range 3 {
-		b.post(a, base+int64(i))
-	}
-	b.projectAll(nil, []int64{u}, 500, 500)
+	u, a, _ := b.projectedFollow(3)
 	g := cacheUp(b, 1)
 	other := otherClient(b)
 	var armed atomic.Bool

@@ -15,6 +15,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/feedco/feed/events"
 	"github.com/feedco/feed/internal/rkeys"
 	"github.com/feedco/feed/internal/testenv"
 )
@@ -272,7 +273,7 @@ func itemKey(t testing.TB, p Post) key {
 		t.Fatalf("post id %q: %v", p.ID, err)
 	}
 	at, err := time.Parse(time.RFC3339Nano, p.CreatedAt)
-	if err != nil || at.Location() != time.UTC || len(p.CreatedAt) != len("2006-01-02T15:04:05.000Z") {
+	if err != nil || at.Location() != time.UTC || len(p.CreatedAt) != len(events.CreatedAtLayout) {
 		t.Fatalf("createdAt %q is not RFC 3339 UTC with milliseconds", p.CreatedAt)
 	}
 	if p.Content != fmt.Sprint("post ", id) {

@@ -45,7 +45,7 @@ func TestRebuildAllUnderLoad(t *testing.T) {
 			defer wg.Done()
 			for ctx.Err() == nil {
 				u := s.pick()
-				p, err := s.feed.Home(context.Background(), u, "", 20)
+				p, err := s.Feed.Home(context.Background(), u, "", 20)
 				reads.Add(1)
 				switch {
 				case err != nil:
@@ -80,7 +80,7 @@ func TestRebuildAllUnderLoad(t *testing.T) {
 	if len(res) != 4 {
 		t.Fatalf("want 4 results, got %+v", res)
 	}
-	vs, err := rkeys.LoadVersions(context.Background(), s.rdb, s.prefix)
+	vs, err := rkeys.LoadVersions(context.Background(), s.Redis, s.Prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestRebuildAllUnderLoad(t *testing.T) {
 			t.Errorf("no keys of %s: %v", p, kv)
 		}
 	}
-	st, err := ReadStatus(context.Background(), s.db.Pool, s.rdb, s.runnerConfig(), s.prefix)
+	st, err := ReadStatus(context.Background(), s.DB.Pool, s.Redis, s.RunnerConfig(), s.Prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func TestRebuildAllUnderLoad(t *testing.T) {
 		t.Error("status says a rebuild is running after it finished")
 	}
 	for _, p := range st.Projections {
-		if p.Version != 2 || p.Dirty || p.Group != s.group+projections.GroupFor(p.Name, 2) {
+		if p.Version != 2 || p.Dirty || p.Group != s.GroupPrefix+projections.GroupFor(p.Name, 2) {
 			t.Errorf("status of %s: %+v", p.Name, p)
 		}
 	}
@@ -137,7 +137,7 @@ func TestRebuildInterruptedThenRerun(t *testing.T) {
 			t.Fatalf("interrupted rebuild of %s: got %v, want context.Canceled", name, err)
 		}
 		cancel()
-		vs, err := rkeys.LoadVersions(context.Background(), s.rdb, s.prefix)
+		vs, err := rkeys.LoadVersions(context.Background(), s.Redis, s.Prefix)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,7 +153,7 @@ func TestRebuildInterruptedThenRerun(t *testing.T) {
 		if _, err := s.rebuilder(t, nil).Run(context.Background(), name); err != nil {
 			t.Fatalf("rerun of %s: %v", name, err)
 		}
-		vs, _ = rkeys.LoadVersions(context.Background(), s.rdb, s.prefix)
+		vs, _ = rkeys.LoadVersions(context.Background(), s.Redis, s.Prefix)
 		if vs.Version(name) != 2 {
 			t.Fatalf("%s at version %d after the rerun", name, vs.Version(name))
 		}
@@ -196,7 +196,7 @@ func TestRebuildRefusesSecond(t *testing.T) {
 		t.Fatalf("second rebuild: got %v, want ErrBusy", err)
 	}
 	t.Logf("second rebuild refused: %v", err)
-	st, _ := ReadStatus(context.Background(), s.db.Pool, s.rdb, s.runnerConfig(), s.prefix)
+	st, _ := ReadStatus(context.Background(), s.DB.Pool, s.Redis, s.RunnerConfig(), s.Prefix)
 	if !st.Running || st.Info["projection"] != rkeys.ProjectionTimelines || st.Info["phase"] != "build" {
 		t.Errorf("status while running: %+v", st)
 	}
@@ -204,7 +204,7 @@ func TestRebuildRefusesSecond(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("first rebuild: %v", err)
 	}
-	st, _ = ReadStatus(context.Background(), s.db.Pool, s.rdb, s.runnerConfig(), s.prefix)
+	st, _ = ReadStatus(context.Background(), s.DB.Pool, s.Redis, s.RunnerConfig(), s.Prefix)
 	if st.Running {
 		t.Error("status says running after the rebuild ended")
 	}

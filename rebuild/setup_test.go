@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,27 +12,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/jackc/pgx/v5"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 
-	"github.com/feedco/feed/cdc"
 	"github.com/feedco/feed/commands"
-	"github.com/feedco/feed/internal/kafka"
-	"github.com/feedco/feed/internal/kafka/kafkatest"
 	"github.com/feedco/feed/internal/rkeys"
-	"github.com/feedco/feed/internal/snowflake"
+	"github.com/feedco/feed/internal/systest"
 	"github.com/feedco/feed/internal/testenv"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/queries"
 )
 
-// A minimal whole pipeline (the e2e package's harness lives in its _test
-// files, which cannot be imported): commands write PostgreSQL, CDC feeds the
-// broker, the projectors run under a Supervisor (so they follow switches),
-// and the query side reads with live versions, all on this test's own
-// database, Redis prefix, broker and topic.
+// The whole pipeline (systest) with the projectors under a Supervisor, so
+// they follow switches, and the query side reading with live versions.
 
 // policies are low so a small workload reaches celebrities, trims and floors.
 var policies = projections.Config{
@@ -47,16 +36,7 @@ var policies = projections.Config{
 }
 
 type system struct {
-	db     *testenv.DB
-	rdb    redis.UniversalClient
-	prefix string
-	broker *kafkatest.Broker
-	topic  string
-	slot   string
-	group  string // consumer group prefix
-	cmds   *commands.Commands
-	feed   *queries.Feed
-	log    *slog.Logger
+	*systest.System
 
 	users []int64
 	// keep are posts never deleted: one per user, so every feed is
@@ -69,90 +49,13 @@ type system struct {
 
 func startSystem(t *testing.T) *system {
 	t.Helper()
-	ctx := context.Background()
-	s := &system{db: testenv.NewDB(t), broker: kafkatest.Start(t), keep: map[int64]bool{},
-		log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		rnd: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))}
-	r := testenv.NewRedis(t)
-	s.rdb, s.prefix = r.Client, r.Prefix
-	s.topic = s.broker.Topic(t, 6)
-	s.slot = "feed_rb_" + s.db.Name
-	s.group = testenv.RandomName("rb") + "."
-	if _, err := s.db.Pool.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, s.slot); err != nil {
-		t.Fatalf("create slot: %v", err)
-	}
-	var stops []func()
-	t.Cleanup(func() {
-		for i := len(stops) - 1; i >= 0; i-- {
-			stops[i]()
-		}
-	})
-	run := func(name string, fn func(context.Context) error) {
-		rctx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- fn(rctx) }()
-		stops = append(stops, func() {
-			cancel()
-			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-				t.Errorf("%s stopped with: %v", name, err)
-			}
-		})
-	}
-	pub, err := kafka.NewPublisher(s.broker.Addrs(), watermill.NopLogger{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stops = append(stops, func() { _ = pub.Close() })
-	c, err := cdc.New(cdc.Config{
-		DatabaseURL: s.db.URL, Slot: s.slot, Topic: s.topic,
-		ConfirmInterval: 100 * time.Millisecond, StatusInterval: time.Second, StateInterval: 500 * time.Millisecond,
-		MinBackoff: 50 * time.Millisecond, MaxBackoff: time.Second, Logger: s.log,
-	}, s.db.Pool, pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	run("cdc", c.Run)
-
-	pcfg := policies
-	pcfg.Keys = rkeys.Keys{Prefix: s.prefix}
-	pm, err := projections.NewMetrics(prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	sup, err := projections.NewSupervisor(projections.SupervisorConfig{
-		Projections:  pcfg,
-		Runner:       s.runnerConfig(),
-		PollInterval: 200 * time.Millisecond,
-	}, s.db.Pool, s.rdb, pm)
-	if err != nil {
-		t.Fatal(err)
-	}
-	run("projectors", sup.Run)
-
-	s.feed, err = queries.New(queries.Config{
-		Keys: rkeys.Keys{Prefix: s.prefix}, InboxMax: policies.InboxMax,
-		CelebrityCacheTTL: 300 * time.Millisecond, TimelineCacheSize: queries.MaxLimit + 1,
-		Registerer: prometheus.NewRegistry(), Logger: s.log,
-	}, s.db.Pool, s.rdb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stops = append(stops, s.feed.Close)
-	ids, err := snowflake.New(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s.cmds, err = commands.New(s.db.Pool, ids, commands.Config{}); err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
-func (s *system) runnerConfig() projections.RunnerConfig {
-	return projections.RunnerConfig{
-		Brokers: s.broker.Addrs(), Topic: s.topic, GroupPrefix: s.group,
-		RetryInitial: 20 * time.Millisecond, RetryMax: 500 * time.Millisecond,
-		DrainTimeout: 10 * time.Second, LagInterval: -1, Logger: s.log,
+	return &system{
+		System: systest.Start(t, systest.Config{
+			Name: "rb", Partitions: 6, Projections: policies,
+			CacheTTL: 300 * time.Millisecond, Supervised: true,
+		}),
+		keep: map[int64]bool{},
+		rnd:  rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7)),
 	}
 }
 
@@ -160,12 +63,12 @@ func (s *system) runnerConfig() projections.RunnerConfig {
 func (s *system) rebuilder(t *testing.T, onPhase func(projection, phase string)) *Rebuilder {
 	t.Helper()
 	pcfg := policies
-	pcfg.Keys = rkeys.Keys{Prefix: s.prefix}
+	pcfg.Keys = rkeys.Keys{Prefix: s.Prefix}
 	r, err := New(Config{
-		Projections: pcfg, Runner: s.runnerConfig(),
+		Projections: pcfg, Runner: s.RunnerConfig(),
 		CatchUpLag: 0, Handover: time.Second, CleanupDelay: 1500 * time.Millisecond,
-		GroupEmptyTimeout: 20 * time.Second, OnPhase: onPhase, Logger: s.log,
-	}, s.db.Pool, s.rdb)
+		GroupEmptyTimeout: 20 * time.Second, OnPhase: onPhase, Logger: s.Log,
+	}, s.DB.Pool, s.Redis)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +82,7 @@ func (s *system) seed(t *testing.T, n, follows, posts int) {
 	t.Helper()
 	ctx := context.Background()
 	for i := range n {
-		u, err := s.cmds.RegisterUser.Handle(ctx, commands.RegisterUser{Name: "u" + strconv.Itoa(i)})
+		u, err := s.Commands.RegisterUser.Handle(ctx, commands.RegisterUser{Name: "u" + strconv.Itoa(i)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -191,7 +94,7 @@ func (s *system) seed(t *testing.T, n, follows, posts int) {
 				t.Fatal(err)
 			}
 		}
-		p, err := s.cmds.CreatePost.Handle(ctx, commands.CreatePost{AuthorID: u, Content: "kept post of " + strconv.FormatInt(u, 10)})
+		p, err := s.Commands.CreatePost.Handle(ctx, commands.CreatePost{AuthorID: u, Content: "kept post of " + strconv.FormatInt(u, 10)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -203,7 +106,7 @@ func (s *system) seed(t *testing.T, n, follows, posts int) {
 		}
 	}
 	for _, u := range s.users {
-		if _, err := s.feed.Home(ctx, u, "", 10); err != nil {
+		if _, err := s.Feed.Home(ctx, u, "", 10); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -220,13 +123,13 @@ func (s *system) follow(ctx context.Context, u int64) error {
 	if v == u {
 		return nil
 	}
-	_, err := s.cmds.Follow.Handle(ctx, commands.Follow{FollowerID: u, FolloweeID: v})
+	_, err := s.Commands.Follow.Handle(ctx, commands.Follow{FollowerID: u, FolloweeID: v})
 	return err
 }
 
 func (s *system) post(ctx context.Context) error {
 	a := s.pick()
-	p, err := s.cmds.CreatePost.Handle(ctx, commands.CreatePost{AuthorID: a, Content: "post " + time.Now().String()})
+	p, err := s.Commands.CreatePost.Handle(ctx, commands.CreatePost{AuthorID: a, Content: "post " + time.Now().String()})
 	if err == nil {
 		s.mu.Lock()
 		s.live = append(s.live, p.ID)
@@ -251,7 +154,7 @@ func (s *system) step(ctx context.Context) error {
 		if u == v {
 			return nil
 		}
-		_, err := s.cmds.Unfollow.Handle(ctx, commands.Unfollow{FollowerID: u, FolloweeID: v})
+		_, err := s.Commands.Unfollow.Handle(ctx, commands.Unfollow{FollowerID: u, FolloweeID: v})
 		return err
 	default:
 		s.mu.Lock()
@@ -264,10 +167,10 @@ func (s *system) step(ctx context.Context) error {
 		s.live = slices.Delete(s.live, i, i+1)
 		s.mu.Unlock()
 		var author int64
-		if err := s.db.Pool.QueryRow(ctx, `SELECT author_id FROM posts WHERE id = $1`, id).Scan(&author); err != nil {
+		if err := s.DB.Pool.QueryRow(ctx, `SELECT author_id FROM posts WHERE id = $1`, id).Scan(&author); err != nil {
 			return err
 		}
-		_, err := s.cmds.DeletePost.Handle(ctx, commands.DeletePost{PostID: id, ActorID: author})
+		_, err := s.Commands.DeletePost.Handle(ctx, commands.DeletePost{PostID: id, ActorID: author})
 		return err
 	}
 }
@@ -278,17 +181,9 @@ func (s *system) quiesce(t *testing.T) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	var lsn string
-	if err := s.db.Pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&lsn); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, 60*time.Second, "CDC confirms "+lsn, func() bool {
-		var done bool
-		err := s.db.Pool.QueryRow(ctx, `SELECT coalesce(confirmed_flush_lsn >= $1::pg_lsn, false) FROM pg_replication_slots WHERE slot_name = $2`, lsn, s.slot).Scan(&done)
-		return err == nil && done
-	})
+	s.WaitCDC(t, 60*time.Second)
 	testenv.Eventually(t, 60*time.Second, "active groups catch up", func() bool {
-		st, err := ReadStatus(ctx, s.db.Pool, s.rdb, s.runnerConfig(), s.prefix)
+		st, err := ReadStatus(ctx, s.DB.Pool, s.Redis, s.RunnerConfig(), s.Prefix)
 		if err != nil {
 			return false
 		}
@@ -304,7 +199,7 @@ func (s *system) quiesce(t *testing.T) {
 
 // truth is user u's whole feed from the source of truth.
 func (s *system) truth(ctx context.Context, u int64) ([]string, error) {
-	rows, err := s.db.Pool.Query(ctx, `SELECT id::text FROM posts WHERE NOT deleted
+	rows, err := s.DB.Pool.Query(ctx, `SELECT id::text FROM posts WHERE NOT deleted
 		AND (author_id = $1 OR author_id IN (SELECT followee_id FROM follows WHERE follower_id = $1))
 		ORDER BY created_at DESC, id DESC`, u)
 	if err != nil {
@@ -318,7 +213,7 @@ func (s *system) read(ctx context.Context, u int64) ([]string, error) {
 	var out []string
 	cursor := ""
 	for range 1000 {
-		p, err := s.feed.Home(ctx, u, cursor, queries.MaxLimit)
+		p, err := s.Feed.Home(ctx, u, cursor, queries.MaxLimit)
 		if err != nil {
 			return nil, err
 		}
@@ -357,26 +252,26 @@ func (s *system) checkConverged(t *testing.T) {
 // post's score in the reader's inbox, the author's timeline and the post
 // cache, per active version.
 func (s *system) explain(ctx context.Context, u int64, got, want []string) string {
-	vs, err := rkeys.LoadVersions(ctx, s.rdb, s.prefix)
+	vs, err := rkeys.LoadVersions(ctx, s.Redis, s.Prefix)
 	if err != nil {
 		return "versions: " + err.Error()
 	}
-	keys := rkeys.Keys{Prefix: s.prefix, Versions: vs}
+	keys := rkeys.Keys{Prefix: s.Prefix, Versions: vs}
 	var b strings.Builder
-	fmt.Fprintf(&b, "versions %v; inbox %s: %v\n", vs, keys.Inbox(u), s.rdb.ZRevRangeWithScores(ctx, keys.Inbox(u), 0, -1).Val())
+	fmt.Fprintf(&b, "versions %v; inbox %s: %v\n", vs, keys.Inbox(u), s.Redis.ZRevRangeWithScores(ctx, keys.Inbox(u), 0, -1).Val())
 	describe := func(what, id string) {
 		pid, _ := strconv.ParseInt(id, 10, 64)
 		var author int64
 		var deleted bool
 		var created time.Time
-		_ = s.db.Pool.QueryRow(ctx, `SELECT author_id, deleted, created_at FROM posts WHERE id = $1`, pid).Scan(&author, &deleted, &created)
+		_ = s.DB.Pool.QueryRow(ctx, `SELECT author_id, deleted, created_at FROM posts WHERE id = $1`, pid).Scan(&author, &deleted, &created)
 		var follows, followers int
-		_ = s.db.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE follower_id = $2), count(*) FROM follows WHERE followee_id = $1`, author, u).Scan(&follows, &followers)
+		_ = s.DB.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE follower_id = $2), count(*) FROM follows WHERE followee_id = $1`, author, u).Scan(&follows, &followers)
 		fmt.Fprintf(&b, "%s %s: author %d (%d followers in PostgreSQL, followed by %d: %d, celebrity in Redis: %v), created %s, deleted %v; inbox score %v; timeline score %v; post cache %v\n",
-			what, id, author, followers, u, follows, s.rdb.SIsMember(ctx, keys.Celebrities(), author).Val(),
+			what, id, author, followers, u, follows, s.Redis.SIsMember(ctx, keys.Celebrities(), author).Val(),
 			created.Format("15:04:05.000"), deleted,
-			s.rdb.ZScore(ctx, keys.Inbox(u), id).Val(), s.rdb.ZScore(ctx, keys.Timeline(author), id).Val(),
-			s.rdb.HGetAll(ctx, keys.Post(pid)).Val())
+			s.Redis.ZScore(ctx, keys.Inbox(u), id).Val(), s.Redis.ZScore(ctx, keys.Timeline(author), id).Val(),
+			s.Redis.HGetAll(ctx, keys.Post(pid)).Val())
 	}
 	for _, id := range want {
 		if !slices.Contains(got, id) {
@@ -396,8 +291,8 @@ func (s *system) explain(ctx context.Context, u int64, got, want []string) strin
 func (s *system) keyVersions(t *testing.T) map[string]int {
 	t.Helper()
 	out := map[string]int{}
-	keys := rkeys.Keys{Prefix: s.prefix}
-	iter := s.rdb.Scan(context.Background(), 0, escapeGlob(s.prefix)+"*", 1000).Iterator()
+	keys := rkeys.Keys{Prefix: s.Prefix}
+	iter := s.Redis.Scan(context.Background(), 0, escapeGlob(s.Prefix)+"*", 1000).Iterator()
 	for iter.Next(context.Background()) {
 		if p, v, ok := keys.Classify(iter.Val()); ok {
 			out[fmt.Sprintf("%s/v%d", p, v)]++

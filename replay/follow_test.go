@@ -201,7 +201,7 @@ func TestKafkaFollowPrintsLaterRecord(t *testing.T) {
 	}
 	e := b.newEvent(t, 4)
 	e.Position = 100
-	b.publish(t, e)
+	b.broker.PublishEvents(t, b.topic, e)
 	if got := f.next(t, "live record"); got.EventID != e.EventID {
 		t.Fatalf("live: got %+v", got)
 	}

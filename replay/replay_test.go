@@ -124,7 +124,7 @@ func TestKafkaLSN(t *testing.T) {
 func TestKafkaDedupeAndMerge(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.publish(t, b.envs[2:9]...) // redelivered
+	b.broker.PublishEvents(t, b.topic, b.envs[2:9]...) // redelivered
 	golden(t, "all.jsonl", run(t, b.kafka(t, Filter{}, false), JSONL, false, 0))
 	// With a tiny per-partition buffer: partitions are paused and resumed
 	// all along the merge.

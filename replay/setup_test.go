@@ -12,11 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill/message"
-
 	"github.com/feedco/feed/events"
-	"github.com/feedco/feed/internal/kafka"
 	"github.com/feedco/feed/internal/kafka/kafkatest"
 	"github.com/feedco/feed/internal/testenv"
 )
@@ -89,7 +85,7 @@ func setup(t *testing.T) *bundle {
 	for i := range b.envs {
 		b.insert(t, &b.envs[i])
 	}
-	b.publish(t, b.envs...)
+	b.broker.PublishEvents(t, b.topic, b.envs...)
 	return b
 }
 
@@ -112,36 +108,6 @@ func (b *bundle) insert(t testing.TB, e *events.Envelope) {
 		t.Fatalf("insert %s: %v", e.EventID, err)
 	}
 	e.Payload = json.RawMessage(payload)
-}
-
-// publish sends envelopes as CDC does: watermill message, payload the
-// envelope JSON, the contract's metadata, key = audience key.
-func (b *bundle) publish(t testing.TB, envs ...events.Envelope) {
-	t.Helper()
-	pub, err := kafka.NewPublisher(b.broker.Addrs(), watermill.NopLogger{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Close()
-	for _, e := range envs {
-		payload, err := json.Marshal(e)
-		if err != nil {
-			t.Fatal(err)
-		}
-		msg := message.NewMessage(e.EventID, payload)
-		msg.Metadata = message.Metadata{
-			kafka.MetaName:          e.Type,
-			kafka.MetaStreamID:      e.StreamID,
-			kafka.MetaStreamVersion: strconv.FormatInt(e.StreamVersion, 10),
-			kafka.MetaPosition:      strconv.FormatInt(e.Position, 10),
-			kafka.MetaCommitLSN:     e.CommitLSN,
-			kafka.MetaCorrelationID: e.Metadata.CorrelationID,
-			kafka.MetaPartitionKey:  strconv.FormatInt(e.AudienceKey, 10),
-		}
-		if err := pub.Publish(b.topic, msg); err != nil {
-			t.Fatal(err)
-		}
-	}
 }
 
 // golden compares got with testdata/name (rewritten with -update).

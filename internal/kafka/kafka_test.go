@@ -21,21 +21,14 @@ func TestPublishSubscribeOrderAndRestart(t *testing.T) {
 	t.Parallel()
 	b := kafkatest.Start(t)
 	topic := b.Topic(t, 4)
-	pub, err := kafka.NewPublisher(b.Addrs(), watermill.NopLogger{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	const n = 200
+	var msgs []*message.Message
 	for i := 0; i < n; i++ {
 		m := message.NewMessage(strconv.Itoa(i), []byte(strconv.Itoa(i)))
 		m.Metadata.Set(kafka.MetaPartitionKey, strconv.Itoa(i%3))
-		if err := pub.Publish(topic, m); err != nil {
-			t.Fatal(err)
-		}
+		msgs = append(msgs, m)
 	}
-	if err := pub.Close(); err != nil {
-		t.Fatal(err)
-	}
+	b.Publish(t, topic, msgs...)
 
 	b.Stop()
 	b.Restart(t)

@@ -1,6 +1,8 @@
 // Package testenv gives each test its own PostgreSQL database and Redis key
 // prefix on the real servers, cleaned up with t.Cleanup, so tests run in
-// parallel without seeing each other.
+// parallel without seeing each other; and the helpers tests share to run a
+// component until the test ends (Go), to wait for a condition (Eventually)
+// and to run their binary as a child process they can kill (ChildMain).
 package testenv
 
 import (
@@ -8,9 +10,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -179,4 +183,31 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatalf("timed out after %v waiting for %s", timeout, fmt.Sprint(what))
+}
+
+// Go runs fn in a goroutine until the returned stop is called or the test
+// ends, whichever comes first: stop cancels fn's context and waits for fn
+// to return. An error from fn fails the test.
+func Go(t testing.TB, name string, fn func(context.Context) error) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- fn(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("%s: %v", name, err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// Logger is the logger of components under test: their warnings and
+// errors on stderr, shown by go test with the test's output, and nothing
+// below.
+func Logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }

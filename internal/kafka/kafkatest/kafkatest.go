@@ -1,14 +1,20 @@
 // Package kafkatest starts real Kafka-protocol brokers (kfake, persistent)
-// for tests, on free ports, and gives each test its own topic.
+// for tests, on free ports, gives each test its own topic, and publishes to
+// it as CDC does.
 package kafkatest
 
 import (
 	"context"
+	"encoding/json"
 	"net"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/feedco/feed/events"
 	"github.com/feedco/feed/internal/kafka"
 	"github.com/feedco/feed/internal/testenv"
 )
@@ -77,4 +83,55 @@ func (b *Broker) Topic(t testing.TB, partitions int32) string {
 		t.Fatal(err)
 	}
 	return name
+}
+
+// Publish sends msgs to topic through the project's publisher, each
+// acknowledged by the broker before the next, and closes the publisher.
+func (b *Broker) Publish(t testing.TB, topic string, msgs ...*message.Message) {
+	t.Helper()
+	pub, err := kafka.NewPublisher(b.Addrs(), watermill.NopLogger{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range msgs {
+		if err := pub.Publish(topic, m); err != nil {
+			_ = pub.Close()
+			t.Fatalf("publish %s: %v", m.UUID, err)
+		}
+	}
+	if err := pub.Close(); err != nil {
+		t.Fatalf("close publisher: %v", err)
+	}
+}
+
+// PublishEvents publishes envelopes to topic as CDC does (EventMessage).
+func (b *Broker) PublishEvents(t testing.TB, topic string, envs ...events.Envelope) {
+	t.Helper()
+	msgs := make([]*message.Message, len(envs))
+	for i, e := range envs {
+		msgs[i] = EventMessage(t, e)
+	}
+	b.Publish(t, topic, msgs...)
+}
+
+// EventMessage is env in the Kafka contract's format (docs/architecture.md):
+// the event id as the message UUID, the envelope's JSON as payload, and the
+// contract's metadata, the audience key as the partition key.
+func EventMessage(t testing.TB, env events.Envelope) *message.Message {
+	t.Helper()
+	payload, err := json.Marshal(env)
+	if err != nil {
+		t.Fatalf("encode envelope %s: %v", env.EventID, err)
+	}
+	m := message.NewMessage(env.EventID, payload)
+	m.Metadata = message.Metadata{
+		kafka.MetaName:          env.Type,
+		kafka.MetaStreamID:      env.StreamID,
+		kafka.MetaStreamVersion: strconv.FormatInt(env.StreamVersion, 10),
+		kafka.MetaPosition:      strconv.FormatInt(env.Position, 10),
+		kafka.MetaCommitLSN:     env.CommitLSN,
+		kafka.MetaCorrelationID: env.Metadata.CorrelationID,
+		kafka.MetaPartitionKey:  strconv.FormatInt(env.AudienceKey, 10),
+	}
+	return m
 }

@@ -1,0 +1,300 @@
+// Package systest starts the whole pipeline in the test's process, for the
+// tests that check the system end to end (e2e, rebuild): a database of the
+// test's own with a logical replication slot, a Redis key prefix, an
+// embedded Kafka-protocol broker with a topic, CDC from the slot to the
+// topic, every projector, the query side and the command side. Everything
+// stops, in reverse order, when the test ends. It is a normal package so
+// that several packages' tests can share it, and only tests import it.
+package systest
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/feedco/feed/cdc"
+	"github.com/feedco/feed/commands"
+	"github.com/feedco/feed/internal/kafka"
+	"github.com/feedco/feed/internal/kafka/kafkatest"
+	"github.com/feedco/feed/internal/rkeys"
+	"github.com/feedco/feed/internal/snowflake"
+	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/projections"
+	"github.com/feedco/feed/queries"
+)
+
+// Config is what differs between the suites that start a system.
+type Config struct {
+	// Name tags the test's replication slot (feed_{Name}_{database}) and
+	// consumer groups, so a leftover says which suite made it.
+	Name string
+	// Partitions is the number of partitions of the test's topic.
+	Partitions int32
+	// Projections holds the policies of the projectors; Start sets Keys to
+	// the test's prefix. Its InboxMax is the query side's too.
+	Projections projections.Config
+	// CacheTTL is the query side's celebrity cache TTL.
+	CacheTTL time.Duration
+	// Supervised runs the projectors under a projections.Supervisor, which
+	// follows the version registry (`feed rebuild` switches), instead of
+	// one Runner at the first versions.
+	Supervised bool
+}
+
+// System is a running pipeline and the handles a test reads it with.
+type System struct {
+	// DB is the test's database, the event log and the inline tables.
+	DB *testenv.DB
+	// Redis is the client of the read models, all under Prefix.
+	Redis  redis.UniversalClient
+	Prefix string
+	// Keys names the read models at the first versions (no rebuild).
+	Keys rkeys.Keys
+	// Broker and Topic carry the events from CDC to the projectors.
+	Broker *kafkatest.Broker
+	Topic  string
+	// Slot is CDC's replication slot.
+	Slot string
+	// GroupPrefix starts the names of the projectors' consumer groups.
+	GroupPrefix string
+	// Groups are the consumer groups of the projectors when they run under
+	// one Runner (nil when Supervised: the registry names them).
+	Groups []string
+	// Commands is the write side; Feed is the query side.
+	Commands *commands.Commands
+	Feed     *queries.Feed
+	// ProjectionMetrics is the registry of the projectors' metrics.
+	ProjectionMetrics *prometheus.Registry
+	// Log is the components' logger (warnings and errors to stderr).
+	Log *slog.Logger
+}
+
+// Start starts the pipeline. The slot is created before anything is
+// written, so CDC streams every event of the test.
+func Start(t testing.TB, cfg Config) *System {
+	t.Helper()
+	ctx := context.Background()
+	s := &System{DB: testenv.NewDB(t), Broker: kafkatest.Start(t),
+		Log: testenv.Logger()}
+	r := testenv.NewRedis(t)
+	s.Redis, s.Prefix, s.Keys = r.Client, r.Prefix, rkeys.Keys{Prefix: r.Prefix}
+	s.Topic = s.Broker.Topic(t, cfg.Partitions)
+	s.Slot = "feed_" + cfg.Name + "_" + s.DB.Name
+	s.GroupPrefix = testenv.RandomName(cfg.Name) + "."
+	if _, err := s.DB.Pool.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, s.Slot); err != nil {
+		t.Fatalf("create slot: %v", err)
+	}
+
+	// CDC: the event log to the topic.
+	pub, err := kafka.NewPublisher(s.Broker.Addrs(), watermill.NopLogger{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pub.Close() })
+	c, err := cdc.New(cdc.Config{
+		DatabaseURL:     s.DB.URL,
+		Slot:            s.Slot,
+		Topic:           s.Topic,
+		ConfirmInterval: 100 * time.Millisecond,
+		StatusInterval:  time.Second,
+		StateInterval:   500 * time.Millisecond,
+		MinBackoff:      50 * time.Millisecond,
+		MaxBackoff:      time.Second,
+		Logger:          s.Log,
+	}, s.DB.Pool, pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, "cdc", c.Run)
+
+	// Every projector, in consumer groups of this test's own.
+	pcfg := cfg.Projections
+	pcfg.Keys = s.Keys
+	s.ProjectionMetrics = prometheus.NewRegistry()
+	pm, err := projections.NewMetrics(s.ProjectionMetrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Supervised {
+		sup, err := projections.NewSupervisor(projections.SupervisorConfig{
+			Projections:  pcfg,
+			Runner:       s.RunnerConfig(),
+			PollInterval: 200 * time.Millisecond,
+		}, s.DB.Pool, s.Redis, pm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		run(t, "projectors", sup.Run)
+	} else {
+		ps, err := projections.New(pcfg, s.DB.Pool, s.Redis, pm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc := s.RunnerConfig()
+		rc.Metrics = pm
+		runner, err := projections.NewRunner(rc, ps...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Groups = runner.Groups()
+		run(t, "projectors", runner.Run)
+	}
+
+	// The query side and the command side.
+	s.Feed, err = queries.New(queries.Config{
+		Keys:              s.Keys,
+		InboxMax:          cfg.Projections.InboxMax,
+		CelebrityCacheTTL: cfg.CacheTTL,
+		TimelineCacheSize: queries.MaxLimit + 1,
+		Registerer:        prometheus.NewRegistry(),
+		Logger:            s.Log,
+	}, s.DB.Pool, s.Redis)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Feed.Close)
+	ids, err := snowflake.New(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Commands, err = commands.New(s.DB.Pool, ids, commands.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// run runs fn until the test ends; an end other than the cancellation
+// fails the test.
+func run(t testing.TB, name string, fn func(context.Context) error) {
+	testenv.Go(t, name+" stopped with", func(ctx context.Context) error {
+		if err := fn(ctx); !errors.Is(err, context.Canceled) {
+			return err
+		}
+		return nil
+	})
+}
+
+// RunnerConfig is how the system's projectors consume: the test's broker,
+// topic and group prefix, short retries, no lag sampling.
+func (s *System) RunnerConfig() projections.RunnerConfig {
+	return projections.RunnerConfig{
+		Brokers:      s.Broker.Addrs(),
+		Topic:        s.Topic,
+		GroupPrefix:  s.GroupPrefix,
+		RetryInitial: 20 * time.Millisecond,
+		RetryMax:     500 * time.Millisecond,
+		DrainTimeout: 10 * time.Second,
+		LagInterval:  -1,
+		Logger:       s.Log,
+	}
+}
+
+// WaitCDC waits until CDC has confirmed a WAL position taken now, after
+// every write so far; CDC confirms a position only once Kafka has
+// acknowledged every event up to it. It returns that position.
+func (s *System) WaitCDC(t testing.TB, timeout time.Duration) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var lsn string
+	if err := s.DB.Pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&lsn); err != nil {
+		t.Fatalf("read WAL position: %v", err)
+	}
+	for {
+		var done bool
+		err := s.DB.Pool.QueryRow(ctx, `SELECT coalesce(confirmed_flush_lsn >= $1::pg_lsn, false) FROM pg_replication_slots WHERE slot_name = $2`, lsn, s.Slot).Scan(&done)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) && ctx.Err() == nil {
+			t.Fatalf("read slot %s: %v", s.Slot, err)
+		}
+		if done {
+			return lsn
+		}
+		if ctx.Err() != nil {
+			st, _ := cdc.Status(context.Background(), s.DB.Pool, s.Slot)
+			t.Fatalf("CDC did not confirm WAL %s within %v: %+v", lsn, timeout, st)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// WaitConsumed waits until every consumer group in Groups has committed
+// the end of every partition (lag 0, as `feed status` reports it).
+func (s *System) WaitConsumed(t testing.TB, timeout time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var lags map[string]int64
+	for {
+		var err error
+		lags, err = projections.ConsumerLag(ctx, s.Broker.Addrs(), s.Topic, s.Groups)
+		if err == nil {
+			total := int64(0)
+			for _, g := range s.Groups {
+				total += lags[g]
+			}
+			if total == 0 && len(lags) == len(s.Groups) {
+				return
+			}
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("consumer groups did not catch up within %v: lag %v (last error %v)", timeout, lags, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// Poisoned returns how many messages went to the poison topic: each one is
+// an event some projector gave up on.
+func (s *System) Poisoned(t testing.TB) int64 {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(s.Broker.Addrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, kafka.PoisonTopic(s.Topic))
+	if err != nil {
+		t.Fatalf("list poison topic offsets: %v", err)
+	}
+	var n int64
+	ends.Each(func(o kadm.ListedOffset) { n += o.Offset })
+	return n
+}
+
+// LogProjectionStats logs, per projector, the messages handled, the time
+// spent applying them and the retries.
+func (s *System) LogProjectionStats(t testing.TB) {
+	t.Helper()
+	mfs, err := s.ProjectionMetrics.Gather()
+	if err != nil {
+		t.Logf("gather projection metrics: %v", err)
+		return
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, l.GetName()+"="+l.GetValue())
+			}
+			switch {
+			case m.GetHistogram() != nil:
+				h := m.GetHistogram()
+				t.Logf("%s{%v}: count %d, sum %.3fs", mf.GetName(), labels, h.GetSampleCount(), h.GetSampleSum())
+
+			case m.GetCounter() != nil && mf.GetName() != "feed_projection_messages_total":
+				t.Logf("%s{%v}: %.0f", mf.GetName(), labels, m.GetCounter().GetValue())
+			}
+		}
+	}
+}
