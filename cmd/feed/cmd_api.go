@@ -55,7 +55,7 @@ func runAPI(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer)
 	}
 	defer closeAPI()
 	log.Info("api: starting", "http", "http://"+apiTask.addr)
-	return runTasks(ctx, log, apiTask.task)
+	return runTasks(ctx, log, "api", apiTask.task)
 }
 
 // apiParts are what the API is built from.

@@ -74,7 +74,7 @@ func runCDC(ctx context.Context, cfg Config, log *slog.Logger, metricsAddr strin
 		served = append(served, "metrics", "http://"+l.Addr().String()+"/metrics")
 	}
 	log.Info("cdc: starting", served...)
-	return runTasks(ctx, log, tasks...)
+	return runTasks(ctx, log, "cdc", tasks...)
 }
 
 // streamCDC streams the event log to the topic until ctx ends. It waits

@@ -75,5 +75,5 @@ func runDev(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer)
 	cdcTask := task{name: "cdc", run: func(ctx context.Context) error { return streamCDC(ctx, cfg, pool, reg, log) }}
 
 	log.Info("dev: starting", "http", "http://"+apiTask.addr, "kafka", cfg.KafkaBrokers, "state", cfg.StateDir)
-	return runTasks(ctx, log, cdcTask, projectors, apiTask.task)
+	return runTasks(ctx, log, "dev", cdcTask, projectors, apiTask.task)
 }

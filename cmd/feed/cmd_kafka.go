@@ -37,7 +37,7 @@ func runKafka(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	defer e.Close()
 	log.Info("kafka: starting", "kafka", e.Addrs()[0], "data", brokerDir(cfg), "topic", cfg.Topic, "partitions", cfg.Partitions)
-	return runTasks(ctx, log, task{name: "kafka", run: func(ctx context.Context) error {
+	return runTasks(ctx, log, "kafka", task{name: "kafka", run: func(ctx context.Context) error {
 		<-ctx.Done()
 		return nil
 	}})

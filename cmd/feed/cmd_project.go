@@ -77,7 +77,7 @@ func runProject(ctx context.Context, cfg Config, log *slog.Logger, names []strin
 		served = append(served, "metrics", "http://"+l.Addr().String()+"/metrics")
 	}
 	log.Info("project: starting", served...)
-	return runTasks(ctx, log, tasks...)
+	return runTasks(ctx, log, "project", tasks...)
 }
 
 // newProjectors builds the supervisor of the projectors names (nil: all):

@@ -14,10 +14,11 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/redis/go-redis/v9"
 )
 
 func main() {
-	startPprof(slog.New(slog.NewTextHandler(os.Stderr, nil)))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := execute(ctx, os.Args[1:], os.Stdout, os.Stderr, LoadConfig)
 	stop()
@@ -70,9 +71,20 @@ func (c *cli) config() (Config, *slog.Logger, error) {
 		return cfg, nil, usageError{err.Error()}
 	}
 	log := newLogger(c.stderr, cfg.LogFormat, cfg.LogLevel)
-	// For the libraries that log to the default logger.
+	// For the libraries that log to the default logger, and go-redis's
+	// connection pool.
 	slog.SetDefault(log)
+	redis.SetLogger(redisLogger{log})
+	startPprof(log)
 	return cfg, log, nil
+}
+
+// redisLogger sends go-redis's messages (failed dials, for one) to the
+// process's logger as warnings.
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.WarnContext(ctx, "redis: "+fmt.Sprintf(format, v...))
 }
 
 // newLogger returns the process's logger: text or JSON lines on w, from

@@ -131,11 +131,11 @@ type task struct {
 	run  func(ctx context.Context) error
 }
 
-// runTasks runs the tasks together until ctx ends or one of them fails;
-// then it cancels the others and waits for them. A task that returns
-// after ctx ended has stopped cleanly; the first failure is returned,
-// named after its task.
-func runTasks(ctx context.Context, log *slog.Logger, tasks ...task) error {
+// runTasks runs the tasks of a role together until ctx ends or one of
+// them fails; then it cancels the others, waits for them and logs the
+// shutdown. A task that returns after ctx ended has stopped cleanly; the
+// first failure is returned, named after its task.
+func runTasks(ctx context.Context, log *slog.Logger, role string, tasks ...task) error {
 	g, gctx := errgroup.WithContext(ctx)
 	for _, t := range tasks {
 		g.Go(func() error {
@@ -149,10 +149,10 @@ func runTasks(ctx context.Context, log *slog.Logger, tasks ...task) error {
 	}
 	err := g.Wait()
 	if err != nil {
-		log.Error("shutting down", "err", err)
+		log.Error(role+": shut down after a failure", "err", err)
 		return err
 	}
-	log.Info("shut down")
+	log.Info(role + ": shut down")
 	return nil
 }
 
