@@ -95,6 +95,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"statsu"}, `feed: unknown command "statsu" (did you mean "status"?)`},
 		{[]string{"--bogus"}, "feed: unknown flag: --bogus"},
 		{[]string{"cdc", "bogus"}, `feed cdc: unexpected argument "bogus"`},
+		{[]string{"help", "bogus"}, `feed help: unknown help topic "bogus"`},
 		{[]string{"cdc", "drop-slot", "x"}, `feed cdc drop-slot: unexpected argument "x"`},
 		{[]string{"status", "extra"}, `feed status: unexpected argument "extra"`},
 		{[]string{"seed", "-users", "5"}, "feed seed: unknown shorthand flag: 'u' in -users"},

@@ -38,6 +38,19 @@ func newRootCommand(c *cli) *cobra.Command {
 	root.SetErr(c.stderr)
 	root.SetVersionTemplate("{{.Version}}")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err.Error()} })
+	root.SetHelpCommand(&cobra.Command{
+		Use:   "help [command]",
+		Short: "Help about any command",
+		RunE: func(_ *cobra.Command, args []string) error {
+			target, rest, err := root.Find(args)
+			if err != nil || len(rest) > 0 {
+				return usageError{fmt.Sprintf("unknown help topic %q", strings.Join(args, " "))}
+			}
+			target.InitDefaultHelpFlag() // as cobra's own help command does
+			target.InitDefaultVersionFlag()
+			return target.Help()
+		},
+	})
 	root.AddCommand(
 		newDevCommand(c),
 		newMigrateCommand(c),

@@ -140,10 +140,14 @@ func runTasks(ctx context.Context, log *slog.Logger, role string, tasks ...task)
 	for _, t := range tasks {
 		g.Go(func() error {
 			err := t.run(gctx)
-			if err != nil && gctx.Err() == nil && !errors.Is(err, context.Canceled) {
+			switch {
+			case err == nil, errors.Is(err, context.Canceled):
+				log.Debug(role+": stopped", "component", t.name)
+			case gctx.Err() == nil:
 				return fmt.Errorf("%s: %w", t.name, err)
+			default: // stopping, after the end of ctx or another's failure
+				log.Warn(role+": stopped with an error", "component", t.name, "err", err)
 			}
-			log.Debug("stopped", "component", t.name)
 			return nil
 		})
 	}
