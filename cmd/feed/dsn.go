@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -22,11 +23,14 @@ var secretKeys = map[string]bool{"password": true, "sslpassword": true}
 // keyword string (password=..., quoted or not), are replaced by xxxxx.
 // What it cannot parse it hides entirely rather than risk a secret.
 func redactDSN(dsn string) string {
-	if strings.Contains(dsn, "://") {
+	if urlScheme.MatchString(dsn) {
 		return redactURL(dsn)
 	}
 	return redactKeywords(dsn)
 }
+
+// urlScheme matches the start of a URL (RFC 3986's scheme, then "://").
+var urlScheme = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*://`)
 
 func redactURL(s string) string {
 	u, err := url.Parse(s)

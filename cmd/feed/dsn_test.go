@@ -30,6 +30,7 @@ func TestRedactDSN(t *testing.T) {
 		{`password=hun\ ter2 host=db`, "password=xxxxx host=db"},
 		{"host=db password='hunter2", "(unparseable connection string, redacted)"},
 		{"host=db hunter2", "(unparseable connection string, redacted)"},
+		{"host=db application_name=a://b password=hunter2", "host=db application_name=a://b password=xxxxx"},
 		{"", ""},
 	} {
 		got := redactDSN(tc.in)
