@@ -96,8 +96,7 @@ type Config struct {
 	// ReadCacheKeys bounds the server-assisted client-side cache of the
 	// per-reader Redis reads of home pages (Redis CLIENT TRACKING, see
 	// read_cache.go and docs/queries.md "Read cache"), in Redis keys. Zero
-	// takes FEED_READ_CACHE_KEYS, else 40,000 (about 10,000 readers); negative, or
-	// FEED_READ_CACHE_KEYS=0, turns it off. Only a single-node
+	// means 40,000 (about 10,000 readers); negative turns it off. Only a single-node
 	// *redis.Client gets the cache.
 	ReadCacheKeys int
 	// invalDial, when set (tests), dials the read cache's invalidation

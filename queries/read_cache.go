@@ -6,8 +6,6 @@ import (
 	"hash/maphash"
 	"log/slog"
 	"net"
-	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -237,22 +235,11 @@ const (
 	readCacheMaxAge     = time.Minute
 )
 
-// ReadCacheEnv turns the read cache off ("0") or bounds it in Redis keys;
-// read by New when Config.ReadCacheKeys is zero.
-const ReadCacheEnv = "FEED_READ_CACHE_KEYS"
-
 // readCacheKeys returns the configured bound: Config.ReadCacheKeys, else
-// FEED_READ_CACHE_KEYS, else the default; 0 means off.
+// the default; negative means off (0).
 func readCacheKeys(cfg int) (int, error) {
 	if cfg != 0 {
 		return max(cfg, 0), nil
-	}
-	if v := os.Getenv(ReadCacheEnv); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return 0, errors.New("queries: " + ReadCacheEnv + "=" + strconv.Quote(v) + ": want a number of keys, 0 for off")
-		}
-		return n, nil
 	}
 	return defaultReadCacheKeys, nil
 }

@@ -3,86 +3,153 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
-	"os"
+	"io"
+	"log/slog"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
 
 	"github.com/feedco/feed/api"
 	feedcmd "github.com/feedco/feed/commands"
 	"github.com/feedco/feed/internal/auth"
 	"github.com/feedco/feed/internal/snowflake"
+	"github.com/feedco/feed/queries"
 )
 
-func init() {
-	register("api", "the HTTP API (write side, and the query side when wired)", runAPICommand)
-	registerDevRole("api", runAPI)
+func newAPICommand(c *cli) *cobra.Command {
+	return &cobra.Command{
+		Use:   "api",
+		Short: "The HTTP API: the write side and the query side",
+		Long: longHelp("The HTTP API: the write side (commands) and the query side (home feed, author timelines),\n"+
+			"with /healthz, /readyz and /metrics.", envPostgres, envRedis, envAPI),
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, log, err := c.config()
+			if err != nil {
+				return err
+			}
+			return runAPI(cmd.Context(), cfg, log, c.stdout)
+		},
+	}
 }
 
-// apiExtensions plug other components into the API server before it starts:
-// the query side sets deps.Feed (and, if it wants, deps.AfterPostCreated)
-// from its own file (e.g. cmd/feed/api_queries.go with an init that appends
-// here), registering its metrics in deps.Registry. A cleanup runs after the
-// server stopped.
-var apiExtensions []func(ctx context.Context, a *App, deps *api.Deps) (cleanup func(), err error)
-
-func runAPICommand(ctx context.Context, args []string) error {
-	if len(args) > 0 {
-		return usageError{"api takes no arguments (configure it with the environment)"}
-	}
-	a, err := newApp(ctx, true, true)
+// runAPI is `feed api`: PostgreSQL (migrated) and Redis, the API server
+// with the query side, served until ctx ends.
+func runAPI(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) error {
+	pool, err := openPostgres(ctx, cfg, 64, true)
 	if err != nil {
 		return err
 	}
-	defer a.Close()
-	a.Log = logger()
-	return runAPI(ctx, a)
+	defer pool.Close()
+	rdb, err := openRedis(ctx, cfg, 256)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	reg := prometheus.NewRegistry()
+	apiTask, closeAPI, err := newAPI(ctx, cfg, apiParts{Pool: pool, Redis: rdb, Registry: reg, Log: log, Stdout: stdout, AllowDevSecret: cfg.AllowDevSecret})
+	if err != nil {
+		return err
+	}
+	defer closeAPI()
+	log.Info("api: starting", "http", "http://"+apiTask.addr)
+	return runTasks(ctx, log, "api", apiTask.task)
 }
 
-// runAPI serves the API until ctx is done, then shuts down gracefully.
-func runAPI(ctx context.Context, a *App) error {
-	cfg := a.Cfg
-	reg := a.Metrics
-	if reg == nil {
-		reg = prometheus.NewRegistry()
-	}
-	deps := api.Deps{Logger: a.Log, Registry: reg}
+// apiParts are what the API is built from.
+type apiParts struct {
+	Pool  *pgxpool.Pool
+	Redis redis.UniversalClient
+	// Registry receives every metric of the API and serves them at
+	// /metrics: `feed dev` passes the one its other components use.
+	Registry *prometheus.Registry
+	Log      *slog.Logger
+	// Stdout gets the "listening on" line.
+	Stdout io.Writer
+	// AllowDevSecret accepts the built-in development JWT secret (`feed
+	// dev`, or FEED_ALLOW_DEV_SECRET=1 for `feed api`).
+	AllowDevSecret bool
+}
+
+// apiTask is the API server bound to its address, ready to serve.
+type apiTask struct {
+	task
+	addr string
+}
+
+// newAPI builds the API: token verification, the write side, the query
+// side (GET /api/feed and GET /api/users/{id}/posts, with every post the
+// API creates written through to its author's read models at once), and
+// the server listening on HTTP_ADDR. The cleanup closes the query side.
+func newAPI(ctx context.Context, cfg Config, p apiParts) (apiTask, func(), error) {
+	deps := api.Deps{Logger: p.Log, Registry: p.Registry}
 	if cfg.AuthMode == api.AuthJWT {
-		if cfg.JWTSecret == devSecret && os.Getenv("FEED_ALLOW_DEV_SECRET") != "1" {
-			return usageError{"FEED_JWT_SECRET is unset (the built-in development secret is only accepted by `feed dev` or with FEED_ALLOW_DEV_SECRET=1)"}
+		if cfg.JWTSecret == devSecret && !p.AllowDevSecret {
+			return apiTask{}, nil, usageError{"FEED_JWT_SECRET is unset (the built-in development secret is only accepted by `feed dev` or with FEED_ALLOW_DEV_SECRET=1)"}
 		}
 		signer, err := auth.NewSigner(cfg.JWTSecret)
 		if err != nil {
-			return usageError{err.Error()}
+			return apiTask{}, nil, usageError{"FEED_JWT_SECRET: " + err.Error()}
 		}
 		deps.Tokens = signer
 	}
 	ids, err := snowflake.New(cfg.NodeID)
 	if err != nil {
-		return usageError{fmt.Sprintf("FEED_NODE_ID: %v", err)}
+		return apiTask{}, nil, usageError{fmt.Sprintf("FEED_NODE_ID: %v", err)}
 	}
-	deps.Commands, err = feedcmd.New(a.Pool, ids, feedcmd.Config{MaxContentChars: cfg.MaxContentChars})
+	if deps.Commands, err = feedcmd.New(p.Pool, ids, feedcmd.Config{MaxContentChars: cfg.MaxContentChars}); err != nil {
+		return apiTask{}, nil, err
+	}
+	deps.Ready = map[string]func(context.Context) error{
+		"postgres": p.Pool.Ping,
+		"redis":    func(ctx context.Context) error { return p.Redis.Ping(ctx).Err() },
+	}
+
+	f, err := queries.New(queries.Config{
+		InboxMax:          cfg.InboxMax,
+		CelebrityCacheTTL: cfg.CelebrityCacheTTL,
+		InactiveAfter:     cfg.InactiveAfter,
+		ReadCacheKeys:     readCacheKeys(cfg.ReadCacheKeys),
+		Registerer:        p.Registry,
+		Logger:            p.Log,
+	}, p.Pool, p.Redis)
 	if err != nil {
-		return err
+		return apiTask{}, nil, fmt.Errorf("build the query side: %w", err)
 	}
-	deps.Ready = map[string]func(context.Context) error{"postgres": a.Pool.Ping}
-	if a.Redis != nil {
-		deps.Ready["redis"] = func(ctx context.Context) error { return a.Redis.Ping(ctx).Err() }
-	}
-	for _, ext := range apiExtensions {
-		cleanup, err := ext(ctx, a, &deps)
+	deps.Feed = f
+	deps.AfterPostCreated = func(ctx context.Context, post feedcmd.Post) {
+		err := f.PostCreated(ctx, queries.NewPost{ID: post.ID, AuthorID: post.AuthorID, Content: post.Content, CreatedAt: post.CreatedAt})
 		if err != nil {
-			return err
-		}
-		if cleanup != nil {
-			defer cleanup()
+			// The post is committed; the projectors will show it, and
+			// this process probes PostgreSQL for the author meanwhile.
+			p.Log.Warn("queries: write-through of a new post failed", "post", post.ID, "err", err)
 		}
 	}
+
 	srv, err := api.New(api.Config{Addr: cfg.HTTPAddr, AuthMode: cfg.AuthMode}, deps)
 	if err != nil {
-		return err
+		f.Close()
+		return apiTask{}, nil, err
 	}
-	return srv.ListenAndServe(ctx, func(addr net.Addr) {
-		fmt.Printf("api: listening on http://%s\n", addr)
-	})
+	l, err := listen(cfg.HTTPAddr)
+	if err != nil {
+		f.Close()
+		return apiTask{}, nil, err
+	}
+	addr := l.Addr().String()
+	fmt.Fprintf(p.Stdout, "api: listening on http://%s\n", addr)
+	return apiTask{addr: addr, task: task{name: "api", run: func(ctx context.Context) error {
+		return srv.Serve(ctx, l)
+	}}}, f.Close, nil
+}
+
+// readCacheKeys maps FEED_READ_CACHE_KEYS to the query side's setting: 0
+// turns the cache off (the query side's 0 would mean its default).
+func readCacheKeys(n int) int {
+	if n <= 0 {
+		return -1
+	}
+	return n
 }

@@ -2,13 +2,15 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
-	"os"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/feedco/feed/bench"
 	"github.com/feedco/feed/cdc"
@@ -18,46 +20,65 @@ import (
 	"github.com/feedco/feed/rebuild"
 )
 
-func init() {
-	register("bench", "mixed workload against a running system, with baselines: feed bench [--duration 60s] [--rate R | --closed-loop --clients C]", runBench)
+// benchOptions are `feed bench`'s flags besides bench.Config's.
+type benchOptions struct {
+	activate bool
+	out, url string
 }
 
-func runBench(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	var c bench.Config
-	fs.DurationVar(&c.Duration, "duration", 60*time.Second, "length of the mixed phase")
-	fs.Float64Var(&c.Rate, "rate", 1000, "open loop: operations per second (reads and writes)")
-	fs.BoolVar(&c.ClosedLoop, "closed-loop", false, "run --clients workers back to back instead of --rate")
-	fs.IntVar(&c.Clients, "clients", 0, "workers (default 64 open loop, 16 closed loop); also the baselines' concurrency")
-	fs.Float64Var(&c.ReadRatio, "read-ratio", 20, "feed reads per write (0: writes only)")
-	fs.Float64Var(&c.PostShare, "post-share", 0.8, "share of writes that are posts (the rest: follows and unfollows, half each; 0: none)")
-	fs.IntVar(&c.Readers, "readers", 2000, "users who read (warmed by one read each before the run)")
-	fs.IntVar(&c.Churners, "churners", 500, "users who follow and unfollow")
-	fs.Float64Var(&c.VisibleRate, "visible-rate", 20, "posts per second that get a post-to-visible probe")
-	fs.DurationVar(&c.PollInterval, "poll", 10*time.Millisecond, "probe poll interval")
-	fs.DurationVar(&c.BaselineDuration, "baseline", 10*time.Second, "length of each baseline phase, before and after (negative: none)")
-	activate := fs.Bool("activate", true, "mark every user active before the run, so fan-out pushes to all followers")
-	fs.Uint64Var(&c.Seed, "seed", 1, "choice of readers, churners and operations")
-	out := fs.String("out", "bench-report", "report files: OUT.json and OUT.png")
-	url := fs.String("url", "", "API base URL (default http://HTTP_ADDR)")
-	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
+func newBenchCommand(c *cli) *cobra.Command {
+	var bc bench.Config
+	var o benchOptions
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Mixed read/write workload against a running system, with baselines",
+		Long: longHelp("Runs a mixed workload against a running system (open loop at --rate, or --closed-loop with --clients):\n"+
+			"reads/s and latency percentiles, post-to-visible latency, lags, errors, beside the pull-SQL and raw-Redis\n"+
+			"baselines; a table on stdout, OUT.json and OUT.png (docs/bench.md).",
+			envPostgres, envRedis, []string{"HTTP_ADDR", "FEED_JWT_SECRET", "FEED_SLOT", "FEED_CELEBRITY_THRESHOLD"}, envKafka),
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := noneFlags(&bc); err != nil {
+				return err
+			}
+			cfg, log, err := c.config()
+			if err != nil {
+				return err
+			}
+			bc.Activate = o.activate
+			command := []string{cmd.CommandPath()}
+			cmd.Flags().Visit(func(f *pflag.Flag) { command = append(command, "--"+f.Name+"="+f.Value.String()) })
+			return runBench(cmd.Context(), cfg, log, bc, o, strings.Join(command, " "), c.stdout, c.stderr)
+		},
 	}
-	if fs.NArg() > 0 {
-		return usageError{"bench takes flags only"}
-	}
-	if err := noneFlags(&c); err != nil {
-		return err
-	}
-	a, err := newApp(ctx, true, true)
+	f := cmd.Flags()
+	f.DurationVar(&bc.Duration, "duration", 60*time.Second, "length of the mixed phase")
+	f.Float64Var(&bc.Rate, "rate", 1000, "open loop: operations per second (reads and writes)")
+	f.BoolVar(&bc.ClosedLoop, "closed-loop", false, "run --clients workers back to back instead of --rate")
+	f.IntVar(&bc.Clients, "clients", 0, "workers (default 64 open loop, 16 closed loop); also the baselines' concurrency")
+	f.Float64Var(&bc.ReadRatio, "read-ratio", 20, "feed reads per write (0: writes only)")
+	f.Float64Var(&bc.PostShare, "post-share", 0.8, "share of writes that are posts (the rest: follows and unfollows, half each; 0: none)")
+	f.IntVar(&bc.Readers, "readers", 2000, "users who read (warmed by one read each before the run)")
+	f.IntVar(&bc.Churners, "churners", 500, "users who follow and unfollow")
+	f.Float64Var(&bc.VisibleRate, "visible-rate", 20, "posts per second that get a post-to-visible probe")
+	f.DurationVar(&bc.PollInterval, "poll", 10*time.Millisecond, "probe poll interval")
+	f.DurationVar(&bc.BaselineDuration, "baseline", 10*time.Second, "length of each baseline phase, before and after (negative: none)")
+	f.BoolVar(&o.activate, "activate", true, "mark every user active before the run, so fan-out pushes to all followers")
+	f.Uint64Var(&bc.Seed, "seed", 1, "choice of readers, churners and operations")
+	f.StringVar(&o.out, "out", "bench-report", "report files: OUT.json and OUT.png")
+	f.StringVar(&o.url, "url", "", "API base URL (default http://HTTP_ADDR)")
+	return cmd
+}
+
+// runBench is `feed bench`; command is its command line, for the report.
+func runBench(ctx context.Context, cfg Config, log *slog.Logger, c bench.Config, o benchOptions, command string, stdout, stderr io.Writer) error {
+	a, err := openApp(ctx, cfg, log, true, true)
 	if err != nil {
 		return err
 	}
 	defer a.Close()
-	c.Activate = *activate
 	c.CelebrityThreshold = a.Cfg.CelebrityThreshold
-	c.BaseURL = strings.TrimRight(*url, "/")
+	c.BaseURL = strings.TrimRight(o.url, "/")
 	if c.BaseURL == "" {
 		c.BaseURL = "http://" + a.Cfg.HTTPAddr
 	}
@@ -100,7 +121,7 @@ func runBench(ctx context.Context, args []string) error {
 		}
 		return s, err
 	}
-	r, err := bench.New(c, pop, tokens, bench.Deps{DB: a.Pool, Redis: a.Redis, Keys: rkeys.Keys{Versions: vs}, Sampler: sampler, Log: os.Stderr})
+	r, err := bench.New(c, pop, tokens, bench.Deps{DB: a.Pool, Redis: a.Redis, Keys: rkeys.Keys{Versions: vs}, Sampler: sampler, Log: stderr})
 	if err != nil {
 		return usageError{err.Error()}
 	}
@@ -108,15 +129,15 @@ func runBench(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	rep.Command = "feed bench " + strings.Join(args, " ")
-	rep.WriteTable(os.Stdout)
-	if err := rep.WriteJSON(*out + ".json"); err != nil {
+	rep.Command = command
+	rep.WriteTable(stdout)
+	if err := rep.WriteJSON(o.out + ".json"); err != nil {
 		return err
 	}
-	if err := rep.WriteChart(*out + ".png"); err != nil {
+	if err := rep.WriteChart(o.out + ".png"); err != nil {
 		return err
 	}
-	fmt.Printf("\nreport: %s.json, chart: %s.png\n", *out, *out)
+	fmt.Fprintf(stdout, "\nreport: %s.json, chart: %s.png\n", o.out, o.out)
 	return nil
 }
 

@@ -3,74 +3,92 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"runtime/debug"
 	"time"
 
 	wk "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
 
 	"github.com/feedco/feed/cdc"
 	"github.com/feedco/feed/internal/kafka"
 )
 
-func init() {
-	register("cdc", "stream the event log to Kafka (--metrics-addr HOST:PORT); `feed cdc drop-slot` drops the slot", runCDC)
-	// `feed dev` runs CDC too; the dev hooks set KafkaBrokers first.
-	registerDevRole("cdc", func(ctx context.Context, a *App) error {
-		return runCDCRole(ctx, a, a.Metrics)
-	})
+func newCDCCommand(c *cli) *cobra.Command {
+	var metricsAddr string
+	cmd := &cobra.Command{
+		Use:   "cdc",
+		Short: "Stream the event log to Kafka; `feed cdc drop-slot` drops the replication slot",
+		Long: longHelp("Streams the event log to Kafka over a logical replication slot (created on first start).\n"+
+			"When CDC is decommissioned, `feed cdc drop-slot` drops the slot so that PostgreSQL stops keeping WAL for it.",
+			envPostgres, envKafka, envCDC, []string{"GOGC"}),
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, log, err := c.config()
+			if err != nil {
+				return err
+			}
+			return runCDC(cmd.Context(), cfg, log, metricsAddr)
+		},
+	}
+	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address (default: none)")
+	cmd.AddCommand(newDropSlotCommand(c))
+	return cmd
 }
 
-func runCDC(ctx context.Context, args []string) error {
-	if len(args) > 0 && args[0] == "drop-slot" {
-		return runDropSlot(ctx, args[1:])
-	}
-	fs := flag.NewFlagSet("cdc", flag.ContinueOnError)
-	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus /metrics on this address (default: none)")
-	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("cdc: unexpected argument %q (did you mean `feed cdc drop-slot`?)", fs.Arg(0))}
-	}
-	a, err := newApp(ctx, true, false)
-	if err != nil {
-		return err
-	}
-	defer a.Close()
-	a.Log = logger()
+// runCDC is `feed cdc`: PostgreSQL (migrated), the topics, the CDC
+// stream, and its metrics on metricsAddr ("" serves none).
+func runCDC(ctx context.Context, cfg Config, log *slog.Logger, metricsAddr string) error {
 	if os.Getenv("GOGC") == "" {
 		// CDC allocates a few short-lived objects per event (the watermill
-		// message, sarama's record); collecting less often cut its CPU per
-		// event by about a quarter in docs/benchmarks.md, for a heap of a
+		// message, sarama's record); collecting less often cuts its CPU per
+		// event by about a quarter (docs/benchmarks.md), for a heap of a
 		// few hundred MiB at most. Only for the role alone, not `feed dev`.
 		debug.SetGCPercent(400)
 	}
-	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	err = kafka.EnsureTopics(tctx, brokersOf(a.Cfg), topicsOf(a.Cfg))
-	cancel()
+	pool, err := openPostgres(ctx, cfg, 64, true)
 	if err != nil {
 		return err
 	}
+	defer pool.Close()
+	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err = kafka.EnsureTopics(tctx, brokersOf(cfg), topicsOf(cfg))
+	cancel()
+	if err != nil {
+		return fmt.Errorf("create topics: %w", err)
+	}
 	reg := prometheus.NewRegistry()
-	defer serveMetrics(*metricsAddr, reg, a.Log, "cdc")()
-	return runCDCRole(ctx, a, reg)
+	tasks := []task{{name: "cdc", run: func(ctx context.Context) error { return streamCDC(ctx, cfg, pool, reg, log) }}}
+	served := []any{}
+	if metricsAddr != "" {
+		l, err := listen(metricsAddr)
+		if err != nil {
+			return err
+		}
+		tasks = append(tasks, metricsTask(l, reg))
+		served = append(served, "metrics", "http://"+l.Addr().String()+"/metrics")
+	}
+	log.Info("cdc: starting", served...)
+	return runTasks(ctx, log, "cdc", tasks...)
 }
 
-// runCDCRole streams until ctx ends. It waits for the broker when it is not
-// up yet, like the replication side waits for PostgreSQL.
-func runCDCRole(ctx context.Context, a *App, reg prometheus.Registerer) error {
-	brokers := brokersOf(a.Cfg)
+// streamCDC streams the event log to the topic until ctx ends. It waits
+// for the broker when it is not up yet, as the replication side waits for
+// PostgreSQL.
+func streamCDC(ctx context.Context, cfg Config, pool *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logger) error {
+	brokers := brokersOf(cfg)
 	var pub *wk.Publisher
 	for backoff := 200 * time.Millisecond; ; backoff = min(backoff*2, 15*time.Second) {
 		var err error
-		if pub, err = kafka.NewPublisher(brokers, kafka.Logger(a.Log)); err == nil {
+		if pub, err = kafka.NewPublisher(brokers, kafka.Logger(log)); err == nil {
 			break
 		}
-		a.Log.Warn("cdc: Kafka is not reachable yet, retrying", "brokers", brokers, "backoff", backoff, "err", err)
+		log.Warn("cdc: Kafka is not reachable yet, retrying", "brokers", brokers, "backoff", backoff, "err", err)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -79,38 +97,54 @@ func runCDCRole(ctx context.Context, a *App, reg prometheus.Registerer) error {
 	}
 	defer pub.Close()
 	c, err := cdc.New(cdc.Config{
-		DatabaseURL:  a.Cfg.DatabaseURL,
-		Slot:         a.Cfg.Slot,
-		Topic:        a.Cfg.Topic,
-		LagWarnBytes: a.Cfg.LagWarnBytes,
+		DatabaseURL:  cfg.DatabaseURL,
+		Slot:         cfg.Slot,
+		Topic:        cfg.Topic,
+		LagWarnBytes: cfg.LagWarnBytes,
 		Registerer:   reg,
-		Logger:       a.Log,
-	}, a.Pool, pub)
+		Logger:       log,
+	}, pool, pub)
 	if err != nil {
-		return usageError{err.Error()}
+		return usageError{dsnReason(cfg.DatabaseURL, err)}
 	}
-	fmt.Fprintf(os.Stderr, "cdc: slot %s -> topic %s on %v\n", a.Cfg.Slot, a.Cfg.Topic, brokers)
-	return c.Run(ctx)
+	log.Info("cdc: streaming", "slot", cfg.Slot, "topic", cfg.Topic, "brokers", brokers)
+	return scrubDSN(cfg.DatabaseURL, c.Run(ctx))
 }
 
-func runDropSlot(ctx context.Context, args []string) error {
-	if len(args) > 0 {
-		return usageError{"cdc drop-slot takes no arguments (the slot is FEED_SLOT, or derived from DATABASE_URL)"}
+func newDropSlotCommand(c *cli) *cobra.Command {
+	return &cobra.Command{
+		Use:   "drop-slot",
+		Short: "Drop CDC's replication slot and its progress (when decommissioning CDC)",
+		Long: longHelp("Drops the replication slot (FEED_SLOT, or derived from DATABASE_URL's database) and its progress row:\n"+
+			"PostgreSQL no longer keeps WAL for it. A later `feed cdc` creates a new slot at the WAL position of that moment.",
+			envPostgres, []string{"FEED_SLOT"}),
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, _, err := c.config()
+			if err != nil {
+				return err
+			}
+			return runDropSlot(cmd.Context(), cfg, c.stdout)
+		},
 	}
-	a, err := newApp(ctx, true, false)
+}
+
+// runDropSlot is `feed cdc drop-slot`.
+func runDropSlot(ctx context.Context, cfg Config, stdout io.Writer) error {
+	pool, err := openPostgres(ctx, cfg, 2, true)
 	if err != nil {
 		return err
 	}
-	defer a.Close()
-	err = cdc.DropSlot(ctx, a.Pool, a.Cfg.Slot)
+	defer pool.Close()
+	err = cdc.DropSlot(ctx, pool, cfg.Slot)
 	switch {
 	case errors.Is(err, cdc.ErrNoSlot):
-		fmt.Printf("cdc: no replication slot %s; nothing dropped\n", a.Cfg.Slot)
+		fmt.Fprintf(stdout, "cdc: no replication slot %s; nothing dropped\n", cfg.Slot)
 		return nil
 	case err != nil:
-		return err
+		return fmt.Errorf("drop slot %s: %w", cfg.Slot, err)
 	}
-	fmt.Printf("cdc: dropped replication slot %s and its progress row; PostgreSQL no longer keeps WAL for it.\n"+
-		"A later `feed cdc` creates a new slot that starts at the WAL position of that moment: events committed in between are not streamed.\n", a.Cfg.Slot)
+	fmt.Fprintf(stdout, "cdc: dropped replication slot %s and its progress row; PostgreSQL no longer keeps WAL for it.\n"+
+		"A later `feed cdc` creates a new slot that starts at the WAL position of that moment: events committed in between are not streamed.\n", cfg.Slot)
 	return nil
 }

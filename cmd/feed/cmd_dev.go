@@ -3,82 +3,77 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
-	"time"
+	"io"
+	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/sync/errgroup"
+	"github.com/spf13/cobra"
 
-	"github.com/feedco/feed/migrations"
+	"github.com/feedco/feed/internal/kafka"
 )
 
-// devRole is one part of the system that `feed dev` runs in its process.
-// Roles are registered by the files of their subcommands, in start order.
-type devRole struct {
-	name string
-	run  func(ctx context.Context, a *App) error
-}
-
-var devRoles []devRole
-
-func registerDevRole(name string, run func(ctx context.Context, a *App) error) {
-	devRoles = append(devRoles, devRole{name: name, run: run})
-}
-
-// devHooks run before the roles, in order (migrations, the embedded broker);
-// they may change the App's configuration (e.g. set the broker address).
-var devHooks []func(ctx context.Context, a *App) (cleanup func(), err error)
-
-func init() {
-	register("dev", "everything in one process: migrations, embedded broker, CDC, projectors, API", runDev)
-}
-
-func runDev(ctx context.Context, args []string) error {
-	if len(args) > 0 {
-		return usageError{"dev takes no arguments (configure it with the environment)"}
+func newDevCommand(c *cli) *cobra.Command {
+	return &cobra.Command{
+		Use:   "dev",
+		Short: "Everything in one process: migrations, embedded broker, CDC, projectors, API",
+		Long: longHelp("Runs the whole system in one process: applies the migrations, starts the embedded broker when KAFKA_BROKERS\n"+
+			"is empty (else creates the topics there), then CDC, every projector and the HTTP API, with one /metrics.\n"+
+			"It accepts the built-in development JWT secret when FEED_JWT_SECRET is unset.",
+			envPostgres, envRedis, envKafka, []string{"FEED_STATE_DIR"}, envCDC, envProjections, envAPI),
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, log, err := c.config()
+			if err != nil {
+				return err
+			}
+			return runDev(cmd.Context(), cfg, log, c.stdout)
+		},
 	}
-	// The development secret is acceptable here, and only here.
-	_ = os.Setenv("FEED_ALLOW_DEV_SECRET", "1")
-	cfg, err := LoadConfig()
-	if err != nil {
-		return usageError{err.Error()}
-	}
-	pool, err := openPostgres(ctx, cfg, 64, true)
+}
+
+// runDev is `feed dev`: the parts of `feed migrate`, `feed kafka`,
+// `feed cdc`, `feed project` and `feed api` in one process, sharing the
+// connections and one metrics registry (served by the API).
+func runDev(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) error {
+	pool, err := openPostgres(ctx, cfg, 64, false)
 	if err != nil {
 		return err
 	}
-	mctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	applied, err := migrations.Up(mctx, pool)
-	cancel()
-	if err != nil {
-		pool.Close()
+	defer pool.Close()
+	if _, err := migrate(ctx, pool, log); err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "dev: migrations applied: %v\n", applied)
-	rc, err := openRedis(ctx, cfg, 256)
+	rdb, err := openRedis(ctx, cfg, 256)
 	if err != nil {
-		pool.Close()
 		return err
 	}
-	a := &App{Cfg: cfg, Log: logger(), Pool: pool, Redis: rc, Metrics: prometheus.NewRegistry()}
-	defer a.Close()
-	for _, hook := range devHooks {
-		cleanup, err := hook(ctx, a)
+	defer rdb.Close()
+
+	if len(cfg.KafkaBrokers) > 0 {
+		if err := kafka.EnsureTopics(ctx, cfg.KafkaBrokers, topicsOf(cfg)); err != nil {
+			return fmt.Errorf("create topics: %w", err)
+		}
+	} else {
+		broker, err := startEmbedded(ctx, cfg)
 		if err != nil {
 			return err
 		}
-		if cleanup != nil {
-			defer cleanup()
-		}
+		defer broker.Close()
+		cfg.KafkaBrokers = broker.Addrs()
 	}
-	g, gctx := errgroup.WithContext(ctx)
-	for _, r := range devRoles {
-		g.Go(func() error {
-			if err := r.run(gctx, a); err != nil && gctx.Err() == nil {
-				return fmt.Errorf("%s: %w", r.name, err)
-			}
-			return nil
-		})
+
+	reg := prometheus.NewRegistry()
+	projectors, err := newProjectors(ctx, cfg, pool, rdb, nil, reg, log)
+	if err != nil {
+		return err
 	}
-	return g.Wait()
+	apiTask, closeAPI, err := newAPI(ctx, cfg, apiParts{Pool: pool, Redis: rdb, Registry: reg, Log: log, Stdout: stdout, AllowDevSecret: true})
+	if err != nil {
+		return err
+	}
+	defer closeAPI()
+	cdcTask := task{name: "cdc", run: func(ctx context.Context) error { return streamCDC(ctx, cfg, pool, reg, log) }}
+
+	log.Info("dev: starting", "http", "http://"+apiTask.addr, "kafka", cfg.KafkaBrokers, "state", cfg.StateDir)
+	return runTasks(ctx, log, "dev", cdcTask, projectors, apiTask.task)
 }

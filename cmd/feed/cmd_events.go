@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -13,28 +12,55 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/feedco/feed/replay"
 )
 
-func init() {
-	register("events", "replay the event stream to stdout: feed events [--source pg|kafka] [--format jsonl|csv] [--from X] [--to Y] [--type T,..] [--stream S] [--author ID] [--limit N] [--follow]", runEvents)
+func newEventsCommand(c *cli) *cobra.Command {
+	var f eventsFlags
+	cmd := &cobra.Command{
+		Use:   "events",
+		Short: "Replay the event stream to stdout as JSON lines or CSV",
+		Long: longHelp("Streams events to stdout, oldest first, from the PostgreSQL event log or the Kafka topic (docs/replay.md).\n"+
+			"A range bound (--from, --to) is a position (123), a commit LSN (16/B374D848, kafka only) or an RFC 3339 timestamp.",
+			envPostgres, envKafka),
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o, err := parseEventsFlags(f)
+			if err != nil {
+				return err
+			}
+			cfg, _, err := c.config()
+			if err != nil {
+				return err
+			}
+			// A closed pipe (feed events | head) must end the replay quietly:
+			// with SIGPIPE ignored, writes fail with EPIPE, which eventsTo
+			// treats as done.
+			signal.Ignore(syscall.SIGPIPE)
+			return eventsTo(cmd.Context(), o, cfg, c.stdout, c.stderr, isTerminal(c.stderr))
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&f.source, "source", "pg", "pg: the PostgreSQL event log; kafka: the topic FEED_TOPIC")
+	fs.StringVar(&f.format, "format", "jsonl", "jsonl: one JSON envelope per line; csv: CSV with a header")
+	fs.StringVar(&f.from, "from", "", "first event: a position, a commit LSN (kafka only) or an RFC 3339 timestamp (recorded_at)")
+	fs.StringVar(&f.to, "to", "", "last event, like --from (inclusive)")
+	fs.StringVar(&f.types, "type", "", "comma-separated event types, e.g. post.created.v1,post.deleted.v1")
+	fs.StringVar(&f.stream, "stream", "", "one stream, e.g. post-123")
+	fs.StringVar(&f.author, "author", "", "events about account ID: its posts, follows of it, its registration")
+	fs.StringVar(&f.limit, "limit", "", "stop after N events")
+	fs.BoolVar(&f.follow, "follow", false, "keep streaming new events until interrupted (not with --to)")
+	fs.BoolVar(&f.withLSN, "with-lsn", false, "add commitLsn (kafka only; the event log does not record it)")
+	return cmd
 }
 
-const eventsUsage = `usage: feed events [flags]
-
-Streams events to stdout, oldest first (see docs/replay.md).
-
-  --source pg|kafka   PostgreSQL event log (default) or the Kafka topic FEED_TOPIC
-  --format jsonl|csv  one JSON envelope per line (default) or CSV with a header
-  --from X, --to Y    inclusive range: a position (123), a commit LSN (16/B374D848,
-                      kafka only) or an RFC 3339 timestamp (recorded_at)
-  --type T[,T]        event types, e.g. post.created.v1,post.deleted.v1
-  --stream S          one stream, e.g. post-123
-  --author ID         events about account ID: its posts, follows of it, its registration
-  --limit N           stop after N events
-  --follow            keep streaming new events until interrupted (not with --to)
-  --with-lsn          add commitLsn (kafka only; the event log does not record it)
-`
+// eventsFlags are `feed events`'s flags as given.
+type eventsFlags struct {
+	source, format, from, to, types, stream, author, limit string
+	follow, withLSN                                        bool
+}
 
 // eventsOptions is a parsed `feed events` command line.
 type eventsOptions struct {
@@ -46,29 +72,10 @@ type eventsOptions struct {
 	withLSN bool
 }
 
-func parseEventsArgs(args []string) (eventsOptions, error) {
-	var o eventsOptions
-	fs := flag.NewFlagSet("events", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	source := fs.String("source", "pg", "")
-	format := fs.String("format", "jsonl", "")
-	from := fs.String("from", "", "")
-	to := fs.String("to", "", "")
-	types := fs.String("type", "", "")
-	stream := fs.String("stream", "", "")
-	author := fs.String("author", "", "")
-	limit := fs.String("limit", "", "")
-	fs.BoolVar(&o.follow, "follow", false, "")
-	fs.BoolVar(&o.withLSN, "with-lsn", false, "")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return o, usageError{strings.TrimSpace(eventsUsage)}
-		}
-		return o, usageError{err.Error() + "\n" + eventsUsage}
-	}
-	if fs.NArg() > 0 {
-		return o, usageError{fmt.Sprintf("unexpected argument %q\n%s", fs.Arg(0), eventsUsage)}
-	}
+// parseEventsFlags checks the flags; a bad one is a usage error.
+func parseEventsFlags(f eventsFlags) (eventsOptions, error) {
+	o := eventsOptions{follow: f.follow, withLSN: f.withLSN}
+	source, format, from, to, types, stream, author, limit := &f.source, &f.format, &f.from, &f.to, &f.types, &f.stream, &f.author, &f.limit
 	o.source = *source
 	if o.source != "pg" && o.source != "kafka" {
 		return o, usageError{fmt.Sprintf("--source %q: want pg or kafka", o.source)}
@@ -108,31 +115,17 @@ func parseEventsArgs(args []string) (eventsOptions, error) {
 	return o, nil
 }
 
-func runEvents(ctx context.Context, args []string) error {
-	// A closed pipe (feed events | head) must end the replay quietly: with
-	// SIGPIPE ignored, writes fail with EPIPE, which eventsTo treats as done.
-	signal.Ignore(syscall.SIGPIPE)
-	cfg, err := LoadConfig()
-	if err != nil {
-		return usageError{err.Error()}
-	}
-	return eventsTo(ctx, args, cfg, os.Stdout, os.Stderr, isTerminal(os.Stderr))
-}
-
 // eventsTo runs `feed events` with its output and progress going to the
-// given writers (tests call it directly).
-func eventsTo(ctx context.Context, args []string, cfg Config, stdout, stderr io.Writer, tty bool) error {
-	o, err := parseEventsArgs(args)
-	if err != nil {
-		return err
-	}
+// given writers.
+func eventsTo(ctx context.Context, o eventsOptions, cfg Config, stdout, stderr io.Writer, tty bool) error {
 	var src replay.Source
+	var err error
 	switch o.source {
 	case "pg":
 		if o.filter.From.Kind == replay.BoundLSN || o.filter.To.Kind == replay.BoundLSN {
 			return usageError{"a commit LSN range needs --source kafka: the PostgreSQL event log does not record commit LSNs (use a position or a timestamp)"}
 		}
-		pool, err := openPostgres(ctx, cfg, 2, false)
+		pool, err := openPostgres(ctx, cfg, 2, true)
 		if err != nil {
 			return err
 		}
@@ -215,7 +208,12 @@ func rate(n int64, d time.Duration) string {
 	return fmt.Sprintf("%.0f", r)
 }
 
-func isTerminal(f *os.File) bool {
+// isTerminal says whether w is a terminal (for progress bars).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }

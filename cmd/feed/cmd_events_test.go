@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -12,8 +11,8 @@ import (
 	"github.com/feedco/feed/internal/testenv"
 )
 
-// TestEventsCommand runs `feed events` as a function over a database
-// holding a few events: output, empty matches and exit-2 errors.
+// TestEventsCommand runs `feed events` in-process over a database holding
+// a few events: output, empty matches and exit-2 errors.
 func TestEventsCommand(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDB(t)
@@ -28,17 +27,17 @@ func TestEventsCommand(t *testing.T) {
 		}
 	}
 	cfg := Config{DatabaseURL: db.URL, Topic: "feed.events", KafkaAddr: "127.0.0.1:1"}
-	run := func(args ...string) (string, string, error) {
+	run := func(args ...string) (string, string, int) {
 		var out, errb bytes.Buffer
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		err := eventsTo(cctx, args, cfg, &out, &errb, false)
-		return out.String(), errb.String(), err
+		code := execute(cctx, append([]string{"events"}, args...), &out, &errb, func() (Config, error) { return cfg, nil })
+		return out.String(), errb.String(), code
 	}
 
-	out, stderr, err := run("--author", "1")
-	if err != nil {
-		t.Fatal(err)
+	out, stderr, code := run("--author", "1")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
 	}
 	want := `{"eventId":"00000000-0000-4000-8000-000000000001","position":"1","streamId":"user-1","streamVersion":1,"type":"user.registered.v1","payload":{"name":"ada","userId":"1"},"metadata":{},"recordedAt":"2026-11-30T09:41:12Z","audienceKey":"1"}
 {"eventId":"00000000-0000-4000-8000-000000000003","position":"3","streamId":"post-9","streamVersion":1,"type":"post.created.v1","payload":{"postId":"9","content":"hi","authorId":"1","createdAt":"2026-11-30T09:41:14Z","authorFollowers":0},"metadata":{},"recordedAt":"2026-11-30T09:41:14Z","audienceKey":"1"}
@@ -50,18 +49,18 @@ func TestEventsCommand(t *testing.T) {
 		t.Errorf("stderr %q: want the count and rate", stderr)
 	}
 
-	out, _, err = run("--format", "csv", "--type", "user.registered.v1", "--from", "2", "--to", "2")
+	out, stderr, code = run("--format", "csv", "--type", "user.registered.v1", "--from", "2", "--to", "2")
 	wantCSV := "position,event_id,stream_id,stream_version,type,recorded_at,audience_key,correlation_id,causation_id,actor,payload\n" +
 		`2,00000000-0000-4000-8000-000000000002,user-2,1,user.registered.v1,2026-11-30T09:41:13Z,2,,,,"{""name"":""bob"",""userId"":""2""}"` + "\n"
-	if err != nil || out != wantCSV {
-		t.Errorf("csv: err %v\n got %q\nwant %q", err, out, wantCSV)
+	if code != 0 || out != wantCSV {
+		t.Errorf("csv: exit %d %s\n got %q\nwant %q", code, stderr, out, wantCSV)
 	}
 
 	// A filter that matches nothing prints nothing and succeeds.
 	for _, args := range [][]string{{"--author", "42"}, {"--stream", "nope"}, {"--from", "2030-01-01T00:00:00Z"}, {"--format", "csv", "--type", "user.unfollowed.v1"}} {
-		out, _, err := run(args...)
-		if err != nil || out != "" {
-			t.Errorf("%v: out %q err %v, want nothing and no error", args, out, err)
+		out, stderr, code := run(args...)
+		if code != 0 || out != "" {
+			t.Errorf("%v: out %q exit %d %s, want nothing and no error", args, out, code, stderr)
 		}
 	}
 
@@ -82,10 +81,9 @@ func TestEventsCommand(t *testing.T) {
 		{"--bogus"},
 		{"extra"},
 	} {
-		out, _, err := run(args...)
-		var ue usageError
-		if !errors.As(err, &ue) || out != "" {
-			t.Errorf("%v: err %v (%T), out %q: want a usage error and no output", args, err, err, out)
+		out, stderr, code := run(args...)
+		if code != exitUsage || out != "" {
+			t.Errorf("%v: exit %d %s, out %q: want a usage error and no output", args, code, stderr, out)
 		}
 	}
 }
@@ -110,9 +108,9 @@ func TestEventsCommandEPIPE(t *testing.T) {
 	}
 	r.Close() // the reader is gone before the first write
 	var errb bytes.Buffer
-	err = eventsTo(context.Background(), nil, Config{DatabaseURL: db.URL}, w, &errb, false)
+	code := execute(context.Background(), []string{"events"}, w, &errb, func() (Config, error) { return Config{DatabaseURL: db.URL}, nil })
 	w.Close()
-	if err != nil {
-		t.Fatalf("closed pipe: %v, want a quiet nil", err)
+	if code != 0 {
+		t.Fatalf("closed pipe: exit %d %s, want a quiet 0", code, errb.String())
 	}
 }

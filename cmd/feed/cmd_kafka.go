@@ -3,28 +3,44 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
+	"log/slog"
 	"path/filepath"
+
+	"github.com/spf13/cobra"
 
 	"github.com/feedco/feed/internal/kafka"
 )
 
-func init() {
-	register("kafka", "the development Kafka-protocol broker on its own (FEED_KAFKA_ADDR, data in FEED_STATE_DIR)", runKafka)
-	// `feed dev` starts the embedded broker when KAFKA_BROKERS is empty,
-	// and otherwise makes sure the topics exist on the configured brokers.
-	devHooks = append(devHooks, func(ctx context.Context, a *App) (func(), error) {
-		if len(a.Cfg.KafkaBrokers) > 0 {
-			return nil, kafka.EnsureTopics(ctx, a.Cfg.KafkaBrokers, topicsOf(a.Cfg))
-		}
-		e, err := startEmbedded(ctx, a.Cfg)
-		if err != nil {
-			return nil, err
-		}
-		a.Cfg.KafkaBrokers = e.Addrs()
-		fmt.Fprintf(os.Stderr, "dev: embedded Kafka broker on %s (data in %s)\n", e.Addrs()[0], brokerDir(a.Cfg))
-		return e.Close, nil
-	})
+func newKafkaCommand(c *cli) *cobra.Command {
+	return &cobra.Command{
+		Use:   "kafka",
+		Short: "The development Kafka-protocol broker on its own",
+		Long: longHelp("Runs the embedded Kafka-protocol broker (franz-go's kfake) that `feed dev` runs when KAFKA_BROKERS is empty,\n"+
+			"with the topics created and its data under FEED_STATE_DIR.",
+			[]string{"FEED_KAFKA_ADDR", "FEED_STATE_DIR", "FEED_TOPIC", "FEED_PARTITIONS"}),
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, log, err := c.config()
+			if err != nil {
+				return err
+			}
+			return runKafka(cmd.Context(), cfg, log)
+		},
+	}
+}
+
+// runKafka is `feed kafka`: the embedded broker until ctx ends.
+func runKafka(ctx context.Context, cfg Config, log *slog.Logger) error {
+	e, err := startEmbedded(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	log.Info("kafka: starting", "kafka", e.Addrs()[0], "data", brokerDir(cfg), "topic", cfg.Topic, "partitions", cfg.Partitions)
+	return runTasks(ctx, log, "kafka", task{name: "kafka", run: func(ctx context.Context) error {
+		<-ctx.Done()
+		return nil
+	}})
 }
 
 func topicsOf(cfg Config) map[string]int32 {
@@ -33,25 +49,12 @@ func topicsOf(cfg Config) map[string]int32 {
 
 func brokerDir(cfg Config) string { return filepath.Join(cfg.StateDir, "kafka") }
 
+// startEmbedded starts the development broker on FEED_KAFKA_ADDR with the
+// topics created; Close stops it.
 func startEmbedded(ctx context.Context, cfg Config) (*kafka.Embedded, error) {
-	return kafka.StartEmbedded(ctx, kafka.EmbeddedConfig{Addr: cfg.KafkaAddr, DataDir: brokerDir(cfg), Topics: topicsOf(cfg)})
-}
-
-func runKafka(ctx context.Context, args []string) error {
-	if len(args) > 0 {
-		return usageError{"kafka takes no arguments (FEED_KAFKA_ADDR, FEED_STATE_DIR, FEED_TOPIC, FEED_PARTITIONS)"}
-	}
-	cfg, err := LoadConfig()
+	e, err := kafka.StartEmbedded(ctx, kafka.EmbeddedConfig{Addr: cfg.KafkaAddr, DataDir: brokerDir(cfg), Topics: topicsOf(cfg)})
 	if err != nil {
-		return usageError{err.Error()}
+		return nil, fmt.Errorf("start the embedded broker: %w", err)
 	}
-	e, err := startEmbedded(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer e.Close()
-	fmt.Printf("kafka: listening on %s, data in %s, topic %s (%d partitions)\n", e.Addrs()[0], brokerDir(cfg), cfg.Topic, cfg.Partitions)
-	<-ctx.Done()
-	fmt.Println("kafka: stopping")
-	return nil
+	return e, nil
 }

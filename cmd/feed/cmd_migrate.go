@@ -3,39 +3,44 @@ package main
 import (
 	"context"
 	"fmt"
-	"time"
+	"io"
+	"log/slog"
 
-	"github.com/feedco/feed/migrations"
+	"github.com/spf13/cobra"
 )
 
-func init() {
-	register("migrate", "apply the embedded database migrations", runMigrate)
+func newMigrateCommand(c *cli) *cobra.Command {
+	return &cobra.Command{
+		Use:   "migrate",
+		Short: "Apply the embedded database migrations",
+		Long:  longHelp("Applies the embedded, numbered SQL migrations under an advisory lock; the other roles refuse an outdated schema.", envPostgres),
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, log, err := c.config()
+			if err != nil {
+				return err
+			}
+			return runMigrate(cmd.Context(), cfg, log, c.stdout)
+		},
+	}
 }
 
-func runMigrate(ctx context.Context, args []string) error {
-	if len(args) > 0 {
-		return usageError{"migrate takes no arguments"}
-	}
-	cfg, err := LoadConfig()
-	if err != nil {
-		return usageError{err.Error()}
-	}
-	pool, err := openPostgres(ctx, cfg, 2, true)
+// runMigrate is `feed migrate`.
+func runMigrate(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) error {
+	pool, err := openPostgres(ctx, cfg, 2, false)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	mctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
-	applied, err := migrations.Up(mctx, pool)
+	applied, err := migrate(ctx, pool, log)
 	if err != nil {
 		return err
 	}
 	if len(applied) == 0 {
-		fmt.Println("migrate: schema is up to date")
+		fmt.Fprintln(stdout, "migrate: schema is up to date")
 	}
 	for _, v := range applied {
-		fmt.Printf("migrate: applied %03d\n", v)
+		fmt.Fprintf(stdout, "migrate: applied %03d\n", v)
 	}
 	return nil
 }

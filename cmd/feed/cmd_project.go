@@ -2,46 +2,111 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
-	"os"
+	"log/slog"
+	"slices"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
 
 	"github.com/feedco/feed/internal/rkeys"
 	"github.com/feedco/feed/projections"
 )
 
-func init() {
-	register("project", "run the projectors (--only inbox,timelines,followers,posts; --metrics-addr HOST:PORT)", runProject)
-	// `feed dev` runs every projector; the dev hooks set KafkaBrokers first.
-	registerDevRole("projections", func(ctx context.Context, a *App) error {
-		return runProjectors(ctx, a, nil, a.Metrics)
-	})
+func newProjectCommand(c *cli) *cobra.Command {
+	var only []string
+	var metricsAddr string
+	cmd := &cobra.Command{
+		Use:   "project",
+		Short: "Run the projectors (all, or --only some of them)",
+		Long: longHelp("Runs the projectors that build the Redis read models from the Kafka topic, each in its consumer group,\n"+
+			"at its projection's active version (following `feed rebuild`'s switches).",
+			envPostgres, envRedis, envKafka, envProjections),
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, log, err := c.config()
+			if err != nil {
+				return err
+			}
+			var names []string
+			for _, n := range only {
+				if n = strings.TrimSpace(n); n != "" {
+					if !slices.Contains(projections.Names(), n) {
+						return flagUsage("only", "unknown projector %q (want some of %s)", n, strings.Join(projections.Names(), ","))
+					}
+					names = append(names, n)
+				}
+			}
+			return runProject(cmd.Context(), cfg, log, names, metricsAddr)
+		},
+	}
+	cmd.Flags().StringSliceVar(&only, "only", nil, "comma-separated projectors to run (default: all of "+strings.Join(projections.Names(), ",")+")")
+	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address (default: none)")
+	return cmd
 }
 
-func runProject(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("project", flag.ContinueOnError)
-	only := fs.String("only", "", "comma-separated projectors to run (default: all of "+strings.Join(projections.Names(), ",")+")")
-	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus /metrics on this address (default: none)")
-	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
-	}
-	var names []string
-	for _, n := range strings.Split(*only, ",") {
-		if n = strings.TrimSpace(n); n != "" {
-			names = append(names, n)
-		}
-	}
-	a, err := newApp(ctx, true, true)
+// runProject is `feed project`: PostgreSQL (migrated) and Redis, the
+// projectors names (nil: all), and their metrics on metricsAddr ("": none).
+func runProject(ctx context.Context, cfg Config, log *slog.Logger, names []string, metricsAddr string) error {
+	pool, err := openPostgres(ctx, cfg, 64, true)
 	if err != nil {
 		return err
 	}
-	defer a.Close()
+	defer pool.Close()
+	rdb, err := openRedis(ctx, cfg, 256)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
 	reg := prometheus.NewRegistry()
-	defer serveMetrics(*metricsAddr, reg, a.Log, "project")()
-	return runProjectors(ctx, a, names, reg)
+	projectors, err := newProjectors(ctx, cfg, pool, rdb, names, reg, log)
+	if err != nil {
+		return err
+	}
+	tasks := []task{projectors}
+	served := []any{}
+	if metricsAddr != "" {
+		l, err := listen(metricsAddr)
+		if err != nil {
+			return err
+		}
+		tasks = append(tasks, metricsTask(l, reg))
+		served = append(served, "metrics", "http://"+l.Addr().String()+"/metrics")
+	}
+	log.Info("project: starting", served...)
+	return runTasks(ctx, log, "project", tasks...)
+}
+
+// newProjectors builds the supervisor of the projectors names (nil: all):
+// each runs at its projection's active version and restarts on the new one
+// when `feed rebuild` switches it (docs/rebuild.md).
+func newProjectors(ctx context.Context, cfg Config, pool *pgxpool.Pool, rdb redis.UniversalClient, names []string, reg prometheus.Registerer, log *slog.Logger) (task, error) {
+	m, err := projections.NewMetrics(reg)
+	if err != nil {
+		return task{}, fmt.Errorf("register projection metrics: %w", err)
+	}
+	if _, err := projections.New(projectionConfig(cfg), pool, rdb, m, names...); err != nil {
+		return task{}, usageError{err.Error()}
+	}
+	if len(names) == 0 {
+		names = projections.Names()
+	}
+	projections.WarnListpack(ctx, rdb, cfg.InboxMax, log)
+	s, err := projections.NewSupervisor(projections.SupervisorConfig{
+		Projections: projectionConfig(cfg),
+		Runner:      projections.RunnerConfig{Brokers: brokersOf(cfg), Topic: cfg.Topic, Logger: log, Metrics: m},
+		Names:       names,
+	}, pool, rdb, m)
+	if err != nil {
+		return task{}, fmt.Errorf("build the projectors: %w", err)
+	}
+	return task{name: "projections", run: func(ctx context.Context) error {
+		log.Info("project: running", "projectors", names, "topic", cfg.Topic)
+		return s.Run(ctx)
+	}}, nil
 }
 
 // projectionConfig maps the process configuration to the projectors' policies.
@@ -72,31 +137,4 @@ func brokersOf(cfg Config) []string {
 		return cfg.KafkaBrokers
 	}
 	return []string{cfg.KafkaAddr}
-}
-
-func runProjectors(ctx context.Context, a *App, names []string, reg prometheus.Registerer) error {
-	m, err := projections.NewMetrics(reg)
-	if err != nil {
-		return err
-	}
-	if _, err := projections.New(projectionConfig(a.Cfg), a.Pool, a.Redis, m, names...); err != nil {
-		return usageError{err.Error()}
-	}
-	ps := names
-	if len(ps) == 0 {
-		ps = projections.Names()
-	}
-	projections.WarnListpack(ctx, a.Redis, a.Cfg.InboxMax, a.Log)
-	// Each projector runs at its projection's active version and restarts
-	// on the new one when `feed rebuild` switches it (docs/rebuild.md).
-	s, err := projections.NewSupervisor(projections.SupervisorConfig{
-		Projections: projectionConfig(a.Cfg),
-		Runner:      projections.RunnerConfig{Brokers: brokersOf(a.Cfg), Topic: a.Cfg.Topic, Logger: a.Log, Metrics: m},
-		Names:       ps,
-	}, a.Pool, a.Redis, m)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(os.Stderr, "project: running %v on topic %s (following projection versions)\n", ps, a.Cfg.Topic)
-	return s.Run(ctx)
 }

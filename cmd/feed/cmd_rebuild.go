@@ -3,53 +3,71 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
-	"os"
+	"io"
+	"log/slog"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/rebuild"
 )
 
-func init() {
-	register("rebuild", "rebuild a projection from scratch, blue/green (inbox, timelines, followers, posts, or all)", runRebuild)
+// rebuildOptions are `feed rebuild`'s flags.
+type rebuildOptions struct {
+	catchUpLag int64
+	handover   time.Duration
 }
 
-func runRebuild(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("rebuild", flag.ContinueOnError)
-	catchUpLag := fs.Int64("catch-up-lag", 1000, "switch once the new version is at most this many messages behind")
-	handover := fs.Duration("handover", 3*time.Second, "keep the catch-up consumer running this long after the switch")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: feed rebuild [flags] inbox|timelines|followers|posts|all")
-		fs.PrintDefaults()
+func newRebuildCommand(c *cli) *cobra.Command {
+	var o rebuildOptions
+	cmd := &cobra.Command{
+		Use:   "rebuild inbox|timelines|followers|posts|all",
+		Short: "Rebuild a projection from scratch, blue/green",
+		Long: longHelp("Rebuilds a projection's read model at a new version while readers use the active one, catches up from Kafka,\n"+
+			"switches the active version in one write and deletes the old keys (docs/rebuild.md).",
+			envPostgres, envRedis, envKafka, envProjections),
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usageError{"want one projection name: inbox, timelines, followers, posts or all"}
+			}
+			if _, err := rebuild.Names(args[0]); err != nil {
+				return usageError{err.Error()}
+			}
+			return nil
+		},
+		ValidArgs: []string{"inbox", "timelines", "followers", "posts", "all"},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.catchUpLag < 0 {
+				return flagUsage("catch-up-lag", "must not be negative")
+			}
+			cfg, log, err := c.config()
+			if err != nil {
+				return err
+			}
+			return runRebuild(cmd.Context(), cfg, log, args[0], o, c.stderr)
+		},
 	}
-	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
-	}
-	if fs.NArg() != 1 {
-		return usageError{"rebuild takes one projection name: inbox, timelines, followers, posts or all"}
-	}
-	name := fs.Arg(0)
-	if _, err := rebuild.Names(name); err != nil {
-		return usageError{err.Error()}
-	}
-	if *catchUpLag < 0 {
-		return usageError{"--catch-up-lag must not be negative"}
-	}
-	a, err := newApp(ctx, true, true)
+	cmd.Flags().Int64Var(&o.catchUpLag, "catch-up-lag", 1000, "switch once the new version is at most this many messages behind")
+	cmd.Flags().DurationVar(&o.handover, "handover", 3*time.Second, "keep the catch-up consumer running this long after the switch")
+	return cmd
+}
+
+// runRebuild is `feed rebuild NAME`, with its progress on stderr.
+func runRebuild(ctx context.Context, cfg Config, log *slog.Logger, name string, o rebuildOptions, stderr io.Writer) error {
+	a, err := openApp(ctx, cfg, log, true, true)
 	if err != nil {
 		return err
 	}
 	defer a.Close()
-	prog := rebuild.NewProgress(os.Stderr, isTerminal(os.Stderr))
 	r, err := rebuild.New(rebuild.Config{
-		Projections: projectionConfig(a.Cfg),
-		Runner:      projections.RunnerConfig{Brokers: brokersOf(a.Cfg), Topic: a.Cfg.Topic, Logger: a.Log},
-		CatchUpLag:  *catchUpLag,
-		Handover:    *handover,
-		Progress:    prog,
-		Logger:      a.Log,
+		Projections: projectionConfig(cfg),
+		Runner:      projections.RunnerConfig{Brokers: brokersOf(cfg), Topic: cfg.Topic, Logger: log},
+		CatchUpLag:  o.catchUpLag,
+		Handover:    o.handover,
+		Progress:    rebuild.NewProgress(stderr, isTerminal(stderr)),
+		Logger:      log,
 	}, a.Pool, a.Redis)
 	if err != nil {
 		return err
@@ -57,16 +75,16 @@ func runRebuild(ctx context.Context, args []string) error {
 	start := time.Now()
 	res, err := r.Run(ctx, name)
 	for _, x := range res {
-		fmt.Fprintf(os.Stderr, "rebuild: %s version %d -> %d: built %d %s in %v, caught up in %v\n",
+		fmt.Fprintf(stderr, "rebuild: %s version %d -> %d: built %d %s in %v, caught up in %v\n",
 			x.Projection, x.From, x.To, x.Built, x.Unit, x.BuildFor.Round(time.Millisecond), x.CatchUpFor.Round(time.Millisecond))
 	}
 	if errors.Is(err, context.Canceled) {
-		fmt.Fprintln(os.Stderr, "rebuild: interrupted; the live versions are untouched, run it again to start over")
+		fmt.Fprintln(stderr, "rebuild: interrupted; the live versions are untouched, run it again to start over")
 		return err
 	}
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "rebuild: %s done in %v\n", name, time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(stderr, "rebuild: %s done in %v\n", name, time.Since(start).Round(time.Millisecond))
 	return nil
 }

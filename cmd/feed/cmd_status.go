@@ -4,52 +4,54 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
+	"log/slog"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/feedco/feed/cdc"
 )
 
-// statusSection prints one part of `feed status`. Each area registers its
-// own with registerStatusSection; a failing section does not hide the others.
-type statusSection struct {
-	name  string
-	print func(ctx context.Context, a *App, w io.Writer) error
-}
-
-var statusSections []statusSection
-
-// registerStatusSection adds a section to `feed status`, printed in
-// registration order.
-func registerStatusSection(name string, print func(ctx context.Context, a *App, w io.Writer) error) {
-	statusSections = append(statusSections, statusSection{name: name, print: print})
-}
-
-func init() {
-	register("status", "CDC slot lag and events published, consumer lag per projector", runStatus)
-	// Registered here, in this order; other areas may append theirs.
-	registerStatusSection("cdc", printCDCStatus)
-	registerStatusSection("projections", func(ctx context.Context, a *App, w io.Writer) error {
-		return printProjectionStatus(ctx, a, w)
-	})
-}
-
-func runStatus(ctx context.Context, args []string) error {
-	if len(args) > 0 {
-		return usageError{"status takes no arguments"}
+func newStatusCommand(c *cli) *cobra.Command {
+	return &cobra.Command{
+		Use:   "status",
+		Short: "CDC slot lag and events published; per projection its version, consumer group and lag",
+		Long: longHelp("Prints the CDC replication slot's state and lag (bytes, seconds) and the events published, then per projection\n"+
+			"its active version, consumer group and lag, and whether a rebuild is running. A section that fails does not hide the others.",
+			envPostgres, envRedis, envKafka, []string{"FEED_SLOT", "FEED_LAG_WARN_BYTES"}),
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, log, err := c.config()
+			if err != nil {
+				return err
+			}
+			return runStatus(cmd.Context(), cfg, log, c.stdout)
+		},
 	}
-	a, err := newApp(ctx, true, false)
+}
+
+// runStatus is `feed status`: its sections in order, each printed even
+// when another failed.
+func runStatus(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) error {
+	a, err := openApp(ctx, cfg, log, true, false)
 	if err != nil {
 		return err
 	}
 	defer a.Close()
+	sections := []struct {
+		name  string
+		print func(ctx context.Context, a *App, w io.Writer) error
+	}{
+		{"cdc", printCDCStatus},
+		{"projections", printProjectionStatus},
+	}
 	var failed []string
-	for i, s := range statusSections {
+	for i, s := range sections {
 		if i > 0 {
-			fmt.Println()
+			fmt.Fprintln(stdout)
 		}
-		if err := s.print(ctx, a, os.Stdout); err != nil {
-			fmt.Printf("%s: unavailable: %v\n", s.name, err)
+		if err := s.print(ctx, a, stdout); err != nil {
+			fmt.Fprintf(stdout, "%s: unavailable: %v\n", s.name, err)
 			failed = append(failed, s.name)
 		}
 	}

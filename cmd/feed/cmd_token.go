@@ -1,41 +1,42 @@
 package main
 
 import (
-	"context"
-	"flag"
 	"fmt"
-	"io"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/feedco/feed/internal/auth"
 )
 
-func init() {
-	register("token", "print a signed bearer token: feed token --user ID [--ttl 24h]", runToken)
-}
-
-func runToken(_ context.Context, args []string) error {
-	fs := flag.NewFlagSet("token", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	user := fs.Int64("user", 0, "user id")
-	ttl := fs.Duration("ttl", 24*time.Hour, "validity")
-	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
+func newTokenCommand(c *cli) *cobra.Command {
+	var user int64
+	var ttl time.Duration
+	cmd := &cobra.Command{
+		Use:   "token --user ID [--ttl 24h]",
+		Short: "Print a signed bearer token for a user",
+		Long:  longHelp("Prints an HS256 bearer token for the user, signed with FEED_JWT_SECRET.", []string{"FEED_JWT_SECRET"}),
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if user <= 0 {
+				return usageError{"--user ID is required (a positive integer)"}
+			}
+			if ttl <= 0 {
+				return flagUsage("ttl", "must be positive")
+			}
+			cfg, _, err := c.config()
+			if err != nil {
+				return err
+			}
+			s, err := auth.NewSigner(cfg.JWTSecret)
+			if err != nil {
+				return usageError{"FEED_JWT_SECRET: " + err.Error()}
+			}
+			_, err = fmt.Fprintln(c.stdout, s.Sign(user, ttl))
+			return err
+		},
 	}
-	if *user <= 0 {
-		return usageError{"--user ID is required (a positive integer)"}
-	}
-	if *ttl <= 0 {
-		return usageError{"--ttl must be positive"}
-	}
-	cfg, err := LoadConfig()
-	if err != nil {
-		return usageError{err.Error()}
-	}
-	s, err := auth.NewSigner(cfg.JWTSecret)
-	if err != nil {
-		return usageError{err.Error()}
-	}
-	fmt.Println(s.Sign(*user, *ttl))
-	return nil
+	cmd.Flags().Int64Var(&user, "user", 0, "user id (required)")
+	cmd.Flags().DurationVar(&ttl, "ttl", 24*time.Hour, "validity")
+	return cmd
 }

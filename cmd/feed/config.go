@@ -2,11 +2,13 @@ package main
 
 import (
 	"fmt"
-	"net/url"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/feedco/feed/projections"
 )
@@ -33,6 +35,16 @@ type Config struct {
 	InactiveAfter      time.Duration
 	CelebrityCacheTTL  time.Duration
 	LagWarnBytes       int64
+	// ReadCacheKeys bounds the API's client-side read cache, in Redis keys
+	// (FEED_READ_CACHE_KEYS); 0 turns it off.
+	ReadCacheKeys int
+	// AllowDevSecret lets `feed api` start with the built-in development
+	// JWT secret (FEED_ALLOW_DEV_SECRET=1); `feed dev` always allows it.
+	AllowDevSecret bool
+	// LogFormat is text or json (FEED_LOG_FORMAT), LogLevel the lowest
+	// level logged (FEED_LOG_LEVEL: debug, info, warn or error).
+	LogFormat string
+	LogLevel  slog.Level
 }
 
 func envOr(key, def string) string {
@@ -67,7 +79,8 @@ func envDuration(key string, def time.Duration) (time.Duration, error) {
 }
 
 // devSecret is used when FEED_JWT_SECRET is unset, and only then; `feed api`
-// refuses to start with it unless FEED_ALLOW_DEV_SECRET=1 (set by `feed dev`).
+// refuses to start with it unless FEED_ALLOW_DEV_SECRET=1, and `feed dev`
+// passes the permission to the API it runs.
 const devSecret = "feed-development-secret-do-not-use-in-production"
 
 // LoadConfig reads the environment and validates it.
@@ -82,6 +95,9 @@ func LoadConfig() (Config, error) {
 		KafkaAddr:   envOr("FEED_KAFKA_ADDR", "127.0.0.1:9092"),
 		Topic:       envOr("FEED_TOPIC", "feed.events"),
 		Slot:        os.Getenv("FEED_SLOT"),
+		LogFormat:   envOr("FEED_LOG_FORMAT", "text"),
+
+		AllowDevSecret: os.Getenv("FEED_ALLOW_DEV_SECRET") == "1",
 	}
 	if b := strings.TrimSpace(os.Getenv("KAFKA_BROKERS")); b != "" {
 		for _, s := range strings.Split(b, ",") {
@@ -103,6 +119,7 @@ func LoadConfig() (Config, error) {
 		{"FEED_NODE_ID", 0, func(v int64) { c.NodeID = v }},
 		{"FEED_MAX_CONTENT_CHARS", 2000, func(v int64) { c.MaxContentChars = int(v) }},
 		{"FEED_LAG_WARN_BYTES", 256 << 20, func(v int64) { c.LagWarnBytes = v }},
+		{"FEED_READ_CACHE_KEYS", 40_000, func(v int64) { c.ReadCacheKeys = int(v) }},
 	}
 	for _, i := range ints {
 		v, err := envInt(i.key, i.def)
@@ -117,8 +134,11 @@ func LoadConfig() (Config, error) {
 	if c.CelebrityCacheTTL, err = envDuration("FEED_CELEBRITY_CACHE_TTL", 3*time.Second); err != nil {
 		return c, err
 	}
+	if err := c.LogLevel.UnmarshalText([]byte(envOr("FEED_LOG_LEVEL", "info"))); err != nil {
+		return c, fmt.Errorf("FEED_LOG_LEVEL=%q: want debug, info, warn or error", os.Getenv("FEED_LOG_LEVEL"))
+	}
 	if c.Slot == "" {
-		c.Slot, err = slotFromURL(c.DatabaseURL)
+		c.Slot, err = slotFromDSN(c.DatabaseURL)
 		if err != nil {
 			return c, err
 		}
@@ -143,18 +163,24 @@ func (c Config) Validate() error {
 		return fmt.Errorf("FEED_MAX_CONTENT_CHARS=%d: want at least 1", c.MaxContentChars)
 	case c.CelebrityCacheTTL < 0:
 		return fmt.Errorf("FEED_CELEBRITY_CACHE_TTL must not be negative")
+	case c.ReadCacheKeys < 0:
+		return fmt.Errorf("FEED_READ_CACHE_KEYS=%d: want a number of keys, 0 for off", c.ReadCacheKeys)
+	case c.LogFormat != "text" && c.LogFormat != "json":
+		return fmt.Errorf("FEED_LOG_FORMAT=%q: want text or json", c.LogFormat)
 	}
 	return nil
 }
 
-// slotFromURL derives the replication slot name from the database name:
-// slot names are cluster-wide, so two databases on one server need two.
-func slotFromURL(dsn string) (string, error) {
-	u, err := url.Parse(dsn)
+// slotFromDSN derives the replication slot name from the database that
+// DATABASE_URL names, in URL or keyword form (so that writing the same
+// connection differently keeps the slot): slot names are cluster-wide, so
+// two databases on one server need two.
+func slotFromDSN(dsn string) (string, error) {
+	pc, err := pgconn.ParseConfig(dsn)
 	if err != nil {
-		return "", fmt.Errorf("DATABASE_URL: %v", err)
+		return "", fmt.Errorf("DATABASE_URL %s: %s", redactDSN(dsn), dsnReason(dsn, err))
 	}
-	db := strings.TrimPrefix(u.Path, "/")
+	db := pc.Database
 	if db == "" {
 		db = "postgres"
 	}

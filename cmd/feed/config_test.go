@@ -1,8 +1,17 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/feedco/feed/internal/testenv"
 	"github.com/feedco/feed/projections"
 )
 
@@ -31,5 +40,83 @@ func TestFollowerCacheRowsEnv(t *testing.T) {
 	t.Setenv("FEED_FOLLOWER_CACHE_ROWS", "many")
 	if _, err := LoadConfig(); err == nil {
 		t.Fatal("FEED_FOLLOWER_CACHE_ROWS=many accepted")
+	}
+}
+
+// FEED_READ_CACHE_KEYS reaches the query side: unset is 40,000 keys, 0
+// turns the cache off (the query side's negative), a bad number is refused.
+func TestReadCacheKeysEnv(t *testing.T) {
+	for _, tc := range []struct {
+		env  string
+		want int
+	}{
+		{"", 40_000},
+		{"1000", 1000},
+		{"0", -1},
+	} {
+		t.Setenv("FEED_READ_CACHE_KEYS", tc.env)
+		c, err := LoadConfig()
+		if err != nil {
+			t.Fatalf("FEED_READ_CACHE_KEYS=%q: %v", tc.env, err)
+		}
+		if got := readCacheKeys(c.ReadCacheKeys); got != tc.want {
+			t.Fatalf("FEED_READ_CACHE_KEYS=%q: ReadCacheKeys %d, want %d", tc.env, got, tc.want)
+		}
+	}
+	for _, bad := range []string{"x", "-5"} {
+		t.Setenv("FEED_READ_CACHE_KEYS", bad)
+		if _, err := LoadConfig(); err == nil {
+			t.Fatalf("FEED_READ_CACHE_KEYS=%s accepted", bad)
+		}
+	}
+}
+
+// The other variables of this package: the dev-secret permission, the
+// log format and level, and the slot of a keyword-form DATABASE_URL.
+func TestConfigEnv(t *testing.T) {
+	t.Setenv("FEED_ALLOW_DEV_SECRET", "1")
+	t.Setenv("FEED_LOG_FORMAT", "json")
+	t.Setenv("FEED_LOG_LEVEL", "warn")
+	t.Setenv("DATABASE_URL", "host=127.0.0.1 port=5432 user=postgres password=hunter2 dbname=feed sslmode=disable")
+	c, err := LoadConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.AllowDevSecret || c.LogFormat != "json" || c.LogLevel != slog.LevelWarn || c.Slot != "feed_cdc_feed" {
+		t.Fatalf("got AllowDevSecret %v, LogFormat %q, LogLevel %v, Slot %q", c.AllowDevSecret, c.LogFormat, c.LogLevel, c.Slot)
+	}
+	for key, bad := range map[string]string{"FEED_LOG_FORMAT": "xml", "FEED_LOG_LEVEL": "loud", "DATABASE_URL": "host=db password='hunter2"} {
+		t.Run(key, func(t *testing.T) {
+			t.Setenv(key, bad)
+			_, err := LoadConfig()
+			if err == nil || !strings.Contains(err.Error(), key) || strings.Contains(err.Error(), "hunter2") {
+				t.Fatalf("%s=%s: %v", key, bad, err)
+			}
+		})
+	}
+}
+
+// The API accepts the development secret only when its caller passes the
+// permission (`feed dev` does, `feed api` with FEED_ALLOW_DEV_SECRET=1).
+func TestAPIDevSecret(t *testing.T) {
+	db := testenv.NewDB(t)
+	rdb := testenv.NewRedis(t)
+	ctx := context.Background()
+	cfg := Config{AuthMode: "jwt", JWTSecret: devSecret, HTTPAddr: "127.0.0.1:0", MaxContentChars: 100, InboxMax: 500, InactiveAfter: 720 * time.Hour, CelebrityCacheTTL: time.Second}
+	parts := apiParts{Pool: db.Pool, Redis: rdb.Client, Registry: prometheus.NewRegistry(), Log: slog.New(slog.DiscardHandler), Stdout: io.Discard}
+	var ue usageError
+	if _, _, err := newAPI(ctx, cfg, parts); !errors.As(err, &ue) || !strings.Contains(err.Error(), "FEED_JWT_SECRET is unset") {
+		t.Fatalf("without the permission: %v, want a usage error", err)
+	}
+	parts.AllowDevSecret = true
+	at, closeAPI, err := newAPI(ctx, cfg, parts)
+	if err != nil {
+		t.Fatalf("with the permission: %v", err)
+	}
+	defer closeAPI()
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := at.run(cctx); err != nil {
+		t.Fatalf("serve: %v", err)
 	}
 }

@@ -1,78 +1,98 @@
 // Command feed is the one binary of the system: each subcommand is one role
 // (api, cdc, project, ...) and `feed dev` runs them all in one process.
+// newRootCommand lists every subcommand; each role's wiring function (runAPI,
+// runCDC, runProject, runDev, ...) opens its connections, builds its
+// components and runs them.
 package main
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
-	"sort"
 	"syscall"
+
+	"github.com/redis/go-redis/v9"
 )
 
-// command is one subcommand. run gets the arguments after its name.
-type command struct {
-	summary string
-	run     func(ctx context.Context, args []string) error
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := execute(ctx, os.Args[1:], os.Stdout, os.Stderr, LoadConfig)
+	stop()
+	os.Exit(code)
 }
 
-// commands is filled by init functions, one file per subcommand.
-var commands = map[string]command{}
+// Exit codes: a runtime failure, and a bad invocation (unknown command or
+// flag, unexpected argument, invalid configuration), like flag's.
+const (
+	exitFailure = 1
+	exitUsage   = 2
+)
 
-func register(name, summary string, run func(ctx context.Context, args []string) error) {
-	if _, dup := commands[name]; dup {
-		panic("duplicate command " + name)
-	}
-	commands[name] = command{summary: summary, run: run}
-}
-
-// usageError makes main exit with code 2 (bad invocation), like flag does.
+// usageError is a bad invocation: execute exits with exitUsage.
 type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
 
-func usage() {
-	fmt.Fprintln(os.Stderr, "usage: feed COMMAND [flags]\n\ncommands:")
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(os.Stderr, "  %-10s %s\n", n, commands[n].summary)
-	}
-	fmt.Fprintln(os.Stderr, "\nConfiguration comes from the environment; see README.md.")
-}
-
-func main() {
-	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})))
-	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
-		usage()
-		if len(os.Args) < 2 {
-			os.Exit(2)
-		}
-		return
-	}
-	cmd, ok := commands[os.Args[1]]
-	if !ok {
-		fmt.Fprintf(os.Stderr, "feed: unknown command %q\n\n", os.Args[1])
-		usage()
-		os.Exit(2)
-	}
-	startPprof(slog.Default())
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	err := cmd.run(ctx, os.Args[2:])
+// execute runs the command line args (without the program name) and
+// returns the process's exit code. Commands write to stdout and stderr and
+// read their configuration with loadConfig; tests call it in-process.
+func execute(ctx context.Context, args []string, stdout, stderr io.Writer, loadConfig func() (Config, error)) int {
+	root := newRootCommand(&cli{stdout: stdout, stderr: stderr, loadConfig: loadConfig})
+	root.SetArgs(args)
+	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil || errors.Is(err, context.Canceled) {
-		return
+		return 0
 	}
-	fmt.Fprintf(os.Stderr, "feed %s: %v\n", os.Args[1], err)
+	fmt.Fprintf(stderr, "%s: %v\n", cmd.CommandPath(), err)
 	var ue usageError
 	if errors.As(err, &ue) {
-		os.Exit(2)
+		fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
+		return exitUsage
 	}
-	os.Exit(1)
+	return exitFailure
+}
+
+// cli is what every command shares: where it writes, and where its
+// configuration comes from (the environment, or a test's Config).
+type cli struct {
+	stdout, stderr io.Writer
+	loadConfig     func() (Config, error)
+}
+
+// config loads the configuration (a failure is a usage error) and the
+// logger it asks for, on stderr.
+func (c *cli) config() (Config, *slog.Logger, error) {
+	cfg, err := c.loadConfig()
+	if err != nil {
+		return cfg, nil, usageError{err.Error()}
+	}
+	log := newLogger(c.stderr, cfg.LogFormat, cfg.LogLevel)
+	// For the libraries that log to the default logger, and go-redis's
+	// connection pool.
+	slog.SetDefault(log)
+	redis.SetLogger(redisLogger{log})
+	startPprof(log)
+	return cfg, log, nil
+}
+
+// redisLogger sends go-redis's messages (failed dials, for one) to the
+// process's logger as warnings.
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.WarnContext(ctx, "redis: "+fmt.Sprintf(format, v...))
+}
+
+// newLogger returns the process's logger: text or JSON lines on w, from
+// level up.
+func newLogger(w io.Writer, format string, level slog.Level) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
 }

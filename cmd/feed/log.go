@@ -1,5 +1,0 @@
-package main
-
-import "log/slog"
-
-func logger() *slog.Logger { return slog.Default() }

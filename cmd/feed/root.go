@@ -1,0 +1,222 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"runtime/debug"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+// newRootCommand builds the command tree: every subcommand is added here.
+func newRootCommand(c *cli) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "feed",
+		Short: "The feed backend: one binary, one subcommand per role",
+		Long: "The feed backend: one binary, one subcommand per role.\n" +
+			"Configuration comes from the environment (see README.md); each command's help lists what it reads." +
+			envHelp("FEED_LOG_FORMAT", "FEED_LOG_LEVEL", "FEED_PPROF_ADDR"),
+		Version:       buildVersion(),
+		Args:          unknownCommand,
+		SilenceErrors: true, // execute prints them, naming the command once
+		SilenceUsage:  true,
+		RunE: func(*cobra.Command, []string) error {
+			return usageError{"a command is required"}
+		},
+		SuggestionsMinimumDistance: 2,
+	}
+	cobra.AddTemplateFunc("description", func(long string) string { d, _, _ := strings.Cut(long, envHeading); return d })
+	cobra.AddTemplateFunc("environment", func(long string) string {
+		if _, env, ok := strings.Cut(long, envHeading); ok {
+			return "Environment:\n" + env
+		}
+		return ""
+	})
+	root.SetHelpTemplate(helpTemplate)
+	root.SetOut(c.stdout)
+	root.SetErr(c.stderr)
+	root.SetVersionTemplate("{{.Version}}")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err.Error()} })
+	root.SetHelpCommand(&cobra.Command{
+		Use:   "help [command]",
+		Short: "Help about any command",
+		RunE: func(_ *cobra.Command, args []string) error {
+			target, rest, err := root.Find(args)
+			if err != nil || len(rest) > 0 {
+				return usageError{fmt.Sprintf("unknown help topic %q", strings.Join(args, " "))}
+			}
+			target.InitDefaultHelpFlag() // as cobra's own help command does
+			target.InitDefaultVersionFlag()
+			return target.Help()
+		},
+	})
+	root.AddCommand(
+		newDevCommand(c),
+		newMigrateCommand(c),
+		newAPICommand(c),
+		newCDCCommand(c),
+		newProjectCommand(c),
+		newKafkaCommand(c),
+		newTokenCommand(c),
+		newEventsCommand(c),
+		newRebuildCommand(c),
+		newSeedCommand(c),
+		newBenchCommand(c),
+		newStatusCommand(c),
+		newVersionCommand(c),
+	)
+	return root
+}
+
+// unknownCommand refuses any argument of the root command.
+func unknownCommand(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("unknown command %q", args[0])
+	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+		msg += fmt.Sprintf(" (did you mean %q?)", s[0])
+	}
+	return usageError{msg}
+}
+
+// noArgs refuses positional arguments: the command takes flags only.
+func noArgs(_ *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usageError{fmt.Sprintf("unexpected argument %q", args[0])}
+	}
+	return nil
+}
+
+// flagUsage adds the usage error a flag's value check found, naming it.
+func flagUsage(name, format string, a ...any) error {
+	return usageError{fmt.Sprintf("--%s: %s", name, fmt.Sprintf(format, a...))}
+}
+
+func newVersionCommand(c *cli) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the build: module version, VCS revision and time, Go version",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, err := io.WriteString(c.stdout, buildVersion())
+			return err
+		},
+	}
+}
+
+// buildVersion describes the binary from the build information Go embeds:
+// the module version, the VCS revision and its time (when built from a
+// checkout with VCS stamping), and the Go version.
+func buildVersion() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "feed (no build information)\n"
+	}
+	setting := func(key string) string {
+		for _, s := range bi.Settings {
+			if s.Key == key {
+				return s.Value
+			}
+		}
+		return ""
+	}
+	rev, at := setting("vcs.revision"), setting("vcs.time")
+	if rev == "" {
+		rev = "unknown"
+	}
+	if setting("vcs.modified") == "true" {
+		rev += " (modified)"
+	}
+	if at == "" {
+		at = "unknown"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "feed %s\n", bi.Main.Version)
+	fmt.Fprintf(&b, "  module   %s\n", bi.Main.Path)
+	fmt.Fprintf(&b, "  revision %s\n", rev)
+	fmt.Fprintf(&b, "  time     %s\n", at)
+	fmt.Fprintf(&b, "  go       %s\n", bi.GoVersion)
+	return b.String()
+}
+
+// envDocs describes the environment variables, for the commands' help.
+var envDocs = map[string]string{
+	"DATABASE_URL":             "PostgreSQL event log, URL or keyword form (default postgres://postgres@127.0.0.1:5432/feed?sslmode=disable)",
+	"REDIS_URL":                "Redis read models (default redis://127.0.0.1:6379/0)",
+	"KAFKA_BROKERS":            "comma-separated Kafka brokers (default: the development broker at FEED_KAFKA_ADDR)",
+	"HTTP_ADDR":                "where the API listens (default 127.0.0.1:8080)",
+	"FEED_JWT_SECRET":          "HS256 token secret, at least 16 bytes (default: a development secret)",
+	"FEED_AUTH":                "jwt (default) or trusted-header",
+	"FEED_ALLOW_DEV_SECRET":    "1 accepts the built-in development secret",
+	"FEED_STATE_DIR":           "local state, e.g. the embedded broker's data (default ./.feed)",
+	"FEED_KAFKA_ADDR":          "the development broker's address (default 127.0.0.1:9092)",
+	"FEED_TOPIC":               "the event topic (default feed.events)",
+	"FEED_PARTITIONS":          "partitions of the topic when created (default 12)",
+	"FEED_SLOT":                "logical replication slot (default feed_cdc_<database>)",
+	"FEED_CELEBRITY_THRESHOLD": "followers from which posts are pulled, not pushed (default 10000)",
+	"FEED_INBOX_MAX":           "inbox bound (default 500)",
+	"FEED_READ_CACHE_KEYS":     "the API's read cache bound in Redis keys, 0 off (default 40000)",
+	"FEED_FOLLOWER_CACHE_ROWS": "the inbox projector's follower cache bound, 0 off (default 16777216)",
+	"FEED_INACTIVE_AFTER":      "users not reading for this long get no pushes (default 720h)",
+	"FEED_CELEBRITY_CACHE_TTL": "in-process cache of celebrities and their timelines (default 3s)",
+	"FEED_MAX_CONTENT_CHARS":   "post length limit in characters (default 2000)",
+	"FEED_NODE_ID":             "Snowflake node id, unique per API process, 0..1023 (default 0)",
+	"FEED_LAG_WARN_BYTES":      "CDC warns when the slot lags more (default 268435456)",
+	"FEED_LOG_FORMAT":          "log lines as text (default) or json",
+	"FEED_LOG_LEVEL":           "lowest level logged: debug, info (default), warn or error",
+	"FEED_PPROF_ADDR":          "serve Go's profiles (/debug/pprof/) on this address (default: off)",
+	"GOGC":                     "Go's GC target (feed cdc sets 400 unless set)",
+}
+
+// helpTemplate is cobra's, with the environment a command reads (the end of
+// its Long, from envHeading) after its flags.
+const helpTemplate = `{{with (or .Long .Short)}}{{description . | trimTrailingWhitespaces}}
+
+{{end}}{{if or .Runnable .HasSubCommands}}{{.UsageString}}{{end}}{{with environment .Long}}
+{{.}}
+{{end}}`
+
+const envHeading = "\n\nEnvironment:\n"
+
+// envHelp is the "Environment:" section of a command's help.
+func envHelp(names ...string) string {
+	var b strings.Builder
+	b.WriteString(envHeading)
+	for _, n := range names {
+		fmt.Fprintf(&b, "  %-25s %s\n", n, envDocs[n])
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+// Variables every role reads, for envHelp.
+var (
+	envPostgres = []string{"DATABASE_URL"}
+	envRedis    = []string{"REDIS_URL"}
+	envKafka    = []string{"KAFKA_BROKERS", "FEED_KAFKA_ADDR", "FEED_TOPIC"}
+	envAPI      = []string{"HTTP_ADDR", "FEED_AUTH", "FEED_JWT_SECRET", "FEED_ALLOW_DEV_SECRET", "FEED_NODE_ID",
+		"FEED_MAX_CONTENT_CHARS", "FEED_INBOX_MAX", "FEED_CELEBRITY_CACHE_TTL", "FEED_INACTIVE_AFTER", "FEED_READ_CACHE_KEYS"}
+	envProjections = []string{"FEED_CELEBRITY_THRESHOLD", "FEED_INBOX_MAX", "FEED_INACTIVE_AFTER", "FEED_FOLLOWER_CACHE_ROWS"}
+	envCDC         = []string{"FEED_PARTITIONS", "FEED_SLOT", "FEED_LAG_WARN_BYTES"}
+)
+
+// joinEnv concatenates variable lists, without repeats, for envHelp.
+func joinEnv(lists ...[]string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, l := range lists {
+		for _, n := range l {
+			if !seen[n] {
+				seen[n] = true
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}
+
+// longHelp is a command's long help: what it does and what it reads.
+func longHelp(what string, env ...[]string) string {
+	return what + envHelp(joinEnv(env...)...)
+}

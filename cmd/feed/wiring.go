@@ -1,0 +1,192 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/feedco/feed/migrations"
+)
+
+// The parts the roles' wiring functions compose: connections, and running
+// components together until the first fails or the context ends.
+
+// App holds the configuration and the shared connections of one process,
+// for the commands that hand them around (`feed status`, `feed bench`).
+type App struct {
+	Cfg   Config
+	Log   *slog.Logger
+	Pool  *pgxpool.Pool
+	Redis redis.UniversalClient
+}
+
+// Close releases the connections.
+func (a *App) Close() {
+	if a.Pool != nil {
+		a.Pool.Close()
+	}
+	if a.Redis != nil {
+		_ = a.Redis.Close()
+	}
+}
+
+// openApp opens the connections a command asks for.
+func openApp(ctx context.Context, cfg Config, log *slog.Logger, wantPG, wantRedis bool) (*App, error) {
+	a := &App{Cfg: cfg, Log: log}
+	var err error
+	if wantPG {
+		if a.Pool, err = openPostgres(ctx, cfg, 64, true); err != nil {
+			return nil, err
+		}
+	}
+	if wantRedis {
+		if a.Redis, err = openRedis(ctx, cfg, 256); err != nil {
+			a.Close()
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+// openPostgres connects (maxConns > 0 bounds the pool) and, if
+// checkSchema, refuses an unmigrated schema.
+func openPostgres(ctx context.Context, cfg Config, maxConns int32, checkSchema bool) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		return nil, usageError{fmt.Sprintf("DATABASE_URL %s: %s", redactDSN(cfg.DatabaseURL), dsnReason(cfg.DatabaseURL, err))}
+	}
+	if maxConns > 0 {
+		pc.MaxConns = maxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("connect to PostgreSQL at %s: %s", redactDSN(cfg.DatabaseURL), dsnReason(cfg.DatabaseURL, err))
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to PostgreSQL at %s: %s", redactDSN(cfg.DatabaseURL), dsnReason(cfg.DatabaseURL, err))
+	}
+	if checkSchema {
+		if err := migrations.Check(pctx, pool); err != nil {
+			pool.Close()
+			return nil, err
+		}
+	}
+	return pool, nil
+}
+
+// openRedis connects to REDIS_URL with a pool of poolSize connections
+// (0: go-redis's default).
+func openRedis(ctx context.Context, cfg Config, poolSize int) (*redis.Client, error) {
+	opt, err := redis.ParseURL(cfg.RedisURL)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			// net/url's message quotes the URL, password included.
+			err = errors.New("not a valid URL")
+		}
+		return nil, usageError{fmt.Sprintf("REDIS_URL %s: %s", redactDSN(cfg.RedisURL), dsnReason(cfg.RedisURL, err))}
+	}
+	if poolSize > 0 {
+		opt.PoolSize = poolSize
+	}
+	c := redis.NewClient(opt)
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := c.Ping(pctx).Err(); err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("connect to Redis at %s: %s", redactDSN(cfg.RedisURL), dsnReason(cfg.RedisURL, err))
+	}
+	return c, nil
+}
+
+// migrate applies the embedded migrations and logs what it applied.
+func migrate(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) ([]int, error) {
+	mctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	applied, err := migrations.Up(mctx, pool)
+	if err != nil {
+		return nil, fmt.Errorf("apply migrations: %w", err)
+	}
+	log.Info("migrations applied", "versions", applied)
+	return applied, nil
+}
+
+// task is one component of a role, run until ctx ends.
+type task struct {
+	name string
+	run  func(ctx context.Context) error
+}
+
+// runTasks runs the tasks of a role together until ctx ends or one of
+// them fails; then it cancels the others, waits for them and logs the
+// shutdown. A task that returns after ctx ended has stopped cleanly; the
+// first failure is returned, named after its task.
+func runTasks(ctx context.Context, log *slog.Logger, role string, tasks ...task) error {
+	g, gctx := errgroup.WithContext(ctx)
+	for _, t := range tasks {
+		g.Go(func() error {
+			err := t.run(gctx)
+			switch {
+			case err == nil, errors.Is(err, context.Canceled):
+				log.Debug(role+": stopped", "component", t.name)
+			case gctx.Err() == nil:
+				return fmt.Errorf("%s: %w", t.name, err)
+			default: // stopping, after the end of ctx or another's failure
+				log.Warn(role+": stopped with an error", "component", t.name, "err", err)
+			}
+			return nil
+		})
+	}
+	err := g.Wait()
+	if err != nil {
+		log.Error(role+": shut down after a failure", "err", err)
+		return err
+	}
+	log.Info(role + ": shut down")
+	return nil
+}
+
+// listen opens a TCP listener on addr, for a task that serves HTTP.
+func listen(addr string) (net.Listener, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	return l, nil
+}
+
+// serveHTTP serves h on l until ctx ends, then closes the server.
+func serveHTTP(ctx context.Context, l net.Listener, h http.Handler) error {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	stop := context.AfterFunc(ctx, func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	})
+	defer stop()
+	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// metricsTask serves reg's /metrics on l for a role that has no HTTP API
+// of its own (`feed cdc`, `feed project`).
+func metricsTask(l net.Listener, reg *prometheus.Registry) task {
+	h := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	return task{name: "metrics", run: func(ctx context.Context) error { return serveHTTP(ctx, l, h) }}
+}
