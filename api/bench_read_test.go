@@ -49,6 +49,7 @@ var (
 	readRounds   = flag.Int("read.rounds", 3, "BenchmarkReadHTTP: rounds of the three phases (medians are reported)")
 	readWrites   = flag.Int("read.writes", 0, "BenchmarkReadHTTP: inbox writes/s to random readers during every phase (each invalidates a cached inbox; 0: none)")
 	readClient   = flag.String("read.client", "raw", "BenchmarkReadHTTP: HTTP load generator, raw (one keep-alive connection per client, wrk-like) or std (net/http.Client)")
+	readCache    = flag.Int("read.cache-keys", 0, "BenchmarkReadHTTP: the query side's read cache bound in Redis keys (queries.Config.ReadCacheKeys: 0 the default, -1 off)")
 	readPhases   = flag.String("read.phases", "http,sql,redis,static,handler,home", "BenchmarkReadHTTP: the phases to run, a comma list of http, sql, redis, static, handler, home")
 )
 
@@ -110,7 +111,7 @@ func BenchmarkReadHTTP(b *testing.B) {
 	b.Logf("seeded %d users, %d posts in %v", len(users), *readPosts, time.Since(start).Round(time.Millisecond))
 
 	feedReg := prometheus.NewRegistry()
-	feed, err := queries.New(queries.Config{Keys: keys, Registerer: feedReg}, db.Pool, r.Client)
+	feed, err := queries.New(queries.Config{Keys: keys, ReadCacheKeys: *readCache, Registerer: feedReg}, db.Pool, r.Client)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -341,7 +342,7 @@ func BenchmarkReadHTTP(b *testing.B) {
 	fmt.Printf("post bodies hydrated during the run: from process memory %.0f, from Redis %.0f, from PostgreSQL %.0f\n",
 		counterValue(hyd.WithLabelValues("process")), counterValue(hyd.WithLabelValues("redis")), counterValue(hyd.WithLabelValues("pg")))
 	cacheAfter := readCacheStats(b, feedReg)
-	fmt.Printf("read cache (FEED_READ_CACHE_KEYS, %d inbox writes/s) during the rounds:", *readWrites)
+	fmt.Printf("read cache (-read.cache-keys, %d inbox writes/s) during the rounds:", *readWrites)
 	for _, e := range []string{"hit", "miss", "stored", "dropped", "invalidated", "flush", "generation"} {
 		fmt.Printf(" %s %.0f", e, cacheAfter[e]-cacheBefore[e])
 	}
