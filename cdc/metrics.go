@@ -23,6 +23,10 @@ type metrics struct {
 	slotLagBytes          prometheus.Gauge
 	lagSeconds            prometheus.Gauge
 	confirmedLSN          prometheus.Gauge
+	// Slot losses by what CDC did (mode "heal" or "stop"), and the events
+	// republished from the event log by heals.
+	slotLost    *prometheus.CounterVec
+	republished prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -79,6 +83,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "cdc_confirmed_lsn",
 			Help: "The LSN last confirmed to PostgreSQL, as a number.",
 		}),
+		slotLost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cdc_slot_lost_total",
+			Help: "Times the replication slot CDC streamed from was found missing, by what CDC did: heal (republished from the event log, new slot) or stop (stopped without creating a slot).",
+		}, []string{"mode"}),
+		republished: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cdc_republished_events_total",
+			Help: "Events republished from the event log after the loss of the slot (acknowledged by Kafka).",
+		}),
 	}
 	m.published = register(reg, m.published)
 	m.redelivered = register(reg, m.redelivered)
@@ -93,6 +105,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.slotLagBytes = register(reg, m.slotLagBytes)
 	m.lagSeconds = register(reg, m.lagSeconds)
 	m.confirmedLSN = register(reg, m.confirmedLSN)
+	m.slotLost = register(reg, m.slotLost)
+	m.republished = register(reg, m.republished)
 	return m
 }
 
