@@ -287,7 +287,7 @@ func (c *CDC) republish(ctx context.Context, from, to uint64, start pglogrepl.LS
 			SELECT position::text, event_id::text, stream_id, stream_version::text, type, payload::text, metadata::text,
 			       to_char(recorded_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US') || '+00'
 			FROM events WHERE tx_id >= $1::text::xid8 AND tx_id < $2::text::xid8 AND position > $3
-			ORDER BY position LIMIT $4`, fromS, toS, after, republishPage)
+			ORDER BY events.position LIMIT $4`, fromS, toS, after, republishPage) // not the text column of that name
 		if err != nil {
 			return n, fmt.Errorf("read events to republish: %w", err)
 		}
