@@ -83,6 +83,7 @@ func runCDCRole(ctx context.Context, a *App, reg prometheus.Registerer) error {
 		Slot:         a.Cfg.Slot,
 		Topic:        a.Cfg.Topic,
 		LagWarnBytes: a.Cfg.LagWarnBytes,
+		OnSlotLoss:   cdc.SlotLossMode(os.Getenv("FEED_CDC_ON_SLOT_LOSS")), // "heal" (default) or "stop": docs/cdc.md, Slot loss
 		Registerer:   reg,
 		Logger:       a.Log,
 	}, a.Pool, pub)
