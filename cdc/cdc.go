@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -39,6 +40,16 @@ type CDC struct {
 	// decode parses the pgoutput messages (decodeMessage; tests also run
 	// parseMessage).
 	decode pgoutputDecoder
+
+	// The frontier (heal.go): samples waiting for the acknowledged position
+	// to pass them, and whether a heal holds the frontier still.
+	frontierMu     sync.Mutex
+	frontierPaused bool
+	samples        []frontierSample
+	// stopped is the error CDC stopped for good with (Ready).
+	stopped atomic.Pointer[error]
+	// hook, when set (tests), is called at each heal stage.
+	hook func(stage string)
 }
 
 // New returns a CDC that reads through pool's database and publishes with
@@ -68,10 +79,13 @@ func New(cfg Config, pool *pgxpool.Pool, pubs ...Publisher) (*CDC, error) {
 }
 
 // Run streams until ctx ends, reconnecting with exponential backoff after
-// any error. At the end it publishes what it already read (bounded by
+// any error (at most UnavailableBackoff while PostgreSQL is unavailable).
+// At the end it publishes what it already read (bounded by
 // ShutdownTimeout), confirms what Kafka acknowledged and returns nil; the
-// next start resumes from the slot's confirmed position. It must be called
-// once.
+// next start resumes from the slot's confirmed position. When the slot it
+// streamed from is gone and it may not heal (OnSlotLoss, docs/cdc.md "Slot
+// loss"), it stops the same way and returns an error wrapping ErrSlotLost.
+// It must be called once.
 func (c *CDC) Run(ctx context.Context) error {
 	laneCtx, cancelLanes := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelLanes()
@@ -84,6 +98,7 @@ func (c *CDC) Run(ctx context.Context) error {
 		c.stateLoop(stateCtx)
 	}()
 
+	var runErr error
 	backoff := c.cfg.MinBackoff
 	for ctx.Err() == nil {
 		started := time.Now()
@@ -91,14 +106,20 @@ func (c *CDC) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			break
 		}
+		if errors.Is(err, ErrSlotLost) {
+			runErr = err
+			c.stopped.Store(&runErr)
+			break
+		}
 		c.m.reconnects.Inc()
 		if progressed || time.Since(started) > time.Minute {
 			backoff = c.cfg.MinBackoff
 		}
-		c.cfg.Logger.Warn("cdc: replication session ended, reconnecting", "slot", c.cfg.Slot, "backoff", backoff, "err", err)
+		wait := retryDelay(backoff, err, c.cfg.UnavailableBackoff)
+		c.cfg.Logger.Warn("cdc: replication session ended, reconnecting", "slot", c.cfg.Slot, "backoff", wait, "err", err)
 		select {
 		case <-ctx.Done():
-		case <-time.After(backoff):
+		case <-time.After(wait):
 		}
 		backoff = min(backoff*2, c.cfg.MaxBackoff)
 	}
@@ -109,7 +130,7 @@ func (c *CDC) Run(ctx context.Context) error {
 	cancelState()
 	<-stateDone
 	c.saveState(context.Background())
-	return nil
+	return runErr
 }
 
 // flush closes the lanes and waits for them to publish their queues, at
@@ -142,6 +163,9 @@ func (c *CDC) stateLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		c.saveState(ctx)
+		fctx, cancel := context.WithTimeout(ctx, c.cfg.StateInterval)
+		c.advanceFrontier(fctx)
+		cancel()
 		qctx, cancel := context.WithTimeout(ctx, c.cfg.StateInterval)
 		var lag *int64
 		err := c.pool.QueryRow(qctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint FROM pg_replication_slots WHERE slot_name = $1`, c.cfg.Slot).Scan(&lag)

@@ -52,6 +52,17 @@ type Config struct {
 	// MinBackoff and MaxBackoff bound the exponential backoff between
 	// reconnects and between publish retries. Defaults 100ms and 15s.
 	MinBackoff, MaxBackoff time.Duration
+	// UnavailableBackoff caps the pause between reconnects while PostgreSQL
+	// refuses connections or is starting up or shutting down (a restart
+	// usually ends within seconds: CDC should be back as soon as it is).
+	// Default 1s.
+	UnavailableBackoff time.Duration
+	// OnSlotLoss says what CDC does when the slot it streamed from is gone:
+	// SlotLossHeal (default) republishes from the event log what Kafka may
+	// not have, then streams from a new slot; SlotLossStop stops with an
+	// error wrapping ErrSlotLost and creates nothing (docs/cdc.md, "Slot
+	// loss").
+	OnSlotLoss SlotLossMode
 	// Registerer receives the Prometheus metrics. Default: a private
 	// registry (nothing exported).
 	Registerer prometheus.Registerer
@@ -73,6 +84,8 @@ func (c Config) withDefaults() Config {
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 10*time.Second)
 	c.MinBackoff = cmp.Or(c.MinBackoff, 100*time.Millisecond)
 	c.MaxBackoff = cmp.Or(c.MaxBackoff, 15*time.Second)
+	c.UnavailableBackoff = cmp.Or(c.UnavailableBackoff, time.Second)
+	c.OnSlotLoss = cmp.Or(c.OnSlotLoss, SlotLossHeal)
 	if c.Registerer == nil {
 		c.Registerer = prometheus.NewRegistry()
 	}
@@ -103,6 +116,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("cdc: ConfirmInterval=%v is longer than StatusInterval=%v", c.ConfirmInterval, c.StatusInterval)
 	case c.MinBackoff <= 0 || c.MaxBackoff < c.MinBackoff:
 		return fmt.Errorf("cdc: backoff %v..%v", c.MinBackoff, c.MaxBackoff)
+	case c.UnavailableBackoff <= 0:
+		return fmt.Errorf("cdc: UnavailableBackoff=%v: want a positive duration", c.UnavailableBackoff)
+	case c.OnSlotLoss != SlotLossHeal && c.OnSlotLoss != SlotLossStop:
+		return fmt.Errorf("cdc: OnSlotLoss=%q: want %q or %q", c.OnSlotLoss, SlotLossHeal, SlotLossStop)
 	}
 	return nil
 }

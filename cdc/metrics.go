@@ -23,6 +23,10 @@ type metrics struct {
 	slotLagBytes          prometheus.Gauge
 	lagSeconds            prometheus.Gauge
 	confirmedLSN          prometheus.Gauge
+	// Slot losses by what CDC did (mode "heal" or "stop"), and the events
+	// republished from the event log by heals.
+	slotLost    *prometheus.CounterVec
+	republished prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -59,6 +63,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			"Age of the oldest committed transaction not yet fully acknowledged by Kafka (0 when caught up)."),
 		confirmedLSN: gauge("cdc_confirmed_lsn",
 			"The LSN last confirmed to PostgreSQL, as a number."),
+		slotLost: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cdc_slot_lost_total",
+			Help: "Times the replication slot CDC streamed from was found missing, by what CDC did: heal (republished from the event log, new slot) or stop (stopped without creating a slot).",
+		}, []string{"mode"})),
+		republished: counter("cdc_republished_events_total",
+			"Events republished from the event log after the loss of the slot (acknowledged by Kafka)."),
 	}
 }
 

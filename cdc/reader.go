@@ -16,19 +16,15 @@ import (
 	"github.com/feedco/feed/internal/kafka"
 )
 
-// session is one replication connection: it makes sure the slot exists,
+// session is one replication connection: it makes sure the slot exists
+// (creating it at a first start, healing or stopping after its loss),
 // streams from the slot's confirmed position, hands events to the lanes and
 // confirms progress, until an error or ctx ends. progressed reports whether
 // any change arrived (the caller then resets its backoff).
 func (c *CDC) session(ctx context.Context, cancelLanes context.CancelFunc) (progressed bool, err error) {
-	// No timeout but ctx: creating a slot waits for every transaction
-	// running on the cluster (any database) to finish, however long.
-	created, err := ensureSlot(ctx, c.pool, c.cfg.Slot, c.cfg.Publication, c.cfg.Logger)
-	if err != nil {
+	// The slot exists, and streaming from it leaves no gap (heal.go).
+	if err := c.prepareSlot(ctx); err != nil {
 		return false, err
-	}
-	if created {
-		c.cfg.Logger.Info("cdc: created replication slot", "slot", c.cfg.Slot)
 	}
 	conn, err := c.connect(ctx)
 	if err != nil {

@@ -27,8 +27,20 @@ var ErrSlotActive = errors.New("replication slot is in use")
 var ErrNoSlot = errors.New("replication slot does not exist")
 
 // ensureSlot checks the publication and creates the slot when missing. It
-// reports whether it created the slot.
+// reports whether it created the slot. It knows nothing of what CDC
+// streamed before: CDC itself goes through prepareSlot (heal.go).
 func ensureSlot(ctx context.Context, pool *pgxpool.Pool, slot, publication string, log *slog.Logger) (bool, error) {
+	exists, err := checkSlot(ctx, pool, slot, publication)
+	if err != nil || exists {
+		return false, err
+	}
+	_, created, err := createSlot(ctx, pool, slot, log)
+	return created, err
+}
+
+// checkSlot checks the publication and reports whether the slot exists; a
+// slot of that name for another database or plugin is ErrSlotElsewhere.
+func checkSlot(ctx context.Context, pool *pgxpool.Pool, slot, publication string) (bool, error) {
 	var ok bool
 	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, publication).Scan(&ok); err != nil {
 		return false, fmt.Errorf("look up publication %s: %w", publication, err)
@@ -38,41 +50,54 @@ func ensureSlot(ctx context.Context, pool *pgxpool.Pool, slot, publication strin
 	}
 	var db, plugin string
 	err := pool.QueryRow(ctx, `SELECT coalesce(database, ''), coalesce(plugin, '') FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&db, &plugin)
-	if err == nil {
-		var cur string
-		if err := pool.QueryRow(ctx, `SELECT current_database()`).Scan(&cur); err != nil {
-			return false, fmt.Errorf("read database name: %w", err)
-		}
-		if db != cur || plugin != "pgoutput" {
-			return false, fmt.Errorf("slot %s (database %q, plugin %q): %w", slot, db, plugin, ErrSlotElsewhere)
-		}
-		return false, nil
-	}
-	if !errors.Is(err, pgx.ErrNoRows) {
-		return false, fmt.Errorf("look up slot %s: %w", slot, err)
-	}
-	log.Info("cdc: creating replication slot; this waits for the transactions running on the server now to finish", "slot", slot)
-	_, err = pool.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot)
-	var pg *pgconn.PgError
-	if errors.As(err, &pg) && pg.Code == "42710" { // created concurrently
+	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("create slot %s: %w", slot, err)
+		return false, fmt.Errorf("look up slot %s: %w", slot, err)
+	}
+	var cur string
+	if err := pool.QueryRow(ctx, `SELECT current_database()`).Scan(&cur); err != nil {
+		return false, fmt.Errorf("read database name: %w", err)
+	}
+	if db != cur || plugin != "pgoutput" {
+		return false, fmt.Errorf("slot %s (database %q, plugin %q): %w", slot, db, plugin, ErrSlotElsewhere)
 	}
 	return true, nil
 }
 
+// createSlot creates the slot and returns the LSN it starts streaming at:
+// every transaction that commits after it is decoded, none before.
+// created is false when another process created it concurrently.
+func createSlot(ctx context.Context, pool *pgxpool.Pool, slot string, log *slog.Logger) (lsn string, created bool, err error) {
+	log.Info("cdc: creating replication slot; this waits for the transactions running on the server now to finish", "slot", slot)
+	err = pool.QueryRow(ctx, `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')`, slot).Scan(&lsn)
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) && pg.Code == "42710" { // created concurrently
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("create slot %s: %w", slot, err)
+	}
+	return lsn, true, nil
+}
+
 // DropSlot drops the slot and forgets its progress row, for decommissioning
-// a deployment: PostgreSQL then stops keeping WAL for it. It refuses while
-// a CDC process streams from the slot (ErrSlotActive), and returns ErrNoSlot
-// when there is nothing to drop.
+// a deployment: PostgreSQL then stops keeping WAL for it, and the next CDC
+// start is a first start (a new slot from the WAL position of that moment)
+// rather than the healing of a lost slot. It refuses while a CDC process
+// streams from the slot (ErrSlotActive). When there is no slot it still
+// forgets the progress row (which is how an operator accepts a lost slot's
+// gap) and returns ErrNoSlot.
 // WARNING: events committed after the drop are never streamed by a new slot.
 func DropSlot(ctx context.Context, pool *pgxpool.Pool, slot string) error {
 	var active bool
 	var pid *int32
 	err := pool.QueryRow(ctx, `SELECT active, active_pid FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&active, &pid)
 	if errors.Is(err, pgx.ErrNoRows) {
+		if _, err := pool.Exec(ctx, `DELETE FROM cdc_state WHERE slot_name = $1`, slot); err != nil {
+			return fmt.Errorf("forget progress of slot %s: %w", slot, err)
+		}
 		return fmt.Errorf("drop slot %s: %w", slot, ErrNoSlot)
 	}
 	if err != nil {
@@ -124,6 +149,49 @@ type SlotStatus struct {
 	// UpdatedAt is when CDC last wrote its progress row; old means CDC is
 	// not running.
 	UpdatedAt time.Time
+
+	// Streamed is true when CDC has a progress row for the slot: it
+	// streamed from it, so a missing slot was lost (not a first start).
+	Streamed bool
+	// Frontier is the recorded frontier (every event with a smaller tx_id,
+	// committed since CDC first created the slot, is in Kafka), "" while
+	// unknown; FrontierAt is when it was last raised.
+	Frontier   string
+	FrontierAt time.Time
+	// HealPending is true while a heal has not finished republishing.
+	HealPending bool
+	// SlotLosses counts the slot losses CDC healed; LastSlotLoss says what
+	// CDC did about the most recent one (healed, or stopped), at
+	// LastSlotLossAt.
+	SlotLosses     int64
+	LastSlotLoss   string
+	LastSlotLossAt time.Time
+}
+
+// SlotLossLine is the line `feed status` prints about slot losses, ending
+// in a newline, or "" when there is nothing to say: the slot is missing
+// although CDC streamed from it, a heal is under way, or CDC handled a
+// loss before.
+func (s SlotStatus) SlotLossLine() string {
+	var msg string
+	switch {
+	case !s.Exists && s.Streamed:
+		msg = "SLOT LOST: the slot CDC streamed from is gone; `feed cdc` republishes from the event log what Kafka may lack (or stops, FEED_CDC_ON_SLOT_LOSS=stop); see docs/cdc.md, Slot loss"
+	case s.HealPending:
+		msg = "HEALING: republishing from the event log after the loss of the slot"
+	}
+	if s.LastSlotLoss != "" {
+		last := fmt.Sprintf("%s at %s (%d healed in all)", s.LastSlotLoss, s.LastSlotLossAt.UTC().Format(time.RFC3339), s.SlotLosses)
+		if msg == "" {
+			msg = last
+		} else {
+			msg += "; last: " + last
+		}
+	}
+	if msg == "" {
+		return ""
+	}
+	return "  slot loss        " + msg + "\n"
 }
 
 // Status reads the slot's lag and CDC's progress row.
@@ -137,28 +205,47 @@ func Status(ctx context.Context, pool *pgxpool.Pool, slot string) (SlotStatus, e
 		Scan(&s.Active, &confirmed, &s.CurrentLSN, &s.LagBytes, &walStatus)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return s, nil
 	case err != nil:
 		return s, fmt.Errorf("read slot %s: %w", slot, err)
+	default:
+		s.Exists = true
 	}
-	s.Exists = true
 	if confirmed != nil {
 		s.ConfirmedLSN = *confirmed
 	}
 	if walStatus != nil {
 		s.WALStatus = *walStatus
 	}
-	var lastCommit, updated *time.Time
-	err = pool.QueryRow(ctx, `SELECT events_published, last_commit_at, updated_at FROM cdc_state WHERE slot_name = $1`, slot).
-		Scan(&s.EventsPublished, &lastCommit, &updated)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	var lastCommit, updated, frontierAt, lossAt *time.Time
+	var frontier, loss *string
+	err = pool.QueryRow(ctx, `
+		SELECT events_published, last_commit_at, updated_at, frontier_xid::text, frontier_at,
+		       heal_from IS NOT NULL, slot_losses, last_slot_loss, last_slot_loss_at
+		FROM cdc_state WHERE slot_name = $1`, slot).
+		Scan(&s.EventsPublished, &lastCommit, &updated, &frontier, &frontierAt, &s.HealPending, &s.SlotLosses, &loss, &lossAt)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
 		return s, fmt.Errorf("read progress of slot %s: %w", slot, err)
+	default:
+		s.Streamed = true
 	}
-	if lastCommit != nil {
-		s.LastCommitAt = *lastCommit
+	for _, f := range []struct {
+		dst *time.Time
+		src *time.Time
+	}{{&s.LastCommitAt, lastCommit}, {&s.UpdatedAt, updated}, {&s.FrontierAt, frontierAt}, {&s.LastSlotLossAt, lossAt}} {
+		if f.src != nil {
+			*f.dst = *f.src
+		}
 	}
-	if updated != nil {
-		s.UpdatedAt = *updated
+	if frontier != nil {
+		s.Frontier = *frontier
+	}
+	if loss != nil {
+		s.LastSlotLoss = *loss
+	}
+	if !s.Exists {
+		return s, nil
 	}
 	// The oldest event recorded after the newest published commit is the
 	// oldest one not yet published (recorded_at is its transaction's start,

@@ -35,7 +35,9 @@ type Migration struct {
 // ErrPending means the database is behind the binary: run `feed migrate`.
 var ErrPending = errors.New("database schema is behind: run `feed migrate`")
 
-// All returns the embedded migrations in version order.
+// All returns the embedded migrations in version order. Versions may have
+// gaps: a number can be reserved by a change still being written elsewhere,
+// and Up applies it whenever it arrives.
 func All() ([]Migration, error) {
 	entries, err := fs.ReadDir(files, ".")
 	if err != nil {
@@ -56,16 +58,18 @@ func All() ([]Migration, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
 	for i, m := range out {
-		if m.Version != i+1 {
-			return nil, fmt.Errorf("migration versions must be 1..n without gaps, found %03d at index %d", m.Version, i)
+		if m.Version < 1 || (i > 0 && m.Version == out[i-1].Version) {
+			return nil, fmt.Errorf("migration version %03d: versions must be positive and unique", m.Version)
 		}
 	}
 	return out, nil
 }
 
-// Up applies every pending migration, each in its own transaction, under a
-// session advisory lock so two processes never migrate at once. It returns
-// the versions it applied.
+// Up applies every pending migration (every version not recorded in
+// schema_migrations, in version order, so one that filled a gap below the
+// newest applied version is applied too), each in its own transaction,
+// under a session advisory lock so two processes never migrate at once. It
+// returns the versions it applied.
 func Up(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
 	all, err := All()
 	if err != nil {
@@ -89,13 +93,13 @@ func Up(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
 		applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
 		return nil, fmt.Errorf("create schema_migrations: %w", err)
 	}
-	current, err := currentVersion(ctx, conn.Conn())
+	done, err := appliedVersions(ctx, conn.Conn())
 	if err != nil {
 		return nil, err
 	}
 	var applied []int
 	for _, m := range all {
-		if m.Version <= current {
+		if done[m.Version] {
 			continue
 		}
 		err := pgx.BeginFunc(ctx, conn.Conn(), func(tx pgx.Tx) error {
@@ -132,20 +136,31 @@ func Check(ctx context.Context, pool *pgxpool.Pool) error {
 	if !exists {
 		return ErrPending
 	}
-	v, err := currentVersion(ctx, conn.Conn())
+	done, err := appliedVersions(ctx, conn.Conn())
 	if err != nil {
 		return err
 	}
-	if latest := all[len(all)-1].Version; v < latest {
-		return fmt.Errorf("%w (database at %d, binary at %d)", ErrPending, v, latest)
+	for _, m := range all {
+		if !done[m.Version] {
+			return fmt.Errorf("%w (migration %03d_%s not applied)", ErrPending, m.Version, m.Name)
+		}
 	}
 	return nil
 }
 
-func currentVersion(ctx context.Context, conn *pgx.Conn) (int, error) {
-	var v int
-	if err := conn.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&v); err != nil {
-		return 0, fmt.Errorf("read schema version: %w", err)
+// appliedVersions returns the versions recorded in schema_migrations.
+func appliedVersions(ctx context.Context, conn *pgx.Conn) (map[int]bool, error) {
+	rows, err := conn.Query(ctx, `SELECT version FROM schema_migrations`)
+	if err != nil {
+		return nil, fmt.Errorf("read schema versions: %w", err)
 	}
-	return v, nil
+	vs, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return nil, fmt.Errorf("read schema versions: %w", err)
+	}
+	done := make(map[int]bool, len(vs))
+	for _, v := range vs {
+		done[int(v)] = true
+	}
+	return done, nil
 }

@@ -101,6 +101,7 @@ func streamCDC(ctx context.Context, cfg Config, pool *pgxpool.Pool, reg promethe
 		Slot:         cfg.Slot,
 		Topic:        cfg.Topic,
 		LagWarnBytes: cfg.LagWarnBytes,
+		OnSlotLoss:   cdc.SlotLossMode(cfg.OnSlotLoss), // "heal" (default) or "stop": docs/cdc.md, Slot loss
 		Registerer:   reg,
 		Logger:       log,
 	}, pool, pub)

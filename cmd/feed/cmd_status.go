@@ -71,6 +71,7 @@ func printCDCStatus(ctx context.Context, a *App, w io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(w, "cdc (slot %s, topic %s):\n", st.Slot, a.Cfg.Topic)
+	fmt.Fprint(w, st.SlotLossLine())
 	if !st.Exists {
 		fmt.Fprintln(w, "  slot             missing: `feed cdc` creates it (events committed before that are not streamed)")
 		return nil

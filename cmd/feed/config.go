@@ -35,6 +35,8 @@ type Config struct {
 	InactiveAfter      time.Duration
 	CelebrityCacheTTL  time.Duration
 	LagWarnBytes       int64
+	// OnSlotLoss is FEED_CDC_ON_SLOT_LOSS: "heal" (the default) or "stop".
+	OnSlotLoss string
 	// ReadCacheKeys bounds the API's client-side read cache, in Redis keys
 	// (FEED_READ_CACHE_KEYS); 0 turns it off.
 	ReadCacheKeys int
@@ -96,6 +98,7 @@ func LoadConfig() (Config, error) {
 		Topic:       envOr("FEED_TOPIC", "feed.events"),
 		Slot:        os.Getenv("FEED_SLOT"),
 		LogFormat:   envOr("FEED_LOG_FORMAT", "text"),
+		OnSlotLoss:  os.Getenv("FEED_CDC_ON_SLOT_LOSS"),
 
 		AllowDevSecret: os.Getenv("FEED_ALLOW_DEV_SECRET") == "1",
 	}
