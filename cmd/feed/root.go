@@ -164,6 +164,7 @@ var envDocs = map[string]string{
 	"FEED_MAX_CONTENT_CHARS":   "post length limit in characters (default 2000)",
 	"FEED_NODE_ID":             "Snowflake node id, unique per API process, 0..1023 (default 0)",
 	"FEED_LAG_WARN_BYTES":      "CDC warns when the slot lags more (default 268435456)",
+	"FEED_CDC_ON_SLOT_LOSS":    "what CDC does when its slot is gone: heal (republish from the event log; default) or stop",
 	"FEED_LOG_FORMAT":          "log lines as text (default) or json",
 	"FEED_LOG_LEVEL":           "lowest level logged: debug, info (default), warn or error",
 	"FEED_PPROF_ADDR":          "serve Go's profiles (/debug/pprof/) on this address (default: off)",
@@ -198,7 +199,7 @@ var (
 	envAPI      = []string{"HTTP_ADDR", "FEED_AUTH", "FEED_JWT_SECRET", "FEED_ALLOW_DEV_SECRET", "FEED_NODE_ID",
 		"FEED_MAX_CONTENT_CHARS", "FEED_INBOX_MAX", "FEED_CELEBRITY_CACHE_TTL", "FEED_INACTIVE_AFTER", "FEED_READ_CACHE_KEYS"}
 	envProjections = []string{"FEED_CELEBRITY_THRESHOLD", "FEED_INBOX_MAX", "FEED_INACTIVE_AFTER", "FEED_FOLLOWER_CACHE_ROWS"}
-	envCDC         = []string{"FEED_PARTITIONS", "FEED_SLOT", "FEED_LAG_WARN_BYTES"}
+	envCDC         = []string{"FEED_PARTITIONS", "FEED_SLOT", "FEED_LAG_WARN_BYTES", "FEED_CDC_ON_SLOT_LOSS"}
 )
 
 // joinEnv concatenates variable lists, without repeats, for envHelp.
