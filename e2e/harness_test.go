@@ -25,11 +25,11 @@ import (
 	"github.com/feedco/feed/internal/auth"
 	"github.com/feedco/feed/internal/kafka"
 	"github.com/feedco/feed/internal/kafka/kafkatest"
-	"github.com/feedco/feed/internal/rkeys"
 	"github.com/feedco/feed/internal/snowflake"
 	"github.com/feedco/feed/internal/testenv"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/queries"
+	"github.com/feedco/feed/readmodel"
 )
 
 // policies are the knobs of the system under test. They are set low so a
@@ -56,7 +56,7 @@ type system struct {
 	pol     policies
 	db      *testenv.DB
 	rdb     redis.UniversalClient
-	keys    rkeys.Keys
+	keys    readmodel.Keys
 	broker  *kafkatest.Broker
 	topic   string
 	slot    string
@@ -79,7 +79,7 @@ func startSystem(t *testing.T, pol policies) *system {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	s := &system{pol: pol, db: testenv.NewDB(t), broker: kafkatest.Start(t)}
 	r := testenv.NewRedis(t)
-	s.rdb, s.keys = r.Client, rkeys.Keys{Prefix: r.Prefix}
+	s.rdb, s.keys = r.Client, readmodel.Keys{Prefix: r.Prefix}
 	s.topic = s.broker.Topic(t, 12)
 	s.slot = "feed_e2e_" + s.db.Name
 	if _, err := s.db.Pool.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, s.slot); err != nil {

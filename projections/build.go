@@ -13,8 +13,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/feedco/feed/events"
-	"github.com/feedco/feed/internal/rkeys"
 	"github.com/feedco/feed/internal/snowflake"
+	"github.com/feedco/feed/readmodel"
 )
 
 // Bulk builds for `feed rebuild` (docs/rebuild.md). Each writes a read model
@@ -69,7 +69,7 @@ func (p *Posts) BuildPosts(ctx context.Context, pg Querier, progress Progress) (
 		kv := make([]any, 0, 2*BuildBatch)
 		for rows.Next() {
 			var (
-				post    rkeys.Post
+				post    readmodel.Post
 				at      time.Time
 				deleted bool
 			)
@@ -79,7 +79,7 @@ func (p *Posts) BuildPosts(ctx context.Context, pg Querier, progress Progress) (
 				return total, fmt.Errorf("read posts: %w", err)
 			}
 			if deleted {
-				post = rkeys.Post{ID: post.ID, AuthorID: post.AuthorID, Deleted: true,
+				post = readmodel.Post{ID: post.ID, AuthorID: post.AuthorID, Deleted: true,
 					CreatedAt: snowflake.Time(post.ID).Format(createdAtLayout)}
 			} else {
 				post.CreatedAt = at.UTC().Format(createdAtLayout)
@@ -249,9 +249,9 @@ func writeSets(ctx context.Context, rdb redis.UniversalClient, pg Querier, sql s
 			}
 		}
 		if !math.IsInf(floor, -1) {
-			zs = append(zs, redis.Z{Score: floor, Member: rkeys.SentinelFloor})
+			zs = append(zs, redis.Z{Score: floor, Member: readmodel.SentinelFloor})
 		}
-		zs = append(zs, redis.Z{Score: math.Inf(1), Member: rkeys.SentinelBuilt})
+		zs = append(zs, redis.Z{Score: math.Inf(1), Member: readmodel.SentinelBuilt})
 		pipe.ZAdd(ctx, k, zs...)
 		if ttls[i] > 0 {
 			pipe.PExpire(ctx, k, time.Duration(ttls[i])*time.Millisecond)

@@ -15,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/feedco/feed/internal/rkeys"
+	"github.com/feedco/feed/readmodel"
 )
 
 // The inbox bulk build (`feed rebuild inbox`, docs/rebuild.md) in Go memory,
@@ -509,9 +509,9 @@ func (s inboxSet) zadd(ctx context.Context, pipe redis.Pipeliner, key string, tt
 		zs = append(zs, redis.Z{Score: float64(e.ms()), Member: itoa(e.id)})
 	}
 	if s.hasFloor {
-		zs = append(zs, redis.Z{Score: float64(s.floor), Member: rkeys.SentinelFloor})
+		zs = append(zs, redis.Z{Score: float64(s.floor), Member: readmodel.SentinelFloor})
 	}
-	zs = append(zs, redis.Z{Score: math.Inf(1), Member: rkeys.SentinelBuilt})
+	zs = append(zs, redis.Z{Score: math.Inf(1), Member: readmodel.SentinelBuilt})
 	pipe.ZAdd(ctx, key, zs...)
 	pipe.PExpire(ctx, key, time.Duration(ttlMs)*time.Millisecond)
 }
@@ -521,7 +521,7 @@ func (s inboxSet) zadd(ctx context.Context, pipe redis.Pipeliner, key string, tt
 // decimal's bytes, then ~built.
 func (s inboxSet) listpack(es []lpEntry) []lpEntry {
 	if s.hasFloor {
-		es = append(es, lpEntry{score: float64(s.floor), str: rkeys.SentinelFloor})
+		es = append(es, lpEntry{score: float64(s.floor), str: readmodel.SentinelFloor})
 	}
 	first := len(es)
 	for i := len(s.kept) - 1; i >= 0; i-- {
@@ -540,5 +540,5 @@ func (s inboxSet) listpack(es []lpEntry) []lpEntry {
 		}
 		i = j
 	}
-	return append(es, lpEntry{score: math.Inf(1), str: rkeys.SentinelBuilt})
+	return append(es, lpEntry{score: math.Inf(1), str: readmodel.SentinelBuilt})
 }

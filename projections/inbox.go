@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/feedco/feed/events"
-	"github.com/feedco/feed/internal/rkeys"
+	"github.com/feedco/feed/readmodel"
 )
 
 // Inbox projects home feeds (`feed:{u}`): it pushes the posts of
@@ -591,7 +591,7 @@ func (p *Inbox) removeAuthor(ctx context.Context, follower, author int64) error 
 	}
 	ids := make([]int64, 0, len(all))
 	for _, m := range all {
-		if id, err := strconv.ParseInt(m, 10, 64); err == nil && !rkeys.IsSentinel(m) {
+		if id, err := strconv.ParseInt(m, 10, 64); err == nil && !readmodel.IsSentinel(m) {
 			ids = append(ids, id)
 		}
 	}

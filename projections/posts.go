@@ -9,14 +9,14 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/feedco/feed/events"
-	"github.com/feedco/feed/internal/rkeys"
 	"github.com/feedco/feed/internal/snowflake"
+	"github.com/feedco/feed/readmodel"
 )
 
 // createdAtLayout is RFC 3339 in UTC with milliseconds, as the API prints.
 const createdAtLayout = "2006-01-02T15:04:05.000Z07:00"
 
-// Posts projects the post cache (`post:{p}`, JSON rkeys.Post) the query side
+// Posts projects the post cache (`post:{p}`, JSON readmodel.Post) the query side
 // hydrates feed pages from.
 //
 // Create is SET NX and delete overwrites with a tombstone (deleted=true, no
@@ -46,7 +46,7 @@ func (p *Posts) Group() string { return GroupFor(NamePosts, p.cfg.Keys.Version(N
 func (p *Posts) Apply(ctx context.Context, _ events.Envelope, ev events.Event) error {
 	switch e := ev.(type) {
 	case events.PostCreated:
-		b, err := json.Marshal(rkeys.Post{ID: e.PostID, AuthorID: e.AuthorID, Content: e.Content,
+		b, err := json.Marshal(readmodel.Post{ID: e.PostID, AuthorID: e.AuthorID, Content: e.Content,
 			CreatedAt: e.CreatedAt.UTC().Format(createdAtLayout)})
 		if err != nil {
 			return fmt.Errorf("encode post %d: %w", e.PostID, err)
@@ -56,7 +56,7 @@ func (p *Posts) Apply(ctx context.Context, _ events.Envelope, ev events.Event) e
 		}
 	case events.PostDeleted:
 		// The Snowflake id carries the creation millisecond.
-		b, err := json.Marshal(rkeys.Post{ID: e.PostID, AuthorID: e.AuthorID,
+		b, err := json.Marshal(readmodel.Post{ID: e.PostID, AuthorID: e.AuthorID,
 			CreatedAt: snowflake.Time(e.PostID).Format(createdAtLayout), Deleted: true})
 		if err != nil {
 			return fmt.Errorf("encode tombstone %d: %w", e.PostID, err)

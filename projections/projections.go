@@ -22,7 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/feedco/feed/events"
-	"github.com/feedco/feed/internal/rkeys"
+	"github.com/feedco/feed/readmodel"
 )
 
 // Consumer groups, one per projector.
@@ -83,7 +83,7 @@ type Querier interface {
 // defaults of DefaultConfig.
 type Config struct {
 	// Keys names the Redis keys (a prefix in tests and rebuilds).
-	Keys rkeys.Keys
+	Keys readmodel.Keys
 	// CelebrityThreshold: a post is pushed iff its author had fewer
 	// followers than this when it was created (FEED_CELEBRITY_THRESHOLD).
 	CelebrityThreshold int64

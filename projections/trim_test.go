@@ -9,8 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/feedco/feed/internal/rkeys"
 	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/readmodel"
 )
 
 // The hot path's trimScript leaves exactly what boundedAddScript (with no
@@ -38,13 +38,13 @@ func TestTrimScriptMatchesBoundedAdd(t *testing.T) {
 		if rng.IntN(4) > 0 {
 			// Below every entry, among them, or above the cut.
 			floor = []float64{999, 1000 + float64(rng.IntN(2*real)), score - float64(rng.IntN(max))}[rng.IntN(3)]
-			zs = append(zs, redis.Z{Score: floor, Member: rkeys.SentinelFloor})
+			zs = append(zs, redis.Z{Score: floor, Member: readmodel.SentinelFloor})
 			for l := range rng.IntN(3) { // late pushes at or below the floor
 				zs = append(zs, redis.Z{Score: floor - float64(rng.IntN(2)), Member: fmt.Sprint(800000 + l)})
 			}
 		}
 		if rng.IntN(4) > 0 {
-			zs = append(zs, redis.Z{Score: math.Inf(1), Member: rkeys.SentinelBuilt})
+			zs = append(zs, redis.Z{Score: math.Inf(1), Member: readmodel.SentinelBuilt})
 		}
 		a, b := fmt.Sprintf("%sa%d", rd.Prefix, i), fmt.Sprintf("%sb%d", rd.Prefix, i)
 		rd.Client.ZAdd(ctx, a, zs...)

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/feedco/feed/internal/rkeys"
+	"github.com/feedco/feed/readmodel"
 )
 
 // AuthorPosts returns a page of authorID's non-deleted posts, newest first,
@@ -32,7 +32,7 @@ func (f *Feed) AuthorPosts(ctx context.Context, authorID int64, cursor string, l
 			k := f.keys.Timeline(authorID)
 			pipe := f.rdb.Pipeline()
 			z := addRange(ctx, pipe, k, cur, n)
-			fl := pipe.ZScore(ctx, k, rkeys.SentinelFloor)
+			fl := pipe.ZScore(ctx, k, readmodel.SentinelFloor)
 			if err := execPipe(ctx, pipe); err != nil {
 				return Page{}, fmt.Errorf("read timeline of %d: %w", authorID, err)
 			}

@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/singleflight"
 
-	"github.com/feedco/feed/internal/rkeys"
+	"github.com/feedco/feed/readmodel"
 )
 
 // The in-process caches of the pull side. A celebrity's newest posts are
@@ -155,7 +155,7 @@ func (f *Feed) fetchTimelineHead(ctx context.Context, author int64) (*timelineHe
 	c := &f.timelines
 	pipe := f.rdb.Pipeline()
 	z := addRange(ctx, pipe, f.keys.Timeline(author), startKey, c.size)
-	fl := pipe.ZScore(ctx, f.keys.Timeline(author), rkeys.SentinelFloor)
+	fl := pipe.ZScore(ctx, f.keys.Timeline(author), readmodel.SentinelFloor)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("read timeline of %d: %w", author, err)
 	}

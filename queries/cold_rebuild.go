@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/feedco/feed/internal/rkeys"
+	"github.com/feedco/feed/readmodel"
 )
 
 // rebuildFlights makes inbox rebuilds single-flight per user in a process.
@@ -100,9 +100,9 @@ func (f *Feed) rebuildInbox(ctx context.Context, user int64) error {
 	if len(zs) >= f.cfg.InboxMax {
 		// Cut at the bound: complete only above the oldest score kept (its
 		// own millisecond may have lost same-ms posts to the cut).
-		pipe.ZAddGT(ctx, k, redis.Z{Score: zs[len(zs)-1].Score, Member: rkeys.SentinelFloor})
+		pipe.ZAddGT(ctx, k, redis.Z{Score: zs[len(zs)-1].Score, Member: readmodel.SentinelFloor})
 	}
-	pipe.ZAdd(ctx, k, redis.Z{Score: math.Inf(1), Member: rkeys.SentinelBuilt})
+	pipe.ZAdd(ctx, k, redis.Z{Score: math.Inf(1), Member: readmodel.SentinelBuilt})
 	pipe.Expire(ctx, k, f.cfg.inboxTTL())
 	_, err = pipe.Exec(ctx)
 	f.cache.invalidate(k) // written here: the next read sees it without waiting for Redis's invalidation

@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/feedco/feed/internal/rkeys"
+	"github.com/feedco/feed/readmodel"
 )
 
 // maxRedisRounds bounds how many Redis segments one page reads before the
@@ -238,7 +238,7 @@ func (f *Feed) celebritySources(ctx context.Context, celebs []int64, cur key, n 
 			pipe = f.rdb.Pipeline()
 		}
 		k := f.keys.Timeline(c)
-		directs = append(directs, direct{addRange(ctx, pipe, k, cur, n), pipe.ZScore(ctx, k, rkeys.SentinelFloor)})
+		directs = append(directs, direct{addRange(ctx, pipe, k, cur, n), pipe.ZScore(ctx, k, readmodel.SentinelFloor)})
 	}
 	if len(directs) == 0 {
 		return srcs, nil

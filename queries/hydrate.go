@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/feedco/feed/internal/rkeys"
+	"github.com/feedco/feed/readmodel"
 )
 
 // visibility says which hydrated posts a page may show.
@@ -142,7 +142,7 @@ func (f *Feed) hydrateRead(ctx context.Context, batch []key, res []hydrated, get
 			missing = append(missing, batch[i].id)
 			continue
 		}
-		var p rkeys.Post
+		var p readmodel.Post
 		if err := json.Unmarshal(raw, &p); err != nil || p.ID != batch[i].id {
 			missing = append(missing, batch[i].id) // unreadable cache entry: ask the truth
 			continue

@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/feedco/feed/internal/rkeys"
+	"github.com/feedco/feed/readmodel"
 )
 
 // NewPost is a post the write side has just committed, as the api's
@@ -59,7 +59,7 @@ func (f *Feed) PostCreated(ctx context.Context, p NewPost) error {
 	ms := p.CreatedAt.UnixMilli()
 	cp := &cachedPost{it: newItem(p.ID, p.AuthorID, p.Content, ms), author: p.AuthorID, checkedAt: now.UnixNano()}
 	f.posts.store(cp)
-	body, err := json.Marshal(rkeys.Post{ID: p.ID, AuthorID: p.AuthorID, Content: p.Content, CreatedAt: cp.it.post.CreatedAt})
+	body, err := json.Marshal(readmodel.Post{ID: p.ID, AuthorID: p.AuthorID, Content: p.Content, CreatedAt: cp.it.post.CreatedAt})
 	if err != nil {
 		return fmt.Errorf("encode post %d: %w", p.ID, err)
 	}

@@ -19,7 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/feedco/feed/internal/rkeys"
+	"github.com/feedco/feed/readmodel"
 )
 
 // MaxLimit is the largest page size; the api rejects larger ones with 400.
@@ -42,7 +42,7 @@ type DB interface {
 type Config struct {
 	// Keys names the Redis read models (the prefix selects a namespace).
 	// With Versions nil the projection versions follow the registry.
-	Keys rkeys.Keys
+	Keys readmodel.Keys
 	// InboxMax is how many posts a cold rebuild writes into an inbox
 	// (FEED_INBOX_MAX, default 500); the projector trims to the same bound.
 	InboxMax int
@@ -178,7 +178,7 @@ type Feed struct {
 	cfg     Config
 	db      DB
 	rdb     redis.UniversalClient
-	keys    rkeys.Keys
+	keys    readmodel.Keys
 	metrics *Metrics
 	log     *slog.Logger
 	now     func() time.Time
@@ -217,7 +217,7 @@ func New(cfg Config, db DB, rdb redis.UniversalClient) (*Feed, error) {
 		// a restart: keys are built from the registry, re-read at most once
 		// a second (docs/rebuild.md).
 		vctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		lv, err := rkeys.NewLiveVersions(vctx, rdb, cfg.Keys.Prefix, time.Second)
+		lv, err := readmodel.NewLiveVersions(vctx, rdb, cfg.Keys.Prefix, time.Second)
 		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("queries: %w", err)

@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/feedco/feed/internal/rkeys"
+	"github.com/feedco/feed/readmodel"
 )
 
 // addRange queues ZREVRANGEBYSCORE k <cur.ms inclusive> -inf WITHSCORES
@@ -75,9 +75,9 @@ func addSetRead(ctx context.Context, pipe redis.Pipeliner, k string, cur key, n 
 	}
 	r := setRead{z: addRange(ctx, pipe, k, cur, n), limit: n}
 	if wantBuilt {
-		r.built = pipe.ZScore(ctx, k, rkeys.SentinelBuilt)
+		r.built = pipe.ZScore(ctx, k, readmodel.SentinelBuilt)
 	}
-	r.floor = pipe.ZScore(ctx, k, rkeys.SentinelFloor)
+	r.floor = pipe.ZScore(ctx, k, readmodel.SentinelFloor)
 	return r
 }
 
@@ -92,9 +92,9 @@ func (r setRead) result() (source, bool, error) {
 		var floor *int64
 		for _, z := range reply {
 			switch z.Member {
-			case rkeys.SentinelBuilt:
+			case readmodel.SentinelBuilt:
 				built = true
-			case rkeys.SentinelFloor:
+			case readmodel.SentinelFloor:
 				if !math.IsInf(z.Score, 0) && !math.IsNaN(z.Score) {
 					ms := int64(z.Score)
 					floor = &ms

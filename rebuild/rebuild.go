@@ -20,8 +20,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/feedco/feed/internal/rkeys"
 	"github.com/feedco/feed/projections"
+	"github.com/feedco/feed/readmodel"
 )
 
 // All is the name that rebuilds every projection, one after the other.
@@ -113,7 +113,7 @@ type Rebuilder struct {
 	cfg  Config
 	pool *pgxpool.Pool
 	rdb  redis.UniversalClient
-	keys rkeys.Keys // prefix only
+	keys readmodel.Keys // prefix only
 }
 
 // New returns a Rebuilder.
@@ -129,18 +129,18 @@ func New(cfg Config, pool *pgxpool.Pool, rdb redis.UniversalClient) (*Rebuilder,
 	if _, err := projections.New(cfg.Projections, pool, rdb, nil); err != nil {
 		return nil, fmt.Errorf("rebuild: %w", err)
 	}
-	return &Rebuilder{cfg: cfg, pool: pool, rdb: rdb, keys: rkeys.Keys{Prefix: cfg.Projections.Keys.Prefix}}, nil
+	return &Rebuilder{cfg: cfg, pool: pool, rdb: rdb, keys: readmodel.Keys{Prefix: cfg.Projections.Keys.Prefix}}, nil
 }
 
 // Names returns the projections name stands for, or ErrUnknown.
 func Names(name string) ([]string, error) {
 	if name == All {
-		return rkeys.Projections(), nil
+		return readmodel.Projections(), nil
 	}
-	if slices.Contains(rkeys.Projections(), name) {
+	if slices.Contains(readmodel.Projections(), name) {
 		return []string{name}, nil
 	}
-	return nil, fmt.Errorf("%w %q (want one of %v or %s)", ErrUnknown, name, rkeys.Projections(), All)
+	return nil, fmt.Errorf("%w %q (want one of %v or %s)", ErrUnknown, name, readmodel.Projections(), All)
 }
 
 // Run rebuilds name (a projection or "all"). It returns ErrBusy (wrapped,
@@ -222,7 +222,7 @@ func (r *Rebuilder) phase(ctx context.Context, name string, version int, phase s
 func (r *Rebuilder) one(ctx context.Context, adm *admin, name string, background func(func(context.Context) error)) (Result, error) {
 	start := time.Now()
 	prog := r.cfg.Progress
-	vs, err := rkeys.LoadVersions(ctx, r.rdb, r.keys.Prefix)
+	vs, err := readmodel.LoadVersions(ctx, r.rdb, r.keys.Prefix)
 	if err != nil {
 		return Result{}, err
 	}
@@ -234,7 +234,7 @@ func (r *Rebuilder) one(ctx context.Context, adm *admin, name string, background
 
 	// A run killed before (or during the cleanup after) its switch left
 	// keys of versions other than the active one: delete them first.
-	dirty, err := r.rdb.HExists(ctx, r.keys.VersionsKey(), rkeys.DirtyField(name)).Result()
+	dirty, err := r.rdb.HExists(ctx, r.keys.VersionsKey(), readmodel.DirtyField(name)).Result()
 	if err != nil {
 		return res, fmt.Errorf("read registry: %w", err)
 	}
@@ -245,7 +245,7 @@ func (r *Rebuilder) one(ctx context.Context, adm *admin, name string, background
 		}
 	}
 	// From here on keys of version next exist until a cleanup ran.
-	if err := r.rdb.HSet(ctx, r.keys.VersionsKey(), rkeys.DirtyField(name), next).Err(); err != nil {
+	if err := r.rdb.HSet(ctx, r.keys.VersionsKey(), readmodel.DirtyField(name), next).Err(); err != nil {
 		return res, fmt.Errorf("mark rebuild: %w", err)
 	}
 
@@ -256,7 +256,7 @@ func (r *Rebuilder) one(ctx context.Context, adm *admin, name string, background
 	}
 
 	pcfg := r.cfg.Projections
-	pcfg.Keys = rkeys.Keys{Prefix: r.keys.Prefix, Versions: rkeys.Versions{}.With(name, next)}
+	pcfg.Keys = readmodel.Keys{Prefix: r.keys.Prefix, Versions: readmodel.Versions{}.With(name, next)}
 	ps, err := projections.New(pcfg, r.pool, r.rdb, nil, name)
 	if err != nil {
 		return res, err
@@ -327,7 +327,7 @@ func (r *Rebuilder) one(ctx context.Context, adm *admin, name string, background
 		if err := adm.deleteGroup(ctx, oldGroup); err != nil {
 			r.cfg.Logger.Warn("rebuild: delete old consumer group", "group", oldGroup, "err", err)
 		}
-		if err := r.rdb.HDel(ctx, r.keys.VersionsKey(), rkeys.DirtyField(name)).Err(); err != nil {
+		if err := r.rdb.HDel(ctx, r.keys.VersionsKey(), readmodel.DirtyField(name)).Err(); err != nil {
 			return fmt.Errorf("unmark rebuild of %s: %w", name, err)
 		}
 		prog.Printf("%s: deleted version %d", name, cur)

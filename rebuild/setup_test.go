@@ -23,11 +23,11 @@ import (
 	"github.com/feedco/feed/commands"
 	"github.com/feedco/feed/internal/kafka"
 	"github.com/feedco/feed/internal/kafka/kafkatest"
-	"github.com/feedco/feed/internal/rkeys"
 	"github.com/feedco/feed/internal/snowflake"
 	"github.com/feedco/feed/internal/testenv"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/queries"
+	"github.com/feedco/feed/readmodel"
 )
 
 // A minimal whole pipeline (the e2e package's harness lives in its _test
@@ -114,7 +114,7 @@ func startSystem(t *testing.T) *system {
 	run("cdc", c.Run)
 
 	pcfg := policies
-	pcfg.Keys = rkeys.Keys{Prefix: s.prefix}
+	pcfg.Keys = readmodel.Keys{Prefix: s.prefix}
 	pm, err := projections.NewMetrics(prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
@@ -130,7 +130,7 @@ func startSystem(t *testing.T) *system {
 	run("projectors", sup.Run)
 
 	s.feed, err = queries.New(queries.Config{
-		Keys: rkeys.Keys{Prefix: s.prefix}, InboxMax: policies.InboxMax,
+		Keys: readmodel.Keys{Prefix: s.prefix}, InboxMax: policies.InboxMax,
 		CelebrityCacheTTL: 300 * time.Millisecond, TimelineCacheSize: queries.MaxLimit + 1,
 		Registerer: prometheus.NewRegistry(), Logger: s.log,
 	}, s.db.Pool, s.rdb)
@@ -160,7 +160,7 @@ func (s *system) runnerConfig() projections.RunnerConfig {
 func (s *system) rebuilder(t *testing.T, onPhase func(projection, phase string)) *Rebuilder {
 	t.Helper()
 	pcfg := policies
-	pcfg.Keys = rkeys.Keys{Prefix: s.prefix}
+	pcfg.Keys = readmodel.Keys{Prefix: s.prefix}
 	r, err := New(Config{
 		Projections: pcfg, Runner: s.runnerConfig(),
 		CatchUpLag: 0, Handover: time.Second, CleanupDelay: 1500 * time.Millisecond,
@@ -357,11 +357,11 @@ func (s *system) checkConverged(t *testing.T) {
 // post's score in the reader's inbox, the author's timeline and the post
 // cache, per active version.
 func (s *system) explain(ctx context.Context, u int64, got, want []string) string {
-	vs, err := rkeys.LoadVersions(ctx, s.rdb, s.prefix)
+	vs, err := readmodel.LoadVersions(ctx, s.rdb, s.prefix)
 	if err != nil {
 		return "versions: " + err.Error()
 	}
-	keys := rkeys.Keys{Prefix: s.prefix, Versions: vs}
+	keys := readmodel.Keys{Prefix: s.prefix, Versions: vs}
 	var b strings.Builder
 	fmt.Fprintf(&b, "versions %v; inbox %s: %v\n", vs, keys.Inbox(u), s.rdb.ZRevRangeWithScores(ctx, keys.Inbox(u), 0, -1).Val())
 	describe := func(what, id string) {
@@ -396,7 +396,7 @@ func (s *system) explain(ctx context.Context, u int64, got, want []string) strin
 func (s *system) keyVersions(t *testing.T) map[string]int {
 	t.Helper()
 	out := map[string]int{}
-	keys := rkeys.Keys{Prefix: s.prefix}
+	keys := readmodel.Keys{Prefix: s.prefix}
 	iter := s.rdb.Scan(context.Background(), 0, escapeGlob(s.prefix)+"*", 1000).Iterator()
 	for iter.Next(context.Background()) {
 		if p, v, ok := keys.Classify(iter.Val()); ok {

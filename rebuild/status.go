@@ -7,8 +7,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/feedco/feed/internal/rkeys"
 	"github.com/feedco/feed/projections"
+	"github.com/feedco/feed/readmodel"
 )
 
 // ProjectionStatus is one projection as `feed status` shows it.
@@ -38,8 +38,8 @@ type Status struct {
 // the rest of the status.
 func ReadStatus(ctx context.Context, pool *pgxpool.Pool, rdb redis.UniversalClient, rc projections.RunnerConfig, prefix string) (Status, error) {
 	var st Status
-	keys := rkeys.Keys{Prefix: prefix}
-	vs, err := rkeys.LoadVersions(ctx, rdb, prefix)
+	keys := readmodel.Keys{Prefix: prefix}
+	vs, err := readmodel.LoadVersions(ctx, rdb, prefix)
 	if err != nil {
 		return st, err
 	}
@@ -48,9 +48,9 @@ func ReadStatus(ctx context.Context, pool *pgxpool.Pool, rdb redis.UniversalClie
 		return st, fmt.Errorf("read registry: %w", err)
 	}
 	var groups []string
-	for _, n := range rkeys.Projections() {
+	for _, n := range readmodel.Projections() {
 		g := rc.GroupPrefix + projections.GroupFor(n, vs.Version(n))
-		_, dirty := reg[rkeys.DirtyField(n)]
+		_, dirty := reg[readmodel.DirtyField(n)]
 		st.Projections = append(st.Projections, ProjectionStatus{Name: n, Version: vs.Version(n), Group: g, Lag: -1, Dirty: dirty})
 		groups = append(groups, g)
 	}

@@ -13,8 +13,8 @@ import (
 	"github.com/feedco/feed/bench"
 	"github.com/feedco/feed/cdc"
 	"github.com/feedco/feed/internal/auth"
-	"github.com/feedco/feed/internal/rkeys"
 	"github.com/feedco/feed/projections"
+	"github.com/feedco/feed/readmodel"
 	"github.com/feedco/feed/rebuild"
 )
 
@@ -77,7 +77,7 @@ func runBench(ctx context.Context, args []string) error {
 		}
 		return t
 	}
-	vs, err := rkeys.LoadVersions(ctx, a.Redis, "")
+	vs, err := readmodel.LoadVersions(ctx, a.Redis, "")
 	if err != nil {
 		return err
 	}
@@ -100,7 +100,7 @@ func runBench(ctx context.Context, args []string) error {
 		}
 		return s, err
 	}
-	r, err := bench.New(c, pop, tokens, bench.Deps{DB: a.Pool, Redis: a.Redis, Keys: rkeys.Keys{Versions: vs}, Sampler: sampler, Log: os.Stderr})
+	r, err := bench.New(c, pop, tokens, bench.Deps{DB: a.Pool, Redis: a.Redis, Keys: readmodel.Keys{Versions: vs}, Sampler: sampler, Log: os.Stderr})
 	if err != nil {
 		return usageError{err.Error()}
 	}

@@ -9,8 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/feedco/feed/internal/rkeys"
 	"github.com/feedco/feed/projections"
+	"github.com/feedco/feed/readmodel"
 )
 
 func init() {
@@ -47,7 +47,7 @@ func runProject(ctx context.Context, args []string) error {
 // projectionConfig maps the process configuration to the projectors' policies.
 func projectionConfig(cfg Config) projections.Config {
 	return projections.Config{
-		Keys:               rkeys.Keys{},
+		Keys:               readmodel.Keys{},
 		CelebrityThreshold: cfg.CelebrityThreshold,
 		InboxMax:           cfg.InboxMax,
 		InactiveAfter:      cfg.InactiveAfter,

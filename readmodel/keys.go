@@ -1,7 +1,4 @@
-// Package rkeys names the Redis keys of the read models, in one place, so the
-// projectors that write them and the query side that reads them agree. Every
-// key of one account carries that account's id as a Redis Cluster hash tag.
-package rkeys
+package readmodel
 
 import "strconv"
 
