@@ -14,12 +14,10 @@ import (
 func init() {
 	apiExtensions = append(apiExtensions, func(_ context.Context, a *App, d *api.Deps) (func(), error) {
 		f, err := queries.New(queries.Config{
-			InboxMax:          a.Cfg.InboxMax,
 			CelebrityCacheTTL: a.Cfg.CelebrityCacheTTL,
-			InactiveAfter:     a.Cfg.InactiveAfter,
 			Registerer:        d.Registry,
 			Logger:            a.Log,
-		}, a.Pool, a.Redis)
+		}.WithPolicy(a.Cfg.Policy), a.Pool, a.Redis)
 		if err != nil {
 			return nil, err
 		}

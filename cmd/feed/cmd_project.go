@@ -47,12 +47,9 @@ func runProject(ctx context.Context, args []string) error {
 // projectionConfig maps the process configuration to the projectors' policies.
 func projectionConfig(cfg Config) projections.Config {
 	return projections.Config{
-		Keys:               readmodel.Keys{},
-		CelebrityThreshold: cfg.CelebrityThreshold,
-		InboxMax:           cfg.InboxMax,
-		InactiveAfter:      cfg.InactiveAfter,
-		FollowerCacheRows:  followerCacheRows(cfg.FollowerCacheRows),
-	}
+		Keys:              readmodel.Keys{},
+		FollowerCacheRows: followerCacheRows(cfg.FollowerCacheRows),
+	}.WithPolicy(cfg.Policy)
 }
 
 // followerCacheRows maps FEED_FOLLOWER_CACHE_ROWS to the projector's

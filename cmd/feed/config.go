@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/feedco/feed/projections"
+	"github.com/feedco/feed/readmodel"
 )
 
 // Config is everything the binary reads from the environment. Only cmd/
@@ -33,6 +34,9 @@ type Config struct {
 	InactiveAfter      time.Duration
 	CelebrityCacheTTL  time.Duration
 	LagWarnBytes       int64
+	// Policy is the feed policy, built once from the settings above and
+	// handed to the projectors, the query side and `feed rebuild`.
+	Policy readmodel.Policy
 }
 
 func envOr(key, def string) string {
@@ -117,6 +121,11 @@ func LoadConfig() (Config, error) {
 	if c.CelebrityCacheTTL, err = envDuration("FEED_CELEBRITY_CACHE_TTL", 3*time.Second); err != nil {
 		return c, err
 	}
+	c.Policy = readmodel.Policy{
+		CelebrityThreshold: c.CelebrityThreshold,
+		InboxMax:           c.InboxMax,
+		InactiveAfter:      c.InactiveAfter,
+	}.WithDefaults()
 	if c.Slot == "" {
 		c.Slot, err = slotFromURL(c.DatabaseURL)
 		if err != nil {
@@ -143,6 +152,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("FEED_MAX_CONTENT_CHARS=%d: want at least 1", c.MaxContentChars)
 	case c.CelebrityCacheTTL < 0:
 		return fmt.Errorf("FEED_CELEBRITY_CACHE_TTL must not be negative")
+	}
+	if err := c.Policy.Validate(); err != nil {
+		return fmt.Errorf("feed policy: %w", err)
 	}
 	return nil
 }
