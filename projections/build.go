@@ -295,49 +295,37 @@ type Decoded struct {
 // pipeline. On NOSCRIPT the scripts are loaded and the whole batch runs
 // again, which the per-pair version guard makes harmless.
 func (p *Followers) ApplyBatch(ctx context.Context, batch []Decoded) error {
-	run := func() error {
-		pipe := p.rdb.Pipeline()
-		k := p.cfg.Keys
-		n := 0
+	n := 0
+	for _, d := range batch {
+		switch d.Ev.(type) {
+		case events.Followed, events.Unfollowed:
+		default:
+			continue
+		}
+		if d.Env.StreamVersion < 1 {
+			return fmt.Errorf("follow event %s without stream version: %w", d.Env.EventID, ErrPermanent)
+		}
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	err := readmodel.Exec(ctx, p.rdb, func(pipe redis.Pipeliner) {
 		for _, d := range batch {
 			var follower, followee, after int64
-			follow := "0"
+			follow := false
 			switch e := d.Ev.(type) {
 			case events.Followed:
-				follower, followee, after, follow = e.FollowerID, e.FolloweeID, e.FolloweeFollowers, "1"
+				follower, followee, after, follow = e.FollowerID, e.FolloweeID, e.FolloweeFollowers, true
 			case events.Unfollowed:
 				follower, followee, after = e.FollowerID, e.FolloweeID, e.FolloweeFollowers
 			default:
 				continue
 			}
-			if d.Env.StreamVersion < 1 {
-				return fmt.Errorf("follow event %s without stream version: %w", d.Env.EventID, ErrPermanent)
-			}
-			followerCountScript.EvalSha(ctx, pipe, []string{k.Followers(followee)}, itoa(follower), d.Env.StreamVersion, follow)
-			followingScript.EvalSha(ctx, pipe, []string{k.Following(follower), k.FollowingVersions(follower)},
-				itoa(followee), d.Env.StreamVersion, follow)
-			if after >= p.cfg.CelebrityThreshold {
-				pipe.SAdd(ctx, k.Celebrities(), itoa(followee))
-			} else {
-				pipe.SRem(ctx, k.Celebrities(), itoa(followee))
-			}
-			n++
+			p.follows.QueueApply(ctx, pipe, follower, followee, d.Env.StreamVersion, follow)
+			p.celebs.QueueSet(ctx, pipe, followee, p.cfg.Policy().IsCelebrity(after))
 		}
-		if n == 0 {
-			return nil
-		}
-		_, err := pipe.Exec(ctx)
-		return err
-	}
-	err := run()
-	if err != nil && isNoScript(err) {
-		for _, s := range []*redis.Script{followerCountScript, followingScript} {
-			if lerr := s.Load(ctx, p.rdb).Err(); lerr != nil {
-				return fmt.Errorf("load script: %w", lerr)
-			}
-		}
-		err = run()
-	}
+	})
 	if err != nil && !errors.Is(err, ErrPermanent) {
 		return fmt.Errorf("apply %d follow events: %w", len(batch), err)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/feedco/feed/events"
+	"github.com/feedco/feed/readmodel"
 )
 
 // Followers projects follower counts (`followers:{a}` field count), the
@@ -19,8 +20,10 @@ import (
 // own version hash under the follower's hash tag (Redis Cluster: a script
 // touches one slot only).
 type Followers struct {
-	cfg Config
-	rdb redis.UniversalClient
+	cfg     Config
+	follows readmodel.Follows
+	celebs  readmodel.Celebrities
+	rdb     redis.UniversalClient
 }
 
 // NewFollowers returns the followers projector.
@@ -32,7 +35,7 @@ func NewFollowers(cfg Config, rdb redis.UniversalClient) (*Followers, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("new followers projector: %w", err)
 	}
-	return &Followers{cfg: cfg, rdb: rdb}, nil
+	return &Followers{cfg: cfg, follows: readmodel.NewFollows(cfg.Keys), celebs: readmodel.NewCelebrities(cfg.Keys), rdb: rdb}, nil
 }
 
 // Name implements Projector.

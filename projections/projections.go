@@ -180,7 +180,9 @@ func (c Config) withDefaults() Config {
 
 // Validate reports the first setting that cannot work.
 func (c Config) Validate() error {
-	if err := c.Policy().Validate(); err != nil {
+	// The policy's query-side field (ActivityWriteInterval) is not the
+	// projectors': only it takes its default here.
+	if err := c.Policy().WithDefaults().Validate(); err != nil {
 		return err
 	}
 	switch {

@@ -65,26 +65,3 @@ func (k Keys) FollowingVersions(userID int64) string {
 
 // Celebrities is the set of authors at or over the celebrity threshold.
 func (k Keys) Celebrities() string { return k.ns(ProjectionFollowers) + "celebrities" }
-
-// Sentinel members of inbox and timeline sorted sets. Real members are
-// decimal post ids; anything starting with '~' is a sentinel that readers
-// skip. See docs/architecture.md.
-const (
-	// SentinelBuilt (score +inf) marks an inbox built complete from the
-	// source of truth and maintained since; without it the inbox is cold.
-	SentinelBuilt = "~built"
-	// SentinelFloor's score F says the set is complete only above F.
-	SentinelFloor = "~floor"
-)
-
-// IsSentinel reports whether a sorted-set member is a sentinel.
-func IsSentinel(member string) bool { return len(member) > 0 && member[0] == '~' }
-
-// Post is the cached body of a post, stored as JSON at Keys.Post.
-type Post struct {
-	ID        int64  `json:"id,string"`
-	AuthorID  int64  `json:"authorId,string"`
-	Content   string `json:"content"`
-	CreatedAt string `json:"createdAt"` // RFC 3339, UTC, milliseconds
-	Deleted   bool   `json:"deleted"`
-}
