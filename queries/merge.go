@@ -161,14 +161,3 @@ func zsource(reply []redis.Z, limit int, floorMs *int64) source {
 	}
 	return s
 }
-
-// scoreMax is the inclusive upper score of a range read from cursor cur
-// (the cursor's own millisecond is included: other posts of that
-// millisecond may be older than the cursor's id; the merge filters exactly).
-// "(+inf" leaves out the ~built sentinel, whose score is +inf.
-func scoreMax(cur key) string {
-	if cur.ms >= maxCursorMs {
-		return "(+inf"
-	}
-	return strconv.FormatInt(cur.ms, 10)
-}

@@ -194,16 +194,6 @@ func TestZSource(t *testing.T) {
 	})
 }
 
-func TestScoreMax(t *testing.T) {
-	t.Parallel()
-	if got := scoreMax(startKey); got != "(+inf" {
-		t.Errorf("first page max = %q", got)
-	}
-	if got := scoreMax(e(3, 1234)); got != "1234" {
-		t.Errorf("max = %q", got)
-	}
-}
-
 func TestMakePage(t *testing.T) {
 	t.Parallel()
 	items := []item{newItem(3, 1, "c", 30), newItem(2, 1, "b", 20), newItem(1, 1, "a", 10)}

@@ -188,10 +188,17 @@ type Feed struct {
 	cfg     Config
 	db      DB
 	rdb     redis.UniversalClient
-	keys    readmodel.Keys
 	metrics *Metrics
-	log     *slog.Logger
-	now     func() time.Time
+
+	// the read models, under cfg.Keys (live versions)
+	inbox    readmodel.Inboxes
+	tl       readmodel.Timelines
+	follows  readmodel.Follows
+	celebSet readmodel.Celebrities
+	bodies   readmodel.PostCache
+
+	log *slog.Logger
+	now func() time.Time
 
 	celebs    celebrityCache
 	posts     *postCache
@@ -242,7 +249,9 @@ func New(cfg Config, db DB, rdb redis.UniversalClient) (*Feed, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &Feed{cfg: cfg, db: db, rdb: rdb, keys: cfg.Keys, metrics: m, log: cfg.Logger, now: time.Now}
+	f := &Feed{cfg: cfg, db: db, rdb: rdb, metrics: m, log: cfg.Logger, now: time.Now,
+		inbox: readmodel.NewInboxes(cfg.Keys, cfg.Policy()), tl: readmodel.NewTimelines(cfg.Keys, 0),
+		follows: readmodel.NewFollows(cfg.Keys), celebSet: readmodel.NewCelebrities(cfg.Keys), bodies: readmodel.NewPostCache(cfg.Keys)}
 	f.celebs.ttl = cfg.CelebrityCacheTTL
 	f.timelines.ttl = cfg.CelebrityCacheTTL
 	f.timelines.size = cfg.TimelineCacheSize

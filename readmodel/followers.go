@@ -112,3 +112,14 @@ func (m Follows) QueueBuildFollowing(ctx context.Context, pipe redis.Pipeliner, 
 		pipe.SAdd(ctx, m.keys.Following(follower), following...)
 	}
 }
+
+// QueueSetExists queues EXISTS of user's following set alone (the query
+// side's read cache tracks the set and its version hash separately).
+func (m Follows) QueueSetExists(ctx context.Context, pipe redis.Pipeliner, user int64) *redis.IntCmd {
+	return pipe.Exists(ctx, m.keys.Following(user))
+}
+
+// QueueVersionsExists queues EXISTS of user's following version hash alone.
+func (m Follows) QueueVersionsExists(ctx context.Context, pipe redis.Pipeliner, user int64) *redis.IntCmd {
+	return pipe.Exists(ctx, m.keys.FollowingVersions(user))
+}
