@@ -83,7 +83,7 @@ func runProjectors(ctx context.Context, a *App, names []string, reg prometheus.R
 	if len(ps) == 0 {
 		ps = projections.Names()
 	}
-	projections.WarnListpack(ctx, a.Redis, a.Cfg.InboxMax, a.Log)
+	readmodel.WarnListpack(ctx, a.Redis, a.Cfg.Policy, a.Log)
 	// Each projector runs at its projection's active version and restarts
 	// on the new one when `feed rebuild` switches it (docs/rebuild.md).
 	s, err := projections.NewSupervisor(projections.SupervisorConfig{
