@@ -209,3 +209,16 @@ func TestRebuildRefusesSecond(t *testing.T) {
 		t.Error("status says running after the rebuild ended")
 	}
 }
+
+// escapeGlob quotes the glob characters of a SCAN MATCH pattern.
+func escapeGlob(s string) string {
+	var b []byte
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '*', '?', '[', ']', '\\':
+			b = append(b, '\\')
+		}
+		b = append(b, s[i])
+	}
+	return string(b)
+}
