@@ -110,9 +110,9 @@ type Result struct {
 // Rebuilder runs rebuilds. Safe to reuse; one rebuild at a time per key
 // namespace across all processes (an advisory lock in PostgreSQL).
 type Rebuilder struct {
-	cfg  Config
-	pool *pgxpool.Pool
-	rdb  redis.UniversalClient
+	cfg    Config
+	pool   *pgxpool.Pool
+	rdb    redis.UniversalClient
 	prefix string
 	reg    readmodel.Registry
 }
