@@ -178,7 +178,7 @@ func (p *Inbox) eachFollowerPage(ctx context.Context, author int64, active bool,
 // deterministic hash, so a redelivery samples the same pairs), and for
 // followers whose inbox is past its TTL, the ZADD is followed by ZCARD and
 // EXPIRE NX (the fallback TTL when the inbox has none); a second pipeline
-// then runs trimScript (trim.go) on the sampled inboxes that are over
+// then runs the trim (readmodel.Inboxes.QueueTrim) on the sampled inboxes that are over
 // InboxMax - slack + band: it trims them back to InboxMax - slack (so every
 // ZADD scans a shorter inbox than the raw pair's 500, ~462 entries on
 // average with the defaults), raises the floor and

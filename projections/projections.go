@@ -231,12 +231,6 @@ func New(cfg Config, pg Querier, rdb redis.UniversalClient, m *Metrics, names ..
 	return out, nil
 }
 
-// inboxKeep is how many real entries a trim keeps (readmodel.Policy).
-func (c Config) inboxKeep() int { return c.Policy().InboxKeep() }
-
-// inboxTrimOver is the size over which a sampled push trims an inbox.
-func (c Config) inboxTrimOver() int { return c.Policy().InboxTrimOver() }
-
 // inboxTTL is the TTL the projector gives inboxes that have none.
 func (c Config) inboxTTL() time.Duration { return c.Policy().InboxTTL() }
 

@@ -281,7 +281,7 @@ func TestHomeColdInboxServedFromPostgresAndRebuilt(t *testing.T) {
 		t.Error("first page not counted as cold")
 	}
 	testenv.Eventually(t, 10*time.Second, "inbox rebuilt", func() bool {
-		n, _ := b.rdb.ZScore(b.ctx, b.keys.Inbox(u), "~built").Result()
+		n, _ := b.rdb.ZScore(b.ctx, b.keys.Inbox(u), readmodel.SentinelBuilt).Result()
 		return n > 0
 	})
 	b.feed.Close() // the rebuild's bookkeeping is done
@@ -293,7 +293,7 @@ func TestHomeColdInboxServedFromPostgresAndRebuilt(t *testing.T) {
 	if len(members) != 10 {
 		t.Fatalf("rebuilt inbox has %d members: %v", len(members), members)
 	}
-	floor, err := b.rdb.ZScore(b.ctx, b.keys.Inbox(u), "~floor").Result()
+	floor, err := b.rdb.ZScore(b.ctx, b.keys.Inbox(u), readmodel.SentinelFloor).Result()
 	if err != nil || int64(floor) != truth[7].ms {
 		t.Fatalf("~floor = %v %v, want the oldest kept score %d", floor, err, truth[7].ms)
 	}
