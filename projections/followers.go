@@ -2,8 +2,6 @@ package projections
 
 import (
 	"context"
-	"errors"
-	"fmt"
 
 	"github.com/redis/go-redis/v9"
 
@@ -28,12 +26,9 @@ type Followers struct {
 
 // NewFollowers returns the followers projector.
 func NewFollowers(cfg Config, rdb redis.UniversalClient) (*Followers, error) {
-	if rdb == nil {
-		return nil, errors.New("new followers projector: nil Redis")
-	}
-	cfg = cfg.withDefaults()
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("new followers projector: %w", err)
+	cfg, err := projectorConfig(NameFollowers, cfg, rdb)
+	if err != nil {
+		return nil, err
 	}
 	return &Followers{cfg: cfg, follows: readmodel.NewFollows(cfg.Keys), celebs: readmodel.NewCelebrities(cfg.Keys), rdb: rdb}, nil
 }

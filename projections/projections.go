@@ -200,6 +200,19 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// projectorConfig checks a Redis projector's client and returns cfg with
+// its defaults, validated.
+func projectorConfig(name string, cfg Config, rdb redis.UniversalClient) (Config, error) {
+	if rdb == nil {
+		return Config{}, fmt.Errorf("new %s projector: nil Redis", name)
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return Config{}, fmt.Errorf("new %s projector: %w", name, err)
+	}
+	return cfg, nil
+}
+
 // New returns the projectors named (all of Names when names is empty).
 func New(cfg Config, pg Querier, rdb redis.UniversalClient, m *Metrics, names ...string) ([]Projector, error) {
 	if len(names) == 0 {

@@ -2,7 +2,6 @@ package projections
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
@@ -24,12 +23,9 @@ type Timelines struct {
 
 // NewTimelines returns the timelines projector.
 func NewTimelines(cfg Config, rdb redis.UniversalClient) (*Timelines, error) {
-	if rdb == nil {
-		return nil, errors.New("new timelines projector: nil Redis")
-	}
-	cfg = cfg.withDefaults()
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("new timelines projector: %w", err)
+	cfg, err := projectorConfig(NameTimelines, cfg, rdb)
+	if err != nil {
+		return nil, err
 	}
 	return &Timelines{cfg: cfg, timelines: readmodel.NewTimelines(cfg.Keys, cfg.TimelineMax), rdb: rdb}, nil
 }

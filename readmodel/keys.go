@@ -17,6 +17,10 @@ type Keys struct {
 
 func id(v int64) string { return strconv.FormatInt(v, 10) }
 
+// Pattern is the SCAN MATCH pattern of every key under k.Prefix (its glob
+// characters quoted).
+func (k Keys) Pattern() string { return escapeGlob(k.Prefix) + "*" }
+
 // Version returns the version k builds the keys of projection with.
 func (k Keys) Version(projection string) int {
 	if k.Versions == nil {

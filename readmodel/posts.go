@@ -26,53 +26,41 @@ type PostCache struct{ keys Keys }
 // NewPostCache returns the post cache operations under keys.
 func NewPostCache(keys Keys) PostCache { return PostCache{keys: keys} }
 
-func encodePost(p Post) ([]byte, error) {
+// put writes p's body with SET (SET NX when nx) on c: a client (the
+// write's error), or a pipeline (only the encoding's error; the write's
+// comes with Exec).
+func (m PostCache) put(ctx context.Context, c redis.Cmdable, p Post, nx bool) error {
 	b, err := json.Marshal(p)
 	if err != nil {
-		return nil, fmt.Errorf("encode post %d: %w", p.ID, err)
+		return fmt.Errorf("encode post %d: %w", p.ID, err)
 	}
-	return b, nil
+	if nx {
+		return c.SetNX(ctx, m.keys.Post(p.ID), b, 0).Err()
+	}
+	return c.Set(ctx, m.keys.Post(p.ID), b, 0).Err()
 }
 
 // Create caches p unless the post is cached already (SET NX: a tombstone
 // stays).
 func (m PostCache) Create(ctx context.Context, rdb redis.Cmdable, p Post) error {
-	b, err := encodePost(p)
-	if err != nil {
-		return err
-	}
-	return rdb.SetNX(ctx, m.keys.Post(p.ID), b, 0).Err()
+	return m.put(ctx, rdb, p, true)
 }
 
 // QueueCreate queues Create on pipe.
 func (m PostCache) QueueCreate(ctx context.Context, pipe redis.Pipeliner, p Post) error {
-	b, err := encodePost(p)
-	if err != nil {
-		return err
-	}
-	pipe.SetNX(ctx, m.keys.Post(p.ID), b, 0)
-	return nil
+	return m.put(ctx, pipe, p, true)
 }
 
 // Set caches p whatever is cached (a tombstone on delete; the bulk build).
 func (m PostCache) Set(ctx context.Context, rdb redis.Cmdable, p Post) error {
-	b, err := encodePost(p)
-	if err != nil {
-		return err
-	}
-	return rdb.Set(ctx, m.keys.Post(p.ID), b, 0).Err()
+	return m.put(ctx, rdb, p, false)
 }
 
 // QueueSet queues Set on pipe. MSET would be one command, but with keys of
 // many slots a cluster client refuses it; a pipeline of SETs is split per
 // node instead.
 func (m PostCache) QueueSet(ctx context.Context, pipe redis.Pipeliner, p Post) error {
-	b, err := encodePost(p)
-	if err != nil {
-		return err
-	}
-	pipe.Set(ctx, m.keys.Post(p.ID), b, 0)
-	return nil
+	return m.put(ctx, pipe, p, false)
 }
 
 // BodyReads are queued reads of post bodies (QueueGet).

@@ -98,7 +98,7 @@ func (r Registry) Sweep(ctx context.Context, rdb redis.UniversalClient, projecti
 		return nil
 	}
 	for {
-		keys, next, err := rdb.Scan(ctx, cursor, escapeGlob(r.keys.Prefix)+"*", 5000).Result()
+		keys, next, err := rdb.Scan(ctx, cursor, r.keys.Pattern(), 5000).Result()
 		if err != nil {
 			return fmt.Errorf("scan keys of %s: %w", projection, err)
 		}

@@ -3,6 +3,7 @@ package rebuild
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -211,14 +212,4 @@ func TestRebuildRefusesSecond(t *testing.T) {
 }
 
 // escapeGlob quotes the glob characters of a SCAN MATCH pattern.
-func escapeGlob(s string) string {
-	var b []byte
-	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case '*', '?', '[', ']', '\\':
-			b = append(b, '\\')
-		}
-		b = append(b, s[i])
-	}
-	return string(b)
-}
+func escapeGlob(s string) string { return strings.TrimSuffix(readmodel.Keys{Prefix: s}.Pattern(), "*") }
