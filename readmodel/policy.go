@@ -11,8 +11,8 @@ import (
 // keeps and when it is trimmed, and how long an inbox outlives its
 // owner's last read. It is built once (cmd/feed, from the environment) and
 // handed to the projectors, the query side and `feed rebuild`, so they
-// cannot disagree; zero fields take the defaults of DefaultPolicy through
-// WithDefaults, the only place they are defaulted.
+// cannot disagree; zero fields take their defaults in WithDefaults, the
+// only place they are defaulted.
 type Policy struct {
 	// CelebrityThreshold: a post is pushed iff its author had fewer
 	// followers than this when it was created (FEED_CELEBRITY_THRESHOLD);
@@ -35,7 +35,7 @@ type Policy struct {
 	// independent with InboxTrimEvery 1; see docs/projections.md).
 	// Negative means 0; it must be below InboxMax. The trim policy
 	// defaults as a whole: when both InboxTrimSlack and InboxTrimEvery are
-	// zero, they take DefaultPolicy's values (64, 16), the slack clamped
+	// zero, they take the defaults (64, 16), the slack clamped
 	// to InboxMax/4 (so a small FEED_INBOX_MAX keeps most of its bound),
 	// and a zero InboxTrimBand half the slack; when InboxTrimEvery is set,
 	// InboxTrimSlack is taken as it is and a zero InboxTrimBand means the
@@ -74,32 +74,34 @@ type Policy struct {
 	ActivityWriteInterval time.Duration
 }
 
-// DefaultPolicy returns the default of every policy.
-func DefaultPolicy() Policy {
-	return Policy{
-		CelebrityThreshold:    10_000,
-		InboxMax:              500,
-		InboxTrimSlack:        64,
-		InboxTrimEvery:        16,
-		InactiveAfter:         30 * 24 * time.Hour,
-		InboxTTLMargin:        time.Hour,
-		ActivityWriteInterval: 5 * time.Minute,
-	}
-}
+// The defaults, applied by WithDefaults only.
+const (
+	defaultCelebrityThreshold    = 10_000
+	defaultInboxMax              = 500
+	defaultInboxTrimSlack        = 64
+	defaultInboxTrimEvery        = 16
+	defaultInactiveAfter         = 30 * 24 * time.Hour
+	defaultInboxTTLMargin        = time.Hour
+	defaultActivityWriteInterval = 5 * time.Minute
+)
 
-// WithDefaults fills p's zero fields with DefaultPolicy's (see
-// InboxTrimSlack for how the trim fields default together).
+// DefaultPolicy returns the default policy, every derived field filled:
+// Policy{}.WithDefaults().
+func DefaultPolicy() Policy { return Policy{}.WithDefaults() }
+
+// WithDefaults fills p's zero fields with the defaults (see
+// InboxTrimSlack for how the trim fields default together). It is
+// idempotent.
 func (p Policy) WithDefaults() Policy {
-	d := DefaultPolicy()
-	p.CelebrityThreshold = cmp.Or(p.CelebrityThreshold, d.CelebrityThreshold)
-	p.InboxMax = cmp.Or(p.InboxMax, d.InboxMax)
+	p.CelebrityThreshold = cmp.Or(p.CelebrityThreshold, defaultCelebrityThreshold)
+	p.InboxMax = cmp.Or(p.InboxMax, defaultInboxMax)
 	// Zero slack is a meaningful setting (exact trims), so it defaults only
 	// together with the sampling: a caller that sets neither (`feed
 	// project`) gets the documented policy, not slack 0, which would run
 	// the trim script on nearly every sampled push.
 	defaulted := p.InboxTrimSlack == 0 && p.InboxTrimEvery == 0
 	if defaulted {
-		p.InboxTrimSlack = min(d.InboxTrimSlack, p.InboxMax/4)
+		p.InboxTrimSlack = min(defaultInboxTrimSlack, p.InboxMax/4)
 	}
 	if p.InboxTrimSlack < 0 {
 		p.InboxTrimSlack = 0
@@ -113,10 +115,10 @@ func (p Policy) WithDefaults() Policy {
 			p.InboxTrimBand = max(p.InboxTrimSlack/2, min(p.InboxTrimSlack, 1))
 		}
 	}
-	p.InboxTrimEvery = cmp.Or(p.InboxTrimEvery, d.InboxTrimEvery)
-	p.InactiveAfter = cmp.Or(p.InactiveAfter, d.InactiveAfter)
-	p.ActivityWriteInterval = cmp.Or(p.ActivityWriteInterval, d.ActivityWriteInterval)
-	p.InboxTTLMargin = cmp.Or(p.InboxTTLMargin, max(d.InboxTTLMargin, 2*p.ActivityWriteInterval))
+	p.InboxTrimEvery = cmp.Or(p.InboxTrimEvery, defaultInboxTrimEvery)
+	p.InactiveAfter = cmp.Or(p.InactiveAfter, defaultInactiveAfter)
+	p.ActivityWriteInterval = cmp.Or(p.ActivityWriteInterval, defaultActivityWriteInterval)
+	p.InboxTTLMargin = cmp.Or(p.InboxTTLMargin, max(defaultInboxTTLMargin, 2*p.ActivityWriteInterval))
 	return p
 }
 
