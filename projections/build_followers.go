@@ -230,7 +230,7 @@ func (p *Followers) writeFollowerHashes(ctx context.Context, edges []followEdge,
 	})
 	var celebs []any
 	for a, l := range last {
-		if p.cfg.Policy().IsCelebrity(l.after) {
+		if p.pol.IsCelebrity(l.after) {
 			celebs = append(celebs, a)
 		}
 	}

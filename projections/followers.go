@@ -19,6 +19,7 @@ import (
 // touches one slot only).
 type Followers struct {
 	cfg     Config
+	pol     readmodel.Policy
 	follows readmodel.Follows
 	celebs  readmodel.Celebrities
 	rdb     redis.UniversalClient
@@ -30,7 +31,7 @@ func NewFollowers(cfg Config, rdb redis.UniversalClient) (*Followers, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Followers{cfg: cfg, follows: readmodel.NewFollows(cfg.Keys), celebs: readmodel.NewCelebrities(cfg.Keys), rdb: rdb}, nil
+	return &Followers{cfg: cfg, pol: cfg.Policy(), follows: readmodel.NewFollows(cfg.Keys), celebs: readmodel.NewCelebrities(cfg.Keys), rdb: rdb}, nil
 }
 
 // Name implements Projector.

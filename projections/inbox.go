@@ -21,6 +21,7 @@ import (
 // and cleans deleted posts out of inboxes.
 type Inbox struct {
 	cfg   Config
+	pol   readmodel.Policy
 	inbox readmodel.Inboxes
 	pg    Querier
 	rdb   redis.UniversalClient
@@ -42,7 +43,7 @@ func NewInbox(cfg Config, pg Querier, rdb redis.UniversalClient, m *Metrics) (*I
 	// Lists longer than twice the celebrity threshold only come from
 	// replays of posts by authors who are celebrities now: not kept.
 	cache := newFollowerCache(cfg.FollowerCacheRows, int(min(2*cfg.CelebrityThreshold, math.MaxInt32)))
-	return &Inbox{cfg: cfg, inbox: readmodel.NewInboxes(cfg.Keys, cfg.Policy()), pg: pg, rdb: rdb, m: m, cache: cache,
+	return &Inbox{cfg: cfg, pol: cfg.Policy(), inbox: readmodel.NewInboxes(cfg.Keys, cfg.Policy()), pg: pg, rdb: rdb, m: m, cache: cache,
 		inflight: make(chan struct{}, cfg.FanoutInflight)}, nil
 }
 
@@ -65,14 +66,14 @@ func (p *Inbox) Apply(ctx context.Context, _ events.Envelope, ev events.Event) e
 	}
 	switch e := ev.(type) {
 	case events.PostCreated:
-		if e.AuthorFollowers >= p.cfg.CelebrityThreshold {
+		if p.pol.IsCelebrity(e.AuthorFollowers) {
 			return nil // pulled at read time from the author's timeline
 		}
 		return p.push(ctx, e)
 	case events.PostDeleted:
 		return p.cleanDeleted(ctx, e)
 	case events.Followed:
-		if e.FolloweeFollowers >= p.cfg.CelebrityThreshold {
+		if p.pol.IsCelebrity(e.FolloweeFollowers) {
 			return nil // a celebrity's posts are pulled, not pushed
 		}
 		bf, err := p.loadBackfill(ctx, e.FolloweeID)
@@ -84,7 +85,7 @@ func (p *Inbox) Apply(ctx context.Context, _ events.Envelope, ev events.Event) e
 		if err := p.removeAuthor(ctx, e.FollowerID, e.FolloweeID); err != nil {
 			return err
 		}
-		if e.FolloweeFollowers == p.cfg.CelebrityThreshold-1 {
+		if p.pol.CrossedDown(e.FolloweeFollowers) {
 			return p.crossDown(ctx, e.FolloweeID)
 		}
 	}

@@ -61,6 +61,7 @@ func (m Inboxes) ZaddBuildWriter() InboxBuildWriter { return zaddWriter{m} }
 
 type zaddWriter struct{ m Inboxes }
 
+// WriteChunk implements InboxBuildWriter.
 func (w zaddWriter) WriteChunk(ctx context.Context, rdb redis.UniversalClient, c InboxChunk, nowMs func() int64, b *BuildBuffers) error {
 	pipe := rdb.Pipeline()
 	for i := range c.Len() {
@@ -118,6 +119,7 @@ type restoreWriter struct {
 	restore atomic.Bool // false once the server refused a payload
 }
 
+// WriteChunk implements InboxBuildWriter.
 func (w *restoreWriter) WriteChunk(ctx context.Context, rdb redis.UniversalClient, c InboxChunk, nowMs func() int64, b *BuildBuffers) error {
 	pipe := rdb.Pipeline()
 	type restored struct {

@@ -165,3 +165,8 @@ func (p Policy) InboxTTL() time.Duration { return p.InactiveAfter - p.InboxTTLMa
 // IsCelebrity reports whether an author with this many followers is a
 // celebrity: their posts are pulled at read time, not pushed.
 func (p Policy) IsCelebrity(followers int64) bool { return followers >= p.CelebrityThreshold }
+
+// CrossedDown reports whether an Unfollowed that leaves the followee this
+// many followers took them below the threshold: their recent posts were
+// never pushed, so their active followers get a backfill.
+func (p Policy) CrossedDown(followers int64) bool { return followers == p.CelebrityThreshold-1 }
