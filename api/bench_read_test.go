@@ -34,10 +34,10 @@ import (
 	"github.com/feedco/feed/commands"
 	"github.com/feedco/feed/events"
 	"github.com/feedco/feed/internal/auth"
-	"github.com/feedco/feed/internal/rkeys"
 	"github.com/feedco/feed/internal/snowflake"
 	"github.com/feedco/feed/internal/testenv"
 	"github.com/feedco/feed/queries"
+	"github.com/feedco/feed/readmodel"
 )
 
 var (
@@ -105,7 +105,7 @@ func BenchmarkReadHTTP(b *testing.B) {
 	ctx := context.Background()
 	db := testenv.NewDB(b)
 	r := testenv.NewRedis(b)
-	keys := rkeys.Keys{Prefix: r.Prefix}
+	keys := readmodel.Keys{Prefix: r.Prefix}
 	start := time.Now()
 	users := seedRead(b, ctx, db.Pool, r.Client, keys)
 	b.Logf("seeded %d users, %d posts in %v", len(users), *readPosts, time.Since(start).Round(time.Millisecond))
@@ -384,7 +384,7 @@ func readCacheStats(b *testing.B, reg *prometheus.Registry) map[string]float64 {
 // stop: each write adds and removes a member below every post (score
 // -inf, so no page shows it), which makes Redis invalidate the inbox as a
 // fan-out push does, without changing any page.
-func inboxWriter(ctx context.Context, rdb redis.UniversalClient, keys rkeys.Keys, users []int64, perSec int, stop, done chan struct{}) {
+func inboxWriter(ctx context.Context, rdb redis.UniversalClient, keys readmodel.Keys, users []int64, perSec int, stop, done chan struct{}) {
 	defer close(done)
 	rng := rand.New(rand.NewPCG(7, 7))
 	t := time.NewTicker(10 * time.Millisecond)
@@ -511,7 +511,7 @@ type benchPost struct {
 // seedRead writes the benchmark's dataset into PostgreSQL (users, follows,
 // posts) and the read models into Redis as caught-up projectors would, and
 // returns the user ids. Deterministic (fixed seed).
-func seedRead(b *testing.B, ctx context.Context, pool *pgxpool.Pool, rdb redis.UniversalClient, keys rkeys.Keys) []int64 {
+func seedRead(b *testing.B, ctx context.Context, pool *pgxpool.Pool, rdb redis.UniversalClient, keys readmodel.Keys) []int64 {
 	b.Helper()
 	nUsers, nPosts := *readUsers, *readPosts
 	rng := rand.New(rand.NewPCG(42, 42))
@@ -612,7 +612,7 @@ func seedRead(b *testing.B, ctx context.Context, pool *pgxpool.Pool, rdb redis.U
 		}
 	}
 	for i, p := range posts {
-		raw, _ := json.Marshal(rkeys.Post{ID: p.id, AuthorID: p.author, Content: benchContent(p.id), CreatedAt: time.UnixMilli(p.ms).UTC().Format(events.CreatedAtLayout)})
+		raw, _ := json.Marshal(readmodel.Post{ID: p.id, AuthorID: p.author, Content: benchContent(p.id), CreatedAt: time.UnixMilli(p.ms).UTC().Format(events.CreatedAtLayout)})
 		pipe.Set(ctx, keys.Post(p.id), raw, 0)
 		if i%1000 == 999 {
 			flush()
@@ -626,9 +626,9 @@ func seedRead(b *testing.B, ctx context.Context, pool *pgxpool.Pool, rdb redis.U
 		for _, p := range ps[:min(len(ps), max)] {
 			zs = append(zs, redis.Z{Score: float64(p.ms), Member: strconv.FormatInt(p.id, 10)})
 		}
-		zs = append(zs, redis.Z{Score: math.Inf(1), Member: rkeys.SentinelBuilt})
+		zs = append(zs, redis.Z{Score: math.Inf(1), Member: readmodel.SentinelBuilt})
 		if len(ps) > max {
-			zs = append(zs, redis.Z{Score: float64(ps[max].ms), Member: rkeys.SentinelFloor})
+			zs = append(zs, redis.Z{Score: float64(ps[max].ms), Member: readmodel.SentinelFloor})
 		}
 		pipe.ZAdd(ctx, k, zs...)
 	}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/feedco/feed/internal/rkeys"
+	"github.com/feedco/feed/readmodel"
 )
 
 // PullSQL is the plain fan-out-on-read query, the baseline the read side
@@ -74,14 +74,14 @@ func (r *Runner) runBaselines(ctx context.Context) *Baselines {
 // RawRead is the least a Redis read of a first page costs: the newest 21
 // inbox members (one more, to know if a next page exists) and one MGET of
 // the 20 posts' cached bodies.
-func RawRead(ctx context.Context, rdb redis.UniversalClient, keys rkeys.Keys, user int64) error {
+func RawRead(ctx context.Context, rdb redis.UniversalClient, keys readmodel.Keys, user int64) error {
 	m, err := rdb.ZRevRangeByScore(ctx, keys.Inbox(user), &redis.ZRangeBy{Max: "(+inf", Min: "-inf", Count: 21}).Result()
 	if err != nil {
 		return err
 	}
 	ks := make([]string, 0, 20)
 	for _, s := range m {
-		if rkeys.IsSentinel(s) || len(ks) == 20 {
+		if readmodel.IsSentinel(s) || len(ks) == 20 {
 			continue
 		}
 		id, err := strconv.ParseInt(s, 10, 64)

@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/feedco/feed/internal/rkeys"
+	"github.com/feedco/feed/readmodel"
 )
 
 // InboxEncoding is how Redis holds the readers' inboxes when the mixed
@@ -30,7 +30,7 @@ const inboxSample = 100
 // inboxEncoding asks Redis for its zset-max-listpack-entries and for the
 // encoding of the inboxes of up to inboxSample of users (missing inboxes
 // are not counted).
-func inboxEncoding(ctx context.Context, rdb redis.UniversalClient, keys rkeys.Keys, users []int64) (InboxEncoding, error) {
+func inboxEncoding(ctx context.Context, rdb redis.UniversalClient, keys readmodel.Keys, users []int64) (InboxEncoding, error) {
 	enc := InboxEncoding{ZsetMaxListpackEntries: -1}
 	if cfg, err := rdb.ConfigGet(ctx, "zset-max-listpack-entries").Result(); err == nil {
 		if n, err := strconv.Atoi(cfg["zset-max-listpack-entries"]); err == nil {

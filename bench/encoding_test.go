@@ -8,8 +8,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/feedco/feed/internal/rkeys"
 	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/readmodel"
 )
 
 // The report says how Redis holds the inboxes: a small inbox is a
@@ -19,7 +19,7 @@ import (
 func TestInboxEncoding(t *testing.T) {
 	r := testenv.NewRedis(t)
 	ctx := context.Background()
-	keys := rkeys.Keys{Prefix: r.Prefix}
+	keys := readmodel.Keys{Prefix: r.Prefix}
 	if err := r.Client.ZAdd(ctx, keys.Inbox(1), redis.Z{Score: 1, Member: "7000000000000000001"}).Err(); err != nil {
 		t.Fatal(err)
 	}

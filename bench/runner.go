@@ -24,7 +24,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/feedco/feed/events"
-	"github.com/feedco/feed/internal/rkeys"
+	"github.com/feedco/feed/readmodel"
 )
 
 // LagSample is one reading of the pipeline's lags.
@@ -47,7 +47,7 @@ type Tokens func(userID int64) string
 type Deps struct {
 	DB      Querier
 	Redis   redis.UniversalClient
-	Keys    rkeys.Keys
+	Keys    readmodel.Keys
 	Sampler Sampler
 	// Log receives progress lines; nil discards them.
 	Log io.Writer

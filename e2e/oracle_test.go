@@ -18,7 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/feedco/feed/events"
-	"github.com/feedco/feed/internal/rkeys"
+	"github.com/feedco/feed/readmodel"
 )
 
 var (
@@ -350,7 +350,7 @@ func (o *oracle) explain(u int64) string {
 		id, _ := strconv.ParseInt(m, 10, 64)
 		tp, known := o.posts[id]
 		switch {
-		case rkeys.IsSentinel(m):
+		case readmodel.IsSentinel(m):
 			fmt.Fprintf(&b, " %s@%v", m, z.Score)
 		case known:
 			fmt.Fprintf(&b, " %s@%.0f(a%d%s)", m, z.Score, tp.author, map[bool]string{true: ",deleted"}[tp.deleted])
@@ -522,7 +522,7 @@ func (o *oracle) coverageBefore() {
 	floors, built := o.inboxSentinels(o.wd.users)
 	var timelineFloors int
 	for _, u := range o.wd.users {
-		if _, err := o.s.Redis.ZScore(ctx, o.s.Keys.Timeline(u), rkeys.SentinelFloor).Result(); err == nil {
+		if _, err := o.s.Redis.ZScore(ctx, o.s.Keys.Timeline(u), readmodel.SentinelFloor).Result(); err == nil {
 			timelineFloors++
 		}
 	}
@@ -551,8 +551,8 @@ func (o *oracle) inboxSentinels(users []int64) (floors, built int) {
 	fl := make([]*redis.FloatCmd, len(users))
 	bu := make([]*redis.FloatCmd, len(users))
 	for i, u := range users {
-		fl[i] = pipe.ZScore(ctx, o.s.Keys.Inbox(u), rkeys.SentinelFloor)
-		bu[i] = pipe.ZScore(ctx, o.s.Keys.Inbox(u), rkeys.SentinelBuilt)
+		fl[i] = pipe.ZScore(ctx, o.s.Keys.Inbox(u), readmodel.SentinelFloor)
+		bu[i] = pipe.ZScore(ctx, o.s.Keys.Inbox(u), readmodel.SentinelBuilt)
 	}
 	_, _ = pipe.Exec(ctx)
 	for i := range users {

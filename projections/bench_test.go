@@ -18,9 +18,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/feedco/feed/internal/kafka/kafkatest"
-	"github.com/feedco/feed/internal/rkeys"
 	"github.com/feedco/feed/internal/testenv"
 	"github.com/feedco/feed/projections"
+	"github.com/feedco/feed/readmodel"
 )
 
 // BenchmarkFanout measures inbox fan-out from Kafka to Redis beside the raw
@@ -143,7 +143,7 @@ func benchFanout(b *testing.B, listpack string) {
 	// fill writes every pool inbox under prefix: 500 entries plus extra(v),
 	// COPYed server-side from one template per size (fast even under load).
 	fill := func(prefix string, extra func(v int64) int64) {
-		keys := rkeys.Keys{Prefix: prefix}
+		keys := readmodel.Keys{Prefix: prefix}
 		tmpl := map[int64]string{}
 		pipe := rd.Client.Pipeline()
 		for v := first; v < first+benchPool; v++ {
@@ -156,7 +156,7 @@ func benchFanout(b *testing.B, listpack string) {
 				for e := int64(0); e < 500+x; e++ {
 					zs = append(zs, redis.Z{Score: float64(base + e), Member: strconv.FormatInt(1<<60+x<<20+e, 10)})
 				}
-				zs = append(zs, redis.Z{Score: float64(base - 1), Member: rkeys.SentinelFloor}, redis.Z{Score: math.Inf(1), Member: rkeys.SentinelBuilt})
+				zs = append(zs, redis.Z{Score: float64(base - 1), Member: readmodel.SentinelFloor}, redis.Z{Score: math.Inf(1), Member: readmodel.SentinelBuilt})
 				if err := rd.Client.ZAdd(ctx, t, zs...).Err(); err != nil {
 					b.Fatal(err)
 				}
@@ -189,7 +189,7 @@ func benchFanout(b *testing.B, listpack string) {
 		rows.Close()
 	}
 	// rawAuthor pushes benchPosts posts of author a with the naive pair.
-	rawAuthor := func(rk rkeys.Keys, ai int, a int64) error {
+	rawAuthor := func(rk readmodel.Keys, ai int, a int64) error {
 		ids := followerIDs[a]
 		for p := 0; p < benchPosts; p++ {
 			member := strconv.FormatInt(1<<61+int64(p*100+ai), 10)
@@ -211,7 +211,7 @@ func benchFanout(b *testing.B, listpack string) {
 		prefix := testenv.RandomName("t") + ":"
 		fill(prefix, func(int64) int64 { return 0 })
 		defer testenv.DeletePrefix(ctx, rd.Client, prefix)
-		rk := rkeys.Keys{Prefix: prefix}
+		rk := readmodel.Keys{Prefix: prefix}
 		r0, s0 := cpuNow(b, rd.Client)
 		c0 := redisStats(b, rd.Client)
 		start := time.Now()
@@ -260,7 +260,7 @@ func benchFanout(b *testing.B, listpack string) {
 		prefix := testenv.RandomName("t") + ":"
 		// The sampled trims' steady state (steadySizes): what a trim keeps
 		// up to where trims start, plus the sampling overshoot.
-		cfg := projections.Config{Keys: rkeys.Keys{Prefix: prefix}, FollowerCacheRows: *benchCacheRows, FanoutParallel: *benchParallel, InboxTrimBand: *benchBand}
+		cfg := projections.Config{Keys: readmodel.Keys{Prefix: prefix}, FollowerCacheRows: *benchCacheRows, FanoutParallel: *benchParallel, InboxTrimBand: *benchBand}
 		if *benchSlack >= 0 { // with the sampling set, the slack is taken as it is
 			cfg.InboxTrimSlack, cfg.InboxTrimEvery = *benchSlack, 16
 		}
@@ -322,7 +322,7 @@ func benchFanout(b *testing.B, listpack string) {
 		pgUs := pgCPU(b, w.db).since(pg0) * 1e6 / float64(total)
 		cancel()
 		<-done
-		keys := rkeys.Keys{Prefix: prefix}
+		keys := readmodel.Keys{Prefix: prefix}
 		b.Logf("projector: %.0f/s, CPU µs/entry: Redis %.2f, process %.2f, PostgreSQL %.2f; inboxes are %s; whole run %v", rate, us, sus, pgUs, rd.Client.ObjectEncoding(ctx, keys.Inbox(first)).Val(), time.Since(t0).Round(time.Millisecond))
 		if in, ok := ps[0].(*projections.Inbox); ok {
 			b.Logf("follower lists read from PostgreSQL: %d (cache rows %d)", in.FollowerLoads(), in.FollowerRows())
@@ -485,7 +485,7 @@ func indexOf(s []int64, v int64) int {
 
 // keptBytes is the mean MEMORY USAGE of 200 of the pool's inboxes divided by
 // the 500 entries a reader is served, and the min/median/max entry counts.
-func keptBytes(b *testing.B, rdb redis.UniversalClient, keys rkeys.Keys, first int64) (float64, [3]int64) {
+func keptBytes(b *testing.B, rdb redis.UniversalClient, keys readmodel.Keys, first int64) (float64, [3]int64) {
 	ctx := context.Background()
 	var sum int64
 	var sizes []int64
@@ -512,7 +512,7 @@ func bytesPerEntry(b *testing.B, rd *testenv.Redis) float64 {
 	for e := int64(0); e < 500; e++ {
 		zs = append(zs, redis.Z{Score: float64(base + e*37), Member: strconv.FormatInt(int64(1)<<62+e*4096*37, 10)})
 	}
-	zs = append(zs, redis.Z{Score: float64(base - 1), Member: rkeys.SentinelFloor}, redis.Z{Score: math.Inf(1), Member: rkeys.SentinelBuilt})
+	zs = append(zs, redis.Z{Score: float64(base - 1), Member: readmodel.SentinelFloor}, redis.Z{Score: math.Inf(1), Member: readmodel.SentinelBuilt})
 	rd.Client.ZAdd(ctx, k, zs...)
 	n := rd.Client.MemoryUsage(ctx, k, 0).Val()
 	b.Logf("full inbox: %s, MEMORY USAGE %d bytes", rd.Client.ObjectEncoding(ctx, k).Val(), n)

@@ -2,10 +2,8 @@ package projections
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"sync/atomic"
 	"time"
 
@@ -13,8 +11,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/feedco/feed/events"
-	"github.com/feedco/feed/internal/rkeys"
 	"github.com/feedco/feed/internal/snowflake"
+	"github.com/feedco/feed/readmodel"
 )
 
 // Bulk builds for `feed rebuild` (docs/rebuild.md). Each writes a read model
@@ -66,10 +64,10 @@ func (p *Posts) BuildPosts(ctx context.Context, pg Querier, progress Progress) (
 			_ = g.Wait()
 			return total, fmt.Errorf("read posts: %w", err)
 		}
-		kv := make([]any, 0, 2*BuildBatch)
+		page := make([]readmodel.Post, 0, BuildBatch)
 		for rows.Next() {
 			var (
-				post    rkeys.Post
+				post    readmodel.Post
 				at      time.Time
 				deleted bool
 			)
@@ -79,18 +77,12 @@ func (p *Posts) BuildPosts(ctx context.Context, pg Querier, progress Progress) (
 				return total, fmt.Errorf("read posts: %w", err)
 			}
 			if deleted {
-				post = rkeys.Post{ID: post.ID, AuthorID: post.AuthorID, Deleted: true,
+				post = readmodel.Post{ID: post.ID, AuthorID: post.AuthorID, Deleted: true,
 					CreatedAt: snowflake.Time(post.ID).Format(events.CreatedAtLayout)}
 			} else {
 				post.CreatedAt = at.UTC().Format(events.CreatedAtLayout)
 			}
-			b, err := json.Marshal(post)
-			if err != nil {
-				rows.Close()
-				_ = g.Wait()
-				return total, fmt.Errorf("encode post %d: %w", post.ID, err)
-			}
-			kv = append(kv, p.cfg.Keys.Post(post.ID), b)
+			page = append(page, post)
 			last = post.ID
 		}
 		rows.Close()
@@ -98,15 +90,14 @@ func (p *Posts) BuildPosts(ctx context.Context, pg Querier, progress Progress) (
 			_ = g.Wait()
 			return total, fmt.Errorf("read posts: %w", err)
 		}
-		n := len(kv) / 2
+		n := len(page)
 		if n > 0 {
 			g.Go(func() error {
-				// MSET is one command: keys of many slots, so on a Redis
-				// Cluster go-redis would refuse it; a pipeline of SETs is
-				// split per node instead.
 				pipe := p.rdb.Pipeline()
-				for i := 0; i < len(kv); i += 2 {
-					pipe.Set(gctx, kv[i].(string), kv[i+1], 0)
+				for _, post := range page {
+					if err := p.cache.QueueSet(gctx, pipe, post); err != nil {
+						return err
+					}
 				}
 				if _, err := pipe.Exec(gctx); err != nil {
 					return fmt.Errorf("write posts: %w", err)
@@ -188,38 +179,32 @@ const (
 	AllUsersSQL = `SELECT id, 0::bigint FROM users WHERE id > $1 AND $3::int IS NOT NULL ORDER BY id LIMIT $2`
 )
 
-// writeSets writes, per owner, the newest posts rows gave (at most keep
-// kept, keep+1 read), the floor when more existed, and ~built, in one
-// pipeline. The floor follows the bounded-add rule: the score of the first
-// entry cut, and nothing at or below it is kept.
-func writeSets(ctx context.Context, rdb redis.UniversalClient, pg Querier, sql string, owners, ttls []int64,
-	read, keep int, key func(int64) string) (int, error) {
-	rows, err := pg.Query(ctx, sql, owners, read)
+// writeTimelines writes, per author, the newest posts timelineRowsSQL
+// gives (TimelineMax+1 read), as readmodel.Timelines.QueueBuilt bounds
+// them, in pipelines cut at about 20,000 members, so one round trip stays
+// well inside the client's read timeout on a busy server.
+func (p *Timelines) writeTimelines(ctx context.Context, pg Querier, owners []int64) error {
+	rows, err := pg.Query(ctx, timelineRowsSQL, owners, p.cfg.TimelineMax+1)
 	if err != nil {
-		return 0, fmt.Errorf("read posts of %d owners: %w", len(owners), err)
+		return fmt.Errorf("read posts of %d owners: %w", len(owners), err)
 	}
-	type entry struct {
-		score float64
-		id    int64
-	}
-	byOwner := make(map[int64][]entry, len(owners))
+	byOwner := make(map[int64][]readmodel.Entry, len(owners))
 	for rows.Next() {
 		var owner, id int64
 		var at time.Time
 		if err := rows.Scan(&owner, &id, &at); err != nil {
 			rows.Close()
-			return 0, fmt.Errorf("read posts: %w", err)
+			return fmt.Errorf("read posts: %w", err)
 		}
-		byOwner[owner] = append(byOwner[owner], entry{float64(millis(at)), id})
+		// Rows come newest first (the LATERAL's order).
+		byOwner[owner] = append(byOwner[owner], readmodel.Entry{ID: id, Ms: millis(at)})
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("read posts: %w", err)
+		return fmt.Errorf("read posts: %w", err)
 	}
-	// Pipelines are cut at about 20,000 members, so one round trip stays
-	// well inside the client's read timeout on a busy server.
-	pipe := rdb.Pipeline()
-	written, pending := 0, 0
+	pipe := p.rdb.Pipeline()
+	pending := 0
 	flush := func() error {
 		if pending == 0 {
 			return nil
@@ -230,51 +215,22 @@ func writeSets(ctx context.Context, rdb redis.UniversalClient, pg Querier, sql s
 		}
 		return nil
 	}
-	for i, o := range owners {
-		es := byOwner[o]
-		if len(es) == 0 {
-			continue
-		}
-		k := key(o)
-		// Rows come newest first (the LATERAL's order).
-		floor := math.Inf(-1)
-		if len(es) > keep {
-			floor = es[keep].score
-			es = es[:keep]
-		}
-		zs := make([]redis.Z, 0, len(es)+2)
-		for _, e := range es {
-			if e.score > floor {
-				zs = append(zs, redis.Z{Score: e.score, Member: itoa(e.id)})
-			}
-		}
-		if !math.IsInf(floor, -1) {
-			zs = append(zs, redis.Z{Score: floor, Member: rkeys.SentinelFloor})
-		}
-		zs = append(zs, redis.Z{Score: math.Inf(1), Member: rkeys.SentinelBuilt})
-		pipe.ZAdd(ctx, k, zs...)
-		if ttls[i] > 0 {
-			pipe.PExpire(ctx, k, time.Duration(ttls[i])*time.Millisecond)
-		}
-		written++
-		if pending += len(zs); pending >= 20_000 {
+	for _, o := range owners {
+		if pending += p.timelines.QueueBuilt(ctx, pipe, o, byOwner[o]); pending >= 20_000 {
 			if err := flush(); err != nil {
-				return 0, err
+				return err
 			}
 		}
 	}
-	if err := flush(); err != nil {
-		return 0, err
-	}
-	return written, nil
+	return flush()
 }
 
 // BuildTimelines writes every author's newest TimelineMax posts, the floor
 // when the author has more, and ~built. progress counts authors.
 func (p *Timelines) BuildTimelines(ctx context.Context, pg Querier, progress Progress) (int64, error) {
 	var total atomic.Int64
-	err := p.cfg.eachOwnerPage(ctx, pg, AllUsersSQL, 0, func(ids, ttls []int64) error {
-		if _, err := writeSets(ctx, p.rdb, pg, timelineRowsSQL, ids, ttls, p.cfg.TimelineMax+1, p.cfg.TimelineMax, p.cfg.Keys.Timeline); err != nil {
+	err := p.cfg.eachOwnerPage(ctx, pg, AllUsersSQL, 0, func(ids, _ []int64) error {
+		if err := p.writeTimelines(ctx, pg, ids); err != nil {
 			return fmt.Errorf("build timelines: %w", err)
 		}
 		total.Add(int64(len(ids)))
@@ -295,49 +251,37 @@ type Decoded struct {
 // pipeline. On NOSCRIPT the scripts are loaded and the whole batch runs
 // again, which the per-pair version guard makes harmless.
 func (p *Followers) ApplyBatch(ctx context.Context, batch []Decoded) error {
-	run := func() error {
-		pipe := p.rdb.Pipeline()
-		k := p.cfg.Keys
-		n := 0
+	n := 0
+	for _, d := range batch {
+		switch d.Ev.(type) {
+		case events.Followed, events.Unfollowed:
+		default:
+			continue
+		}
+		if d.Env.StreamVersion < 1 {
+			return fmt.Errorf("follow event %s without stream version: %w", d.Env.EventID, ErrPermanent)
+		}
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	err := readmodel.Exec(ctx, p.rdb, func(pipe redis.Pipeliner) {
 		for _, d := range batch {
 			var follower, followee, after int64
-			follow := "0"
+			follow := false
 			switch e := d.Ev.(type) {
 			case events.Followed:
-				follower, followee, after, follow = e.FollowerID, e.FolloweeID, e.FolloweeFollowers, "1"
+				follower, followee, after, follow = e.FollowerID, e.FolloweeID, e.FolloweeFollowers, true
 			case events.Unfollowed:
 				follower, followee, after = e.FollowerID, e.FolloweeID, e.FolloweeFollowers
 			default:
 				continue
 			}
-			if d.Env.StreamVersion < 1 {
-				return fmt.Errorf("follow event %s without stream version: %w", d.Env.EventID, ErrPermanent)
-			}
-			followerCountScript.EvalSha(ctx, pipe, []string{k.Followers(followee)}, itoa(follower), d.Env.StreamVersion, follow)
-			followingScript.EvalSha(ctx, pipe, []string{k.Following(follower), k.FollowingVersions(follower)},
-				itoa(followee), d.Env.StreamVersion, follow)
-			if after >= p.cfg.CelebrityThreshold {
-				pipe.SAdd(ctx, k.Celebrities(), itoa(followee))
-			} else {
-				pipe.SRem(ctx, k.Celebrities(), itoa(followee))
-			}
-			n++
+			p.follows.QueueApply(ctx, pipe, follower, followee, d.Env.StreamVersion, follow)
+			p.celebs.QueueSet(ctx, pipe, followee, p.pol.IsCelebrity(after))
 		}
-		if n == 0 {
-			return nil
-		}
-		_, err := pipe.Exec(ctx)
-		return err
-	}
-	err := run()
-	if err != nil && isNoScript(err) {
-		for _, s := range []*redis.Script{followerCountScript, followingScript} {
-			if lerr := s.Load(ctx, p.rdb).Err(); lerr != nil {
-				return fmt.Errorf("load script: %w", lerr)
-			}
-		}
-		err = run()
-	}
+	})
 	if err != nil && !errors.Is(err, ErrPermanent) {
 		return fmt.Errorf("apply %d follow events: %w", len(batch), err)
 	}

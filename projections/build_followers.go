@@ -209,10 +209,8 @@ func (w *pipelines) wait() error {
 // version and the count of current followers) and the celebrity set, from
 // edges sorted by followee.
 func (p *Followers) writeFollowerHashes(ctx context.Context, edges []followEdge, last map[int64]lastEvent, progress BuildProgress) error {
-	k := p.cfg.Keys
 	w := newPipelines(ctx, p.rdb, progress)
 	eachRun(edges, func(e followEdge) int64 { return e.followee }, func(a int64, run []followEdge) {
-		key := k.Followers(a)
 		var count int64
 		args := make([]any, 0, 2*min(len(run), followerChunk)+2)
 		for x, e := range run {
@@ -221,25 +219,25 @@ func (p *Followers) writeFollowerHashes(ctx context.Context, edges []followEdge,
 			}
 			args = append(args, e.follower, e.version())
 			if len(args) == 2*followerChunk {
-				w.pipe.HSet(w.ctx, key, args...)
+				p.follows.QueueBuildFollowers(w.ctx, w.pipe, a, args)
 				w.added(len(args), len(args)/2)
 				args = make([]any, 0, 2*min(len(run)-x-1, followerChunk)+2)
 			}
 		}
 		args = append(args, "count", count)
-		w.pipe.HSet(w.ctx, key, args...)
+		p.follows.QueueBuildFollowers(w.ctx, w.pipe, a, args)
 		w.added(len(args), len(args)/2-1)
 	})
 	var celebs []any
 	for a, l := range last {
-		if l.after >= p.cfg.CelebrityThreshold {
+		if p.pol.IsCelebrity(l.after) {
 			celebs = append(celebs, a)
 		}
 	}
 	for len(celebs) > 0 {
 		c := celebs[:min(len(celebs), followerChunk)]
 		celebs = celebs[len(c):]
-		w.pipe.SAdd(w.ctx, k.Celebrities(), c...)
+		p.celebs.QueueAdd(w.ctx, w.pipe, c)
 		w.added(len(c), 0)
 	}
 	if err := w.wait(); err != nil {
@@ -252,10 +250,8 @@ func (p *Followers) writeFollowerHashes(ctx context.Context, edges []followEdge,
 // following_v:{u} (u's newest version of every pair), from edges sorted
 // by follower.
 func (p *Followers) writeFollowing(ctx context.Context, edges []followEdge, progress BuildProgress) error {
-	k := p.cfg.Keys
 	w := newPipelines(ctx, p.rdb, progress)
 	eachRun(edges, func(e followEdge) int64 { return e.follower }, func(u int64, run []followEdge) {
-		setKey, verKey := k.Following(u), k.FollowingVersions(u)
 		for len(run) > 0 {
 			chunk := run[:min(len(run), followerChunk)]
 			run = run[len(chunk):]
@@ -267,10 +263,7 @@ func (p *Followers) writeFollowing(ctx context.Context, edges []followEdge, prog
 					members = append(members, e.followee)
 				}
 			}
-			w.pipe.HSet(w.ctx, verKey, vers...)
-			if len(members) > 0 {
-				w.pipe.SAdd(w.ctx, setKey, members...)
-			}
+			p.follows.QueueBuildFollowing(w.ctx, w.pipe, u, vers, members)
 			w.added(len(vers)+len(members), len(chunk))
 		}
 	})

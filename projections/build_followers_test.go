@@ -7,9 +7,9 @@ import (
 	"testing"
 
 	"github.com/feedco/feed/events"
-	"github.com/feedco/feed/internal/rkeys"
 	"github.com/feedco/feed/internal/testenv"
 	"github.com/feedco/feed/projections"
+	"github.com/feedco/feed/readmodel"
 )
 
 // snapshotXmax is the horizon a rebuild takes: every transaction below it
@@ -40,8 +40,8 @@ func TestBuildFollowersMatchesProjectorReplay(t *testing.T) {
 	w := newWorld(t)
 	ctx := context.Background()
 	rd := testenv.NewRedis(t)
-	live := rkeys.Keys{Prefix: rd.Prefix + "live:"}
-	built := rkeys.Keys{Prefix: rd.Prefix + "built:"}
+	live := readmodel.Keys{Prefix: rd.Prefix + "live:"}
+	built := readmodel.Keys{Prefix: rd.Prefix + "built:"}
 	cfg := projections.Config{CelebrityThreshold: 6}
 
 	var users []int64
@@ -156,7 +156,7 @@ func TestBuildFollowersMatchesProjectorReplay(t *testing.T) {
 	}
 	// The same with 3 fields per command: hashes, sets and the celebrity
 	// set written in several commands and pipelines.
-	small := rkeys.Keys{Prefix: rd.Prefix + "small:"}
+	small := readmodel.Keys{Prefix: rd.Prefix + "small:"}
 	sc := cfg
 	sc.Keys = small
 	sp, err := projections.NewFollowers(sc, rd.Client)

@@ -2,13 +2,8 @@ package projections
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
-	"math"
 	"slices"
-	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -16,7 +11,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/feedco/feed/events"
-	"github.com/feedco/feed/internal/rkeys"
+	"github.com/feedco/feed/readmodel"
 )
 
 // The inbox bulk build (`feed rebuild inbox`, docs/rebuild.md) in Go memory,
@@ -49,13 +44,10 @@ import (
 //     merge that stops at InboxMax+1) and write the chunk in one pipeline,
 //     BuildWorkers chunks at once.
 //
-// Each inbox is written as one RESTORE of the finished sorted set in Redis's
-// listpack encoding (build_listpack.go), with its TTL: a ZADD of n members
-// into a listpack costs Redis O(n²), a RESTORE one copy. When the server
-// refuses the payload (a server older than Redis 7.0, RESTORE disabled) the
-// build falls back to ZADD + PEXPIRE for the rest; when the key exists
-// already (BUSYKEY: nothing should have written it), ZADD adds to it as the
-// SQL build did.
+// Each inbox is written by readmodel.Inboxes.RestoreBuildWriter: one
+// RESTORE of the finished sorted set in Redis's listpack encoding, with
+// its TTL, falling back to ZADD + PEXPIRE (ZaddBuildWriter) when the
+// server refuses the payload.
 
 // Beginner starts the snapshot transaction of the inbox build;
 // *pgxpool.Pool implements it.
@@ -202,8 +194,10 @@ func (p *Inbox) buildInboxes(ctx context.Context, db Beginner, progress BuildPro
 	}
 
 	progress.Stage("write inboxes", "active users", int64(len(users)))
-	w := &inboxWriter{p: p, posts: posts, keep: keep, nowMs: nowMs}
-	w.restore.Store(restore)
+	w := &inboxWriter{posts: posts, keep: keep, nowMs: nowMs, rdb: p.rdb, out: p.inbox.ZaddBuildWriter()}
+	if restore {
+		w.out = p.inbox.RestoreBuildWriter()
+	}
 	chunks := make(chan inboxChunk, BuildWorkers)
 	g, gctx := errgroup.WithContext(ctx)
 	for range BuildWorkers {
@@ -311,22 +305,20 @@ func readChunk(ctx context.Context, tx pgx.Tx, users []inboxUser) (inboxChunk, e
 	return c, nil
 }
 
-// inboxWriter merges and writes chunks; shared by the workers.
+// inboxWriter merges chunks and hands them to out; shared by the workers.
 type inboxWriter struct {
-	p       *Inbox
-	posts   *authorPosts
-	keep    int
-	nowMs   func() int64
-	restore atomic.Bool // false once the server refused a payload
+	posts *authorPosts
+	keep  int
+	nowMs func() int64
+	rdb   redis.UniversalClient
+	out   readmodel.InboxBuildWriter
 }
 
 // inboxBuffers are one worker's reusable buffers.
 type inboxBuffers struct {
-	heap    []inboxCursor
-	merged  []inboxPost
-	entries []lpEntry
-	scratch []byte
-	arena   []byte
+	heap   []inboxCursor
+	merged []inboxPost
+	out    readmodel.BuildBuffers
 }
 
 // inboxCursor is the unread rest of one author's posts in a merge.
@@ -383,149 +375,45 @@ func siftDown(h []inboxCursor, i int) {
 	}
 }
 
-// inboxSet is one user's inbox as written: kept posts newest first, all
-// scoring above the floor when there is one.
-type inboxSet struct {
-	kept     []inboxPost
-	floor    int64
-	hasFloor bool
-}
-
-// set computes the user's inbox; ok is false when there is nothing to write.
-func (w *inboxWriter) set(user int64, followees []int64, b *inboxBuffers) (s inboxSet, ok bool) {
+// set computes the user's inbox into s (reusing s.Kept); ok is false when
+// there is nothing to write. The newest keep are kept; the floor is the
+// score of the one after them when there is one, and entries sharing its
+// millisecond are left out too (the bounded-add rule).
+func (w *inboxWriter) set(user int64, followees []int64, b *inboxBuffers, s *readmodel.BuiltInbox) bool {
 	es := w.merge(user, followees, w.keep+1, b)
 	if len(es) == 0 {
-		return s, false
+		return false
 	}
+	s.Floor, s.HasFloor = 0, false
 	if len(es) > w.keep {
-		s.floor, s.hasFloor = es[w.keep].ms(), true
+		s.Floor, s.HasFloor = es[w.keep].ms(), true
 		es = es[:w.keep]
-		// Entries sharing the floor's millisecond are left out too.
-		for len(es) > 0 && es[len(es)-1].ms() <= s.floor {
+		for len(es) > 0 && es[len(es)-1].ms() <= s.Floor {
 			es = es[:len(es)-1]
 		}
 	}
-	s.kept = es
-	return s, true
+	s.Kept = s.Kept[:0]
+	for _, e := range es {
+		s.Kept = append(s.Kept, readmodel.Entry{ID: e.ID, Ms: e.ms()})
+	}
+	return true
+}
+
+// chunkInboxes is one chunk as a readmodel.InboxChunk.
+type chunkInboxes struct {
+	w *inboxWriter
+	c inboxChunk
+	b *inboxBuffers
+}
+
+func (x chunkInboxes) Len() int { return len(x.c.users) }
+
+func (x chunkInboxes) Inbox(i int, s *readmodel.BuiltInbox) (user, expireMs int64, ok bool) {
+	u := x.c.users[i]
+	return u.id, u.expireMs, x.w.set(u.id, x.c.followees[x.c.offs[i]:x.c.offs[i+1]], x.b, s)
 }
 
 // write writes one chunk's inboxes in one pipeline.
 func (w *inboxWriter) write(ctx context.Context, c inboxChunk, b *inboxBuffers) error {
-	keys := w.p.cfg.Keys
-	pipe := w.p.rdb.Pipeline()
-	type restored struct {
-		i   int
-		cmd *redis.Cmd
-	}
-	var sent []restored
-	useRestore := w.restore.Load()
-	b.arena = b.arena[:0]
-	for i, u := range c.users {
-		s, ok := w.set(u.id, c.followees[c.offs[i]:c.offs[i+1]], b)
-		if !ok {
-			continue
-		}
-		ttl := u.expireMs - w.nowMs()
-		if ttl <= 0 {
-			continue // expired during the build, as the live inbox has
-		}
-		if useRestore {
-			start := len(b.arena)
-			var err error
-			b.entries = s.listpack(b.entries[:0])
-			if b.arena, b.scratch, err = appendListpackPayload(b.arena, b.scratch, b.entries); err == nil {
-				sent = append(sent, restored{i, pipe.Do(ctx, "restore", keys.Inbox(u.id), ttl, b.arena[start:len(b.arena):len(b.arena)])})
-				continue
-			}
-			b.arena = b.arena[:start]
-		}
-		s.zadd(ctx, pipe, keys.Inbox(u.id), ttl)
-	}
-	if pipe.Len() == 0 {
-		return nil
-	}
-	cmds, err := pipe.Exec(ctx)
-	if err != nil && !errors.As(err, new(redis.Error)) {
-		return fmt.Errorf("write inboxes: %w", err)
-	}
-	// A refused RESTORE is written again with ZADD; any other error fails
-	// the build.
-	for _, cmd := range cmds {
-		if err := cmd.Err(); err != nil && cmd.Name() != "restore" {
-			return fmt.Errorf("write inboxes: %w", err)
-		}
-	}
-	var again []int
-	for _, r := range sent {
-		err := r.cmd.Err()
-		if err == nil {
-			continue
-		}
-		var rerr redis.Error
-		if !errors.As(err, &rerr) {
-			return fmt.Errorf("write inboxes: %w", err)
-		}
-		if !strings.HasPrefix(err.Error(), "BUSYKEY") && w.restore.Swap(false) {
-			slog.Default().Warn("projections: Redis refused a RESTORE of an inbox; the build writes inboxes with ZADD instead (slower)", "err", err)
-		}
-		again = append(again, r.i)
-	}
-	if len(again) == 0 {
-		return nil
-	}
-	pipe = w.p.rdb.Pipeline()
-	for _, i := range again {
-		u := c.users[i]
-		s, _ := w.set(u.id, c.followees[c.offs[i]:c.offs[i+1]], b)
-		if ttl := u.expireMs - w.nowMs(); ttl > 0 {
-			s.zadd(ctx, pipe, keys.Inbox(u.id), ttl)
-		}
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("write inboxes: %w", err)
-	}
-	return nil
-}
-
-// zadd queues the inbox as the SQL build wrote it: one ZADD of the members
-// (newest first), the floor and ~built, then the TTL.
-func (s inboxSet) zadd(ctx context.Context, pipe redis.Pipeliner, key string, ttlMs int64) {
-	zs := make([]redis.Z, 0, len(s.kept)+2)
-	for _, e := range s.kept {
-		zs = append(zs, redis.Z{Score: float64(e.ms()), Member: itoa(e.ID)})
-	}
-	if s.hasFloor {
-		zs = append(zs, redis.Z{Score: float64(s.floor), Member: rkeys.SentinelFloor})
-	}
-	zs = append(zs, redis.Z{Score: math.Inf(1), Member: rkeys.SentinelBuilt})
-	pipe.ZAdd(ctx, key, zs...)
-	pipe.PExpire(ctx, key, time.Duration(ttlMs)*time.Millisecond)
-}
-
-// listpack appends the inbox's entries in listpack order: the floor (below
-// every member), the members by score and, within one millisecond, by their
-// decimal's bytes, then ~built.
-func (s inboxSet) listpack(es []lpEntry) []lpEntry {
-	if s.hasFloor {
-		es = append(es, lpEntry{score: float64(s.floor), str: rkeys.SentinelFloor})
-	}
-	first := len(es)
-	for i := len(s.kept) - 1; i >= 0; i-- {
-		e := s.kept[i]
-		es = append(es, lpEntry{score: float64(e.ms()), id: e.ID})
-	}
-	// kept is in feed order, by id within one millisecond, and the listpack
-	// by the decimal's bytes: only runs of one millisecond may be out of
-	// the listpack's order.
-	for i := first; i < len(es); {
-		j := i + 1
-		for j < len(es) && es[j].score == es[i].score {
-			j++
-		}
-		if j-i > 1 {
-			sortListpack(es[i:j])
-		}
-		i = j
-	}
-	return append(es, lpEntry{score: math.Inf(1), str: rkeys.SentinelBuilt})
+	return w.out.WriteChunk(ctx, w.rdb, chunkInboxes{w, c, b}, w.nowMs, &b.out)
 }

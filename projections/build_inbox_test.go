@@ -13,9 +13,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/feedco/feed/internal/rkeys"
 	"github.com/feedco/feed/internal/testenv"
 	"github.com/feedco/feed/projections"
+	"github.com/feedco/feed/readmodel"
 )
 
 // sqlInboxRows is the inbox build this package had before the in-memory
@@ -39,7 +39,7 @@ CROSS JOIN LATERAL (
 // sqlBuildInboxes is that SQL build, kept here as the reference: the same
 // users, rows, floor rule, ZADD (newest first, then ~floor, ~built) and
 // PEXPIRE it wrote.
-func sqlBuildInboxes(t *testing.T, w *world, rdb redis.UniversalClient, keys rkeys.Keys, inboxMax int, ttl time.Duration) {
+func sqlBuildInboxes(t *testing.T, w *world, rdb redis.UniversalClient, keys readmodel.Keys, inboxMax int, ttl time.Duration) {
 	t.Helper()
 	ctx := context.Background()
 	rows, err := w.db.Pool.Query(ctx, `SELECT user_id, (extract(epoch FROM last_seen_at + $1::interval - now()) * 1000)::bigint
@@ -93,9 +93,9 @@ FROM user_activity WHERE last_seen_at > now() - $1::interval + interval '1 secon
 			}
 		}
 		if !math.IsInf(floor, -1) {
-			zs = append(zs, redis.Z{Score: floor, Member: rkeys.SentinelFloor})
+			zs = append(zs, redis.Z{Score: floor, Member: readmodel.SentinelFloor})
 		}
-		zs = append(zs, redis.Z{Score: math.Inf(1), Member: rkeys.SentinelBuilt})
+		zs = append(zs, redis.Z{Score: math.Inf(1), Member: readmodel.SentinelBuilt})
 		pipe.ZAdd(ctx, keys.Inbox(o), zs...)
 		pipe.PExpire(ctx, keys.Inbox(o), time.Duration(ttls[o])*time.Millisecond)
 	}
@@ -116,7 +116,7 @@ type inboxKey struct {
 }
 
 // inboxes reads every inbox key under keys' prefix, by user.
-func inboxes(t *testing.T, rdb redis.UniversalClient, keys rkeys.Keys) map[string]inboxKey {
+func inboxes(t *testing.T, rdb redis.UniversalClient, keys readmodel.Keys) map[string]inboxKey {
 	t.Helper()
 	ctx := context.Background()
 	out := map[string]inboxKey{}
@@ -124,7 +124,7 @@ func inboxes(t *testing.T, rdb redis.UniversalClient, keys rkeys.Keys) map[strin
 	for iter.Next(ctx) {
 		k := iter.Val()
 		p, _, ok := keys.Classify(k)
-		if !ok || p != rkeys.ProjectionInbox {
+		if !ok || p != readmodel.ProjectionInbox {
 			continue
 		}
 		ik := inboxKey{
@@ -214,11 +214,11 @@ FROM generate_series(1, 6000) g`)
 	cfg := projections.Config{InboxMax: inboxMax, BackfillPosts: 5}
 	ttl := 30*24*time.Hour - time.Hour // the defaults' inbox TTL
 	rd := testenv.NewRedis(t)
-	ref := rkeys.Keys{Prefix: rd.Prefix + "sql:"}
+	ref := readmodel.Keys{Prefix: rd.Prefix + "sql:"}
 	// Two keys exist before the builds, with a member the build would not
 	// write: RESTORE refuses them, ZADD adds to them, as it did.
 	for _, prefix := range []string{"sql:", "restore:", "zadd:"} {
-		k := rkeys.Keys{Prefix: rd.Prefix + prefix}
+		k := readmodel.Keys{Prefix: rd.Prefix + prefix}
 		for _, u := range []int64{3, 4} {
 			rd.Client.ZAdd(ctx, k.Inbox(u), redis.Z{Score: 1, Member: "1"})
 		}
@@ -238,7 +238,7 @@ FROM generate_series(1, 6000) g`)
 	t.Cleanup(func() { _ = refusing.Close() })
 
 	for _, mode := range []string{"restore", "zadd", "refused"} {
-		keys := rkeys.Keys{Prefix: rd.Prefix + mode + ":"}
+		keys := readmodel.Keys{Prefix: rd.Prefix + mode + ":"}
 		c := cfg
 		c.Keys = keys
 		client := rd.Client
@@ -294,7 +294,7 @@ FROM generate_series(1, 6000) g`)
 				t.Errorf("%s: %s: expires %v (TTL %v), the SQL build's %v (TTL %v)", mode, k, gv.expires, gv.ttl, wv.expires, wv.ttl)
 			}
 			for i, z := range wv.zs {
-				if z.Member == rkeys.SentinelFloor {
+				if z.Member == readmodel.SentinelFloor {
 					floors++
 				}
 				if i > 0 && z.Score == wv.zs[i-1].Score {
@@ -369,8 +369,8 @@ func TestBuildInboxesMatchesProjectorReplay(t *testing.T) {
 	w := newWorld(t)
 	ctx := context.Background()
 	rd := testenv.NewRedis(t)
-	live := rkeys.Keys{Prefix: rd.Prefix + "live:"}
-	built := rkeys.Keys{Prefix: rd.Prefix + "built:"}
+	live := readmodel.Keys{Prefix: rd.Prefix + "live:"}
+	built := readmodel.Keys{Prefix: rd.Prefix + "built:"}
 	cfg := projections.Config{InboxMax: 8, InboxTrimSlack: 0, InboxTrimEvery: 1, BackfillPosts: 3}
 
 	lc := cfg
@@ -446,7 +446,7 @@ func TestBuildInboxesMatchesProjectorReplay(t *testing.T) {
 	floors := 0
 	for _, k := range names {
 		g, wv := got[k], want[k]
-		if len(g.zs) == 0 || g.zs[len(g.zs)-1].Member != rkeys.SentinelBuilt {
+		if len(g.zs) == 0 || g.zs[len(g.zs)-1].Member != readmodel.SentinelBuilt {
 			t.Errorf("%s: built inbox without ~built: %s", k, fmtZ(g.zs))
 			continue
 		}
@@ -456,7 +456,7 @@ func TestBuildInboxesMatchesProjectorReplay(t *testing.T) {
 		if g.ttl <= 0 || wv.ttl <= 0 {
 			t.Errorf("%s: TTLs %v (built), %v (projector): want both set", k, g.ttl, wv.ttl)
 		}
-		if strings.Contains(fmtZ(wv.zs), rkeys.SentinelFloor) {
+		if strings.Contains(fmtZ(wv.zs), readmodel.SentinelFloor) {
 			floors++
 		}
 	}

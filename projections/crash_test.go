@@ -16,9 +16,9 @@ import (
 
 	"github.com/feedco/feed/internal/kafka"
 	"github.com/feedco/feed/internal/kafka/kafkatest"
-	"github.com/feedco/feed/internal/rkeys"
 	"github.com/feedco/feed/internal/testenv"
 	"github.com/feedco/feed/projections"
+	"github.com/feedco/feed/readmodel"
 )
 
 // crashChildEnv makes the test binary run as a projector process (see
@@ -40,7 +40,7 @@ func crashChild() int {
 		return 3
 	}
 	rdb := redis.NewClient(opt)
-	cfg := projections.Config{Keys: rkeys.Keys{Prefix: os.Getenv("CHILD_PREFIX")}, CelebrityThreshold: 100_000, FanoutBatch: 100}
+	cfg := projections.Config{Keys: readmodel.Keys{Prefix: os.Getenv("CHILD_PREFIX")}, CelebrityThreshold: 100_000, FanoutBatch: 100}
 	ps, err := projections.New(cfg, pool, rdb, nil)
 	if err != nil {
 		return 4
@@ -90,7 +90,7 @@ func TestCrashMidFanout(t *testing.T) {
 
 	// Reference: the same messages applied once, directly.
 	ref := testenv.NewRedis(t)
-	applyAll(t, newProjectors(t, w, ref.Client, projections.Config{Keys: rkeys.Keys{Prefix: ref.Prefix}, CelebrityThreshold: 100_000}), w.envs)
+	applyAll(t, newProjectors(t, w, ref.Client, projections.Config{Keys: readmodel.Keys{Prefix: ref.Prefix}, CelebrityThreshold: 100_000}), w.envs)
 	want := dump(t, ref.Client, ref.Prefix)
 
 	start := func() *exec.Cmd {
@@ -132,7 +132,7 @@ func TestPoisonQueue(t *testing.T) {
 	rd := testenv.NewRedis(t)
 	b := kafkatest.Start(t)
 	topic := b.Topic(t, 1)
-	keys := rkeys.Keys{Prefix: rd.Prefix}
+	keys := readmodel.Keys{Prefix: rd.Prefix}
 	ps, err := projections.New(projections.Config{Keys: keys}, w.db.Pool, rd.Client, nil, projections.NamePosts)
 	if err != nil {
 		t.Fatal(err)

@@ -15,10 +15,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/feedco/feed/events"
-	"github.com/feedco/feed/internal/rkeys"
 	"github.com/feedco/feed/internal/snowflake"
 	"github.com/feedco/feed/internal/testenv"
 	"github.com/feedco/feed/projections"
+	"github.com/feedco/feed/readmodel"
 )
 
 // world writes the source of truth the way the write side does (rows in
@@ -201,9 +201,9 @@ func zview(t testing.TB, rdb redis.UniversalClient, key string) (ids []string, f
 	for _, z := range rdb.ZRevRangeWithScores(context.Background(), key, 0, -1).Val() {
 		m := z.Member.(string)
 		switch {
-		case m == rkeys.SentinelFloor:
+		case m == readmodel.SentinelFloor:
 			floor = z.Score
-		case m == rkeys.SentinelBuilt:
+		case m == readmodel.SentinelBuilt:
 			built = true
 		default:
 			ids = append(ids, m)

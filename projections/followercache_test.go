@@ -6,9 +6,9 @@ import (
 	"testing"
 
 	"github.com/feedco/feed/events"
-	"github.com/feedco/feed/internal/rkeys"
 	"github.com/feedco/feed/internal/testenv"
 	"github.com/feedco/feed/projections"
+	"github.com/feedco/feed/readmodel"
 )
 
 // The follower cache (followercache.go) gives the same pushes as a fresh
@@ -23,7 +23,7 @@ func TestFollowerCacheMatchesFreshQueries(t *testing.T) {
 	w := newWorld(t)
 	rd := testenv.NewRedis(t)
 	ctx := context.Background()
-	keys := rkeys.Keys{Prefix: rd.Prefix}
+	keys := readmodel.Keys{Prefix: rd.Prefix}
 	ps := newProjectors(t, w, rd.Client, projections.Config{Keys: keys, CelebrityThreshold: 100})
 	var inbox *projections.Inbox
 	for _, p := range ps {
@@ -151,7 +151,7 @@ func TestFollowerCacheMatchesFreshQueries(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	uncached := newProjectors(t, w, ref.Client, projections.Config{Keys: rkeys.Keys{Prefix: ref.Prefix}, CelebrityThreshold: 100, FollowerCacheRows: -1})
+	uncached := newProjectors(t, w, ref.Client, projections.Config{Keys: readmodel.Keys{Prefix: ref.Prefix}, CelebrityThreshold: 100, FollowerCacheRows: -1})
 	loaded := inbox.FollowerLoads()
 	for o := int64(0); o < offset; o++ {
 		env, ok := all[o]

@@ -2,12 +2,11 @@ package projections
 
 import (
 	"context"
-	"errors"
-	"fmt"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/feedco/feed/events"
+	"github.com/feedco/feed/readmodel"
 )
 
 // Followers projects follower counts (`followers:{a}` field count), the
@@ -19,20 +18,20 @@ import (
 // own version hash under the follower's hash tag (Redis Cluster: a script
 // touches one slot only).
 type Followers struct {
-	cfg Config
-	rdb redis.UniversalClient
+	cfg     Config
+	pol     readmodel.Policy
+	follows readmodel.Follows
+	celebs  readmodel.Celebrities
+	rdb     redis.UniversalClient
 }
 
 // NewFollowers returns the followers projector.
 func NewFollowers(cfg Config, rdb redis.UniversalClient) (*Followers, error) {
-	if rdb == nil {
-		return nil, errors.New("new followers projector: nil Redis")
+	cfg, err := projectorConfig(NameFollowers, cfg, rdb)
+	if err != nil {
+		return nil, err
 	}
-	cfg = cfg.withDefaults()
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("new followers projector: %w", err)
-	}
-	return &Followers{cfg: cfg, rdb: rdb}, nil
+	return &Followers{cfg: cfg, pol: cfg.Policy(), follows: readmodel.NewFollows(cfg.Keys), celebs: readmodel.NewCelebrities(cfg.Keys), rdb: rdb}, nil
 }
 
 // Name implements Projector.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -13,7 +12,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/feedco/feed/events"
-	"github.com/feedco/feed/internal/rkeys"
+	"github.com/feedco/feed/readmodel"
 )
 
 // Inbox projects home feeds (`feed:{u}`): it pushes the posts of
@@ -22,6 +21,8 @@ import (
 // and cleans deleted posts out of inboxes.
 type Inbox struct {
 	cfg   Config
+	pol   readmodel.Policy
+	inbox readmodel.Inboxes
 	pg    Querier
 	rdb   redis.UniversalClient
 	m     *Metrics
@@ -42,7 +43,8 @@ func NewInbox(cfg Config, pg Querier, rdb redis.UniversalClient, m *Metrics) (*I
 	// Lists longer than twice the celebrity threshold only come from
 	// replays of posts by authors who are celebrities now: not kept.
 	cache := newFollowerCache(cfg.FollowerCacheRows, int(min(2*cfg.CelebrityThreshold, math.MaxInt32)))
-	return &Inbox{cfg: cfg, pg: pg, rdb: rdb, m: m, cache: cache, inflight: make(chan struct{}, cfg.FanoutInflight)}, nil
+	return &Inbox{cfg: cfg, pol: cfg.Policy(), inbox: readmodel.NewInboxes(cfg.Keys, cfg.Policy()), pg: pg, rdb: rdb, m: m, cache: cache,
+		inflight: make(chan struct{}, cfg.FanoutInflight)}, nil
 }
 
 // Name implements Projector.
@@ -64,14 +66,14 @@ func (p *Inbox) Apply(ctx context.Context, _ events.Envelope, ev events.Event) e
 	}
 	switch e := ev.(type) {
 	case events.PostCreated:
-		if e.AuthorFollowers >= p.cfg.CelebrityThreshold {
+		if p.pol.IsCelebrity(e.AuthorFollowers) {
 			return nil // pulled at read time from the author's timeline
 		}
 		return p.push(ctx, e)
 	case events.PostDeleted:
 		return p.cleanDeleted(ctx, e)
 	case events.Followed:
-		if e.FolloweeFollowers >= p.cfg.CelebrityThreshold {
+		if p.pol.IsCelebrity(e.FolloweeFollowers) {
 			return nil // a celebrity's posts are pulled, not pushed
 		}
 		bf, err := p.loadBackfill(ctx, e.FolloweeID)
@@ -83,7 +85,7 @@ func (p *Inbox) Apply(ctx context.Context, _ events.Envelope, ev events.Event) e
 		if err := p.removeAuthor(ctx, e.FollowerID, e.FolloweeID); err != nil {
 			return err
 		}
-		if e.FolloweeFollowers == p.cfg.CelebrityThreshold-1 {
+		if p.pol.CrossedDown(e.FolloweeFollowers) {
 			return p.crossDown(ctx, e.FolloweeID)
 		}
 	}
@@ -177,7 +179,7 @@ func (p *Inbox) eachFollowerPage(ctx context.Context, author int64, active bool,
 // deterministic hash, so a redelivery samples the same pairs), and for
 // followers whose inbox is past its TTL, the ZADD is followed by ZCARD and
 // EXPIRE NX (the fallback TTL when the inbox has none); a second pipeline
-// then runs trimScript (trim.go) on the sampled inboxes that are over
+// then runs the trim (readmodel.Inboxes.QueueTrim) on the sampled inboxes that are over
 // InboxMax - slack + band: it trims them back to InboxMax - slack (so every
 // ZADD scans a shorter inbox than the raw pair's 500, ~462 entries on
 // average with the defaults), raises the floor and
@@ -198,15 +200,7 @@ func (p *Inbox) eachFollowerPage(ctx context.Context, author int64, active bool,
 // strictly above ~floor (docs/architecture.md), so it is never shown; it is
 // only memory for a while, and it counts towards the trim.
 func (p *Inbox) push(ctx context.Context, e events.PostCreated) error {
-	pp := postPush{
-		post:  e.PostID,
-		z:     redis.Z{Score: float64(millis(e.CreatedAt)), Member: itoa(e.PostID)},
-		args:  p.scriptArgs(nil, "", millis(e.CreatedAt), itoa(e.PostID)),
-		exact: p.cfg.InboxTrimEvery == 1,
-		ttl:   p.cfg.inboxTTL(),
-		// Both sentinels assumed present: a trim never starts early.
-		over: int64(p.cfg.inboxTrimOver() + 2),
-	}
+	pp := postPush{post: e.PostID, push: p.inbox.NewPush(e.PostID, millis(e.CreatedAt))}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(p.cfg.FanoutParallel)
 	err := p.eachPushPage(gctx, e.AuthorID, func(ids []int64, expiring []bool) error {
@@ -221,12 +215,8 @@ func (p *Inbox) push(ctx context.Context, e events.PostCreated) error {
 
 // postPush is what every page of one post's fan-out shares.
 type postPush struct {
-	post  int64
-	z     redis.Z
-	args  []any
-	exact bool
-	ttl   time.Duration
-	over  int64
+	post int64
+	push readmodel.InboxPush
 }
 
 // pushPage writes one page of a post's fan-out (see push).
@@ -234,20 +224,18 @@ func (p *Inbox) pushPage(ctx context.Context, pp postPush, ids []int64, expiring
 	adds := make([]*redis.IntCmd, 0, len(ids))
 	var scripts []*redis.Cmd
 	var cards []*redis.IntCmd
-	var sampledKeys []string
+	var sampledUsers []int64
 	fill := func(pipe redis.Pipeliner) {
-		adds, scripts, cards, sampledKeys = adds[:0], scripts[:0], cards[:0], sampledKeys[:0]
+		adds, scripts, cards, sampledUsers = adds[:0], scripts[:0], cards[:0], sampledUsers[:0]
 		for i, u := range ids {
-			k := p.cfg.Keys.Inbox(u)
-			if pp.exact {
-				scripts = append(scripts, boundedAddScript.EvalSha(ctx, pipe, []string{k}, pp.args...))
+			if pp.push.Exact() {
+				scripts = append(scripts, p.inbox.QueuePushExact(ctx, pipe, u, pp.push))
 				continue
 			}
-			adds = append(adds, pipe.ZAdd(ctx, k, pp.z))
+			adds = append(adds, p.inbox.QueuePush(ctx, pipe, u, pp.push))
 			if expiring[i] || sampled(pp.post, u, p.cfg.InboxTrimEvery) {
-				cards = append(cards, pipe.ZCard(ctx, k))
-				pipe.ExpireNX(ctx, k, pp.ttl)
-				sampledKeys = append(sampledKeys, k)
+				cards = append(cards, p.inbox.QueueCheck(ctx, pipe, u, pp.push))
+				sampledUsers = append(sampledUsers, u)
 			}
 		}
 	}
@@ -256,7 +244,7 @@ func (p *Inbox) pushPage(ctx context.Context, pp postPush, ids []int64, expiring
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	err := p.execScripts(ctx, fill)
+	err := readmodel.Exec(ctx, p.rdb, fill)
 	<-p.inflight
 	if err != nil {
 		return fmt.Errorf("push post %d: %w", pp.post, err)
@@ -270,10 +258,10 @@ func (p *Inbox) pushPage(ctx context.Context, pp postPush, ids []int64, expiring
 		added += n
 	}
 	p.m.entries(NameInbox, added)
-	var trim []string
+	var trim []int64
 	for i, c := range cards {
-		if c.Val() > pp.over {
-			trim = append(trim, sampledKeys[i])
+		if pp.push.NeedsTrim(c) {
+			trim = append(trim, sampledUsers[i])
 		}
 	}
 	if err := p.trim(ctx, trim); err != nil {
@@ -432,55 +420,28 @@ func sampled(post, user int64, every int) bool {
 	return h%uint64(every) == 0
 }
 
-// scriptArgs returns the bounded-add script's arguments for an inbox: the
-// entries a trim keeps (InboxMax - slack) and the band, so the script
-// trims when over InboxMax - slack + band, back to InboxMax - slack, as
-// the hot path does with trimScript; then the floor raise (unconditional), no ~built, the
-// fallback TTL, then the pairs (and score, member when given).
-func (p *Inbox) scriptArgs(pairs []any, raiseTo string, score int64, member string) []any {
-	ttl := int64(p.cfg.inboxTTL() / time.Second)
-	args := append([]any{p.cfg.inboxKeep(), p.cfg.InboxTrimBand, raiseTo, "", "0", ttl}, pairs...)
-	if member != "" {
-		args = append(args, score, member)
-	}
-	return args
-}
-
-// execScripts runs the pipeline fill queues. The first use of the script on
-// a server (or after SCRIPT FLUSH) fails with NOSCRIPT: the script is then
-// loaded and the whole pipeline run again, which is harmless because every
-// command in it is idempotent.
-func (p *Inbox) execScripts(ctx context.Context, fill func(redis.Pipeliner)) error {
-	return p.execScript(ctx, boundedAddScript, fill)
-}
-
-// execScript is execScripts for any one script s.
-func (p *Inbox) execScript(ctx context.Context, s *redis.Script, fill func(redis.Pipeliner)) error {
-	pipe := p.rdb.Pipeline()
-	fill(pipe)
-	_, err := pipe.Exec(ctx)
-	if err != nil && isNoScript(err) {
-		if lerr := s.Load(ctx, p.rdb).Err(); lerr != nil {
-			return fmt.Errorf("load script: %w", lerr)
-		}
-		pipe = p.rdb.Pipeline()
-		fill(pipe)
-		_, err = pipe.Exec(ctx)
-	}
-	return err
-}
-
-// bounded runs the bounded-add script on every key with the same arguments,
-// in one pipeline.
-func (p *Inbox) bounded(ctx context.Context, keys []string, pairs []any, raiseTo string) error {
-	if len(keys) == 0 {
+// trim trims every user's inbox (readmodel.Inboxes.QueueTrim), in one
+// pipeline: each keeps its newest InboxMax - slack entries.
+func (p *Inbox) trim(ctx context.Context, users []int64) error {
+	if len(users) == 0 {
 		return nil
 	}
-	args := p.scriptArgs(pairs, raiseTo, 0, "")
-	cmds := make([]*redis.Cmd, len(keys))
-	err := p.execScripts(ctx, func(pipe redis.Pipeliner) {
-		for i, k := range keys {
-			cmds[i] = boundedAddScript.EvalSha(ctx, pipe, []string{k}, args...)
+	return readmodel.Exec(ctx, p.rdb, func(pipe redis.Pipeliner) {
+		for _, u := range users {
+			p.inbox.QueueTrim(ctx, pipe, u)
+		}
+	})
+}
+
+// bounded copies b into every user's inbox, in one pipeline.
+func (p *Inbox) bounded(ctx context.Context, users []int64, b readmodel.InboxBackfill) error {
+	if len(users) == 0 {
+		return nil
+	}
+	cmds := make([]*redis.Cmd, len(users))
+	err := readmodel.Exec(ctx, p.rdb, func(pipe redis.Pipeliner) {
+		for i, u := range users {
+			cmds[i] = p.inbox.QueueBackfill(ctx, pipe, u, b)
 		}
 	})
 	if err != nil {
@@ -498,8 +459,9 @@ func (p *Inbox) bounded(ctx context.Context, keys []string, pairs []any, raiseTo
 // backfillSet is what a follow copies: the followee's newest posts, and the
 // floor to raise to when the followee has more posts than were copied.
 type backfillSet struct {
-	pairs   []any  // score, member, ...
-	raiseTo string // oldest copied score, "" when nothing more exists
+	posts []readmodel.Entry
+	floor int64 // oldest copied score, when raise
+	raise bool  // more posts exist than were copied
 }
 
 // loadBackfill reads the author's newest non-deleted posts from PostgreSQL,
@@ -521,14 +483,14 @@ func (p *Inbox) loadBackfill(ctx context.Context, author int64) (backfillSet, er
 		}
 		scores = append(scores, millis(at))
 		if len(scores) <= p.cfg.BackfillPosts {
-			bf.pairs = append(bf.pairs, millis(at), itoa(id))
+			bf.posts = append(bf.posts, readmodel.Entry{ID: id, Ms: millis(at)})
 		}
 	}
 	if err := rows.Err(); err != nil {
 		return backfillSet{}, fmt.Errorf("query posts of %d: %w", author, err)
 	}
 	if len(scores) > p.cfg.BackfillPosts {
-		bf.raiseTo = itoa(scores[p.cfg.BackfillPosts-1])
+		bf.floor, bf.raise = scores[p.cfg.BackfillPosts-1], true
 	}
 	return bf, nil
 }
@@ -536,10 +498,10 @@ func (p *Inbox) loadBackfill(ctx context.Context, author int64) (backfillSet, er
 // backfill copies bf into the inboxes of users; with checkActive, inactive
 // users are skipped (no inbox is created for them).
 func (p *Inbox) backfill(ctx context.Context, users []int64, bf backfillSet, checkActive bool) error {
-	if len(bf.pairs) == 0 {
+	if len(bf.posts) == 0 {
 		return nil
 	}
-	keys := make([]string, 0, len(users))
+	targets := make([]int64, 0, len(users))
 	for _, u := range users {
 		if checkActive {
 			var ok bool
@@ -550,15 +512,13 @@ func (p *Inbox) backfill(ctx context.Context, users []int64, bf backfillSet, che
 				continue
 			}
 		}
-		keys = append(keys, p.cfg.Keys.Inbox(u))
+		targets = append(targets, u)
 	}
 	// The floor is raised whenever the author has more posts than were
-	// copied, not only when more of them lie above the inbox's current
-	// floor: the conditional rule would leave a floor that depends on which
-	// partition's pushes and trims came first. Raising it unconditionally
-	// only claims less completeness (readers continue in PostgreSQL), and
-	// makes the result a function of the events alone.
-	if err := p.bounded(ctx, keys, bf.pairs, bf.raiseTo); err != nil {
+	// copied (readmodel.Inboxes.NewBackfill): that only claims less
+	// completeness (readers continue in PostgreSQL), and makes the result
+	// a function of the events alone.
+	if err := p.bounded(ctx, targets, p.inbox.NewBackfill(bf.posts, bf.floor, bf.raise)); err != nil {
 		return fmt.Errorf("backfill inboxes: %w", err)
 	}
 	return nil
@@ -584,16 +544,9 @@ func (p *Inbox) crossDown(ctx context.Context, author int64) error {
 // never pushed) than the inbox holds would otherwise crowd the pushed ones
 // out, and they would stay. The floor is left alone.
 func (p *Inbox) removeAuthor(ctx context.Context, follower, author int64) error {
-	k := p.cfg.Keys.Inbox(follower)
-	all, err := p.rdb.ZRange(ctx, k, 0, -1).Result()
+	ids, err := p.inbox.Posts(ctx, p.rdb, follower)
 	if err != nil {
-		return fmt.Errorf("read inbox of %d: %w", follower, err)
-	}
-	ids := make([]int64, 0, len(all))
-	for _, m := range all {
-		if id, err := strconv.ParseInt(m, 10, 64); err == nil && !rkeys.IsSentinel(m) {
-			ids = append(ids, id)
-		}
+		return err
 	}
 	if len(ids) == 0 {
 		return nil
@@ -602,14 +555,14 @@ func (p *Inbox) removeAuthor(ctx context.Context, follower, author int64) error 
 	if err != nil {
 		return fmt.Errorf("query posts of %d: %w", author, err)
 	}
-	var members []any
+	var members []int64
 	for rows.Next() {
 		var id int64
 		if err := rows.Scan(&id); err != nil {
 			rows.Close()
 			return fmt.Errorf("scan post: %w", err)
 		}
-		members = append(members, itoa(id))
+		members = append(members, id)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -618,7 +571,7 @@ func (p *Inbox) removeAuthor(ctx context.Context, follower, author int64) error 
 	if len(members) == 0 {
 		return nil
 	}
-	if err := p.rdb.ZRem(ctx, k, members...).Err(); err != nil {
+	if err := p.inbox.Remove(ctx, p.rdb, follower, members); err != nil {
 		return fmt.Errorf("remove posts of %d from inbox of %d: %w", author, follower, err)
 	}
 	return nil
@@ -628,11 +581,10 @@ func (p *Inbox) removeAuthor(ctx context.Context, follower, author int64) error 
 // not: ZREM never creates a key). Readers already hide it at once through
 // the post cache; this only reclaims the entries.
 func (p *Inbox) cleanDeleted(ctx context.Context, e events.PostDeleted) error {
-	member := itoa(e.PostID)
 	return p.eachFollowerPage(ctx, e.AuthorID, false, func(ids []int64, _ []bool) error {
 		pipe := p.rdb.Pipeline()
 		for _, u := range ids {
-			pipe.ZRem(ctx, p.cfg.Keys.Inbox(u), member)
+			p.inbox.QueueRemove(ctx, pipe, u, e.PostID)
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
 			return fmt.Errorf("remove deleted post %d from inboxes: %w", e.PostID, err)

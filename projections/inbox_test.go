@@ -12,9 +12,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/feedco/feed/internal/rkeys"
 	"github.com/feedco/feed/internal/testenv"
 	"github.com/feedco/feed/projections"
+	"github.com/feedco/feed/readmodel"
 )
 
 // With sampled trims (plain ZADDs, the script for one push in every few),
@@ -36,7 +36,7 @@ func TestSampledTrimsBoundInbox(t *testing.T) {
 func testSampledTrimsBoundInbox(t *testing.T, band int) {
 	w := newWorld(t)
 	rd := testenv.NewRedis(t)
-	keys := rkeys.Keys{Prefix: rd.Prefix}
+	keys := readmodel.Keys{Prefix: rd.Prefix}
 	author, fan := w.user(true), w.user(true)
 	w.follow(fan, author)
 	const max, slack, every = 20, 8, 4
@@ -130,7 +130,7 @@ func testScriptTrimsFollowTheBoundRule(t *testing.T, band int) {
 	w := newWorld(t)
 	rd := testenv.NewRedis(t)
 	ctx := context.Background()
-	keys := rkeys.Keys{Prefix: rd.Prefix}
+	keys := readmodel.Keys{Prefix: rd.Prefix}
 	author, other, fan := w.user(true), w.user(true), w.user(true)
 	w.follow(fan, author)
 	const max, slack = 10, 4
@@ -196,7 +196,7 @@ func TestLatePushBelowFloorIsRemovedByNextScript(t *testing.T) {
 	w := newWorld(t)
 	rd := testenv.NewRedis(t)
 	ctx := context.Background()
-	keys := rkeys.Keys{Prefix: rd.Prefix}
+	keys := readmodel.Keys{Prefix: rd.Prefix}
 	author, fan := w.user(true), w.user(true)
 	w.follow(fan, author)
 	w.envs = w.envs[:0]
@@ -205,7 +205,7 @@ func TestLatePushBelowFloorIsRemovedByNextScript(t *testing.T) {
 	w.envs = nil
 	k := keys.Inbox(fan)
 	floor := float64(w.clock.UnixMilli() + 1000)
-	rd.Client.ZAdd(ctx, k, redis.Z{Score: floor, Member: rkeys.SentinelFloor}, redis.Z{Score: math.Inf(1), Member: rkeys.SentinelBuilt})
+	rd.Client.ZAdd(ctx, k, redis.Z{Score: floor, Member: readmodel.SentinelFloor}, redis.Z{Score: math.Inf(1), Member: readmodel.SentinelBuilt})
 
 	// Sampling practically never: the push is a plain ZADD.
 	never := projections.Config{Keys: keys, InboxTrimEvery: math.MaxInt32}
@@ -231,7 +231,7 @@ func TestProjectorInboxTTL(t *testing.T) {
 	w := newWorld(t)
 	rd := testenv.NewRedis(t)
 	ctx := context.Background()
-	keys := rkeys.Keys{Prefix: rd.Prefix}
+	keys := readmodel.Keys{Prefix: rd.Prefix}
 	author, plain, expiring, kept := w.user(true), w.user(true), w.user(true), w.user(true)
 	for _, u := range []int64{plain, expiring, kept} {
 		w.follow(u, author)
@@ -312,7 +312,7 @@ func TestFanoutInflightBound(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	rd := testenv.NewRedis(t)
-	keys := rkeys.Keys{Prefix: rd.Prefix}
+	keys := readmodel.Keys{Prefix: rd.Prefix}
 	const authors, fans, inflight = 6, 40, 2
 	var as, fs []int64
 	for range authors {

@@ -2,18 +2,17 @@ package projections
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/feedco/feed/events"
-	"github.com/feedco/feed/internal/rkeys"
 	"github.com/feedco/feed/internal/snowflake"
+	"github.com/feedco/feed/readmodel"
 )
 
-// Posts projects the post cache (`post:{p}`, JSON rkeys.Post) the query side
+// Posts projects the post cache (`post:{p}`, JSON readmodel.Post) the query side
 // hydrates feed pages from.
 //
 // Create is SET NX and delete overwrites with a tombstone (deleted=true, no
@@ -21,8 +20,9 @@ import (
 // redelivered after the Delete never resurrects the post, and the final
 // value does not depend on how often or in which order they arrive.
 type Posts struct {
-	cfg Config
-	rdb redis.UniversalClient
+	cfg   Config
+	cache readmodel.PostCache
+	rdb   redis.UniversalClient
 }
 
 // NewPosts returns the posts projector.
@@ -30,7 +30,8 @@ func NewPosts(cfg Config, rdb redis.UniversalClient) (*Posts, error) {
 	if rdb == nil {
 		return nil, errors.New("new posts projector: nil Redis")
 	}
-	return &Posts{cfg: cfg.withDefaults(), rdb: rdb}, nil
+	cfg = cfg.withDefaults()
+	return &Posts{cfg: cfg, cache: readmodel.NewPostCache(cfg.Keys), rdb: rdb}, nil
 }
 
 // Name implements Projector.
@@ -43,22 +44,16 @@ func (p *Posts) Group() string { return GroupFor(NamePosts, p.cfg.Keys.Version(N
 func (p *Posts) Apply(ctx context.Context, _ events.Envelope, ev events.Event) error {
 	switch e := ev.(type) {
 	case events.PostCreated:
-		b, err := json.Marshal(rkeys.Post{ID: e.PostID, AuthorID: e.AuthorID, Content: e.Content,
+		err := p.cache.Create(ctx, p.rdb, readmodel.Post{ID: e.PostID, AuthorID: e.AuthorID, Content: e.Content,
 			CreatedAt: e.CreatedAt.UTC().Format(events.CreatedAtLayout)})
 		if err != nil {
-			return fmt.Errorf("encode post %d: %w", e.PostID, err)
-		}
-		if err := p.rdb.SetNX(ctx, p.cfg.Keys.Post(e.PostID), b, 0).Err(); err != nil {
 			return fmt.Errorf("cache post %d: %w", e.PostID, err)
 		}
 	case events.PostDeleted:
 		// The Snowflake id carries the creation millisecond.
-		b, err := json.Marshal(rkeys.Post{ID: e.PostID, AuthorID: e.AuthorID,
+		err := p.cache.Set(ctx, p.rdb, readmodel.Post{ID: e.PostID, AuthorID: e.AuthorID,
 			CreatedAt: snowflake.Time(e.PostID).Format(events.CreatedAtLayout), Deleted: true})
 		if err != nil {
-			return fmt.Errorf("encode tombstone %d: %w", e.PostID, err)
-		}
-		if err := p.rdb.Set(ctx, p.cfg.Keys.Post(e.PostID), b, 0).Err(); err != nil {
 			return fmt.Errorf("cache tombstone %d: %w", e.PostID, err)
 		}
 	}

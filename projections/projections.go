@@ -22,7 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/feedco/feed/events"
-	"github.com/feedco/feed/internal/rkeys"
+	"github.com/feedco/feed/readmodel"
 )
 
 // Consumer groups, one per projector.
@@ -83,53 +83,18 @@ type Querier interface {
 // defaults of DefaultConfig.
 type Config struct {
 	// Keys names the Redis keys (a prefix in tests and rebuilds).
-	Keys rkeys.Keys
-	// CelebrityThreshold: a post is pushed iff its author had fewer
-	// followers than this when it was created (FEED_CELEBRITY_THRESHOLD).
+	Keys readmodel.Keys
+	// CelebrityThreshold, InboxMax, InboxTrimSlack, InboxTrimBand,
+	// InboxTrimEvery, InactiveAfter and InboxTTLMargin are the feed
+	// policy (readmodel.Policy documents each, and defaults them): set
+	// them with WithPolicy from the one policy the process built, or
+	// field by field in tests.
 	CelebrityThreshold int64
-	// InboxMax bounds every inbox (FEED_INBOX_MAX).
-	InboxMax int
-	// InboxTrimSlack is how far below InboxMax a trim cuts: a trim keeps an
-	// inbox's newest InboxMax - InboxTrimSlack real entries (what an inbox
-	// guarantees its reader; readers continue below ~floor from
-	// PostgreSQL). A sampled push trims an inbox found over InboxMax -
-	// InboxTrimSlack + InboxTrimBand (real entries; both sentinels
-	// assumed), so no inbox is kept over that by more than the sampling
-	// overshoot, and every listpack ZADD, which scans the whole inbox,
-	// scans fewer entries than the naive ZADD + ZREMRANGEBYRANK pair's 500
-	// (docs/projections.md, "The bound rule"). Follow backfills and the
-	// exact path (InboxTrimEvery 1) follow the same rule. 0 trims on every
-	// push over InboxMax, back to InboxMax (slower, but byte-for-byte order
-	// independent with InboxTrimEvery 1; see docs/projections.md).
-	// Negative means 0; it must be below InboxMax. The trim policy
-	// defaults as a whole: when both InboxTrimSlack and InboxTrimEvery are
-	// zero, they take DefaultConfig's values (64, 16), the slack clamped
-	// to InboxMax/4 (so a small FEED_INBOX_MAX keeps most of its bound),
-	// and a zero InboxTrimBand half the slack; when InboxTrimEvery is set,
-	// InboxTrimSlack is taken as it is and a zero InboxTrimBand means the
-	// slack (trims start over InboxMax, the rule before 2026-11-30 17:00).
-	InboxTrimSlack int
-	// InboxTrimBand is how far above what a trim keeps an inbox may grow
-	// before a sampled push trims it: trims start over InboxMax -
-	// InboxTrimSlack + InboxTrimBand real entries, 1..InboxTrimSlack (0:
-	// the default, see InboxTrimSlack). With the defaults (500, 64, 32, 1
-	// in 16 sampled) a trim keeps 436 and starts over 468, and inboxes
-	// average ~462 entries. A smaller band trims more often (a trim costs
-	// Redis about as much as a push) over smaller inboxes; the reader's
-	// guarantee (InboxMax - InboxTrimSlack) does not depend on it.
-	InboxTrimBand int
-	// InboxTrimEvery: for one (post, follower) pair in this many, chosen by
-	// a hash of the pair (so a redelivery samples the same pairs), a push
-	// also checks the inbox's size (trimming it with trimScript when over
-	// InboxMax, see InboxTrimSlack) and TTL. 1 runs the bounded-add script
-	// on every push instead (with InboxTrimSlack 0: exact trims, see
-	// docs/projections.md). Default 16.
-	InboxTrimEvery int
-	// InboxTTLMargin: inboxes the projector creates or trims without a TTL
-	// get InactiveAfter minus this margin, and followers seen longer ago
-	// than that get the TTL check on every push, so their inbox gets that
-	// TTL at once. The query side sets the same TTL on reads. Default 1h.
-	InboxTTLMargin time.Duration
+	InboxMax           int
+	InboxTrimSlack     int
+	InboxTrimBand      int
+	InboxTrimEvery     int
+	InboxTTLMargin     time.Duration
 	// TimelineMax bounds every author timeline.
 	TimelineMax int
 	// BackfillPosts is how many of a followee's newest posts a follow copies.
@@ -154,27 +119,47 @@ type Config struct {
 	// 50,000 users with 300 followers each fits); negative turns the cache
 	// off (every post reads its followers again).
 	FollowerCacheRows int
-	// InactiveAfter: followers who have not read their feed for this long
-	// get no pushes (FEED_INACTIVE_AFTER).
+	// InactiveAfter is the policy's (see CelebrityThreshold).
 	InactiveAfter time.Duration
 }
 
-// DefaultConfig returns the defaults of every policy.
+// DefaultConfig returns the defaults of every setting: the feed policy's
+// (readmodel.DefaultPolicy) and the projectors' own.
 func DefaultConfig() Config {
 	return Config{
-		CelebrityThreshold: 10_000,
-		InboxMax:           500,
-		InboxTrimSlack:     64,
-		InboxTrimEvery:     16,
-		InboxTTLMargin:     time.Hour,
-		TimelineMax:        1000,
-		BackfillPosts:      20,
-		FanoutBatch:        1000,
-		FanoutParallel:     4,
-		FanoutInflight:     2,
-		FollowerCacheRows:  1 << 24,
-		InactiveAfter:      30 * 24 * time.Hour,
+		TimelineMax:       1000,
+		BackfillPosts:     20,
+		FanoutBatch:       1000,
+		FanoutParallel:    4,
+		FanoutInflight:    2,
+		FollowerCacheRows: 1 << 24,
+	}.WithPolicy(readmodel.DefaultPolicy())
+}
+
+// Policy returns the feed policy c carries, as it is (not defaulted).
+func (c Config) Policy() readmodel.Policy {
+	return readmodel.Policy{
+		CelebrityThreshold: c.CelebrityThreshold,
+		InboxMax:           c.InboxMax,
+		InboxTrimSlack:     c.InboxTrimSlack,
+		InboxTrimBand:      c.InboxTrimBand,
+		InboxTrimEvery:     c.InboxTrimEvery,
+		InactiveAfter:      c.InactiveAfter,
+		InboxTTLMargin:     c.InboxTTLMargin,
 	}
+}
+
+// WithPolicy returns c carrying the feed policy p: the projectors then
+// apply the same policy as every other component given p.
+func (c Config) WithPolicy(p readmodel.Policy) Config {
+	c.CelebrityThreshold = p.CelebrityThreshold
+	c.InboxMax = p.InboxMax
+	c.InboxTrimSlack = p.InboxTrimSlack
+	c.InboxTrimBand = p.InboxTrimBand
+	c.InboxTrimEvery = p.InboxTrimEvery
+	c.InactiveAfter = p.InactiveAfter
+	c.InboxTTLMargin = p.InboxTTLMargin
+	return c
 }
 
 // withDefaults fills zero fields.
@@ -183,51 +168,26 @@ func (c Config) withDefaults() Config {
 	// A projector's keys and group never change under it: a version switch
 	// restarts it (Supervisor).
 	c.Keys = c.Keys.Fixed()
-	c.CelebrityThreshold = cmp.Or(c.CelebrityThreshold, d.CelebrityThreshold)
-	c.InboxMax = cmp.Or(c.InboxMax, d.InboxMax)
-	// Zero slack is a meaningful setting (exact trims), so it defaults only
-	// together with the sampling: a caller that sets neither (`feed
-	// project`) gets the documented policy, not slack 0, which would run
-	// the trim script on nearly every sampled push.
-	defaulted := c.InboxTrimSlack == 0 && c.InboxTrimEvery == 0
-	if defaulted {
-		c.InboxTrimSlack = min(d.InboxTrimSlack, c.InboxMax/4)
-	}
-	if c.InboxTrimSlack < 0 {
-		c.InboxTrimSlack = 0
-	}
-	if c.InboxTrimBand == 0 {
-		// The defaulted policy starts trims halfway between what a trim
-		// keeps and InboxMax; an explicit one (tests, exact trims) at
-		// InboxMax, as before the band existed.
-		c.InboxTrimBand = c.InboxTrimSlack
-		if defaulted {
-			c.InboxTrimBand = max(c.InboxTrimSlack/2, min(c.InboxTrimSlack, 1))
-		}
-	}
-	c.InboxTrimEvery = cmp.Or(c.InboxTrimEvery, d.InboxTrimEvery)
-	c.InboxTTLMargin = cmp.Or(c.InboxTTLMargin, d.InboxTTLMargin)
+	c = c.WithPolicy(c.Policy().WithDefaults())
 	c.TimelineMax = cmp.Or(c.TimelineMax, d.TimelineMax)
 	c.BackfillPosts = cmp.Or(c.BackfillPosts, d.BackfillPosts)
 	c.FanoutBatch = cmp.Or(c.FanoutBatch, d.FanoutBatch)
 	c.FanoutParallel = cmp.Or(c.FanoutParallel, d.FanoutParallel)
 	c.FanoutInflight = cmp.Or(c.FanoutInflight, d.FanoutInflight)
 	c.FollowerCacheRows = cmp.Or(c.FollowerCacheRows, d.FollowerCacheRows)
-	c.InactiveAfter = cmp.Or(c.InactiveAfter, d.InactiveAfter)
 	return c
 }
 
-// Validate reports the first policy that cannot work.
+// Validate reports the first setting that cannot work.
 func (c Config) Validate() error {
+	// The policy's query-side field (ActivityWriteInterval) is not the
+	// projectors': only it takes its default here.
+	if err := c.Policy().WithDefaults().Validate(); err != nil {
+		return err
+	}
 	switch {
-	case c.CelebrityThreshold < 1:
-		return fmt.Errorf("celebrity threshold %d: want at least 1", c.CelebrityThreshold)
-	case c.InboxMax < 1 || c.TimelineMax < 1:
-		return fmt.Errorf("inbox max %d, timeline max %d: want at least 1", c.InboxMax, c.TimelineMax)
-	case c.InboxTrimSlack >= c.InboxMax:
-		return fmt.Errorf("inbox trim slack %d: want below inbox max %d (a trim keeps max - slack)", c.InboxTrimSlack, c.InboxMax)
-	case c.InboxTrimBand < 0 || c.InboxTrimBand > c.InboxTrimSlack:
-		return fmt.Errorf("inbox trim band %d: want 1..slack %d (trims start over inbox max - slack + band)", c.InboxTrimBand, c.InboxTrimSlack)
+	case c.TimelineMax < 1:
+		return fmt.Errorf("timeline max %d: want at least 1", c.TimelineMax)
 	case c.BackfillPosts < 1 || c.BackfillPosts > c.InboxMax:
 		return fmt.Errorf("backfill posts %d: want 1..inbox max", c.BackfillPosts)
 	case c.FanoutBatch < 1:
@@ -236,14 +196,21 @@ func (c Config) Validate() error {
 		return fmt.Errorf("fan-out parallel %d: want at least 1", c.FanoutParallel)
 	case c.FanoutInflight < 1:
 		return fmt.Errorf("fan-out in flight %d: want at least 1", c.FanoutInflight)
-	case c.InactiveAfter <= 0:
-		return fmt.Errorf("inactive after %v: want a positive duration", c.InactiveAfter)
-	case c.InboxTrimEvery < 1:
-		return fmt.Errorf("inbox trim every %d: want at least 1", c.InboxTrimEvery)
-	case c.InboxTTLMargin <= 0 || c.InactiveAfter-c.InboxTTLMargin < time.Second:
-		return fmt.Errorf("inbox TTL margin %v: want a positive duration below inactive after %v", c.InboxTTLMargin, c.InactiveAfter)
 	}
 	return nil
+}
+
+// projectorConfig checks a Redis projector's client and returns cfg with
+// its defaults, validated.
+func projectorConfig(name string, cfg Config, rdb redis.UniversalClient) (Config, error) {
+	if rdb == nil {
+		return Config{}, fmt.Errorf("new %s projector: nil Redis", name)
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return Config{}, fmt.Errorf("new %s projector: %w", name, err)
+	}
+	return cfg, nil
 }
 
 // New returns the projectors named (all of Names when names is empty).
@@ -277,16 +244,8 @@ func New(cfg Config, pg Querier, rdb redis.UniversalClient, m *Metrics, names ..
 	return out, nil
 }
 
-// inboxKeep is how many real entries a trim keeps: InboxMax - slack (see
-// InboxTrimSlack).
-func (c Config) inboxKeep() int { return c.InboxMax - c.InboxTrimSlack }
-
-// inboxTrimOver is the number of real entries over which a sampled push
-// trims an inbox: InboxMax - slack + band (see InboxTrimBand).
-func (c Config) inboxTrimOver() int { return c.inboxKeep() + c.InboxTrimBand }
-
 // inboxTTL is the TTL the projector gives inboxes that have none.
-func (c Config) inboxTTL() time.Duration { return c.InactiveAfter - c.InboxTTLMargin }
+func (c Config) inboxTTL() time.Duration { return c.Policy().InboxTTL() }
 
 // millis is the sorted-set score of a post: its created_at in epoch ms.
 func millis(t time.Time) int64 { return t.UnixMilli() }

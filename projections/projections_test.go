@@ -15,9 +15,9 @@ import (
 
 	"github.com/feedco/feed/events"
 	"github.com/feedco/feed/internal/kafka/kafkatest"
-	"github.com/feedco/feed/internal/rkeys"
 	"github.com/feedco/feed/internal/testenv"
 	"github.com/feedco/feed/projections"
+	"github.com/feedco/feed/readmodel"
 )
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -43,7 +43,7 @@ func TestProjectorsEndToEnd(t *testing.T) {
 	rd := testenv.NewRedis(t)
 	b := kafkatest.Start(t)
 	topic := b.Topic(t, 4)
-	keys := rkeys.Keys{Prefix: rd.Prefix}
+	keys := readmodel.Keys{Prefix: rd.Prefix}
 	cfg := projections.Config{Keys: keys, CelebrityThreshold: 3}
 	ps := newProjectors(t, w, rd.Client, cfg)
 	runProjectors(t, b.Addrs(), topic, ps)
@@ -110,7 +110,7 @@ func TestProjectorsEndToEnd(t *testing.T) {
 			t.Errorf("celebrity post pushed to %d", u)
 		}
 	}
-	var post rkeys.Post
+	var post readmodel.Post
 	if err := jsonGet(rd.Client, keys.Post(p2), &post); err != nil || !post.Deleted || post.Content != "" {
 		t.Errorf("deleted post cache: %+v %v", post, err)
 	}
@@ -250,7 +250,7 @@ func TestIdempotentAndOrderIndependent(t *testing.T) {
 			}
 			for _, name := range []string{"in-order", "twice", "interleave-1", "interleave-2", "interleave-3"} {
 				rd := testenv.NewRedis(t)
-				cfg := projections.Config{Keys: rkeys.Keys{Prefix: rd.Prefix}, CelebrityThreshold: 4,
+				cfg := projections.Config{Keys: readmodel.Keys{Prefix: rd.Prefix}, CelebrityThreshold: 4,
 					InboxMax: c.max, InboxTrimSlack: c.slack, InboxTrimEvery: c.every, TimelineMax: c.max, BackfillPosts: min(3, c.max)}
 				applyAll(t, newProjectors(t, w, rd.Client, cfg), variants[name])
 				var got map[string]string
@@ -296,7 +296,7 @@ func testChunkedTrimsReadTheSame(t *testing.T, band int) {
 	var ref map[string]string
 	for i, envs := range [][]events.Envelope{w.envs, interleave(w.envs, 5), twice(interleave(w.envs, 6))} {
 		rd := testenv.NewRedis(t)
-		cfg := projections.Config{Keys: rkeys.Keys{Prefix: rd.Prefix}, CelebrityThreshold: 4,
+		cfg := projections.Config{Keys: readmodel.Keys{Prefix: rd.Prefix}, CelebrityThreshold: 4,
 			InboxMax: max, InboxTrimSlack: 4, InboxTrimEvery: 3, InboxTrimBand: band, TimelineMax: max, BackfillPosts: 3}
 		applyAll(t, newProjectors(t, w, rd.Client, cfg), envs)
 		got := canonical(t, rd.Client, rd.Prefix, max-4) // a trim keeps InboxMax - slack

@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/feedco/feed/internal/rkeys"
+	"github.com/feedco/feed/readmodel"
 )
 
 // SupervisorConfig configures a Supervisor.
@@ -78,7 +78,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 // unreachable (the projector cannot work without it anyway).
 func (s *Supervisor) version(ctx context.Context, name string) (int, error) {
 	for {
-		v, err := rkeys.LoadVersions(ctx, s.rdb, s.cfg.Projections.Keys.Prefix)
+		v, err := readmodel.LoadVersions(ctx, s.rdb, s.cfg.Projections.Keys.Prefix)
 		if err == nil {
 			return v.Version(name), nil
 		}
@@ -101,7 +101,7 @@ func (s *Supervisor) follow(ctx context.Context, name string) error {
 	}
 	for {
 		pcfg := s.cfg.Projections
-		pcfg.Keys = rkeys.Keys{Prefix: pcfg.Keys.Prefix, Versions: rkeys.Versions{}.With(name, v)}
+		pcfg.Keys = readmodel.Keys{Prefix: pcfg.Keys.Prefix, Versions: readmodel.Versions{}.With(name, v)}
 		ps, err := New(pcfg, s.pg, s.rdb, s.m, name)
 		if err != nil {
 			return err
@@ -148,7 +148,7 @@ func (s *Supervisor) watch(ctx context.Context, name string, v int, done chan er
 			return 0, fmt.Errorf("projector %s: %w", name, err)
 		case <-t.C:
 		}
-		cur, err := rkeys.LoadVersions(ctx, s.rdb, s.cfg.Projections.Keys.Prefix)
+		cur, err := readmodel.LoadVersions(ctx, s.rdb, s.cfg.Projections.Keys.Prefix)
 		if err != nil {
 			continue // transient; the next tick tries again
 		}

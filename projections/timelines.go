@@ -2,12 +2,12 @@ package projections
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/feedco/feed/events"
+	"github.com/feedco/feed/readmodel"
 )
 
 // Timelines projects every author's newest posts (`timeline:{a}`), bounded
@@ -16,20 +16,18 @@ import (
 // reader follows. A timeline carries ~built because this projector sees
 // every post of the stream from the oldest offset.
 type Timelines struct {
-	cfg Config
-	rdb redis.UniversalClient
+	cfg       Config
+	timelines readmodel.Timelines
+	rdb       redis.UniversalClient
 }
 
 // NewTimelines returns the timelines projector.
 func NewTimelines(cfg Config, rdb redis.UniversalClient) (*Timelines, error) {
-	if rdb == nil {
-		return nil, errors.New("new timelines projector: nil Redis")
+	cfg, err := projectorConfig(NameTimelines, cfg, rdb)
+	if err != nil {
+		return nil, err
 	}
-	cfg = cfg.withDefaults()
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("new timelines projector: %w", err)
-	}
-	return &Timelines{cfg: cfg, rdb: rdb}, nil
+	return &Timelines{cfg: cfg, timelines: readmodel.NewTimelines(cfg.Keys, cfg.TimelineMax), rdb: rdb}, nil
 }
 
 // Name implements Projector.
@@ -43,14 +41,11 @@ func (p *Timelines) Group() string { return GroupFor(NameTimelines, p.cfg.Keys.V
 func (p *Timelines) Apply(ctx context.Context, _ events.Envelope, ev events.Event) error {
 	switch e := ev.(type) {
 	case events.PostCreated:
-		k := p.cfg.Keys.Timeline(e.AuthorID)
-		err := runScript(ctx, p.rdb, boundedAddScript, []string{k},
-			p.cfg.TimelineMax, 0, "", "", "1", "0", millis(e.CreatedAt), itoa(e.PostID)).Err()
-		if err != nil {
+		if err := p.timelines.Add(ctx, p.rdb, e.AuthorID, e.PostID, millis(e.CreatedAt)); err != nil {
 			return fmt.Errorf("add post %d to timeline: %w", e.PostID, err)
 		}
 	case events.PostDeleted:
-		if err := p.rdb.ZRem(ctx, p.cfg.Keys.Timeline(e.AuthorID), itoa(e.PostID)).Err(); err != nil {
+		if err := p.timelines.Remove(ctx, p.rdb, e.AuthorID, e.PostID); err != nil {
 			return fmt.Errorf("remove post %d from timeline: %w", e.PostID, err)
 		}
 	}

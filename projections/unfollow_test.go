@@ -4,9 +4,9 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/feedco/feed/internal/rkeys"
 	"github.com/feedco/feed/internal/testenv"
 	"github.com/feedco/feed/projections"
+	"github.com/feedco/feed/readmodel"
 )
 
 // An unfollow removes every post of that author from the follower's inbox,
@@ -20,7 +20,7 @@ func TestUnfollowRemovesOlderPushedPosts(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	rd := testenv.NewRedis(t)
-	keys := rkeys.Keys{Prefix: rd.Prefix}
+	keys := readmodel.Keys{Prefix: rd.Prefix}
 	ps := newProjectors(t, w, rd.Client, projections.Config{Keys: keys, CelebrityThreshold: 2})
 
 	// Each step is applied before the next is written, as a projector that

@@ -25,16 +25,8 @@ func (f *Feed) touch(user int64) {
 	}()
 }
 
-// inboxTTL is how long an inbox lives after its owner's last activity
-// write: it must be gone before fan-out stops pushing to the owner
-// (InactiveAfter after that write), or a user coming back after
-// InactiveAfter would be served an inbox that says ~built but missed every
-// post since. Gone (or recreated by late pushes, without ~built), it is cold
-// and rebuilt on the next read.
-func (c Config) inboxTTL() time.Duration { return c.InactiveAfter - c.InboxTTLMargin }
-
 // recordActivity writes user's activity, THEN moves their inbox's expiry to
-// inboxTTL from now. In that order: an expiry moved without the activity
+// the inbox TTL from now (readmodel.Inboxes.Touch, readmodel.Policy.InboxTTL). In that order: an expiry moved without the activity
 // write (which may fail) could outlive the projectors' pushes; an activity
 // write whose EXPIRE fails leaves the earlier, sooner expiry, which is safe
 // (the inbox is only rebuilt earlier). EXPIRE on a missing inbox does
@@ -43,7 +35,7 @@ func (f *Feed) recordActivity(ctx context.Context, user int64) error {
 	if err := f.markActive(ctx, user); err != nil {
 		return err
 	}
-	if err := f.rdb.Expire(ctx, f.keys.Inbox(user), f.cfg.inboxTTL()).Err(); err != nil {
+	if err := f.inbox.Touch(ctx, f.rdb, user); err != nil {
 		f.log.Warn("queries: inbox expiry not moved (it keeps the earlier one)", "user", user, "err", err)
 	}
 	return nil

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/feedco/feed/internal/rkeys"
+	"github.com/feedco/feed/readmodel"
 )
 
 // AuthorPosts returns a page of authorID's non-deleted posts, newest first,
@@ -29,14 +29,12 @@ func (f *Feed) AuthorPosts(ctx context.Context, authorID int64, cursor string, l
 		if mode == stepRedis && round < maxRedisRounds {
 			short := need - len(items)
 			n := short + short/4 + 2
-			k := f.keys.Timeline(authorID)
 			pipe := f.rdb.Pipeline()
-			z := addRange(ctx, pipe, k, cur, n)
-			fl := pipe.ZScore(ctx, k, rkeys.SentinelFloor)
-			if err := execPipe(ctx, pipe); err != nil {
+			rr := f.tl.QueueRange(ctx, pipe, authorID, cur.ms, n)
+			if err := readmodel.ExecReads(ctx, pipe); err != nil {
 				return Page{}, fmt.Errorf("read timeline of %d: %w", authorID, err)
 			}
-			src, err := zreply(z, fl, n)
+			src, err := rangeSource(rr)
 			if err != nil {
 				return Page{}, fmt.Errorf("read timeline of %d: %w", authorID, err)
 			}

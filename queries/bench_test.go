@@ -10,16 +10,16 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/feedco/feed/internal/rkeys"
 	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/readmodel"
 )
 
 // benchData seeds 200 readers who follow 50 authors (2 of them
 // celebrities) with 100 posts each, and projects warm inboxes.
-func benchData(b *testing.B) (*Feed, []int64, redis.UniversalClient, rkeys.Keys, *pgxpool.Pool) {
+func benchData(b *testing.B) (*Feed, []int64, redis.UniversalClient, readmodel.Keys, *pgxpool.Pool) {
 	db := testenv.NewDB(b)
 	r := testenv.NewRedis(b)
-	keys := rkeys.Keys{Prefix: r.Prefix}
+	keys := readmodel.Keys{Prefix: r.Prefix}
 	ctx := context.Background()
 	exec := func(sql string, args ...any) {
 		if _, err := db.Pool.Exec(ctx, sql, args...); err != nil {

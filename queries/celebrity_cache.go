@@ -9,10 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/singleflight"
 
-	"github.com/feedco/feed/internal/rkeys"
+	"github.com/feedco/feed/readmodel"
 )
 
 // The in-process caches of the pull side. A celebrity's newest posts are
@@ -48,15 +47,13 @@ func (f *Feed) celebrities(ctx context.Context) ([]celeb, error) {
 	}
 	f.metrics.celebMiss.Inc()
 	v, err, _ := c.sf.Do("", func() (any, error) {
-		ss, err := f.rdb.SMembers(ctx, f.keys.Celebrities()).Result()
+		cs, err := f.celebSet.Members(ctx, f.rdb)
 		if err != nil {
-			return nil, fmt.Errorf("read celebrities: %w", err)
+			return nil, err
 		}
-		m := make([]celeb, 0, len(ss))
-		for _, s := range ss {
-			if id, err := strconv.ParseInt(s, 10, 64); err == nil && id > 0 {
-				m = append(m, celeb{id: id, s: s})
-			}
+		m := make([]celeb, len(cs))
+		for i, c := range cs {
+			m[i] = celeb{id: c.ID, s: c.Decimal}
 		}
 		c.snap.Store(&celebSnapshot{members: m, at: f.now()})
 		return m, nil
@@ -154,12 +151,11 @@ func (f *Feed) timelineHeads(ctx context.Context, authors []int64) (map[int64]*t
 func (f *Feed) fetchTimelineHead(ctx context.Context, author int64) (*timelineHead, error) {
 	c := &f.timelines
 	pipe := f.rdb.Pipeline()
-	z := addRange(ctx, pipe, f.keys.Timeline(author), startKey, c.size)
-	fl := pipe.ZScore(ctx, f.keys.Timeline(author), rkeys.SentinelFloor)
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	rr := f.tl.QueueRange(ctx, pipe, author, startKey.ms, c.size)
+	if err := readmodel.ExecReads(ctx, pipe); err != nil {
 		return nil, fmt.Errorf("read timeline of %d: %w", author, err)
 	}
-	src, err := zreply(z, fl, c.size)
+	src, err := rangeSource(rr)
 	if err != nil {
 		return nil, fmt.Errorf("read timeline of %d: %w", author, err)
 	}

@@ -3,14 +3,10 @@ package queries
 import (
 	"context"
 	"fmt"
-	"math"
-	"strconv"
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/feedco/feed/internal/rkeys"
+	"github.com/feedco/feed/readmodel"
 )
 
 // rebuildFlights makes inbox rebuilds single-flight per user in a process.
@@ -63,13 +59,13 @@ func (f *Feed) startRebuild(user int64) {
 // later, a post committing in between would be missed by both: not in our
 // snapshot, and skipped by fan-out as addressed to an inactive user.
 //
-// Writes only add (ZADD, floor with GT), never DEL: a push that landed
-// between the snapshot and this write must survive. Entries already in the
-// set (stale pushes) are either real posts of the user's followees, or
-// hidden at read (deleted, unfollowed), or at or below the floor. The
-// members, ~built and the expiry go in one MULTI (one key, one slot) so no
-// reader sees ~built over a half-written inbox, and no built inbox lives
-// longer than inboxTTL after the activity write above (see recordActivity).
+// The write (readmodel.Inboxes.WriteRebuilt) only adds, never deletes: a
+// push that landed between the snapshot and this write must survive.
+// Entries already in the set (stale pushes) are either real posts of the
+// user's followees, or hidden at read (deleted, unfollowed), or at or
+// below the floor. It is one MULTI that also sets the inbox TTL, so no
+// built inbox lives longer than that after the activity write above (see
+// recordActivity).
 func (f *Feed) rebuildInbox(ctx context.Context, user int64) error {
 	if err := f.markActive(ctx, user); err != nil {
 		return err
@@ -79,7 +75,7 @@ func (f *Feed) rebuildInbox(ctx context.Context, user int64) error {
 	if err != nil {
 		return fmt.Errorf("read inbox snapshot of %d: %w", user, err)
 	}
-	var zs []redis.Z
+	var posts []readmodel.Entry
 	for rows.Next() {
 		var id int64
 		var at time.Time
@@ -87,25 +83,13 @@ func (f *Feed) rebuildInbox(ctx context.Context, user int64) error {
 			rows.Close()
 			return fmt.Errorf("read inbox snapshot of %d: %w", user, err)
 		}
-		zs = append(zs, redis.Z{Score: float64(at.UnixMilli()), Member: strconv.FormatInt(id, 10)})
+		posts = append(posts, readmodel.Entry{ID: id, Ms: at.UnixMilli()})
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("read inbox snapshot of %d: %w", user, err)
 	}
-	k := f.keys.Inbox(user)
-	pipe := f.rdb.TxPipeline()
-	if len(zs) > 0 {
-		pipe.ZAdd(ctx, k, zs...)
-	}
-	if len(zs) >= f.cfg.InboxMax {
-		// Cut at the bound: complete only above the oldest score kept (its
-		// own millisecond may have lost same-ms posts to the cut).
-		pipe.ZAddGT(ctx, k, redis.Z{Score: zs[len(zs)-1].Score, Member: rkeys.SentinelFloor})
-	}
-	pipe.ZAdd(ctx, k, redis.Z{Score: math.Inf(1), Member: rkeys.SentinelBuilt})
-	pipe.Expire(ctx, k, f.cfg.inboxTTL())
-	_, err = pipe.Exec(ctx)
-	f.cache.invalidate(k) // written here: the next read sees it without waiting for Redis's invalidation
+	err = f.inbox.WriteRebuilt(ctx, f.rdb, user, posts)
+	f.cache.invalidate(f.inbox.Key(user)) // written here: the next read sees it without waiting for Redis's invalidation
 	if err != nil {
 		return fmt.Errorf("write rebuilt inbox of %d: %w", user, err)
 	}

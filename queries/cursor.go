@@ -7,6 +7,7 @@ import (
 	"math"
 
 	"github.com/feedco/feed/events"
+	"github.com/feedco/feed/readmodel"
 )
 
 // key orders feed entries in events.FeedKey's order: newest first means
@@ -88,7 +89,7 @@ func parseCursor(s string) (key, error) {
 
 // maxCursorMs keeps scores exact as Redis doubles (2^53) and far beyond any
 // real timestamp.
-const maxCursorMs = 1<<53 - 1
+const maxCursorMs = readmodel.MaxScoreMs
 
 // CursorError says a cursor is malformed. The api maps it to 400 through
 // BadCursor, so callers never depend on this concrete type.

@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/feedco/feed/internal/rkeys"
+	"github.com/feedco/feed/readmodel"
 )
 
 // maxRedisRounds bounds how many Redis segments one page reads before the
@@ -223,11 +223,7 @@ func (f *Feed) celebritySources(ctx context.Context, celebs []int64, cur key, n 
 		return nil, err
 	}
 	srcs := make([]source, 0, len(celebs))
-	type direct struct {
-		z  *redis.ZSliceCmd
-		fl *redis.FloatCmd
-	}
-	var directs []direct
+	var directs []readmodel.RangeRead
 	var pipe redis.Pipeliner // made for the first direct read only
 	for _, c := range celebs {
 		if h := heads[c]; h != nil && h.usable(cur, n) {
@@ -237,17 +233,16 @@ func (f *Feed) celebritySources(ctx context.Context, celebs []int64, cur key, n 
 		if pipe == nil {
 			pipe = f.rdb.Pipeline()
 		}
-		k := f.keys.Timeline(c)
-		directs = append(directs, direct{addRange(ctx, pipe, k, cur, n), pipe.ZScore(ctx, k, rkeys.SentinelFloor)})
+		directs = append(directs, f.tl.QueueRange(ctx, pipe, c, cur.ms, n))
 	}
 	if len(directs) == 0 {
 		return srcs, nil
 	}
-	if err := execPipe(ctx, pipe); err != nil {
+	if err := readmodel.ExecReads(ctx, pipe); err != nil {
 		return nil, fmt.Errorf("read celebrity timelines: %w", err)
 	}
 	for _, d := range directs {
-		s, err := zreply(d.z, d.fl, n)
+		s, err := rangeSource(d)
 		if err != nil {
 			return nil, fmt.Errorf("read celebrity timelines: %w", err)
 		}

@@ -12,8 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/feedco/feed/internal/rkeys"
 	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/readmodel"
 )
 
 // base is a millisecond well outside OwnPostsWindow, so tests choose when
@@ -60,7 +60,7 @@ func (b *bundle) projectAll(celebs []int64, inboxFor []int64, inboxMax, timeline
 		a.key.ms = at.UnixMilli()
 		all = append(all, a)
 		byAuthor[a.author] = append(byAuthor[a.author], a.key)
-		raw, _ := json.Marshal(rkeys.Post{ID: a.key.id, AuthorID: a.author, Content: content, CreatedAt: formatTime(a.key.ms), Deleted: deleted})
+		raw, _ := json.Marshal(readmodel.Post{ID: a.key.id, AuthorID: a.author, Content: content, CreatedAt: formatTime(a.key.ms), Deleted: deleted})
 		pipe.Set(b.ctx, b.keys.Post(a.key.id), raw, 0)
 	}
 	rows.Close()
@@ -290,7 +290,7 @@ func TestHomeColdInboxServedFromPostgresAndRebuilt(t *testing.T) {
 		t.Error("first page not counted as cold")
 	}
 	testenv.Eventually(t, 10*time.Second, "inbox rebuilt", func() bool {
-		n, _ := b.rdb.ZScore(b.ctx, b.keys.Inbox(u), "~built").Result()
+		n, _ := b.rdb.ZScore(b.ctx, b.keys.Inbox(u), readmodel.SentinelBuilt).Result()
 		return n > 0
 	})
 	b.feed.Close() // the rebuild's bookkeeping is done
@@ -302,7 +302,7 @@ func TestHomeColdInboxServedFromPostgresAndRebuilt(t *testing.T) {
 	if len(members) != 10 {
 		t.Fatalf("rebuilt inbox has %d members: %v", len(members), members)
 	}
-	floor, err := b.rdb.ZScore(b.ctx, b.keys.Inbox(u), "~floor").Result()
+	floor, err := b.rdb.ZScore(b.ctx, b.keys.Inbox(u), readmodel.SentinelFloor).Result()
 	if err != nil || int64(floor) != truth[7].ms {
 		t.Fatalf("~floor = %v %v, want the oldest kept score %d", floor, err, truth[7].ms)
 	}
@@ -434,7 +434,7 @@ func TestHomeOwnPostVisibleBeforeProjectors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cached rkeys.Post
+	var cached readmodel.Post
 	if err := json.Unmarshal(raw, &cached); err != nil || cached.ID != mine.id || cached.AuthorID != u ||
 		cached.Content != fmt.Sprint("post ", mine.id) || cached.CreatedAt != formatTime(mine.ms) || cached.Deleted {
 		t.Fatalf("post cache %s (%v)", raw, err)
@@ -473,7 +473,7 @@ func TestHomeOwnPostFallbackWhenWriteThroughFails(t *testing.T) {
 	// Another user (no failed write-through) is not probed: their fresh
 	// post, unprojected and not written through, is not shown yet.
 	v := b.user()
-	b.rdb.ZAdd(b.ctx, b.keys.Inbox(v), redis.Z{Score: math.Inf(1), Member: rkeys.SentinelBuilt})
+	b.rdb.ZAdd(b.ctx, b.keys.Inbox(v), redis.Z{Score: math.Inf(1), Member: readmodel.SentinelBuilt})
 	b.post(v, time.Now().UnixMilli())
 	if p, err := b.feed.Home(b.ctx, v, "", 20); err != nil || len(p.Items) != 0 {
 		t.Fatalf("page %+v %v: a user without a failed write-through was probed", p.Items, err)

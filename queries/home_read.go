@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/feedco/feed/readmodel"
 )
 
 // homeReply is what a home segment reads from Redis about its reader.
@@ -44,29 +46,26 @@ func (f *Feed) readHome(ctx context.Context, user int64, cur key, n int, members
 // readHomeDirect is the uncached read: one pipeline of four commands.
 func (f *Feed) readHomeDirect(ctx context.Context, user int64, cur key, n int, members []int64) (homeReply, error) {
 	pipe := f.rdb.Pipeline()
-	inbox := addSetRead(ctx, pipe, f.keys.Inbox(user), cur, n, true)
-	own := addSetRead(ctx, pipe, f.keys.Timeline(user), cur, n, false)
-	// following_v:{u} outlives the set: a user who unfollowed their last
-	// account has no following:{u}, but must still have authors hidden.
-	// Both keys share the {u} hash tag, so this is one slot on Cluster.
-	followSet := pipe.Exists(ctx, f.keys.Following(user), f.keys.FollowingVersions(user))
+	inbox := f.inbox.QueueRead(ctx, pipe, user, cur.ms, n)
+	own := f.tl.QueueRead(ctx, pipe, user, cur.ms, n)
+	followSet := f.follows.QueueHasFollowing(ctx, pipe, user)
 	var isMember *redis.BoolSliceCmd
 	if len(members) > 0 {
 		args := make([]any, len(members))
 		for i, m := range members {
 			args[i] = strconv.FormatInt(m, 10)
 		}
-		isMember = pipe.SMIsMember(ctx, f.keys.Following(user), args...)
+		isMember = f.follows.QueueFollows(ctx, pipe, user, args...)
 	}
-	if err := execPipe(ctx, pipe); err != nil {
+	if err := readmodel.ExecReads(ctx, pipe); err != nil {
 		return homeReply{}, fmt.Errorf("read inbox of %d: %w", user, err)
 	}
 	var r homeReply
 	var err error
-	if r.inbox.src, r.inbox.built, err = inbox.result(); err != nil {
+	if r.inbox, err = setResultOf(inbox); err != nil {
 		return homeReply{}, fmt.Errorf("read inbox of %d: %w", user, err)
 	}
-	if r.own.src, r.own.built, err = own.result(); err != nil {
+	if r.own, err = setResultOf(own); err != nil {
 		return homeReply{}, fmt.Errorf("read own timeline of %d: %w", user, err)
 	}
 	r.followSet = followSet.Val() > 0
@@ -99,8 +98,8 @@ const existsSig = "x"
 func (f *Feed) readHomeCached(ctx context.Context, g *cacheGen, user int64, cur key, n int, members []int64) (homeReply, error) {
 	c := f.cache
 	now := time.Now().UnixNano()
-	kIn, kOwn := f.keys.Inbox(user), f.keys.Timeline(user)
-	kF, kFV := f.keys.Following(user), f.keys.FollowingVersions(user)
+	kIn, kOwn := f.inbox.Key(user), f.tl.Key(user)
+	kF, kFV := f.follows.FollowingKeys(user)
 	var r homeReply
 	var pipe redis.Pipeliner // made for the first miss; it only queues: the commands go out in the connection's next batch
 	queue := func() redis.Pipeliner {
@@ -112,20 +111,20 @@ func (f *Feed) readHomeCached(ctx context.Context, g *cacheGen, user int64, cur 
 
 	// tickets before the commands are sent, one per key read
 	var inT, ownT, fT, fvT ticket
-	var inbox, own setRead
+	var inbox, own readmodel.SetRead
 	sigIn, sigOwn := setSig(cur, n, true), setSig(cur, n, false)
 	inHit, ownHit := false, false
 	if v, ok := c.lookup(kIn, sigIn, now); ok {
 		r.inbox, inHit = v.(setResult), true
 	} else {
 		inT = c.begin(g, kIn)
-		inbox = addSetRead(ctx, queue(), kIn, cur, n, true)
+		inbox = f.inbox.QueueRead(ctx, queue(), user, cur.ms, n)
 	}
 	if v, ok := c.lookup(kOwn, sigOwn, now); ok {
 		r.own, ownHit = v.(setResult), true
 	} else {
 		ownT = c.begin(g, kOwn)
-		own = addSetRead(ctx, queue(), kOwn, cur, n, false)
+		own = f.tl.QueueRead(ctx, queue(), user, cur.ms, n)
 	}
 	var fEx, fvEx *redis.IntCmd
 	fHit, fvHit := false, false
@@ -139,11 +138,11 @@ func (f *Feed) readHomeCached(ctx context.Context, g *cacheGen, user int64, cur 
 	fTaken := false
 	if !fHit {
 		fT, fTaken = c.begin(g, kF), true
-		fEx = queue().Exists(ctx, kF)
+		fEx = f.follows.QueueSetExists(ctx, queue(), user)
 	}
 	if !fvHit {
 		fvT = c.begin(g, kFV)
-		fvEx = queue().Exists(ctx, kFV)
+		fvEx = f.follows.QueueVersionsExists(ctx, queue(), user)
 	}
 	r.member = make([]bool, len(members))
 	ask := c.lookupMembers(kF, members, r.member, now) // indexes of members not cached
@@ -156,7 +155,7 @@ func (f *Feed) readHomeCached(ctx context.Context, g *cacheGen, user int64, cur 
 		for j, i := range ask {
 			args[j] = strconv.FormatInt(members[i], 10)
 		}
-		isMember = queue().SMIsMember(ctx, kF, args...)
+		isMember = f.follows.QueueFollows(ctx, queue(), user, args...)
 	}
 	if pipe == nil {
 		return r, nil // all cached: no round trip
@@ -170,13 +169,13 @@ func (f *Feed) readHomeCached(ctx context.Context, g *cacheGen, user int64, cur 
 	now = time.Now().UnixNano()
 	var err error
 	if !inHit {
-		if r.inbox.src, r.inbox.built, err = inbox.result(); err != nil {
+		if r.inbox, err = setResultOf(inbox); err != nil {
 			return homeReply{}, fmt.Errorf("read inbox of %d: %w", user, err)
 		}
 		c.store(inT, kIn, sigIn, r.inbox, now)
 	}
 	if !ownHit {
-		if r.own.src, r.own.built, err = own.result(); err != nil {
+		if r.own, err = setResultOf(own); err != nil {
 			return homeReply{}, fmt.Errorf("read own timeline of %d: %w", user, err)
 		}
 		c.store(ownT, kOwn, sigOwn, r.own, now)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/feedco/feed/internal/rkeys"
+	"github.com/feedco/feed/readmodel"
 )
 
 // visibility says which hydrated posts a page may show.
@@ -89,9 +89,9 @@ func (f *Feed) hydrateBatch(ctx context.Context, batch []key, vis visibility, ou
 		bodies := f.queueBodies(ctx, pipe, batch, get)
 		var known followCheck
 		if len(askF) > 0 {
-			known = followCheck{cmd: pipe.SMIsMember(ctx, f.keys.Following(vis.viewer), askF...), authors: authors}
+			known = followCheck{cmd: f.follows.QueueFollows(ctx, pipe, vis.viewer, askF...), authors: authors}
 		}
-		if err := execPipe(ctx, pipe); err != nil {
+		if err := readmodel.ExecReads(ctx, pipe); err != nil {
 			return nil, fmt.Errorf("hydrate posts: %w", err)
 		}
 		if err := known.into(follows); err != nil {
@@ -133,16 +133,16 @@ func (f *Feed) hydrateBatch(ctx context.Context, batch []key, vis visibility, ou
 
 // hydrateRead fills res[i] for the bodies read from Redis (get, read in
 // bodies), and from PostgreSQL for those Redis did not have.
-func (f *Feed) hydrateRead(ctx context.Context, batch []key, res []hydrated, get []int, bodies bodyReads) error {
+func (f *Feed) hydrateRead(ctx context.Context, batch []key, res []hydrated, get []int, bodies readmodel.BodyReads) error {
 	now := f.now().UnixNano()
 	var missing []int64
 	for j, i := range get {
-		raw, ok := bodies.at(j)
+		raw, ok := bodies.At(j)
 		if !ok {
 			missing = append(missing, batch[i].id)
 			continue
 		}
-		var p rkeys.Post
+		var p readmodel.Post
 		if err := json.Unmarshal(raw, &p); err != nil || p.ID != batch[i].id {
 			missing = append(missing, batch[i].id) // unreadable cache entry: ask the truth
 			continue
@@ -171,43 +171,19 @@ func (f *Feed) hydrateRead(ctx context.Context, batch []key, res []hydrated, get
 	return nil
 }
 
-// bodyReads are queued reads of post:{p}: one MGET on a single Redis
-// server, one GET each on a cluster (every post key is its own slot).
-type bodyReads struct {
-	mget *redis.SliceCmd
-	gets []*redis.StringCmd
-}
-
-func (f *Feed) queueBodies(ctx context.Context, pipe redis.Pipeliner, batch []key, get []int) bodyReads {
+// queueBodies queues the reads of the bodies of batch[i] for i in get:
+// one MGET on a single Redis server, one GET each on a cluster (every post
+// key is its own slot).
+func (f *Feed) queueBodies(ctx context.Context, pipe redis.Pipeliner, batch []key, get []int) readmodel.BodyReads {
 	if len(get) == 0 {
-		return bodyReads{}
+		return readmodel.BodyReads{}
 	}
-	if _, single := f.rdb.(*redis.Client); single {
-		ks := make([]string, len(get))
-		for j, i := range get {
-			ks[j] = f.keys.Post(batch[i].id)
-		}
-		return bodyReads{mget: pipe.MGet(ctx, ks...)}
-	}
-	gets := make([]*redis.StringCmd, len(get))
+	ids := make([]int64, len(get))
 	for j, i := range get {
-		gets[j] = pipe.Get(ctx, f.keys.Post(batch[i].id))
+		ids[j] = batch[i].id
 	}
-	return bodyReads{gets: gets}
-}
-
-// at returns the j-th body, false when the key is absent.
-func (r bodyReads) at(j int) ([]byte, bool) {
-	if r.mget != nil {
-		vals := r.mget.Val()
-		if j >= len(vals) {
-			return nil, false
-		}
-		s, ok := vals[j].(string)
-		return []byte(s), ok
-	}
-	raw, err := r.gets[j].Bytes()
-	return raw, err == nil
+	_, single := f.rdb.(*redis.Client)
+	return f.bodies.QueueGet(ctx, pipe, ids, single)
 }
 
 // fromCache shows a cached post at the key the page was built with.
@@ -272,7 +248,7 @@ func (f *Feed) followsOf(ctx context.Context, res []hydrated, vis visibility, an
 	if len(ask) == 0 {
 		return nil, nil
 	}
-	is, err := f.rdb.SMIsMember(ctx, f.keys.Following(vis.viewer), ask...).Result()
+	is, err := f.follows.FollowsEach(ctx, f.rdb, vis.viewer, ask...)
 	if err != nil {
 		return nil, fmt.Errorf("check follows: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/readmodel"
 )
 
 // A read writes the user's activity and moves their inbox's expiry to
@@ -40,7 +41,7 @@ func TestColdRebuildSetsInboxTTL(t *testing.T) {
 	b.cachePost(b.post(a, base))
 	b.readHome(u, 5) // cold: served from PostgreSQL, rebuilt in the background
 	testenv.Eventually(t, 10*time.Second, "inbox rebuilt", func() bool {
-		return b.rdb.ZScore(b.ctx, b.keys.Inbox(u), "~built").Err() == nil
+		return b.rdb.ZScore(b.ctx, b.keys.Inbox(u), readmodel.SentinelBuilt).Err() == nil
 	})
 	if ttl := b.rdb.TTL(b.ctx, b.keys.Inbox(u)).Val(); ttl > inactive-margin || ttl < inactive-margin-time.Minute {
 		t.Errorf("rebuilt inbox TTL %v, want about %v", ttl, inactive-margin)

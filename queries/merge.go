@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/feedco/feed/internal/rkeys"
+	"github.com/feedco/feed/readmodel"
 )
 
 // This file is the pure part of the read path: no I/O, so every rule about
@@ -139,7 +139,7 @@ func zsource(reply []redis.Z, limit int, floorMs *int64) source {
 	s := source{bound: minKey, keys: make([]key, 0, len(reply)), desc: true}
 	for _, z := range reply {
 		m, ok := z.Member.(string)
-		if !ok || rkeys.IsSentinel(m) {
+		if !ok || readmodel.IsSentinel(m) {
 			continue
 		}
 		id, err := strconv.ParseInt(m, 10, 64)
@@ -160,15 +160,4 @@ func zsource(reply []redis.Z, limit int, floorMs *int64) source {
 		}
 	}
 	return s
-}
-
-// scoreMax is the inclusive upper score of a range read from cursor cur
-// (the cursor's own millisecond is included: other posts of that
-// millisecond may be older than the cursor's id; the merge filters exactly).
-// "(+inf" leaves out the ~built sentinel, whose score is +inf.
-func scoreMax(cur key) string {
-	if cur.ms >= maxCursorMs {
-		return "(+inf"
-	}
-	return strconv.FormatInt(cur.ms, 10)
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/feedco/feed/readmodel"
 )
 
 func ids(keys []key) []int64 {
@@ -162,7 +164,7 @@ func TestZSource(t *testing.T) {
 	t.Parallel()
 	reply := []redis.Z{
 		{Score: 50, Member: "5"},
-		{Score: 40, Member: "~floor"},
+		{Score: 40, Member: readmodel.SentinelFloor},
 		{Score: 40, Member: "4"},
 		{Score: 30, Member: "x"}, // not a post id: never shown
 	}
@@ -187,21 +189,11 @@ func TestZSource(t *testing.T) {
 		}
 	})
 	t.Run("built sentinel is skipped", func(t *testing.T) {
-		s := zsource([]redis.Z{{Score: math.Inf(1), Member: "~built"}, {Score: 1, Member: "1"}}, 10, nil)
+		s := zsource([]redis.Z{{Score: math.Inf(1), Member: readmodel.SentinelBuilt}, {Score: 1, Member: "1"}}, 10, nil)
 		if s.bound != minKey || !slices.Equal(ids(s.keys), []int64{1}) {
 			t.Fatalf("got %+v", s)
 		}
 	})
-}
-
-func TestScoreMax(t *testing.T) {
-	t.Parallel()
-	if got := scoreMax(startKey); got != "(+inf" {
-		t.Errorf("first page max = %q", got)
-	}
-	if got := scoreMax(e(3, 1234)); got != "1234" {
-		t.Errorf("max = %q", got)
-	}
 }
 
 func TestMakePage(t *testing.T) {

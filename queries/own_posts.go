@@ -2,15 +2,13 @@ package queries
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/feedco/feed/internal/rkeys"
+	"github.com/feedco/feed/readmodel"
 )
 
 // NewPost is a post the write side has just committed, as the api's
@@ -27,23 +25,10 @@ type NewPost struct {
 // later anyway.
 const writeThroughTimeout = 500 * time.Millisecond
 
-// ownPostScript adds a post to its author's timeline the way the timelines
-// projector does, minus the trim: only strictly above ~floor (every real
-// member of a timeline scores above its floor; below it the set claims
-// nothing). The projector's later ZADD of the same member is a no-op, and
-// its trim runs then. One key, so it is valid on Redis Cluster.
-//
-// KEYS[1] timeline:{author}; ARGV[1] score (created_at ms); ARGV[2] post id.
-var ownPostScript = `
-local f = redis.call('ZSCORE', KEYS[1], '~floor')
-if f and tonumber(ARGV[1]) <= tonumber(f) then return 0 end
-return redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2])
-`
-
 // PostCreated gives the author of a just-committed post read-your-writes
 // without asking PostgreSQL on every read: it writes the post through to
-// the read models its author's home feed reads (their own timeline, and
-// the post cache with SET NX, so a tombstone written meanwhile is never
+// the read models its author's home feed reads (their own timeline, as
+// readmodel.Timelines.QueueOwnPost does it, and the post cache with SET NX, so a tombstone written meanwhile is never
 // overwritten) in one pipeline, and caches the body in process. The
 // projectors write the same entries later; both writes are idempotent.
 //
@@ -59,20 +44,18 @@ func (f *Feed) PostCreated(ctx context.Context, p NewPost) error {
 	ms := p.CreatedAt.UnixMilli()
 	cp := &cachedPost{it: newItem(p.ID, p.AuthorID, p.Content, ms), author: p.AuthorID, checkedAt: now.UnixNano()}
 	f.posts.store(cp)
-	body, err := json.Marshal(rkeys.Post{ID: p.ID, AuthorID: p.AuthorID, Content: p.Content, CreatedAt: cp.it.post.CreatedAt})
-	if err != nil {
-		return fmt.Errorf("encode post %d: %w", p.ID, err)
-	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeThroughTimeout)
 	defer cancel()
 	pipe := f.rdb.Pipeline()
-	pipe.Eval(ctx, ownPostScript, []string{f.keys.Timeline(p.AuthorID)}, ms, strconv.FormatInt(p.ID, 10))
-	pipe.SetNX(ctx, f.keys.Post(p.ID), body, 0)
-	_, err = pipe.Exec(ctx)
+	f.tl.QueueOwnPost(ctx, pipe, p.AuthorID, p.ID, ms)
+	if err := f.bodies.QueueCreate(ctx, pipe, readmodel.Post{ID: p.ID, AuthorID: p.AuthorID, Content: p.Content, CreatedAt: cp.it.post.CreatedAt}); err != nil {
+		return err
+	}
+	_, err := pipe.Exec(ctx)
 	// Read-your-writes: the author's next read must not wait for Redis's
 	// invalidation message of their timeline (a failed write may have
 	// applied too).
-	f.cache.invalidate(f.keys.Timeline(p.AuthorID))
+	f.cache.invalidate(f.tl.Key(p.AuthorID))
 	if err != nil && !errors.Is(err, redis.Nil) {
 		f.recent.mark(p.AuthorID, now)
 		f.metrics.WriteThroughs.WithLabelValues("error").Inc()

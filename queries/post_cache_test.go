@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/feedco/feed/internal/rkeys"
+	"github.com/feedco/feed/readmodel"
 )
 
 func TestPostCacheBoundedAndKeepsRecentlyUsed(t *testing.T) {
@@ -123,7 +123,7 @@ func TestPostCreatedRespectsTombstoneAndFloor(t *testing.T) {
 	b.deletePost(gone) // the tombstone is in Redis before the hook runs
 	b.created(u, gone)
 	raw, _ := b.rdb.Get(b.ctx, b.keys.Post(gone.id)).Bytes()
-	var p rkeys.Post
+	var p readmodel.Post
 	if err := json.Unmarshal(raw, &p); err != nil || !p.Deleted {
 		t.Fatalf("tombstone overwritten: %s", raw)
 	}
@@ -136,7 +136,7 @@ func TestPostCreatedRespectsTombstoneAndFloor(t *testing.T) {
 	fresh := b.post(u, base+20)
 	b.created(u, fresh)
 	members, _ := b.rdb.ZRevRange(b.ctx, b.keys.Timeline(u), 0, -1).Result()
-	want := fmt.Sprint([]string{rkeys.SentinelBuilt, strconv.FormatInt(fresh.id, 10), strconv.FormatInt(gone.id, 10), rkeys.SentinelFloor})
+	want := fmt.Sprint([]string{readmodel.SentinelBuilt, strconv.FormatInt(fresh.id, 10), strconv.FormatInt(gone.id, 10), readmodel.SentinelFloor})
 	if fmt.Sprint(members) != want {
 		t.Fatalf("timeline %v, want %v", members, want)
 	}

@@ -20,7 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/feedco/feed/events"
-	"github.com/feedco/feed/internal/rkeys"
+	"github.com/feedco/feed/readmodel"
 )
 
 // MaxLimit is the largest page size; the api rejects larger ones with 400.
@@ -43,9 +43,11 @@ type DB interface {
 type Config struct {
 	// Keys names the Redis read models (the prefix selects a namespace).
 	// With Versions nil the projection versions follow the registry.
-	Keys rkeys.Keys
-	// InboxMax is how many posts a cold rebuild writes into an inbox
-	// (FEED_INBOX_MAX, default 500); the projector trims to the same bound.
+	Keys readmodel.Keys
+	// InboxMax, ActivityWriteInterval, InactiveAfter and InboxTTLMargin
+	// are the query side's part of the feed policy (readmodel.Policy
+	// documents each, and defaults them): set them with WithPolicy from the
+	// one policy the process built, or field by field in tests.
 	InboxMax int
 	// CelebrityCacheTTL is how long the celebrity set and each celebrity's
 	// timeline head are served from process memory (default 3 s, at most
@@ -54,20 +56,10 @@ type Config struct {
 	CelebrityCacheTTL time.Duration
 	// TimelineCacheSize is how many of a celebrity's newest posts are kept
 	// in that cache (default 200). Deeper pages read Redis directly.
-	TimelineCacheSize int
-	// ActivityWriteInterval is the least time between two user_activity
-	// writes for one user from one process (default 5 min). It must stay far
-	// below the projectors' inactivity threshold (30 days).
+	TimelineCacheSize     int
 	ActivityWriteInterval time.Duration
-	// InactiveAfter is the projectors' inactivity threshold
-	// (FEED_INACTIVE_AFTER, default 30 days): fan-out skips users not seen
-	// for this long, so their inbox must be gone by then.
-	InactiveAfter time.Duration
-	// InboxTTLMargin: every activity write, and every cold rebuild, sets the
-	// reader's inbox to expire after InactiveAfter minus this margin, so the
-	// inbox disappears before fan-out stops pushing to its owner (default
-	// max(1h, 2×ActivityWriteInterval)).
-	InboxTTLMargin time.Duration
+	InactiveAfter         time.Duration
+	InboxTTLMargin        time.Duration
 	// OwnPostsWindow is the read-your-writes fallback: after PostCreated
 	// failed to write a post through to Redis, this process reads the
 	// author's own posts created this recently from PostgreSQL on their
@@ -108,13 +100,32 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// Policy returns the part of the feed policy c carries, as it is (not
+// defaulted).
+func (c Config) Policy() readmodel.Policy {
+	return readmodel.Policy{
+		InboxMax:              c.InboxMax,
+		ActivityWriteInterval: c.ActivityWriteInterval,
+		InactiveAfter:         c.InactiveAfter,
+		InboxTTLMargin:        c.InboxTTLMargin,
+	}
+}
+
+// WithPolicy returns c carrying the query side's part of the feed policy
+// p, so it reads and rebuilds inboxes by the rules the projectors write
+// them by.
+func (c Config) WithPolicy(p readmodel.Policy) Config {
+	c.InboxMax = p.InboxMax
+	c.ActivityWriteInterval = p.ActivityWriteInterval
+	c.InactiveAfter = p.InactiveAfter
+	c.InboxTTLMargin = p.InboxTTLMargin
+	return c
+}
+
 func (c Config) withDefaults() Config {
-	c.InboxMax = cmp.Or(c.InboxMax, 500)
+	c = c.WithPolicy(c.Policy().WithDefaults())
 	c.CelebrityCacheTTL = cmp.Or(c.CelebrityCacheTTL, 3*time.Second)
 	c.TimelineCacheSize = cmp.Or(c.TimelineCacheSize, 200)
-	c.ActivityWriteInterval = cmp.Or(c.ActivityWriteInterval, 5*time.Minute)
-	c.InactiveAfter = cmp.Or(c.InactiveAfter, 30*24*time.Hour)
-	c.InboxTTLMargin = cmp.Or(c.InboxTTLMargin, max(time.Hour, 2*c.ActivityWriteInterval))
 	c.OwnPostsWindow = cmp.Or(c.OwnPostsWindow, time.Minute)
 	c.RebuildTimeout = cmp.Or(c.RebuildTimeout, 10*time.Second)
 	c.PostCacheSize = cmp.Or(c.PostCacheSize, 100_000)
@@ -128,16 +139,15 @@ func (c Config) withDefaults() Config {
 
 // Validate rejects a configuration the read path cannot honour.
 func (c Config) Validate() error {
+	if err := c.Policy().WithDefaults().Validate(); err != nil {
+		return fmt.Errorf("queries: %w", err)
+	}
 	switch {
-	case c.InboxMax < 1:
-		return fmt.Errorf("queries: InboxMax %d must be positive", c.InboxMax)
 	case c.CelebrityCacheTTL <= 0 || c.CelebrityCacheTTL > 5*time.Second:
 		return fmt.Errorf("queries: CelebrityCacheTTL %v must be in (0, 5s]", c.CelebrityCacheTTL)
 	case c.TimelineCacheSize < MaxLimit+1:
 		return fmt.Errorf("queries: TimelineCacheSize %d must be at least %d", c.TimelineCacheSize, MaxLimit+1)
-	case c.ActivityWriteInterval <= 0 || c.ActivityWriteInterval > 24*time.Hour:
-		return fmt.Errorf("queries: ActivityWriteInterval %v must be in (0, 24h]", c.ActivityWriteInterval)
-	case c.InboxTTLMargin <= 0 || c.InactiveAfter-c.InboxTTLMargin < c.ActivityWriteInterval:
+	case c.InactiveAfter-c.InboxTTLMargin < c.ActivityWriteInterval:
 		return fmt.Errorf("queries: InboxTTLMargin %v must be positive and leave InactiveAfter %v minus it at least ActivityWriteInterval", c.InboxTTLMargin, c.InactiveAfter)
 	case c.OwnPostsWindow <= 0:
 		return fmt.Errorf("queries: OwnPostsWindow %v must be positive", c.OwnPostsWindow)
@@ -178,10 +188,17 @@ type Feed struct {
 	cfg     Config
 	db      DB
 	rdb     redis.UniversalClient
-	keys    rkeys.Keys
 	metrics *Metrics
-	log     *slog.Logger
-	now     func() time.Time
+
+	// the read models, under cfg.Keys (live versions)
+	inbox    readmodel.Inboxes
+	tl       readmodel.Timelines
+	follows  readmodel.Follows
+	celebSet readmodel.Celebrities
+	bodies   readmodel.PostCache
+
+	log *slog.Logger
+	now func() time.Time
 
 	celebs    celebrityCache
 	posts     *postCache
@@ -217,7 +234,7 @@ func New(cfg Config, db DB, rdb redis.UniversalClient) (*Feed, error) {
 		// a restart: keys are built from the registry, re-read at most once
 		// a second (docs/rebuild.md).
 		vctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		lv, err := rkeys.NewLiveVersions(vctx, rdb, cfg.Keys.Prefix, time.Second)
+		lv, err := readmodel.NewLiveVersions(vctx, rdb, cfg.Keys.Prefix, time.Second)
 		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("queries: %w", err)
@@ -232,7 +249,9 @@ func New(cfg Config, db DB, rdb redis.UniversalClient) (*Feed, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &Feed{cfg: cfg, db: db, rdb: rdb, keys: cfg.Keys, metrics: m, log: cfg.Logger, now: time.Now}
+	f := &Feed{cfg: cfg, db: db, rdb: rdb, metrics: m, log: cfg.Logger, now: time.Now,
+		inbox: readmodel.NewInboxes(cfg.Keys, cfg.Policy()), tl: readmodel.NewTimelines(cfg.Keys, 0),
+		follows: readmodel.NewFollows(cfg.Keys), celebSet: readmodel.NewCelebrities(cfg.Keys), bodies: readmodel.NewPostCache(cfg.Keys)}
 	f.celebs.ttl = cfg.CelebrityCacheTTL
 	f.timelines.ttl = cfg.CelebrityCacheTTL
 	f.timelines.size = cfg.TimelineCacheSize

@@ -16,8 +16,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/feedco/feed/events"
-	"github.com/feedco/feed/internal/rkeys"
 	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/readmodel"
 )
 
 // bundle is the thing under test and its collaborators: a fresh database,
@@ -29,7 +29,7 @@ type bundle struct {
 	feed  *Feed
 	db    *testenv.DB
 	rdb   redis.UniversalClient
-	keys  rkeys.Keys
+	keys  readmodel.Keys
 	reg   *prometheus.Registry
 	next  int64
 	names int
@@ -39,7 +39,7 @@ func setup(t *testing.T, cfg Config) *bundle {
 	t.Helper()
 	db := testenv.NewDB(t)
 	r := testenv.NewRedis(t)
-	cfg.Keys = rkeys.Keys{Prefix: r.Prefix}
+	cfg.Keys = readmodel.Keys{Prefix: r.Prefix}
 	reg := prometheus.NewRegistry()
 	cfg.Registerer = reg
 	f, err := New(cfg, db.Pool, r.Client)
@@ -137,7 +137,7 @@ func (b *bundle) cachePost(k key) {
 	if err := b.db.Pool.QueryRow(b.ctx, `SELECT author_id, content, deleted FROM posts WHERE id = $1`, k.id).Scan(&author, &content, &deleted); err != nil {
 		b.t.Fatal(err)
 	}
-	raw, _ := json.Marshal(rkeys.Post{ID: k.id, AuthorID: author, Content: content, CreatedAt: formatTime(k.ms), Deleted: deleted})
+	raw, _ := json.Marshal(readmodel.Post{ID: k.id, AuthorID: author, Content: content, CreatedAt: formatTime(k.ms), Deleted: deleted})
 	if err := b.rdb.Set(b.ctx, b.keys.Post(k.id), raw, 0).Err(); err != nil {
 		b.t.Fatal(err)
 	}
@@ -161,10 +161,10 @@ func (b *bundle) setZ(name string, keys []key, built bool, floor int64) {
 		pipe.ZAdd(b.ctx, name, zs(keys)...)
 	}
 	if built {
-		pipe.ZAdd(b.ctx, name, redis.Z{Score: math.Inf(1), Member: rkeys.SentinelBuilt})
+		pipe.ZAdd(b.ctx, name, redis.Z{Score: math.Inf(1), Member: readmodel.SentinelBuilt})
 	}
 	if floor >= 0 {
-		pipe.ZAdd(b.ctx, name, redis.Z{Score: float64(floor), Member: rkeys.SentinelFloor})
+		pipe.ZAdd(b.ctx, name, redis.Z{Score: float64(floor), Member: readmodel.SentinelFloor})
 	}
 	if _, err := pipe.Exec(b.ctx); err != nil {
 		b.t.Fatal(err)

@@ -20,8 +20,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/feedco/feed/internal/rkeys"
 	"github.com/feedco/feed/projections"
+	"github.com/feedco/feed/readmodel"
 )
 
 // All is the name that rebuilds every projection, one after the other.
@@ -110,10 +110,11 @@ type Result struct {
 // Rebuilder runs rebuilds. Safe to reuse; one rebuild at a time per key
 // namespace across all processes (an advisory lock in PostgreSQL).
 type Rebuilder struct {
-	cfg  Config
-	pool *pgxpool.Pool
-	rdb  redis.UniversalClient
-	keys rkeys.Keys // prefix only
+	cfg    Config
+	pool   *pgxpool.Pool
+	rdb    redis.UniversalClient
+	prefix string
+	reg    readmodel.Registry
 }
 
 // New returns a Rebuilder.
@@ -129,18 +130,19 @@ func New(cfg Config, pool *pgxpool.Pool, rdb redis.UniversalClient) (*Rebuilder,
 	if _, err := projections.New(cfg.Projections, pool, rdb, nil); err != nil {
 		return nil, fmt.Errorf("rebuild: %w", err)
 	}
-	return &Rebuilder{cfg: cfg, pool: pool, rdb: rdb, keys: rkeys.Keys{Prefix: cfg.Projections.Keys.Prefix}}, nil
+	return &Rebuilder{cfg: cfg, pool: pool, rdb: rdb, prefix: cfg.Projections.Keys.Prefix,
+		reg: readmodel.NewRegistry(cfg.Projections.Keys.Prefix)}, nil
 }
 
 // Names returns the projections name stands for, or ErrUnknown.
 func Names(name string) ([]string, error) {
 	if name == All {
-		return rkeys.Projections(), nil
+		return readmodel.Projections(), nil
 	}
-	if slices.Contains(rkeys.Projections(), name) {
+	if slices.Contains(readmodel.Projections(), name) {
 		return []string{name}, nil
 	}
-	return nil, fmt.Errorf("%w %q (want one of %v or %s)", ErrUnknown, name, rkeys.Projections(), All)
+	return nil, fmt.Errorf("%w %q (want one of %v or %s)", ErrUnknown, name, readmodel.Projections(), All)
 }
 
 // Run rebuilds name (a projection or "all"). It returns ErrBusy (wrapped,
@@ -153,9 +155,9 @@ func (r *Rebuilder) Run(ctx context.Context, name string) ([]Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	l, err := acquire(ctx, r.pool, r.keys.Prefix)
+	l, err := acquire(ctx, r.pool, r.prefix)
 	if errors.Is(err, ErrBusy) {
-		info, _ := r.rdb.HGetAll(ctx, r.keys.RebuildKey()).Result()
+		info, _ := r.reg.RebuildInfo(ctx, r.rdb)
 		return nil, fmt.Errorf("%w (%s)", ErrBusy, describe(info))
 	}
 	if err != nil {
@@ -193,7 +195,7 @@ func (r *Rebuilder) Run(ctx context.Context, name string) ([]Result, error) {
 		out = append(out, res)
 	}
 	wg.Wait()
-	r.rdb.Del(context.WithoutCancel(ctx), r.keys.RebuildKey())
+	_ = r.reg.ClearRebuildInfo(context.WithoutCancel(ctx), r.rdb)
 	if cleanErr != nil {
 		return out, fmt.Errorf("switched, but cleanup failed (the next rebuild finishes it): %w", cleanErr)
 	}
@@ -210,7 +212,7 @@ func describe(info map[string]string) string {
 
 // phase records what the rebuild is doing, for `feed status`.
 func (r *Rebuilder) phase(ctx context.Context, name string, version int, phase string) {
-	r.rdb.HSet(ctx, r.keys.RebuildKey(), "projection", name, "version", version, "phase", phase,
+	_ = r.reg.SetRebuildInfo(ctx, r.rdb, "projection", name, "version", version, "phase", phase,
 		"updated", time.Now().UTC().Format(time.RFC3339))
 	if r.cfg.OnPhase != nil {
 		r.cfg.OnPhase(name, phase)
@@ -222,30 +224,30 @@ func (r *Rebuilder) phase(ctx context.Context, name string, version int, phase s
 func (r *Rebuilder) one(ctx context.Context, adm *admin, name string, background func(func(context.Context) error)) (Result, error) {
 	start := time.Now()
 	prog := r.cfg.Progress
-	vs, err := rkeys.LoadVersions(ctx, r.rdb, r.keys.Prefix)
+	vs, err := r.reg.Load(ctx, r.rdb)
 	if err != nil {
 		return Result{}, err
 	}
 	cur := vs.Version(name)
 	next := cur + 1
 	res := Result{Projection: name, From: cur, To: next}
-	r.rdb.HSet(ctx, r.keys.RebuildKey(), "started", start.UTC().Format(time.RFC3339))
+	_ = r.reg.SetRebuildInfo(ctx, r.rdb, "started", start.UTC().Format(time.RFC3339))
 	r.phase(ctx, name, next, "prepare")
 
 	// A run killed before (or during the cleanup after) its switch left
 	// keys of versions other than the active one: delete them first.
-	dirty, err := r.rdb.HExists(ctx, r.keys.VersionsKey(), rkeys.DirtyField(name)).Result()
+	dirty, err := r.reg.Dirty(ctx, r.rdb, name)
 	if err != nil {
-		return res, fmt.Errorf("read registry: %w", err)
+		return res, err
 	}
 	if dirty {
 		prog.Printf("%s: deleting keys left by an earlier, interrupted rebuild (keeping version %d)", name, cur)
-		if err := r.sweep(ctx, name, cur); err != nil {
+		if err := r.reg.Sweep(ctx, r.rdb, name, cur); err != nil {
 			return res, err
 		}
 	}
 	// From here on keys of version next exist until a cleanup ran.
-	if err := r.rdb.HSet(ctx, r.keys.VersionsKey(), rkeys.DirtyField(name), next).Err(); err != nil {
+	if err := r.reg.MarkDirty(ctx, r.rdb, name, next); err != nil {
 		return res, fmt.Errorf("mark rebuild: %w", err)
 	}
 
@@ -256,7 +258,7 @@ func (r *Rebuilder) one(ctx context.Context, adm *admin, name string, background
 	}
 
 	pcfg := r.cfg.Projections
-	pcfg.Keys = rkeys.Keys{Prefix: r.keys.Prefix, Versions: rkeys.Versions{}.With(name, next)}
+	pcfg.Keys = readmodel.Keys{Prefix: r.prefix, Versions: readmodel.Versions{}.With(name, next)}
 	ps, err := projections.New(pcfg, r.pool, r.rdb, nil, name)
 	if err != nil {
 		return res, err
@@ -293,7 +295,7 @@ func (r *Rebuilder) one(ctx context.Context, adm *admin, name string, background
 	res.CatchUpFor = time.Since(catchStart)
 
 	// The switch: one HSET. Readers and projectors follow it.
-	if err := r.rdb.HSet(ctx, r.keys.VersionsKey(), name, next).Err(); err != nil {
+	if err := r.reg.Activate(ctx, r.rdb, name, next); err != nil {
 		_ = stop()
 		return res, fmt.Errorf("switch %s to version %d: %w", name, next, err)
 	}
@@ -321,13 +323,13 @@ func (r *Rebuilder) one(ctx context.Context, adm *admin, name string, background
 			r.cfg.Logger.Warn("rebuild: consumers of the old group are still running; deleting its keys anyway (restart them: they write keys nobody reads)",
 				"group", oldGroup)
 		}
-		if err := r.sweep(ctx, name, next); err != nil {
+		if err := r.reg.Sweep(ctx, r.rdb, name, next); err != nil {
 			return err
 		}
 		if err := adm.deleteGroup(ctx, oldGroup); err != nil {
 			r.cfg.Logger.Warn("rebuild: delete old consumer group", "group", oldGroup, "err", err)
 		}
-		if err := r.rdb.HDel(ctx, r.keys.VersionsKey(), rkeys.DirtyField(name)).Err(); err != nil {
+		if err := r.reg.ClearDirty(ctx, r.rdb, name); err != nil {
 			return fmt.Errorf("unmark rebuild of %s: %w", name, err)
 		}
 		prog.Printf("%s: deleted version %d", name, cur)
@@ -422,54 +424,4 @@ func (r *Rebuilder) catchUp(ctx context.Context, group string, done chan error, 
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
-}
-
-// sweep deletes every key of projection whose version is not keep: SCAN of
-// the namespace, Classify (which tells `feed:{` from `v2:feed:{`), UNLINK
-// in batches.
-func (r *Rebuilder) sweep(ctx context.Context, projection string, keep int) error {
-	var cursor uint64
-	batch := make([]string, 0, 1000)
-	flush := func() error {
-		if len(batch) == 0 {
-			return nil
-		}
-		if err := r.rdb.Unlink(ctx, batch...).Err(); err != nil {
-			return fmt.Errorf("delete old keys of %s: %w", projection, err)
-		}
-		batch = batch[:0]
-		return nil
-	}
-	for {
-		keys, next, err := r.rdb.Scan(ctx, cursor, escapeGlob(r.keys.Prefix)+"*", 5000).Result()
-		if err != nil {
-			return fmt.Errorf("scan keys of %s: %w", projection, err)
-		}
-		for _, k := range keys {
-			if p, v, ok := r.keys.Classify(k); ok && p == projection && v != keep {
-				batch = append(batch, k)
-				if len(batch) == cap(batch) {
-					if err := flush(); err != nil {
-						return err
-					}
-				}
-			}
-		}
-		if cursor = next; cursor == 0 {
-			return flush()
-		}
-	}
-}
-
-// escapeGlob quotes the glob characters of a SCAN MATCH pattern.
-func escapeGlob(s string) string {
-	var b []byte
-	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case '*', '?', '[', ']', '\\':
-			b = append(b, '\\')
-		}
-		b = append(b, s[i])
-	}
-	return string(b)
 }

@@ -3,13 +3,14 @@ package rebuild
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/feedco/feed/internal/rkeys"
 	"github.com/feedco/feed/projections"
+	"github.com/feedco/feed/readmodel"
 )
 
 // TestRebuildAllUnderLoad rebuilds every projection while writers and
@@ -80,11 +81,11 @@ func TestRebuildAllUnderLoad(t *testing.T) {
 	if len(res) != 4 {
 		t.Fatalf("want 4 results, got %+v", res)
 	}
-	vs, err := rkeys.LoadVersions(context.Background(), s.Redis, s.Prefix)
+	vs, err := readmodel.LoadVersions(context.Background(), s.Redis, s.Prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range rkeys.Projections() {
+	for _, p := range readmodel.Projections() {
 		if vs.Version(p) != 2 {
 			t.Errorf("%s is at version %d, want 2", p, vs.Version(p))
 		}
@@ -126,7 +127,7 @@ func TestRebuildInterruptedThenRerun(t *testing.T) {
 	s.seed(t, 12, 4, 60)
 	s.quiesce(t)
 
-	for _, name := range []string{rkeys.ProjectionPosts, rkeys.ProjectionInbox} {
+	for _, name := range []string{readmodel.ProjectionPosts, readmodel.ProjectionInbox} {
 		ctx, cancel := context.WithCancel(context.Background())
 		r := s.rebuilder(t, func(p, ph string) {
 			if ph == "catch-up" {
@@ -137,7 +138,7 @@ func TestRebuildInterruptedThenRerun(t *testing.T) {
 			t.Fatalf("interrupted rebuild of %s: got %v, want context.Canceled", name, err)
 		}
 		cancel()
-		vs, err := rkeys.LoadVersions(context.Background(), s.Redis, s.Prefix)
+		vs, err := readmodel.LoadVersions(context.Background(), s.Redis, s.Prefix)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,7 +154,7 @@ func TestRebuildInterruptedThenRerun(t *testing.T) {
 		if _, err := s.rebuilder(t, nil).Run(context.Background(), name); err != nil {
 			t.Fatalf("rerun of %s: %v", name, err)
 		}
-		vs, _ = rkeys.LoadVersions(context.Background(), s.Redis, s.Prefix)
+		vs, _ = readmodel.LoadVersions(context.Background(), s.Redis, s.Prefix)
 		if vs.Version(name) != 2 {
 			t.Fatalf("%s at version %d after the rerun", name, vs.Version(name))
 		}
@@ -187,7 +188,7 @@ func TestRebuildRefusesSecond(t *testing.T) {
 	})
 	done := make(chan error, 1)
 	go func() {
-		_, err := first.Run(context.Background(), rkeys.ProjectionTimelines)
+		_, err := first.Run(context.Background(), readmodel.ProjectionTimelines)
 		done <- err
 	}()
 	<-entered
@@ -197,7 +198,7 @@ func TestRebuildRefusesSecond(t *testing.T) {
 	}
 	t.Logf("second rebuild refused: %v", err)
 	st, _ := ReadStatus(context.Background(), s.DB.Pool, s.Redis, s.RunnerConfig(), s.Prefix)
-	if !st.Running || st.Info["projection"] != rkeys.ProjectionTimelines || st.Info["phase"] != "build" {
+	if !st.Running || st.Info["projection"] != readmodel.ProjectionTimelines || st.Info["phase"] != "build" {
 		t.Errorf("status while running: %+v", st)
 	}
 	close(release)
@@ -209,3 +210,6 @@ func TestRebuildRefusesSecond(t *testing.T) {
 		t.Error("status says running after the rebuild ended")
 	}
 }
+
+// escapeGlob quotes the glob characters of a SCAN MATCH pattern.
+func escapeGlob(s string) string { return strings.TrimSuffix(readmodel.Keys{Prefix: s}.Pattern(), "*") }

@@ -15,11 +15,11 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/feedco/feed/commands"
-	"github.com/feedco/feed/internal/rkeys"
 	"github.com/feedco/feed/internal/systest"
 	"github.com/feedco/feed/internal/testenv"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/queries"
+	"github.com/feedco/feed/readmodel"
 )
 
 // The whole pipeline (systest) with the projectors under a Supervisor, so
@@ -63,7 +63,7 @@ func startSystem(t *testing.T) *system {
 func (s *system) rebuilder(t *testing.T, onPhase func(projection, phase string)) *Rebuilder {
 	t.Helper()
 	pcfg := policies
-	pcfg.Keys = rkeys.Keys{Prefix: s.Prefix}
+	pcfg.Keys = readmodel.Keys{Prefix: s.Prefix}
 	r, err := New(Config{
 		Projections: pcfg, Runner: s.RunnerConfig(),
 		CatchUpLag: 0, Handover: time.Second, CleanupDelay: 1500 * time.Millisecond,
@@ -252,11 +252,11 @@ func (s *system) checkConverged(t *testing.T) {
 // post's score in the reader's inbox, the author's timeline and the post
 // cache, per active version.
 func (s *system) explain(ctx context.Context, u int64, got, want []string) string {
-	vs, err := rkeys.LoadVersions(ctx, s.Redis, s.Prefix)
+	vs, err := readmodel.LoadVersions(ctx, s.Redis, s.Prefix)
 	if err != nil {
 		return "versions: " + err.Error()
 	}
-	keys := rkeys.Keys{Prefix: s.Prefix, Versions: vs}
+	keys := readmodel.Keys{Prefix: s.Prefix, Versions: vs}
 	var b strings.Builder
 	fmt.Fprintf(&b, "versions %v; inbox %s: %v\n", vs, keys.Inbox(u), s.Redis.ZRevRangeWithScores(ctx, keys.Inbox(u), 0, -1).Val())
 	describe := func(what, id string) {
@@ -291,7 +291,7 @@ func (s *system) explain(ctx context.Context, u int64, got, want []string) strin
 func (s *system) keyVersions(t *testing.T) map[string]int {
 	t.Helper()
 	out := map[string]int{}
-	keys := rkeys.Keys{Prefix: s.Prefix}
+	keys := readmodel.Keys{Prefix: s.Prefix}
 	iter := s.Redis.Scan(context.Background(), 0, escapeGlob(s.Prefix)+"*", 1000).Iterator()
 	for iter.Next(context.Background()) {
 		if p, v, ok := keys.Classify(iter.Val()); ok {

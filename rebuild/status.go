@@ -2,13 +2,12 @@ package rebuild
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/feedco/feed/internal/rkeys"
 	"github.com/feedco/feed/projections"
+	"github.com/feedco/feed/readmodel"
 )
 
 // ProjectionStatus is one projection as `feed status` shows it.
@@ -38,27 +37,26 @@ type Status struct {
 // the rest of the status.
 func ReadStatus(ctx context.Context, pool *pgxpool.Pool, rdb redis.UniversalClient, rc projections.RunnerConfig, prefix string) (Status, error) {
 	var st Status
-	keys := rkeys.Keys{Prefix: prefix}
-	vs, err := rkeys.LoadVersions(ctx, rdb, prefix)
+	reg := readmodel.NewRegistry(prefix)
+	vs, err := reg.Load(ctx, rdb)
 	if err != nil {
 		return st, err
 	}
-	reg, err := rdb.HGetAll(ctx, keys.VersionsKey()).Result()
+	dirtyAll, err := reg.DirtyAll(ctx, rdb)
 	if err != nil {
-		return st, fmt.Errorf("read registry: %w", err)
+		return st, err
 	}
 	var groups []string
-	for _, n := range rkeys.Projections() {
+	for _, n := range readmodel.Projections() {
 		g := rc.GroupPrefix + projections.GroupFor(n, vs.Version(n))
-		_, dirty := reg[rkeys.DirtyField(n)]
-		st.Projections = append(st.Projections, ProjectionStatus{Name: n, Version: vs.Version(n), Group: g, Lag: -1, Dirty: dirty})
+		st.Projections = append(st.Projections, ProjectionStatus{Name: n, Version: vs.Version(n), Group: g, Lag: -1, Dirty: dirtyAll[n]})
 		groups = append(groups, g)
 	}
 	if st.Running, err = Locked(ctx, pool, prefix); err != nil {
 		return st, err
 	}
 	if st.Running {
-		st.Info, _ = rdb.HGetAll(ctx, keys.RebuildKey()).Result()
+		st.Info, _ = reg.RebuildInfo(ctx, rdb)
 	}
 	lags, lerr := projections.ConsumerLag(ctx, rc.Brokers, rc.Topic, groups)
 	if lerr == nil {

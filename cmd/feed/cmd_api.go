@@ -108,13 +108,11 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiTask, func(), error
 	}
 
 	f, err := queries.New(queries.Config{
-		InboxMax:          cfg.InboxMax,
 		CelebrityCacheTTL: cfg.CelebrityCacheTTL,
-		InactiveAfter:     cfg.InactiveAfter,
 		ReadCacheKeys:     readCacheKeys(cfg.ReadCacheKeys),
 		Registerer:        p.Registry,
 		Logger:            p.Log,
-	}, p.Pool, p.Redis)
+	}.WithPolicy(cfg.Policy), p.Pool, p.Redis)
 	if err != nil {
 		return apiTask{}, nil, fmt.Errorf("build the query side: %w", err)
 	}

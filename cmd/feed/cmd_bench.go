@@ -15,8 +15,8 @@ import (
 	"github.com/feedco/feed/bench"
 	"github.com/feedco/feed/cdc"
 	"github.com/feedco/feed/internal/auth"
-	"github.com/feedco/feed/internal/rkeys"
 	"github.com/feedco/feed/projections"
+	"github.com/feedco/feed/readmodel"
 	"github.com/feedco/feed/rebuild"
 )
 
@@ -98,7 +98,7 @@ func runBench(ctx context.Context, cfg Config, log *slog.Logger, c bench.Config,
 		}
 		return t
 	}
-	vs, err := rkeys.LoadVersions(ctx, a.Redis, "")
+	vs, err := readmodel.LoadVersions(ctx, a.Redis, "")
 	if err != nil {
 		return err
 	}
@@ -121,7 +121,7 @@ func runBench(ctx context.Context, cfg Config, log *slog.Logger, c bench.Config,
 		}
 		return s, err
 	}
-	r, err := bench.New(c, pop, tokens, bench.Deps{DB: a.Pool, Redis: a.Redis, Keys: rkeys.Keys{Versions: vs}, Sampler: sampler, Log: stderr})
+	r, err := bench.New(c, pop, tokens, bench.Deps{DB: a.Pool, Redis: a.Redis, Keys: readmodel.Keys{Versions: vs}, Sampler: sampler, Log: stderr})
 	if err != nil {
 		return usageError{err.Error()}
 	}

@@ -12,8 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
-	"github.com/feedco/feed/internal/rkeys"
 	"github.com/feedco/feed/projections"
+	"github.com/feedco/feed/readmodel"
 )
 
 func newProjectCommand(c *cli) *cobra.Command {
@@ -94,7 +94,7 @@ func newProjectors(ctx context.Context, cfg Config, pool *pgxpool.Pool, rdb redi
 	if len(names) == 0 {
 		names = projections.Names()
 	}
-	projections.WarnListpack(ctx, rdb, cfg.InboxMax, log)
+	readmodel.WarnListpack(ctx, rdb, cfg.Policy, log)
 	s, err := projections.NewSupervisor(projections.SupervisorConfig{
 		Projections: projectionConfig(cfg),
 		Runner:      projections.RunnerConfig{Brokers: brokersOf(cfg), Topic: cfg.Topic, Logger: log, Metrics: m},
@@ -112,12 +112,9 @@ func newProjectors(ctx context.Context, cfg Config, pool *pgxpool.Pool, rdb redi
 // projectionConfig maps the process configuration to the projectors' policies.
 func projectionConfig(cfg Config) projections.Config {
 	return projections.Config{
-		Keys:               rkeys.Keys{},
-		CelebrityThreshold: cfg.CelebrityThreshold,
-		InboxMax:           cfg.InboxMax,
-		InactiveAfter:      cfg.InactiveAfter,
-		FollowerCacheRows:  followerCacheRows(cfg.FollowerCacheRows),
-	}
+		Keys:              readmodel.Keys{},
+		FollowerCacheRows: followerCacheRows(cfg.FollowerCacheRows),
+	}.WithPolicy(cfg.Policy)
 }
 
 // followerCacheRows maps FEED_FOLLOWER_CACHE_ROWS to the projector's

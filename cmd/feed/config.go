@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/feedco/feed/projections"
+	"github.com/feedco/feed/readmodel"
 )
 
 // Config is everything the binary reads from the environment. Only cmd/
@@ -47,6 +48,9 @@ type Config struct {
 	// level logged (FEED_LOG_LEVEL: debug, info, warn or error).
 	LogFormat string
 	LogLevel  slog.Level
+	// Policy is the feed policy, built once from the settings above and
+	// handed to the projectors, the query side and `feed rebuild`.
+	Policy readmodel.Policy
 }
 
 func envOr(key, def string) string {
@@ -140,6 +144,11 @@ func LoadConfig() (Config, error) {
 	if err := c.LogLevel.UnmarshalText([]byte(envOr("FEED_LOG_LEVEL", "info"))); err != nil {
 		return c, fmt.Errorf("FEED_LOG_LEVEL=%q: want debug, info, warn or error", os.Getenv("FEED_LOG_LEVEL"))
 	}
+	c.Policy = readmodel.Policy{
+		CelebrityThreshold: c.CelebrityThreshold,
+		InboxMax:           c.InboxMax,
+		InactiveAfter:      c.InactiveAfter,
+	}.WithDefaults()
 	if c.Slot == "" {
 		c.Slot, err = slotFromDSN(c.DatabaseURL)
 		if err != nil {
@@ -170,6 +179,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("FEED_READ_CACHE_KEYS=%d: want a number of keys, 0 for off", c.ReadCacheKeys)
 	case c.LogFormat != "text" && c.LogFormat != "json":
 		return fmt.Errorf("FEED_LOG_FORMAT=%q: want text or json", c.LogFormat)
+	}
+	if err := c.Policy.Validate(); err != nil {
+		return fmt.Errorf("feed policy: %w", err)
 	}
 	return nil
 }

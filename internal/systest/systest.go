@@ -25,7 +25,7 @@ import (
 	"github.com/feedco/feed/commands"
 	"github.com/feedco/feed/internal/kafka"
 	"github.com/feedco/feed/internal/kafka/kafkatest"
-	"github.com/feedco/feed/internal/rkeys"
+	"github.com/feedco/feed/readmodel"
 	"github.com/feedco/feed/internal/snowflake"
 	"github.com/feedco/feed/internal/testenv"
 	"github.com/feedco/feed/projections"
@@ -58,7 +58,7 @@ type System struct {
 	Redis  redis.UniversalClient
 	Prefix string
 	// Keys names the read models at the first versions (no rebuild).
-	Keys rkeys.Keys
+	Keys readmodel.Keys
 	// Broker and Topic carry the events from CDC to the projectors.
 	Broker *kafkatest.Broker
 	Topic  string
@@ -86,7 +86,7 @@ func Start(t testing.TB, cfg Config) *System {
 	s := &System{DB: testenv.NewDB(t), Broker: kafkatest.Start(t),
 		Log: testenv.Logger()}
 	r := testenv.NewRedis(t)
-	s.Redis, s.Prefix, s.Keys = r.Client, r.Prefix, rkeys.Keys{Prefix: r.Prefix}
+	s.Redis, s.Prefix, s.Keys = r.Client, r.Prefix, readmodel.Keys{Prefix: r.Prefix}
 	s.Topic = s.Broker.Topic(t, cfg.Partitions)
 	s.Slot = "feed_" + cfg.Name + "_" + s.DB.Name
 	s.GroupPrefix = testenv.RandomName(cfg.Name) + "."

@@ -1,7 +1,4 @@
-// Package rkeys names the Redis keys of the read models, in one place, so the
-// projectors that write them and the query side that reads them agree. Every
-// key of one account carries that account's id as a Redis Cluster hash tag.
-package rkeys
+package readmodel
 
 import "strconv"
 
@@ -19,6 +16,10 @@ type Keys struct {
 }
 
 func id(v int64) string { return strconv.FormatInt(v, 10) }
+
+// Pattern is the SCAN MATCH pattern of every key under k.Prefix (its glob
+// characters quoted).
+func (k Keys) Pattern() string { return escapeGlob(k.Prefix) + "*" }
 
 // Version returns the version k builds the keys of projection with.
 func (k Keys) Version(projection string) int {
@@ -68,26 +69,3 @@ func (k Keys) FollowingVersions(userID int64) string {
 
 // Celebrities is the set of authors at or over the celebrity threshold.
 func (k Keys) Celebrities() string { return k.ns(ProjectionFollowers) + "celebrities" }
-
-// Sentinel members of inbox and timeline sorted sets. Real members are
-// decimal post ids; anything starting with '~' is a sentinel that readers
-// skip. See docs/architecture.md.
-const (
-	// SentinelBuilt (score +inf) marks an inbox built complete from the
-	// source of truth and maintained since; without it the inbox is cold.
-	SentinelBuilt = "~built"
-	// SentinelFloor's score F says the set is complete only above F.
-	SentinelFloor = "~floor"
-)
-
-// IsSentinel reports whether a sorted-set member is a sentinel.
-func IsSentinel(member string) bool { return len(member) > 0 && member[0] == '~' }
-
-// Post is the cached body of a post, stored as JSON at Keys.Post.
-type Post struct {
-	ID        int64  `json:"id,string"`
-	AuthorID  int64  `json:"authorId,string"`
-	Content   string `json:"content"`
-	CreatedAt string `json:"createdAt"` // RFC 3339, UTC, milliseconds
-	Deleted   bool   `json:"deleted"`
-}

@@ -1,4 +1,4 @@
-package rkeys
+package readmodel
 
 import (
 	"context"

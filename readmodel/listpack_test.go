@@ -1,4 +1,4 @@
-package projections
+package readmodel
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/feedco/feed/internal/rkeys"
 	"github.com/feedco/feed/internal/testenv"
 )
 
@@ -45,8 +44,8 @@ func TestListpackPayloadMatchesZADD(t *testing.T) {
 		math.MinInt32 - 1, math.MaxInt64, math.MinInt64, 7400828001009348608}
 	cases := map[string][]lpEntry{
 		"one": {{score: 5, id: 9}},
-		"sentinels": {{score: 1764498000000, str: rkeys.SentinelFloor}, {score: 1764498000001, id: 7400828001009348608},
-			{score: math.Inf(1), str: rkeys.SentinelBuilt}},
+		"sentinels": {{score: 1764498000000, str: SentinelFloor}, {score: 1764498000001, id: 7400828001009348608},
+			{score: math.Inf(1), str: SentinelBuilt}},
 		"ties by bytes": {{score: 3, id: 9}, {score: 3, id: 10}, {score: 3, id: -5}, {score: 3, id: -40},
 			{score: 3, str: "~x"}, {score: 3, id: 100}, {score: 3, id: 0}},
 		"negative inf": {{score: math.Inf(-1), id: 1}, {score: -7, id: 2}, {score: 0, id: 3}},
@@ -69,7 +68,7 @@ func TestListpackPayloadMatchesZADD(t *testing.T) {
 			ms := base + int64(rnd.IntN(n/3)) // many ties
 			es = append(es, lpEntry{score: float64(ms), id: ms<<22 | int64(i)})
 		}
-		es = append(es, lpEntry{score: float64(base - 1), str: rkeys.SentinelFloor}, lpEntry{score: math.Inf(1), str: rkeys.SentinelBuilt})
+		es = append(es, lpEntry{score: float64(base - 1), str: SentinelFloor}, lpEntry{score: math.Inf(1), str: SentinelBuilt})
 		cases["inbox "+strconv.Itoa(n)] = es
 	}
 

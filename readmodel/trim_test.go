@@ -1,4 +1,4 @@
-package projections
+package readmodel
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/feedco/feed/internal/rkeys"
 	"github.com/feedco/feed/internal/testenv"
 )
 
@@ -38,13 +37,13 @@ func TestTrimScriptMatchesBoundedAdd(t *testing.T) {
 		if rng.IntN(4) > 0 {
 			// Below every entry, among them, or above the cut.
 			floor = []float64{999, 1000 + float64(rng.IntN(2*real)), score - float64(rng.IntN(max))}[rng.IntN(3)]
-			zs = append(zs, redis.Z{Score: floor, Member: rkeys.SentinelFloor})
+			zs = append(zs, redis.Z{Score: floor, Member: SentinelFloor})
 			for l := range rng.IntN(3) { // late pushes at or below the floor
 				zs = append(zs, redis.Z{Score: floor - float64(rng.IntN(2)), Member: fmt.Sprint(800000 + l)})
 			}
 		}
 		if rng.IntN(4) > 0 {
-			zs = append(zs, redis.Z{Score: math.Inf(1), Member: rkeys.SentinelBuilt})
+			zs = append(zs, redis.Z{Score: math.Inf(1), Member: SentinelBuilt})
 		}
 		a, b := fmt.Sprintf("%sa%d", rd.Prefix, i), fmt.Sprintf("%sb%d", rd.Prefix, i)
 		rd.Client.ZAdd(ctx, a, zs...)
@@ -80,35 +79,35 @@ func TestTrimScriptMatchesBoundedAdd(t *testing.T) {
 func TestTrimSlackConfig(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		in                      Config
+		in                      Policy
 		slack, keep, band, over int
 	}{
-		{Config{}, 64, 436, 32, 468},
-		{Config{InboxMax: 20}, 5, 15, 2, 17},
-		{Config{InboxMax: 4, BackfillPosts: 3}, 1, 3, 1, 4},
-		{Config{InboxMax: 3, BackfillPosts: 3}, 0, 3, 0, 3},
-		{Config{InboxMax: 20, InboxTrimSlack: 2}, 2, 18, 2, 20},
-		{Config{InboxMax: 20, InboxTrimEvery: 1}, 0, 20, 0, 20},
-		{Config{InboxMax: 20, InboxTrimSlack: 8, InboxTrimEvery: 4}, 8, 12, 8, 20},
-		{Config{InboxMax: 20, InboxTrimSlack: 8, InboxTrimEvery: 4, InboxTrimBand: 3}, 8, 12, 3, 15},
-		{Config{InboxTrimBand: 10}, 64, 436, 10, 446},
-		{Config{InboxMax: 8, InboxTrimSlack: -3, InboxTrimEvery: 4, BackfillPosts: 3}, 0, 8, 0, 8},
+		{Policy{}, 64, 436, 32, 468},
+		{Policy{InboxMax: 20}, 5, 15, 2, 17},
+		{Policy{InboxMax: 4}, 1, 3, 1, 4},
+		{Policy{InboxMax: 3}, 0, 3, 0, 3},
+		{Policy{InboxMax: 20, InboxTrimSlack: 2}, 2, 18, 2, 20},
+		{Policy{InboxMax: 20, InboxTrimEvery: 1}, 0, 20, 0, 20},
+		{Policy{InboxMax: 20, InboxTrimSlack: 8, InboxTrimEvery: 4}, 8, 12, 8, 20},
+		{Policy{InboxMax: 20, InboxTrimSlack: 8, InboxTrimEvery: 4, InboxTrimBand: 3}, 8, 12, 3, 15},
+		{Policy{InboxTrimBand: 10}, 64, 436, 10, 446},
+		{Policy{InboxMax: 8, InboxTrimSlack: -3, InboxTrimEvery: 4}, 0, 8, 0, 8},
 	} {
-		got := c.in.withDefaults()
-		if got.InboxTrimSlack != c.slack || got.inboxKeep() != c.keep || got.InboxTrimBand != c.band || got.inboxTrimOver() != c.over {
+		got := c.in.WithDefaults()
+		if got.InboxTrimSlack != c.slack || got.InboxKeep() != c.keep || got.InboxTrimBand != c.band || got.InboxTrimOver() != c.over {
 			t.Errorf("%+v: slack %d keep %d band %d over %d, want %d, %d, %d, %d", c.in,
-				got.InboxTrimSlack, got.inboxKeep(), got.InboxTrimBand, got.inboxTrimOver(), c.slack, c.keep, c.band, c.over)
+				got.InboxTrimSlack, got.InboxKeep(), got.InboxTrimBand, got.InboxTrimOver(), c.slack, c.keep, c.band, c.over)
 		}
 		if err := got.Validate(); err != nil {
 			t.Errorf("%+v: %v", c.in, err)
 		}
 	}
-	for _, bad := range []Config{
-		{InboxMax: 10, InboxTrimSlack: 10, InboxTrimEvery: 16, BackfillPosts: 3}, // a trim would keep nothing
-		{InboxMax: 10, InboxTrimSlack: 4, InboxTrimEvery: 16, InboxTrimBand: 5, BackfillPosts: 3},
-		{InboxMax: 10, InboxTrimSlack: 4, InboxTrimEvery: 16, InboxTrimBand: -1, BackfillPosts: 3},
+	for _, bad := range []Policy{
+		{InboxMax: 10, InboxTrimSlack: 10, InboxTrimEvery: 16}, // a trim would keep nothing
+		{InboxMax: 10, InboxTrimSlack: 4, InboxTrimEvery: 16, InboxTrimBand: 5},
+		{InboxMax: 10, InboxTrimSlack: 4, InboxTrimEvery: 16, InboxTrimBand: -1},
 	} {
-		if err := bad.withDefaults().Validate(); err == nil {
+		if err := bad.WithDefaults().Validate(); err == nil {
 			t.Errorf("%+v: no error", bad)
 		}
 	}

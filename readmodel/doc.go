@@ -1,0 +1,64 @@
+// Package readmodel owns the Redis read models: every key name, Lua
+// script, sentinel, TTL, trim and bound rule of the inboxes, the author
+// timelines, the follower sets and counts, the celebrity set, the post
+// cache, the projection version registry and the rebuild status key. The
+// projectors that write them, the query side that reads them and `feed
+// rebuild` call its operations, so they agree, and a change of a read
+// model's Redis layout touches this package only.
+//
+// Operations that share a round trip with others are queued on the
+// caller's pipeline (QueueX methods taking a redis.Pipeliner); pipelines
+// that may hold a script by SHA run with Exec, which loads the scripts on
+// NOSCRIPT. The feed Policy (policy.go) is the one set of rules (celebrity
+// threshold, inbox bound and trim band, inactivity window, inbox TTL) the
+// writers and readers share; cmd/feed builds it once.
+//
+// # Keys
+//
+// Every key starts with a namespace prefix (Keys.Prefix: "" in production,
+// a random one in tests) and, from projection version 2 on, `v{n}:` (a
+// blue/green rebuild writes a new version beside the live one; Keys,
+// Versions, LiveVersions, Classify in keys.go and versions.go). `{...}` is
+// a Redis Cluster hash tag: the keys of one account share a slot, and
+// every script touches one slot. Members of inbox and timeline sorted sets
+// are decimal post ids scored by created_at in epoch milliseconds.
+//
+//	key pattern         | type   | hash tag | file           | writers                                                                                                 | readers                                                                                      | markers and TTL
+//	--------------------+--------+----------+----------------+---------------------------------------------------------------------------------------------------------+----------------------------------------------------------------------------------------------+-------------------------------------------------------------
+//	feed:{u}            | zset   | {u}      | inbox.go,      | projections.Inbox (push: QueuePush, QueuePushExact, QueueCheck, QueueTrim; follow and celebrity        | queries (home read: Inboxes.QueueRead); projections.Inbox.removeAuthor (Posts); bench       | ~built (+inf): built complete and maintained, else cold;
+//	                    |        |          | build.go       | backfills: QueueBackfill; unfollow: Posts, Remove; deletions: QueueRemove); projections BuildInboxes   | (RawRead, encodings)                                                                         | ~floor F: complete only above F. TTL Policy.InboxTTL: set by
+//	                    |        |          |                | (RestoreBuildWriter / ZaddBuildWriter); queries (cold rebuild: WriteRebuilt; activity: Touch)           |                                                                                              | Touch, WriteRebuilt, the builds; EXPIRE NX by pushes
+//	timeline:{a}        | zset   | {a}      | timeline.go,   | projections.Timelines (Add, Remove); projections BuildTimelines (QueueBuilt); queries.PostCreated      | queries (home read of the caller's own timeline: QueueRead; celebrity timelines and author  | ~built always (the projector sees every post); ~floor when
+//	                    |        |          | build.go       | (QueueOwnPost, the write-through of a new post)                                                          | pages: QueueRange)                                                                           | cut at TimelineMax. No TTL
+//	post:{p}            | string | {p}      | posts.go       | projections.Posts (Create: SET NX; Set: tombstone on delete); projections BuildPosts (QueueSet);        | queries (hydration: QueueGet, MGET on one node, GETs on a cluster)                           | JSON Post; a tombstone (deleted, no content) is final. No TTL
+//	                    |        |          |                | queries.PostCreated (QueueCreate)                                                                        |                                                                                              |
+//	followers:{a}       | hash   | {a}      | followers.go   | projections.Followers.ApplyBatch (QueueApply: followerCountScript); BuildFollowers                     | none on the read path (counts come with the events)                                          | field count; per follower the last applied pair version.
+//	                    |        |          |                | (QueueBuildFollowers)                                                                                    |                                                                                              | No TTL
+//	following:{u}       | set    | {u}      | followers.go   | projections.Followers.ApplyBatch (QueueApply: followingScript); BuildFollowers (QueueBuildFollowing)    | queries (home read: QueueHasFollowing, QueueSetExists, QueueFollows; hydration: QueueFollows, | No TTL
+//	                    |        |          |                |                                                                                                          | FollowsEach)                                                                                 |
+//	following_v:{u}     | hash   | {u}      | followers.go   | as following:{u}, in the same script                                                                     | queries (QueueHasFollowing, QueueVersionsExists: it outlives an emptied following set)      | per followee the last applied pair version. No TTL
+//	celebrities         | set    | none     | celebrities.go | projections.Followers.ApplyBatch (QueueSet, by Policy.IsCelebrity); BuildFollowers (QueueAdd)          | queries (celebrity cache: Members)                                                           | No TTL
+//	projection:versions | hash   | none     | registry.go,   | rebuild (Registry.MarkDirty, Activate, ClearDirty)                                                       | projections.Supervisor and cmd/feed (LoadVersions); queries (LiveVersions); rebuild         | field {projection}: active version (missing: 1);
+//	                    |        |          | versions.go    |                                                                                                          | (Registry.Load, Dirty, DirtyAll)                                                             | {projection}.dirty while other versions' keys may exist.
+//	                    |        |          |                |                                                                                                          |                                                                                              | Not versioned. No TTL
+//	projection:rebuild  | hash   | none     | registry.go    | rebuild (Registry.SetRebuildInfo, ClearRebuildInfo)                                                      | rebuild (Registry.RebuildInfo: `feed status`, a busy rebuild's error)                        | projection, version, phase, started, updated. Not versioned
+//
+// # Sentinels
+//
+// Members starting with `~` are sentinels (SentinelBuilt, SentinelFloor;
+// IsSentinel), skipped by every reader; the scripts spell them from the
+// Go constants. `~floor` only grows: trims raise it to the highest score
+// they cut, a follow backfill that copies only the followee's newest posts
+// raises it to the oldest one copied. Entries at or below it may be
+// present for a while (late plain pushes) and are ignored by readers;
+// removals (unfollow, deletions) leave it alone.
+//
+// # The inbox bulk build
+//
+// RestoreBuildWriter writes each built inbox as one RESTORE of a
+// hand-serialised listpack (listpack.go), because a ZADD of n members
+// into a listpack costs Redis O(n²); ZaddBuildWriter is the plain version
+// beside it, and the fallback. BenchmarkBuildInboxRestoreVsZadd measures
+// both; TestBuildWritersAgree and TestListpackPayloadMatchesZADD check
+// that they write the same sets.
+package readmodel

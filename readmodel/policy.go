@@ -1,0 +1,172 @@
+package readmodel
+
+import (
+	"cmp"
+	"fmt"
+	"time"
+)
+
+// Policy is the feed policy every writer and reader of the inboxes and
+// timelines must agree on: who is a celebrity, how many entries an inbox
+// keeps and when it is trimmed, and how long an inbox outlives its
+// owner's last read. It is built once (cmd/feed, from the environment) and
+// handed to the projectors, the query side and `feed rebuild`, so they
+// cannot disagree; zero fields take their defaults in WithDefaults, the
+// only place they are defaulted.
+type Policy struct {
+	// CelebrityThreshold: a post is pushed iff its author had fewer
+	// followers than this when it was created (FEED_CELEBRITY_THRESHOLD);
+	// the followers projector keeps the celebrity set by the same rule.
+	CelebrityThreshold int64
+	// InboxMax bounds every inbox (FEED_INBOX_MAX); a cold rebuild and the
+	// bulk build write at most this many posts into one.
+	InboxMax int
+	// InboxTrimSlack is how far below InboxMax a trim cuts: a trim keeps an
+	// inbox's newest InboxMax - InboxTrimSlack real entries (what an inbox
+	// guarantees its reader; readers continue below ~floor from
+	// PostgreSQL). A sampled push trims an inbox found over InboxMax -
+	// InboxTrimSlack + InboxTrimBand (real entries; both sentinels
+	// assumed), so no inbox is kept over that by more than the sampling
+	// overshoot, and every listpack ZADD, which scans the whole inbox,
+	// scans fewer entries than the naive ZADD + ZREMRANGEBYRANK pair's 500
+	// (docs/projections.md, "The bound rule"). Follow backfills and the
+	// exact path (InboxTrimEvery 1) follow the same rule. 0 trims on every
+	// push over InboxMax, back to InboxMax (slower, but byte-for-byte order
+	// independent with InboxTrimEvery 1; see docs/projections.md).
+	// Negative means 0; it must be below InboxMax. The trim policy
+	// defaults as a whole: when both InboxTrimSlack and InboxTrimEvery are
+	// zero, they take the defaults (64, 16), the slack clamped
+	// to InboxMax/4 (so a small FEED_INBOX_MAX keeps most of its bound),
+	// and a zero InboxTrimBand half the slack; when InboxTrimEvery is set,
+	// InboxTrimSlack is taken as it is and a zero InboxTrimBand means the
+	// slack (trims start over InboxMax).
+	InboxTrimSlack int
+	// InboxTrimBand is how far above what a trim keeps an inbox may grow
+	// before a sampled push trims it: trims start over InboxMax -
+	// InboxTrimSlack + InboxTrimBand real entries, 1..InboxTrimSlack (0:
+	// the default, see InboxTrimSlack). With the defaults (500, 64, 32, 1
+	// in 16 sampled) a trim keeps 436 and starts over 468, and inboxes
+	// average ~462 entries. A smaller band trims more often (a trim costs
+	// Redis about as much as a push) over smaller inboxes; the reader's
+	// guarantee (InboxMax - InboxTrimSlack) does not depend on it.
+	InboxTrimBand int
+	// InboxTrimEvery: for one (post, follower) pair in this many, chosen by
+	// a hash of the pair (so a redelivery samples the same pairs), a push
+	// also checks the inbox's size (trimming it when over the band, see
+	// InboxTrimSlack) and TTL. 1 runs the bounded-add script on every push
+	// instead (with InboxTrimSlack 0: exact trims, see
+	// docs/projections.md). Default 16.
+	InboxTrimEvery int
+	// InactiveAfter: followers who have not read their feed for this long
+	// get no pushes (FEED_INACTIVE_AFTER, default 30 days), so their inbox
+	// must be gone by then.
+	InactiveAfter time.Duration
+	// InboxTTLMargin: every activity write and every cold rebuild sets the
+	// reader's inbox to expire after InactiveAfter minus this margin, and
+	// the inbox projector gives inboxes it creates or trims without a TTL
+	// the same, so an inbox disappears before fan-out stops pushing to its
+	// owner (default max(1h, 2×ActivityWriteInterval)).
+	InboxTTLMargin time.Duration
+	// ActivityWriteInterval is the least time between two user_activity
+	// writes for one user from one query process (default 5 min): the
+	// inbox TTL is moved at most this often, so the margin covers two of
+	// them.
+	ActivityWriteInterval time.Duration
+}
+
+// The defaults, applied by WithDefaults only.
+const (
+	defaultCelebrityThreshold    = 10_000
+	defaultInboxMax              = 500
+	defaultInboxTrimSlack        = 64
+	defaultInboxTrimEvery        = 16
+	defaultInactiveAfter         = 30 * 24 * time.Hour
+	defaultInboxTTLMargin        = time.Hour
+	defaultActivityWriteInterval = 5 * time.Minute
+)
+
+// DefaultPolicy returns the default policy, every derived field filled:
+// Policy{}.WithDefaults().
+func DefaultPolicy() Policy { return Policy{}.WithDefaults() }
+
+// WithDefaults fills p's zero fields with the defaults (see
+// InboxTrimSlack for how the trim fields default together). It is
+// idempotent.
+func (p Policy) WithDefaults() Policy {
+	p.CelebrityThreshold = cmp.Or(p.CelebrityThreshold, defaultCelebrityThreshold)
+	p.InboxMax = cmp.Or(p.InboxMax, defaultInboxMax)
+	// Zero slack is a meaningful setting (exact trims), so it defaults only
+	// together with the sampling: a caller that sets neither (`feed
+	// project`) gets the documented policy, not slack 0, which would run
+	// the trim script on nearly every sampled push.
+	defaulted := p.InboxTrimSlack == 0 && p.InboxTrimEvery == 0
+	if defaulted {
+		p.InboxTrimSlack = min(defaultInboxTrimSlack, p.InboxMax/4)
+	}
+	if p.InboxTrimSlack < 0 {
+		p.InboxTrimSlack = 0
+	}
+	if p.InboxTrimBand == 0 {
+		// The defaulted policy starts trims halfway between what a trim
+		// keeps and InboxMax; an explicit one (tests, exact trims) at
+		// InboxMax.
+		p.InboxTrimBand = p.InboxTrimSlack
+		if defaulted {
+			p.InboxTrimBand = max(p.InboxTrimSlack/2, min(p.InboxTrimSlack, 1))
+		}
+	}
+	p.InboxTrimEvery = cmp.Or(p.InboxTrimEvery, defaultInboxTrimEvery)
+	p.InactiveAfter = cmp.Or(p.InactiveAfter, defaultInactiveAfter)
+	p.ActivityWriteInterval = cmp.Or(p.ActivityWriteInterval, defaultActivityWriteInterval)
+	p.InboxTTLMargin = cmp.Or(p.InboxTTLMargin, max(defaultInboxTTLMargin, 2*p.ActivityWriteInterval))
+	return p
+}
+
+// Validate reports the first policy that cannot work.
+func (p Policy) Validate() error {
+	switch {
+	case p.CelebrityThreshold < 1:
+		return fmt.Errorf("celebrity threshold %d: want at least 1", p.CelebrityThreshold)
+	case p.InboxMax < 1:
+		return fmt.Errorf("inbox max %d: want at least 1", p.InboxMax)
+	case p.InboxTrimSlack >= p.InboxMax:
+		return fmt.Errorf("inbox trim slack %d: want below inbox max %d (a trim keeps max - slack)", p.InboxTrimSlack, p.InboxMax)
+	case p.InboxTrimBand < 0 || p.InboxTrimBand > p.InboxTrimSlack:
+		return fmt.Errorf("inbox trim band %d: want 1..slack %d (trims start over inbox max - slack + band)", p.InboxTrimBand, p.InboxTrimSlack)
+	case p.InboxTrimEvery < 1:
+		return fmt.Errorf("inbox trim every %d: want at least 1", p.InboxTrimEvery)
+	case p.InactiveAfter <= 0:
+		return fmt.Errorf("inactive after %v: want a positive duration", p.InactiveAfter)
+	case p.ActivityWriteInterval <= 0 || p.ActivityWriteInterval > 24*time.Hour:
+		return fmt.Errorf("activity write interval %v: want (0, 24h]", p.ActivityWriteInterval)
+	case p.InboxTTLMargin <= 0 || p.InactiveAfter-p.InboxTTLMargin < time.Second:
+		return fmt.Errorf("inbox TTL margin %v: want a positive duration below inactive after %v", p.InboxTTLMargin, p.InactiveAfter)
+	}
+	return nil
+}
+
+// InboxKeep is how many real entries a trim keeps: InboxMax - slack (see
+// InboxTrimSlack).
+func (p Policy) InboxKeep() int { return p.InboxMax - p.InboxTrimSlack }
+
+// InboxTrimOver is the number of real entries over which a sampled push
+// trims an inbox: InboxMax - slack + band (see InboxTrimBand).
+func (p Policy) InboxTrimOver() int { return p.InboxKeep() + p.InboxTrimBand }
+
+// InboxTTL is how long an inbox lives after its owner's last activity
+// write (and the TTL the projector gives inboxes that have none): it must
+// be gone before fan-out stops pushing to the owner (InactiveAfter after
+// that write), or a user coming back after InactiveAfter would be served
+// an inbox that says ~built but missed every post since. Gone (or
+// recreated by late pushes, without ~built), it is cold and rebuilt on
+// the next read.
+func (p Policy) InboxTTL() time.Duration { return p.InactiveAfter - p.InboxTTLMargin }
+
+// IsCelebrity reports whether an author with this many followers is a
+// celebrity: their posts are pulled at read time, not pushed.
+func (p Policy) IsCelebrity(followers int64) bool { return followers >= p.CelebrityThreshold }
+
+// CrossedDown reports whether an Unfollowed that leaves the followee this
+// many followers took them below the threshold: their recent posts were
+// never pushed, so their active followers get a backfill.
+func (p Policy) CrossedDown(followers int64) bool { return followers == p.CelebrityThreshold-1 }

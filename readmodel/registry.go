@@ -1,0 +1,132 @@
+package readmodel
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Registry is the projection version registry, `projection:versions` (a
+// hash: field = projection name, value = its active version, missing: 1;
+// plus a dirty field per projection while keys of another version may
+// exist), and the rebuild status hash, `projection:rebuild`, that a
+// running `feed rebuild` describes itself in for `feed status` (the lock
+// itself is in PostgreSQL, see docs/rebuild.md). Neither is versioned.
+type Registry struct{ keys Keys }
+
+// NewRegistry returns the registry operations under the namespace prefix.
+func NewRegistry(prefix string) Registry { return Registry{keys: Keys{Prefix: prefix}} }
+
+// Load reads the active versions.
+func (r Registry) Load(ctx context.Context, rdb redis.Cmdable) (Versions, error) {
+	return LoadVersions(ctx, rdb, r.keys.Prefix)
+}
+
+// Dirty reports whether keys of projection other than its active version
+// may exist (a rebuild started and has not cleaned up).
+func (r Registry) Dirty(ctx context.Context, rdb redis.Cmdable, projection string) (bool, error) {
+	ok, err := rdb.HExists(ctx, r.keys.VersionsKey(), DirtyField(projection)).Result()
+	if err != nil {
+		return false, fmt.Errorf("read registry: %w", err)
+	}
+	return ok, nil
+}
+
+// DirtyAll reports Dirty for every projection, in one read.
+func (r Registry) DirtyAll(ctx context.Context, rdb redis.Cmdable) (map[string]bool, error) {
+	reg, err := rdb.HGetAll(ctx, r.keys.VersionsKey()).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read registry: %w", err)
+	}
+	out := make(map[string]bool, len(Projections()))
+	for _, p := range Projections() {
+		_, out[p] = reg[DirtyField(p)]
+	}
+	return out, nil
+}
+
+// MarkDirty records that keys of projection at version may exist besides
+// the active version's.
+func (r Registry) MarkDirty(ctx context.Context, rdb redis.Cmdable, projection string, version int) error {
+	return rdb.HSet(ctx, r.keys.VersionsKey(), DirtyField(projection), version).Err()
+}
+
+// ClearDirty records that only the active version's keys of projection
+// exist.
+func (r Registry) ClearDirty(ctx context.Context, rdb redis.Cmdable, projection string) error {
+	return rdb.HDel(ctx, r.keys.VersionsKey(), DirtyField(projection)).Err()
+}
+
+// Activate switches projection to version: one HSET, which the query
+// side's LiveVersions and the projectors' Supervisor follow.
+func (r Registry) Activate(ctx context.Context, rdb redis.Cmdable, projection string, version int) error {
+	return rdb.HSet(ctx, r.keys.VersionsKey(), projection, version).Err()
+}
+
+// RebuildInfo reads what the running rebuild says about itself
+// (projection, version, phase, started, updated).
+func (r Registry) RebuildInfo(ctx context.Context, rdb redis.Cmdable) (map[string]string, error) {
+	return rdb.HGetAll(ctx, r.keys.RebuildKey()).Result()
+}
+
+// SetRebuildInfo records fields (name, value, ...) of the running
+// rebuild's self-description.
+func (r Registry) SetRebuildInfo(ctx context.Context, rdb redis.Cmdable, fields ...any) error {
+	return rdb.HSet(ctx, r.keys.RebuildKey(), fields...).Err()
+}
+
+// ClearRebuildInfo deletes the self-description when the rebuild ends.
+func (r Registry) ClearRebuildInfo(ctx context.Context, rdb redis.Cmdable) error {
+	return rdb.Del(ctx, r.keys.RebuildKey()).Err()
+}
+
+// Sweep deletes every key of projection whose version is not keep: SCAN
+// of the namespace, Classify (which tells `feed:{` from `v2:feed:{`),
+// UNLINK in batches.
+func (r Registry) Sweep(ctx context.Context, rdb redis.UniversalClient, projection string, keep int) error {
+	var cursor uint64
+	batch := make([]string, 0, 1000)
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		if err := rdb.Unlink(ctx, batch...).Err(); err != nil {
+			return fmt.Errorf("delete old keys of %s: %w", projection, err)
+		}
+		batch = batch[:0]
+		return nil
+	}
+	for {
+		keys, next, err := rdb.Scan(ctx, cursor, r.keys.Pattern(), 5000).Result()
+		if err != nil {
+			return fmt.Errorf("scan keys of %s: %w", projection, err)
+		}
+		for _, k := range keys {
+			if p, v, ok := r.keys.Classify(k); ok && p == projection && v != keep {
+				batch = append(batch, k)
+				if len(batch) == cap(batch) {
+					if err := flush(); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		if cursor = next; cursor == 0 {
+			return flush()
+		}
+	}
+}
+
+// escapeGlob quotes the glob characters of a SCAN MATCH pattern.
+func escapeGlob(s string) string {
+	var b []byte
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '*', '?', '[', ']', '\\':
+			b = append(b, '\\')
+		}
+		b = append(b, s[i])
+	}
+	return string(b)
+}
