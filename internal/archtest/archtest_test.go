@@ -1,0 +1,213 @@
+// Package archtest checks, by reading the source, the structural rules the
+// rest of the repository relies on: which package may spell a Redis key or
+// hold a Lua script, who may read the environment, and which packages may
+// import which (docs/architecture.md, "Packages").
+package archtest
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/feedco/feed"
+
+// sourceFile is one parsed Go file of the repository.
+type sourceFile struct {
+	path string // relative to the repository root, slash-separated
+	dir  string // its package directory, relative
+	test bool   // a _test.go file
+	ast  *ast.File
+}
+
+// repoFiles parses every Go file of the repository once.
+func repoFiles(t *testing.T) []sourceFile {
+	t.Helper()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		t.Fatalf("repository root not found from %s: %v", root, err)
+	}
+	fset := token.NewFileSet()
+	var files []sourceFile
+	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if name := d.Name(); p != root && (strings.HasPrefix(name, ".") || name == "testdata" || name == "bin") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(p, ".go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, p, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		rel = filepath.ToSlash(rel)
+		files = append(files, sourceFile{
+			path: rel,
+			dir:  filepath.ToSlash(filepath.Dir(rel)),
+			test: strings.HasSuffix(p, "_test.go"),
+			ast:  f,
+		})
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("read the repository: %v", err)
+	}
+	if len(files) < 50 {
+		t.Fatalf("found only %d Go files under %s: the walk is broken", len(files), root)
+	}
+	return files
+}
+
+func under(dir, prefix string) bool { return dir == prefix || strings.HasPrefix(dir, prefix+"/") }
+
+// keyFragments are the pieces of Redis key names and sentinel members that
+// only the read-model package may spell.
+var keyFragments = []string{
+	"feed:{", "timeline:{", "post:{", "followers:{", "following:{", "following_v:{",
+	"projection:versions", "projection:rebuild", "~floor", "~built",
+}
+
+// TestOnlyReadModelSpellsKeys fails when non-test code outside readmodel/
+// names a Redis key prefix or a sentinel, or holds a Lua script.
+func TestOnlyReadModelSpellsKeys(t *testing.T) {
+	for _, f := range repoFiles(t) {
+		if f.test || under(f.dir, "readmodel") || under(f.dir, "internal/archtest") {
+			continue
+		}
+		ast.Inspect(f.ast, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.BasicLit:
+				if n.Kind != token.STRING {
+					return true
+				}
+				s, err := strconv.Unquote(n.Value)
+				if err != nil {
+					return true
+				}
+				for _, frag := range keyFragments {
+					if strings.Contains(s, frag) {
+						t.Errorf("%s: the string %q spells the Redis key fragment %q; call readmodel instead", f.path, s, frag)
+					}
+				}
+				if strings.Contains(s, "redis.call") {
+					t.Errorf("%s: holds a Lua script; scripts belong to readmodel", f.path)
+				}
+			case *ast.BinaryExpr:
+				// "celebrities" alone is also a flag name; concatenated
+				// into a string it is the celebrity set's key.
+				for _, side := range []ast.Expr{n.X, n.Y} {
+					if lit, ok := side.(*ast.BasicLit); ok && n.Op == token.ADD && lit.Value == `"celebrities"` {
+						t.Errorf("%s: builds the celebrity set's key; call readmodel instead", f.path)
+					}
+				}
+			case *ast.SelectorExpr:
+				if n.Sel.Name == "NewScript" {
+					t.Errorf("%s: creates a Redis script; scripts belong to readmodel", f.path)
+				}
+			}
+			return true
+		})
+	}
+}
+
+// envReaders are the functions that read or change the process environment.
+var envReaders = map[string]bool{
+	"Getenv": true, "LookupEnv": true, "Environ": true, "Setenv": true,
+	"Unsetenv": true, "Clearenv": true, "ExpandEnv": true,
+}
+
+// TestOnlyCmdReadsEnvironment fails when code outside cmd/ and the test
+// helpers reads the environment: configuration is read once, in cmd/, and
+// passed down as values. Tests may (a crash test re-executes itself with a
+// variable that tells the child its role).
+func TestOnlyCmdReadsEnvironment(t *testing.T) {
+	for _, f := range repoFiles(t) {
+		if f.test || under(f.dir, "cmd") || under(f.dir, "internal/testenv") {
+			continue
+		}
+		osName := importName(f.ast, "os")
+		sysName := importName(f.ast, "syscall")
+		ast.Inspect(f.ast, func(n ast.Node) bool {
+			sel, ok := n.(*ast.SelectorExpr)
+			if !ok || !envReaders[sel.Sel.Name] {
+				return true
+			}
+			if x, ok := sel.X.(*ast.Ident); ok && (x.Name == osName || x.Name == sysName) {
+				t.Errorf("%s: %s.%s reads the environment; only cmd/ does (pass the value in a config)", f.path, x.Name, sel.Sel.Name)
+			}
+			return true
+		})
+	}
+}
+
+// importName returns the name a file uses for an imported package path, or
+// "" when it does not import it.
+func importName(f *ast.File, path string) string {
+	for _, imp := range f.Imports {
+		p, _ := strconv.Unquote(imp.Path.Value)
+		if p != path {
+			continue
+		}
+		if imp.Name != nil {
+			return imp.Name.Name
+		}
+		return filepath.Base(path)
+	}
+	return ""
+}
+
+// TestImportRules keeps the flow one way: the rules of docs/architecture.md,
+// "Packages". The binaries and the tests may compose the whole system; the
+// rules between the layers hold for tests too.
+func TestImportRules(t *testing.T) {
+	type rule struct {
+		from, to string // package directories; "*" is any
+		why      string
+	}
+	forbidden := []rule{
+		{"*", "api", "nothing imports the HTTP layer"},
+		{"*", "cmd", "nothing imports a binary"},
+		{"commands", "queries", "the write and read sides are independent"},
+		{"queries", "commands", "the write and read sides are independent"},
+		{"cdc", "projections", "CDC and the projectors meet only in Kafka"},
+		{"projections", "cdc", "CDC and the projectors meet only in Kafka"},
+		{"readmodel", "projections", "the read models do not know their writers"},
+		{"readmodel", "queries", "the read models do not know their readers"},
+	}
+	for _, f := range repoFiles(t) {
+		for _, imp := range f.ast.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			dep, ok := strings.CutPrefix(p, module+"/")
+			if !ok {
+				continue
+			}
+			if under(f.dir, "events") && !f.test {
+				t.Errorf("%s imports %s: events imports nothing of ours", f.path, p)
+			}
+			for _, r := range forbidden {
+				if (r.from == "*" || under(f.dir, r.from)) && under(dep, r.to) && !under(f.dir, r.to) {
+					if r.from == "*" && (f.test || under(f.dir, "cmd")) {
+						continue // the binaries and the tests compose the system
+					}
+					t.Errorf("%s imports %s: %s", f.path, p, r.why)
+				}
+			}
+		}
+	}
+}
