@@ -53,8 +53,8 @@ var (
 	readPhases   = flag.String("read.phases", "http,sql,redis,static,handler,home", "BenchmarkReadHTTP: the phases to run, a comma list of http, sql, redis, static, handler, home")
 )
 
-// pullSQLSeed is the seeds' fan-out-on-read query (section 6), the
-// baseline: the followees' posts before a time, newest first, 20.
+// pullSQLSeed is the naive fan-out-on-read query (a join of follows and
+// posts, sorted at read time), the baseline: the followees' posts before a time, newest first, 20.
 const pullSQLSeed = `SELECT p.id, p.created_at
 FROM posts p
 WHERE p.author_id IN (SELECT followee_id FROM follows WHERE follower_id = $1)
@@ -71,7 +71,7 @@ LIMIT 20`
 //     (JWT auth, routing, metrics, query side, JSON) served by
 //     api.Server.Serve (the server `feed api` runs, with its timeouts) on
 //     keep-alive connections, each request for a random user;
-//   - sql: the seeds' pull query (section 6) for a random user;
+//   - sql: the naive pull query (pullSQLSeed) for a random user;
 //   - redis: the raw two commands a read needs, ZREVRANGEBYSCORE of the
 //     inbox (LIMIT 21) then MGET of 20 post bodies;
 //   - http, fixed page: the same API answering one real page from memory
@@ -284,7 +284,7 @@ func BenchmarkReadHTTP(b *testing.B) {
 		op          func(*rand.Rand) error
 	}
 	var phases []phase
-	for _, p := range []phase{{"http", "http GET /api/feed", httpRead}, {"sql", "sql pull query (seeds §6)", sqlRead}, {"redis", "redis ZREVRANGEBYSCORE+MGET", redisRead},
+	for _, p := range []phase{{"http", "http GET /api/feed", httpRead}, {"sql", "sql naive pull query", sqlRead}, {"redis", "redis ZREVRANGEBYSCORE+MGET", redisRead},
 		{"static", "http, fixed page from memory", staticRead}, {"handler", "API handler in process, no socket", handlerRead},
 		{"home", "Feed.Home in process, no HTTP", homeRead}} {
 		if slices.Contains(strings.Split(*readPhases, ","), p.short) {

@@ -3,7 +3,7 @@
 // feel: read latency, write latency, and the time from a post's 201 to its
 // appearance in a follower's feed; beside it the pipeline's lags and the
 // fan-out rate, and, on the same data and at the same concurrency, two
-// baselines: the seeds' pull SQL query and the raw Redis commands of a read.
+// baselines: the naive pull SQL query and the raw Redis commands of a read.
 package bench
 
 import (

@@ -13,7 +13,7 @@ import (
 // InboxEncoding is how Redis holds the readers' inboxes when the mixed
 // phase starts. A run is read with it: a listpack inbox costs Redis
 // several times the CPU of a skiplist one per ZADD and about a fifth of
-// its memory (docs/benchmarks.md, End to end).
+// its memory (docs/benchmarks.md, Projections).
 type InboxEncoding struct {
 	// ZsetMaxListpackEntries is the server's zset-max-listpack-entries,
 	// -1 when CONFIG GET is refused (managed Redis services).

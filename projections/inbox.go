@@ -92,7 +92,7 @@ func (p *Inbox) Apply(ctx context.Context, _ events.Envelope, ev events.Event) e
 	return nil
 }
 
-// Follower queries. The active one is the seeds' keyset-paged query: only
+// Follower queries. The active one is a keyset-paged query: only
 // users who read their feed within InactiveAfter get pushes. Its second
 // column says whether the follower was last seen longer ago than the inbox
 // TTL (InactiveAfter minus InboxTTLMargin): that follower's inbox has

@@ -53,7 +53,7 @@ SELECT 1000000 + g, 1 + g % 50, 'post ' || (1000000 + g), timestamptz '2026-01-0
 
 // BenchmarkHome reads first pages of 20 from warm inboxes, 32 goroutines.
 // Sub-benchmarks: the full query; the raw Redis two commands a read needs
-// (ZREVRANGEBYSCORE 21 + MGET 20); the naive pull SQL of the seeds.
+// (ZREVRANGEBYSCORE 21 + MGET 20); the naive fan-out-on-read pull SQL.
 func BenchmarkHome(b *testing.B) {
 	f, readers, rdb, keys, pool := benchData(b)
 	ctx := context.Background()

@@ -19,7 +19,7 @@ func TestReadSetsInboxTTL(t *testing.T) {
 	b.follow(u, a)
 	p := b.post(a, base)
 	b.cachePost(p)
-	b.setZ(b.keys.Inbox(u), []key{p}, true, -1) // warm, no TTL (as before this rule)
+	b.setZ(b.keys.Inbox(u), []key{p}, true, -1) // warm, no TTL
 	sameFeed(t, "warm read", b.readHome(u, 5), []key{p})
 	testenv.Eventually(t, 10*time.Second, "inbox TTL set", func() bool { return b.rdb.TTL(b.ctx, b.keys.Inbox(u)).Val() > 0 })
 	if ttl := b.rdb.TTL(b.ctx, b.keys.Inbox(u)).Val(); ttl > inactive-time.Hour || ttl < inactive-time.Hour-time.Minute {

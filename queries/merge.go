@@ -113,7 +113,7 @@ func sortNewestFirst(keys []key) {
 	})
 }
 
-// mergePage is the seeds' FeedMerger.merge over complete sources: merge,
+// mergePage is the textbook feed merge over complete sources: merge,
 // drop duplicates, keep entries strictly older than cur, newest first, cut
 // to limit.
 func mergePage(cur key, limit int, lists ...[]key) []key {

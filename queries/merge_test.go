@@ -21,7 +21,7 @@ func ids(keys []key) []int64 {
 
 func e(id, ms int64) key { return key{ms: ms, id: id} }
 
-// The seeds' FeedMergerTest (section 7/8): post 3 is in both sources and
+// The textbook merge case: post 3 is in both sources and
 // shown once; the second page starts right after the cursor.
 func TestMergePageSeedExample(t *testing.T) {
 	t.Parallel()
