@@ -31,6 +31,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/feedco/feed/api"
+	"github.com/feedco/feed/bench"
 	"github.com/feedco/feed/commands"
 	"github.com/feedco/feed/events"
 	"github.com/feedco/feed/internal/auth"
@@ -53,16 +54,6 @@ var (
 	readPhases   = flag.String("read.phases", "http,sql,redis,static,handler,home", "BenchmarkReadHTTP: the phases to run, a comma list of http, sql, redis, static, handler, home")
 )
 
-// pullSQLSeed is the naive fan-out-on-read query (a join of follows and
-// posts, sorted at read time), the baseline: the followees' posts before a time, newest first, 20.
-const pullSQLSeed = `SELECT p.id, p.created_at
-FROM posts p
-WHERE p.author_id IN (SELECT followee_id FROM follows WHERE follower_id = $1)
-  AND p.created_at < $2
-  AND p.deleted = false
-ORDER BY p.created_at DESC
-LIMIT 20`
-
 // BenchmarkReadHTTP measures the home feed read path over HTTP on a seeded
 // dataset, beside baselines measured in the same run on the same data
 // with the same number of closed-loop clients:
@@ -71,7 +62,7 @@ LIMIT 20`
 //     (JWT auth, routing, metrics, query side, JSON) served by
 //     api.Server.Serve (the server `feed api` runs, with its timeouts) on
 //     keep-alive connections, each request for a random user;
-//   - sql: the naive pull query (pullSQLSeed) for a random user;
+//   - sql: the naive pull query (bench.PullSQL) for a random user;
 //   - redis: the raw two commands a read needs, ZREVRANGEBYSCORE of the
 //     inbox (LIMIT 21) then MGET of 20 post bodies;
 //   - http, fixed page: the same API answering one real page from memory
@@ -243,7 +234,7 @@ func BenchmarkReadHTTP(b *testing.B) {
 	}
 	now := time.Now()
 	sqlRead := func(rng *rand.Rand) error {
-		rows, err := db.Pool.Query(ctx, pullSQLSeed, users[rng.IntN(len(users))], now)
+		rows, err := db.Pool.Query(ctx, bench.PullSQL, users[rng.IntN(len(users))], now)
 		if err != nil {
 			return err
 		}

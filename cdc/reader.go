@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strconv"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -269,15 +268,7 @@ func messageOf(row *eventRow) (*message.Message, error) {
 	}
 	payload := appendEnvelope(make([]byte, 0, 256+len(env.Payload)), &env)
 	msg := message.NewMessage(env.EventID, payload)
-	msg.Metadata = message.Metadata{
-		kafka.MetaName:          env.Type,
-		kafka.MetaStreamID:      env.StreamID,
-		kafka.MetaStreamVersion: strconv.FormatInt(env.StreamVersion, 10),
-		kafka.MetaPosition:      strconv.FormatInt(env.Position, 10),
-		kafka.MetaCommitLSN:     env.CommitLSN,
-		kafka.MetaCorrelationID: env.Metadata.CorrelationID,
-		kafka.MetaPartitionKey:  strconv.FormatInt(env.AudienceKey, 10),
-	}
+	msg.Metadata = kafka.EventMetadata(&env)
 	return msg, nil
 }
 

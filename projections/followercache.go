@@ -105,16 +105,26 @@ func (c *followerCache) observe(d delivery) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	k := partKey{d.topic, d.partition}
-	pf := c.parts[k]
-	if pf == nil {
-		c.parts[k] = &partFollowers{last: d.offset, lists: map[int64]*followerList{}}
+	pf, created := c.partLocked(d)
+	if created {
 		return
 	}
 	if d.offset != pf.last && d.offset != pf.last+1 {
 		c.clearLocked(pf)
 	}
 	pf.last = d.offset
+}
+
+// partLocked returns the lists of d's partition, created (empty, at d's
+// offset) when the partition had none; c.mu is held.
+func (c *followerCache) partLocked(d delivery) (pf *partFollowers, created bool) {
+	k := partKey{d.topic, d.partition}
+	if pf = c.parts[k]; pf == nil {
+		pf = &partFollowers{last: d.offset, lists: map[int64]*followerList{}}
+		c.parts[k] = pf
+		created = true
+	}
+	return pf, created
 }
 
 // drop forgets the author's list, in whichever partition holds it.
@@ -172,12 +182,7 @@ func (c *followerCache) put(d delivery, author int64, l *followerList) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	k := partKey{d.topic, d.partition}
-	pf := c.parts[k]
-	if pf == nil {
-		pf = &partFollowers{last: d.offset, lists: map[int64]*followerList{}}
-		c.parts[k] = pf
-	}
+	pf, _ := c.partLocked(d)
 	if old := pf.lists[author]; old != nil {
 		c.rows -= len(old.ids)
 	}

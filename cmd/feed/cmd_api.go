@@ -38,16 +38,11 @@ func newAPICommand(c *cli) *cobra.Command {
 // runAPI is `feed api`: PostgreSQL (migrated) and Redis, the API server
 // with the query side, served until ctx ends.
 func runAPI(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) error {
-	pool, err := openPostgres(ctx, cfg, 64, true)
+	pool, rdb, closeStores, err := openStores(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	rdb, err := openRedis(ctx, cfg, 256)
-	if err != nil {
-		return err
-	}
-	defer rdb.Close()
+	defer closeStores()
 	reg := prometheus.NewRegistry()
 	apiTask, closeAPI, err := newAPI(ctx, cfg, apiParts{Pool: pool, Redis: rdb, Registry: reg, Log: log, Stdout: stdout, AllowDevSecret: cfg.AllowDevSecret})
 	if err != nil {

@@ -64,17 +64,7 @@ func runCDC(ctx context.Context, cfg Config, log *slog.Logger, metricsAddr strin
 	}
 	reg := prometheus.NewRegistry()
 	tasks := []task{{name: "cdc", run: func(ctx context.Context) error { return streamCDC(ctx, cfg, pool, reg, log) }}}
-	served := []any{}
-	if metricsAddr != "" {
-		l, err := listen(metricsAddr)
-		if err != nil {
-			return err
-		}
-		tasks = append(tasks, metricsTask(l, reg))
-		served = append(served, "metrics", "http://"+l.Addr().String()+"/metrics")
-	}
-	log.Info("cdc: starting", served...)
-	return runTasks(ctx, log, "cdc", tasks...)
+	return runRole(ctx, log, "cdc", metricsAddr, reg, tasks...)
 }
 
 // streamCDC streams the event log to the topic until ctx ends. It waits

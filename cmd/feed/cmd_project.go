@@ -51,33 +51,18 @@ func newProjectCommand(c *cli) *cobra.Command {
 // runProject is `feed project`: PostgreSQL (migrated) and Redis, the
 // projectors names (nil: all), and their metrics on metricsAddr ("": none).
 func runProject(ctx context.Context, cfg Config, log *slog.Logger, names []string, metricsAddr string) error {
-	pool, err := openPostgres(ctx, cfg, 64, true)
+	pool, rdb, closeStores, err := openStores(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	rdb, err := openRedis(ctx, cfg, 256)
-	if err != nil {
-		return err
-	}
-	defer rdb.Close()
+	defer closeStores()
 	reg := prometheus.NewRegistry()
 	projectors, err := newProjectors(ctx, cfg, pool, rdb, names, reg, log)
 	if err != nil {
 		return err
 	}
 	tasks := []task{projectors}
-	served := []any{}
-	if metricsAddr != "" {
-		l, err := listen(metricsAddr)
-		if err != nil {
-			return err
-		}
-		tasks = append(tasks, metricsTask(l, reg))
-		served = append(served, "metrics", "http://"+l.Addr().String()+"/metrics")
-	}
-	log.Info("project: starting", served...)
-	return runTasks(ctx, log, "project", tasks...)
+	return runRole(ctx, log, "project", metricsAddr, reg, tasks...)
 }
 
 // newProjectors builds the supervisor of the projectors names (nil: all):

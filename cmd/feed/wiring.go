@@ -88,6 +88,19 @@ func openPostgres(ctx context.Context, cfg Config, maxConns int32, checkSchema b
 	return pool, nil
 }
 
+// openStores opens what a long-running role reads and writes: PostgreSQL,
+// whose schema must be migrated, and Redis; close releases both.
+func openStores(ctx context.Context, cfg Config) (pool *pgxpool.Pool, rdb *redis.Client, close func(), err error) {
+	if pool, err = openPostgres(ctx, cfg, 64, true); err != nil {
+		return nil, nil, nil, err
+	}
+	if rdb, err = openRedis(ctx, cfg, 256); err != nil {
+		pool.Close()
+		return nil, nil, nil, err
+	}
+	return pool, rdb, func() { _ = rdb.Close(); pool.Close() }, nil
+}
+
 // openRedis connects to REDIS_URL with a pool of poolSize connections
 // (0: go-redis's default).
 func openRedis(ctx context.Context, cfg Config, poolSize int) (*redis.Client, error) {
@@ -158,6 +171,22 @@ func runTasks(ctx context.Context, log *slog.Logger, role string, tasks ...task)
 	}
 	log.Info(role + ": shut down")
 	return nil
+}
+
+// runRole runs a role's tasks with runTasks, and its metrics registry on
+// metricsAddr ("": not served), after a start-up line with what it serves.
+func runRole(ctx context.Context, log *slog.Logger, role, metricsAddr string, reg *prometheus.Registry, tasks ...task) error {
+	served := []any{}
+	if metricsAddr != "" {
+		l, err := listen(metricsAddr)
+		if err != nil {
+			return err
+		}
+		tasks = append(tasks, metricsTask(l, reg))
+		served = append(served, "metrics", "http://"+l.Addr().String()+"/metrics")
+	}
+	log.Info(role+": starting", served...)
+	return runTasks(ctx, log, role, tasks...)
 }
 
 // listen opens a TCP listener on addr, for a task that serves HTTP.

@@ -3,12 +3,15 @@ package kafka
 import (
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill"
 	wk "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/feedco/feed/events"
 )
 
 // Metadata keys of every event message (see docs/architecture.md).
@@ -23,6 +26,20 @@ const (
 	MetaPoisonReason  = "poison_reason"
 	MetaPoisonGroup   = "poison_group"
 )
+
+// EventMetadata is the metadata of the message that carries env: what
+// consumers route and order by without decoding the payload.
+func EventMetadata(env *events.Envelope) message.Metadata {
+	return message.Metadata{
+		MetaName:          env.Type,
+		MetaStreamID:      env.StreamID,
+		MetaStreamVersion: strconv.FormatInt(env.StreamVersion, 10),
+		MetaPosition:      strconv.FormatInt(env.Position, 10),
+		MetaCommitLSN:     env.CommitLSN,
+		MetaCorrelationID: env.Metadata.CorrelationID,
+		MetaPartitionKey:  strconv.FormatInt(env.AudienceKey, 10),
+	}
+}
 
 // PoisonTopic is where a consumer group parks messages it cannot handle.
 func PoisonTopic(topic string) string { return topic + ".poison" }

@@ -25,11 +25,11 @@ import (
 	"github.com/feedco/feed/commands"
 	"github.com/feedco/feed/internal/kafka"
 	"github.com/feedco/feed/internal/kafka/kafkatest"
-	"github.com/feedco/feed/readmodel"
 	"github.com/feedco/feed/internal/snowflake"
 	"github.com/feedco/feed/internal/testenv"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/queries"
+	"github.com/feedco/feed/readmodel"
 )
 
 // Config is what differs between the suites that start a system.

@@ -124,14 +124,6 @@ func EventMessage(t testing.TB, env events.Envelope) *message.Message {
 		t.Fatalf("encode envelope %s: %v", env.EventID, err)
 	}
 	m := message.NewMessage(env.EventID, payload)
-	m.Metadata = message.Metadata{
-		kafka.MetaName:          env.Type,
-		kafka.MetaStreamID:      env.StreamID,
-		kafka.MetaStreamVersion: strconv.FormatInt(env.StreamVersion, 10),
-		kafka.MetaPosition:      strconv.FormatInt(env.Position, 10),
-		kafka.MetaCommitLSN:     env.CommitLSN,
-		kafka.MetaCorrelationID: env.Metadata.CorrelationID,
-		kafka.MetaPartitionKey:  strconv.FormatInt(env.AudienceKey, 10),
-	}
+	m.Metadata = kafka.EventMetadata(&env)
 	return m
 }
