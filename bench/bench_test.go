@@ -166,7 +166,11 @@ func TestPostToVisibleFromThe201(t *testing.T) {
 	lastAt := 0.0
 	for _, v := range m.Visible {
 		lastAt = max(lastAt, v[0])
-		if v[1] < msOf(delay)-10 {
+		// The server starts the delay before its 201 is written; on a
+		// loaded machine the client reads that 201 tens of milliseconds
+		// later, so a measurement may fall below the delay by as much. A
+		// clock started after the post was visible would measure ~0.
+		if v[1] < msOf(delay)/2 {
 			t.Errorf("post at %.2fs measured visible after %.1f ms, before the server made it visible (%v)", v[0], v[1], delay)
 		}
 	}
