@@ -123,4 +123,3 @@ func (k Keys) Classify(key string) (projection string, version int, ok bool) {
 	}
 	return "", 0, false
 }
-

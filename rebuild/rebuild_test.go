@@ -81,7 +81,7 @@ func TestRebuildAllUnderLoad(t *testing.T) {
 	if len(res) != 4 {
 		t.Fatalf("want 4 results, got %+v", res)
 	}
-	vs, err := readmodel.LoadVersions(context.Background(), s.Redis, s.Prefix)
+	vs, err := readmodel.LoadVersions(context.Background(), s.DB.Pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func TestRebuildInterruptedThenRerun(t *testing.T) {
 			t.Fatalf("interrupted rebuild of %s: got %v, want context.Canceled", name, err)
 		}
 		cancel()
-		vs, err := readmodel.LoadVersions(context.Background(), s.Redis, s.Prefix)
+		vs, err := readmodel.LoadVersions(context.Background(), s.DB.Pool)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -154,7 +154,7 @@ func TestRebuildInterruptedThenRerun(t *testing.T) {
 		if _, err := s.rebuilder(t, nil).Run(context.Background(), name); err != nil {
 			t.Fatalf("rerun of %s: %v", name, err)
 		}
-		vs, _ = readmodel.LoadVersions(context.Background(), s.Redis, s.Prefix)
+		vs, _ = readmodel.LoadVersions(context.Background(), s.DB.Pool)
 		if vs.Version(name) != 2 {
 			t.Fatalf("%s at version %d after the rerun", name, vs.Version(name))
 		}

@@ -80,4 +80,3 @@ func ReadStatus(ctx context.Context, pool *pgxpool.Pool, rdb redis.UniversalClie
 	}
 	return st, lerr
 }
-
