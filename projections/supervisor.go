@@ -22,13 +22,15 @@ type SupervisorConfig struct {
 	Runner RunnerConfig
 	// Names are the projectors to run (all of Names when empty).
 	Names []string
-	// PollInterval is how often the version registry is read (default 1 s).
+	// PollInterval is how often the Redis version registry is read
+	// (default 1 s).
 	PollInterval time.Duration
 }
 
 // Supervisor runs each projector at its projection's active version and
-// follows the version registry (docs/rebuild.md): when `feed rebuild`
-// switches a projection to a new version, the supervisor drains that
+// follows it (readmodel.LiveVersions: PostgreSQL is the truth, the Redis
+// registry its cache, restored from PostgreSQL when lost; docs/rebuild.md):
+// when `feed rebuild` switches a projection to a new version, the supervisor drains that
 // projector (its offsets are committed) and starts it again with the new
 // version's keys and consumer group, within about one PollInterval. The
 // other projectors are not interrupted.
@@ -61,31 +63,46 @@ func NewSupervisor(cfg SupervisorConfig, pg Querier, rdb redis.UniversalClient, 
 }
 
 // Run runs every projector until ctx ends (then drains them and returns
-// nil) or one fails (then stops the others and returns its error).
+// nil) or one fails (then stops the others and returns its error). It
+// fails at once when PostgreSQL has no active version for a projection
+// (readmodel.ErrNoVersion): a projector never guesses version 1.
 func (s *Supervisor) Run(ctx context.Context) error {
+	lv, err := s.versions(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	for _, n := range s.cfg.Names {
-		g.Go(func() error { return s.follow(gctx, n) })
+		g.Go(func() error { return s.follow(gctx, lv, n) })
 	}
-	err := g.Wait()
+	err = g.Wait()
 	if ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled)) {
 		return nil
 	}
 	return err
 }
 
-// version reads the projection's active version, retrying while Redis is
-// unreachable (the projector cannot work without it anyway).
-func (s *Supervisor) version(ctx context.Context, name string) (int, error) {
+// versions starts following the active versions (PostgreSQL, with the
+// Redis registry restored from it), retrying while either server is
+// unreachable (the projectors cannot work without them anyway).
+func (s *Supervisor) versions(ctx context.Context) (*readmodel.LiveVersions, error) {
 	for {
-		v, err := readmodel.LoadVersions(ctx, s.rdb, s.cfg.Projections.Keys.Prefix)
+		lv, err := readmodel.NewLiveVersions(ctx, readmodel.LiveVersionsConfig{
+			Prefix: s.cfg.Projections.Keys.Prefix, Interval: s.cfg.PollInterval, Logger: s.cfg.Runner.Logger,
+		}, s.rdb, s.pg)
 		if err == nil {
-			return v.Version(name), nil
+			return lv, nil
+		}
+		if errors.Is(err, readmodel.ErrNoVersion) {
+			return nil, fmt.Errorf("projectors: %w", err)
 		}
 		s.cfg.Runner.Logger.Warn("projectors: read versions", "err", err)
 		select {
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return nil, ctx.Err()
 		case <-time.After(s.cfg.PollInterval):
 		}
 	}
@@ -93,12 +110,9 @@ func (s *Supervisor) version(ctx context.Context, name string) (int, error) {
 
 // follow runs projector name at the active version, restarting it on every
 // switch.
-func (s *Supervisor) follow(ctx context.Context, name string) error {
+func (s *Supervisor) follow(ctx context.Context, lv *readmodel.LiveVersions, name string) error {
 	log := s.cfg.Runner.Logger
-	v, err := s.version(ctx, name)
-	if err != nil {
-		return err
-	}
+	v := lv.Current().Version(name)
 	for {
 		pcfg := s.cfg.Projections
 		pcfg.Keys = readmodel.Keys{Prefix: pcfg.Keys.Prefix, Versions: readmodel.Versions{}.With(name, v)}
@@ -114,7 +128,7 @@ func (s *Supervisor) follow(ctx context.Context, name string) error {
 		rctx, stop := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() { done <- r.Run(rctx) }()
-		next, err := s.watch(rctx, name, v, done)
+		next, err := s.watch(rctx, lv, name, v, done)
 		stop()
 		if rerr := <-done; rerr != nil && err == nil {
 			err = rerr
@@ -130,10 +144,10 @@ func (s *Supervisor) follow(ctx context.Context, name string) error {
 	}
 }
 
-// watch polls the registry until the projection's version differs from v
-// (returns it), ctx ends (returns 0), or the runner stops by itself (its
-// error).
-func (s *Supervisor) watch(ctx context.Context, name string, v int, done chan error) (int, error) {
+// watch refreshes the versions every PollInterval until the projection's
+// version differs from v (returns it), ctx ends (returns 0), or the runner
+// stops by itself (its error).
+func (s *Supervisor) watch(ctx context.Context, lv *readmodel.LiveVersions, name string, v int, done chan error) (int, error) {
 	t := time.NewTicker(s.cfg.PollInterval)
 	defer t.Stop()
 	for {
@@ -148,11 +162,14 @@ func (s *Supervisor) watch(ctx context.Context, name string, v int, done chan er
 			return 0, fmt.Errorf("projector %s: %w", name, err)
 		case <-t.C:
 		}
-		cur, err := readmodel.LoadVersions(ctx, s.rdb, s.cfg.Projections.Keys.Prefix)
-		if err != nil {
-			continue // transient; the next tick tries again
+		if err := lv.Refresh(ctx); err != nil {
+			// The projector keeps its version; the next tick tries again.
+			if errors.Is(err, readmodel.ErrNoVersion) {
+				s.cfg.Runner.Logger.Warn("projectors: read versions", "projector", name, "err", err)
+			}
+			continue
 		}
-		if n := cur.Version(name); n != v {
+		if n := lv.Current().Version(name); n != v {
 			return n, nil
 		}
 	}

@@ -42,7 +42,8 @@ type DB interface {
 // Config tunes the read side. Zero values take the defaults.
 type Config struct {
 	// Keys names the Redis read models (the prefix selects a namespace).
-	// With Versions nil the projection versions follow the registry.
+	// With Versions nil the projection versions follow the active ones
+	// (readmodel.LiveVersions).
 	Keys readmodel.Keys
 	// InboxMax, ActivityWriteInterval, InactiveAfter and InboxTTLMargin
 	// are the query side's part of the feed policy (readmodel.Policy
@@ -231,10 +232,12 @@ func New(cfg Config, db DB, rdb redis.UniversalClient) (*Feed, error) {
 	}
 	if cfg.Keys.Versions == nil {
 		// Follow the projection versions `feed rebuild` switches, without
-		// a restart: keys are built from the registry, re-read at most once
-		// a second (docs/rebuild.md).
+		// a restart: read from PostgreSQL now, then from the Redis
+		// registry at most once a second in the background, and from
+		// PostgreSQL again when the registry lost or changed them
+		// (docs/rebuild.md).
 		vctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		lv, err := readmodel.NewLiveVersions(vctx, rdb, cfg.Keys.Prefix, time.Second)
+		lv, err := readmodel.NewLiveVersions(vctx, readmodel.LiveVersionsConfig{Prefix: cfg.Keys.Prefix, Logger: cfg.Logger}, rdb, db)
 		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("queries: %w", err)

@@ -18,7 +18,9 @@
 // Every key starts with a namespace prefix (Keys.Prefix: "" in production,
 // a random one in tests) and, from projection version 2 on, `v{n}:` (a
 // blue/green rebuild writes a new version beside the live one; Keys,
-// Versions, LiveVersions, Classify in keys.go and versions.go). `{...}` is
+// Versions, Classify in keys.go and versions.go; the active versions are
+// PostgreSQL's, version_store.go, followed by LiveVersions in
+// live_versions.go). `{...}` is
 // a Redis Cluster hash tag: the keys of one account share a slot, and
 // every script touches one slot. Members of inbox and timeline sorted sets
 // are decimal post ids scored by created_at in epoch milliseconds.
@@ -38,9 +40,10 @@
 //	                    |        |          |                |                                                                                                          | FollowsEach)                                                                                 |
 //	following_v:{u}     | hash   | {u}      | followers.go   | as following:{u}, in the same script                                                                     | queries (QueueHasFollowing, QueueVersionsExists: it outlives an emptied following set)      | per followee the last applied pair version. No TTL
 //	celebrities         | set    | none     | celebrities.go | projections.Followers.ApplyBatch (QueueSet, by Policy.IsCelebrity); BuildFollowers (QueueAdd)          | queries (celebrity cache: Members)                                                           | No TTL
-//	projection:versions | hash   | none     | registry.go,   | rebuild (Registry.MarkDirty, Activate, ClearDirty)                                                       | projections.Supervisor and cmd/feed (LoadVersions); queries (LiveVersions); rebuild         | field {projection}: active version (missing: 1);
-//	                    |        |          | versions.go    |                                                                                                          | (Registry.Load, Dirty, DirtyAll)                                                             | {projection}.dirty while other versions' keys may exist.
-//	                    |        |          |                |                                                                                                          |                                                                                              | Not versioned. No TTL
+//	projection:versions | hash   | none     | registry.go,   | rebuild (Registry.MarkDirty, Activate, ClearDirty); LiveVersions (restore from PostgreSQL)               | projections.Supervisor, queries and rebuild (LiveVersions); rebuild (Registry.Dirty,        | field {projection}: active version, a cache of PostgreSQL's
+//	                    |        |          | live_versions  |                                                                                                          | DirtyAll); `feed status` (Registry.Cached)                                                   | projection_versions (version_store.go), restored from it,
+//	                    |        |          | .go            |                                                                                                          |                                                                                              | never read as 1; {projection}.dirty while other versions'
+//	                    |        |          |                |                                                                                                          |                                                                                              | keys may exist. Not versioned. No TTL
 //	projection:rebuild  | hash   | none     | registry.go    | rebuild (Registry.SetRebuildInfo, ClearRebuildInfo)                                                      | rebuild (Registry.RebuildInfo: `feed status`, a busy rebuild's error)                        | projection, version, phase, started, updated. Not versioned
 //
 // # Sentinels

@@ -3,14 +3,16 @@ package readmodel
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	"github.com/redis/go-redis/v9"
 )
 
 // Registry is the projection version registry, `projection:versions` (a
-// hash: field = projection name, value = its active version, missing: 1;
-// plus a dirty field per projection while keys of another version may
-// exist), and the rebuild status hash, `projection:rebuild`, that a
+// hash: field = projection name, value = its active version, a cache of
+// projection_versions in PostgreSQL that LiveVersions restores when a field
+// is missing or differs; plus a dirty field per projection while keys of
+// another version may exist), and the rebuild status hash, `projection:rebuild`, that a
 // running `feed rebuild` describes itself in for `feed status` (the lock
 // itself is in PostgreSQL, see docs/rebuild.md). Neither is versioned.
 type Registry struct{ keys Keys }
@@ -18,9 +20,74 @@ type Registry struct{ keys Keys }
 // NewRegistry returns the registry operations under the namespace prefix.
 func NewRegistry(prefix string) Registry { return Registry{keys: Keys{Prefix: prefix}} }
 
-// Load reads the active versions.
-func (r Registry) Load(ctx context.Context, rdb redis.Cmdable) (Versions, error) {
-	return LoadVersions(ctx, rdb, r.keys.Prefix)
+// Cached reads the versions the registry holds, for `feed status` and
+// tests: a projection without a field is 0 in the result (never 1: the
+// truth is in PostgreSQL, LoadVersions).
+func (r Registry) Cached(ctx context.Context, rdb redis.Cmdable) (Versions, error) {
+	return r.cached(ctx, rdb)
+}
+
+func (r Registry) cached(ctx context.Context, rdb redis.Cmdable) (Versions, error) {
+	m, err := rdb.HGetAll(ctx, r.keys.VersionsKey()).Result()
+	if err != nil {
+		return Versions{}, fmt.Errorf("read projection version registry: %w", err)
+	}
+	var v Versions
+	for _, p := range Projections() {
+		s, ok := m[p]
+		if !ok {
+			continue
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			// Unreadable: treated as missing, so it is restored.
+			continue
+		}
+		v = v.With(p, n)
+	}
+	return v, nil
+}
+
+// restoreScript sets each field (ARGV: field, expected, value, ...) to its
+// value only if it still holds expected ("" for absent): a reader that
+// restores the registry from a read of PostgreSQL never overwrites a newer
+// value a switch wrote meanwhile. Returns the fields written.
+var restoreScript = redis.NewScript(`
+local n = 0
+for i = 1, #ARGV, 3 do
+  local cur = redis.call('HGET', KEYS[1], ARGV[i])
+  if (cur == false and ARGV[i+1] == '') or cur == ARGV[i+1] then
+    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i+2])
+    n = n + 1
+  end
+end
+return n
+`)
+
+// restore rewrites the registry fields where cached (what it held) differs
+// from truth (PostgreSQL's versions), each only if it is still what cached
+// says. It reports whether it wrote any.
+func (r Registry) restore(ctx context.Context, rdb redis.Scripter, cached, truth Versions) (bool, error) {
+	var args []any
+	for _, p := range Projections() {
+		c, t := cached.Get(p), truth.Get(p)
+		if c == t {
+			continue
+		}
+		expected := ""
+		if c > 0 {
+			expected = strconv.Itoa(c)
+		}
+		args = append(args, p, expected, strconv.Itoa(t))
+	}
+	if len(args) == 0 {
+		return false, nil
+	}
+	n, err := restoreScript.Run(ctx, rdb, []string{r.keys.VersionsKey()}, args...).Int()
+	if err != nil {
+		return false, fmt.Errorf("restore projection version registry: %w", err)
+	}
+	return n > 0, nil
 }
 
 // Dirty reports whether keys of projection other than its active version
@@ -58,8 +125,10 @@ func (r Registry) ClearDirty(ctx context.Context, rdb redis.Cmdable, projection 
 	return rdb.HDel(ctx, r.keys.VersionsKey(), DirtyField(projection)).Err()
 }
 
-// Activate switches projection to version: one HSET, which the query
-// side's LiveVersions and the projectors' Supervisor follow.
+// Activate mirrors a switch of projection to version into the registry:
+// one HSET, after ActivateVersion committed it in PostgreSQL. The query
+// side's LiveVersions and the projectors' Supervisor see the registry
+// change and follow PostgreSQL's version.
 func (r Registry) Activate(ctx context.Context, rdb redis.Cmdable, projection string, version int) error {
 	return rdb.HSet(ctx, r.keys.VersionsKey(), projection, version).Err()
 }

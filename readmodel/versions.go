@@ -1,14 +1,8 @@
 package readmodel
 
 import (
-	"context"
-	"fmt"
 	"strconv"
 	"strings"
-	"sync/atomic"
-	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Projection names, as the version registry and `feed rebuild` spell them.
@@ -37,7 +31,12 @@ type Versions struct {
 }
 
 // Version implements VersionSource.
-func (v Versions) Version(projection string) int {
+func (v Versions) Version(projection string) int { return max(v.Get(projection), 1) }
+
+// Get returns projection's field as it is set, 0 when unset (Version
+// reads that as 1): in the Registry's Cached versions, 0 is a projection
+// the Redis registry has no field for.
+func (v Versions) Get(projection string) int {
 	var n int
 	switch projection {
 	case ProjectionInbox:
@@ -49,7 +48,7 @@ func (v Versions) Version(projection string) int {
 	case ProjectionPosts:
 		n = v.Posts
 	}
-	return max(n, 1)
+	return n
 }
 
 // With returns v with projection set to version n.
@@ -81,7 +80,8 @@ func (k Keys) Fixed() Keys {
 }
 
 // VersionsKey is the registry hash: field = projection name, value = its
-// active version (missing: 1). Not versioned itself.
+// active version, a cache of projection_versions in PostgreSQL (a missing
+// field is restored from there, never read as 1). Not versioned itself.
 func (k Keys) VersionsKey() string { return k.Prefix + "projection:versions" }
 
 // RebuildKey is the hash a running rebuild describes itself in (for `feed
@@ -91,25 +91,6 @@ func (k Keys) RebuildKey() string { return k.Prefix + "projection:rebuild" }
 // DirtyField is the registry field that says keys of projection other than
 // its active version may exist (a rebuild started and has not cleaned up).
 func DirtyField(projection string) string { return projection + ".dirty" }
-
-// LoadVersions reads the active versions from the registry.
-func LoadVersions(ctx context.Context, rdb redis.Cmdable, prefix string) (Versions, error) {
-	m, err := rdb.HGetAll(ctx, Keys{Prefix: prefix}.VersionsKey()).Result()
-	if err != nil {
-		return Versions{}, fmt.Errorf("read projection versions: %w", err)
-	}
-	var v Versions
-	for _, p := range Projections() {
-		if s, ok := m[p]; ok {
-			n, err := strconv.Atoi(s)
-			if err != nil || n < 1 {
-				return Versions{}, fmt.Errorf("read projection versions: %s = %q is not a version", p, s)
-			}
-			v = v.With(p, n)
-		}
-	}
-	return v, nil
-}
 
 // Classify tells which projection and version a key under k.Prefix belongs
 // to; ok is false for a key that is no read model's (the registry, other
@@ -141,60 +122,4 @@ func (k Keys) Classify(key string) (projection string, version int, ok bool) {
 		return ProjectionFollowers, version, true
 	}
 	return "", 0, false
-}
-
-// LiveVersions follows the registry for the query side: Version answers
-// from memory and, at most once per interval, refreshes from Redis in the
-// background, so a switch is seen within about one interval without a
-// restart and no read waits on the registry.
-type LiveVersions struct {
-	rdb      redis.UniversalClient
-	prefix   string
-	interval time.Duration
-
-	cur        atomic.Pointer[Versions]
-	next       atomic.Int64 // unix nanos of the next refresh
-	refreshing atomic.Bool
-}
-
-// NewLiveVersions loads the registry once (so the first read already uses
-// the active versions) and returns the follower. interval <= 0 means 1 s.
-func NewLiveVersions(ctx context.Context, rdb redis.UniversalClient, prefix string, interval time.Duration) (*LiveVersions, error) {
-	if rdb == nil {
-		return nil, fmt.Errorf("live versions: nil Redis")
-	}
-	if interval <= 0 {
-		interval = time.Second
-	}
-	v, err := LoadVersions(ctx, rdb, prefix)
-	if err != nil {
-		return nil, err
-	}
-	l := &LiveVersions{rdb: rdb, prefix: prefix, interval: interval}
-	l.cur.Store(&v)
-	l.next.Store(time.Now().Add(interval).UnixNano())
-	return l, nil
-}
-
-// Version implements VersionSource.
-func (l *LiveVersions) Version(projection string) int {
-	if time.Now().UnixNano() >= l.next.Load() && l.refreshing.CompareAndSwap(false, true) {
-		go l.refresh()
-	}
-	return l.cur.Load().Version(projection)
-}
-
-// Current returns the versions in use now.
-func (l *LiveVersions) Current() Versions { return *l.cur.Load() }
-
-func (l *LiveVersions) refresh() {
-	defer l.refreshing.Store(false)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if v, err := LoadVersions(ctx, l.rdb, l.prefix); err == nil {
-		l.cur.Store(&v)
-	}
-	// On an error the old versions stay (Redis is down: nothing is read
-	// anyway); try again after the interval.
-	l.next.Store(time.Now().Add(l.interval).UnixNano())
 }

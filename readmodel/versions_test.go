@@ -2,8 +2,12 @@ package readmodel
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/feedco/feed/internal/testenv"
 )
@@ -42,13 +46,13 @@ func TestVersionedNamesClassify(t *testing.T) {
 	}
 }
 
-// TestLiveVersionsFollowRegistry switches a version in the registry and
-// waits for a LiveVersions to build the new names.
+// TestLiveVersionsFollowRegistry switches a version (PostgreSQL, then its
+// Redis mirror) and waits for a LiveVersions to build the new names.
 func TestLiveVersionsFollowRegistry(t *testing.T) {
 	t.Parallel()
-	r := testenv.NewRedis(t)
+	db, r := testenv.NewDB(t), testenv.NewRedis(t)
 	ctx := context.Background()
-	lv, err := NewLiveVersions(ctx, r.Client, r.Prefix, 50*time.Millisecond)
+	lv, err := NewLiveVersions(ctx, LiveVersionsConfig{Prefix: r.Prefix, Interval: 50 * time.Millisecond}, r.Client, db.Pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,9 +60,8 @@ func TestLiveVersionsFollowRegistry(t *testing.T) {
 	if got := k.Inbox(1); got != r.Prefix+"feed:{1}" {
 		t.Fatalf("before the switch: %q", got)
 	}
-	if err := r.Client.HSet(ctx, k.VersionsKey(), ProjectionInbox, 3).Err(); err != nil {
-		t.Fatal(err)
-	}
+	switchTo(t, db.Pool, r, ProjectionInbox, 1, 2)
+	switchTo(t, db.Pool, r, ProjectionInbox, 2, 3)
 	testenv.Eventually(t, 5*time.Second, "the switch is seen", func() bool {
 		return k.Inbox(1) == r.Prefix+"v3:feed:{1}"
 	})
@@ -67,5 +70,123 @@ func TestLiveVersionsFollowRegistry(t *testing.T) {
 	}
 	if f := k.Fixed(); f.Version(ProjectionInbox) != 3 {
 		t.Errorf("Fixed lost the version: %+v", f)
+	}
+}
+
+// switchTo is a rebuild's switch: PostgreSQL, then the Redis mirror.
+func switchTo(t *testing.T, db *pgxpool.Pool, r *testenv.Redis, projection string, from, to int) {
+	t.Helper()
+	ctx := context.Background()
+	if err := ActivateVersion(ctx, db, projection, from, to, Policy{CelebrityThreshold: 77, InboxMax: 40}); err != nil {
+		t.Fatal(err)
+	}
+	if err := NewRegistry(r.Prefix).Activate(ctx, r.Client, projection, to); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLiveVersionsRestoreLostRegistry: with inbox at version 2 in
+// PostgreSQL, a Redis registry that is missing (never written, or deleted
+// with every key of the namespace) or rolled back to version 1 never puts a
+// reader on version 1: a new reader and a running one use version 2 and
+// write the registry back from PostgreSQL.
+func TestLiveVersionsRestoreLostRegistry(t *testing.T) {
+	t.Parallel()
+	db, r := testenv.NewDB(t), testenv.NewRedis(t)
+	ctx := context.Background()
+	reg := NewRegistry(r.Prefix)
+	if err := ActivateVersion(ctx, db.Pool, ProjectionInbox, 1, 2, Policy{}); err != nil {
+		t.Fatal(err)
+	}
+	want := Versions{Inbox: 2, Timelines: 1, Followers: 1, Posts: 1}
+	restored := func() bool {
+		c, err := reg.Cached(ctx, r.Client)
+		return err == nil && c == want
+	}
+	// No registry at all: the start-up reads PostgreSQL and writes it.
+	lv, err := NewLiveVersions(ctx, LiveVersionsConfig{Prefix: r.Prefix, Interval: 20 * time.Millisecond}, r.Client, db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := lv.Current(); got != want {
+		t.Fatalf("start-up without a registry: %+v, want %+v", got, want)
+	}
+	if !restored() {
+		t.Fatalf("registry not restored at start-up: %v", r.Client.HGetAll(ctx, Keys{Prefix: r.Prefix}.VersionsKey()).Val())
+	}
+	k := Keys{Prefix: r.Prefix, Versions: lv}
+	for _, lose := range []func(){
+		func() { testenv.DeletePrefix(ctx, r.Client, r.Prefix) },
+		func() { r.Client.HSet(ctx, Keys{Prefix: r.Prefix}.VersionsKey(), ProjectionInbox, 1) },
+		func() { r.Client.HDel(ctx, Keys{Prefix: r.Prefix}.VersionsKey(), ProjectionInbox) },
+	} {
+		lose()
+		testenv.Eventually(t, 5*time.Second, "the running reader restores the registry", func() bool {
+			if got := k.Inbox(1); got != r.Prefix+"v2:feed:{1}" {
+				t.Fatalf("the running reader went to %q", got)
+			}
+			return restored()
+		})
+		if err := lv.Refresh(ctx); err != nil || lv.Current() != want {
+			t.Fatalf("refresh after the restore: %+v, %v", lv.Current(), err)
+		}
+	}
+}
+
+// TestMissingVersionRowIsAnError: a projection without a row in
+// projection_versions is an error that names it, for the loader, a new
+// reader and a running one (which keeps its versions), never version 1.
+func TestMissingVersionRowIsAnError(t *testing.T) {
+	t.Parallel()
+	db, r := testenv.NewDB(t), testenv.NewRedis(t)
+	ctx := context.Background()
+	lv, err := NewLiveVersions(ctx, LiveVersionsConfig{Prefix: r.Prefix}, r.Client, db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `DELETE FROM projection_versions WHERE projection = 'timelines'`); err != nil {
+		t.Fatal(err)
+	}
+	r.Client.Del(ctx, Keys{Prefix: r.Prefix}.VersionsKey())
+	check := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, ErrNoVersion) || !strings.Contains(err.Error(), "timelines") {
+			t.Errorf("%s: %v, want ErrNoVersion naming timelines", what, err)
+		}
+	}
+	_, err = LoadVersions(ctx, db.Pool)
+	check("LoadVersions", err)
+	_, err = NewLiveVersions(ctx, LiveVersionsConfig{Prefix: r.Prefix}, r.Client, db.Pool)
+	check("NewLiveVersions", err)
+	check("Refresh", lv.Refresh(ctx))
+	if got := lv.Current(); got != (Versions{Inbox: 1, Timelines: 1, Followers: 1, Posts: 1}) {
+		t.Errorf("the running reader's versions changed: %+v", got)
+	}
+	check("ActivateVersion", ActivateVersion(ctx, db.Pool, ProjectionTimelines, 1, 2, Policy{}))
+}
+
+// TestActivateVersion records the switch and the policy it was built with,
+// and refuses a switch from a version that is not the active one.
+func TestActivateVersion(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	ctx := context.Background()
+	if err := ActivateVersion(ctx, db.Pool, ProjectionPosts, 1, 2, Policy{CelebrityThreshold: 77, InboxMax: 40}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ActivateVersion(ctx, db.Pool, ProjectionPosts, 1, 2, Policy{}); !errors.Is(err, ErrVersionMoved) {
+		t.Fatalf("second switch from 1: %v, want ErrVersionMoved", err)
+	}
+	recs, err := LoadVersionRecords(ctx, db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rec := range recs {
+		switch {
+		case rec.Projection == ProjectionPosts && (rec.Version != 2 || rec.CelebrityThreshold != 77 || rec.InboxMax != 40):
+			t.Errorf("switched row: %+v", rec)
+		case rec.Projection != ProjectionPosts && (rec.Version != 1 || rec.CelebrityThreshold != 0 || rec.InboxMax != 0):
+			t.Errorf("untouched row: %+v", rec)
+		}
 	}
 }

@@ -2,9 +2,10 @@
 // with no downtime (`feed rebuild NAME`, docs/rebuild.md): it builds the
 // next version of the projection's keys beside the live ones, catches the
 // new version up with the topic through a new consumer group seeded at
-// offsets taken before the build, switches the active version in the
-// registry (the query side and running projectors follow within about a
-// second), and deletes the old version's keys.
+// offsets taken before the build, switches the active version in
+// PostgreSQL and mirrors it into the Redis registry (the query side and
+// running projectors follow within about a second), and deletes the old
+// version's keys.
 package rebuild
 
 import (
@@ -224,10 +225,14 @@ func (r *Rebuilder) phase(ctx context.Context, name string, version int, phase s
 func (r *Rebuilder) one(ctx context.Context, adm *admin, name string, background func(func(context.Context) error)) (Result, error) {
 	start := time.Now()
 	prog := r.cfg.Progress
-	vs, err := r.reg.Load(ctx, r.rdb)
+	// PostgreSQL holds the active versions; the Redis registry is
+	// restored from it first, so that readers which lost it follow the
+	// same version this rebuild builds on.
+	lv, err := readmodel.NewLiveVersions(ctx, readmodel.LiveVersionsConfig{Prefix: r.prefix, Logger: r.cfg.Logger}, r.rdb, r.pool)
 	if err != nil {
 		return Result{}, err
 	}
+	vs := lv.Current()
 	cur := vs.Version(name)
 	next := cur + 1
 	res := Result{Projection: name, From: cur, To: next}
@@ -294,10 +299,18 @@ func (r *Rebuilder) one(ctx context.Context, adm *admin, name string, background
 	}
 	res.CatchUpFor = time.Since(catchStart)
 
-	// The switch: one HSET. Readers and projectors follow it.
-	if err := r.reg.Activate(ctx, r.rdb, name, next); err != nil {
+	// The switch: PostgreSQL first (the truth, with the policy the
+	// version was built with), then its mirror in the Redis registry,
+	// which readers and projectors follow.
+	if err := readmodel.ActivateVersion(ctx, r.pool, name, cur, next, r.cfg.Projections.Policy()); err != nil {
 		_ = stop()
 		return res, fmt.Errorf("switch %s to version %d: %w", name, next, err)
+	}
+	if err := r.reg.Activate(context.WithoutCancel(ctx), r.rdb, name, next); err != nil {
+		// PostgreSQL switched: readers see it at their next verification
+		// against PostgreSQL (LiveVersionsConfig.VerifyInterval).
+		r.cfg.Logger.Warn("rebuild: switched in PostgreSQL, but the Redis registry was not updated; readers follow within their verification interval",
+			"projection", name, "version", next, "err", err)
 	}
 	res.Total = time.Since(start)
 	prog.Printf("%s: switched to version %d (build %v, catch-up %v)", name, next,

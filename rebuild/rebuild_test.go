@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/feedco/feed/internal/testenv"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/readmodel"
 )
@@ -81,7 +82,7 @@ func TestRebuildAllUnderLoad(t *testing.T) {
 	if len(res) != 4 {
 		t.Fatalf("want 4 results, got %+v", res)
 	}
-	vs, err := readmodel.LoadVersions(context.Background(), s.Redis, s.Prefix)
+	vs, err := readmodel.LoadVersions(context.Background(), s.DB.Pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +112,7 @@ func TestRebuildAllUnderLoad(t *testing.T) {
 		t.Error("status says a rebuild is running after it finished")
 	}
 	for _, p := range st.Projections {
-		if p.Version != 2 || p.Dirty || p.Group != s.GroupPrefix+projections.GroupFor(p.Name, 2) {
+		if p.Version != 2 || p.Cached != 2 || p.Dirty || p.Group != s.GroupPrefix+projections.GroupFor(p.Name, 2) {
 			t.Errorf("status of %s: %+v", p.Name, p)
 		}
 	}
@@ -138,7 +139,7 @@ func TestRebuildInterruptedThenRerun(t *testing.T) {
 			t.Fatalf("interrupted rebuild of %s: got %v, want context.Canceled", name, err)
 		}
 		cancel()
-		vs, err := readmodel.LoadVersions(context.Background(), s.Redis, s.Prefix)
+		vs, err := readmodel.LoadVersions(context.Background(), s.DB.Pool)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -154,7 +155,7 @@ func TestRebuildInterruptedThenRerun(t *testing.T) {
 		if _, err := s.rebuilder(t, nil).Run(context.Background(), name); err != nil {
 			t.Fatalf("rerun of %s: %v", name, err)
 		}
-		vs, _ = readmodel.LoadVersions(context.Background(), s.Redis, s.Prefix)
+		vs, _ = readmodel.LoadVersions(context.Background(), s.DB.Pool)
 		if vs.Version(name) != 2 {
 			t.Fatalf("%s at version %d after the rerun", name, vs.Version(name))
 		}
@@ -208,6 +209,72 @@ func TestRebuildRefusesSecond(t *testing.T) {
 	st, _ = ReadStatus(context.Background(), s.DB.Pool, s.Redis, s.RunnerConfig(), s.Prefix)
 	if st.Running {
 		t.Error("status says running after the rebuild ended")
+	}
+}
+
+// TestLostRegistryKeepsVersion2 rebuilds the inbox to version 2, then
+// deletes every key of the test's namespace (its FLUSHDB): the registry is
+// written back from PostgreSQL with version 2, the query side's cold
+// rebuilds write version 2 inboxes, the inbox projector stays in the
+// version 2 group and pushes new posts into version 2 inboxes, no version
+// 1 inbox appears, and the feeds converge. Status shows PostgreSQL's
+// versions.
+func TestLostRegistryKeepsVersion2(t *testing.T) {
+	t.Parallel()
+	s := startSystem(t)
+	s.seed(t, 10, 3, 30)
+	s.quiesce(t)
+	ctx := context.Background()
+	if _, err := s.rebuilder(t, nil).Run(ctx, readmodel.ProjectionInbox); err != nil {
+		t.Fatal(err)
+	}
+	s.quiesce(t)
+
+	testenv.DeletePrefix(ctx, s.Redis, s.Prefix)
+	want := readmodel.Versions{Inbox: 2, Timelines: 1, Followers: 1, Posts: 1}
+	reg := readmodel.NewRegistry(s.Prefix)
+	testenv.Eventually(t, 10*time.Second, "the registry is restored from PostgreSQL", func() bool {
+		c, err := reg.Cached(ctx, s.Redis)
+		return err == nil && c == want
+	})
+	v1 := readmodel.Keys{Prefix: s.Prefix}
+	v2 := readmodel.Keys{Prefix: s.Prefix, Versions: want}
+	u := s.users[0]
+	testenv.Eventually(t, 10*time.Second, "a read rebuilds the version 2 inbox", func() bool {
+		if _, err := s.Feed.Home(ctx, u, "", 10); err != nil {
+			t.Fatal(err)
+		}
+		return s.Redis.Exists(ctx, v2.Inbox(u)).Val() == 1
+	})
+	for _, x := range s.users {
+		if _, err := s.Feed.Home(ctx, x, "", 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 20 {
+		if err := s.post(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.quiesce(t)
+	if kv := s.keyVersions(t); kv["inbox/v1"] != 0 || kv["inbox/v2"] == 0 {
+		t.Errorf("after the loss want only version 2 inboxes: %v", kv)
+	}
+	if s.Redis.Exists(ctx, v1.Inbox(u)).Val() != 0 {
+		t.Errorf("a version 1 inbox of %d exists", u)
+	}
+	s.checkConverged(t)
+	st, err := ReadStatus(ctx, s.DB.Pool, s.Redis, s.RunnerConfig(), s.Prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range st.Projections {
+		if p.Version != want.Version(p.Name) || p.Group != s.GroupPrefix+projections.GroupFor(p.Name, p.Version) || p.Lag != 0 {
+			t.Errorf("status of %s: %+v", p.Name, p)
+		}
+		if p.Name == readmodel.ProjectionInbox && (p.CelebrityThreshold != policies.CelebrityThreshold || p.InboxMax != policies.InboxMax) {
+			t.Errorf("inbox version 2 policy not recorded: %+v", p)
+		}
 	}
 }
 

@@ -252,7 +252,7 @@ func (s *system) checkConverged(t *testing.T) {
 // post's score in the reader's inbox, the author's timeline and the post
 // cache, per active version.
 func (s *system) explain(ctx context.Context, u int64, got, want []string) string {
-	vs, err := readmodel.LoadVersions(ctx, s.Redis, s.Prefix)
+	vs, err := readmodel.LoadVersions(ctx, s.DB.Pool)
 	if err != nil {
 		return "versions: " + err.Error()
 	}

@@ -12,8 +12,16 @@ import (
 
 // ProjectionStatus is one projection as `feed status` shows it.
 type ProjectionStatus struct {
-	Name    string
+	Name string
+	// Version is the active version, from PostgreSQL (projection_versions).
 	Version int
+	// Cached is the version the Redis registry holds (0: none): readers
+	// restore it from Version when they differ.
+	Cached int
+	// CelebrityThreshold and InboxMax are the fan-out policy the version
+	// was built with (0: not recorded).
+	CelebrityThreshold int64
+	InboxMax           int
 	// Group is the active version's consumer group and Lag its messages
 	// not committed yet (-1 when Kafka could not be asked).
 	Group string
@@ -32,13 +40,17 @@ type Status struct {
 	Info    map[string]string
 }
 
-// ReadStatus reads the registry, the lock and the consumer lag of every
+// ReadStatus reads the active versions from PostgreSQL, the Redis registry, the lock and the consumer lag of every
 // active group. A Kafka failure leaves the lags at -1 and is returned with
 // the rest of the status.
 func ReadStatus(ctx context.Context, pool *pgxpool.Pool, rdb redis.UniversalClient, rc projections.RunnerConfig, prefix string) (Status, error) {
 	var st Status
 	reg := readmodel.NewRegistry(prefix)
-	vs, err := reg.Load(ctx, rdb)
+	recs, err := readmodel.LoadVersionRecords(ctx, pool)
+	if err != nil {
+		return st, err
+	}
+	cached, err := reg.Cached(ctx, rdb)
 	if err != nil {
 		return st, err
 	}
@@ -47,9 +59,11 @@ func ReadStatus(ctx context.Context, pool *pgxpool.Pool, rdb redis.UniversalClie
 		return st, err
 	}
 	var groups []string
-	for _, n := range readmodel.Projections() {
-		g := rc.GroupPrefix + projections.GroupFor(n, vs.Version(n))
-		st.Projections = append(st.Projections, ProjectionStatus{Name: n, Version: vs.Version(n), Group: g, Lag: -1, Dirty: dirtyAll[n]})
+	for _, rec := range recs {
+		n := rec.Projection
+		g := rc.GroupPrefix + projections.GroupFor(n, rec.Version)
+		st.Projections = append(st.Projections, ProjectionStatus{Name: n, Version: rec.Version, Cached: cached.Get(n),
+			CelebrityThreshold: rec.CelebrityThreshold, InboxMax: rec.InboxMax, Group: g, Lag: -1, Dirty: dirtyAll[n]})
 		groups = append(groups, g)
 	}
 	if st.Running, err = Locked(ctx, pool, prefix); err != nil {

@@ -98,7 +98,7 @@ func runBench(ctx context.Context, cfg Config, log *slog.Logger, c bench.Config,
 		}
 		return t
 	}
-	vs, err := readmodel.LoadVersions(ctx, a.Redis, "")
+	vs, err := readmodel.LoadVersions(ctx, a.Pool)
 	if err != nil {
 		return err
 	}

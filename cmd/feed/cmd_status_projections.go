@@ -10,7 +10,8 @@ import (
 	"github.com/feedco/feed/rebuild"
 )
 
-// printProjectionStatus writes, per projection, its active version, the
+// printProjectionStatus writes, per projection, its active version (from
+// PostgreSQL, with a note when the Redis registry differs), the
 // active version's consumer group and its lag (the messages of the topic it
 // has not committed yet), and whether a rebuild is running. `feed status`
 // calls it for its projections section.
@@ -38,6 +39,9 @@ func printProjectionStatus(ctx context.Context, a *App, w io.Writer) error {
 		note := ""
 		if p.Dirty && !st.Running {
 			note = "  (an interrupted rebuild left keys of another version: the next `feed rebuild " + p.Name + "` deletes them)"
+		}
+		if p.Cached != p.Version {
+			note += fmt.Sprintf("  (the Redis registry says v%d, 0 = missing: the projectors and the query side restore it from PostgreSQL)", p.Cached)
 		}
 		fmt.Fprintf(w, "  %-10s v%-3d %-34s %s%s\n", p.Name, p.Version, p.Group, lag, note)
 	}

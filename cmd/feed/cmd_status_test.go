@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/readmodel"
 )
 
 // The CDC section of `feed status` says when the slot is missing, and
@@ -34,6 +35,25 @@ func TestCDCStatusSection(t *testing.T) {
 	for _, want := range []string{"INACTIVE", "confirmed LSN", " bytes, ", "none recorded yet"} {
 		if !strings.Contains(out.String(), want) {
 			t.Fatalf("want %q in:\n%s", want, out.String())
+		}
+	}
+}
+
+// The projections section of `feed status` shows the active versions from
+// PostgreSQL (this database), whatever the Redis registry holds.
+func TestProjectionStatusSectionReadsPostgreSQL(t *testing.T) {
+	t.Parallel()
+	db, r := testenv.NewDB(t), testenv.NewRedis(t)
+	ctx := context.Background()
+	if err := readmodel.ActivateVersion(ctx, db.Pool, readmodel.ProjectionTimelines, 1, 2, readmodel.Policy{}); err != nil {
+		t.Fatal(err)
+	}
+	a := &App{Cfg: Config{Topic: "feed.events", KafkaAddr: "127.0.0.1:1"}, Pool: db.Pool, Redis: r.Client}
+	var out bytes.Buffer
+	_ = printProjectionStatus(ctx, a, &out) // the lag is unknown without Kafka
+	for _, want := range []string{"timelines  v2 ", "feed.projection.timelines.v2", "posts      v1 "} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("want %q in:\n%s", want, out.String())
 		}
 	}
 }

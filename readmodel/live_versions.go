@@ -1,0 +1,162 @@
+package readmodel
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// LiveVersionsConfig configures a LiveVersions. Zero fields take defaults.
+type LiveVersionsConfig struct {
+	// Prefix is the key namespace of the Redis registry.
+	Prefix string
+	// Interval is how often the Redis registry is read (default 1 s).
+	Interval time.Duration
+	// VerifyInterval is how often the versions are read from PostgreSQL
+	// even when the Redis registry agrees with them, in case a switch
+	// committed in PostgreSQL never reached Redis (default 30 s).
+	VerifyInterval time.Duration
+	// Logger reports a restored registry and failed refreshes (nil:
+	// slog.Default()).
+	Logger *slog.Logger
+}
+
+// LiveVersions follows the active projection versions for the query side
+// and the projectors' supervisor. PostgreSQL (projection_versions) is the
+// truth and the Redis registry its cache: the versions are read from
+// PostgreSQL at start-up, then the Redis registry once per Interval; when
+// the registry lacks a projection or disagrees with the versions in use
+// (a switch, or a Redis that lost or rolled back the hash), and every
+// VerifyInterval, PostgreSQL is read again, its versions are used, and the
+// registry is rewritten from them where it differs. Nobody falls back to
+// version 1 when Redis lost the hash, and in the steady state nothing but
+// Redis is read.
+type LiveVersions struct {
+	cfg LiveVersionsConfig
+	rdb redis.UniversalClient
+	db  VersionQuerier
+	reg Registry
+
+	mu       sync.Mutex // one Refresh at a time
+	verifyAt time.Time  // guarded by mu
+
+	cur        atomic.Pointer[Versions]
+	next       atomic.Int64 // unix nanos of the next background refresh
+	refreshing atomic.Bool
+}
+
+// NewLiveVersions reads the versions from PostgreSQL, restores the Redis
+// registry from them where it differs, and returns the follower (so the
+// first read already uses the active versions). It fails when either
+// server cannot be read, and with ErrNoVersion, naming the projection,
+// when PostgreSQL lacks one.
+func NewLiveVersions(ctx context.Context, cfg LiveVersionsConfig, rdb redis.UniversalClient, db VersionQuerier) (*LiveVersions, error) {
+	if rdb == nil || db == nil {
+		return nil, errors.New("live versions: nil Redis or PostgreSQL")
+	}
+	cfg.Interval = cmp.Or(cfg.Interval, time.Second)
+	cfg.VerifyInterval = cmp.Or(cfg.VerifyInterval, 30*time.Second)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	l := &LiveVersions{cfg: cfg, rdb: rdb, db: db, reg: NewRegistry(cfg.Prefix)}
+	cached, err := l.reg.cached(ctx, rdb)
+	if err != nil {
+		return nil, err
+	}
+	if err := l.resolve(ctx, cached); err != nil {
+		return nil, err
+	}
+	l.next.Store(time.Now().Add(cfg.Interval).UnixNano())
+	return l, nil
+}
+
+// Version implements VersionSource. It answers from memory and, at most
+// once per Interval, starts a Refresh in the background: no read waits on
+// Redis or PostgreSQL for the versions.
+func (l *LiveVersions) Version(projection string) int {
+	if time.Now().UnixNano() >= l.next.Load() && l.refreshing.CompareAndSwap(false, true) {
+		go l.refreshBackground()
+	}
+	return l.cur.Load().Version(projection)
+}
+
+// Current returns the versions in use now.
+func (l *LiveVersions) Current() Versions { return *l.cur.Load() }
+
+// Refresh reads the Redis registry and, when it lacks a projection, differs
+// from the versions in use, or VerifyInterval has passed, takes the
+// versions from PostgreSQL and restores the registry from them. On an
+// error the versions in use stay.
+func (l *LiveVersions) Refresh(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	cached, err := l.reg.cached(ctx, l.rdb)
+	if err != nil {
+		return err
+	}
+	if cached == *l.cur.Load() && time.Now().Before(l.verifyAt) {
+		return nil
+	}
+	return l.resolve(ctx, cached)
+}
+
+// resolve takes the versions from PostgreSQL and rewrites the registry
+// fields that differ from them (cached is what the registry held).
+// Callers hold mu, or own l alone.
+func (l *LiveVersions) resolve(ctx context.Context, cached Versions) error {
+	truth, err := LoadVersions(ctx, l.db)
+	if err != nil {
+		return err
+	}
+	l.cur.Store(&truth)
+	l.verifyAt = time.Now().Add(l.cfg.VerifyInterval)
+	if cached == truth {
+		return nil
+	}
+	wrote, err := l.reg.restore(ctx, l.rdb, cached, truth)
+	if err != nil {
+		return err
+	}
+	if wrote && !l.switched(cached, truth) {
+		l.cfg.Logger.Warn("projection versions: the Redis registry lost or disagreed with PostgreSQL; restored it from PostgreSQL",
+			"redis", fmt.Sprintf("%+v", cached), "postgres", fmt.Sprintf("%+v", truth))
+	}
+	return nil
+}
+
+// switched reports whether the registry differs from PostgreSQL only the
+// way a switch in progress leaves it (PostgreSQL committed a newer version,
+// its mirror to Redis not yet written): nothing worth a warning.
+func (l *LiveVersions) switched(cached, truth Versions) bool {
+	for _, p := range Projections() {
+		if c := cached.Get(p); c == 0 || c > truth.Get(p) {
+			return false
+		}
+	}
+	return true
+}
+
+func (l *LiveVersions) refreshBackground() {
+	defer l.refreshing.Store(false)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := l.Refresh(ctx); err != nil {
+		// The old versions stay; try again after the interval. A missing
+		// row is worth a warning every time; an unreachable server is
+		// seen by every other read anyway.
+		level := slog.LevelDebug
+		if errors.Is(err, ErrNoVersion) {
+			level = slog.LevelWarn
+		}
+		l.cfg.Logger.Log(ctx, level, "projection versions: refresh", "err", err)
+	}
+	l.next.Store(time.Now().Add(l.cfg.Interval).UnixNano())
+}

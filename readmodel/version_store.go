@@ -1,0 +1,134 @@
+package readmodel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ErrNoVersion means PostgreSQL has no active version for a projection (no
+// row in projection_versions). It is never read as version 1: migration
+// 006 gives every projection its row, so a missing one is a broken
+// database, and a reader that guessed would use the wrong keys and
+// consumer group.
+var ErrNoVersion = errors.New("no active version recorded in projection_versions")
+
+// VersionQuerier is what reading the active versions needs from
+// PostgreSQL; *pgxpool.Pool, pgx.Tx and the query side's DB have it.
+type VersionQuerier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// VersionBeginner opens the transaction a switch is written in;
+// *pgxpool.Pool has it.
+type VersionBeginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// VersionRecord is one projection's row of projection_versions: its active
+// version and the fan-out policy that version was built with.
+type VersionRecord struct {
+	Projection string
+	Version    int
+	// CelebrityThreshold and InboxMax are the policy `feed rebuild` built
+	// the version with; 0 when none was recorded (version 1 of a
+	// deployment, which the projectors built under the policy of their
+	// time).
+	CelebrityThreshold int64
+	InboxMax           int
+	ActivatedAt        time.Time
+}
+
+// LoadVersionRecords reads every projection's row from PostgreSQL, in the
+// order of Projections; a projection without a row is an ErrNoVersion that
+// names it.
+func LoadVersionRecords(ctx context.Context, db VersionQuerier) ([]VersionRecord, error) {
+	rows, err := db.Query(ctx, `SELECT projection, version, celebrity_threshold, inbox_max, activated_at
+		FROM projection_versions`)
+	if err != nil {
+		return nil, fmt.Errorf("read projection versions: %w", err)
+	}
+	byName := map[string]VersionRecord{}
+	for rows.Next() {
+		var (
+			r         VersionRecord
+			threshold *int64
+			inboxMax  *int32
+		)
+		if err := rows.Scan(&r.Projection, &r.Version, &threshold, &inboxMax, &r.ActivatedAt); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("read projection versions: %w", err)
+		}
+		if threshold != nil {
+			r.CelebrityThreshold = *threshold
+		}
+		if inboxMax != nil {
+			r.InboxMax = int(*inboxMax)
+		}
+		byName[r.Projection] = r
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read projection versions: %w", err)
+	}
+	out := make([]VersionRecord, 0, len(Projections()))
+	for _, p := range Projections() {
+		r, ok := byName[p]
+		if !ok {
+			return nil, fmt.Errorf("read projection versions: %s: %w", p, ErrNoVersion)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// LoadVersions reads the active versions from PostgreSQL, their source of
+// truth; a projection without a row is an ErrNoVersion that names it.
+func LoadVersions(ctx context.Context, db VersionQuerier) (Versions, error) {
+	recs, err := LoadVersionRecords(ctx, db)
+	if err != nil {
+		return Versions{}, err
+	}
+	var v Versions
+	for _, r := range recs {
+		v = v.With(r.Projection, r.Version)
+	}
+	return v, nil
+}
+
+// ErrVersionMoved means a switch found the projection at another version
+// than the one it was built from.
+var ErrVersionMoved = errors.New("active version moved")
+
+// ActivateVersion switches projection from version from to version to in
+// PostgreSQL, in one transaction that locks the projection's row first, and
+// records the policy the new version was built with (p, defaulted). It
+// fails with ErrNoVersion when the row is missing and ErrVersionMoved when
+// the active version is not from. The Redis mirror is the caller's next
+// step (Registry.Activate).
+func ActivateVersion(ctx context.Context, db VersionBeginner, projection string, from, to int, p Policy) error {
+	p = p.WithDefaults()
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		var cur int
+		err := tx.QueryRow(ctx, `SELECT version FROM projection_versions WHERE projection = $1 FOR UPDATE`, projection).Scan(&cur)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("%s: %w", projection, ErrNoVersion)
+		}
+		if err != nil {
+			return err
+		}
+		if cur != from {
+			return fmt.Errorf("%s is at version %d, not %d: %w", projection, cur, from, ErrVersionMoved)
+		}
+		_, err = tx.Exec(ctx, `UPDATE projection_versions
+			SET version = $2, celebrity_threshold = $3, inbox_max = $4, activated_at = now()
+			WHERE projection = $1`, projection, to, p.CelebrityThreshold, p.InboxMax)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("activate %s version %d: %w", projection, to, err)
+	}
+	return nil
+}
