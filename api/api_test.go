@@ -39,6 +39,8 @@ type env struct {
 type options struct {
 	cfg   api.Config
 	tweak func(*api.Deps)
+	// usersDB, if set, wraps the database the user checker queries.
+	usersDB func(auth.RowQuerier) auth.RowQuerier
 }
 
 func setup(t *testing.T, opt options) *env {
@@ -56,7 +58,11 @@ func setup(t *testing.T, opt options) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	users, err := auth.NewUsers(db.Pool, 0)
+	var usersDB auth.RowQuerier = db.Pool
+	if opt.usersDB != nil {
+		usersDB = opt.usersDB(usersDB)
+	}
+	users, err := auth.NewUsers(usersDB, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
