@@ -236,7 +236,8 @@ func newGatewayCheck(cfg Config) gatewayCheck {
 	return g
 }
 
-// String says what the check trusts, for the start-up warning.
+// String says which requests the check trusts ("come from ... and carry
+// ..."), for the start-up warning.
 func (g gatewayCheck) String() string {
 	var parts []string
 	if len(g.networks) > 0 {
@@ -244,12 +245,12 @@ func (g gatewayCheck) String() string {
 		for i, p := range g.networks {
 			nets[i] = p.String()
 		}
-		parts = append(parts, "connections from "+strings.Join(nets, ", "))
+		parts = append(parts, "come from "+strings.Join(nets, ", "))
 	}
 	if g.secret != nil {
-		parts = append(parts, "requests carrying the gateway secret in "+GatewaySecretHeader)
+		parts = append(parts, "carry the gateway secret in "+GatewaySecretHeader)
 	}
-	return strings.Join(parts, " that are ")
+	return strings.Join(parts, " and ")
 }
 
 // allows reports whether r comes from the gateway: from a trusted network

@@ -196,7 +196,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s := &Server{cfg: cfg, deps: deps, log: cmp.Or(deps.Logger, slog.Default()), reg: deps.Registry}
 	if cfg.AuthMode == AuthTrustedHeader {
 		s.gateway = newGatewayCheck(cfg)
-		s.log.Warn("api: trusted-header auth: X-User-Id is taken as the caller's identity, from "+s.gateway.String(),
+		s.log.Warn("api: trusted-header auth: X-User-Id is taken as the caller's identity on requests that "+s.gateway.String(),
 			"addr", cfg.Addr)
 	}
 	if s.reg == nil {
