@@ -1,19 +1,19 @@
-package auth_test
+package auth
 
 import (
 	"context"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/feedco/feed/internal/auth"
 	"github.com/feedco/feed/internal/testenv"
 )
 
 // countingDB counts the queries that reach PostgreSQL.
 type countingDB struct {
-	auth.RowQuerier
+	RowQuerier
 	n atomic.Int64
 }
 
@@ -28,7 +28,7 @@ func TestUsers(t *testing.T) {
 	ctx := context.Background()
 	db := testenv.NewDB(t)
 	cdb := &countingDB{RowQuerier: db.Pool}
-	u, err := auth.NewUsers(cdb, 0)
+	u, err := NewUsers(cdb, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,19 @@ func TestUsers(t *testing.T) {
 	if ok, err := u.UserExists(ctx, 6); err != nil || !ok {
 		t.Fatalf("user 6 after registering: %v %v", ok, err)
 	}
-	if _, err := auth.NewUsers(nil, 0); err == nil {
+	// A known user is looked up again once the ttl has passed.
+	at := time.Now().Add(DefaultKnownUserTTL + time.Second)
+	u.now = func() time.Time { return at }
+	before := cdb.n.Load()
+	for range 2 {
+		if ok, err := u.UserExists(ctx, 5); err != nil || !ok {
+			t.Fatalf("user 5 after the ttl: %v %v", ok, err)
+		}
+	}
+	if n := cdb.n.Load() - before; n != 1 {
+		t.Fatalf("%d queries for two lookups after the ttl; want 1", n)
+	}
+	if _, err := NewUsers(nil, 0); err == nil {
 		t.Fatal("nil database accepted")
 	}
 }
