@@ -39,6 +39,8 @@ type env struct {
 type options struct {
 	cfg   api.Config
 	tweak func(*api.Deps)
+	// usersDB, if set, wraps the database the user checker queries.
+	usersDB func(auth.RowQuerier) auth.RowQuerier
 }
 
 func setup(t *testing.T, opt options) *env {
@@ -56,7 +58,15 @@ func setup(t *testing.T, opt options) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deps := api.Deps{Commands: cmds, Tokens: signer, Ready: map[string]func(context.Context) error{"postgres": db.Pool.Ping}}
+	var usersDB auth.RowQuerier = db.Pool
+	if opt.usersDB != nil {
+		usersDB = opt.usersDB(usersDB)
+	}
+	users, err := auth.NewUsers(usersDB, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps := api.Deps{Commands: cmds, Tokens: signer, Users: users, Ready: map[string]func(context.Context) error{"postgres": db.Pool.Ping}}
 	if opt.tweak != nil {
 		opt.tweak(&deps)
 	}
@@ -119,6 +129,15 @@ func (e *env) register(t *testing.T, name string) int64 {
 		t.Fatal(err)
 	}
 	return id
+}
+
+// user registers id directly in the users table, for tests that need a
+// caller with a given id and no events.
+func (e *env) user(t *testing.T, id int64) {
+	t.Helper()
+	if _, err := e.pool.Exec(context.Background(), `INSERT INTO users (id, name) VALUES ($1, $2)`, id, "user"+strconv.FormatInt(id, 10)); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func (e *env) post(t *testing.T, author int64, content string) string {
@@ -215,8 +234,8 @@ func TestCreatePost(t *testing.T) {
 	if r := e.do(t, "POST", "/api/posts", `{"content":"`+strings.Repeat("é", 2000)+`"}`, "Authorization", e.bearer(ana)); r.Status != 201 {
 		t.Fatalf("2000 characters: %d %s", r.Status, r.Body)
 	}
-	// A post by a token of a user that does not exist.
-	wantProblem(t, e.do(t, "POST", "/api/posts", `{"content":"x"}`, "Authorization", e.bearer(999)), 404, "not-found")
+	// A post by a token of a user that does not exist: no identity.
+	wantProblem(t, e.do(t, "POST", "/api/posts", `{"content":"x"}`, "Authorization", e.bearer(999)), 401, "unauthorized")
 }
 
 func TestBadInputs(t *testing.T) {
@@ -454,6 +473,10 @@ func TestNewRefusesMissingDeps(t *testing.T) {
 	if _, err := api.New(api.Config{AuthMode: "none"}, api.Deps{Commands: cmds}); err == nil {
 		t.Fatal("unknown auth mode accepted")
 	}
+	signer, _ := auth.NewSigner(secret)
+	if _, err := api.New(api.Config{}, api.Deps{Commands: cmds, Tokens: signer}); err == nil {
+		t.Fatal("New without a user checker succeeded")
+	}
 }
 
 func TestHealthAndReadiness(t *testing.T) {
@@ -495,7 +518,8 @@ func TestPostgresDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	signer, _ := auth.NewSigner(secret)
-	srv, err := api.New(api.Config{}, api.Deps{Commands: cmds, Tokens: signer, Ready: map[string]func(context.Context) error{"postgres": pool.Ping}})
+	users, _ := auth.NewUsers(pool, 0)
+	srv, err := api.New(api.Config{}, api.Deps{Commands: cmds, Tokens: signer, Users: users, Ready: map[string]func(context.Context) error{"postgres": pool.Ping}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -625,6 +649,7 @@ func TestFeedEndpoints(t *testing.T) {
 	t.Parallel()
 	feed := &stubFeed{}
 	e := setup(t, options{tweak: func(d *api.Deps) { d.Feed = feed }})
+	e.user(t, 7)
 	tok := e.bearer(7)
 	r := e.do(t, "GET", "/api/feed", "", "Authorization", tok)
 	if r.Status != 200 || feed.user != 7 || feed.limit != api.DefaultLimit || feed.cursor != "" {
@@ -650,12 +675,14 @@ func TestFeedEndpoints(t *testing.T) {
 	wantProblem(t, e.do(t, "GET", "/api/feed", "", "Authorization", tok), 500, "internal")
 
 	noFeed := setup(t, options{})
+	noFeed.user(t, 1)
 	wantProblem(t, noFeed.do(t, "GET", "/api/feed", "", "Authorization", noFeed.bearer(1)), 503, "unavailable")
 }
 
 func TestPanicRecovery(t *testing.T) {
 	t.Parallel()
 	e := setup(t, options{tweak: func(d *api.Deps) { d.Feed = &stubFeed{panicOnRead: true} }})
+	e.user(t, 1)
 	wantProblem(t, e.do(t, "GET", "/api/feed", "", "Authorization", e.bearer(1)), 500, "internal")
 	// The server still serves.
 	if r := e.do(t, "GET", "/healthz", ""); r.Status != 200 {
@@ -689,6 +716,7 @@ func TestSharedRegistry(t *testing.T) {
 func TestFeedHotPath(t *testing.T) {
 	t.Parallel()
 	e := setup(t, options{tweak: func(d *api.Deps) { d.Feed = &stubFeed{} }})
+	e.user(t, 7)
 	tok := e.bearer(7)
 	r := e.do(t, "GET", "/api/feed?limit=5", "", "Authorization", tok, "X-Request-Id", "req-hot")
 	if r.Status != 200 || r.Header.Get("X-Request-Id") != "req-hot" || r.Header.Get("Content-Type") != "application/json" {

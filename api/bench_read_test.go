@@ -113,7 +113,8 @@ func BenchmarkReadHTTP(b *testing.B) {
 		b.Fatal(err)
 	}
 	signer, _ := auth.NewSigner(secret)
-	srv, err := api.New(api.Config{}, api.Deps{Commands: cmds, Tokens: signer, Feed: feed, Registry: prometheus.NewRegistry()})
+	knownUsers, _ := auth.NewUsers(db.Pool, 0)
+	srv, err := api.New(api.Config{}, api.Deps{Commands: cmds, Tokens: signer, Users: knownUsers, Feed: feed, Registry: prometheus.NewRegistry()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -201,7 +202,7 @@ func BenchmarkReadHTTP(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	static, err := api.New(api.Config{}, api.Deps{Commands: cmds, Tokens: signer, Feed: staticFeed{page}, Registry: prometheus.NewRegistry()})
+	static, err := api.New(api.Config{}, api.Deps{Commands: cmds, Tokens: signer, Users: knownUsers, Feed: staticFeed{page}, Registry: prometheus.NewRegistry()})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -50,7 +50,8 @@ func BenchmarkWrite(b *testing.B) {
 		b.Fatal(err)
 	}
 	signer, _ := auth.NewSigner(secret)
-	srv, err := api.New(api.Config{}, api.Deps{Commands: cmds, Tokens: signer})
+	users, _ := auth.NewUsers(db.Pool, 0)
+	srv, err := api.New(api.Config{}, api.Deps{Commands: cmds, Tokens: signer, Users: users})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -2,13 +2,18 @@ package api
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"runtime/debug"
-	"strconv"
+	"slices"
 	"strings"
 
 	"github.com/google/uuid"
+
+	"github.com/feedco/feed/internal/auth"
 )
 
 type ctxKey int
@@ -153,18 +158,51 @@ func (s *Server) prepare(w http.ResponseWriter, r *http.Request) (*http.Request,
 	return r.WithContext(ctx), cancel
 }
 
-// identify returns the caller's user id from the configured auth mode.
+// identify returns the caller's user id from the configured auth mode: a
+// canonical decimal id of a registered user, given once.
 func (s *Server) identify(r *http.Request) (int64, error) {
+	id, err := s.claimedID(r)
+	if err != nil {
+		return 0, err
+	}
+	ok, err := s.deps.Users.UserExists(r.Context(), id)
+	if err != nil {
+		return 0, fmt.Errorf("check the caller: %w", err)
+	}
+	if !ok {
+		return 0, fmt.Errorf("user %d is not registered: %w", id, errUnauthenticated)
+	}
+	return id, nil
+}
+
+// claimedID is the user id the request claims, in the configured mode.
+// Headers are read from the map directly: their names are canonical.
+func (s *Server) claimedID(r *http.Request) (int64, error) {
 	if s.cfg.AuthMode == AuthTrustedHeader {
-		v := r.Header.Get("X-User-Id")
-		id, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || id <= 0 || v[0] == '+' {
+		if !s.gateway.allows(r) {
+			return 0, fmt.Errorf("request not from the gateway: %w", errUnauthenticated)
+		}
+		vs := r.Header["X-User-Id"]
+		if len(vs) == 0 {
 			return 0, errUnauthenticated
+		}
+		if len(vs) > 1 || strings.Contains(vs[0], ",") {
+			return 0, &badInput{"X-User-Id must be given once, with one id"}
+		}
+		id, ok := auth.ParseUserID(vs[0])
+		if !ok {
+			return 0, fmt.Errorf("X-User-Id not a canonical id: %w", errUnauthenticated)
 		}
 		return id, nil
 	}
-	h := r.Header.Get("Authorization")
-	scheme, token, ok := strings.Cut(h, " ")
+	vs := r.Header["Authorization"]
+	if len(vs) == 0 {
+		return 0, errUnauthenticated
+	}
+	if len(vs) > 1 {
+		return 0, &badInput{"Authorization must be given once"}
+	}
+	scheme, token, ok := strings.Cut(vs[0], " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
 		return 0, errUnauthenticated
 	}
@@ -173,6 +211,73 @@ func (s *Server) identify(r *http.Request) (int64, error) {
 		return 0, fmt.Errorf("verify token: %w", errUnauthenticated)
 	}
 	return id, nil
+}
+
+// gatewayCheck tells the gateway's requests from anyone else's in
+// trusted-header mode: by the connection's source network, the shared
+// secret, or both.
+type gatewayCheck struct {
+	secret   []byte // SHA-256 of the gateway secret; nil: none
+	networks []netip.Prefix
+}
+
+func newGatewayCheck(cfg Config) gatewayCheck {
+	g := gatewayCheck{}
+	for _, p := range cfg.TrustedNetworks {
+		g.networks = append(g.networks, p.Masked())
+	}
+	if cfg.GatewaySecret != "" {
+		sum := sha256.Sum256([]byte(cfg.GatewaySecret))
+		g.secret = sum[:]
+	}
+	if g.secret == nil && len(g.networks) == 0 {
+		g.networks = loopbackNetworks
+	}
+	return g
+}
+
+// String says which requests the check trusts ("come from ... and carry
+// ..."), for the start-up warning.
+func (g gatewayCheck) String() string {
+	var parts []string
+	if len(g.networks) > 0 {
+		nets := make([]string, len(g.networks))
+		for i, p := range g.networks {
+			nets[i] = p.String()
+		}
+		parts = append(parts, "come from "+strings.Join(nets, ", "))
+	}
+	if g.secret != nil {
+		parts = append(parts, "carry the gateway secret in "+GatewaySecretHeader)
+	}
+	return strings.Join(parts, " and ")
+}
+
+// allows reports whether r comes from the gateway: from a trusted network
+// (the connection's address; X-Forwarded-For is the client's to write)
+// and with the secret, compared in constant time, given once.
+func (g gatewayCheck) allows(r *http.Request) bool {
+	if len(g.networks) > 0 {
+		ap, err := netip.ParseAddrPort(r.RemoteAddr)
+		if err != nil {
+			return false
+		}
+		ip := ap.Addr().Unmap().WithZone("")
+		if !slices.ContainsFunc(g.networks, func(p netip.Prefix) bool { return p.Contains(ip) }) {
+			return false
+		}
+	}
+	if g.secret != nil {
+		vs := r.Header[GatewaySecretHeader]
+		if len(vs) != 1 {
+			return false
+		}
+		sum := sha256.Sum256([]byte(vs[0]))
+		if subtle.ConstantTimeCompare(sum[:], g.secret) != 1 {
+			return false
+		}
+	}
+	return true
 }
 
 // unmatched answers requests no route matched (404) or whose method the

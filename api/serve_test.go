@@ -15,6 +15,7 @@ func TestGracefulShutdown(t *testing.T) {
 	t.Parallel()
 	feed := &stubFeed{delay: 300 * time.Millisecond}
 	e := setup(t, options{tweak: func(d *api.Deps) { d.Feed = feed }})
+	e.user(t, 1)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -25,8 +27,16 @@ const (
 	AuthJWT = "jwt"
 	// AuthTrustedHeader trusts X-User-Id, for deployments behind a gateway
 	// that authenticates and sets it (and strips it from client requests).
+	// The server must be able to tell the gateway's requests from anyone
+	// else's: see Config.GatewaySecret and Config.TrustedNetworks.
 	AuthTrustedHeader = "trusted-header"
 )
+
+// GatewaySecretHeader carries Config.GatewaySecret in trusted-header mode.
+const GatewaySecretHeader = "X-Gateway-Secret"
+
+// minGatewaySecret is the shortest Config.GatewaySecret accepted.
+const minGatewaySecret = 16
 
 // Config tunes the server. The zero value means the defaults.
 type Config struct {
@@ -34,6 +44,19 @@ type Config struct {
 	Addr string
 	// AuthMode is AuthJWT (default) or AuthTrustedHeader.
 	AuthMode string
+	// GatewaySecret, in AuthTrustedHeader mode, is the secret the gateway
+	// sends in GatewaySecretHeader with every request; a request without
+	// it is 401. At least 16 bytes.
+	GatewaySecret string
+	// TrustedNetworks, in AuthTrustedHeader mode, are the networks the
+	// gateway connects from (the connection's address, never a header
+	// such as X-Forwarded-For); a request from elsewhere is 401.
+	//
+	// AuthTrustedHeader needs GatewaySecret, TrustedNetworks or an Addr on
+	// a loopback address; with none of the first two, requests are
+	// trusted from loopback addresses only. With both, a request must
+	// pass both.
+	TrustedNetworks []netip.Prefix
 	// MaxBodyBytes bounds a request body; more is 413. Default 64 KiB.
 	MaxBodyBytes int64
 	// RequestTimeout bounds every request's work, database calls included.
@@ -71,13 +94,51 @@ func (c Config) Validate() error {
 		return fmt.Errorf("max body bytes %d: want at least 1024", c.MaxBodyBytes)
 	case c.RequestTimeout <= 0, c.ReadHeaderTimeout <= 0, c.ReadTimeout <= 0, c.WriteTimeout <= 0, c.IdleTimeout <= 0, c.ShutdownTimeout <= 0:
 		return errors.New("timeouts must be positive")
+	case c.AuthMode != AuthTrustedHeader:
+		return nil
+	case c.GatewaySecret != "" && len(c.GatewaySecret) < minGatewaySecret:
+		return fmt.Errorf("gateway secret of %d bytes: want at least %d", len(c.GatewaySecret), minGatewaySecret)
+	case c.GatewaySecret == "" && len(c.TrustedNetworks) == 0 && !LoopbackAddr(c.Addr):
+		return fmt.Errorf("%s auth on %s would let any client that reaches it act as any user: "+
+			"listen on a loopback address, or configure a gateway secret or trusted networks", AuthTrustedHeader, c.Addr)
+	}
+	for _, p := range c.TrustedNetworks {
+		if !p.IsValid() {
+			return errors.New("trusted networks: an invalid prefix")
+		}
 	}
 	return nil
 }
 
+// LoopbackAddr reports whether addr (host:port) listens on a loopback
+// address only: 127.0.0.0/8, ::1 or localhost. An empty host (every
+// interface) is not.
+func LoopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
+}
+
+// loopbackNetworks are whom trusted-header mode trusts when it is given
+// neither a gateway secret nor trusted networks.
+var loopbackNetworks = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
+
 // TokenVerifier turns a bearer token into a user id; *auth.Signer is one.
 type TokenVerifier interface {
 	Verify(token string) (int64, error)
+}
+
+// UserChecker tells whether a user id is registered, so that an identity
+// for nobody is refused; *auth.Users is one. It runs on every identified
+// request: it must answer known users from memory.
+type UserChecker interface {
+	UserExists(ctx context.Context, id int64) (bool, error)
 }
 
 // Deps are the server's collaborators.
@@ -86,6 +147,8 @@ type Deps struct {
 	Commands *commands.Commands
 	// Tokens verifies bearer tokens. Required in AuthJWT mode.
 	Tokens TokenVerifier
+	// Users checks that the caller is a registered user. Required.
+	Users UserChecker
 	// Ready are the readiness checks of GET /readyz by name (e.g.
 	// "postgres", "redis"); any failing one makes it 503.
 	Ready map[string]func(context.Context) error
@@ -107,6 +170,7 @@ type Deps struct {
 // Server is the HTTP API.
 type Server struct {
 	cfg     Config
+	gateway gatewayCheck
 	deps    Deps
 	log     *slog.Logger
 	handler http.Handler
@@ -126,7 +190,15 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if cfg.AuthMode == AuthJWT && deps.Tokens == nil {
 		return nil, errors.New("api: jwt auth mode needs a token verifier")
 	}
+	if deps.Users == nil {
+		return nil, errors.New("api: nil Users")
+	}
 	s := &Server{cfg: cfg, deps: deps, log: cmp.Or(deps.Logger, slog.Default()), reg: deps.Registry}
+	if cfg.AuthMode == AuthTrustedHeader {
+		s.gateway = newGatewayCheck(cfg)
+		s.log.Warn("api: trusted-header auth: X-User-Id is taken as the caller's identity on requests that "+s.gateway.String(),
+			"addr", cfg.Addr)
+	}
 	if s.reg == nil {
 		s.reg = prometheus.NewRegistry()
 	}

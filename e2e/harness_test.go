@@ -68,8 +68,12 @@ func startSystem(t *testing.T, pol policies) *system {
 	if err != nil {
 		t.Fatal(err)
 	}
+	users, err := auth.NewUsers(s.DB.Pool, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv, err := api.New(api.Config{RequestTimeout: 30 * time.Second}, api.Deps{
-		Commands: s.Commands, Tokens: s.signer, Feed: s.Feed, Logger: s.Log,
+		Commands: s.Commands, Tokens: s.signer, Users: users, Feed: s.Feed, Logger: s.Log,
 		Ready: map[string]func(context.Context) error{"postgres": s.DB.Pool.Ping},
 	})
 	if err != nil {

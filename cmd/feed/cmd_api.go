@@ -79,7 +79,11 @@ type apiTask struct {
 // API creates written through to its author's read models at once), and
 // the server listening on HTTP_ADDR. The cleanup closes the query side.
 func newAPI(ctx context.Context, cfg Config, p apiParts) (apiTask, func(), error) {
-	deps := api.Deps{Logger: p.Log, Registry: p.Registry}
+	users, err := auth.NewUsers(p.Pool, 0)
+	if err != nil {
+		return apiTask{}, nil, err
+	}
+	deps := api.Deps{Logger: p.Log, Registry: p.Registry, Users: users}
 	if cfg.AuthMode == api.AuthJWT {
 		if cfg.JWTSecret == devSecret && !p.AllowDevSecret {
 			return apiTask{}, nil, usageError{"FEED_JWT_SECRET is unset (the built-in development secret is only accepted by `feed dev` or with FEED_ALLOW_DEV_SECRET=1)"}
@@ -121,7 +125,10 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiTask, func(), error
 		}
 	}
 
-	srv, err := api.New(api.Config{Addr: cfg.HTTPAddr, AuthMode: cfg.AuthMode}, deps)
+	srv, err := api.New(api.Config{
+		Addr: cfg.HTTPAddr, AuthMode: cfg.AuthMode,
+		GatewaySecret: cfg.GatewaySecret, TrustedNetworks: cfg.TrustedNetworks,
+	}, deps)
 	if err != nil {
 		f.Close()
 		return apiTask{}, nil, err

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/feedco/feed/api"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/readmodel"
 )
@@ -17,12 +19,17 @@ import (
 // Config is everything the binary reads from the environment. Only cmd/
 // reads the environment; components take typed configs built from this.
 type Config struct {
-	DatabaseURL        string
-	RedisURL           string
-	KafkaBrokers       []string // empty: the embedded development broker
-	HTTPAddr           string
-	JWTSecret          string
-	AuthMode           string // "jwt" (default) or "trusted-header"
+	DatabaseURL  string
+	RedisURL     string
+	KafkaBrokers []string // empty: the embedded development broker
+	HTTPAddr     string
+	JWTSecret    string
+	AuthMode     string // "jwt" (default) or "trusted-header"
+	// GatewaySecret (FEED_GATEWAY_SECRET) and TrustedNetworks
+	// (FEED_TRUSTED_NETWORKS) tell the gateway's requests from anyone
+	// else's in trusted-header mode.
+	GatewaySecret      string
+	TrustedNetworks    []netip.Prefix
 	StateDir           string
 	KafkaAddr          string // where the embedded broker listens
 	Topic              string
@@ -92,17 +99,18 @@ const devSecret = "feed-development-secret-do-not-use-in-production"
 // LoadConfig reads the environment and validates it.
 func LoadConfig() (Config, error) {
 	c := Config{
-		DatabaseURL: envOr("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/feed?sslmode=disable"),
-		RedisURL:    envOr("REDIS_URL", "redis://127.0.0.1:6379/0"),
-		HTTPAddr:    envOr("HTTP_ADDR", "127.0.0.1:8080"),
-		JWTSecret:   envOr("FEED_JWT_SECRET", devSecret),
-		AuthMode:    envOr("FEED_AUTH", "jwt"),
-		StateDir:    envOr("FEED_STATE_DIR", "./.feed"),
-		KafkaAddr:   envOr("FEED_KAFKA_ADDR", "127.0.0.1:9092"),
-		Topic:       envOr("FEED_TOPIC", "feed.events"),
-		Slot:        os.Getenv("FEED_SLOT"),
-		LogFormat:   envOr("FEED_LOG_FORMAT", "text"),
-		OnSlotLoss:  os.Getenv("FEED_CDC_ON_SLOT_LOSS"),
+		DatabaseURL:   envOr("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/feed?sslmode=disable"),
+		RedisURL:      envOr("REDIS_URL", "redis://127.0.0.1:6379/0"),
+		HTTPAddr:      envOr("HTTP_ADDR", "127.0.0.1:8080"),
+		JWTSecret:     envOr("FEED_JWT_SECRET", devSecret),
+		AuthMode:      envOr("FEED_AUTH", "jwt"),
+		GatewaySecret: os.Getenv("FEED_GATEWAY_SECRET"),
+		StateDir:      envOr("FEED_STATE_DIR", "./.feed"),
+		KafkaAddr:     envOr("FEED_KAFKA_ADDR", "127.0.0.1:9092"),
+		Topic:         envOr("FEED_TOPIC", "feed.events"),
+		Slot:          os.Getenv("FEED_SLOT"),
+		LogFormat:     envOr("FEED_LOG_FORMAT", "text"),
+		OnSlotLoss:    os.Getenv("FEED_CDC_ON_SLOT_LOSS"),
 
 		AllowDevSecret: os.Getenv("FEED_ALLOW_DEV_SECRET") == "1",
 	}
@@ -114,6 +122,9 @@ func LoadConfig() (Config, error) {
 		}
 	}
 	var err error
+	if c.TrustedNetworks, err = parseNetworks(os.Getenv("FEED_TRUSTED_NETWORKS")); err != nil {
+		return c, fmt.Errorf("FEED_TRUSTED_NETWORKS: %w", err)
+	}
 	ints := []struct {
 		key string
 		def int64
@@ -179,11 +190,41 @@ func (c Config) Validate() error {
 		return fmt.Errorf("FEED_READ_CACHE_KEYS=%d: want a number of keys, 0 for off", c.ReadCacheKeys)
 	case c.LogFormat != "text" && c.LogFormat != "json":
 		return fmt.Errorf("FEED_LOG_FORMAT=%q: want text or json", c.LogFormat)
+	case c.AuthMode == api.AuthTrustedHeader && c.GatewaySecret == "" && len(c.TrustedNetworks) == 0 && !api.LoopbackAddr(c.HTTPAddr):
+		return fmt.Errorf("FEED_AUTH=trusted-header on HTTP_ADDR=%s would let any client that reaches it act as any user: "+
+			"listen on a loopback address, or set FEED_GATEWAY_SECRET or FEED_TRUSTED_NETWORKS", c.HTTPAddr)
+	case c.GatewaySecret != "" && len(c.GatewaySecret) < 16:
+		return fmt.Errorf("FEED_GATEWAY_SECRET must be at least 16 bytes, got %d", len(c.GatewaySecret))
 	}
 	if err := c.Policy.Validate(); err != nil {
 		return fmt.Errorf("feed policy: %w", err)
 	}
 	return nil
+}
+
+// parseNetworks parses FEED_TRUSTED_NETWORKS: comma-separated CIDR
+// prefixes, or single addresses.
+func parseNetworks(v string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		if !strings.Contains(s, "/") {
+			a, err := netip.ParseAddr(s)
+			if err != nil {
+				return nil, fmt.Errorf("%q: want a CIDR prefix (10.0.0.0/8) or an address", s)
+			}
+			out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+			continue
+		}
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("%q: want a CIDR prefix (10.0.0.0/8) or an address", s)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }
 
 // slotFromDSN derives the replication slot name from the database that

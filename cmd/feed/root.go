@@ -148,7 +148,9 @@ var envDocs = map[string]string{
 	"KAFKA_BROKERS":            "comma-separated Kafka brokers (default: the development broker at FEED_KAFKA_ADDR)",
 	"HTTP_ADDR":                "where the API listens (default 127.0.0.1:8080)",
 	"FEED_JWT_SECRET":          "HS256 token secret, at least 16 bytes (default: a development secret)",
-	"FEED_AUTH":                "jwt (default) or trusted-header",
+	"FEED_AUTH":                "jwt (default) or trusted-header (X-User-Id from a gateway; needs a loopback HTTP_ADDR, FEED_GATEWAY_SECRET or FEED_TRUSTED_NETWORKS)",
+	"FEED_GATEWAY_SECRET":      "trusted-header: the secret the gateway sends in X-Gateway-Secret, at least 16 bytes (default: none)",
+	"FEED_TRUSTED_NETWORKS":    "trusted-header: comma-separated networks the gateway connects from, e.g. 10.0.0.0/8 (default: none)",
 	"FEED_ALLOW_DEV_SECRET":    "1 accepts the built-in development secret",
 	"FEED_STATE_DIR":           "local state, e.g. the embedded broker's data (default ./.feed)",
 	"FEED_KAFKA_ADDR":          "the development broker's address (default 127.0.0.1:9092)",
@@ -196,7 +198,7 @@ var (
 	envPostgres = []string{"DATABASE_URL"}
 	envRedis    = []string{"REDIS_URL"}
 	envKafka    = []string{"KAFKA_BROKERS", "FEED_KAFKA_ADDR", "FEED_TOPIC"}
-	envAPI      = []string{"HTTP_ADDR", "FEED_AUTH", "FEED_JWT_SECRET", "FEED_ALLOW_DEV_SECRET", "FEED_NODE_ID",
+	envAPI      = []string{"HTTP_ADDR", "FEED_AUTH", "FEED_GATEWAY_SECRET", "FEED_TRUSTED_NETWORKS", "FEED_JWT_SECRET", "FEED_ALLOW_DEV_SECRET", "FEED_NODE_ID",
 		"FEED_MAX_CONTENT_CHARS", "FEED_INBOX_MAX", "FEED_CELEBRITY_CACHE_TTL", "FEED_INACTIVE_AFTER", "FEED_READ_CACHE_KEYS"}
 	envProjections = []string{"FEED_CELEBRITY_THRESHOLD", "FEED_INBOX_MAX", "FEED_INACTIVE_AFTER", "FEED_FOLLOWER_CACHE_ROWS"}
 	envCDC         = []string{"FEED_PARTITIONS", "FEED_SLOT", "FEED_LAG_WARN_BYTES", "FEED_CDC_ON_SLOT_LOSS"}

@@ -1,6 +1,6 @@
 // Package auth signs and verifies the HS256 bearer tokens that identify a
 // caller. It is a minimal JWT: header {"alg":"HS256","typ":"JWT"}, claims
-// sub (user id, decimal string), iat and exp.
+// sub (user id, canonical decimal string: see ParseUserID), iat and exp.
 package auth
 
 import (
@@ -118,8 +118,8 @@ func (s *Signer) verify(token string, now int64) (id, exp int64, err error) {
 	if c.Exp != 0 && now >= c.Exp {
 		return 0, 0, ErrInvalidToken
 	}
-	id, err = strconv.ParseInt(c.Sub, 10, 64)
-	if err != nil || id <= 0 {
+	id, ok := ParseUserID(c.Sub)
+	if !ok {
 		return 0, 0, ErrInvalidToken
 	}
 	return id, c.Exp, nil

@@ -146,3 +146,44 @@ func BenchmarkVerify(b *testing.B) {
 		}
 	})
 }
+
+// A subject is a canonical decimal id: one spelling per user.
+func TestNonCanonicalSubject(t *testing.T) {
+	s, _ := NewSigner("0123456789abcdef-secret")
+	for _, sub := range []string{"+1", "0001", "01", "0", "-1", " 1", "1 ", "1e3", "9223372036854775808", ""} {
+		c := b64.EncodeToString([]byte(`{"sub":"` + sub + `","exp":9999999999}`))
+		signing := encodedHeader + "." + c
+		tok := signing + "." + b64.EncodeToString(s.mac(signing))
+		if id, err := s.Verify(tok); !errors.Is(err, ErrInvalidToken) {
+			t.Errorf("sub %q accepted as %d", sub, id)
+		}
+	}
+}
+
+func TestParseUserID(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want int64
+		ok   bool
+	}{
+		{"1", 1, true},
+		{"42", 42, true},
+		{"9223372036854775807", 9223372036854775807, true},
+		{"9223372036854775808", 0, false},
+		{"10000000000000000000", 0, false},
+		{"0", 0, false},
+		{"0001", 0, false},
+		{"+1", 0, false},
+		{"-1", 0, false},
+		{" 1", 0, false},
+		{"1 ", 0, false},
+		{"1,2", 0, false},
+		{"0x1", 0, false},
+		{"١", 0, false}, // a non-ASCII digit
+		{"", 0, false},
+	} {
+		if got, ok := ParseUserID(c.in); got != c.want || ok != c.ok {
+			t.Errorf("ParseUserID(%q) = %d, %v; want %d, %v", c.in, got, ok, c.want, c.ok)
+		}
+	}
+}
