@@ -10,13 +10,17 @@ CREATE TABLE projection_versions (
     -- records it at the switch). NULL: not recorded (version 1 below).
     celebrity_threshold bigint,
     inbox_max           int,
-    activated_at        timestamptz NOT NULL DEFAULT now()
+    activated_at        timestamptz NOT NULL DEFAULT now(),
+    -- true for the rows below, until a switch: such a row takes, once, a
+    -- later version that the Redis hash already holds (a deployment whose
+    -- rebuilds ran while the hash was the only registry).
+    seeded              boolean NOT NULL DEFAULT false
 );
 
--- Every deployment starts at version 1 of every projection. A database
--- whose Redis already holds later versions (a rebuild ran before this
--- table existed) must have its rows raised by hand to the hash's values
--- before any projector or query process starts on the new binary: see
--- docs/rebuild.md, "Upgrading".
-INSERT INTO projection_versions (projection, version) VALUES
-    ('posts', 1), ('followers', 1), ('timelines', 1), ('inbox', 1);
+-- Every deployment starts at version 1 of every projection, seeded. The
+-- first reader of the new binary (readmodel.NewLiveVersions) raises a
+-- seeded row to the version the Redis hash holds when that is higher, so
+-- an upgrade keeps the versions earlier rebuilds switched to (see
+-- docs/rebuild.md, "Upgrading").
+INSERT INTO projection_versions (projection, version, seeded) VALUES
+    ('posts', 1, true), ('followers', 1, true), ('timelines', 1, true), ('inbox', 1, true);

@@ -52,8 +52,9 @@ type LiveVersions struct {
 	refreshing atomic.Bool
 }
 
-// NewLiveVersions reads the versions from PostgreSQL, restores the Redis
-// registry from them where it differs, and returns the follower (so the
+// NewLiveVersions reads the versions from PostgreSQL (after adopting, once,
+// the later versions a pre-upgrade Redis registry holds: adoptCached),
+// restores the Redis registry from them where it differs, and returns the follower (so the
 // first read already uses the active versions). It fails when either
 // server cannot be read, and with ErrNoVersion, naming the projection,
 // when PostgreSQL lacks one.
@@ -70,6 +71,14 @@ func NewLiveVersions(ctx context.Context, cfg LiveVersionsConfig, rdb redis.Univ
 	cached, err := l.reg.cached(ctx, rdb)
 	if err != nil {
 		return nil, err
+	}
+	adopted, err := adoptCached(ctx, db, cached)
+	if err != nil {
+		return nil, err
+	}
+	if len(adopted) > 0 {
+		cfg.Logger.Warn("readmodel: took the Redis registry's projection versions into PostgreSQL (the first start after the upgrade that moved the registry there)",
+			"projections", adopted, "versions", cached)
 	}
 	if err := l.resolve(ctx, cached); err != nil {
 		return nil, err

@@ -123,7 +123,7 @@ func ActivateVersion(ctx context.Context, db VersionBeginner, projection string,
 			return fmt.Errorf("%s is at version %d, not %d: %w", projection, cur, from, ErrVersionMoved)
 		}
 		_, err = tx.Exec(ctx, `UPDATE projection_versions
-			SET version = $2, celebrity_threshold = $3, inbox_max = $4, activated_at = now()
+			SET version = $2, celebrity_threshold = $3, inbox_max = $4, activated_at = now(), seeded = false
 			WHERE projection = $1`, projection, to, p.CelebrityThreshold, p.InboxMax)
 		return err
 	})
@@ -131,4 +131,40 @@ func ActivateVersion(ctx context.Context, db VersionBeginner, projection string,
 		return fmt.Errorf("activate %s version %d: %w", projection, to, err)
 	}
 	return nil
+}
+
+// adoptCached raises every seeded row of projection_versions (one no
+// switch has written since migration 006 created it) to the version the
+// Redis registry holds, when that is higher, and clears its seeded flag:
+// the one-time upgrade of a deployment whose rebuilds switched versions
+// while the Redis hash was the only registry. A row a switch wrote is
+// never changed here: from then on PostgreSQL alone decides. It returns
+// the projections it raised.
+func adoptCached(ctx context.Context, db VersionQuerier, cached Versions) ([]string, error) {
+	var adopted []string
+	for _, p := range Projections() {
+		v := cached.Version(p)
+		if v <= 1 {
+			continue
+		}
+		rows, err := db.Query(ctx, `UPDATE projection_versions
+			SET version = $2, seeded = false, activated_at = now()
+			WHERE projection = $1 AND seeded AND version < $2
+			RETURNING projection`, p, v)
+		if err != nil {
+			return adopted, fmt.Errorf("adopt the registry's version of %s: %w", p, err)
+		}
+		n := 0
+		for rows.Next() {
+			n++
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return adopted, fmt.Errorf("adopt the registry's version of %s: %w", p, err)
+		}
+		if n > 0 {
+			adopted = append(adopted, p)
+		}
+	}
+	return adopted, nil
 }

@@ -190,3 +190,56 @@ func TestActivateVersion(t *testing.T) {
 		}
 	}
 }
+
+// TestLiveVersionsAdoptPreUpgradeRegistry: on the first start after the
+// upgrade that moved the registry into PostgreSQL, the seeded rows take
+// the later versions the Redis hash already holds (rebuilds that ran
+// before), instead of sending everyone back to version 1; once a switch
+// has written a row, the hash never overrides it.
+func TestLiveVersionsAdoptPreUpgradeRegistry(t *testing.T) {
+	t.Parallel()
+	db, r := testenv.NewDB(t), testenv.NewRedis(t)
+	ctx := context.Background()
+	reg := NewRegistry(r.Prefix)
+	key := Keys{Prefix: r.Prefix}.VersionsKey()
+	// The Redis-only registry of before the upgrade: inbox at 3, posts at 2.
+	if err := r.Client.HSet(ctx, key, ProjectionInbox, 3, ProjectionPosts, 2).Err(); err != nil {
+		t.Fatal(err)
+	}
+	lv, err := NewLiveVersions(ctx, LiveVersionsConfig{Prefix: r.Prefix}, r.Client, db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Versions{Inbox: 3, Timelines: 1, Followers: 1, Posts: 2}
+	if got := lv.Current(); got != want {
+		t.Fatalf("after the upgrade: %+v, want %+v", got, want)
+	}
+	if got, err := LoadVersions(ctx, db.Pool); err != nil || got != want {
+		t.Fatalf("PostgreSQL after the adoption: %+v, %v; want %+v", got, err, want)
+	}
+	var seeded int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM projection_versions WHERE seeded`).Scan(&seeded); err != nil || seeded != 2 {
+		t.Fatalf("%d rows still seeded (%v), want the 2 the registry did not raise", seeded, err)
+	}
+
+	// A switch writes PostgreSQL; a registry that later says more (a
+	// stale or foreign value) is not adopted: PostgreSQL decides and the
+	// registry is restored from it.
+	if err := ActivateVersion(ctx, db.Pool, ProjectionTimelines, 1, 2, Policy{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Client.HSet(ctx, key, ProjectionTimelines, 5, ProjectionInbox, 7).Err(); err != nil {
+		t.Fatal(err)
+	}
+	lv2, err := NewLiveVersions(ctx, LiveVersionsConfig{Prefix: r.Prefix}, r.Client, db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = Versions{Inbox: 3, Timelines: 2, Followers: 1, Posts: 2}
+	if got := lv2.Current(); got != want {
+		t.Fatalf("after a switch: %+v, want %+v (the registry's 5 and 7 are not adopted)", got, want)
+	}
+	if c, err := reg.Cached(ctx, r.Client); err != nil || c != want {
+		t.Fatalf("registry %+v (%v), want it restored to %+v", c, err, want)
+	}
+}
