@@ -42,7 +42,12 @@ func newHandler[C Command, R any](tx *Runner, name string, exec TxHandler[C, R])
 // if that command was not the same as cmd). An empty key runs cmd
 // unconditionally.
 func (h *Handler[C, R]) Do(ctx context.Context, cmd C, idempotencyKey string) (res R, replayed bool, err error) {
-	err = h.tx.Run(ctx, func(ctx context.Context, tx pgx.Tx) error {
+	run := h.tx.Run
+	if idempotencyKey != "" {
+		// A second run under the key replays the first if it committed.
+		run = h.tx.RunReplaySafe
+	}
+	err = run(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		var err error
 		res, replayed, err = h.idem(ctx, tx, cmd, idempotencyKey)
 		return err
