@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -119,7 +120,7 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiTask, func(), error
 	deps.Feed = f
 	deps.AfterPostCreated = func(ctx context.Context, post feedcmd.Post) {
 		err := f.PostCreated(ctx, queries.NewPost{ID: post.ID, AuthorID: post.AuthorID, Content: post.Content, CreatedAt: post.CreatedAt})
-		if err != nil {
+		if err != nil && !errors.Is(err, queries.ErrCircuitOpen) { // skipped while Redis is down: the circuit logs that once
 			// The post is committed; the projectors will show it, and
 			// this process probes PostgreSQL for the author meanwhile.
 			p.Log.Warn("queries: write-through of a new post failed", "post", post.ID, "err", err)
