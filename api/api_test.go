@@ -39,6 +39,8 @@ type env struct {
 type options struct {
 	cfg   api.Config
 	tweak func(*api.Deps)
+	// withPool, if set, completes the deps with the test's database.
+	withPool func(*pgxpool.Pool, *api.Deps)
 }
 
 func setup(t *testing.T, opt options) *env {
@@ -59,6 +61,9 @@ func setup(t *testing.T, opt options) *env {
 	deps := api.Deps{Commands: cmds, Tokens: signer, Ready: map[string]func(context.Context) error{"postgres": db.Pool.Ping}}
 	if opt.tweak != nil {
 		opt.tweak(&deps)
+	}
+	if opt.withPool != nil {
+		opt.withPool(db.Pool, &deps)
 	}
 	srv, err := api.New(opt.cfg, deps)
 	if err != nil {
@@ -151,6 +156,9 @@ func wantProblem(t *testing.T, r response, status int, typ string) {
 	var p api.Problem
 	if err := json.Unmarshal(r.Body, &p); err != nil {
 		t.Fatalf("problem body %q: %v", r.Body, err)
+	}
+	if status == http.StatusServiceUnavailable && r.Header.Get("Retry-After") == "" {
+		t.Fatalf("503 without Retry-After; body %s", r.Body)
 	}
 	if p.Type != api.ProblemBase+typ || p.Status != status || p.Title == "" {
 		t.Fatalf("problem %+v, want type %s status %d", p, api.ProblemBase+typ, status)

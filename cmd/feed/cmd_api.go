@@ -103,9 +103,11 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiTask, func(), error
 	if deps.Commands, err = feedcmd.New(p.Pool, ids, feedcmd.Config{MaxContentChars: cfg.MaxContentChars}); err != nil {
 		return apiTask{}, nil, err
 	}
-	deps.Ready = map[string]func(context.Context) error{
-		"postgres": p.Pool.Ping,
-		"redis":    func(ctx context.Context) error { return p.Redis.Ping(ctx).Err() },
+	deps.Ready = map[string]func(context.Context) error{"postgres": p.Pool.Ping}
+	// Without Redis the API still answers (feeds from PostgreSQL, writes
+	// skip the write-through): ready, degraded.
+	deps.Degradable = map[string]func(context.Context) error{
+		"redis": func(ctx context.Context) error { return p.Redis.Ping(ctx).Err() },
 	}
 
 	f, err := queries.New(queries.Config{
