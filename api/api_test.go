@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -654,8 +655,11 @@ func TestFeedEndpoints(t *testing.T) {
 	wantProblem(t, e.do(t, "GET", "/api/feed?cursor=zzz", "", "Authorization", tok), 400, "bad-request")
 	feed.err = queries.ErrInvalidLimit
 	wantProblem(t, e.do(t, "GET", "/api/feed", "", "Authorization", tok), 400, "bad-request")
-	feed.err = io.ErrUnexpectedEOF
+	feed.err = errors.New("an unexpected error")
 	wantProblem(t, e.do(t, "GET", "/api/feed", "", "Authorization", tok), 500, "internal")
+	// A connection dropped under the read (EOF) is a dependency down: 503.
+	feed.err = io.ErrUnexpectedEOF
+	wantProblem(t, e.do(t, "GET", "/api/feed", "", "Authorization", tok), 503, "unavailable")
 
 	noFeed := setup(t, options{})
 	wantProblem(t, noFeed.do(t, "GET", "/api/feed", "", "Authorization", noFeed.bearer(1)), 503, "unavailable")
