@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"os/exec"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -124,4 +126,77 @@ func TestRedisDownServesDegraded(t *testing.T) {
 	if r.Status != http.StatusOK || m["status"] != "degraded" || m["checks"].(map[string]any)["redis"] != "down" || m["checks"].(map[string]any)["postgres"] != "ok" {
 		t.Fatalf("readyz with Redis down: %d %s", r.Status, r.Body)
 	}
+}
+
+// Every backend of the database terminated (pg_terminate_backend) under a
+// steady stream of writes: no answer is a 500; each created post exists
+// once.
+func TestPostgresTerminationsAreNever500(t *testing.T) {
+	t.Parallel()
+	e := setup(t, options{})
+	ana := e.register(t, "ana")
+	ctx := context.Background()
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	var kills atomic.Int64
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			var n int
+			_ = e.pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+				WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'`).Scan(&n)
+			kills.Add(int64(n))
+		}
+	}()
+	created := 0
+	for i := range 60 {
+		headers := []string{"Authorization", e.bearer(ana)}
+		if i%2 == 0 {
+			headers = append(headers, "Idempotency-Key", "k-"+strconv.Itoa(i))
+		}
+		r := e.do(t, "POST", "/api/posts", `{"content":"under terminations"}`, headers...)
+		switch r.Status {
+		case http.StatusCreated:
+			created++
+		case http.StatusServiceUnavailable:
+			wantProblem(t, r, 503, typeOf(t, r))
+		default:
+			t.Fatalf("post %d under terminations: %d %s", i, r.Status, r.Body)
+		}
+	}
+	close(stop)
+	<-done
+	var posts, evs int
+	if err := e.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM posts WHERE author_id = $1), (SELECT count(*) FROM events WHERE type = 'post.created.v1')`, ana).Scan(&posts, &evs); err != nil {
+		t.Fatal(err)
+	}
+	if posts < created || evs != posts {
+		t.Fatalf("%d posts and %d post.created events stored, %d answered 201", posts, evs, created)
+	}
+	t.Logf("%d of 60 posts created, %d backends terminated", created, kills.Load())
+	if kills.Load() == 0 {
+		t.Fatal("no backend was terminated")
+	}
+	if created < 30 {
+		t.Fatalf("only %d of 60 posts created under terminations: the retries do not work", created)
+	}
+}
+
+// typeOf is the problem type of r after the base, for wantProblem.
+func typeOf(t *testing.T, r response) string {
+	t.Helper()
+	var p api.Problem
+	if err := json.Unmarshal(r.Body, &p); err != nil {
+		t.Fatalf("problem body %q: %v", r.Body, err)
+	}
+	typ := strings.TrimPrefix(p.Type, api.ProblemBase)
+	if typ != "unavailable" && typ != "outcome-unknown" {
+		t.Fatalf("503 of type %q", p.Type)
+	}
+	return typ
 }
