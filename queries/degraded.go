@@ -97,7 +97,9 @@ type CircuitStates struct {
 	Reads, Writes string
 }
 
-// Circuits returns the Redis circuits' states, for readiness and tests.
+// Circuits returns the Redis circuits' states, so tests and operators can
+// tell a skipped Redis from a slow one (the metric
+// feed_query_redis_circuit_state says the same).
 func (f *Feed) Circuits() CircuitStates {
 	return CircuitStates{Reads: f.readCircuit.State().String(), Writes: f.writeCircuit.State().String()}
 }
