@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -41,6 +42,8 @@ type options struct {
 	tweak func(*api.Deps)
 	// usersDB, if set, wraps the database the user checker queries.
 	usersDB func(auth.RowQuerier) auth.RowQuerier
+	// withPool, if set, completes the deps with the test's database.
+	withPool func(*pgxpool.Pool, *api.Deps)
 }
 
 func setup(t *testing.T, opt options) *env {
@@ -69,6 +72,9 @@ func setup(t *testing.T, opt options) *env {
 	deps := api.Deps{Commands: cmds, Tokens: signer, Users: users, Ready: map[string]func(context.Context) error{"postgres": db.Pool.Ping}}
 	if opt.tweak != nil {
 		opt.tweak(&deps)
+	}
+	if opt.withPool != nil {
+		opt.withPool(db.Pool, &deps)
 	}
 	srv, err := api.New(opt.cfg, deps)
 	if err != nil {
@@ -170,6 +176,9 @@ func wantProblem(t *testing.T, r response, status int, typ string) {
 	var p api.Problem
 	if err := json.Unmarshal(r.Body, &p); err != nil {
 		t.Fatalf("problem body %q: %v", r.Body, err)
+	}
+	if status == http.StatusServiceUnavailable && r.Header.Get("Retry-After") == "" {
+		t.Fatalf("503 without Retry-After; body %s", r.Body)
 	}
 	if p.Type != api.ProblemBase+typ || p.Status != status || p.Title == "" {
 		t.Fatalf("problem %+v, want type %s status %d", p, api.ProblemBase+typ, status)
@@ -671,8 +680,11 @@ func TestFeedEndpoints(t *testing.T) {
 	wantProblem(t, e.do(t, "GET", "/api/feed?cursor=zzz", "", "Authorization", tok), 400, "bad-request")
 	feed.err = queries.ErrInvalidLimit
 	wantProblem(t, e.do(t, "GET", "/api/feed", "", "Authorization", tok), 400, "bad-request")
-	feed.err = io.ErrUnexpectedEOF
+	feed.err = errors.New("an unexpected error")
 	wantProblem(t, e.do(t, "GET", "/api/feed", "", "Authorization", tok), 500, "internal")
+	// A connection dropped under the read (EOF) is a dependency down: 503.
+	feed.err = io.ErrUnexpectedEOF
+	wantProblem(t, e.do(t, "GET", "/api/feed", "", "Authorization", tok), 503, "unavailable")
 
 	noFeed := setup(t, options{})
 	noFeed.user(t, 1)

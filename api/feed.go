@@ -20,6 +20,8 @@ import (
 // An error that satisfies interface{ BadCursor() bool } with BadCursor()
 // true is answered 400 (malformed or foreign cursor), as are
 // queries.ErrInvalidLimit and queries.ErrInvalidID; anything else is 5xx.
+// A page with Degraded set (read from PostgreSQL alone while Redis is
+// unavailable) is answered with `Feed-Degraded: true`.
 type FeedReader interface {
 	// Home is userID's home feed, newest first.
 	Home(ctx context.Context, userID int64, cursor string, limit int) (queries.Page, error)
@@ -67,6 +69,10 @@ func (s *Server) page(w http.ResponseWriter, r *http.Request, read func(ctx cont
 	}
 	if p.Items == nil {
 		p.Items = []queries.Post{} // [] not null
+	}
+	if p.Degraded {
+		// Read from PostgreSQL alone: Redis is unavailable.
+		w.Header().Set("Feed-Degraded", "true")
 	}
 	buf := pageBuffers.Get().(*[]byte)
 	b := p.AppendJSON((*buf)[:0])

@@ -3,7 +3,7 @@ package api
 import (
 	"context"
 	"net/http"
-	"sort"
+	"sync"
 	"time"
 )
 
@@ -13,30 +13,51 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	_ = writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
-// GET /readyz: every dependency answers a ping within 2s; else 503 with
-// each check's result, so a load balancer stops sending traffic.
+// GET /readyz: every dependency is pinged at once, within 2 s, and the
+// body names each check's result ("ok" or "down"). A failing Ready check
+// makes it 503 ("unavailable"), so a load balancer stops sending traffic;
+// a failing Degradable check only makes it "degraded" (200): the process
+// still answers, from the source of truth.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
-	names := make([]string, 0, len(s.deps.Ready))
-	for n := range s.deps.Ready {
-		names = append(names, n)
+	type result struct {
+		name     string
+		required bool
+		err      error
 	}
-	sort.Strings(names)
+	var wg sync.WaitGroup
+	results := make(chan result, len(s.deps.Ready)+len(s.deps.Degradable))
+	run := func(checks map[string]func(context.Context) error, required bool) {
+		for n, check := range checks {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				results <- result{name: n, required: required, err: check(ctx)}
+			}()
+		}
+	}
+	run(s.deps.Ready, true)
+	run(s.deps.Degradable, false)
+	wg.Wait()
+	close(results)
 	checks := map[string]string{}
-	status := http.StatusOK
-	for _, n := range names {
-		if err := s.deps.Ready[n](ctx); err != nil {
-			checks[n] = "down"
-			status = http.StatusServiceUnavailable
-			s.log.WarnContext(ctx, "readiness check failed", "check", n, "err", err)
+	status, word := http.StatusOK, "ok"
+	for res := range results {
+		if res.err == nil {
+			checks[res.name] = "ok"
 			continue
 		}
-		checks[n] = "ok"
+		checks[res.name] = "down"
+		s.log.WarnContext(ctx, "readiness check failed", "check", res.name, "err", res.err)
+		if res.required {
+			status, word = http.StatusServiceUnavailable, "unavailable"
+		} else if word == "ok" {
+			word = "degraded"
+		}
 	}
-	word := "ok"
-	if status != http.StatusOK {
-		word = "unavailable"
+	if status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", retryAfterSeconds)
 	}
 	_ = writeJSON(w, status, map[string]any{"status": word, "checks": checks})
 }

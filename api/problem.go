@@ -10,6 +10,7 @@ import (
 	"github.com/feedco/feed/commands"
 	"github.com/feedco/feed/internal/auth"
 	"github.com/feedco/feed/internal/pgerr"
+	"github.com/feedco/feed/internal/rediserr"
 	"github.com/feedco/feed/queries"
 )
 
@@ -38,6 +39,7 @@ var (
 	probTooLarge     = Problem{Type: ProblemBase + "payload-too-large", Title: "Payload too large", Status: http.StatusRequestEntityTooLarge}
 	probKeyReused    = Problem{Type: ProblemBase + "idempotency-key-reused", Title: "Idempotency key reused", Status: http.StatusUnprocessableEntity}
 	probUnavailable  = Problem{Type: ProblemBase + "unavailable", Title: "Service unavailable", Status: http.StatusServiceUnavailable}
+	probUnknown      = Problem{Type: ProblemBase + "outcome-unknown", Title: "Outcome unknown", Status: http.StatusServiceUnavailable}
 	probInternal     = Problem{Type: ProblemBase + "internal", Title: "Internal server error", Status: http.StatusInternalServerError}
 )
 
@@ -49,6 +51,10 @@ var (
 	errMethodNotAllowed = errors.New("method not allowed on this resource")
 	errFeedUnavailable  = errors.New("the query side is not available in this process")
 )
+
+// retryAfterSeconds is the Retry-After of every 503: dependencies come
+// back, and the circuit breakers probe again, within about a second.
+const retryAfterSeconds = "1"
 
 // badInput is a malformed request (JSON, id, limit, header).
 type badInput struct{ msg string }
@@ -110,7 +116,16 @@ func problemFor(err error) (p Problem, internal bool) {
 		// this answer, and it is not a failure worth logging.
 		p = probUnavailable
 		p.Detail = "the request was canceled"
-	case pgerr.Unreachable(err), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, commands.ErrOutcomeUnknown):
+		p = probUnknown
+		p.Detail = "the connection to the database was lost while the write was committing; it may or may not have happened: retry with an Idempotency-Key"
+		internal = true
+	case errors.Is(err, queries.ErrFallbackBusy):
+		p = probUnavailable
+		p.Detail = "a dependency is down and the fallback is at capacity; retry later"
+		internal = true
+	case pgerr.Unavailable(err), rediserr.Unavailable(err), errors.Is(err, queries.ErrRedisUnavailable),
+		errors.Is(err, context.DeadlineExceeded):
 		p = probUnavailable
 		p.Detail = "a dependency is down or too slow; retry later"
 		internal = true
@@ -131,8 +146,11 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 			"request_id", requestID(r.Context()), "err", err)
 	}
 	p.Instance = r.URL.Path
-	if p.Status == http.StatusUnauthorized {
+	switch p.Status {
+	case http.StatusUnauthorized:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="feed"`)
+	case http.StatusServiceUnavailable:
+		w.Header().Set("Retry-After", retryAfterSeconds)
 	}
 	writeProblem(w, p)
 }

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"syscall"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/feedco/feed/commands"
 	"github.com/feedco/feed/internal/auth"
@@ -46,6 +49,13 @@ func TestProblemFor(t *testing.T) {
 		{wrap(errFeedUnavailable), 503, false},
 		{wrap(&pgconn.ConnectError{}), 503, true},
 		{wrap(context.DeadlineExceeded), 503, true},
+		{wrap(&pgconn.PgError{Code: "57P01"}), 503, true},
+		{wrap(io.ErrUnexpectedEOF), 503, true},
+		{wrap(syscall.ECONNREFUSED), 503, true},
+		{wrap(redis.ErrPoolTimeout), 503, true},
+		{wrap(queries.ErrRedisUnavailable), 503, true},
+		{wrap(queries.ErrFallbackBusy), 503, true},
+		{wrap(commands.ErrOutcomeUnknown), 503, true},
 		{wrap(context.Canceled), 503, false},
 		{wrap(fakeCursorErr{bad: false}), 500, true},
 		{errors.New("boom"), 500, true},

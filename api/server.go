@@ -152,6 +152,10 @@ type Deps struct {
 	// Ready are the readiness checks of GET /readyz by name (e.g.
 	// "postgres", "redis"); any failing one makes it 503.
 	Ready map[string]func(context.Context) error
+	// Degradable are readiness checks of dependencies the server answers
+	// without (e.g. "redis": feed reads then come from PostgreSQL): a
+	// failing one is reported "down" and the status "degraded", still 200.
+	Degradable map[string]func(context.Context) error
 	// Feed is the query side. Optional: without it the feed endpoints
 	// answer 503.
 	Feed FeedReader

@@ -22,6 +22,11 @@ var (
 	// ErrIdempotencyKeyReused means an idempotency key already belongs to a
 	// different request of the same actor.
 	ErrIdempotencyKeyReused = errors.New("idempotency key reused with a different request")
+	// ErrOutcomeUnknown means the connection to PostgreSQL was lost while
+	// the transaction's COMMIT was in flight and the command had no
+	// idempotency key: it may or may not have committed, so it was not run
+	// again. A retry with an idempotency key is safe.
+	ErrOutcomeUnknown = errors.New("connection lost during commit: the outcome is unknown")
 )
 
 // ValidationError says which field of a command is wrong and why. It

@@ -40,9 +40,17 @@ func newHandler[C Command, R any](tx *Runner, name string, exec TxHandler[C, R])
 // completed a command under that key, cmd is not run, and the stored result
 // of that command is returned with replayed=true (ErrIdempotencyKeyReused
 // if that command was not the same as cmd). An empty key runs cmd
-// unconditionally.
+// unconditionally. A connection to PostgreSQL lost before COMMIT is
+// retried either way; one lost during COMMIT is retried only under a key
+// (the retry replays the first run if it committed), else it is
+// ErrOutcomeUnknown.
 func (h *Handler[C, R]) Do(ctx context.Context, cmd C, idempotencyKey string) (res R, replayed bool, err error) {
-	err = h.tx.Run(ctx, func(ctx context.Context, tx pgx.Tx) error {
+	run := h.tx.Run
+	if idempotencyKey != "" {
+		// A second run under the key replays the first if it committed.
+		run = h.tx.RunReplaySafe
+	}
+	err = run(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		var err error
 		res, replayed, err = h.idem(ctx, tx, cmd, idempotencyKey)
 		return err

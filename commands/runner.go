@@ -8,11 +8,15 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/feedco/feed/internal/pgerr"
 )
 
 // Runner runs a command's transaction: each attempt bounded by TxTimeout,
 // the whole transaction run again (with jittered backoff) when it loses a
-// concurrency race, and ErrVersionConflict when it keeps losing.
+// concurrency race or its connection, and ErrVersionConflict when it keeps
+// losing races.
 type Runner struct {
 	db  DB
 	cfg Config
@@ -22,8 +26,23 @@ type Runner struct {
 type TxFunc func(ctx context.Context, tx pgx.Tx) error
 
 // Run runs fn in a transaction and commits it, retrying on version
-// conflicts, deadlocks and serialization failures.
+// conflicts, deadlocks and serialization failures, and on a connection
+// lost before COMMIT was sent (see RunReplaySafe). A connection lost while
+// the COMMIT was in flight is ErrOutcomeUnknown: the transaction may have
+// committed, so it is not run again.
 func (r *Runner) Run(ctx context.Context, fn TxFunc) error {
+	return r.run(ctx, fn, false)
+}
+
+// RunReplaySafe is Run for work that is safe to run again even when an
+// earlier attempt may have committed (it claims an idempotency key in the
+// transaction, so a second run replays the first): a connection lost
+// during COMMIT is retried too.
+func (r *Runner) RunReplaySafe(ctx context.Context, fn TxFunc) error {
+	return r.run(ctx, fn, true)
+}
+
+func (r *Runner) run(ctx context.Context, fn TxFunc, replaySafe bool) error {
 	var err error
 	for attempt := 0; attempt < r.cfg.MaxAttempts; attempt++ {
 		if attempt > 0 {
@@ -31,10 +50,24 @@ func (r *Runner) Run(ctx context.Context, fn TxFunc) error {
 				return werr
 			}
 		}
-		err = r.once(ctx, fn)
-		if err == nil || !isRetryable(err) {
+		var atCommit bool
+		atCommit, err = r.once(ctx, fn)
+		switch {
+		case err == nil:
+			return nil
+		case ctx.Err() != nil:
+			return err
+		case pgerr.ConnectionLost(err):
+			if atCommit && !replaySafe && !pgconn.SafeToRetry(err) {
+				return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+			}
+			continue // nothing committed, or the retry replays what did
+		case !isRetryable(err):
 			return err
 		}
+	}
+	if pgerr.ConnectionLost(err) {
+		return err // PostgreSQL is away: the caller answers 503
 	}
 	if errors.Is(err, ErrVersionConflict) {
 		return err
@@ -42,10 +75,24 @@ func (r *Runner) Run(ctx context.Context, fn TxFunc) error {
 	return fmt.Errorf("%w: %w", ErrVersionConflict, err)
 }
 
-func (r *Runner) once(ctx context.Context, fn TxFunc) error {
+// once runs one attempt; atCommit reports that err came from the COMMIT
+// (fn had succeeded), the only point where a lost connection leaves the
+// outcome unknown.
+func (r *Runner) once(ctx context.Context, fn TxFunc) (atCommit bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.TxTimeout)
 	defer cancel()
-	return pgx.BeginFunc(ctx, r.db, func(tx pgx.Tx) error { return fn(ctx, tx) })
+	tx, err := r.db.Begin(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = tx.Rollback(ctx) }() // after a commit: a no-op
+	if err := fn(ctx, tx); err != nil {
+		return false, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return true, err
+	}
+	return false, nil
 }
 
 // sleepJitter waits a random time in [0, 2ms * 2^attempt) so that racing

@@ -11,7 +11,8 @@ import (
 // strictly older than the cursor, with the same order and cursor as Home.
 // The author's timeline serves what it holds above its ~floor; below, and
 // when the timeline has nothing at all (never written, or the projector has
-// not caught up with a new author), PostgreSQL continues.
+// not caught up with a new author), PostgreSQL continues. While Redis is
+// unavailable the page comes from PostgreSQL, marked Degraded.
 func (f *Feed) AuthorPosts(ctx context.Context, authorID int64, cursor string, limit int) (Page, error) {
 	if err := checkArgs(authorID, limit); err != nil {
 		return Page{}, err
@@ -20,6 +21,14 @@ func (f *Feed) AuthorPosts(ctx context.Context, authorID int64, cursor string, l
 	if err != nil {
 		return Page{}, err
 	}
+	return f.guarded(ctx, "author", limit,
+		func() (Page, error) { return f.authorPosts(ctx, authorID, cur, limit) },
+		func(ctx context.Context, n int) ([]item, error) { return f.pgAuthor(ctx, authorID, cur, minKey, n) })
+}
+
+// authorPosts is AuthorPosts from the author's timeline (and PostgreSQL
+// below it).
+func (f *Feed) authorPosts(ctx context.Context, authorID int64, cur key, limit int) (Page, error) {
 	fresh := f.useDeletionFeed(f.now())
 	need := limit + 1
 	var items []item
@@ -32,7 +41,7 @@ func (f *Feed) AuthorPosts(ctx context.Context, authorID int64, cursor string, l
 			pipe := f.rdb.Pipeline()
 			rr := f.tl.QueueRange(ctx, pipe, authorID, cur.ms, n)
 			if err := readmodel.ExecReads(ctx, pipe); err != nil {
-				return Page{}, fmt.Errorf("read timeline of %d: %w", authorID, err)
+				return Page{}, fmt.Errorf("read timeline of %d: %w", authorID, redisErr(err))
 			}
 			src, err := rangeSource(rr)
 			if err != nil {

@@ -24,7 +24,9 @@ const maxRedisRounds = 4
 // Redis serves what its read models are sure of (the inbox above its
 // ~floor, followed celebrities' timelines, the caller's own timeline); the
 // rest of the page continues from PostgreSQL. A cold inbox (no ~built) is
-// served from PostgreSQL at once and rebuilt in the background.
+// served from PostgreSQL at once and rebuilt in the background. While
+// Redis is unavailable the whole page comes from PostgreSQL, marked
+// Degraded (degraded.go).
 func (f *Feed) Home(ctx context.Context, userID int64, cursor string, limit int) (Page, error) {
 	if err := checkArgs(userID, limit); err != nil {
 		return Page{}, err
@@ -34,6 +36,13 @@ func (f *Feed) Home(ctx context.Context, userID int64, cursor string, limit int)
 		return Page{}, err
 	}
 	f.touch(userID)
+	return f.guarded(ctx, "home", limit,
+		func() (Page, error) { return f.home(ctx, userID, cur, limit) },
+		func(ctx context.Context, n int) ([]item, error) { return f.pgPull(ctx, userID, cur, n) })
+}
+
+// home is Home from Redis (and PostgreSQL below what Redis is sure of).
+func (f *Feed) home(ctx context.Context, userID int64, cur key, limit int) (Page, error) {
 	now := f.now()
 	fresh := f.useDeletionFeed(now)
 	first := cur.ms >= maxCursorMs
@@ -125,7 +134,7 @@ func (f *Feed) homeSegment(ctx context.Context, user int64, cur key, want int) (
 	n := want + want/4 + 2 // over-fetch: hidden posts and the ~floor member
 	celebs, err := f.celebrities(ctx)
 	if err != nil {
-		return homeRead{}, false, err
+		return homeRead{}, false, redisErr(err)
 	}
 	var probe []item
 	var probeErr error
@@ -220,7 +229,7 @@ func (f *Feed) celebritySources(ctx context.Context, celebs []int64, cur key, n 
 	}
 	heads, err := f.timelineHeads(ctx, celebs)
 	if err != nil {
-		return nil, err
+		return nil, redisErr(err)
 	}
 	srcs := make([]source, 0, len(celebs))
 	var directs []readmodel.RangeRead
@@ -239,7 +248,7 @@ func (f *Feed) celebritySources(ctx context.Context, celebs []int64, cur key, n 
 		return srcs, nil
 	}
 	if err := readmodel.ExecReads(ctx, pipe); err != nil {
-		return nil, fmt.Errorf("read celebrity timelines: %w", err)
+		return nil, fmt.Errorf("read celebrity timelines: %w", redisErr(err))
 	}
 	for _, d := range directs {
 		s, err := rangeSource(d)

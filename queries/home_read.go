@@ -58,7 +58,7 @@ func (f *Feed) readHomeDirect(ctx context.Context, user int64, cur key, n int, m
 		isMember = f.follows.QueueFollows(ctx, pipe, user, args...)
 	}
 	if err := readmodel.ExecReads(ctx, pipe); err != nil {
-		return homeReply{}, fmt.Errorf("read inbox of %d: %w", user, err)
+		return homeReply{}, fmt.Errorf("read inbox of %d: %w", user, redisErr(err))
 	}
 	var r homeReply
 	var err error
@@ -164,7 +164,7 @@ func (f *Feed) readHomeCached(ctx context.Context, g *cacheGen, user int64, cur 
 		// The connection may be gone, and with it what Redis tracked for
 		// it: the generation ends (the caller reads without the cache).
 		c.endGen(g)
-		return homeReply{}, fmt.Errorf("read inbox of %d: %w", user, err)
+		return homeReply{}, fmt.Errorf("read inbox of %d: %w", user, redisErr(err))
 	}
 	now = time.Now().UnixNano()
 	var err error

@@ -92,7 +92,7 @@ func (f *Feed) hydrateBatch(ctx context.Context, batch []key, vis visibility, ou
 			known = followCheck{cmd: f.follows.QueueFollows(ctx, pipe, vis.viewer, askF...), authors: authors}
 		}
 		if err := readmodel.ExecReads(ctx, pipe); err != nil {
-			return nil, fmt.Errorf("hydrate posts: %w", err)
+			return nil, fmt.Errorf("hydrate posts: %w", redisErr(err))
 		}
 		if err := known.into(follows); err != nil {
 			return nil, err
@@ -250,7 +250,7 @@ func (f *Feed) followsOf(ctx context.Context, res []hydrated, vis visibility, an
 	}
 	is, err := f.follows.FollowsEach(ctx, f.rdb, vis.viewer, ask...)
 	if err != nil {
-		return nil, fmt.Errorf("check follows: %w", err)
+		return nil, fmt.Errorf("check follows: %w", redisErr(err))
 	}
 	out := make(map[int64]bool, len(authors))
 	for i, a := range authors {

@@ -16,7 +16,9 @@ type Metrics struct {
 	CacheLookups *prometheus.CounterVec
 	// Sources counts, per query ("home", "author"), the pages that used each
 	// source: "redis" (read models), "pg" (continued from PostgreSQL below a
-	// ~floor) and "cold" (inbox without ~built: served from PostgreSQL).
+	// ~floor), "cold" (inbox without ~built: served from PostgreSQL),
+	// "degraded" (Redis unavailable: the whole page from PostgreSQL) and
+	// "refused" (Redis unavailable and the fallback at capacity: 503).
 	Sources *prometheus.CounterVec
 	// Hydrations counts posts hydrated from the in-process body cache
 	// ("process"), the Redis post cache ("redis", including confirmations
@@ -25,9 +27,13 @@ type Metrics struct {
 	// Rebuilds counts background inbox rebuilds by result ("ok", "error").
 	Rebuilds *prometheus.CounterVec
 	// WriteThroughs counts PostCreated writes of a new post to Redis by
-	// result ("ok", "error"); an error turns on the PostgreSQL fallback
+	// result ("ok", "error", "skipped": the write circuit is open); an
+	// error or a skip turns on the PostgreSQL fallback
 	// for that author.
 	WriteThroughs *prometheus.CounterVec
+	// Circuits is the state of each Redis circuit ("reads", "writes"):
+	// 0 closed, 1 half-open, 2 open.
+	Circuits *prometheus.GaugeVec
 
 	// The per-page counters, resolved once (WithLabelValues hashes its
 	// labels on every call).
@@ -59,6 +65,10 @@ func newMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "feed_query_write_throughs_total",
 			Help: "Own posts written through to Redis on create (read-your-writes), by result.",
 		}, []string{"result"}),
+		Circuits: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "feed_query_redis_circuit_state",
+			Help: "State of the read side's Redis circuits (0 closed, 1 half-open, 2 open), by calls (reads, writes).",
+		}, []string{"calls"}),
 	}
 	m.hydProcess = m.Hydrations.WithLabelValues("process")
 	m.hydRedis = m.Hydrations.WithLabelValues("redis")
@@ -73,7 +83,7 @@ func newMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.CacheLookups, m.Sources, m.Hydrations, m.Rebuilds, m.WriteThroughs} {
+	for _, c := range []prometheus.Collector{m.CacheLookups, m.Sources, m.Hydrations, m.Rebuilds, m.WriteThroughs, m.Circuits} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register query metrics (one Feed per registry): %w", err)
 		}

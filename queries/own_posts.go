@@ -32,10 +32,11 @@ const writeThroughTimeout = 500 * time.Millisecond
 // overwritten) in one pipeline, and caches the body in process. The
 // projectors write the same entries later; both writes are idempotent.
 //
-// Best effort: when the Redis write fails, this process remembers the
-// author for OwnPostsWindow and their home reads probe PostgreSQL for
-// their newest posts meanwhile; the error is returned for logging only.
-// The post is committed either way.
+// Best effort: when the Redis write fails, or is skipped because the write
+// circuit is open after consecutive failures (ErrCircuitOpen: no wait at
+// all), this process remembers the author for OwnPostsWindow and their
+// home reads probe PostgreSQL for their newest posts meanwhile; the error
+// is returned for logging only. The post is committed either way.
 func (f *Feed) PostCreated(ctx context.Context, p NewPost) error {
 	if p.ID <= 0 || p.AuthorID <= 0 {
 		return ErrInvalidID
@@ -44,22 +45,35 @@ func (f *Feed) PostCreated(ctx context.Context, p NewPost) error {
 	ms := p.CreatedAt.UnixMilli()
 	cp := &cachedPost{it: newItem(p.ID, p.AuthorID, p.Content, ms), author: p.AuthorID, checkedAt: now.UnixNano()}
 	f.posts.store(cp)
+	done, err := f.writeCircuit.Allow()
+	if err != nil {
+		// Redis has been failing: do not wait for it. The author's reads
+		// probe PostgreSQL for their own posts meanwhile.
+		f.recent.mark(p.AuthorID, now)
+		f.metrics.WriteThroughs.WithLabelValues("skipped").Inc()
+		return fmt.Errorf("write post %d through to Redis: %w (%w)", p.ID, ErrCircuitOpen, err)
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeThroughTimeout)
 	defer cancel()
 	pipe := f.rdb.Pipeline()
 	f.tl.QueueOwnPost(ctx, pipe, p.AuthorID, p.ID, ms)
 	if err := f.bodies.QueueCreate(ctx, pipe, readmodel.Post{ID: p.ID, AuthorID: p.AuthorID, Content: p.Content, CreatedAt: cp.it.post.CreatedAt}); err != nil {
+		done(nil) // nothing was sent
 		return err
 	}
-	_, err := pipe.Exec(ctx)
+	_, err = pipe.Exec(ctx)
+	if errors.Is(err, redis.Nil) {
+		err = nil
+	}
+	done(err)
 	// Read-your-writes: the author's next read must not wait for Redis's
 	// invalidation message of their timeline (a failed write may have
 	// applied too).
 	f.cache.invalidate(f.tl.Key(p.AuthorID))
-	if err != nil && !errors.Is(err, redis.Nil) {
+	if err != nil {
 		f.recent.mark(p.AuthorID, now)
 		f.metrics.WriteThroughs.WithLabelValues("error").Inc()
-		return fmt.Errorf("write post %d through to Redis: %w", p.ID, err)
+		return fmt.Errorf("write post %d through to Redis: %w", p.ID, redisErr(err))
 	}
 	f.metrics.WriteThroughs.WithLabelValues("ok").Inc()
 	return nil

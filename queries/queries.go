@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/feedco/feed/events"
 	"github.com/feedco/feed/readmodel"
@@ -92,6 +93,17 @@ type Config struct {
 	// means 40,000 (about 10,000 readers); negative turns it off. Only a single-node
 	// *redis.Client gets the cache.
 	ReadCacheKeys int
+	// RedisBreakerFailures is how many consecutive Redis connection
+	// failures open a circuit (reads and the write-through each have one;
+	// default 3).
+	RedisBreakerFailures int
+	// RedisBreakerOpen is how long an open circuit skips Redis before one
+	// probe is let through (default 1 s).
+	RedisBreakerOpen time.Duration
+	// FallbackReads bounds the reads a process answers from PostgreSQL at
+	// once while Redis is unavailable (default 8); a read that finds no
+	// slot within 100 ms fails with ErrFallbackBusy.
+	FallbackReads int
 	// invalDial, when set (tests), dials the read cache's invalidation
 	// connection.
 	invalDial func(ctx context.Context, network, addr string) (net.Conn, error)
@@ -132,6 +144,9 @@ func (c Config) withDefaults() Config {
 	c.PostCacheSize = cmp.Or(c.PostCacheSize, 100_000)
 	c.PostCacheTTL = cmp.Or(c.PostCacheTTL, time.Second)
 	c.DeletionPollInterval = cmp.Or(c.DeletionPollInterval, min(200*time.Millisecond, c.PostCacheTTL/2))
+	c.RedisBreakerFailures = cmp.Or(c.RedisBreakerFailures, 3)
+	c.RedisBreakerOpen = cmp.Or(c.RedisBreakerOpen, time.Second)
+	c.FallbackReads = cmp.Or(c.FallbackReads, 8)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -158,6 +173,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("queries: PostCacheSize %d must be at least %d", c.PostCacheSize, 2*(MaxLimit+1))
 	case c.PostCacheTTL <= 0 || c.PostCacheTTL > 5*time.Second:
 		return fmt.Errorf("queries: PostCacheTTL %v must be in (0, 5s]", c.PostCacheTTL)
+	case c.RedisBreakerFailures < 1 || c.RedisBreakerOpen <= 0 || c.FallbackReads < 1:
+		return fmt.Errorf("queries: RedisBreakerFailures %d, RedisBreakerOpen %v and FallbackReads %d must be positive", c.RedisBreakerFailures, c.RedisBreakerOpen, c.FallbackReads)
 	case c.DeletionPollInterval <= 0 || c.DeletionPollInterval >= c.PostCacheTTL:
 		return fmt.Errorf("queries: DeletionPollInterval %v must be positive and below PostCacheTTL %v", c.DeletionPollInterval, c.PostCacheTTL)
 	}
@@ -182,6 +199,10 @@ type Post struct {
 type Page struct {
 	Items      []Post  `json:"items"`
 	NextCursor *string `json:"nextCursor"`
+	// Degraded says the page was read from PostgreSQL alone because Redis
+	// was unavailable (the api sends Feed-Degraded: true): the same posts,
+	// at the cost of the source of truth.
+	Degraded bool `json:"-"`
 }
 
 // Feed answers the read-side queries. Safe for concurrent use.
@@ -211,6 +232,9 @@ type Feed struct {
 	deletions deletionFeed   // post deletions from the event log (deletion_feed.go)
 	hints     *followHints   // per reader, the authors to ask about in the first pipeline
 	cache     *readCache     // per-reader Redis reads (read_cache.go); nil when off
+
+	readCircuit, writeCircuit *breaker            // Redis circuits (degraded.go)
+	fallback                  *semaphore.Weighted // concurrent PostgreSQL fallbacks of reads
 }
 
 // followHintUsers bounds the readers whose follow hints a process keeps
@@ -264,6 +288,9 @@ func New(cfg Config, db DB, rdb redis.UniversalClient) (*Feed, error) {
 	f.recent.window = cfg.OwnPostsWindow
 	f.deletions = deletionFeed{interval: cfg.DeletionPollInterval, scanLimit: deletionScanLimit, wake: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{})}
+	f.readCircuit = newBreaker("reads", cfg.RedisBreakerFailures, cfg.RedisBreakerOpen, readFailed, cfg.Logger, m.Circuits)
+	f.writeCircuit = newBreaker("writes", cfg.RedisBreakerFailures, cfg.RedisBreakerOpen, writeFailed, cfg.Logger, m.Circuits)
+	f.fallback = newFallback(cfg.FallbackReads)
 	f.cache = newReadCache(rdb, cacheKeys, cfg.Logger, cfg.invalDial)
 	if err := m.registerReadCache(cfg.Registerer, f.cache); err != nil {
 		f.cache.close()

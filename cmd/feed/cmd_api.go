@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -101,9 +102,11 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiTask, func(), error
 	if deps.Commands, err = feedcmd.New(p.Pool, ids, feedcmd.Config{MaxContentChars: cfg.MaxContentChars}); err != nil {
 		return apiTask{}, nil, err
 	}
-	deps.Ready = map[string]func(context.Context) error{
-		"postgres": p.Pool.Ping,
-		"redis":    func(ctx context.Context) error { return p.Redis.Ping(ctx).Err() },
+	deps.Ready = map[string]func(context.Context) error{"postgres": p.Pool.Ping}
+	// Without Redis the API still answers (feeds from PostgreSQL, writes
+	// skip the write-through): ready, degraded.
+	deps.Degradable = map[string]func(context.Context) error{
+		"redis": func(ctx context.Context) error { return p.Redis.Ping(ctx).Err() },
 	}
 
 	f, err := queries.New(queries.Config{
@@ -118,7 +121,7 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiTask, func(), error
 	deps.Feed = f
 	deps.AfterPostCreated = func(ctx context.Context, post feedcmd.Post) {
 		err := f.PostCreated(ctx, queries.NewPost{ID: post.ID, AuthorID: post.AuthorID, Content: post.Content, CreatedAt: post.CreatedAt})
-		if err != nil {
+		if err != nil && !errors.Is(err, queries.ErrCircuitOpen) { // skipped while Redis is down: the circuit logs that once
 			// The post is committed; the projectors will show it, and
 			// this process probes PostgreSQL for the author meanwhile.
 			p.Log.Warn("queries: write-through of a new post failed", "post", post.ID, "err", err)

@@ -1,0 +1,221 @@
+package queries
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/readmodel"
+)
+
+// ownRedis is a redis-server of the test's own, on a free TCP port, that
+// the test stops and starts again (empty) at will; the shared server is
+// never touched.
+type ownRedis struct {
+	t    *testing.T
+	port int
+	cmd  *exec.Cmd
+}
+
+func startOwnRedis(t *testing.T) *ownRedis {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Skip("redis-server is not installed")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &ownRedis{t: t, port: l.Addr().(*net.TCPAddr).Port}
+	_ = l.Close()
+	r.start()
+	t.Cleanup(r.stop)
+	return r
+}
+
+func (r *ownRedis) addr() string { return "127.0.0.1:" + strconv.Itoa(r.port) }
+
+// start runs an empty server and waits until it answers.
+func (r *ownRedis) start() {
+	r.t.Helper()
+	r.cmd = exec.Command("redis-server", "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", r.t.TempDir())
+	if err := r.cmd.Start(); err != nil {
+		r.t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: r.addr(), MaxRetries: -1})
+	defer c.Close()
+	testenv.Eventually(r.t, 10*time.Second, "own redis-server up", func() bool {
+		return c.Ping(context.Background()).Err() == nil
+	})
+}
+
+// stop kills the server (as a crash does) and waits until it is gone.
+func (r *ownRedis) stop() {
+	if r.cmd == nil {
+		return
+	}
+	_ = r.cmd.Process.Kill()
+	_ = r.cmd.Wait()
+	r.cmd = nil
+}
+
+// setupOwnRedis is setup over an own redis-server.
+func setupOwnRedis(t *testing.T, cfg Config) (*bundle, *ownRedis) {
+	t.Helper()
+	srv := startOwnRedis(t)
+	db := testenv.NewDB(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.addr(), PoolSize: 16})
+	t.Cleanup(func() { _ = rdb.Close() })
+	cfg.Keys = readmodel.Keys{Prefix: "t:"}
+	reg := prometheus.NewRegistry()
+	cfg.Registerer = reg
+	cfg.Logger = testenv.Logger()
+	f, err := New(cfg, db.Pool, rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Close)
+	return &bundle{t: t, ctx: context.Background(), feed: f, db: db, rdb: rdb, keys: cfg.Keys, reg: reg, next: 7_000_000_000_000_000_000}, srv
+}
+
+// graph is a small social graph: reader follows two authors; a stranger
+// and a deleted post must not show.
+func (b *bundle) graph() (reader, author int64) {
+	reader, author, other, stranger := b.user(), b.user(), b.user(), b.user()
+	b.follow(reader, author)
+	b.follow(reader, other)
+	base := time.Now().Add(-time.Hour).UnixMilli()
+	for i := range int64(7) {
+		b.post(author, base+i*10)
+		b.post(other, base+i*10+3)
+		b.post(stranger, base+i*10+5)
+	}
+	b.post(reader, base+100)
+	b.deleteRow(b.post(author, base+101))
+	return reader, author
+}
+
+// While Redis is down, home and author pages come from PostgreSQL, marked
+// degraded, equal to the truth page by page; the read circuit opens; when
+// Redis comes back empty, reads are answered (cold, from PostgreSQL) and
+// never fail, and the circuit closes.
+func TestHomeDegradedWhileRedisDown(t *testing.T) {
+	t.Parallel()
+	b, srv := setupOwnRedis(t, Config{RedisBreakerOpen: 200 * time.Millisecond})
+	reader, author := b.graph()
+	sameFeed(t, "redis up", b.readHome(reader, 3), b.truth(reader))
+
+	srv.stop()
+	for range 3 {
+		sameFeed(t, "redis down", b.readHome(reader, 3), b.truth(reader))
+	}
+	if s := b.feed.Circuits().Reads; s != "open" {
+		t.Fatalf("read circuit %s after reads failed on a stopped Redis, want open", s)
+	}
+	p, err := b.feed.Home(b.ctx, reader, "", 2)
+	if err != nil || !p.Degraded || len(p.Items) != 2 || p.NextCursor == nil {
+		t.Fatalf("first page while Redis is down: %+v, %v; want 2 degraded items and a cursor", p, err)
+	}
+	got := b.readAll(func(c string) (Page, error) {
+		p, err := b.feed.AuthorPosts(b.ctx, author, c, 2)
+		if err == nil && !p.Degraded {
+			t.Errorf("author page while Redis is down not degraded")
+		}
+		return p, err
+	}, 2)
+	sameFeed(t, "author posts, redis down", got, b.authorTruth(author))
+
+	srv.start() // back, empty
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		p, err := b.feed.Home(b.ctx, reader, "", 50)
+		if err != nil {
+			t.Fatalf("home read after Redis came back empty: %v", err)
+		}
+		keys := make([]key, len(p.Items))
+		for i, it := range p.Items {
+			keys[i] = itemKey(t, it)
+		}
+		sameFeed(t, "redis back empty", keys, b.truth(reader))
+		if !p.Degraded && b.feed.Circuits().Reads == "closed" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("reads still degraded 10 s after Redis came back (circuit %s)", b.feed.Circuits().Reads)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	sameFeed(t, "redis back, paged", b.readHome(reader, 3), b.truth(reader))
+}
+
+// While Redis is down the write-through fails a few times, then its
+// circuit opens and PostCreated skips Redis at once (ErrCircuitOpen); the
+// author's own new posts still show (from PostgreSQL). When Redis is back
+// the half-open probe closes the circuit.
+func TestPostCreatedCircuitOpensWhileRedisDown(t *testing.T) {
+	t.Parallel()
+	b, srv := setupOwnRedis(t, Config{RedisBreakerOpen: 200 * time.Millisecond, RedisBreakerFailures: 3})
+	reader, _ := b.graph()
+	srv.stop()
+	base := time.Now().UnixMilli()
+	for i := range int64(3) {
+		k := b.post(reader, base+i)
+		err := b.feed.PostCreated(b.ctx, NewPost{ID: k.id, AuthorID: reader, Content: fmt.Sprint("post ", k.id), CreatedAt: time.UnixMilli(k.ms)})
+		if err == nil || errors.Is(err, ErrCircuitOpen) || !errors.Is(err, ErrRedisUnavailable) {
+			t.Fatalf("write-through %d with Redis down: %v, want a Redis error before the circuit opens", i, err)
+		}
+	}
+	if s := b.feed.Circuits().Writes; s != "open" {
+		t.Fatalf("write circuit %s after 3 failures, want open", s)
+	}
+	k := b.post(reader, base+10)
+	err := b.feed.PostCreated(b.ctx, NewPost{ID: k.id, AuthorID: reader, Content: fmt.Sprint("post ", k.id), CreatedAt: time.UnixMilli(k.ms)})
+	if !errors.Is(err, ErrCircuitOpen) {
+		t.Fatalf("write-through with the circuit open: %v, want ErrCircuitOpen", err)
+	}
+	if v := counter(b.feed.Metrics().WriteThroughs.WithLabelValues("skipped")); v != 1 {
+		t.Fatalf("skipped write-throughs %v, want 1", v)
+	}
+	sameFeed(t, "own posts while Redis is down", b.readHome(reader, 4), b.truth(reader))
+
+	srv.start()
+	time.Sleep(250 * time.Millisecond) // past RedisBreakerOpen: the next call is the probe
+	k = b.post(reader, base+20)
+	if err := b.feed.PostCreated(b.ctx, NewPost{ID: k.id, AuthorID: reader, Content: fmt.Sprint("post ", k.id), CreatedAt: time.UnixMilli(k.ms)}); err != nil {
+		t.Fatalf("probe write-through with Redis back: %v", err)
+	}
+	if s := b.feed.Circuits().Writes; s != "closed" {
+		t.Fatalf("write circuit %s after a successful probe, want closed", s)
+	}
+	sameFeed(t, "own posts after Redis is back", b.readHome(reader, 4), b.truth(reader))
+}
+
+// The PostgreSQL fallback is bounded: with every slot taken, a read that
+// needs it fails with ErrFallbackBusy (503), never waits long.
+func TestDegradedReadsBounded(t *testing.T) {
+	t.Parallel()
+	b, srv := setupOwnRedis(t, Config{FallbackReads: 1})
+	reader, _ := b.graph()
+	srv.stop()
+	if err := b.feed.fallback.Acquire(b.ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	_, err := b.feed.Home(b.ctx, reader, "", 10)
+	if !errors.Is(err, ErrFallbackBusy) {
+		t.Fatalf("home with the fallback full: %v, want ErrFallbackBusy", err)
+	}
+	b.feed.fallback.Release(1)
+	if p, err := b.feed.Home(b.ctx, reader, "", 10); err != nil || !p.Degraded {
+		t.Fatalf("home with a free fallback slot: %+v, %v", p, err)
+	}
+}
