@@ -1,7 +1,6 @@
 package cdc
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -9,7 +8,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -68,12 +66,12 @@ func childMain() int {
 // child is one CDC subprocess.
 type child struct {
 	cmd *exec.Cmd
-	out *syncBuffer
+	out *testenv.SyncBuffer
 }
 
 func (b *bundle) startChild(t *testing.T) *child {
 	t.Helper()
-	out := &syncBuffer{}
+	out := &testenv.SyncBuffer{}
 	t.Cleanup(func() { // after StartChild's: the child is gone
 		if t.Failed() {
 			t.Logf("child output:\n%s", out.String())
@@ -136,22 +134,4 @@ func TestCrashRecoveryKill9(t *testing.T) {
 	if !strings.Contains(last.out.String(), "clean exit") {
 		t.Fatalf("child did not exit cleanly:\n%s", last.out.String())
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the child's two output streams.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
