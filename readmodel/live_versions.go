@@ -134,7 +134,11 @@ func (l *LiveVersions) resolve(ctx context.Context, cached Versions) error {
 	if err != nil {
 		return err
 	}
-	if wrote && !l.switched(cached, truth) {
+	if wrote && cached == (Versions{}) && truth == DefaultVersions() {
+		// A new deployment's first start, or a Redis without the hash while
+		// every projection is at version 1: nothing was read wrong.
+		l.cfg.Logger.Info("projection versions: wrote the Redis registry from PostgreSQL (every projection at version 1)")
+	} else if wrote && !l.switched(cached, truth) {
 		l.cfg.Logger.Warn("projection versions: the Redis registry lost or disagreed with PostgreSQL; restored it from PostgreSQL",
 			"redis", fmt.Sprintf("%+v", cached), "postgres", fmt.Sprintf("%+v", truth))
 	}
