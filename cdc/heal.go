@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // SlotLossMode says what CDC does when the slot it streamed from is gone
@@ -108,20 +109,11 @@ func parseXid8(s *string) (*uint64, error) {
 // It runs under a session advisory lock per slot, so a warm standby waits
 // for the process that heals instead of healing at the same time.
 func (c *CDC) prepareSlot(ctx context.Context) (err error) {
-	conn, err := c.pool.Acquire(ctx)
+	unlock, err := c.lockSlot(ctx)
 	if err != nil {
-		return fmt.Errorf("acquire connection: %w", err)
+		return err
 	}
-	defer conn.Release()
-	lock := "feed_cdc_slot:" + c.cfg.Slot
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(hashtextextended($1, 0))`, lock); err != nil {
-		return fmt.Errorf("lock slot %s: %w", c.cfg.Slot, err)
-	}
-	defer func() {
-		if _, uerr := conn.Exec(context.Background(), `SELECT pg_advisory_unlock(hashtextextended($1, 0))`, lock); uerr != nil {
-			_ = conn.Conn().Close(context.Background()) // ending the session releases the lock
-		}
-	}()
+	defer unlock()
 
 	exists, err := checkSlot(ctx, c.pool, c.cfg.Slot, c.cfg.Publication)
 	if err != nil {
@@ -152,6 +144,57 @@ func (c *CDC) prepareSlot(ctx context.Context) (err error) {
 	default:
 		return c.slotLost(ctx, st)
 	}
+}
+
+// lockSlot takes the session advisory lock of the slot, so one process at
+// a time creates, heals or checks it; unlock releases it.
+func (c *CDC) lockSlot(ctx context.Context) (unlock func(), err error) {
+	conn, err := c.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("acquire connection: %w", err)
+	}
+	lock := "feed_cdc_slot:" + c.cfg.Slot
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(hashtextextended($1, 0))`, lock); err != nil {
+		conn.Release()
+		return nil, fmt.Errorf("lock slot %s: %w", c.cfg.Slot, err)
+	}
+	return func() {
+		if _, uerr := conn.Exec(context.Background(), `SELECT pg_advisory_unlock(hashtextextended($1, 0))`, lock); uerr != nil {
+			_ = conn.Conn().Close(context.Background()) // ending the session releases the lock
+		}
+		conn.Release()
+	}, nil
+}
+
+// PrepareFirstStart creates the slot and its progress row when this is
+// CDC's first start (no slot, no progress row), as Run would, without
+// streaming. A process that takes writes and runs CDC itself (`feed dev`)
+// calls it before it accepts the first write: an event committed before
+// the slot exists would never reach Kafka. A slot that exists, or that
+// was lost, is left to Run.
+func PrepareFirstStart(ctx context.Context, cfg Config, pool *pgxpool.Pool) error {
+	if pool == nil {
+		return errors.New("cdc: nil pool")
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	c := &CDC{cfg: cfg, pool: pool}
+	unlock, err := c.lockSlot(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	exists, err := checkSlot(ctx, pool, cfg.Slot, cfg.Publication)
+	if err != nil || exists {
+		return err
+	}
+	st, err := c.loadState(ctx)
+	if err != nil || st.found {
+		return err
+	}
+	return c.firstStart(ctx)
 }
 
 // firstStart creates the slot and records the progress row with the

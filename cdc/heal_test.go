@@ -434,3 +434,45 @@ func TestRetryDelay(t *testing.T) {
 		}
 	}
 }
+
+// TestPrepareFirstStart: `feed dev` creates the slot before its API takes
+// a write. On a first start it creates the slot and the progress row with
+// a frontier, as Run would; again, it changes nothing; and a slot that was
+// lost (progress row, no slot) is left to Run, which heals or stops,
+// never re-created past the lost events.
+func TestPrepareFirstStart(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	ctx := context.Background()
+	slot := "feed_prep_" + db.Name
+	cfg := Config{DatabaseURL: db.URL, Slot: slot, Topic: "unused", Logger: testenv.Logger()}
+	exists := func() bool {
+		var ok bool
+		if err := db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)`, slot).Scan(&ok); err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	if err := PrepareFirstStart(ctx, cfg, db.Pool); err != nil {
+		t.Fatal(err)
+	}
+	if !exists() {
+		t.Fatal("no slot after the first start")
+	}
+	var frontier *string
+	if err := db.Pool.QueryRow(ctx, `SELECT frontier_xid::text FROM cdc_state WHERE slot_name = $1`, slot).Scan(&frontier); err != nil || frontier == nil {
+		t.Fatalf("progress row: frontier %v, %v; want one recorded", frontier, err)
+	}
+	if err := PrepareFirstStart(ctx, cfg, db.Pool); err != nil {
+		t.Fatalf("second call: %v", err)
+	}
+	if _, err := db.Pool.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, slot); err != nil {
+		t.Fatal(err)
+	}
+	if err := PrepareFirstStart(ctx, cfg, db.Pool); err != nil {
+		t.Fatalf("after the loss: %v", err)
+	}
+	if exists() {
+		t.Fatal("a lost slot was created again outside Run, past the events committed since the loss")
+	}
+}

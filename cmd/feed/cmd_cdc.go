@@ -67,6 +67,19 @@ func runCDC(ctx context.Context, cfg Config, log *slog.Logger, metricsAddr strin
 	return runRole(ctx, log, "cdc", metricsAddr, reg, tasks...)
 }
 
+// cdcConfig is CDC's configuration from the process's.
+func cdcConfig(cfg Config, reg prometheus.Registerer, log *slog.Logger) cdc.Config {
+	return cdc.Config{
+		DatabaseURL:  cfg.DatabaseURL,
+		Slot:         cfg.Slot,
+		Topic:        cfg.Topic,
+		LagWarnBytes: cfg.LagWarnBytes,
+		OnSlotLoss:   cdc.SlotLossMode(cfg.OnSlotLoss), // "heal" (default) or "stop": docs/cdc.md, Slot loss
+		Registerer:   reg,
+		Logger:       log,
+	}
+}
+
 // streamCDC streams the event log to the topic until ctx ends. It waits
 // for the broker when it is not up yet, as the replication side waits for
 // PostgreSQL.
@@ -86,15 +99,7 @@ func streamCDC(ctx context.Context, cfg Config, pool *pgxpool.Pool, reg promethe
 		}
 	}
 	defer pub.Close()
-	c, err := cdc.New(cdc.Config{
-		DatabaseURL:  cfg.DatabaseURL,
-		Slot:         cfg.Slot,
-		Topic:        cfg.Topic,
-		LagWarnBytes: cfg.LagWarnBytes,
-		OnSlotLoss:   cdc.SlotLossMode(cfg.OnSlotLoss), // "heal" (default) or "stop": docs/cdc.md, Slot loss
-		Registerer:   reg,
-		Logger:       log,
-	}, pool, pub)
+	c, err := cdc.New(cdcConfig(cfg, reg, log), pool, pub)
 	if err != nil {
 		return usageError{dsnReason(cfg.DatabaseURL, err)}
 	}

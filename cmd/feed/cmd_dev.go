@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
+	"github.com/feedco/feed/cdc"
 	"github.com/feedco/feed/internal/kafka"
 )
 
@@ -63,6 +64,11 @@ func runDev(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer)
 	}
 
 	reg := prometheus.NewRegistry()
+	// The slot exists before the API takes its first write: an event
+	// committed before it would never be streamed.
+	if err := cdc.PrepareFirstStart(ctx, cdcConfig(cfg, reg, log), pool); err != nil {
+		return scrubDSN(cfg.DatabaseURL, fmt.Errorf("prepare the replication slot: %w", err))
+	}
 	projectors, err := newProjectors(ctx, cfg, pool, rdb, nil, reg, log)
 	if err != nil {
 		return err
