@@ -3,9 +3,7 @@ package api_test
 import (
 	"context"
 	"encoding/json"
-	"net"
 	"net/http"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -22,48 +20,14 @@ import (
 	"github.com/feedco/feed/readmodel"
 )
 
-// ownRedisServer starts a redis-server of the test's own on a free port
-// and returns its address and a function that kills it (the shared
-// server is never stopped).
-func ownRedisServer(t *testing.T) (addr string, kill func()) {
-	t.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Skip("redis-server is not installed")
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
-	cmd := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	killed := false
-	kill = func() {
-		if !killed {
-			killed = true
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-	}
-	t.Cleanup(kill)
-	addr = "127.0.0.1:" + strconv.Itoa(port)
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
-	defer c.Close()
-	testenv.Eventually(t, 10*time.Second, "own redis-server up", func() bool { return c.Ping(context.Background()).Err() == nil })
-	return addr, kill
-}
-
 // With Redis killed: the home feed is 200 from PostgreSQL with
 // Feed-Degraded and the truth's posts, posts are 201 and the write
 // circuit opens (so they stop waiting on Redis), readiness says Redis is
 // down and the API degraded; no answer is a 5xx.
 func TestRedisDownServesDegraded(t *testing.T) {
 	t.Parallel()
-	addr, kill := ownRedisServer(t)
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	srv := testenv.StartRedisServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
 	var feed *queries.Feed
 	e := setup(t, options{withPool: func(pool *pgxpool.Pool, d *api.Deps) {
@@ -85,7 +49,7 @@ func TestRedisDownServesDegraded(t *testing.T) {
 	}
 	first := e.post(t, ana, "before the outage")
 
-	kill()
+	srv.Stop()
 	var ids []string
 	for range 6 {
 		ids = append(ids, e.post(t, ana, "during the outage"))

@@ -154,6 +154,30 @@ func (b *bundle) waitFrontier(t testing.TB) {
 	})
 }
 
+// stopWritersAfterHeal lets the writers commit 30 more transactions on the
+// new slot, then stops them (cancel) and waits for them (done).
+func stopWritersAfterHeal(t testing.TB, o *ordered, cancel func(), done <-chan struct{}) {
+	t.Helper()
+	n := o.txns.Load()
+	testenv.Eventually(t, 30*time.Second, "writers commit after the heal", func() bool { return o.txns.Load() >= n+30 })
+	cancel()
+	<-done
+}
+
+// checkTopicHasTheLog reads the topic with a standard client until every
+// committed event of the log is in it, then checks the order per key and
+// that each key's last occurrences follow commit order. It returns the
+// consumer and how many events the log holds.
+func checkTopicHasTheLog(t testing.TB, b *bundle, o *ordered) (*consumer, int) {
+	t.Helper()
+	want := committedIDs(t, b.db)
+	cons := newConsumer(t, b)
+	cons.readUntil(t, 60*time.Second, "every event of the log", func(c *consumer) bool { return c.hasAll(want) })
+	cons.checkOrder(t)
+	cons.checkLastOccurrence(t, o)
+	return cons, len(want)
+}
+
 // checkLastOccurrence verifies that, per key, the last occurrence of each
 // event in its partition comes in commit order: whatever was published
 // twice, a consumer that keeps the last write ends in the right state.
@@ -218,16 +242,8 @@ func TestSlotLossHeals(t *testing.T) {
 		}
 		return st.Exists && st.SlotLosses == 1 && !st.HealPending
 	})
-	n = o.txns.Load()
-	testenv.Eventually(t, 30*time.Second, "writers commit after the heal", func() bool { return o.txns.Load() >= n+30 })
-	cancel()
-	<-wdone
-
-	want := committedIDs(t, b.db)
-	cons := newConsumer(t, b)
-	cons.readUntil(t, 60*time.Second, "every event of the log", func(c *consumer) bool { return c.hasAll(want) })
-	cons.checkOrder(t)
-	cons.checkLastOccurrence(t, o)
+	stopWritersAfterHeal(t, o, cancel, wdone)
+	cons, events := checkTopicHasTheLog(t, b, o)
 	if got := value(c.m.slotLost.WithLabelValues("heal")); got != 1 {
 		t.Fatalf("cdc_slot_lost_total{mode=heal} = %v, want 1", got)
 	}
@@ -241,7 +257,7 @@ func TestSlotLossHeals(t *testing.T) {
 	if line := st.SlotLossLine(); !strings.Contains(line, "healed: republished") {
 		t.Fatalf("status line %q", line)
 	}
-	t.Logf("%d events, %d records, %d duplicates, %v republished; %s", len(want), len(cons.recs), cons.duplicates(),
+	t.Logf("%d events, %d records, %d duplicates, %v republished; %s", events, len(cons.recs), cons.duplicates(),
 		value(c.m.republished), strings.TrimSpace(st.SlotLossLine()))
 }
 
@@ -311,19 +327,12 @@ func TestSlotLossHealInterrupted(t *testing.T) {
 				}
 				return !st.HealPending && st.SlotLosses == 1
 			})
-			n := o.txns.Load()
-			testenv.Eventually(t, 30*time.Second, "writers commit after the heal", func() bool { return o.txns.Load() >= n+30 })
-			cancel()
-			<-wdone
-			want := committedIDs(t, b.db)
-			cons := newConsumer(t, b)
-			cons.readUntil(t, 60*time.Second, "every event of the log", func(c *consumer) bool { return c.hasAll(want) })
-			cons.checkOrder(t)
-			cons.checkLastOccurrence(t, o)
+			stopWritersAfterHeal(t, o, cancel, wdone)
+			cons, events := checkTopicHasTheLog(t, b, o)
 			if value(c2.m.republished) == 0 {
 				t.Fatal("the second CDC republished nothing")
 			}
-			t.Logf("%d events, %d records, %d duplicates", len(want), len(cons.recs), cons.duplicates())
+			t.Logf("%d events, %d records, %d duplicates", events, len(cons.recs), cons.duplicates())
 		})
 	}
 }

@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"os/exec"
-	"strconv"
 	"testing"
 	"time"
 
@@ -17,64 +14,12 @@ import (
 	"github.com/feedco/feed/readmodel"
 )
 
-// ownRedis is a redis-server of the test's own, on a free TCP port, that
-// the test stops and starts again (empty) at will; the shared server is
-// never touched.
-type ownRedis struct {
-	t    *testing.T
-	port int
-	cmd  *exec.Cmd
-}
-
-func startOwnRedis(t *testing.T) *ownRedis {
-	t.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Skip("redis-server is not installed")
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &ownRedis{t: t, port: l.Addr().(*net.TCPAddr).Port}
-	_ = l.Close()
-	r.start()
-	t.Cleanup(r.stop)
-	return r
-}
-
-func (r *ownRedis) addr() string { return "127.0.0.1:" + strconv.Itoa(r.port) }
-
-// start runs an empty server and waits until it answers.
-func (r *ownRedis) start() {
-	r.t.Helper()
-	r.cmd = exec.Command("redis-server", "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", r.t.TempDir())
-	if err := r.cmd.Start(); err != nil {
-		r.t.Fatal(err)
-	}
-	c := redis.NewClient(&redis.Options{Addr: r.addr(), MaxRetries: -1})
-	defer c.Close()
-	testenv.Eventually(r.t, 10*time.Second, "own redis-server up", func() bool {
-		return c.Ping(context.Background()).Err() == nil
-	})
-}
-
-// stop kills the server (as a crash does) and waits until it is gone.
-func (r *ownRedis) stop() {
-	if r.cmd == nil {
-		return
-	}
-	_ = r.cmd.Process.Kill()
-	_ = r.cmd.Wait()
-	r.cmd = nil
-}
-
 // setupOwnRedis is setup over an own redis-server.
-func setupOwnRedis(t *testing.T, cfg Config) (*bundle, *ownRedis) {
+func setupOwnRedis(t *testing.T, cfg Config) (*bundle, *testenv.RedisServer) {
 	t.Helper()
-	srv := startOwnRedis(t)
+	srv := testenv.StartRedisServer(t)
 	db := testenv.NewDB(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.addr(), PoolSize: 16})
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 16})
 	t.Cleanup(func() { _ = rdb.Close() })
 	cfg.Keys = readmodel.Keys{Prefix: "t:"}
 	reg := prometheus.NewRegistry()
@@ -115,7 +60,7 @@ func TestHomeDegradedWhileRedisDown(t *testing.T) {
 	reader, author := b.graph()
 	sameFeed(t, "redis up", b.readHome(reader, 3), b.truth(reader))
 
-	srv.stop()
+	srv.Stop()
 	for range 3 {
 		sameFeed(t, "redis down", b.readHome(reader, 3), b.truth(reader))
 	}
@@ -135,7 +80,7 @@ func TestHomeDegradedWhileRedisDown(t *testing.T) {
 	}, 2)
 	sameFeed(t, "author posts, redis down", got, b.authorTruth(author))
 
-	srv.start() // back, empty
+	srv.Start() // back, empty
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		p, err := b.feed.Home(b.ctx, reader, "", 50)
@@ -166,7 +111,7 @@ func TestPostCreatedCircuitOpensWhileRedisDown(t *testing.T) {
 	t.Parallel()
 	b, srv := setupOwnRedis(t, Config{RedisBreakerOpen: 200 * time.Millisecond, RedisBreakerFailures: 3})
 	reader, _ := b.graph()
-	srv.stop()
+	srv.Stop()
 	base := time.Now().UnixMilli()
 	for i := range int64(3) {
 		k := b.post(reader, base+i)
@@ -188,7 +133,7 @@ func TestPostCreatedCircuitOpensWhileRedisDown(t *testing.T) {
 	}
 	sameFeed(t, "own posts while Redis is down", b.readHome(reader, 4), b.truth(reader))
 
-	srv.start()
+	srv.Start()
 	time.Sleep(250 * time.Millisecond) // past RedisBreakerOpen: the next call is the probe
 	k = b.post(reader, base+20)
 	if err := b.feed.PostCreated(b.ctx, NewPost{ID: k.id, AuthorID: reader, Content: fmt.Sprint("post ", k.id), CreatedAt: time.UnixMilli(k.ms)}); err != nil {
@@ -206,7 +151,7 @@ func TestDegradedReadsBounded(t *testing.T) {
 	t.Parallel()
 	b, srv := setupOwnRedis(t, Config{FallbackReads: 1})
 	reader, _ := b.graph()
-	srv.stop()
+	srv.Stop()
 	if err := b.feed.fallback.Acquire(b.ctx, 1); err != nil {
 		t.Fatal(err)
 	}
