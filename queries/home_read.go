@@ -13,9 +13,9 @@ import (
 
 // homeReply is what a home segment reads from Redis about its reader.
 type homeReply struct {
-	inbox, own setResult
-	followBuilt bool  // following_v:{u} has ~built: following:{u} is complete
-	member     []bool // following:{u} membership of each asked member
+	inbox, own  setResult
+	followBuilt bool   // following_v:{u} has ~built: following:{u} is complete
+	member      []bool // following:{u} membership of each asked member
 }
 
 // setResult is a read sorted set (see setRead.result). Cached replies are
