@@ -54,7 +54,7 @@ func maxIDAt(ms int64) int64 { return (ms-snowEpochMs+1)<<22 - 1 }
 //
 // KEYS[1] sealed, KEYS[2] buffer (same slot).
 // ARGV[1] real entries a trim keeps, ARGV[2] trim when over this many;
-// ARGV[3] raise the floor to this ms ('' none; it only grows);
+// ARGV[3] raise the floor to this ms (” none; it only grows);
 // ARGV[4] '1' to set ~built; ARGV[5] TTL seconds ('0' none), ARGV[6]
 // 'nx' (only when the key has none) or 'set' (always);
 // ARGV[7] ids to add, 8 bytes big-endian each, any order.
