@@ -19,12 +19,13 @@ import (
 // (snowflake.Time), so the order of ids is the feed order, and an inbox
 // can hold 8 bytes per entry in two strings of one hash-tag slot:
 //
-//	pfeed:{u}   sealed: header(8) id*   ids big-endian, newest first,
+//	pfeed:{u}   sealed: id* header(8)   ids big-endian, oldest first,
 //	            distinct, every one above the floor
 //	pfeed:{u}+  buffer: id*             APPENDed by pushes, any order,
 //	            duplicates allowed
 //
-// header = built(1 byte: 1 or 0) hasFloor(1 byte) floor(6 bytes, epoch ms,
+// header (at the end, so the newest ids and it are one GETRANGE) =
+// built(1 byte: 1 or 0) hasFloor(1 byte) floor(6 bytes, epoch ms,
 // big-endian): ~built and ~floor of the sorted set. A push is one APPEND
 // to the buffer; when its reply says the buffer holds PackedMergeAt ids
 // or more, packedMergeScript folds it into the sealed string (sorted,
@@ -60,22 +61,25 @@ func maxIDAt(ms int64) int64 { return (ms-snowEpochMs+1)<<22 - 1 }
 // ARGV[7] ids to add, 8 bytes big-endian each, any order.
 //
 // Ids are compared as two 32-bit halves: Lua's string '<' is strcoll, not
-// memcmp, and a double holds 53 bits. Returns {ids added (new and above
+// memcmp, and a double holds 53 bits. The common case, new ids ascending
+// and above the sealed ones, is appended without sorting. Returns {ids added (new and above
 // the floor), real entries after}.
 var packedMergeScript = redis.NewScript(`
 local sk, bk = KEYS[1], KEYS[2]
 local keep, over = tonumber(ARGV[1]), tonumber(ARGV[2])
 local E = ` + itoa(snowEpochMs) + `
 local s = redis.call('GET', sk)
+local existed = s ~= false
 local b = redis.call('GET', bk)
 if b then redis.call('DEL', bk) else b = '' end
 local add = b .. ARGV[7]
 local built, hasf, fl = 0, 0, -1
 if s then
-  built, hasf, fl = struct.unpack('>BBI6', s)
+  built, hasf, fl = struct.unpack('>BBI6', s, #s - 7)
   if hasf == 0 then fl = -1 end
+  s = string.sub(s, 1, #s - 8)
 else
-  s = string.rep('\0', 8)
+  s = ''
 end
 if ARGV[4] == '1' then built = 1 end
 local nf = fl
@@ -83,93 +87,102 @@ if ARGV[3] ~= '' then
   local r = tonumber(ARGV[3])
   if r > nf then nf = r end
 end
--- the lowest id strictly above floor ms f: (f + 1 - E) << 22 as halves
+-- the lowest id strictly above floor ms f, (f + 1 - E) << 22, as halves
 local function bound(f)
   local x = f + 1 - E
-  if x <= 0 then return 0, 0 end
+  if f < 0 or x <= 0 then return 0, 0 end
   return math.floor(x / 1024), (x % 1024) * 4194304
 end
 local bh, bl = bound(nf)
-local function above(h, l) return nf < 0 or h > bh or (h == bh and l >= bl) end
--- new ids above the floor, newest first, distinct
-local nh, nl, ns = {}, {}, {}
+local n = #s / 8
+local function at(i) return struct.unpack('>I4I4', s, 1 + 8 * i) end
+-- fast path: the new ids strictly ascending, above the floor and above
+-- the newest sealed id: appended as they are
+local ph, pl = bh, bl - 1
+if n > 0 then
+  local h, l = at(n - 1)
+  if h > ph or (h == ph and l > pl) then ph, pl = h, l end
+end
+local fast = true
 for p = 1, #add - 7, 8 do
   local h, l = struct.unpack('>I4I4', add, p)
-  if above(h, l) then
-    local i = #nh + 1
-    nh[i], nl[i], ns[i] = h, l, i
-  end
+  if h > ph or (h == ph and l > pl) then ph, pl = h, l else fast = false break end
 end
-table.sort(ns, function(a, c) return nh[a] > nh[c] or (nh[a] == nh[c] and nl[a] > nl[c]) end)
--- merge into the sealed body (descending)
-local n = (#s - 8) / 8
-local function at(i) return struct.unpack('>I4I4', s, 9 + 8 * i) end
-local out, p, added = {}, 0, 0
-local lh, ll = -1, -1
-for _, i in ipairs(ns) do
-  local h, l = nh[i], nl[i]
-  if not (h == lh and l == ll) then
-    lh, ll = h, l
-    -- first sealed index at or below the id, from p
-    local lo, hi = p, n
-    if lo < n then
-      local sh, sl = at(lo)
-      if h > sh or (h == sh and l > sl) then hi = lo end
-    end
-    while lo < hi do
-      local m = math.floor((lo + hi) / 2)
-      local sh, sl = at(m)
-      if sh > h or (sh == h and sl > l) then lo = m + 1 else hi = m end
-    end
-    if lo > p then out[#out + 1] = string.sub(s, 9 + 8 * p, 8 + 8 * lo) end
-    p = lo
-    local dup = false
-    if p < n then
-      local sh, sl = at(p)
-      dup = sh == h and sl == l
-    end
-    if not dup then
-      out[#out + 1] = struct.pack('>I4I4', h, l)
-      added = added + 1
+local body, added
+if fast then
+  body, added = s .. add, #add / 8
+else
+  local nh, nl, np, ns = {}, {}, {}, {}
+  for p = 1, #add - 7, 8 do
+    local h, l = struct.unpack('>I4I4', add, p)
+    if h > bh or (h == bh and l >= bl) then
+      local i = #nh + 1
+      nh[i], nl[i], np[i], ns[i] = h, l, p, i
     end
   end
+  table.sort(ns, function(a, c) return nh[a] < nh[c] or (nh[a] == nh[c] and nl[a] < nl[c]) end)
+  local out, p = {}, 0
+  added = 0
+  local lh, ll = -1, -1
+  for _, i in ipairs(ns) do
+    local h, l = nh[i], nl[i]
+    if not (h == lh and l == ll) then
+      lh, ll = h, l
+      -- the first sealed index at or above the id, from p
+      local lo, hi = p, n
+      while lo < hi do
+        local m = math.floor((lo + hi) / 2)
+        local sh, sl = at(m)
+        if sh < h or (sh == h and sl < l) then lo = m + 1 else hi = m end
+      end
+      if lo > p then out[#out + 1] = string.sub(s, 1 + 8 * p, 8 * lo) end
+      p = lo
+      local dup = false
+      if p < n then
+        local sh, sl = at(p)
+        dup = sh == h and sl == l
+      end
+      if not dup then
+        out[#out + 1] = string.sub(add, np[i], np[i] + 7)
+        added = added + 1
+      end
+    end
+  end
+  if p < n then out[#out + 1] = string.sub(s, 1 + 8 * p) end
+  body = table.concat(out)
 end
-if p < n then out[#out + 1] = string.sub(s, 9 + 8 * p) end
-local body = table.concat(out)
 local cnt = #body / 8
-local function atb(i) return struct.unpack('>I4I4', body, 1 + 8 * i) end
--- the count of leading entries above floor f
-local function cutAt(f)
+-- the number of leading (oldest) entries at or below floor ms f
+local function below(f)
   local h0, l0 = bound(f)
   local lo, hi = 0, cnt
   while lo < hi do
     local m = math.floor((lo + hi) / 2)
-    local sh, sl = atb(m)
-    if sh > h0 or (sh == h0 and sl >= l0) then lo = m + 1 else hi = m end
+    local sh, sl = struct.unpack('>I4I4', body, 1 + 8 * m)
+    if sh < h0 or (sh == h0 and sl < l0) then lo = m + 1 else hi = m end
   end
   return lo
 end
-if nf > fl and nf >= 0 and cnt > 0 then
-  cnt = cutAt(nf)
-end
-if cnt > over then
-  local h, l = atb(keep)
+local from = 0
+if nf > fl and cnt > 0 then from = below(nf) end
+if cnt - from > over then
+  local h, l = struct.unpack('>I4I4', body, 1 + 8 * (cnt - keep - 1))
   local ms = h * 1024 + math.floor(l / 4194304) + E
   if ms > nf then nf = ms end
-  cnt = cutAt(nf)
+  from = below(nf)
 end
-body = string.sub(body, 1, 8 * cnt)
-if redis.call('EXISTS', sk) == 0 and cnt == 0 and built == 0 and nf < 0 then
+if from > 0 then body = string.sub(body, 1 + 8 * from) end
+if not existed and #body == 0 and built == 0 and nf < 0 then
   return {added, 0}
 end
 local hf, fv = 0, 0
 if nf >= 0 then hf, fv = 1, nf end
-redis.call('SET', sk, struct.pack('>BBI6', built, hf, fv) .. body, 'KEEPTTL')
+redis.call('SET', sk, body .. struct.pack('>BBI6', built, hf, fv), 'KEEPTTL')
 local ttl = tonumber(ARGV[5])
 if ttl > 0 and (ARGV[6] == 'set' or redis.call('TTL', sk) == -1) then
   redis.call('EXPIRE', sk, ttl)
 end
-return {added, cnt}
+return {added, #body / 8}
 `)
 
 // packedRemoveScript removes ids from a packed inbox's sealed string and
@@ -184,9 +197,8 @@ for p = 1, #ARGV[1] - 7, 8 do del[string.sub(ARGV[1], p, p + 7)] = true end
 local removed = 0
 local s = redis.call('GET', sk)
 if s then
-  local out, keep, n = {string.sub(s, 1, 8)}, 9, (#s - 8) / 8
-  for i = 0, n - 1 do
-    local p = 9 + 8 * i
+  local out, keep, last = {}, 1, #s - 8
+  for p = 1, last - 7, 8 do
     if del[string.sub(s, p, p + 7)] then
       if p > keep then out[#out + 1] = string.sub(s, keep, p - 1) end
       keep = p + 8
@@ -194,7 +206,7 @@ if s then
     end
   end
   if removed > 0 then
-    if keep <= #s then out[#out + 1] = string.sub(s, keep) end
+    out[#out + 1] = string.sub(s, keep)
     redis.call('SET', sk, table.concat(out), 'KEEPTTL')
   end
 end
@@ -364,7 +376,7 @@ func (m PackedInboxes) Posts(ctx context.Context, rdb redis.Cmdable, user int64)
 	}
 	var ids []int64
 	if v := sc.Val(); len(v) >= packedHeader {
-		ids = appendIDs(ids, v[packedHeader:])
+		ids = appendIDs(ids, v[:len(v)-packedHeader])
 	}
 	ids = appendIDs(ids, bc.Val())
 	slices.SortFunc(ids, func(a, b int64) int { return cmpDesc(a, b) })
@@ -398,13 +410,13 @@ type PackedRead struct {
 
 // QueueRead queues the read of user's inbox from fromMs (inclusive;
 // MaxScoreMs or more: the first page) with n entries: the first page is
-// one GETRANGE of the header and the newest n+1 sealed ids, deeper pages
+// one GETRANGE of the newest n+1 sealed ids and the header, deeper pages
 // read the whole sealed string; both read the buffer.
 func (m PackedInboxes) QueueRead(ctx context.Context, pipe redis.Pipeliner, user, fromMs int64, n int) PackedRead {
 	s, b := m.Keys(user)
 	r := PackedRead{n: n, maxID: 1<<63 - 1, first: fromMs >= MaxScoreMs}
 	if r.first {
-		r.sealed = pipe.GetRange(ctx, s, 0, int64(packedHeader+8*(n+1)-1))
+		r.sealed = pipe.GetRange(ctx, s, -int64(packedHeader+8*(n+1)), -1)
 	} else {
 		r.maxID = maxIDAt(fromMs)
 		r.sealed = pipe.Get(ctx, s)
@@ -435,25 +447,27 @@ func (r PackedRead) Result() (PackedPage, error) {
 		return p, err
 	}
 	floorID := int64(-1) // entries must be above it
-	var body string
+	var body string      // ascending
 	if len(s) >= packedHeader {
-		p.Built = s[0] == 1
-		if s[1] == 1 {
-			var h [8]byte
-			copy(h[2:], s[2:8])
-			f := int64(binary.BigEndian.Uint64(h[:]))
+		h := s[len(s)-packedHeader:]
+		p.Built = h[0] == 1
+		if h[1] == 1 {
+			var x [8]byte
+			copy(x[2:], h[2:8])
+			f := int64(binary.BigEndian.Uint64(x[:]))
 			p.Floor = &f
 			floorID = maxIDAt(f)
 		}
-		body = s[packedHeader:]
+		body = s[:len(s)-packedHeader]
 	}
-	// sealed ids at or below maxID: the first page's are all of them
-	start := 0
+	// sealed ids at or below maxID, newest first: the first page's are all
+	// of them
+	end := len(body)
 	if !r.first {
-		start = sealedSearch(body, r.maxID)
+		end = sealedSearch(body, r.maxID)
 	}
 	ids := make([]int64, 0, r.n+1+len(b)/8)
-	for i := start; i+8 <= len(body) && len(ids) <= r.n; i += 8 {
+	for i := end - 8; i >= 0 && len(ids) <= r.n; i -= 8 {
 		ids = append(ids, int64(binary.BigEndian.Uint64([]byte(body[i:i+8]))))
 	}
 	sealedN := len(ids)
@@ -478,14 +492,13 @@ func (r PackedRead) Result() (PackedPage, error) {
 	return p, nil
 }
 
-// sealedSearch returns the byte offset in body (ids descending) of the
-// first id at or below maxID.
+// sealedSearch returns the byte offset in body (ids ascending) of the
+// first id above maxID.
 func sealedSearch(body string, maxID int64) int {
-	n := len(body) / 8
-	lo, hi := 0, n
+	lo, hi := 0, len(body)/8
 	for lo < hi {
 		m := (lo + hi) / 2
-		if int64(binary.BigEndian.Uint64([]byte(body[8*m:8*m+8]))) > maxID {
+		if int64(binary.BigEndian.Uint64([]byte(body[8*m:8*m+8]))) <= maxID {
 			lo = m + 1
 		} else {
 			hi = m
