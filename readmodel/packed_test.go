@@ -455,3 +455,78 @@ func deref(p *int64) any {
 	}
 	return *p
 }
+
+// Merges agree with the bound rule computed here, on runs of pushes
+// mostly in order (the script's in-place path, its trim window, and the
+// fallback when more than the window share the cut's millisecond) and
+// sometimes out of order or redelivered (the sorting path).
+func TestPackedMergeModel(t *testing.T) {
+	t.Parallel()
+	rd := testenv.NewRedis(t)
+	ctx := context.Background()
+	pol := Policy{InboxMax: 60, InboxTrimSlack: 20, InboxTrimEvery: 4, InboxTrimBand: 5} // keep 40, over 45
+	m := NewPackedInboxes(Keys{Prefix: rd.Prefix}, pol)
+	keep, over := pol.WithDefaults().InboxKeep(), pol.WithDefaults().InboxTrimOver()
+	rng := rand.New(rand.NewPCG(5, 6))
+	for user := int64(1); user <= 30; user++ {
+		var model []int64 // ascending
+		floor := int64(-1)
+		ms, seq := int64(testBaseMs), int64(0)
+		if user%2 == 0 {
+			if err := m.WriteRebuilt(ctx, rd.Client, user, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for range 12 {
+			var batch []int64
+			for range 1 + rng.IntN(50) {
+				switch r := rng.IntN(20); {
+				case r == 0 && len(model) > 0: // redelivered
+					batch = append(batch, model[rng.IntN(len(model))])
+					continue
+				case r == 1: // late
+					batch = append(batch, snow(ms-int64(rng.IntN(30)), 3000+int64(rng.IntN(1000))))
+					continue
+				case user%3 == 0 && rng.IntN(40) > 0: // long runs of one millisecond
+				case user%3 == 1 && r < 10: // short ones
+				default:
+					ms += int64(1 + rng.IntN(2))
+				}
+				seq++
+				batch = append(batch, snow(ms, seq))
+			}
+			pushPacked(t, ctx, rd.Client, m, user, batch...)
+			mergeNow(t, ctx, rd.Client, m, user)
+			for _, id := range batch {
+				if floor < 0 || idMs(id) > floor {
+					model = append(model, id)
+				}
+			}
+			slices.Sort(model)
+			model = slices.Compact(model)
+			if len(model) > over {
+				if f := idMs(model[len(model)-keep-1]); f > floor {
+					floor = f
+				}
+				model = slices.DeleteFunc(model, func(id int64) bool { return idMs(id) <= floor })
+			}
+			got, err := m.Posts(ctx, rd.Client, user)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := slices.Clone(model)
+			slices.Reverse(want)
+			p := readPacked(t, ctx, rd.Client, m, user, MaxScoreMs, 1)
+			if !slices.Equal(got, want) || fmt.Sprint(deref(p.Floor)) != fmt.Sprint(deref(ptrIf(floor))) || p.Built != (user%2 == 0) {
+				t.Fatalf("user %d: %v floor %v built %v, want %v floor %d", user, got, deref(p.Floor), p.Built, want, floor)
+			}
+		}
+	}
+}
+
+func ptrIf(f int64) *int64 {
+	if f < 0 {
+		return nil
+	}
+	return &f
+}
