@@ -61,6 +61,10 @@ func BenchmarkInboxLayouts(b *testing.B) {
 const (
 	benchInboxes = 2000
 	benchFanout  = 300
+	benchReads   = 5000
+	benchReadN   = 27 // the home read's over-fetch for a page of 20
+	// posts removed, each from about benchFanout inboxes
+	benchRemovals = 20
 )
 
 type benchCtx struct {
@@ -164,6 +168,63 @@ func benchLayout(b *testing.B, ctx context.Context, rdb *redis.Client, name stri
 			}
 		}
 	}
+	// Reads: one pipeline each (a home read's round trip), the first page
+	// and a page from a cursor in the middle of the inbox.
+	readUs := func(deep bool) (redisUs, clientUs float64) {
+		r0, c0 := redisCPU(b, ctx, rdb), clientCPU()
+		from := int64(MaxScoreMs)
+		if deep {
+			from = testBaseMs + k - int64(pol.InboxMax)*benchInboxes/benchFanout/2 // about half way down a full inbox
+		}
+		for i := range benchReads {
+			u := int64(1 + rng.IntN(benchInboxes))
+			pipe := rdb.Pipeline()
+			var err error
+			if name == "packed" {
+				r := c.pk.QueueRead(ctx, pipe, u, from, benchReadN)
+				if err = ExecReads(ctx, pipe); err == nil {
+					var p PackedPage
+					p, err = r.Result()
+					if err == nil && len(p.Entries) != benchReadN {
+						b.Fatalf("read %d: %d entries", i, len(p.Entries))
+					}
+				}
+			} else {
+				r := c.zs.QueueRead(ctx, pipe, u, from, benchReadN)
+				if err = ExecReads(ctx, pipe); err == nil {
+					_, err = r.Result()
+				}
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		return (redisCPU(b, ctx, rdb) - r0).Seconds() * 1e6 / benchReads, (clientCPU() - c0).Seconds() * 1e6 / benchReads
+	}
+	readRedis, readClient := readUs(false)
+	deepRedis, _ := readUs(true)
+
+	// Cleanup: a post deleted from every inbox it was pushed to (the
+	// newest posts' fan-out), pipelined as the deletion's fan-out is.
+	r0 := redisCPU(b, ctx, rdb)
+	removals := 0
+	for i := range benchRemovals {
+		post := snow(testBaseMs+k-1-int64(i), k-1-int64(i))
+		if err := Exec(ctx, rdb, func(pipe redis.Pipeliner) {
+			for u := int64(1); u <= benchInboxes; u += benchInboxes / benchFanout {
+				if name == "packed" {
+					c.pk.QueueRemove(ctx, pipe, u, []int64{post})
+				} else {
+					c.zs.QueueRemove(ctx, pipe, u, post)
+				}
+			}
+		}); err != nil {
+			b.Fatal(err)
+		}
+		removals += (benchInboxes + benchInboxes/benchFanout - 1) / (benchInboxes / benchFanout)
+	}
+	removeRedis := (redisCPU(b, ctx, rdb) - r0).Seconds() * 1e6 / float64(removals)
+
 	enc := ""
 	if name != "packed" {
 		enc = rdb.ObjectEncoding(ctx, c.zs.Key(1)).Val()
@@ -173,6 +234,10 @@ func benchLayout(b *testing.B, ctx context.Context, rdb *redis.Client, name stri
 	b.ReportMetric(steadyClient, "client-µs/push")
 	b.ReportMetric(fillRedis, "fill-redis-µs/push")
 	b.ReportMetric(float64(entries)/benchInboxes, "entries/inbox")
+	b.ReportMetric(readRedis, "redis-µs/read")
+	b.ReportMetric(readClient, "client-µs/read")
+	b.ReportMetric(deepRedis, "redis-µs/deep-read")
+	b.ReportMetric(removeRedis, "redis-µs/remove")
 	b.Logf("%s: %d bytes over %d entries (encoding %q), %d posts x %d; steady phase:\n%s", name, mem, entries, enc, fillPosts+steadyPosts, benchFanout, stats)
 }
 

@@ -247,39 +247,50 @@ return {added, #body / 8}
 `)
 
 // packedRemoveScript removes ids from a packed inbox's sealed string and
-// buffer; the floor and ~built are left alone.
+// buffer; the floor and ~built are left alone. Ids are found by plain
+// string.find (at 8-byte offsets; equality, unlike order, is exact in
+// Lua), and a string is written only when it lost an id.
 //
 // KEYS[1] sealed, KEYS[2] buffer; ARGV[1] the ids, 8 bytes each. Returns
 // the number of sealed entries removed.
 var packedRemoveScript = redis.NewScript(`
 local sk, bk = KEYS[1], KEYS[2]
-local del = {}
-for p = 1, #ARGV[1] - 7, 8 do del[string.sub(ARGV[1], p, p + 7)] = true end
+-- the 8-aligned offsets (1-based) of id in str, below limit, by plain find
+local function find(str, id, limit, acc)
+  local init = 1
+  while true do
+    local p = string.find(str, id, init, true)
+    if not p or p > limit then return end
+    if (p - 1) % 8 == 0 then acc[#acc + 1] = p; init = p + 8 else init = p + 1 end
+  end
+end
+local function without(str, offs, keepTail)
+  table.sort(offs)
+  local out, from = {}, 1
+  for _, p in ipairs(offs) do
+    if p > from then out[#out + 1] = string.sub(str, from, p - 1) end
+    from = p + 8
+  end
+  if from <= #str then out[#out + 1] = string.sub(str, from) end
+  return table.concat(out)
+end
 local removed = 0
 local s = redis.call('GET', sk)
 if s then
-  local out, keep, last = {}, 1, #s - 8
-  for p = 1, last - 7, 8 do
-    if del[string.sub(s, p, p + 7)] then
-      if p > keep then out[#out + 1] = string.sub(s, keep, p - 1) end
-      keep = p + 8
-      removed = removed + 1
-    end
-  end
-  if removed > 0 then
-    out[#out + 1] = string.sub(s, keep)
-    redis.call('SET', sk, table.concat(out), 'KEEPTTL')
+  local offs = {}
+  for q = 1, #ARGV[1] - 7, 8 do find(s, string.sub(ARGV[1], q, q + 7), #s - 15, offs) end
+  if #offs > 0 then
+    redis.call('SET', sk, without(s, offs), 'KEEPTTL')
+    removed = #offs
   end
 end
 local b = redis.call('GET', bk)
 if b then
-  local out, changed = {}, false
-  for p = 1, #b - 7, 8 do
-    local id = string.sub(b, p, p + 7)
-    if del[id] then changed = true else out[#out + 1] = id end
-  end
-  if changed then
-    if #out == 0 then redis.call('DEL', bk) else redis.call('SET', bk, table.concat(out), 'KEEPTTL') end
+  local offs = {}
+  for q = 1, #ARGV[1] - 7, 8 do find(b, string.sub(ARGV[1], q, q + 7), #b - 7, offs) end
+  if #offs > 0 then
+    local rest = without(b, offs)
+    if #rest == 0 then redis.call('DEL', bk) else redis.call('SET', bk, rest, 'KEEPTTL') end
   end
 end
 return removed

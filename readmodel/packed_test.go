@@ -530,3 +530,35 @@ func ptrIf(f int64) *int64 {
 	}
 	return &f
 }
+
+// Removal matches whole ids only: the bytes of an absent id across two
+// neighbouring ids are not a match, in the sealed string or the buffer.
+func TestPackedRemoveAligned(t *testing.T) {
+	t.Parallel()
+	rd := testenv.NewRedis(t)
+	ctx := context.Background()
+	m := NewPackedInboxes(Keys{Prefix: rd.Prefix}, Policy{})
+	a, c, ghost := int64(0x01), int64(0x0200000000000000), int64(0x0102) // a|c holds ghost's bytes at offset 1
+	for _, merged := range []bool{true, false} {
+		user := int64(1)
+		if !merged {
+			user = 2
+		}
+		pushPacked(t, ctx, rd.Client, m, user, a, c)
+		if merged {
+			mergeNow(t, ctx, rd.Client, m, user)
+		}
+		if err := m.Remove(ctx, rd.Client, user, []int64{ghost}); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := m.Posts(ctx, rd.Client, user); !slices.Equal(got, []int64{c, a}) {
+			t.Fatalf("merged %v: after removing an absent id: %v", merged, got)
+		}
+		if err := m.Remove(ctx, rd.Client, user, []int64{a}); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := m.Posts(ctx, rd.Client, user); !slices.Equal(got, []int64{c}) {
+			t.Fatalf("merged %v: after removing %d: %v", merged, a, got)
+		}
+	}
+}
