@@ -289,23 +289,9 @@ func benchZsetPair(c benchCtx, users []int64, post, ms int64) {
 	}
 }
 
-// benchPackedPush is the packed layout's push of one post: a pipeline of
-// APPENDs, then one of the follow-ups.
+// benchPackedPush is the packed layout's push of one post (PushAll).
 func benchPackedPush(c benchCtx, users []int64, post, _ int64) {
-	p := c.pk.NewPush(post)
-	replies := make([]*redis.IntCmd, len(users))
-	pipe := c.rdb.Pipeline()
-	for i, u := range users {
-		replies[i] = c.pk.QueuePush(c.ctx, pipe, u, p)
-	}
-	if _, err := pipe.Exec(c.ctx); err != nil {
-		c.b.Fatal(err)
-	}
-	if err := Exec(c.ctx, c.rdb, func(pipe redis.Pipeliner) {
-		for i, u := range users {
-			c.pk.FollowUp(c.ctx, pipe, u, replies[i])
-		}
-	}); err != nil {
+	if _, err := c.pk.PushAll(c.ctx, c.rdb, users, c.pk.NewPush(post)); err != nil {
 		c.b.Fatal(err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -355,6 +356,35 @@ func (m PackedInboxes) FollowUp(ctx context.Context, pipe redis.Pipeliner, user 
 		return true
 	}
 	return false
+}
+
+// PushAll pushes p into the inboxes of users: one pipeline of APPENDs,
+// then, when any reply asks for one, one pipeline of the follow-ups
+// (FollowUp). It returns the number of merges run. Every step is
+// idempotent up to duplicates in a buffer, which the merge and the
+// readers drop, so a failed call can be retried whole.
+func (m PackedInboxes) PushAll(ctx context.Context, rdb redis.UniversalClient, users []int64, p PackedPush) (int, error) {
+	replies := make([]*redis.IntCmd, len(users))
+	pipe := rdb.Pipeline()
+	for i, u := range users {
+		replies[i] = m.QueuePush(ctx, pipe, u, p)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, fmt.Errorf("push: %w", err)
+	}
+	merges := 0
+	err := Exec(ctx, rdb, func(pipe redis.Pipeliner) {
+		merges = 0
+		for i, u := range users {
+			if m.FollowUp(ctx, pipe, u, replies[i]) && replies[i].Val() >= 8*PackedMergeAt {
+				merges++
+			}
+		}
+	})
+	if err != nil {
+		return 0, fmt.Errorf("push follow-ups: %w", err)
+	}
+	return merges, nil
 }
 
 // mergeArgs are packedMergeScript's arguments.

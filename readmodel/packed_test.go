@@ -562,3 +562,36 @@ func TestPackedRemoveAligned(t *testing.T) {
 		}
 	}
 }
+
+// A batched push reaches every inbox, a redelivery of the batch adds
+// nothing visible, and the batch that fills buffers merges exactly those.
+func TestPackedPushAll(t *testing.T) {
+	t.Parallel()
+	rd := testenv.NewRedis(t)
+	ctx := context.Background()
+	m := NewPackedInboxes(Keys{Prefix: rd.Prefix}, Policy{})
+	users := []int64{1, 2, 3, 4, 5}
+	// inbox 1 starts PackedMergeAt-1 ids ahead
+	for i := range PackedMergeAt - 1 {
+		pushPacked(t, ctx, rd.Client, m, 1, snow(testBaseMs+int64(i), 9))
+	}
+	post := snow(testBaseMs+1000, 1)
+	for round := range 2 {
+		n, err := m.PushAll(ctx, rd.Client, users, m.NewPush(post))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := 1 - round; n != want {
+			t.Fatalf("round %d: %d merges, want %d", round, n, want)
+		}
+	}
+	for _, u := range users {
+		p := readPacked(t, ctx, rd.Client, m, u, MaxScoreMs, 2)
+		if len(p.Entries) == 0 || p.Entries[0].ID != post || (u != 1 && len(p.Entries) != 1) {
+			t.Fatalf("inbox %d: %v", u, p.Entries)
+		}
+	}
+	if s, _ := m.Keys(1); rd.Client.StrLen(ctx, s).Val() != packedHeader+8*PackedMergeAt {
+		t.Fatal("the filling push did not merge inbox 1")
+	}
+}
