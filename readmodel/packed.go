@@ -472,7 +472,8 @@ func (m PackedInboxes) Remove(ctx context.Context, rdb redis.UniversalClient, us
 func (m PackedInboxes) Posts(ctx context.Context, rdb redis.Cmdable, user int64) ([]int64, error) {
 	s, b := m.Keys(user)
 	pipe := rdb.Pipeline()
-	sc, bc := pipe.Get(ctx, s), pipe.Get(ctx, b)
+	bc := pipe.Get(ctx, b) // the buffer first, as QueueRead
+	sc := pipe.Get(ctx, s)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, err
 	}
@@ -517,13 +518,16 @@ type PackedRead struct {
 func (m PackedInboxes) QueueRead(ctx context.Context, pipe redis.Pipeliner, user, fromMs int64, n int) PackedRead {
 	s, b := m.Keys(user)
 	r := PackedRead{n: n, maxID: 1<<63 - 1, first: fromMs >= MaxScoreMs}
+	// The buffer first: a merge that runs between the two reads then
+	// leaves its ids in both (the read drops the duplicates), where the
+	// other order could miss them.
+	r.buf = pipe.Get(ctx, b)
 	if r.first {
 		r.sealed = pipe.GetRange(ctx, s, -int64(packedHeader+8*(n+1)), -1)
 	} else {
 		r.maxID = maxIDAt(fromMs)
 		r.sealed = pipe.Get(ctx, s)
 	}
-	r.buf = pipe.Get(ctx, b)
 	return r
 }
 
