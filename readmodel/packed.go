@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -427,7 +428,7 @@ func (m PackedInboxes) QueueBackfill(ctx context.Context, pipe redis.Pipeliner, 
 // newest first, at most InboxMax, the floor at the oldest one's
 // millisecond when the rebuild was cut at the bound, ~built and the TTL.
 // It only adds (pushes that landed meanwhile survive, the buffer is folded
-// in), in one script.
+// in) and does not trim, in one script.
 func (m PackedInboxes) WriteRebuilt(ctx context.Context, rdb redis.UniversalClient, user int64, posts []Entry) error {
 	ids := make([]int64, len(posts))
 	for i, e := range posts {
@@ -437,8 +438,10 @@ func (m PackedInboxes) WriteRebuilt(ctx context.Context, rdb redis.UniversalClie
 	if len(posts) >= m.pol.InboxMax {
 		r = itoa(posts[len(posts)-1].Ms)
 	}
+	args := m.mergeArgs(packIDs(ids), r, true, "set")
+	args[1] = math.MaxInt32 // no trim, as the sorted set's rebuild: the next merge trims
 	return Exec(ctx, rdb, func(pipe redis.Pipeliner) {
-		m.queueMergeScript(ctx, pipe, user, m.mergeArgs(packIDs(ids), r, true, "set"))
+		m.queueMergeScript(ctx, pipe, user, args)
 	})
 }
 
@@ -611,4 +614,57 @@ func sealedSearch(body string, maxID int64) int {
 		}
 	}
 	return 8 * lo
+}
+
+// BuildWriter returns the InboxBuildWriter of the packed layout for `feed
+// rebuild`: per inbox one SET of the finished sealed string (ids oldest
+// first, the floor, ~built) with its TTL; no buffer. Ids are taken in id
+// order (the build orders a millisecond's posts more finely than ids do).
+func (m PackedInboxes) BuildWriter() InboxBuildWriter { return packedWriter{m} }
+
+type packedWriter struct{ m PackedInboxes }
+
+// WriteChunk implements InboxBuildWriter.
+func (w packedWriter) WriteChunk(ctx context.Context, rdb redis.UniversalClient, c InboxChunk, nowMs func() int64, b *BuildBuffers) error {
+	pipe := rdb.Pipeline()
+	b.arena = b.arena[:0]
+	var ids []int64
+	for i := range c.Len() {
+		user, exp, ok := c.Inbox(i, &b.in)
+		if !ok {
+			continue
+		}
+		ttl := exp - nowMs()
+		if ttl <= 0 {
+			continue
+		}
+		ids = ids[:0]
+		for _, e := range b.in.Kept {
+			if !b.in.HasFloor || e.Ms > b.in.Floor {
+				ids = append(ids, e.ID)
+			}
+		}
+		slices.Sort(ids)
+		ids = slices.Compact(ids)
+		start := len(b.arena)
+		for _, id := range ids {
+			b.arena = binary.BigEndian.AppendUint64(b.arena, uint64(id))
+		}
+		var h [8]byte
+		h[0] = 1
+		if b.in.HasFloor {
+			binary.BigEndian.PutUint64(h[:], uint64(b.in.Floor))
+			h[0], h[1] = 1, 1
+		}
+		b.arena = append(b.arena, h[:]...)
+		s, _ := w.m.Keys(user)
+		pipe.Set(ctx, s, b.arena[start:len(b.arena):len(b.arena)], time.Duration(ttl)*time.Millisecond)
+	}
+	if pipe.Len() == 0 {
+		return nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("write packed inboxes: %w", err)
+	}
+	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -593,5 +594,70 @@ func TestPackedPushAll(t *testing.T) {
 	}
 	if s, _ := m.Keys(1); rd.Client.StrLen(ctx, s).Val() != packedHeader+8*PackedMergeAt {
 		t.Fatal("the filling push did not merge inbox 1")
+	}
+}
+
+// The bulk build's writer writes what the cold rebuild writes for the
+// same inbox (the pages, floor, ~built), with the build's TTL, and what a
+// later merge of pushes extends.
+func TestPackedBuildWriter(t *testing.T) {
+	t.Parallel()
+	rd := testenv.NewRedis(t)
+	ctx := context.Background()
+	pol := Policy{InboxMax: 30, InboxTrimSlack: 6, InboxTrimEvery: 4, InboxTrimBand: 3}
+	m := NewPackedInboxes(Keys{Prefix: rd.Prefix}, pol)
+	rng := rand.New(rand.NewPCG(8, 9))
+	nowMs := time.Now().UnixMilli()
+	var c builtChunk
+	for u := range 20 {
+		var in BuiltInbox
+		ms := int64(testBaseMs + 10_000)
+		n := 1 + rng.IntN(28)
+		if u%2 == 0 {
+			n = 29 // with the floor's post, at the bound: the rebuild sets the floor
+		}
+		for i := range n {
+			if rng.IntN(3) > 0 {
+				ms -= int64(1 + rng.IntN(4))
+			}
+			in.Kept = append(in.Kept, Entry{ID: snow(ms, int64(rng.IntN(1000)*10+i)), Ms: ms}) // ids of one ms in any order
+		}
+		if u%2 == 0 {
+			in.Floor, in.HasFloor = ms-1, true
+		}
+		c.users = append(c.users, int64(100+u))
+		c.expires = append(c.expires, nowMs+3_600_000)
+		c.inboxes = append(c.inboxes, in)
+		// the cold rebuild of the same posts, newest first by id, into user u+1
+		es := slices.Clone(in.Kept)
+		slices.SortFunc(es, func(a, b Entry) int { return cmpDesc(a.ID, b.ID) })
+		if in.HasFloor {
+			es = append(es, Entry{ID: snow(in.Floor, 0), Ms: in.Floor}) // the rebuild's floor comes from its oldest post
+		}
+		if err := m.WriteRebuilt(ctx, rd.Client, int64(u+1), es); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.BuildWriter().WriteChunk(ctx, rd.Client, c, func() int64 { return nowMs }, &BuildBuffers{}); err != nil {
+		t.Fatal(err)
+	}
+	for u := range 20 {
+		built, rebuilt := int64(100+u), int64(u+1)
+		a := readPacked(t, ctx, rd.Client, m, built, MaxScoreMs, 40)
+		b := readPacked(t, ctx, rd.Client, m, rebuilt, MaxScoreMs, 40)
+		if fmt.Sprint(a.Entries, deref(a.Floor), a.Built) != fmt.Sprint(b.Entries, deref(b.Floor), b.Built) || !a.Built || len(a.Entries) != len(c.inboxes[u].Kept) {
+			t.Fatalf("inbox %d: built %v %v %v, rebuilt %v %v %v", u, a.Entries, deref(a.Floor), a.Built, b.Entries, deref(b.Floor), b.Built)
+		}
+		s, _ := m.Keys(built)
+		if ttl := rd.Client.PTTL(ctx, s).Val(); ttl <= 0 || ttl > time.Hour {
+			t.Fatalf("inbox %d: TTL %v", u, ttl)
+		}
+	}
+	// a merge extends a built inbox
+	post := snow(testBaseMs+20_000, 1)
+	pushPacked(t, ctx, rd.Client, m, 100, post)
+	mergeNow(t, ctx, rd.Client, m, 100)
+	if p := readPacked(t, ctx, rd.Client, m, 100, MaxScoreMs, 1); p.Entries[0].ID != post || !p.Built {
+		t.Fatalf("after a merge: %v", p.Entries)
 	}
 }
