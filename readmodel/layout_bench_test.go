@@ -22,7 +22,11 @@ import (
 // for the steady phase, Redis CPU per pushed entry (INFO's used_cpu_sys +
 // used_cpu_user) and the client's CPU per pushed entry (getrusage of this
 // process), the fill phase's Redis CPU per entry, and MEMORY USAGE summed
-// over the inboxes' keys divided by their real entries. Run it with
+// over the inboxes' keys divided by their real entries, of full inboxes
+// (B/entry) and of half full ones, half way through the fill; then the
+// Redis and client CPU of a home read's inbox page (one round trip each,
+// the first page and one half way down) and the Redis CPU of removing a
+// post from an inbox (the deletion fan-out's step). Run it with
 // -benchtime=1x; each sub-benchmark is one whole run.
 //
 //   - zset-listpack: today's path (projections.Inbox.pushPage): ZADD, one
@@ -117,57 +121,65 @@ func benchLayout(b *testing.B, ctx context.Context, rdb *redis.Client, name stri
 		n := float64(posts * benchFanout)
 		return (redisCPU(b, ctx, rdb) - r0).Seconds() * 1e6 / n, (clientCPU() - c0).Seconds() * 1e6 / n
 	}
-	fillRedis, _ := run(fillPosts)
+	// memory sums MEMORY USAGE over the inboxes' keys and counts their
+	// real entries.
+	memory := func() (mem, entries int64) {
+		pipe := rdb.Pipeline()
+		var usage []*redis.IntCmd
+		var cards []*redis.IntCmd
+		for u := int64(1); u <= benchInboxes; u++ {
+			if name == "packed" {
+				s, bk := c.pk.Keys(u)
+				usage = append(usage, pipe.MemoryUsage(ctx, s, 0), pipe.MemoryUsage(ctx, bk, 0))
+			} else {
+				usage = append(usage, pipe.MemoryUsage(ctx, c.zs.Key(u), 0))
+				cards = append(cards, pipe.ZCard(ctx, c.zs.Key(u)))
+			}
+		}
+		if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+			b.Fatal(err)
+		}
+		for _, u := range usage {
+			mem += u.Val() // a missing buffer is 0
+		}
+		for _, cc := range cards {
+			entries += cc.Val() - 1 // ~built
+		}
+		if name == "packed" {
+			for u := int64(1); u <= benchInboxes; u++ {
+				ids, err := c.pk.Posts(ctx, rdb, u)
+				if err != nil {
+					b.Fatal(err)
+				}
+				entries += int64(len(ids))
+			}
+		} else {
+			// ~floor, where a trim left one
+			p := rdb.Pipeline()
+			var fl []*redis.FloatCmd
+			for u := int64(1); u <= benchInboxes; u++ {
+				fl = append(fl, p.ZScore(ctx, c.zs.Key(u), SentinelFloor))
+			}
+			_, _ = p.Exec(ctx)
+			for _, f := range fl {
+				if f.Err() == nil {
+					entries--
+				}
+			}
+		}
+		return mem, entries
+	}
+	halfRedis, _ := run(fillPosts / 2)
+	halfMem, halfEntries := memory() // inboxes half full, none trimmed yet
+	restRedis, _ := run(fillPosts - fillPosts/2)
+	fillRedis := (halfRedis*float64(fillPosts/2) + restRedis*float64(fillPosts-fillPosts/2)) / float64(fillPosts)
 	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
 		b.Fatal(err)
 	}
 	steadyRedis, steadyClient := run(steadyPosts)
 	stats := rdb.Info(ctx, "commandstats").Val()
 
-	var mem, entries int64
-	pipe := rdb.Pipeline()
-	var usage []*redis.IntCmd
-	var cards []*redis.IntCmd
-	for u := int64(1); u <= benchInboxes; u++ {
-		if name == "packed" {
-			s, bk := c.pk.Keys(u)
-			usage = append(usage, pipe.MemoryUsage(ctx, s, 0), pipe.MemoryUsage(ctx, bk, 0))
-		} else {
-			usage = append(usage, pipe.MemoryUsage(ctx, c.zs.Key(u), 0))
-			cards = append(cards, pipe.ZCard(ctx, c.zs.Key(u)))
-		}
-	}
-	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
-		b.Fatal(err)
-	}
-	for _, u := range usage {
-		mem += u.Val() // a missing buffer is 0
-	}
-	for _, cc := range cards {
-		entries += cc.Val() - 1 // ~built
-	}
-	if name == "packed" {
-		for u := int64(1); u <= benchInboxes; u++ {
-			ids, err := c.pk.Posts(ctx, rdb, u)
-			if err != nil {
-				b.Fatal(err)
-			}
-			entries += int64(len(ids))
-		}
-	} else {
-		// ~floor, where a trim left one
-		p := rdb.Pipeline()
-		var fl []*redis.FloatCmd
-		for u := int64(1); u <= benchInboxes; u++ {
-			fl = append(fl, p.ZScore(ctx, c.zs.Key(u), SentinelFloor))
-		}
-		_, _ = p.Exec(ctx)
-		for _, f := range fl {
-			if f.Err() == nil {
-				entries--
-			}
-		}
-	}
+	mem, entries := memory()
 	// Reads: one pipeline each (a home read's round trip), the first page
 	// and a page from a cursor in the middle of the inbox.
 	readUs := func(deep bool) (redisUs, clientUs float64) {
@@ -230,6 +242,7 @@ func benchLayout(b *testing.B, ctx context.Context, rdb *redis.Client, name stri
 		enc = rdb.ObjectEncoding(ctx, c.zs.Key(1)).Val()
 	}
 	b.ReportMetric(float64(mem)/float64(entries), "B/entry")
+	b.ReportMetric(float64(halfMem)/float64(halfEntries), "half-full-B/entry")
 	b.ReportMetric(steadyRedis, "redis-µs/push")
 	b.ReportMetric(steadyClient, "client-µs/push")
 	b.ReportMetric(fillRedis, "fill-redis-µs/push")
