@@ -74,6 +74,16 @@
 // present for a while (late plain pushes) and are ignored by readers;
 // removals (unfollow, deletions) leave it alone.
 //
+// # The packed inbox (measured, not wired)
+//
+// PackedInboxes (packed.go) is an alternative inbox layout: `pfeed:{u}`,
+// a string of 8-byte post ids, oldest first, with an 8-byte header for
+// ~built and ~floor at its end, and `pfeed:{u}+`, the append buffer of
+// pushes, merged into it by packedMergeScript every PackedMergeAt ids.
+// Nothing writes or reads it yet; BenchmarkInboxLayouts measures it beside
+// the sorted set, and TestPackedMatchesSortedSet checks that it answers
+// the same pages.
+//
 // # The inbox bulk build
 //
 // RestoreBuildWriter writes each built inbox as one RESTORE of a
