@@ -194,10 +194,7 @@ func (p *Inbox) buildInboxes(ctx context.Context, db Beginner, progress BuildPro
 	}
 
 	progress.Stage("write inboxes", "active users", int64(len(users)))
-	w := &inboxWriter{posts: posts, keep: keep, nowMs: nowMs, rdb: p.rdb, out: p.inbox.ZaddBuildWriter()}
-	if restore {
-		w.out = p.inbox.RestoreBuildWriter()
-	}
+	w := &inboxWriter{posts: posts, keep: keep, nowMs: nowMs, rdb: p.rdb, out: p.store.InboxBuildWriter(restore)}
 	chunks := make(chan inboxChunk, BuildWorkers)
 	g, gctx := errgroup.WithContext(ctx)
 	for range BuildWorkers {

@@ -1,10 +1,13 @@
 package projections_test
 
 import (
+	"cmp"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -28,7 +31,6 @@ import (
 type world struct {
 	t     testing.TB
 	db    *testenv.DB
-	ids   *snowflake.Generator
 	envs  []events.Envelope
 	pos   int64
 	clock time.Time
@@ -36,11 +38,7 @@ type world struct {
 
 func newWorld(t testing.TB) *world {
 	t.Helper()
-	g, err := snowflake.New(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &world{t: t, db: testenv.NewDB(t), ids: g, clock: time.Now().Add(-time.Hour).Truncate(time.Millisecond)}
+	return &world{t: t, db: testenv.NewDB(t), clock: time.Now().Add(-time.Hour).Truncate(time.Millisecond)}
 }
 
 func (w *world) exec(sql string, args ...any) {
@@ -113,8 +111,11 @@ func (w *world) unfollow(follower, followee int64) {
 // post creates a post one millisecond after the previous one.
 func (w *world) post(author int64) int64 {
 	w.t.Helper()
-	id, _ := w.ids.Next()
 	w.clock = w.clock.Add(time.Millisecond)
+	// The id encodes the post's created_at millisecond, as the write side's
+	// (commands.createPost): the packed inbox layout orders by id alone.
+	// Node 1 as w.ids; one post per millisecond, so sequence 0.
+	id := w.clock.Sub(snowflake.Epoch).Milliseconds()<<22 | 1<<12
 	var n int64
 	if err := w.db.Pool.QueryRow(context.Background(), `SELECT follower_count FROM users WHERE id = $1`, author).Scan(&n); err != nil {
 		w.t.Fatal(err)
@@ -242,4 +243,70 @@ func jsonGet(rdb redis.UniversalClient, key string, v any) error {
 
 func fmtView(ids []string, floor float64, built bool) string {
 	return fmt.Sprintf("%v floor=%v built=%v", ids, floor, built)
+}
+
+// layouts are the inbox layouts every inbox test runs on.
+var layouts = []string{readmodel.InboxLayoutZset, readmodel.InboxLayoutPacked}
+
+// eachLayout runs f as a parallel subtest per inbox layout.
+func eachLayout(t *testing.T, f func(t *testing.T, layout string)) {
+	t.Helper()
+	for _, l := range layouts {
+		t.Run(l, func(t *testing.T) {
+			t.Parallel()
+			f(t, l)
+		})
+	}
+}
+
+// inboxView is zview of user's inbox in either layout: every post id it
+// holds (the packed buffer's too, distinct), newest first, its floor (NaN
+// when none) and whether ~built is set.
+func inboxView(t testing.TB, rdb redis.UniversalClient, keys readmodel.Keys, layout string, user int64) (ids []string, floor float64, built bool) {
+	t.Helper()
+	if layout != readmodel.InboxLayoutPacked {
+		return zview(t, rdb, keys.Inbox(user))
+	}
+	k := keys.PackedInbox(user)
+	all, floor, built := packedView(rdb.Get(context.Background(), k).Val(), rdb.Get(context.Background(), k+"+").Val())
+	for _, id := range all {
+		ids = append(ids, idstr(id))
+	}
+	return ids, floor, built
+}
+
+// packedView decodes a packed inbox's sealed string and buffer: its ids
+// (distinct, newest first, whatever the floor), floor (NaN when none) and
+// ~built.
+func packedView(sealed, buf string) (ids []int64, floor float64, built bool) {
+	floor = math.NaN()
+	read := func(s string) {
+		for i := 0; i+8 <= len(s); i += 8 {
+			ids = append(ids, int64(binary.BigEndian.Uint64([]byte(s[i:i+8]))))
+		}
+	}
+	if len(sealed) >= 8 {
+		h := sealed[len(sealed)-8:]
+		built = h[0] == 1
+		if h[1] == 1 {
+			var x [8]byte
+			copy(x[2:], h[2:])
+			floor = float64(binary.BigEndian.Uint64(x[:]))
+		}
+		read(sealed[:len(sealed)-8])
+	}
+	read(buf)
+	slices.SortFunc(ids, func(a, b int64) int { return cmp.Compare(b, a) })
+	return slices.Compact(ids), floor, built
+}
+
+// inboxExists reports whether user has an inbox (any of its keys) in the
+// layout.
+func inboxExists(t testing.TB, rdb redis.UniversalClient, keys readmodel.Keys, layout string, user int64) bool {
+	t.Helper()
+	if layout != readmodel.InboxLayoutPacked {
+		return rdb.Exists(context.Background(), keys.Inbox(user)).Val() > 0
+	}
+	k := keys.PackedInbox(user)
+	return rdb.Exists(context.Background(), k, k+"+").Val() > 0
 }

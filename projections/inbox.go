@@ -20,13 +20,18 @@ import (
 // on the downward celebrity crossing, removes an author's posts on unfollow,
 // and cleans deleted posts out of inboxes.
 type Inbox struct {
-	cfg   Config
-	pol   readmodel.Policy
-	inbox readmodel.Inboxes
-	pg    Querier
-	rdb   redis.UniversalClient
-	m     *Metrics
-	cache *followerCache // nil when FollowerCacheRows < 0
+	cfg Config
+	pol readmodel.Policy
+	// store is the inboxes of the configured layout; inbox (the sorted
+	// set) and packed (nil unless that layout) are the same inboxes' hot
+	// paths, which differ between the layouts.
+	store  readmodel.InboxStore
+	inbox  readmodel.Inboxes
+	packed *readmodel.PackedInboxes
+	pg     Querier
+	rdb    redis.UniversalClient
+	m      *Metrics
+	cache  *followerCache // nil when FollowerCacheRows < 0
 	// inflight holds a slot per fan-out pipeline in flight (FanoutInflight).
 	inflight chan struct{}
 }
@@ -43,8 +48,13 @@ func NewInbox(cfg Config, pg Querier, rdb redis.UniversalClient, m *Metrics) (*I
 	// Lists longer than twice the celebrity threshold only come from
 	// replays of posts by authors who are celebrities now: not kept.
 	cache := newFollowerCache(cfg.FollowerCacheRows, int(min(2*cfg.CelebrityThreshold, math.MaxInt32)))
-	return &Inbox{cfg: cfg, pol: cfg.Policy(), inbox: readmodel.NewInboxes(cfg.Keys, cfg.Policy()), pg: pg, rdb: rdb, m: m, cache: cache,
-		inflight: make(chan struct{}, cfg.FanoutInflight)}, nil
+	p := &Inbox{cfg: cfg, pol: cfg.Policy(), inbox: readmodel.NewInboxes(cfg.Keys, cfg.Policy()), pg: pg, rdb: rdb, m: m, cache: cache,
+		inflight: make(chan struct{}, cfg.FanoutInflight)}
+	p.store = readmodel.NewInboxStore(cfg.Keys, p.pol)
+	if pk, ok := p.store.(readmodel.PackedInboxes); ok {
+		p.packed = &pk
+	}
+	return p, nil
 }
 
 // Name implements Projector.
@@ -200,7 +210,12 @@ func (p *Inbox) eachFollowerPage(ctx context.Context, author int64, active bool,
 // strictly above ~floor (docs/architecture.md), so it is never shown; it is
 // only memory for a while, and it counts towards the trim.
 func (p *Inbox) push(ctx context.Context, e events.PostCreated) error {
-	pp := postPush{post: e.PostID, push: p.inbox.NewPush(e.PostID, millis(e.CreatedAt))}
+	pp := postPush{post: e.PostID}
+	if p.packed != nil {
+		pp.packed = p.packed.NewPush(e.PostID)
+	} else {
+		pp.push = p.inbox.NewPush(e.PostID, millis(e.CreatedAt))
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(p.cfg.FanoutParallel)
 	err := p.eachPushPage(gctx, e.AuthorID, func(ids []int64, expiring []bool) error {
@@ -215,12 +230,16 @@ func (p *Inbox) push(ctx context.Context, e events.PostCreated) error {
 
 // postPush is what every page of one post's fan-out shares.
 type postPush struct {
-	post int64
-	push readmodel.InboxPush
+	post   int64
+	push   readmodel.InboxPush  // the sorted set's
+	packed readmodel.PackedPush // the packed layout's
 }
 
 // pushPage writes one page of a post's fan-out (see push).
 func (p *Inbox) pushPage(ctx context.Context, pp postPush, ids []int64, expiring []bool) error {
+	if p.packed != nil {
+		return p.pushPagePacked(ctx, pp, ids)
+	}
 	adds := make([]*redis.IntCmd, 0, len(ids))
 	var scripts []*redis.Cmd
 	var cards []*redis.IntCmd
@@ -267,6 +286,28 @@ func (p *Inbox) pushPage(ctx context.Context, pp postPush, ids []int64, expiring
 	if err := p.trim(ctx, trim); err != nil {
 		return fmt.Errorf("trim inboxes after post %d: %w", pp.post, err)
 	}
+	return nil
+}
+
+// pushPagePacked writes one page of a post's fan-out to packed inboxes:
+// an APPEND per inbox, then the follow-ups their replies ask for (the
+// buffer's fallback TTL, the merge with its trim: PackedInboxes.PushAll).
+// Every follower gets the same APPEND, expiring or not: the merge gives
+// the sealed string the TTL when it has none. The entries metric counts
+// the APPENDs, redeliveries included (the reply does not tell a
+// duplicate, which the merge and the readers drop).
+func (p *Inbox) pushPagePacked(ctx context.Context, pp postPush, ids []int64) error {
+	select {
+	case p.inflight <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	_, err := p.packed.PushAll(ctx, p.rdb, ids, pp.packed)
+	<-p.inflight
+	if err != nil {
+		return fmt.Errorf("push post %d: %w", pp.post, err)
+	}
+	p.m.entries(NameInbox, len(ids))
 	return nil
 }
 
@@ -518,9 +559,41 @@ func (p *Inbox) backfill(ctx context.Context, users []int64, bf backfillSet, che
 	// copied (readmodel.Inboxes.NewBackfill): that only claims less
 	// completeness (readers continue in PostgreSQL), and makes the result
 	// a function of the events alone.
+	if p.packed != nil {
+		if err := p.backfillPacked(ctx, targets, bf); err != nil {
+			return fmt.Errorf("backfill inboxes: %w", err)
+		}
+		return nil
+	}
 	if err := p.bounded(ctx, targets, p.inbox.NewBackfill(bf.posts, bf.floor, bf.raise)); err != nil {
 		return fmt.Errorf("backfill inboxes: %w", err)
 	}
+	return nil
+}
+
+// backfillPacked copies bf into every user's packed inbox, in one
+// pipeline: the merge script with the posts and the floor raise, which
+// also folds in the buffer and trims.
+func (p *Inbox) backfillPacked(ctx context.Context, users []int64, bf backfillSet) error {
+	if len(users) == 0 {
+		return nil
+	}
+	cmds := make([]*redis.Cmd, len(users))
+	err := readmodel.Exec(ctx, p.rdb, func(pipe redis.Pipeliner) {
+		for i, u := range users {
+			cmds[i] = p.packed.QueueBackfill(ctx, pipe, u, bf.posts, bf.floor, bf.raise)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	added := 0
+	for _, c := range cmds {
+		if r, err := c.Int64Slice(); err == nil && len(r) > 0 {
+			added += int(r[0])
+		}
+	}
+	p.m.entries(NameInbox, added)
 	return nil
 }
 
@@ -544,7 +617,7 @@ func (p *Inbox) crossDown(ctx context.Context, author int64) error {
 // never pushed) than the inbox holds would otherwise crowd the pushed ones
 // out, and they would stay. The floor is left alone.
 func (p *Inbox) removeAuthor(ctx context.Context, follower, author int64) error {
-	ids, err := p.inbox.Posts(ctx, p.rdb, follower)
+	ids, err := p.store.Posts(ctx, p.rdb, follower)
 	if err != nil {
 		return err
 	}
@@ -571,7 +644,7 @@ func (p *Inbox) removeAuthor(ctx context.Context, follower, author int64) error 
 	if len(members) == 0 {
 		return nil
 	}
-	if err := p.inbox.Remove(ctx, p.rdb, follower, members); err != nil {
+	if err := p.store.Remove(ctx, p.rdb, follower, members); err != nil {
 		return fmt.Errorf("remove posts of %d from inbox of %d: %w", author, follower, err)
 	}
 	return nil
@@ -582,11 +655,16 @@ func (p *Inbox) removeAuthor(ctx context.Context, follower, author int64) error 
 // the post cache; this only reclaims the entries.
 func (p *Inbox) cleanDeleted(ctx context.Context, e events.PostDeleted) error {
 	return p.eachFollowerPage(ctx, e.AuthorID, false, func(ids []int64, _ []bool) error {
-		pipe := p.rdb.Pipeline()
-		for _, u := range ids {
-			p.inbox.QueueRemove(ctx, pipe, u, e.PostID)
-		}
-		if _, err := pipe.Exec(ctx); err != nil {
+		err := readmodel.Exec(ctx, p.rdb, func(pipe redis.Pipeliner) {
+			for _, u := range ids {
+				if p.packed != nil {
+					p.packed.QueueRemove(ctx, pipe, u, []int64{e.PostID})
+				} else {
+					p.inbox.QueueRemove(ctx, pipe, u, e.PostID)
+				}
+			}
+		})
+		if err != nil {
 			return fmt.Errorf("remove deleted post %d from inboxes: %w", e.PostID, err)
 		}
 		return nil

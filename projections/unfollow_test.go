@@ -18,10 +18,14 @@ import (
 // the inbox.
 func TestUnfollowRemovesOlderPushedPosts(t *testing.T) {
 	t.Parallel()
+	eachLayout(t, testUnfollowRemovesOlderPushedPosts)
+}
+
+func testUnfollowRemovesOlderPushedPosts(t *testing.T, layout string) {
 	w := newWorld(t)
 	rd := testenv.NewRedis(t)
 	keys := readmodel.Keys{Prefix: rd.Prefix}
-	ps := newProjectors(t, w, rd.Client, projections.Config{Keys: keys, CelebrityThreshold: 2})
+	ps := newProjectors(t, w, rd.Client, projections.Config{Keys: keys, CelebrityThreshold: 2, InboxLayout: layout})
 
 	// Each step is applied before the next is written, as a projector that
 	// keeps up sees them (a backfill reads the posts of that moment).
@@ -44,14 +48,14 @@ func TestUnfollowRemovesOlderPushedPosts(t *testing.T) {
 		w.post(author) // pulled, never pushed
 	}
 	apply()
-	ids, _, _ := zview(t, rd.Client, keys.Inbox(reader))
+	ids, _, _ := inboxView(t, rd.Client, keys, layout, reader)
 	if !slices.Contains(ids, idstr(p1)) || !slices.Contains(ids, idstr(p2)) {
 		t.Fatalf("before the unfollow the inbox holds %v, want the pushed posts %d and %d", ids, p1, p2)
 	}
 
 	w.unfollow(reader, author) // back to 1 follower: crosses down too
 	apply()
-	ids, _, _ = zview(t, rd.Client, keys.Inbox(reader))
+	ids, _, _ = inboxView(t, rd.Client, keys, layout, reader)
 	if slices.Contains(ids, idstr(p1)) || slices.Contains(ids, idstr(p2)) {
 		t.Errorf("after the unfollow the inbox still holds the author's posts: %v (pushed %d, %d)", ids, p1, p2)
 	}

@@ -180,7 +180,7 @@ func (m Inboxes) Posts(ctx context.Context, rdb redis.Cmdable, user int64) ([]in
 
 // Remove removes posts from user's inbox; the floor is left alone (what
 // is removed must not be shown anyway).
-func (m Inboxes) Remove(ctx context.Context, rdb redis.Cmdable, user int64, posts []int64) error {
+func (m Inboxes) Remove(ctx context.Context, rdb redis.UniversalClient, user int64, posts []int64) error {
 	if len(posts) == 0 {
 		return nil
 	}

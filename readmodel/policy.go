@@ -72,6 +72,12 @@ type Policy struct {
 	// inbox TTL is moved at most this often, so the margin covers two of
 	// them.
 	ActivityWriteInterval time.Duration
+	// InboxLayout is the inboxes' Redis layout (FEED_INBOX_LAYOUT):
+	// InboxLayoutZset (the default, Inboxes) or InboxLayoutPacked
+	// (PackedInboxes). Every writer and reader must use the same one; the
+	// two layouts use different keys, so a switch reads cold inboxes and
+	// rebuilds them.
+	InboxLayout string
 }
 
 // The defaults, applied by WithDefaults only.
@@ -119,6 +125,7 @@ func (p Policy) WithDefaults() Policy {
 	p.InactiveAfter = cmp.Or(p.InactiveAfter, defaultInactiveAfter)
 	p.ActivityWriteInterval = cmp.Or(p.ActivityWriteInterval, defaultActivityWriteInterval)
 	p.InboxTTLMargin = cmp.Or(p.InboxTTLMargin, max(defaultInboxTTLMargin, 2*p.ActivityWriteInterval))
+	p.InboxLayout = cmp.Or(p.InboxLayout, InboxLayoutZset)
 	return p
 }
 
@@ -141,6 +148,8 @@ func (p Policy) Validate() error {
 		return fmt.Errorf("activity write interval %v: want (0, 24h]", p.ActivityWriteInterval)
 	case p.InboxTTLMargin <= 0 || p.InactiveAfter-p.InboxTTLMargin < time.Second:
 		return fmt.Errorf("inbox TTL margin %v: want a positive duration below inactive after %v", p.InboxTTLMargin, p.InactiveAfter)
+	case validLayout(p.InboxLayout) != nil:
+		return validLayout(p.InboxLayout)
 	}
 	return nil
 }
