@@ -25,11 +25,12 @@ type policies struct {
 	BackfillPosts      int
 	FanoutBatch        int
 	CacheTTL           time.Duration
+	InboxLayout        string // readmodel.InboxLayoutZset or InboxLayoutPacked
 }
 
 func (p policies) String() string {
-	return fmt.Sprintf("celebrity threshold %d, inbox max %d (+%d slack), timeline max %d, backfill %d, fan-out batch %d, cache TTL %v",
-		p.CelebrityThreshold, p.InboxMax, p.InboxTrimSlack, p.TimelineMax, p.BackfillPosts, p.FanoutBatch, p.CacheTTL)
+	return fmt.Sprintf("celebrity threshold %d, inbox max %d (+%d slack), timeline max %d, backfill %d, fan-out batch %d, cache TTL %v, inbox layout %s",
+		p.CelebrityThreshold, p.InboxMax, p.InboxTrimSlack, p.TimelineMax, p.BackfillPosts, p.FanoutBatch, p.CacheTTL, p.InboxLayout)
 }
 
 // system is the whole pipeline in this process (systest), on a test's own
@@ -58,6 +59,7 @@ func startSystem(t *testing.T, pol policies) *system {
 			TimelineMax:        pol.TimelineMax,
 			BackfillPosts:      pol.BackfillPosts,
 			FanoutBatch:        pol.FanoutBatch,
+			InboxLayout:        pol.InboxLayout,
 		},
 		CacheTTL: pol.CacheTTL,
 	})}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/binary"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -54,8 +55,17 @@ func seed(t *testing.T) uint64 {
 // HTTP API, equals the newest-first non-deleted posts of the accounts they
 // follow plus their own, computed by SQL from the source of truth. The small
 // run is part of `go test ./...`; -oracle.large runs a big one.
+//
+// It runs on each inbox layout, one after the other (each is a whole
+// system under load).
 func TestOracle(t *testing.T) {
 	t.Parallel()
+	for _, layout := range []string{readmodel.InboxLayoutZset, readmodel.InboxLayoutPacked} {
+		t.Run(layout, func(t *testing.T) { testOracle(t, layout) })
+	}
+}
+
+func testOracle(t *testing.T, layout string) {
 	pol := policies{
 		CelebrityThreshold: 8,
 		InboxMax:           15,
@@ -64,6 +74,7 @@ func TestOracle(t *testing.T) {
 		BackfillPosts:      3,
 		FanoutBatch:        4,
 		CacheTTL:           time.Second,
+		InboxLayout:        layout,
 	}
 	w := workload{Seed: seed(t), Users: 60, Ops: 700, Workers: 8, ReaderShare: 0.4, ZipfS: 1.1, Bursts: 3}
 	if *flagLarge {
@@ -75,7 +86,7 @@ func TestOracle(t *testing.T) {
 	t.Logf("oracle: %v; %v", w, pol)
 	defer func() {
 		if t.Failed() {
-			t.Logf("REPRODUCE: go test ./e2e -run 'TestOracle$' -count=1 -v -oracle.seed=%d%s", w.Seed, map[bool]string{true: " -oracle.large"}[*flagLarge])
+			t.Logf("REPRODUCE: go test ./e2e -run 'TestOracle$/^%s$' -count=1 -v -oracle.seed=%d%s", layout, w.Seed, map[bool]string{true: " -oracle.large"}[*flagLarge])
 		}
 	}()
 
@@ -343,19 +354,32 @@ func (o *oracle) feeds(limits []int) {
 func (o *oracle) explain(u int64) string {
 	ctx, rdb, k := o.ctx(), o.s.Redis, o.s.Keys
 	var b strings.Builder
-	zs, err := rdb.ZRangeWithScores(ctx, k.Inbox(u), 0, -1).Result()
-	fmt.Fprintf(&b, "  feed:{%d} (%d entries, err %v):", u, len(zs), err)
-	for _, z := range zs {
-		m := z.Member.(string)
-		id, _ := strconv.ParseInt(m, 10, 64)
-		tp, known := o.posts[id]
-		switch {
-		case readmodel.IsSentinel(m):
-			fmt.Fprintf(&b, " %s@%v", m, z.Score)
-		case known:
-			fmt.Fprintf(&b, " %s@%.0f(a%d%s)", m, z.Score, tp.author, map[bool]string{true: ",deleted"}[tp.deleted])
-		default:
-			fmt.Fprintf(&b, " %s@%.0f(unknown)", m, z.Score)
+	if o.s.pol.InboxLayout == readmodel.InboxLayoutPacked {
+		sk := k.PackedInbox(u)
+		sealed, serr := rdb.Get(ctx, sk).Result()
+		buf, berr := rdb.Get(ctx, sk+"+").Result()
+		fmt.Fprintf(&b, "  pfeed:{%d} (%d bytes, err %v; buffer %d bytes, err %v):", u, len(sealed), serr, len(buf), berr)
+		if len(sealed) >= 8 {
+			fmt.Fprintf(&b, " header %x, sealed", sealed[len(sealed)-8:])
+			o.explainIDs(&b, sealed[:len(sealed)-8])
+		}
+		fmt.Fprintf(&b, "; buffer")
+		o.explainIDs(&b, buf)
+	} else {
+		zs, err := rdb.ZRangeWithScores(ctx, k.Inbox(u), 0, -1).Result()
+		fmt.Fprintf(&b, "  feed:{%d} (%d entries, err %v):", u, len(zs), err)
+		for _, z := range zs {
+			m := z.Member.(string)
+			id, _ := strconv.ParseInt(m, 10, 64)
+			tp, known := o.posts[id]
+			switch {
+			case readmodel.IsSentinel(m):
+				fmt.Fprintf(&b, " %s@%v", m, z.Score)
+			case known:
+				fmt.Fprintf(&b, " %s@%.0f(a%d%s)", m, z.Score, tp.author, map[bool]string{true: ",deleted"}[tp.deleted])
+			default:
+				fmt.Fprintf(&b, " %s@%.0f(unknown)", m, z.Score)
+			}
 		}
 	}
 	fol, _ := rdb.SMembers(ctx, k.Following(u)).Result()
@@ -499,6 +523,15 @@ func (o *oracle) readModels() {
 // workload reached the paths it exists to exercise.
 func (o *oracle) coverageBefore() {
 	ctx, thr := o.ctx(), o.s.pol.CelebrityThreshold
+	// the inboxes are in the layout asked for, and only in it
+	var zsets, packed int64
+	for _, u := range o.wd.users {
+		zsets += o.s.Redis.Exists(ctx, o.s.Keys.Inbox(u)).Val()
+		packed += o.s.Redis.Exists(ctx, o.s.Keys.PackedInbox(u), o.s.Keys.PackedInbox(u)+"+").Val()
+	}
+	if want := o.s.pol.InboxLayout == readmodel.InboxLayoutPacked; (packed > 0) != want || (zsets > 0) == want {
+		o.errorf("inbox layout %s: %d sorted-set inboxes, %d packed inbox keys", o.s.pol.InboxLayout, zsets, packed)
+	}
 	var celebs, up, down, pulled int64
 	for _, n := range o.followers {
 		if n >= thr {
@@ -548,8 +581,40 @@ func (o *oracle) coverageBefore() {
 	}
 }
 
+// explainIDs writes the packed ids of s (8 bytes big-endian each).
+func (o *oracle) explainIDs(b *strings.Builder, s string) {
+	for i := 0; i+8 <= len(s); i += 8 {
+		id := int64(binary.BigEndian.Uint64([]byte(s[i : i+8])))
+		if tp, known := o.posts[id]; known {
+			fmt.Fprintf(b, " %d(a%d%s)", id, tp.author, map[bool]string{true: ",deleted"}[tp.deleted])
+		} else {
+			fmt.Fprintf(b, " %d(unknown)", id)
+		}
+	}
+}
+
 func (o *oracle) inboxSentinels(users []int64) (floors, built int) {
 	ctx := o.ctx()
+	if o.s.pol.InboxLayout == readmodel.InboxLayoutPacked {
+		// the header, the sealed string's last 8 bytes: built, has floor
+		pipe := o.s.Redis.Pipeline()
+		hs := make([]*redis.StringCmd, len(users))
+		for i, u := range users {
+			hs[i] = pipe.GetRange(ctx, o.s.Keys.PackedInbox(u), -8, -1)
+		}
+		_, _ = pipe.Exec(ctx)
+		for _, h := range hs {
+			if v := h.Val(); len(v) == 8 {
+				if v[1] == 1 {
+					floors++
+				}
+				if v[0] == 1 {
+					built++
+				}
+			}
+		}
+		return floors, built
+	}
 	pipe := o.s.Redis.Pipeline()
 	fl := make([]*redis.FloatCmd, len(users))
 	bu := make([]*redis.FloatCmd, len(users))

@@ -202,7 +202,7 @@ func (f *Feed) entries(ctx context.Context, sql string, args ...any) ([]readmode
 // later, a post committing in between would be missed by both: not in our
 // snapshot, and skipped by fan-out as addressed to an inactive user.
 //
-// The write (readmodel.Inboxes.WriteRebuilt) only adds, never deletes: a
+// The write (readmodel.InboxStore.WriteRebuilt) only adds, never deletes: a
 // push that landed between the snapshot and this write must survive.
 // Entries already in the set (stale pushes) are either real posts of the
 // user's followees, or hidden at read (deleted, unfollowed), or at or
@@ -218,8 +218,10 @@ func (f *Feed) rebuildInbox(ctx context.Context, user int64) error {
 	if err != nil {
 		return fmt.Errorf("read inbox snapshot of %d: %w", user, err)
 	}
-	err = f.inbox.WriteRebuilt(ctx, f.rdb, user, posts)
-	f.cache.invalidate(f.inbox.Key(user)) // written here: the next read sees it without waiting for Redis's invalidation
+	err = f.store.WriteRebuilt(ctx, f.rdb, user, posts)
+	if f.packed == nil {
+		f.cache.invalidate(f.inbox.Key(user)) // written here: the next read sees it without waiting for Redis's invalidation
+	}
 	if err != nil {
 		return fmt.Errorf("write rebuilt inbox of %d: %w", user, err)
 	}

@@ -161,3 +161,28 @@ func zsource(reply []redis.Z, limit int, floorMs *int64) source {
 	}
 	return s
 }
+
+// packedSource turns a packed inbox page into a source, by zsource's
+// rules: the page is newest first by id, which is (ms, id) order, so it
+// is desc; a page cut by its limit (More) is complete strictly above the
+// last millisecond returned (as zsource's cut, though ids order a
+// millisecond exactly: the same bound whichever layout); the floor bounds
+// it as ~floor does.
+func packedSource(p readmodel.PackedPage) source {
+	s := source{bound: minKey, keys: make([]key, 0, len(p.Entries)), desc: true}
+	for _, e := range p.Entries {
+		if e.ID <= 0 {
+			continue // not a post id: never shown
+		}
+		s.keys = append(s.keys, key{ms: e.Ms, id: e.ID})
+	}
+	if p.More && len(p.Entries) > 0 {
+		s.bound = below(p.Entries[len(p.Entries)-1].Ms)
+	}
+	if p.Floor != nil {
+		if fb := below(*p.Floor); !fb.less(s.bound) {
+			s.bound, s.floor = fb, true
+		}
+	}
+	return s
+}

@@ -51,6 +51,9 @@ type Config struct {
 	// documents each, and defaults them): set them with WithPolicy from the
 	// one policy the process built, or field by field in tests.
 	InboxMax int
+	// InboxLayout is the inboxes' Redis layout (readmodel.Policy.InboxLayout;
+	// "" is the sorted set), the projectors' one.
+	InboxLayout string
 	// CelebrityCacheTTL is how long the celebrity set and each celebrity's
 	// timeline head are served from process memory (default 3 s, at most
 	// 5 s): a hot celebrity then costs Redis one read per TTL per instance,
@@ -132,6 +135,7 @@ func (c Config) Policy() readmodel.Policy {
 		ActivityWriteInterval: c.ActivityWriteInterval,
 		InactiveAfter:         c.InactiveAfter,
 		InboxTTLMargin:        c.InboxTTLMargin,
+		InboxLayout:           c.InboxLayout,
 	}
 }
 
@@ -144,6 +148,7 @@ func (c Config) WithPolicy(p readmodel.Policy) Config {
 	c.ActivityWriteInterval = p.ActivityWriteInterval
 	c.InactiveAfter = p.InactiveAfter
 	c.InboxTTLMargin = p.InboxTTLMargin
+	c.InboxLayout = p.InboxLayout
 	return c
 }
 
@@ -226,7 +231,11 @@ type Feed struct {
 	metrics *Metrics
 
 	// the read models, under cfg.Keys (live versions)
+	// store is the inboxes of the configured layout; inbox (the sorted
+	// set) and packed (nil unless that layout) their page reads.
+	store    readmodel.InboxStore
 	inbox    readmodel.Inboxes
+	packed   *readmodel.PackedInboxes
 	tl       readmodel.Timelines
 	follows  readmodel.Follows
 	celebSet readmodel.Celebrities
@@ -293,6 +302,10 @@ func New(cfg Config, db DB, rdb redis.UniversalClient) (*Feed, error) {
 	f := &Feed{cfg: cfg, db: db, rdb: rdb, metrics: m, log: cfg.Logger, now: time.Now,
 		inbox: readmodel.NewInboxes(cfg.Keys, cfg.Policy()), tl: readmodel.NewTimelines(cfg.Keys, readmodel.DefaultTimelineMax),
 		follows: readmodel.NewFollows(cfg.Keys), celebSet: readmodel.NewCelebrities(cfg.Keys), bodies: readmodel.NewPostCache(cfg.Keys)}
+	f.store = readmodel.NewInboxStore(cfg.Keys, cfg.Policy())
+	if pk, ok := f.store.(readmodel.PackedInboxes); ok {
+		f.packed = &pk
+	}
 	f.celebs.ttl = cfg.CelebrityCacheTTL
 	f.timelines.ttl = cfg.CelebrityCacheTTL
 	f.timelines.size = cfg.TimelineCacheSize

@@ -18,6 +18,16 @@ func setResultOf(r readmodel.SetRead) (setResult, error) {
 	return setResult{src: pageSource(p), built: p.Built}, nil
 }
 
+// packedResultOf turns a queued packed inbox read into a setResult once
+// its pipeline ran.
+func packedResultOf(r readmodel.PackedRead) (setResult, error) {
+	p, err := r.Result()
+	if err != nil {
+		return setResult{}, err
+	}
+	return setResult{src: packedSource(p), built: p.Built}, nil
+}
+
 // unknownSource is a read model that is not complete (no ~built): it is
 // sure of nothing, so the page continues from PostgreSQL at once.
 var unknownSource = source{bound: startKey, floor: true}

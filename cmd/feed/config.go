@@ -36,13 +36,16 @@ type Config struct {
 	Partitions         int
 	CelebrityThreshold int64
 	InboxMax           int
-	FollowerCacheRows  int
-	Slot               string
-	NodeID             int64
-	MaxContentChars    int
-	InactiveAfter      time.Duration
-	CelebrityCacheTTL  time.Duration
-	LagWarnBytes       int64
+	// InboxLayout is FEED_INBOX_LAYOUT: "zset" (the default) or "packed"
+	// (readmodel.Policy.InboxLayout).
+	InboxLayout       string
+	FollowerCacheRows int
+	Slot              string
+	NodeID            int64
+	MaxContentChars   int
+	InactiveAfter     time.Duration
+	CelebrityCacheTTL time.Duration
+	LagWarnBytes      int64
 	// OnSlotLoss is FEED_CDC_ON_SLOT_LOSS: "heal" (the default) or "stop".
 	OnSlotLoss string
 	// ReadCacheKeys bounds the API's client-side read cache, in Redis keys
@@ -111,6 +114,7 @@ func LoadConfig() (Config, error) {
 		Slot:          os.Getenv("FEED_SLOT"),
 		LogFormat:     envOr("FEED_LOG_FORMAT", "text"),
 		OnSlotLoss:    os.Getenv("FEED_CDC_ON_SLOT_LOSS"),
+		InboxLayout:   envOr("FEED_INBOX_LAYOUT", readmodel.InboxLayoutZset),
 
 		AllowDevSecret: os.Getenv("FEED_ALLOW_DEV_SECRET") == "1",
 	}
@@ -159,6 +163,7 @@ func LoadConfig() (Config, error) {
 		CelebrityThreshold: c.CelebrityThreshold,
 		InboxMax:           c.InboxMax,
 		InactiveAfter:      c.InactiveAfter,
+		InboxLayout:        c.InboxLayout,
 	}.WithDefaults()
 	if c.Slot == "" {
 		c.Slot, err = slotFromDSN(c.DatabaseURL)

@@ -153,6 +153,7 @@ func Start(t testing.TB, cfg Config) *System {
 	s.Feed, err = queries.New(queries.Config{
 		Keys:              s.Keys,
 		InboxMax:          cfg.Projections.InboxMax,
+		InboxLayout:       cfg.Projections.InboxLayout,
 		CelebrityCacheTTL: cfg.CacheTTL,
 		TimelineCacheSize: queries.MaxLimit + 1,
 		Registerer:        prometheus.NewRegistry(),
