@@ -247,3 +247,30 @@ func TestMergeSegmentDescendingSourcesCutEarly(t *testing.T) {
 		}
 	}
 }
+
+func TestPackedSource(t *testing.T) {
+	t.Parallel()
+	page := func(more bool, floor *int64) readmodel.PackedPage {
+		return readmodel.PackedPage{Entries: []readmodel.Entry{{ID: 50, Ms: 5}, {ID: 41, Ms: 4}, {ID: 40, Ms: 4}}, More: more, Floor: floor}
+	}
+	fl := func(v int64) *int64 { return &v }
+	for _, c := range []struct {
+		name  string
+		p     readmodel.PackedPage
+		bound key
+		floor bool
+	}{
+		{"complete: not cut, no floor", page(false, nil), minKey, false},
+		{"cut: complete above the last millisecond", page(true, nil), below(4), false},
+		{"floor above the cut bounds", page(true, fl(4)), below(4), true},
+		{"floor below the cut: the cut bounds", page(true, fl(2)), below(4), false},
+		{"floor of a page not cut", page(false, fl(3)), below(3), true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := packedSource(c.p)
+			if s.bound != c.bound || s.floor != c.floor || !s.desc || !slices.Equal(ids(s.keys), []int64{50, 41, 40}) {
+				t.Fatalf("got %+v, want bound %v floor %v", s, c.bound, c.floor)
+			}
+		})
+	}
+}

@@ -2,6 +2,7 @@ package queries
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -16,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/feedco/feed/events"
+	"github.com/feedco/feed/internal/snowflake"
 	"github.com/feedco/feed/internal/testenv"
 	"github.com/feedco/feed/readmodel"
 )
@@ -33,6 +35,11 @@ type bundle struct {
 	reg   *prometheus.Registry
 	next  int64
 	names int
+	// layout is the inbox layout (Config.InboxLayout; "" the sorted set).
+	// With the packed one, post ids are Snowflakes of their millisecond
+	// (pseq numbers them), as the write side's.
+	layout string
+	pseq   int64
 }
 
 func setup(t *testing.T, cfg Config) *bundle {
@@ -58,7 +65,105 @@ func setup(t *testing.T, cfg Config) *bundle {
 	}
 	// Snowflake-sized ids, with some of other lengths below (ties in one
 	// millisecond must order numerically, not as Redis orders bytes).
-	return &bundle{t: t, ctx: context.Background(), feed: f, db: db, rdb: r.Client, keys: cfg.Keys, reg: reg, next: 7_000_000_000_000_000_000}
+	return &bundle{t: t, ctx: context.Background(), feed: f, db: db, rdb: r.Client, keys: cfg.Keys, reg: reg, next: 7_000_000_000_000_000_000,
+		layout: cfg.InboxLayout}
+}
+
+// eachLayout runs f as a parallel subtest per inbox layout; f passes the
+// layout to setup in Config.InboxLayout.
+func eachLayout(t *testing.T, f func(t *testing.T, layout string)) {
+	t.Helper()
+	for _, l := range []string{readmodel.InboxLayoutZset, readmodel.InboxLayoutPacked} {
+		t.Run(l, func(t *testing.T) {
+			t.Parallel()
+			f(t, l)
+		})
+	}
+}
+
+func (b *bundle) packed() bool { return b.layout == readmodel.InboxLayoutPacked }
+
+// setInbox writes user's inbox in the bundle's layout: keys (newest
+// first), ~built, and ~floor (floor < 0: none). A packed inbox holds only
+// the keys above the floor, as its writers leave it.
+func (b *bundle) setInbox(user int64, keys []key, built bool, floor int64) {
+	b.t.Helper()
+	if !b.packed() {
+		b.setZ(b.keys.Inbox(user), keys, built, floor)
+		return
+	}
+	var ids []int64
+	for _, k := range keys {
+		if floor < 0 || k.ms > floor {
+			ids = append(ids, k.id)
+		}
+	}
+	slices.Sort(ids)
+	var v []byte
+	for _, id := range ids {
+		v = binary.BigEndian.AppendUint64(v, uint64(id))
+	}
+	var h [8]byte
+	if floor >= 0 {
+		binary.BigEndian.PutUint64(h[:], uint64(floor))
+		h[1] = 1
+	}
+	if built {
+		h[0] = 1
+	}
+	sk := b.keys.PackedInbox(user)
+	pipe := b.rdb.TxPipeline()
+	pipe.Del(b.ctx, sk+"+")
+	pipe.Set(b.ctx, sk, append(v, h[:]...), 0)
+	if _, err := pipe.Exec(b.ctx); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+// inboxState reads user's inbox in the bundle's layout: its post ids
+// (newest first, whatever the floor), ~floor (nil: none) and ~built.
+func (b *bundle) inboxState(user int64) (ids []int64, floor *int64, built bool) {
+	b.t.Helper()
+	if !b.packed() {
+		members, err := b.rdb.ZRevRangeWithScores(b.ctx, b.keys.Inbox(user), 0, -1).Result()
+		if err != nil {
+			b.t.Fatal(err)
+		}
+		for _, z := range members {
+			switch m := z.Member.(string); m {
+			case readmodel.SentinelBuilt:
+				built = true
+			case readmodel.SentinelFloor:
+				f := int64(z.Score)
+				floor = &f
+			default:
+				id, _ := strconv.ParseInt(m, 10, 64)
+				ids = append(ids, id)
+			}
+		}
+		return ids, floor, built
+	}
+	sk := b.keys.PackedInbox(user)
+	sealed, buf := b.rdb.Get(b.ctx, sk).Val(), b.rdb.Get(b.ctx, sk+"+").Val()
+	body := buf
+	if len(sealed) >= 8 {
+		h := sealed[len(sealed)-8:]
+		built = h[0] == 1
+		if h[1] == 1 {
+			var x [8]byte
+			copy(x[2:], h[2:])
+			f := int64(binary.BigEndian.Uint64(x[:]))
+			floor = &f
+		}
+		body += sealed[:len(sealed)-8]
+	}
+	for i := 0; i+8 <= len(body); i += 8 {
+		ids = append(ids, int64(binary.BigEndian.Uint64([]byte(body[i:i+8]))))
+	}
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	slices.Reverse(ids)
+	return ids, floor, built
 }
 
 func (b *bundle) exec(sql string, args ...any) {
@@ -104,6 +209,10 @@ func (b *bundle) post(author, ms int64) key {
 	b.t.Helper()
 	b.next += 1 + b.next%7
 	k := key{ms: ms, id: b.next}
+	if b.packed() {
+		b.pseq++
+		k.id = (ms-snowflake.Epoch.UnixMilli())<<22 | b.pseq&(1<<22-1)
+	}
 	b.exec(`INSERT INTO posts (id, author_id, content, created_at) VALUES ($1, $2, $3, $4)`,
 		k.id, author, fmt.Sprint("post ", k.id), time.UnixMilli(ms).UTC())
 	return k

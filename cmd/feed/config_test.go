@@ -13,6 +13,7 @@ import (
 
 	"github.com/feedco/feed/internal/testenv"
 	"github.com/feedco/feed/projections"
+	"github.com/feedco/feed/readmodel"
 )
 
 // FEED_FOLLOWER_CACHE_ROWS reaches the inbox projector's follower cache:
@@ -68,6 +69,33 @@ func TestReadCacheKeysEnv(t *testing.T) {
 		if _, err := LoadConfig(); err == nil {
 			t.Fatalf("FEED_READ_CACHE_KEYS=%s accepted", bad)
 		}
+	}
+}
+
+// FEED_INBOX_LAYOUT reaches the projectors and the query side through the
+// one policy: unset is the sorted set, packed is taken, anything else is
+// refused.
+func TestInboxLayoutEnv(t *testing.T) {
+	for _, tc := range []struct{ env, want string }{
+		{"", readmodel.InboxLayoutZset},
+		{"zset", readmodel.InboxLayoutZset},
+		{"packed", readmodel.InboxLayoutPacked},
+	} {
+		t.Setenv("FEED_INBOX_LAYOUT", tc.env)
+		c, err := LoadConfig()
+		if err != nil {
+			t.Fatalf("FEED_INBOX_LAYOUT=%q: %v", tc.env, err)
+		}
+		if got := projectionConfig(c).InboxLayout; got != tc.want {
+			t.Fatalf("FEED_INBOX_LAYOUT=%q: projections' layout %q, want %q", tc.env, got, tc.want)
+		}
+		if got := c.Policy.InboxLayout; got != tc.want {
+			t.Fatalf("FEED_INBOX_LAYOUT=%q: policy's layout %q, want %q", tc.env, got, tc.want)
+		}
+	}
+	t.Setenv("FEED_INBOX_LAYOUT", "list")
+	if _, err := LoadConfig(); err == nil {
+		t.Fatal("FEED_INBOX_LAYOUT=list accepted")
 	}
 }
 
