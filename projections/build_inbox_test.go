@@ -364,14 +364,21 @@ func (c *corruptRestores) ProcessPipelineHook(next redis.ProcessPipelineHook) re
 // inbox key then holds the same members and scores, with a floor where a
 // trim raised one, and both have a TTL; the build adds ~built (the
 // projector never writes it: a projector-made inbox is cold).
+//
+// With packed inboxes the same, as read (canonical): the projector's
+// buffers are merged, and trimmed, only every PackedMergeAt pushes.
 func TestBuildInboxesMatchesProjectorReplay(t *testing.T) {
 	t.Parallel()
+	eachLayout(t, testBuildInboxesMatchesProjectorReplay)
+}
+
+func testBuildInboxesMatchesProjectorReplay(t *testing.T, layout string) {
 	w := newWorld(t)
 	ctx := context.Background()
 	rd := testenv.NewRedis(t)
 	live := readmodel.Keys{Prefix: rd.Prefix + "live:"}
 	built := readmodel.Keys{Prefix: rd.Prefix + "built:"}
-	cfg := projections.Config{InboxMax: 8, InboxTrimSlack: 0, InboxTrimEvery: 1, BackfillPosts: 3}
+	cfg := projections.Config{InboxMax: 8, InboxTrimSlack: 0, InboxTrimEvery: 1, BackfillPosts: 3, InboxLayout: layout}
 
 	lc := cfg
 	lc.Keys = live
@@ -433,6 +440,13 @@ func TestBuildInboxesMatchesProjectorReplay(t *testing.T) {
 	if _, err := p.BuildInboxes(ctx, w.db.Pool, nil); err != nil {
 		t.Fatal(err)
 	}
+	if layout == readmodel.InboxLayoutPacked {
+		comparePackedBuild(t, rd.Client, live, built, cfg.InboxMax, []int64{r1, r2, r3, r5})
+		if ids, _, _ := inboxView(t, rd.Client, built, layout, r2); len(ids) != 3 {
+			t.Errorf("r2's inbox %v: want a2's 3 posts after the unfollow of a3", ids)
+		}
+		return
+	}
 
 	got, want := inboxes(t, rd.Client, built), inboxes(t, rd.Client, live)
 	var names []string
@@ -468,5 +482,42 @@ func TestBuildInboxesMatchesProjectorReplay(t *testing.T) {
 	}
 	if ids, _, _ := zview(t, rd.Client, built.Inbox(r1)); len(ids) != cfg.InboxMax {
 		t.Errorf("r1's inbox %v: want the bound, %d posts", ids, cfg.InboxMax)
+	}
+}
+
+// comparePackedBuild compares, as read (canonical), the packed inboxes of
+// users built under built with those the projector wrote under live: the
+// same posts and floor, ~built on the built ones only, a TTL on both; no
+// other inbox keys; floors where the bound was crossed.
+func comparePackedBuild(t *testing.T, rdb redis.UniversalClient, live, built readmodel.Keys, max int, users []int64) {
+	t.Helper()
+	ctx := context.Background()
+	got, want := canonical(t, rdb, built.Prefix, max), canonical(t, rdb, live.Prefix, max)
+	if len(got) != len(users) || len(want) != len(users) {
+		t.Errorf("built %d inbox keys, the projector %d, want %d", len(got), len(want), len(users))
+	}
+	floors := 0
+	for _, u := range users {
+		k := strings.TrimPrefix(built.PackedInbox(u), built.Prefix)
+		g, wv := got[k], want[k]
+		if !strings.HasSuffix(g, " built=true") || !strings.HasSuffix(wv, " built=false") {
+			t.Errorf("%s: built %q, projector %q: want ~built on the built one only", k, g, wv)
+		}
+		if a, b := strings.TrimSuffix(g, " built=true"), strings.TrimSuffix(wv, " built=false"); a != b {
+			t.Errorf("%s differs:\n built     %s\n projector %s", k, a, b)
+		}
+		if !strings.Contains(wv, "floor=NaN") {
+			floors++
+		}
+		if rdb.TTL(ctx, built.PackedInbox(u)).Val() <= 0 {
+			t.Errorf("%s: built inbox without a TTL", k)
+		}
+		lk := live.PackedInbox(u)
+		if rdb.TTL(ctx, lk).Val() <= 0 && rdb.TTL(ctx, lk+"+").Val() <= 0 {
+			t.Errorf("%s: the projector's inbox without a TTL", k)
+		}
+	}
+	if floors != 2 { // r1 and r3 went over the bound
+		t.Errorf("%d inboxes with a floor, want 2", floors)
 	}
 }
