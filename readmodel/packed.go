@@ -15,7 +15,9 @@ import (
 )
 
 // The packed inbox layout, an alternative to the sorted set (inbox.go)
-// measured beside it (BenchmarkInboxLayouts); not the default.
+// measured beside it (BenchmarkInboxLayouts); not the default: chosen by
+// Policy.InboxLayout (FEED_INBOX_LAYOUT=packed), through InboxStore and
+// the projectors' and the query side's packed paths.
 //
 // A post id is a Snowflake whose high bits are its created_at millisecond
 // (snowflake.Time), so the order of ids is the feed order, and an inbox

@@ -76,7 +76,10 @@ type Policy struct {
 	// InboxLayoutZset (the default, Inboxes) or InboxLayoutPacked
 	// (PackedInboxes). Every writer and reader must use the same one; the
 	// two layouts use different keys, so a switch reads cold inboxes and
-	// rebuilds them.
+	// rebuilds them. The packed layout trims at its merges (every
+	// PackedMergeAt pushes to an inbox, and every backfill) by the same
+	// bound rule (InboxKeep, InboxTrimOver); InboxTrimEvery's sampling is
+	// the sorted set's only.
 	InboxLayout string
 }
 
