@@ -219,8 +219,13 @@ func (f *Feed) rebuildInbox(ctx context.Context, user int64) error {
 		return fmt.Errorf("read inbox snapshot of %d: %w", user, err)
 	}
 	err = f.store.WriteRebuilt(ctx, f.rdb, user, posts)
-	if f.packed == nil {
-		f.cache.invalidate(f.inbox.Key(user)) // written here: the next read sees it without waiting for Redis's invalidation
+	// written here: the next read sees it without waiting for Redis's invalidation
+	if f.packed != nil {
+		sk, bk := f.packed.Keys(user)
+		f.cache.invalidate(sk)
+		f.cache.invalidate(bk)
+	} else {
+		f.cache.invalidate(f.inbox.Key(user))
 	}
 	if err != nil {
 		return fmt.Errorf("write rebuilt inbox of %d: %w", user, err)

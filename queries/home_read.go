@@ -31,12 +31,7 @@ type setResult struct {
 // cache holds costs nothing, and a fully cached page costs no round trip.
 func (f *Feed) readHome(ctx context.Context, user int64, cur key, n int, members []int64) (homeReply, error) {
 	g := f.cache.current()
-	if g == nil || f.packed != nil {
-		// The read cache tracks invalidations per key and caches the
-		// inbox's reply under its one sorted-set key; a packed inbox is
-		// two keys (sealed string and buffer), which the cache does not
-		// cover yet: with the packed layout the home read goes without
-		// the cache, for the timeline and following state as well.
+	if g == nil {
 		return f.readHomeDirect(ctx, user, cur, n, members)
 	}
 	r, err := f.readHomeCached(ctx, g, user, cur, n, members)
@@ -127,15 +122,30 @@ func (f *Feed) readHomeCached(ctx context.Context, g *cacheGen, user int64, cur 
 	}
 
 	// tickets before the commands are sent, one per key read
-	var inT, ownT, fT, fvT ticket
+	var inT, bufT, ownT, fT, fvT ticket
 	var inbox, own readmodel.SetRead
+	var packed readmodel.PackedRead
 	sigIn, sigOwn := setSig(cur, n, true), setSig(cur, n, false)
+	// A packed inbox is two keys, its sealed string and its buffer: the
+	// reply is cached under the sealed key, and a marker of it under the
+	// buffer's, each stored only if no invalidation of its key raced the
+	// read. A hit needs both, so a write to either key (an invalidation
+	// drops that key's entry) makes the next read go to Redis.
+	kBuf := ""
+	if f.packed != nil {
+		kIn, kBuf = f.packed.Keys(user)
+	}
 	inHit, ownHit := false, false
-	if v, ok := c.lookup(kIn, sigIn, now); ok {
+	if v, ok := c.lookup(kIn, sigIn, now); ok && (kBuf == "" || c.hasMarker(kBuf, sigIn, now)) {
 		r.inbox, inHit = v.(setResult), true
 	} else {
 		inT = c.begin(g, kIn)
-		inbox = f.inbox.QueueRead(ctx, queue(), user, cur.ms, n)
+		if f.packed != nil {
+			bufT = c.begin(g, kBuf)
+			packed = f.packed.QueueRead(ctx, queue(), user, cur.ms, n)
+		} else {
+			inbox = f.inbox.QueueRead(ctx, queue(), user, cur.ms, n)
+		}
 	}
 	if v, ok := c.lookup(kOwn, sigOwn, now); ok {
 		r.own, ownHit = v.(setResult), true
@@ -176,10 +186,18 @@ func (f *Feed) readHomeCached(ctx context.Context, g *cacheGen, user int64, cur 
 	now = time.Now().UnixNano()
 	var err error
 	if !inHit {
-		if r.inbox, err = setResultOf(inbox); err != nil {
+		if f.packed != nil {
+			r.inbox, err = packedResultOf(packed)
+		} else {
+			r.inbox, err = setResultOf(inbox)
+		}
+		if err != nil {
 			return homeReply{}, fmt.Errorf("read inbox of %d: %w", user, err)
 		}
 		c.store(inT, kIn, sigIn, r.inbox, now)
+		if kBuf != "" {
+			c.store(bufT, kBuf, sigIn, packedMarker{}, now)
+		}
 	}
 	if !ownHit {
 		if r.own, err = setResultOf(own); err != nil {

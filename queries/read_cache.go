@@ -594,6 +594,20 @@ func (c *readCache) begin(g *cacheGen, k string) ticket {
 	return ticket{gen: g, epoch: e}
 }
 
+// packedMarker is what the cache holds under a packed inbox's buffer key
+// for a reply cached under its sealed key (readHomeCached).
+type packedMarker struct{}
+
+// hasMarker reports whether k holds a packedMarker for sig.
+func (c *readCache) hasMarker(k, sig string, now int64) bool {
+	v, ok := c.lookup(k, sig, now)
+	if !ok {
+		return false
+	}
+	_, ok = v.(packedMarker)
+	return ok
+}
+
 // store caches v as the reply of sig on k, unless the generation ended or
 // an invalidation reached k's shard since t was taken.
 func (c *readCache) store(t ticket, k, sig string, v any, now int64) {

@@ -2,6 +2,7 @@ package queries
 
 import (
 	"context"
+	"encoding/binary"
 	"hash/maphash"
 	"strconv"
 	"sync/atomic"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/feedco/feed/readmodel"
 )
 
 // cacheUp waits until the read cache's generation gen (1 the first) serves
@@ -105,12 +108,20 @@ func cachedFeedWith(t *testing.T, cfg Config) (b *bundle, u, a int64) {
 	return b, u, a
 }
 
-// addToInbox writes a new post of a into u's inbox through c.
+// addToInbox writes a new post of a into u's inbox through c (a packed
+// inbox: APPENDed to its buffer, as a push).
 func addToInbox(b *bundle, c *redis.Client, u, a, ms int64) key {
 	b.t.Helper()
 	k := b.post(a, ms)
 	b.cachePost(k)
-	if err := c.ZAdd(b.ctx, b.keys.Inbox(u), redis.Z{Score: float64(k.ms), Member: strconv.FormatInt(k.id, 10)}).Err(); err != nil {
+	var err error
+	if b.packed() {
+		_, bk := b.feed.packed.Keys(u)
+		err = c.Append(b.ctx, bk, string(binary.BigEndian.AppendUint64(nil, uint64(k.id)))).Err()
+	} else {
+		err = c.ZAdd(b.ctx, b.keys.Inbox(u), redis.Z{Score: float64(k.ms), Member: strconv.FormatInt(k.id, 10)}).Err()
+	}
+	if err != nil {
 		b.t.Fatal(err)
 	}
 	return k
@@ -129,21 +140,51 @@ func firstItem(b *bundle, u int64) (key, int) {
 }
 
 // A write to a cached inbox by another client is on the next read once its
-// invalidation has arrived (sync waits for exactly that).
+// invalidation has arrived (sync waits for exactly that). A packed inbox's
+// reply is cached over both its keys: a push to its buffer, then a write
+// of its sealed string, are each seen.
 func TestReadCacheInboxWriteVisible(t *testing.T) {
 	t.Parallel()
-	b, u, a := cachedFeed(t)
-	inv := b.feed.cache.stats.invalidated.Load()
-	k := addToInbox(b, otherClient(b), u, a, base+10)
-	if err := b.feed.cache.sync(b.ctx); err != nil {
-		t.Fatal(err)
-	}
-	if got := b.feed.cache.stats.invalidated.Load() - inv; got < 1 {
-		t.Fatalf("%d invalidations after the write, want the inbox", got)
-	}
-	if got, n := firstItem(b, u); got != k || n != 4 {
-		t.Fatalf("first item %v of %d, want the new post %v of 4", got, n, k)
-	}
+	eachLayout(t, func(t *testing.T, layout string) {
+		b, u, a := cachedFeedWith(t, Config{InboxLayout: layout})
+		other := otherClient(b)
+		inv := b.feed.cache.stats.invalidated.Load()
+		k := addToInbox(b, other, u, a, base+10)
+		if err := b.feed.cache.sync(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := b.feed.cache.stats.invalidated.Load() - inv; got < 1 {
+			t.Fatalf("%d invalidations after the write, want the inbox", got)
+		}
+		if got, n := firstItem(b, u); got != k || n != 4 {
+			t.Fatalf("first item %v of %d, want the new post %v of 4", got, n, k)
+		}
+		if layout != readmodel.InboxLayoutPacked {
+			return
+		}
+		// cached again (firstItem read it), then the sealed string
+		// rewritten with one more post, as a merge does
+		if _, n := firstItem(b, u); n != 4 {
+			t.Fatalf("page of %d, want 4", n)
+		}
+		k2 := b.post(a, base+11)
+		b.cachePost(k2)
+		sk, _ := b.feed.packed.Keys(u)
+		v := other.Get(b.ctx, sk).Val()
+		if len(v) < 8 {
+			t.Fatalf("sealed string of %d bytes", len(v))
+		}
+		nv := v[:len(v)-8] + string(binary.BigEndian.AppendUint64(nil, uint64(k2.id))) + v[len(v)-8:]
+		if err := other.Set(b.ctx, sk, nv, redis.KeepTTL).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.feed.cache.sync(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got, n := firstItem(b, u); got != k2 || n != 5 {
+			t.Fatalf("after the sealed write: first item %v of %d, want the new post %v of 5", got, n, k2)
+		}
+	})
 }
 
 // A reply read before a write whose invalidation arrives before the reply
