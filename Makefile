@@ -22,7 +22,7 @@ test: prepare
 # restarted, Redis down, flushed and restarted, the slot dropped, PostgreSQL
 # connections terminated, under a workload; prints the table.
 faults: prepare
-	$(GO) test -count=1 -timeout 30m -v -run '^TestFaults$$' ./faults -faults.full | grep -v '^=== \|^    cluster_test'
+	$(GO) test -count=1 -timeout 30m -v -run '^TestFaults$$' ./faults -faults.full
 
 bench: prepare
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
