@@ -148,8 +148,21 @@ func startCluster(t *testing.T) *cluster {
 	return c
 }
 
-// start runs the role and waits until it is up.
+// start runs the role and waits until it is up. A role whose metrics
+// port was taken meanwhile (freePort closes the port it found) is started
+// again on another.
 func (c *cluster) start(name string) {
+	c.t.Helper()
+	for attempt := 0; ; attempt++ {
+		if c.tryStart(name, attempt < 3) {
+			return
+		}
+	}
+}
+
+// tryStart is one attempt of start: false when the role could not listen
+// on its metrics port and retry is set.
+func (c *cluster) tryStart(name string, retry bool) bool {
 	c.t.Helper()
 	c.mu.Lock()
 	old := c.roles[name]
@@ -187,6 +200,9 @@ func (c *cluster) start(name string) {
 	for !c.up(name, metrics) {
 		select {
 		case <-p.done:
+			if retry && metrics != "" && strings.Contains(tail(logPath, 3), "address already in use") {
+				return false
+			}
 			c.t.Fatalf("feed %s exited while starting (%v):\n%s", name, p.exitErr, tail(logPath, 20))
 		default:
 		}
@@ -195,6 +211,7 @@ func (c *cluster) start(name string) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	return true
 }
 
 // up reports whether the role serves: the broker's port accepts, the

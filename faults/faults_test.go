@@ -180,6 +180,9 @@ func TestFaults(t *testing.T) {
 			r.note = o.explain()
 			t.Errorf("%s: %d differences %v after the fault (%s); the first ones:\n%s", name, diffs, timeout, r.note, sample)
 		}
+		if counts.count("201") == 0 {
+			t.Errorf("%s: the workload created nothing during the fault (%s)", name, counts)
+		}
 		for code, n := range counts.forbidden() {
 			t.Errorf("%s: %d answers %s (a fault must never be a 5xx other than 503)", name, n, code)
 		}
@@ -207,7 +210,11 @@ func TestFaults(t *testing.T) {
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "| fault\t| status codes seen\t| recovery\t| differences after\t| note")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "| %s\t| %s\t| %v\t| %d\t| %s\n", r.fault, r.codes, r.recovery.Round(10*time.Millisecond), r.diffs, r.note)
+		recovery := r.recovery.Round(10 * time.Millisecond).String()
+		if r.diffs > 0 {
+			recovery = "not within " + timeout.String()
+		}
+		fmt.Fprintf(tw, "| %s\t| %s\t| %s\t| %d\t| %s\n", r.fault, r.codes, recovery, r.diffs, r.note)
 	}
 	_ = tw.Flush()
 	t.Logf("fault suite (%d users, %d workers; oracle reads %s):\n%s", users, workers, oracleCodes, b.String())

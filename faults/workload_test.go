@@ -34,6 +34,13 @@ func (s *codes) add(k string) {
 	s.mu.Unlock()
 }
 
+// count is how many answers had status k.
+func (s *codes) count(k string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[k]
+}
+
 // String lists the counts by status, e.g. "200×3120 201×412 503×18".
 func (s *codes) String() string {
 	s.mu.Lock()
