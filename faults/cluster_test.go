@@ -215,8 +215,8 @@ func (c *cluster) tryStart(name string, retry bool) bool {
 }
 
 // up reports whether the role serves: the broker's port accepts, the
-// API's /readyz answers 200, CDC holds its slot, the projectors serve
-// their metrics.
+// API's /readyz answers 200, CDC streams from its slot, the projectors
+// serve their metrics.
 func (c *cluster) up(name, metrics string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
@@ -239,9 +239,13 @@ func (c *cluster) up(name, metrics string) bool {
 	case roleAPI:
 		return get(c.api + "/readyz")
 	case roleCDC:
+		// A slot being created is listed, active, before it is
+		// consistent: a write committed meanwhile would never be
+		// streamed, so CDC is up once it logged the slot created (on
+		// its first start) and the slot has a confirmed position.
 		var active bool
-		err := c.pool.QueryRow(ctx, `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, c.slot).Scan(&active)
-		return err == nil && active && get("http://"+metrics+"/metrics")
+		err := c.pool.QueryRow(ctx, `SELECT active AND confirmed_flush_lsn IS NOT NULL FROM pg_replication_slots WHERE slot_name = $1`, c.slot).Scan(&active)
+		return err == nil && active && c.countLines(roleCDC, "cdc: created replication slot") > 0 && get("http://"+metrics+"/metrics")
 	default:
 		return get("http://" + metrics + "/metrics")
 	}

@@ -385,7 +385,7 @@ func topicHasTheLog(t *testing.T, c *cluster) string {
 	}
 	defer cl.Close()
 	seen := map[string]bool{}
-	records := 0
+	records, perPartition := 0, map[int32]int{}
 	missing := func() int {
 		n := 0
 		for id := range want {
@@ -397,18 +397,25 @@ func topicHasTheLog(t *testing.T, c *cluster) string {
 	}
 	for missing() > 0 {
 		if ctx.Err() != nil {
-			var posts int
+			byType := map[string]int{}
+			var ids []string
 			for id, typ := range want {
-				if !seen[id] && typ == events.TypePostCreated {
-					posts++
+				if !seen[id] {
+					byType[typ]++
+					ids = append(ids, "'"+id+"'")
 				}
 			}
-			t.Errorf("the topic lacks %d of the log's %d events (%d posts) after 60 s (%d records read)", missing(), len(want), posts, records)
+			var detail string
+			_ = c.pool.QueryRow(context.Background(), `SELECT string_agg(position || ' ' || type || ' ' || to_char(recorded_at, 'HH24:MI:SS.MS') || ' xid ' || xmin::text, ', ' ORDER BY position)
+				FROM events WHERE event_id::text IN (`+strings.Join(ids[:min(10, len(ids))], ",")+`)`).Scan(&detail)
+			t.Errorf("the topic lacks %d of the log's %d events (by type %v) after 60 s (%d records read, by partition %v); the first: %s",
+				missing(), len(want), byType, records, perPartition, detail)
 			return fmt.Sprintf("topic lacks %d events", missing())
 		}
 		fs := cl.PollFetches(ctx)
 		fs.EachRecord(func(r *kgo.Record) {
 			records++
+			perPartition[r.Partition]++
 			var env events.Envelope
 			if err := json.Unmarshal(r.Value, &env); err != nil {
 				t.Errorf("record %d/%d: not an envelope: %v", r.Partition, r.Offset, err)
