@@ -624,13 +624,14 @@ func seedRead(b *testing.B, ctx context.Context, pool *pgxpool.Pool, rdb redis.U
 		}
 		pipe.ZAdd(ctx, k, zs...)
 	}
-	for a, ps := range byAuthor {
-		writeSet(keys.Timeline(a), ps, 1000)
+	for _, u := range users { // every timeline built, an author without posts' too
+		writeSet(keys.Timeline(u), byAuthor[u], 1000)
 	}
 	flush()
 	for _, c := range byFollowers[:*readCelebs] {
 		pipe.SAdd(ctx, keys.Celebrities(), strconv.FormatInt(c, 10))
 	}
+	pipe.SAdd(ctx, keys.Celebrities(), readmodel.SentinelBuilt)
 	for i, u := range users {
 		args := make([]any, 0, len(follows[u]))
 		pushed := make([]bool, nUsers+1) // authors whose posts reach u's inbox
@@ -639,6 +640,7 @@ func seedRead(b *testing.B, ctx context.Context, pool *pgxpool.Pool, rdb redis.U
 			pushed[v] = !celeb[v]
 		}
 		pipe.SAdd(ctx, keys.Following(u), args...)
+		pipe.HSet(ctx, keys.FollowingVersions(u), readmodel.SentinelBuilt, 1)
 		// posts is newest first: the inbox is its first 501 pushed posts
 		// (500 kept, one more to place ~floor).
 		var inbox []benchPost

@@ -9,6 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/feedco/feed/readmodel"
 )
 
 // BuildFollowers writes the followers projection (docs/rebuild.md) from
@@ -224,9 +226,9 @@ func (p *Followers) writeFollowerHashes(ctx context.Context, edges []followEdge,
 				args = make([]any, 0, 2*min(len(run)-x-1, followerChunk)+2)
 			}
 		}
-		args = append(args, "count", count)
+		args = readmodel.BuildFollowersDone(args, count)
 		p.follows.QueueBuildFollowers(w.ctx, w.pipe, a, args)
-		w.added(len(args), len(args)/2-1)
+		w.added(len(args), len(args)/2-2)
 	})
 	var celebs []any
 	for a, l := range last {
@@ -240,6 +242,7 @@ func (p *Followers) writeFollowerHashes(ctx context.Context, edges []followEdge,
 		p.celebs.QueueAdd(w.ctx, w.pipe, c)
 		w.added(len(c), 0)
 	}
+	p.celebs.QueueBuilt(w.ctx, w.pipe)
 	if err := w.wait(); err != nil {
 		return fmt.Errorf("build followers: write follower counts: %w", err)
 	}
@@ -263,7 +266,7 @@ func (p *Followers) writeFollowing(ctx context.Context, edges []followEdge, prog
 					members = append(members, e.followee)
 				}
 			}
-			p.follows.QueueBuildFollowing(w.ctx, w.pipe, u, vers, members)
+			p.follows.QueueBuildFollowing(w.ctx, w.pipe, u, vers, members, len(run) == 0)
 			w.added(len(vers)+len(members), len(chunk))
 		}
 	})

@@ -127,7 +127,7 @@ type Config struct {
 // (readmodel.DefaultPolicy) and the projectors' own.
 func DefaultConfig() Config {
 	return Config{
-		TimelineMax:       1000,
+		TimelineMax:       readmodel.DefaultTimelineMax,
 		BackfillPosts:     20,
 		FanoutBatch:       1000,
 		FanoutParallel:    4,

@@ -11,7 +11,9 @@ import (
 // strictly older than the cursor, with the same order and cursor as Home.
 // The author's timeline serves what it holds above its ~floor; below, and
 // when the timeline has nothing at all (never written, or the projector has
-// not caught up with a new author), PostgreSQL continues. While Redis is
+// not caught up with a new author), PostgreSQL continues. A timeline that is
+// not built (lost with Redis) is served from PostgreSQL and rebuilt in the
+// background (cold_rebuild.go). While Redis is
 // unavailable the page comes from PostgreSQL, marked Degraded.
 func (f *Feed) AuthorPosts(ctx context.Context, authorID int64, cursor string, limit int) (Page, error) {
 	if err := checkArgs(authorID, limit); err != nil {
@@ -43,9 +45,15 @@ func (f *Feed) authorPosts(ctx context.Context, authorID int64, cur key, limit i
 			if err := readmodel.ExecReads(ctx, pipe); err != nil {
 				return Page{}, fmt.Errorf("read timeline of %d: %w", authorID, redisErr(err))
 			}
-			src, err := rangeSource(rr)
+			src, built, err := rangeSource(rr)
 			if err != nil {
 				return Page{}, fmt.Errorf("read timeline of %d: %w", authorID, err)
+			}
+			if !built {
+				used["cold"] = true
+				f.startRebuild(rebuildKey{rebuildTimelineKind, authorID})
+				mode = stepPG
+				continue
 			}
 			if len(src.keys) == 0 && src.bound == minKey {
 				mode = stepPG // nothing in Redis below the cursor: let the truth say so
@@ -60,7 +68,9 @@ func (f *Feed) authorPosts(ctx context.Context, authorID int64, cur key, limit i
 			cur, mode = lower(cur, seg.bound), seg.next
 			continue
 		}
-		used["pg"] = true
+		if !used["cold"] {
+			used["pg"] = true
+		}
 		got, err := f.pgAuthor(ctx, authorID, cur, minKey, need-len(items))
 		if err != nil {
 			return Page{}, err

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"golang.org/x/sync/singleflight"
 
 	"github.com/feedco/feed/readmodel"
@@ -47,13 +48,18 @@ func (f *Feed) celebrities(ctx context.Context) ([]celeb, error) {
 	}
 	f.metrics.celebMiss.Inc()
 	v, err, _ := c.sf.Do("", func() (any, error) {
-		cs, err := f.celebSet.Members(ctx, f.rdb)
+		cs, built, err := f.celebSet.Members(ctx, f.rdb)
 		if err != nil {
 			return nil, err
 		}
 		m := make([]celeb, len(cs))
 		for i, c := range cs {
 			m[i] = celeb{id: c.ID, s: c.Decimal}
+		}
+		if !built {
+			if m, err = f.rebuildCelebrities(ctx, m); err != nil {
+				return nil, err
+			}
 		}
 		c.snap.Store(&celebSnapshot{members: m, at: f.now()})
 		return m, nil
@@ -155,9 +161,12 @@ func (f *Feed) fetchTimelineHead(ctx context.Context, author int64) (*timelineHe
 	if err := readmodel.ExecReads(ctx, pipe); err != nil {
 		return nil, fmt.Errorf("read timeline of %d: %w", author, err)
 	}
-	src, err := rangeSource(rr)
+	src, built, err := rangeSource(rr)
 	if err != nil {
 		return nil, fmt.Errorf("read timeline of %d: %w", author, err)
+	}
+	if !built {
+		f.startRebuild(rebuildKey{rebuildTimelineKind, author})
 	}
 	h := &timelineHead{src: src, at: f.now()}
 	c.mu.Lock()
@@ -174,4 +183,45 @@ func (f *Feed) fetchTimelineHead(ctx context.Context, author int64) (*timelineHe
 	c.heads[author] = h
 	c.mu.Unlock()
 	return h, nil
+}
+
+// celebritiesSQL is the celebrities as PostgreSQL's follower counts have
+// them: what the followers projector's moves of the set converge to. A
+// sequential scan of users, once per loss of the set (the flight above
+// and the marker it writes make it one per process at most).
+const celebritiesSQL = `SELECT id FROM users WHERE follower_count >= $1`
+
+// rebuildCelebrities rebuilds the celebrity set, found without its ~built
+// marker, from PostgreSQL, and returns the union of had (the set's members
+// now) and the snapshot's.
+func (f *Feed) rebuildCelebrities(ctx context.Context, had []celeb) ([]celeb, error) {
+	ids, err := f.ids(ctx, celebritiesSQL, f.cfg.CelebrityThreshold)
+	if err != nil {
+		f.metrics.Rebuilds.WithLabelValues("celebrities", "error").Inc()
+		return nil, fmt.Errorf("read celebrities from PostgreSQL: %w", err)
+	}
+	if err := f.celebSet.WriteRebuilt(ctx, f.rdb, ids); err != nil {
+		f.metrics.Rebuilds.WithLabelValues("celebrities", "error").Inc()
+		return nil, err
+	}
+	f.metrics.Rebuilds.WithLabelValues("celebrities", "ok").Inc()
+	seen := make(map[int64]bool, len(had))
+	for _, c := range had {
+		seen[c.id] = true
+	}
+	for _, id := range ids {
+		if !seen[id] {
+			had = append(had, celeb{id: id, s: strconv.FormatInt(id, 10)})
+		}
+	}
+	return had, nil
+}
+
+// ids runs a query of one bigint column.
+func (f *Feed) ids(ctx context.Context, sql string, args ...any) ([]int64, error) {
+	rows, err := f.db.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[int64])
 }

@@ -64,13 +64,13 @@ func (f *Feed) home(ctx context.Context, userID int64, cur key, limit int) (Page
 	mode := stepRedis
 	for round := 0; len(items) < need && mode != stepEnd; round++ {
 		if mode == stepRedis && round < maxRedisRounds {
-			hr, built, err := f.homeSegment(ctx, userID, cur, need-len(items))
+			hr, cold, err := f.homeSegment(ctx, userID, cur, need-len(items))
 			if err != nil {
 				return Page{}, err
 			}
-			if !built {
+			if cold.any() {
 				used[2] = true
-				f.startRebuild(userID)
+				f.startRebuilds(userID, cold)
 				mode = stepPG
 				continue
 			}
@@ -130,11 +130,15 @@ type homeRead struct {
 // (PostCreated writes them through); only for an author whose
 // write-through failed in the last OwnPostsWindow does this process also
 // read their newest own posts from PostgreSQL, in parallel.
-func (f *Feed) homeSegment(ctx context.Context, user int64, cur key, want int) (homeRead, bool, error) {
+//
+// A read model of the reader's that is not built (the inbox, the following
+// state, the own timeline) makes the segment cold: the page comes from
+// PostgreSQL, and the caller starts their rebuilds.
+func (f *Feed) homeSegment(ctx context.Context, user int64, cur key, want int) (homeRead, coldParts, error) {
 	n := want + want/4 + 2 // over-fetch: hidden posts and the ~floor member
 	celebs, err := f.celebrities(ctx)
 	if err != nil {
-		return homeRead{}, false, redisErr(err)
+		return homeRead{}, coldParts{}, redisErr(err)
 	}
 	var probe []item
 	var probeErr error
@@ -172,13 +176,13 @@ func (f *Feed) homeSegment(ctx context.Context, user int64, cur key, want int) (
 	rr, err := f.readHome(ctx, user, cur, n, asked)
 	wg.Wait()
 	if err != nil {
-		return homeRead{}, false, err
+		return homeRead{}, coldParts{}, err
 	}
 	if probeErr != nil {
-		return homeRead{}, false, probeErr
+		return homeRead{}, coldParts{}, probeErr
 	}
-	if !rr.inbox.built {
-		return homeRead{}, false, nil
+	if cold := (coldParts{inbox: !rr.inbox.built, following: !rr.followBuilt, own: !rr.own.built}); cold.any() {
+		return homeRead{}, cold, nil
 	}
 	inboxSrc, ownSrc := rr.inbox.src, rr.own.src
 	srcs := make([]source, 0, 4)
@@ -210,14 +214,14 @@ func (f *Feed) homeSegment(ctx context.Context, user int64, cur key, want int) (
 		}
 		cs, err := f.celebritySources(ctx, fc, cur, n)
 		if err != nil {
-			return homeRead{}, false, err
+			return homeRead{}, coldParts{}, err
 		}
 		srcs = append(srcs, cs...)
 	}
 	return homeRead{
 		seg: mergeSegment(cur, srcs),
-		vis: visibility{viewer: user, follows: follows, checkFollow: rr.followSet, pre: pre},
-	}, true, nil
+		vis: visibility{viewer: user, follows: follows, checkFollow: true, pre: pre},
+	}, coldParts{}, nil
 }
 
 // celebritySources returns the timelines of the followed celebrities from
@@ -233,6 +237,7 @@ func (f *Feed) celebritySources(ctx context.Context, celebs []int64, cur key, n 
 	}
 	srcs := make([]source, 0, len(celebs))
 	var directs []readmodel.RangeRead
+	var directAuthors []int64
 	var pipe redis.Pipeliner // made for the first direct read only
 	for _, c := range celebs {
 		if h := heads[c]; h != nil && h.usable(cur, n) {
@@ -243,6 +248,7 @@ func (f *Feed) celebritySources(ctx context.Context, celebs []int64, cur key, n 
 			pipe = f.rdb.Pipeline()
 		}
 		directs = append(directs, f.tl.QueueRange(ctx, pipe, c, cur.ms, n))
+		directAuthors = append(directAuthors, c)
 	}
 	if len(directs) == 0 {
 		return srcs, nil
@@ -250,10 +256,13 @@ func (f *Feed) celebritySources(ctx context.Context, celebs []int64, cur key, n 
 	if err := readmodel.ExecReads(ctx, pipe); err != nil {
 		return nil, fmt.Errorf("read celebrity timelines: %w", redisErr(err))
 	}
-	for _, d := range directs {
-		s, err := rangeSource(d)
+	for i, d := range directs {
+		s, built, err := rangeSource(d)
 		if err != nil {
 			return nil, fmt.Errorf("read celebrity timelines: %w", err)
+		}
+		if !built {
+			f.startRebuild(rebuildKey{rebuildTimelineKind, directAuthors[i]})
 		}
 		srcs = append(srcs, s)
 	}

@@ -13,9 +13,9 @@ import (
 
 // homeReply is what a home segment reads from Redis about its reader.
 type homeReply struct {
-	inbox, own setResult
-	followSet  bool   // following:{u} or following_v:{u} exists
-	member     []bool // following:{u} membership of each asked member
+	inbox, own  setResult
+	followBuilt bool   // following_v:{u} has ~built: following:{u} is complete
+	member      []bool // following:{u} membership of each asked member
 }
 
 // setResult is a read sorted set (see setRead.result). Cached replies are
@@ -26,7 +26,7 @@ type setResult struct {
 }
 
 // readHome reads, in one round trip at most, the reader's inbox and own
-// timeline from cur (n entries), whether their following set exists, and
+// timeline from cur (n entries), whether their following state is built, and
 // whether it holds each of members. With the read cache on, whatever the
 // cache holds costs nothing, and a fully cached page costs no round trip.
 func (f *Feed) readHome(ctx context.Context, user int64, cur key, n int, members []int64) (homeReply, error) {
@@ -48,7 +48,7 @@ func (f *Feed) readHomeDirect(ctx context.Context, user int64, cur key, n int, m
 	pipe := f.rdb.Pipeline()
 	inbox := f.inbox.QueueRead(ctx, pipe, user, cur.ms, n)
 	own := f.tl.QueueRead(ctx, pipe, user, cur.ms, n)
-	followSet := f.follows.QueueHasFollowing(ctx, pipe, user)
+	followBuilt := f.follows.QueueFollowingBuilt(ctx, pipe, user)
 	var isMember *redis.BoolSliceCmd
 	if len(members) > 0 {
 		args := make([]any, len(members))
@@ -68,7 +68,7 @@ func (f *Feed) readHomeDirect(ctx context.Context, user int64, cur key, n int, m
 	if r.own, err = setResultOf(own); err != nil {
 		return homeReply{}, fmt.Errorf("read own timeline of %d: %w", user, err)
 	}
-	r.followSet = followSet.Val() > 0
+	r.followBuilt = followBuilt.Val()
 	if isMember != nil {
 		if r.member, err = isMember.Result(); err != nil {
 			return homeReply{}, fmt.Errorf("read follows of %d: %w", user, err)
@@ -90,7 +90,8 @@ func setSig(cur key, n int, wantBuilt bool) string {
 	return string(b)
 }
 
-const existsSig = "x"
+// builtSig is the cache signature of following_v:{u}'s ~built answer.
+const builtSig = "b"
 
 // readHomeCached answers from the cache what it holds and reads the rest
 // in one pipeline through generation g's tracking connections, caching
@@ -126,30 +127,20 @@ func (f *Feed) readHomeCached(ctx context.Context, g *cacheGen, user int64, cur 
 		ownT = c.begin(g, kOwn)
 		own = f.tl.QueueRead(ctx, queue(), user, cur.ms, n)
 	}
-	var fEx, fvEx *redis.IntCmd
-	fHit, fvHit := false, false
-	if v, ok := c.lookup(kF, existsSig, now); ok {
-		r.followSet, fHit = v.(bool), true
-	}
-	if v, ok := c.lookup(kFV, existsSig, now); ok {
-		fvHit = true
-		r.followSet = r.followSet || v.(bool)
+	var fvB *redis.BoolCmd
+	if v, ok := c.lookup(kFV, builtSig, now); ok {
+		r.followBuilt = v.(bool)
+	} else {
+		fvT = c.begin(g, kFV)
+		fvB = f.follows.QueueFollowingBuilt(ctx, queue(), user)
 	}
 	fTaken := false
-	if !fHit {
-		fT, fTaken = c.begin(g, kF), true
-		fEx = f.follows.QueueSetExists(ctx, queue(), user)
-	}
-	if !fvHit {
-		fvT = c.begin(g, kFV)
-		fvEx = f.follows.QueueVersionsExists(ctx, queue(), user)
-	}
 	r.member = make([]bool, len(members))
 	ask := c.lookupMembers(kF, members, r.member, now) // indexes of members not cached
 	var isMember *redis.BoolSliceCmd
 	if len(ask) > 0 {
 		if !fTaken {
-			fT = c.begin(g, kF)
+			fT, fTaken = c.begin(g, kF), true
 		}
 		args := make([]any, len(ask))
 		for j, i := range ask {
@@ -180,21 +171,13 @@ func (f *Feed) readHomeCached(ctx context.Context, g *cacheGen, user int64, cur 
 		}
 		c.store(ownT, kOwn, sigOwn, r.own, now)
 	}
-	if fEx != nil {
-		v, err := fEx.Result()
+	if fvB != nil {
+		v, err := fvB.Result()
 		if err != nil {
 			return homeReply{}, fmt.Errorf("read follows of %d: %w", user, err)
 		}
-		r.followSet = r.followSet || v > 0
-		c.store(fT, kF, existsSig, v > 0, now)
-	}
-	if fvEx != nil {
-		v, err := fvEx.Result()
-		if err != nil {
-			return homeReply{}, fmt.Errorf("read follows of %d: %w", user, err)
-		}
-		r.followSet = r.followSet || v > 0
-		c.store(fvT, kFV, existsSig, v > 0, now)
+		r.followBuilt = v
+		c.store(fvT, kFV, builtSig, v, now)
 	}
 	if isMember != nil {
 		is, err := isMember.Result()

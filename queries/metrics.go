@@ -24,7 +24,10 @@ type Metrics struct {
 	// ("process"), the Redis post cache ("redis", including confirmations
 	// of cached bodies) and the PostgreSQL fallback ("pg").
 	Hydrations *prometheus.CounterVec
-	// Rebuilds counts background inbox rebuilds by result ("ok", "error").
+	// Rebuilds counts background rebuilds of read models from PostgreSQL,
+	// by model ("inbox", "following", "timeline", "celebrities") and
+	// result ("ok", "error", "deferred": no slot free, asked again by the
+	// next read).
 	Rebuilds *prometheus.CounterVec
 	// WriteThroughs counts PostCreated writes of a new post to Redis by
 	// result ("ok", "error", "skipped": the write circuit is open); an
@@ -58,9 +61,9 @@ func newMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Posts hydrated for pages, by where the body came from.",
 		}, []string{"from"}),
 		Rebuilds: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "feed_query_inbox_rebuilds_total",
-			Help: "Background rebuilds of cold inboxes, by result.",
-		}, []string{"result"}),
+			Name: "feed_query_rebuilds_total",
+			Help: "Rebuilds of incomplete read models from PostgreSQL, by model and result.",
+		}, []string{"model", "result"}),
 		WriteThroughs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "feed_query_write_throughs_total",
 			Help: "Own posts written through to Redis on create (read-your-writes), by result.",

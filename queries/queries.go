@@ -85,8 +85,18 @@ type Config struct {
 	// deletions from the event log while it serves reads (default 200 ms,
 	// or PostCacheTTL/2 if that is shorter; it must be below PostCacheTTL). See docs/queries.md "Post body cache".
 	DeletionPollInterval time.Duration
-	// RebuildTimeout bounds one background inbox rebuild (default 10 s).
+	// RebuildTimeout bounds one background rebuild of a read model from
+	// PostgreSQL (default 10 s).
 	RebuildTimeout time.Duration
+	// RebuildConcurrency bounds the rebuilds from PostgreSQL a process runs
+	// at once (inboxes, following states, timelines; default 4): after
+	// Redis lost everything, its load on PostgreSQL while readers heal the
+	// read models (cold_rebuild.go).
+	RebuildConcurrency int
+	// CelebrityThreshold is the feed policy's (readmodel.Policy): the
+	// follower count from which the celebrity set, when the query side
+	// rebuilds it from PostgreSQL, holds an author.
+	CelebrityThreshold int64
 	// ReadCacheKeys bounds the server-assisted client-side cache of the
 	// per-reader Redis reads of home pages (Redis CLIENT TRACKING, see
 	// read_cache.go and docs/queries.md "Read cache"), in Redis keys. Zero
@@ -117,6 +127,7 @@ type Config struct {
 // defaulted).
 func (c Config) Policy() readmodel.Policy {
 	return readmodel.Policy{
+		CelebrityThreshold:    c.CelebrityThreshold,
 		InboxMax:              c.InboxMax,
 		ActivityWriteInterval: c.ActivityWriteInterval,
 		InactiveAfter:         c.InactiveAfter,
@@ -128,6 +139,7 @@ func (c Config) Policy() readmodel.Policy {
 // p, so it reads and rebuilds inboxes by the rules the projectors write
 // them by.
 func (c Config) WithPolicy(p readmodel.Policy) Config {
+	c.CelebrityThreshold = p.CelebrityThreshold
 	c.InboxMax = p.InboxMax
 	c.ActivityWriteInterval = p.ActivityWriteInterval
 	c.InactiveAfter = p.InactiveAfter
@@ -141,6 +153,7 @@ func (c Config) withDefaults() Config {
 	c.TimelineCacheSize = cmp.Or(c.TimelineCacheSize, 200)
 	c.OwnPostsWindow = cmp.Or(c.OwnPostsWindow, time.Minute)
 	c.RebuildTimeout = cmp.Or(c.RebuildTimeout, 10*time.Second)
+	c.RebuildConcurrency = cmp.Or(c.RebuildConcurrency, 4)
 	c.PostCacheSize = cmp.Or(c.PostCacheSize, 100_000)
 	c.PostCacheTTL = cmp.Or(c.PostCacheTTL, time.Second)
 	c.DeletionPollInterval = cmp.Or(c.DeletionPollInterval, min(200*time.Millisecond, c.PostCacheTTL/2))
@@ -167,8 +180,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("queries: InboxTTLMargin %v must be positive and leave InactiveAfter %v minus it at least ActivityWriteInterval", c.InboxTTLMargin, c.InactiveAfter)
 	case c.OwnPostsWindow <= 0:
 		return fmt.Errorf("queries: OwnPostsWindow %v must be positive", c.OwnPostsWindow)
-	case c.RebuildTimeout <= 0:
-		return fmt.Errorf("queries: RebuildTimeout %v must be positive", c.RebuildTimeout)
+	case c.RebuildTimeout <= 0 || c.RebuildConcurrency < 1:
+		return fmt.Errorf("queries: RebuildTimeout %v and RebuildConcurrency %d must be positive", c.RebuildTimeout, c.RebuildConcurrency)
 	case c.PostCacheSize < 2*(MaxLimit+1):
 		return fmt.Errorf("queries: PostCacheSize %d must be at least %d", c.PostCacheSize, 2*(MaxLimit+1))
 	case c.PostCacheTTL <= 0 || c.PostCacheTTL > 5*time.Second:
@@ -235,6 +248,7 @@ type Feed struct {
 
 	readCircuit, writeCircuit *breaker            // Redis circuits (degraded.go)
 	fallback                  *semaphore.Weighted // concurrent PostgreSQL fallbacks of reads
+	rebuildSlots              *semaphore.Weighted // concurrent rebuilds from PostgreSQL (cold_rebuild.go)
 }
 
 // followHintUsers bounds the readers whose follow hints a process keeps
@@ -277,7 +291,7 @@ func New(cfg Config, db DB, rdb redis.UniversalClient) (*Feed, error) {
 		return nil, err
 	}
 	f := &Feed{cfg: cfg, db: db, rdb: rdb, metrics: m, log: cfg.Logger, now: time.Now,
-		inbox: readmodel.NewInboxes(cfg.Keys, cfg.Policy()), tl: readmodel.NewTimelines(cfg.Keys, 0),
+		inbox: readmodel.NewInboxes(cfg.Keys, cfg.Policy()), tl: readmodel.NewTimelines(cfg.Keys, readmodel.DefaultTimelineMax),
 		follows: readmodel.NewFollows(cfg.Keys), celebSet: readmodel.NewCelebrities(cfg.Keys), bodies: readmodel.NewPostCache(cfg.Keys)}
 	f.celebs.ttl = cfg.CelebrityCacheTTL
 	f.timelines.ttl = cfg.CelebrityCacheTTL
@@ -291,6 +305,7 @@ func New(cfg Config, db DB, rdb redis.UniversalClient) (*Feed, error) {
 	f.readCircuit = newBreaker("reads", cfg.RedisBreakerFailures, cfg.RedisBreakerOpen, readFailed, cfg.Logger, m.Circuits)
 	f.writeCircuit = newBreaker("writes", cfg.RedisBreakerFailures, cfg.RedisBreakerOpen, writeFailed, cfg.Logger, m.Circuits)
 	f.fallback = newFallback(cfg.FallbackReads)
+	f.rebuildSlots = semaphore.NewWeighted(int64(cfg.RebuildConcurrency))
 	f.cache = newReadCache(rdb, cacheKeys, cfg.Logger, cfg.invalDial)
 	if err := m.registerReadCache(cfg.Registerer, f.cache); err != nil {
 		f.cache.close()

@@ -18,12 +18,20 @@ func setResultOf(r readmodel.SetRead) (setResult, error) {
 	return setResult{src: pageSource(p), built: p.Built}, nil
 }
 
-// rangeSource turns a queued range read into a source once its pipeline
-// ran.
-func rangeSource(r readmodel.RangeRead) (source, error) {
+// unknownSource is a read model that is not complete (no ~built): it is
+// sure of nothing, so the page continues from PostgreSQL at once.
+var unknownSource = source{bound: startKey, floor: true}
+
+// rangeSource turns a queued range read of a timeline into a source once
+// its pipeline ran, and reports whether the timeline is built: one that
+// is not is unknownSource.
+func rangeSource(r readmodel.RangeRead) (source, bool, error) {
 	p, err := r.Result()
 	if err != nil {
-		return source{}, err
+		return source{}, false, err
 	}
-	return pageSource(p), nil
+	if !p.Built {
+		return unknownSource, false, nil
+	}
+	return pageSource(p), true, nil
 }

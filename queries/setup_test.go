@@ -52,6 +52,10 @@ func setup(t *testing.T, cfg Config) *bundle {
 	// the cache (as the projectors' lag does in production), so the next
 	// read sees it.
 	r.Client.AddHook(cacheSyncHook{f})
+	// The celebrity set starts built (empty), as a build leaves it.
+	if err := r.Client.SAdd(context.Background(), cfg.Keys.Celebrities(), readmodel.SentinelBuilt).Err(); err != nil {
+		t.Fatal(err)
+	}
 	// Snowflake-sized ids, with some of other lengths below (ties in one
 	// millisecond must order numerically, not as Redis orders bytes).
 	return &bundle{t: t, ctx: context.Background(), feed: f, db: db, rdb: r.Client, keys: cfg.Keys, reg: reg, next: 7_000_000_000_000_000_000}
@@ -69,6 +73,11 @@ func (b *bundle) user() int64 {
 	b.names++
 	var id int64
 	if err := b.db.Pool.QueryRow(b.ctx, `INSERT INTO users (name) VALUES ($1) RETURNING id`, fmt.Sprint("u", b.names)).Scan(&id); err != nil {
+		b.t.Fatal(err)
+	}
+	// Each user's following state starts built (following nobody), as a
+	// build leaves it.
+	if err := b.rdb.HSet(b.ctx, b.keys.FollowingVersions(id), readmodel.SentinelBuilt, 1).Err(); err != nil {
 		b.t.Fatal(err)
 	}
 	return id

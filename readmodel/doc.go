@@ -30,21 +30,39 @@
 //	feed:{u}            | zset   | {u}      | inbox.go,      | projections.Inbox (push: QueuePush, QueuePushExact, QueueCheck, QueueTrim; follow and celebrity        | queries (home read: Inboxes.QueueRead); projections.Inbox.removeAuthor (Posts); bench       | ~built (+inf): built complete and maintained, else cold;
 //	                    |        |          | build.go       | backfills: QueueBackfill; unfollow: Posts, Remove; deletions: QueueRemove); projections BuildInboxes   | (RawRead, encodings)                                                                         | ~floor F: complete only above F. TTL Policy.InboxTTL: set by
 //	                    |        |          |                | (RestoreBuildWriter / ZaddBuildWriter); queries (cold rebuild: WriteRebuilt; activity: Touch)           |                                                                                              | Touch, WriteRebuilt, the builds; EXPIRE NX by pushes
-//	timeline:{a}        | zset   | {a}      | timeline.go,   | projections.Timelines (Add, Remove); projections BuildTimelines (QueueBuilt); queries.PostCreated      | queries (home read of the caller's own timeline: QueueRead; celebrity timelines and author  | ~built always (the projector sees every post); ~floor when
-//	                    |        |          | build.go       | (QueueOwnPost, the write-through of a new post)                                                          | pages: QueueRange)                                                                           | cut at TimelineMax. No TTL
+//	timeline:{a}        | zset   | {a}      | timeline.go,   | projections.Timelines (Add, Remove); projections BuildTimelines (QueueBuilt); queries.PostCreated      | queries (home read of the caller's own timeline: QueueRead; celebrity timelines and author  | ~built: only from a build (BuildTimelines, WriteRebuilt), else
+//	                    |        |          | build.go       | (QueueOwnPost, the write-through of a new post); queries (rebuild: WriteRebuilt)                        | pages: QueueRange)                                                                           | not known; ~floor when cut at TimelineMax. No TTL
 //	post:{p}            | string | {p}      | posts.go       | projections.Posts (Create: SET NX; Set: tombstone on delete); projections BuildPosts (QueueSet);        | queries (hydration: QueueGet, MGET on one node, GETs on a cluster)                           | JSON Post; a tombstone (deleted, no content) is final. No TTL
 //	                    |        |          |                | queries.PostCreated (QueueCreate)                                                                        |                                                                                              |
-//	followers:{a}       | hash   | {a}      | followers.go   | projections.Followers.ApplyBatch (QueueApply: followerCountScript); BuildFollowers                     | none on the read path (counts come with the events)                                          | field count; per follower the last applied pair version.
-//	                    |        |          |                | (QueueBuildFollowers)                                                                                    |                                                                                              | No TTL
-//	following:{u}       | set    | {u}      | followers.go   | projections.Followers.ApplyBatch (QueueApply: followingScript); BuildFollowers (QueueBuildFollowing)    | queries (home read: QueueHasFollowing, QueueSetExists, QueueFollows; hydration: QueueFollows, | No TTL
+//	followers:{a}       | hash   | {a}      | followers.go   | projections.Followers.ApplyBatch (QueueApply: followerCountScript); BuildFollowers                     | none on the read path (counts come with the events); CountOf                                 | field count; per follower the last applied pair version;
+//	                    |        |          |                | (QueueBuildFollowers)                                                                                    |                                                                                              | ~built from the bulk build only. No TTL
+//	following:{u}       | set    | {u}      | followers.go   | projections.Followers.ApplyBatch (QueueApply: followingScript); BuildFollowers (QueueBuildFollowing)    | queries (home read: QueueFollows; hydration: QueueFollows,                                  | complete only when following_v:{u} has ~built. No TTL
 //	                    |        |          |                |                                                                                                          | FollowsEach)                                                                                 |
-//	following_v:{u}     | hash   | {u}      | followers.go   | as following:{u}, in the same script                                                                     | queries (QueueHasFollowing, QueueVersionsExists: it outlives an emptied following set)      | per followee the last applied pair version. No TTL
-//	celebrities         | set    | none     | celebrities.go | projections.Followers.ApplyBatch (QueueSet, by Policy.IsCelebrity); BuildFollowers (QueueAdd)          | queries (celebrity cache: Members)                                                           | No TTL
+//	following_v:{u}     | hash   | {u}      | followers.go   | as following:{u}, in the same script; queries (rebuild: WriteRebuiltFollowing)                          | queries (QueueFollowingBuilt: it outlives an emptied following set)                         | per followee the last applied pair version; ~built from a build
+//	                    |        |          |                |                                                                                                          |                                                                                              | (BuildFollowers, WriteRebuiltFollowing), else not known. No TTL
+//	celebrities         | set    | none     | celebrities.go | projections.Followers.ApplyBatch (QueueSet, by Policy.IsCelebrity); BuildFollowers (QueueAdd,           | queries (celebrity cache: Members)                                                           | member ~built from a build, else not known (rebuilt from
+//	                    |        |          |                | QueueBuilt); queries (rebuild: WriteRebuilt)                                                             |                                                                                              | users.follower_count). No TTL
 //	projection:versions | hash   | none     | registry.go,   | rebuild (Registry.MarkDirty, Activate, ClearDirty); LiveVersions (restore from PostgreSQL)               | projections.Supervisor, queries and rebuild (LiveVersions); rebuild (Registry.Dirty,        | field {projection}: active version, a cache of PostgreSQL's
 //	                    |        |          | live_versions  |                                                                                                          | DirtyAll); `feed status` (Registry.Cached)                                                   | projection_versions (version_store.go), restored from it,
 //	                    |        |          | .go            |                                                                                                          |                                                                                              | never read as 1; {projection}.dirty while other versions'
 //	                    |        |          |                |                                                                                                          |                                                                                              | keys may exist. Not versioned. No TTL
 //	projection:rebuild  | hash   | none     | registry.go    | rebuild (Registry.SetRebuildInfo, ClearRebuildInfo)                                                      | rebuild (Registry.RebuildInfo: `feed status`, a busy rebuild's error)                        | projection, version, phase, started, updated. Not versioned
+//
+// # Complete or recognisably not
+//
+// Every read model here is a cache of the log, and Redis may lose any key
+// (a restart without persistence, a FLUSHDB, an eviction). So each one is
+// either complete or recognisably not: inboxes, timelines, following
+// states, follower hashes and the celebrity set are complete only with
+// ~built, and only a build from the log writes it (the bulk builds of
+// `feed rebuild`, or the query side's rebuild of one key from PostgreSQL).
+// The projectors apply their events to a key with or without it, so a key
+// recreated after a loss by the next event holds that event alone and
+// reads as not known; the query side then serves the read from PostgreSQL
+// and rebuilds the key. Each rebuild only adds, guarded like the events
+// (versions for the follow graph), so it is right whatever the projectors
+// apply meanwhile. Post bodies are a plain cache (a miss reads
+// PostgreSQL), and the version registry is a cache of PostgreSQL's table.
 //
 // # Sentinels
 //
@@ -55,6 +73,16 @@
 // raises it to the oldest one copied. Entries at or below it may be
 // present for a while (late plain pushes) and are ignored by readers;
 // removals (unfollow, deletions) leave it alone.
+//
+// # The packed inbox (measured, not wired)
+//
+// PackedInboxes (packed.go) is an alternative inbox layout: `pfeed:{u}`,
+// a string of 8-byte post ids, oldest first, with an 8-byte header for
+// ~built and ~floor at its end, and `pfeed:{u}+`, the append buffer of
+// pushes, merged into it by packedMergeScript every PackedMergeAt ids.
+// Nothing writes or reads it yet; BenchmarkInboxLayouts measures it beside
+// the sorted set, and TestPackedMatchesSortedSet checks that it answers
+// the same pages.
 //
 // # The inbox bulk build
 //

@@ -2,6 +2,8 @@ package readmodel
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -13,6 +15,14 @@ import (
 // stream version of the pair). Follow-pair stream versions alternate
 // Followed (odd), Unfollowed (even), so each script applies an event at
 // most once.
+//
+// Each hash is complete only with its ~built field, which only a build
+// from the log writes (the bulk build of `feed rebuild followers`, or
+// WriteRebuiltFollowing, the query side's rebuild of one user's following
+// state from PostgreSQL). The projector's scripts apply events to a hash
+// with or without it: a key lost with Redis and recreated by the next
+// follow holds that pair alone, reads as not built, and is rebuilt, never
+// read as the user's whole graph.
 type Follows struct{ keys Keys }
 
 // NewFollows returns the follow graph operations under keys.
@@ -77,13 +87,69 @@ func (m Follows) FollowingKeys(user int64) (set, versions string) {
 	return m.keys.Following(user), m.keys.FollowingVersions(user)
 }
 
-// QueueHasFollowing queues whether user has a following set or its
-// version hash: following_v:{u} outlives the set (a user who unfollowed
-// their last account has no following:{u}, but must still have authors
-// hidden). Both keys share the {u} hash tag: one slot on Cluster. The
-// reply is the number of the two that exist.
-func (m Follows) QueueHasFollowing(ctx context.Context, pipe redis.Pipeliner, user int64) *redis.IntCmd {
-	return pipe.Exists(ctx, m.keys.Following(user), m.keys.FollowingVersions(user))
+// QueueFollowingBuilt queues whether user's following state is complete:
+// following_v:{u} has ~built. following_v:{u} outlives the set (a user
+// who unfollowed their last account has no following:{u}), and a user
+// who never followed anyone has a built hash with ~built alone.
+func (m Follows) QueueFollowingBuilt(ctx context.Context, pipe redis.Pipeliner, user int64) *redis.BoolCmd {
+	return pipe.HExists(ctx, m.keys.FollowingVersions(user), SentinelBuilt)
+}
+
+// FollowPair is one pair of a user's following state as PostgreSQL has it
+// now: the followee and the pair stream's version (odd: followed).
+type FollowPair struct{ Followee, Version int64 }
+
+// rebuiltFollowingScript merges a snapshot of user's followees into their
+// following state and marks it built. Each pair is applied like an event
+// (only when its version is newer than the hash's): a pair the projector
+// moved after the snapshot keeps the projector's answer, and a pair
+// unfollowed before the snapshot but not yet applied leaves with its
+// Unfollowed, which the projector applies later (it is newer than anything
+// here). So the result is what applying every event would leave.
+//
+// KEYS[1] following:{u}; KEYS[2] following_v:{u}; ARGV[1] '1' to set
+// ~built after this chunk; ARGV[2..] followee, version pairs (versions
+// odd: the snapshot holds followed pairs only).
+var rebuiltFollowingScript = redis.NewScript(lua(`
+for i = 2, #ARGV, 2 do
+  local cur = tonumber(redis.call('HGET', KEYS[2], ARGV[i]) or '0')
+  if tonumber(ARGV[i+1]) > cur then
+    redis.call('HSET', KEYS[2], ARGV[i], ARGV[i+1])
+    redis.call('SADD', KEYS[1], ARGV[i])
+  end
+end
+if ARGV[1] == '1' then redis.call('HSET', KEYS[2], $BUILT, '1') end
+return 1
+`))
+
+// rebuildChunk bounds the pairs of one script call (a script blocks the
+// Redis node while it runs).
+const rebuildChunk = 512
+
+// WriteRebuiltFollowing merges pairs, user's followees in a PostgreSQL
+// snapshot, into their following state and then marks it built
+// (rebuiltFollowingScript, in chunks: ~built comes with the last).
+func (m Follows) WriteRebuiltFollowing(ctx context.Context, rdb redis.UniversalClient, user int64, pairs []FollowPair) error {
+	keys := []string{m.keys.Following(user), m.keys.FollowingVersions(user)}
+	for {
+		chunk := pairs[:min(len(pairs), rebuildChunk)]
+		pairs = pairs[len(chunk):]
+		last := "0"
+		if len(pairs) == 0 {
+			last = "1"
+		}
+		args := make([]any, 0, 1+2*len(chunk))
+		args = append(args, last)
+		for _, p := range chunk {
+			args = append(args, itoa(p.Followee), p.Version)
+		}
+		if err := rebuiltFollowingScript.Run(ctx, rdb, keys, args...).Err(); err != nil {
+			return err
+		}
+		if last == "1" {
+			return nil
+		}
+	}
 }
 
 // QueueFollows queues whether user follows each of authors (decimal ids).
@@ -97,29 +163,44 @@ func (m Follows) FollowsEach(ctx context.Context, rdb redis.Cmdable, user int64,
 }
 
 // QueueBuildFollowers queues part of the bulk build of followee's
-// followers hash: follower, version pairs (and "count", n in the last
-// call).
+// followers hash: follower, version pairs (and, in the last call, "count"
+// and ~built: BuildFollowersDone).
 func (m Follows) QueueBuildFollowers(ctx context.Context, pipe redis.Pipeliner, followee int64, fields []any) {
 	pipe.HSet(ctx, m.keys.Followers(followee), fields...)
 }
 
+// BuildFollowersDone is the last fields of a followers hash's bulk build:
+// its count of current followers, and ~built.
+func BuildFollowersDone(fields []any, count int64) []any {
+	return append(fields, "count", count, SentinelBuilt, 1)
+}
+
 // QueueBuildFollowing queues part of the bulk build of follower's
 // following state: followee, version pairs for the version hash, and the
-// followees followed now for the set (none: no set written).
-func (m Follows) QueueBuildFollowing(ctx context.Context, pipe redis.Pipeliner, follower int64, versions, following []any) {
+// followees followed now for the set (none: no set written); last marks
+// the state built.
+func (m Follows) QueueBuildFollowing(ctx context.Context, pipe redis.Pipeliner, follower int64, versions, following []any, last bool) {
+	if last {
+		versions = append(versions, SentinelBuilt, 1)
+	}
 	pipe.HSet(ctx, m.keys.FollowingVersions(follower), versions...)
 	if len(following) > 0 {
 		pipe.SAdd(ctx, m.keys.Following(follower), following...)
 	}
 }
 
-// QueueSetExists queues EXISTS of user's following set alone (the query
-// side's read cache tracks the set and its version hash separately).
-func (m Follows) QueueSetExists(ctx context.Context, pipe redis.Pipeliner, user int64) *redis.IntCmd {
-	return pipe.Exists(ctx, m.keys.Following(user))
-}
-
-// QueueVersionsExists queues EXISTS of user's following version hash alone.
-func (m Follows) QueueVersionsExists(ctx context.Context, pipe redis.Pipeliner, user int64) *redis.IntCmd {
-	return pipe.Exists(ctx, m.keys.FollowingVersions(user))
+// CountOf reads followee's follower count from their followers hash, and
+// whether the hash is complete (~built); a count without it covers only
+// the events since the hash was lost.
+func (m Follows) CountOf(ctx context.Context, rdb redis.Cmdable, followee int64) (n int64, built bool, err error) {
+	vs, err := rdb.HMGet(ctx, m.keys.Followers(followee), "count", SentinelBuilt).Result()
+	if err != nil {
+		return 0, false, err
+	}
+	if s, ok := vs[0].(string); ok {
+		if n, err = strconv.ParseInt(s, 10, 64); err != nil {
+			return 0, false, fmt.Errorf("followers:{%d} count %q: %w", followee, s, err)
+		}
+	}
+	return n, vs[1] != nil, nil
 }

@@ -42,6 +42,12 @@ func (k Keys) ns(projection string) string {
 // Inbox is a user's home-feed sorted set: member post id, score created_at ms.
 func (k Keys) Inbox(userID int64) string { return k.ns(ProjectionInbox) + "feed:{" + id(userID) + "}" }
 
+// PackedInbox is a user's inbox in the packed layout (packed.go): the
+// sealed string; its append buffer is the same name plus "+".
+func (k Keys) PackedInbox(userID int64) string {
+	return k.ns(ProjectionInbox) + "pfeed:{" + id(userID) + "}"
+}
+
 // Timeline is an author's recent posts, same member and score as the inbox.
 func (k Keys) Timeline(authorID int64) string {
 	return k.ns(ProjectionTimelines) + "timeline:{" + id(authorID) + "}"

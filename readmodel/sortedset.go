@@ -144,16 +144,17 @@ func optionalScore(c *redis.FloatCmd) (*int64, error) {
 	return &ms, nil
 }
 
-// RangeRead is a queued range read and ~floor of a sorted set (a
-// timeline page below a cursor).
+// RangeRead is a queued range read of a sorted set with its ~floor and
+// ~built (a timeline page below a cursor).
 type RangeRead struct {
-	z     *redis.ZSliceCmd
-	floor *redis.FloatCmd
-	limit int
+	z            *redis.ZSliceCmd
+	floor, built *redis.FloatCmd
+	limit        int
 }
 
 func queueRangeRead(ctx context.Context, pipe redis.Pipeliner, key string, fromMs int64, n int) RangeRead {
-	return RangeRead{z: queueRange(ctx, pipe, key, fromMs, n), floor: pipe.ZScore(ctx, key, SentinelFloor), limit: n}
+	return RangeRead{z: queueRange(ctx, pipe, key, fromMs, n), floor: pipe.ZScore(ctx, key, SentinelFloor),
+		built: pipe.ZScore(ctx, key, SentinelBuilt), limit: n}
 }
 
 // Result is the read page once the pipeline ran (ExecReads).
@@ -166,7 +167,11 @@ func (r RangeRead) Result() (Page, error) {
 	if err != nil {
 		return Page{}, err
 	}
-	return Page{Reply: reply, Limit: r.limit, Floor: f}, nil
+	b, err := optionalScore(r.built)
+	if err != nil {
+		return Page{}, err
+	}
+	return Page{Reply: reply, Limit: r.limit, Floor: f, Built: b != nil}, nil
 }
 
 // SetRead is a queued page read of an inbox or a timeline with its

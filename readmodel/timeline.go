@@ -2,18 +2,30 @@ package readmodel
 
 import (
 	"context"
+	"strconv"
 
 	"github.com/redis/go-redis/v9"
 )
 
 // Timelines is the author timeline read model, `timeline:{a}`: an
-// author's newest posts, bounded to max, with ~built (the timelines
-// projector sees every post from the oldest offset) and ~floor when cut.
-// It is the pull side of the hybrid feed and each reader's own posts.
+// author's newest posts, bounded to max, with ~floor when cut. It is the
+// pull side of the hybrid feed and each reader's own posts.
+//
+// A timeline is complete (above its ~floor) only with ~built, which only a
+// build from the log writes: the bulk build of `feed rebuild timelines`,
+// or WriteRebuilt, the query side's rebuild from PostgreSQL of a timeline
+// it found without it. The projector's adds never create ~built: a
+// timeline lost with Redis (a restart without persistence, a FLUSHDB, an
+// eviction) and recreated by the next post holds that post alone, and
+// must read as "not known", never as the author's whole history.
 type Timelines struct {
 	keys Keys
 	max  int
 }
+
+// DefaultTimelineMax is the default bound of a timeline, in posts: the
+// projector's trim and the query side's rebuilds.
+const DefaultTimelineMax = 1000
 
 // NewTimelines returns the timeline operations under keys, bounded to max
 // posts per author.
@@ -23,11 +35,33 @@ func NewTimelines(keys Keys, max int) Timelines { return Timelines{keys: keys, m
 func (m Timelines) Key(author int64) string { return m.keys.Timeline(author) }
 
 // Add adds a post exactly (no trim slack: one write per post is cheap), so
-// the result does not depend on the order.
+// the result does not depend on the order. It leaves ~built as it is.
 func (m Timelines) Add(ctx context.Context, rdb redis.UniversalClient, author, post, ms int64) error {
 	return boundedAddScript.Run(ctx, rdb, []string{m.keys.Timeline(author)},
-		m.max, 0, "", "", "1", "0", ms, itoa(post)).Err()
+		m.max, 0, "", "", "0", "0", ms, itoa(post)).Err()
 }
+
+// WriteRebuilt writes the rebuild of author's timeline from PostgreSQL:
+// posts, author's newest non-deleted posts newest first, at most the
+// bound (a full snapshot is cut: ~floor at its oldest millisecond), and
+// then ~built. Like the inbox's it only adds: a post the projector added
+// between the snapshot and this write stays, and a post deleted in
+// between is hidden at read. One script, one key: valid on Cluster.
+func (m Timelines) WriteRebuilt(ctx context.Context, rdb redis.UniversalClient, author int64, posts []Entry) error {
+	floor := ""
+	if len(posts) >= m.max {
+		floor = strconv.FormatInt(posts[len(posts)-1].Ms, 10)
+	}
+	args := make([]any, 0, 6+2*len(posts))
+	args = append(args, m.max, 0, floor, "", "1", "0")
+	for _, e := range posts {
+		args = append(args, e.Ms, itoa(e.ID))
+	}
+	return boundedAddScript.Run(ctx, rdb, []string{m.keys.Timeline(author)}, args...).Err()
+}
+
+// Max is the bound of a timeline: how many posts a rebuild reads.
+func (m Timelines) Max() int { return m.max }
 
 // Remove removes a (deleted) post from its author's timeline.
 func (m Timelines) Remove(ctx context.Context, rdb redis.Cmdable, author, post int64) error {
@@ -55,14 +89,14 @@ func (m Timelines) QueueOwnPost(ctx context.Context, pipe redis.Pipeliner, autho
 }
 
 // QueueRead queues the read of author's timeline from fromMs (MaxScoreMs:
-// the first page) with n entries, with ~floor (a reader's own timeline in
-// the home read).
+// the first page) with n entries, with ~floor and ~built (a reader's own
+// timeline in the home read).
 func (m Timelines) QueueRead(ctx context.Context, pipe redis.Pipeliner, author, fromMs int64, n int) SetRead {
-	return queueSetRead(ctx, pipe, m.keys.Timeline(author), fromMs, n, false)
+	return queueSetRead(ctx, pipe, m.keys.Timeline(author), fromMs, n, true)
 }
 
 // QueueRange queues the read of the newest n posts of author's timeline at
-// or below fromMs, with its ~floor.
+// or below fromMs, with its ~floor and ~built.
 func (m Timelines) QueueRange(ctx context.Context, pipe redis.Pipeliner, author, fromMs int64, n int) RangeRead {
 	return queueRangeRead(ctx, pipe, m.keys.Timeline(author), fromMs, n)
 }
