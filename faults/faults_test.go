@@ -66,9 +66,6 @@ func faults(full bool) []fault {
 		time.Sleep(2 * time.Second)
 	}, check: topicHasTheLog}
 	if !full {
-		if !redisLossHeals && *flagRun == "" {
-			return []fault{killProject, slot}
-		}
 		return []fault{killProject, slot, flush}
 	}
 	// The faults that lose Redis's data come last: differences they leave
@@ -107,12 +104,6 @@ func faults(full bool) []fault {
 		}},
 	}
 }
-
-// redisLossHeals says whether the followers and celebrities read models
-// rebuild themselves after Redis loses its data (issue 21). Until they do,
-// the small suite leaves FLUSHDB out; the full suite keeps every fault and
-// shows the differences, and -faults.run=FLUSHDB runs it in the small one.
-const redisLossHeals = false
 
 // waitSlot waits until CDC holds a slot again.
 func waitSlot(t *testing.T, c *cluster) {
