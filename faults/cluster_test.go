@@ -142,6 +142,13 @@ func startCluster(t *testing.T) *cluster {
 			}
 		}
 	})
+	// As a deployment does: `feed migrate` first, which also creates CDC's
+	// slot, so no write of a role started before CDC is left unstreamed.
+	mig := exec.Command(c.bin, "migrate")
+	mig.Env = c.env
+	if out, err := mig.CombinedOutput(); err != nil || !strings.Contains(string(out), "replication slot "+c.slot+" ready") {
+		t.Fatalf("feed migrate: %v\n%s", err, out)
+	}
 	for _, name := range []string{roleKafka, roleCDC, roleProject, roleAPI} {
 		c.start(name)
 	}
@@ -239,13 +246,11 @@ func (c *cluster) up(name, metrics string) bool {
 	case roleAPI:
 		return get(c.api + "/readyz")
 	case roleCDC:
-		// A slot being created is listed, active, before it is
-		// consistent: a write committed meanwhile would never be
-		// streamed, so CDC is up once it logged the slot created (on
-		// its first start) and the slot has a confirmed position.
+		// `feed migrate` created the slot (consistent before it
+		// returned): CDC is up once it streams from it.
 		var active bool
 		err := c.pool.QueryRow(ctx, `SELECT active AND confirmed_flush_lsn IS NOT NULL FROM pg_replication_slots WHERE slot_name = $1`, c.slot).Scan(&active)
-		return err == nil && active && c.countLines(roleCDC, "cdc: created replication slot") > 0 && get("http://"+metrics+"/metrics")
+		return err == nil && active && get("http://"+metrics+"/metrics")
 	default:
 		return get("http://" + metrics + "/metrics")
 	}
