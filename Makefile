@@ -3,7 +3,7 @@
 GO ?= go
 TEST_FLAGS ?= -count=1 -timeout 15m
 
-.PHONY: dev test prepare build bench fuzz vet
+.PHONY: dev test prepare build bench fuzz vet faults
 
 prepare:
 	@scripts/prepare.sh
@@ -17,6 +17,12 @@ dev: prepare build
 test: prepare
 	$(GO) vet ./...
 	$(GO) test $(TEST_FLAGS) ./...
+
+# The whole fault suite (docs/faults.md): every role killed, the broker
+# restarted, Redis down, flushed and restarted, the slot dropped, PostgreSQL
+# connections terminated, under a workload; prints the table.
+faults: prepare
+	$(GO) test -count=1 -timeout 30m -v -run '^TestFaults$$' ./faults -faults.full
 
 bench: prepare
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./...

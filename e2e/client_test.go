@@ -5,27 +5,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/feedco/feed/internal/systest"
 	"io"
 	"net/http"
-	"net/url"
-	"strconv"
 	"sync/atomic"
 	"time"
 )
 
-// apiPost is a post as the API returns it.
-type apiPost struct {
-	ID        string `json:"id"`
-	AuthorID  string `json:"authorId"`
-	Content   string `json:"content"`
-	CreatedAt string `json:"createdAt"`
-}
-
-// apiPage is a feed or author-posts page.
-type apiPage struct {
-	Items      []apiPost `json:"items"`
-	NextCursor *string   `json:"nextCursor"`
-}
+// apiPost and apiPage are a post and a page as the API returns them.
+type (
+	apiPost = systest.APIPost
+	apiPage = systest.APIPage
+)
 
 // apiUser is the user resource.
 type apiUser struct {
@@ -106,31 +97,10 @@ func (s *system) call(ctx context.Context, method, path, token, idemKey string, 
 }
 
 // readAll reads a paged endpoint (path without query) to its end with the
-// given page size. It stops with an error after maxPages pages, so a
-// cursor that never ends cannot hang the test.
+// given page size, as the user of token (systest.ReadAll).
 func (s *system) readAll(ctx context.Context, path, token string, limit, maxPages int) ([]apiPost, error) {
-	var all []apiPost
-	cursor := ""
-	for page := 0; page < maxPages; page++ {
-		q := url.Values{"limit": {strconv.Itoa(limit)}}
-		if cursor != "" {
-			q.Set("cursor", cursor)
-		}
-		var p apiPage
-		if err := s.call(ctx, http.MethodGet, path+"?"+q.Encode(), token, "", nil, &p, http.StatusOK, nil); err != nil {
-			return all, err
-		}
-		if len(p.Items) > limit {
-			return all, fmt.Errorf("%s page %d: %d items for limit %d", path, page, len(p.Items), limit)
-		}
-		all = append(all, p.Items...)
-		if p.NextCursor == nil {
-			return all, nil
-		}
-		if len(p.Items) == 0 {
-			return all, fmt.Errorf("%s page %d: empty page with a next cursor", path, page)
-		}
-		cursor = *p.NextCursor
+	get := func(ctx context.Context, pathAndQuery string, p *apiPage) error {
+		return s.call(ctx, http.MethodGet, pathAndQuery, token, "", nil, p, http.StatusOK, nil)
 	}
-	return all, fmt.Errorf("%s: still a next cursor after %d pages", path, maxPages)
+	return systest.ReadAll(ctx, get, path, limit, maxPages)
 }

@@ -18,7 +18,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/feedco/feed/events"
+	"github.com/feedco/feed/internal/systest"
 	"github.com/feedco/feed/readmodel"
 )
 
@@ -119,23 +119,14 @@ func cmpOr(v, d int) int {
 	return d
 }
 
-// truePost is a post row of the source of truth.
-type truePost struct {
-	id, author, ms int64
-	content        string
-	deleted        bool
-}
-
 // oracle compares what the API serves with the source of truth.
 type oracle struct {
 	t  *testing.T
 	s  *system
 	wd *world
 
-	posts     map[int64]truePost
-	following map[int64][]int64 // follower -> followees, from SQL
-	followers map[int64]int64   // followee -> count, from SQL
-	byAuthor  map[int64][]int64 // author -> non-deleted post ids, newest first
+	// Truth is PostgreSQL's posts and follows, read by load.
+	*systest.Truth
 }
 
 func (o *oracle) ctx() context.Context { return context.Background() }
@@ -152,124 +143,10 @@ func (o *oracle) errorf(format string, args ...any) {
 
 // load reads posts and follows from PostgreSQL.
 func (o *oracle) load() {
-	ctx := o.ctx()
-	o.posts, o.following, o.followers, o.byAuthor = map[int64]truePost{}, map[int64][]int64{}, map[int64]int64{}, map[int64][]int64{}
-	rows, err := o.s.DB.Pool.Query(ctx, `SELECT id, author_id, (extract(epoch FROM created_at) * 1000)::bigint, content, deleted
-		FROM posts ORDER BY author_id, created_at DESC, id DESC`)
-	if err != nil {
-		o.fatalf("read posts: %v", err)
+	var err error
+	if o.Truth, err = systest.LoadTruth(o.ctx(), o.s.DB.Pool); err != nil {
+		o.fatalf("%v", err)
 	}
-	for rows.Next() {
-		var p truePost
-		if err := rows.Scan(&p.id, &p.author, &p.ms, &p.content, &p.deleted); err != nil {
-			o.fatalf("scan post: %v", err)
-		}
-		o.posts[p.id] = p
-		if !p.deleted {
-			o.byAuthor[p.author] = append(o.byAuthor[p.author], p.id)
-		}
-	}
-	if rows.Err() != nil {
-		o.fatalf("read posts: %v", rows.Err())
-	}
-	rows, err = o.s.DB.Pool.Query(ctx, `SELECT follower_id, followee_id FROM follows ORDER BY 1, 2`)
-	if err != nil {
-		o.fatalf("read follows: %v", err)
-	}
-	for rows.Next() {
-		var f, e int64
-		if err := rows.Scan(&f, &e); err != nil {
-			o.fatalf("scan follow: %v", err)
-		}
-		o.following[f] = append(o.following[f], e)
-		o.followers[e]++
-	}
-	if rows.Err() != nil {
-		o.fatalf("read follows: %v", rows.Err())
-	}
-}
-
-// truthFeed is the feed definition, by SQL: the newest-first non-deleted
-// posts of the accounts u follows and of u.
-func (o *oracle) truthFeed(ctx context.Context, u int64) ([]int64, error) {
-	rows, err := o.s.DB.Pool.Query(ctx, `SELECT p.id FROM posts p
-		WHERE NOT p.deleted AND (p.author_id = $1 OR p.author_id IN (SELECT followee_id FROM follows WHERE follower_id = $1))
-		ORDER BY p.created_at DESC, p.id DESC`, u)
-	if err != nil {
-		return nil, fmt.Errorf("truth feed of %d: %w", u, err)
-	}
-	defer rows.Close()
-	var ids []int64
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		ids = append(ids, id)
-	}
-	return ids, rows.Err()
-}
-
-// diff compares a list read through the API with the expected ids and
-// returns the differences (nil when equal): duplicates, missing posts,
-// foreign posts, order, and fields that disagree with the post's row.
-func (o *oracle) diff(got []apiPost, want []int64) []string {
-	var out []string
-	seen := map[int64]int{}
-	gotIDs := make([]int64, 0, len(got))
-	for i, p := range got {
-		id, err := strconv.ParseInt(p.ID, 10, 64)
-		if err != nil {
-			out = append(out, fmt.Sprintf("item %d: bad id %q", i, p.ID))
-			continue
-		}
-		if j, dup := seen[id]; dup {
-			out = append(out, fmt.Sprintf("duplicate: post %d at positions %d and %d", id, j, i))
-			continue
-		}
-		seen[id] = i
-		gotIDs = append(gotIDs, id)
-		if tp, ok := o.posts[id]; ok {
-			if p.AuthorID != itoa(tp.author) || p.Content != tp.content || p.CreatedAt != formatMillis(tp.ms) {
-				out = append(out, fmt.Sprintf("fields: post %d served as author %s, createdAt %s, content %q; row says %d, %s, %q",
-					id, p.AuthorID, p.CreatedAt, p.Content, tp.author, formatMillis(tp.ms), tp.content))
-			}
-		}
-	}
-	wantSet := make(map[int64]int, len(want))
-	for i, id := range want {
-		wantSet[id] = i
-	}
-	for i, id := range want {
-		if _, ok := seen[id]; !ok {
-			tp := o.posts[id]
-			out = append(out, fmt.Sprintf("missing: post %d (author %d, %s) at expected position %d", id, tp.author, formatMillis(tp.ms), i))
-		}
-	}
-	for _, id := range gotIDs {
-		if _, ok := wantSet[id]; !ok {
-			tp, known := o.posts[id]
-			why := "unknown post"
-			if known {
-				why = fmt.Sprintf("author %d, deleted %v", tp.author, tp.deleted)
-			}
-			out = append(out, fmt.Sprintf("foreign: post %d at position %d (%s)", id, seen[id], why))
-		}
-	}
-	if len(out) == 0 && !slices.Equal(gotIDs, want) {
-		for i := range gotIDs {
-			if gotIDs[i] != want[i] {
-				out = append(out, fmt.Sprintf("order: position %d is post %d (%s), want post %d (%s)",
-					i, gotIDs[i], formatMillis(o.posts[gotIDs[i]].ms), want[i], formatMillis(o.posts[want[i]].ms)))
-				break
-			}
-		}
-	}
-	return out
-}
-
-func formatMillis(ms int64) string {
-	return time.UnixMilli(ms).UTC().Format(events.CreatedAtLayout)
 }
 
 // mismatch is one user's (or author's) differences.
@@ -316,7 +193,7 @@ func (o *oracle) feeds(limits []int) {
 		parallel(8, len(users), func(i int) {
 			u := users[i]
 			ctx := o.ctx()
-			want, err := o.truthFeed(ctx, u)
+			want, err := systest.TruthFeed(ctx, o.s.DB.Pool, u)
 			if err != nil {
 				mu.Lock()
 				bad = append(bad, mismatch{who: fmt.Sprint("user ", u), diffs: []string{"error: " + err.Error()}})
@@ -324,7 +201,7 @@ func (o *oracle) feeds(limits []int) {
 				return
 			}
 			got, err := o.s.readAll(ctx, "/api/feed", o.wd.tokens[u], limit, len(want)/limit+10)
-			d := o.diff(got, want)
+			d := o.Diff(got, want)
 			if err != nil {
 				d = append([]string{"error: " + err.Error()}, d...)
 			}
@@ -333,7 +210,7 @@ func (o *oracle) feeds(limits []int) {
 			items += len(got)
 			requests += len(got)/limit + 1
 			if len(d) > 0 {
-				bad = append(bad, mismatch{who: fmt.Sprintf("user %d (follows %d, reader %v, %d posts expected)", u, len(o.following[u]), slices.Contains(o.wd.readers, u), len(want)), user: u, diffs: d})
+				bad = append(bad, mismatch{who: fmt.Sprintf("user %d (follows %d, reader %v, %d posts expected)", u, len(o.Following[u]), slices.Contains(o.wd.readers, u), len(want)), user: u, diffs: d})
 			}
 		})
 		o.t.Logf("feeds, page size %d: %d items in about %d pages in %v", limit, items, requests, time.Since(start).Round(time.Millisecond))
@@ -371,12 +248,12 @@ func (o *oracle) explain(u int64) string {
 		for _, z := range zs {
 			m := z.Member.(string)
 			id, _ := strconv.ParseInt(m, 10, 64)
-			tp, known := o.posts[id]
+			tp, known := o.Posts[id]
 			switch {
 			case readmodel.IsSentinel(m):
 				fmt.Fprintf(&b, " %s@%v", m, z.Score)
 			case known:
-				fmt.Fprintf(&b, " %s@%.0f(a%d%s)", m, z.Score, tp.author, map[bool]string{true: ",deleted"}[tp.deleted])
+				fmt.Fprintf(&b, " %s@%.0f(a%d%s)", m, z.Score, tp.Author, map[bool]string{true: ",deleted"}[tp.Deleted])
 			default:
 				fmt.Fprintf(&b, " %s@%.0f(unknown)", m, z.Score)
 			}
@@ -384,7 +261,7 @@ func (o *oracle) explain(u int64) string {
 	}
 	fol, _ := rdb.SMembers(ctx, k.Following(u)).Result()
 	folv, _ := rdb.HGetAll(ctx, k.FollowingVersions(u)).Result()
-	fmt.Fprintf(&b, "\n  following:{%d} %v; following_v %v; SQL follows %v", u, fol, folv, o.following[u])
+	fmt.Fprintf(&b, "\n  following:{%d} %v; following_v %v; SQL follows %v", u, fol, folv, o.Following[u])
 	var seen *time.Time
 	_ = o.s.DB.Pool.QueryRow(ctx, `SELECT last_seen_at FROM user_activity WHERE user_id = $1`, u).Scan(&seen)
 	fmt.Fprintf(&b, "\n  last_seen_at %v", seen)
@@ -410,7 +287,7 @@ func (o *oracle) explain(u int64) string {
 // authors (past the timeline bound), the most followed, and a few others.
 func (o *oracle) authorPosts(limits []int) {
 	authors := slices.Clone(o.wd.users)
-	slices.SortFunc(authors, func(a, b int64) int { return len(o.byAuthor[b]) - len(o.byAuthor[a]) })
+	slices.SortFunc(authors, func(a, b int64) int { return len(o.ByAuthor[b]) - len(o.ByAuthor[a]) })
 	pick := slices.Clone(authors[:min(4, len(authors))])
 	pick = append(pick, o.wd.users[:min(4, len(o.wd.users))]...) // most followed ranks
 	rng := rand.New(rand.NewPCG(o.wd.w.Seed, 99))
@@ -423,9 +300,9 @@ func (o *oracle) authorPosts(limits []int) {
 	var bad []mismatch
 	for _, limit := range limits {
 		for _, a := range pick {
-			want := o.byAuthor[a]
+			want := o.ByAuthor[a]
 			got, err := o.s.readAll(o.ctx(), "/api/users/"+itoa(a)+"/posts", token, limit, len(want)/limit+10)
-			d := o.diff(got, want)
+			d := o.Diff(got, want)
 			if err != nil {
 				d = append([]string{"error: " + err.Error()}, d...)
 			}
@@ -450,9 +327,9 @@ func (o *oracle) users() {
 		switch {
 		case err != nil:
 			d = append(d, "error: "+err.Error())
-		case got.ID != itoa(u) || got.FollowerCount != o.followers[u] || got.FollowingCount != int64(len(o.following[u])):
+		case got.ID != itoa(u) || got.FollowerCount != o.Followers[u] || got.FollowingCount != int64(len(o.Following[u])):
 			d = append(d, fmt.Sprintf("counts: served id %s, %d followers, %d following; SQL says %d, %d",
-				got.ID, got.FollowerCount, got.FollowingCount, o.followers[u], len(o.following[u])))
+				got.ID, got.FollowerCount, got.FollowingCount, o.Followers[u], len(o.Following[u])))
 		}
 		if len(d) > 0 {
 			mu.Lock()
@@ -474,8 +351,8 @@ func (o *oracle) readModels() {
 		if err != nil && err != redis.Nil {
 			o.fatalf("read followers count: %v", err)
 		}
-		if n != o.followers[u] {
-			d = append(d, fmt.Sprintf("follower count: followers:{%d} says %d, SQL %d", u, n, o.followers[u]))
+		if n != o.Followers[u] {
+			d = append(d, fmt.Sprintf("follower count: followers:{%d} says %d, SQL %d", u, n, o.Followers[u]))
 		}
 		members, err := rdb.SMembers(ctx, k.Following(u)).Result()
 		if err != nil {
@@ -487,8 +364,8 @@ func (o *oracle) readModels() {
 			ids = append(ids, id)
 		}
 		slices.Sort(ids)
-		if !slices.Equal(ids, o.following[u]) {
-			d = append(d, fmt.Sprintf("following: following:{%d} is %v, SQL %v", u, ids, o.following[u]))
+		if !slices.Equal(ids, o.Following[u]) {
+			d = append(d, fmt.Sprintf("following: following:{%d} is %v, SQL %v", u, ids, o.Following[u]))
 		}
 		if len(d) > 0 {
 			bad = append(bad, mismatch{who: fmt.Sprint("user ", u), diffs: d})
@@ -506,7 +383,7 @@ func (o *oracle) readModels() {
 		id, _ := strconv.ParseInt(m, 10, 64)
 		got = append(got, id)
 	}
-	for u, n := range o.followers {
+	for u, n := range o.Followers {
 		if n >= o.s.pol.CelebrityThreshold {
 			want = append(want, u)
 		}
@@ -533,7 +410,7 @@ func (o *oracle) coverageBefore() {
 		o.errorf("inbox layout %s: %d sorted-set inboxes, %d packed inbox keys", o.s.pol.InboxLayout, zsets, packed)
 	}
 	var celebs, up, down, pulled int64
-	for _, n := range o.followers {
+	for _, n := range o.Followers {
 		if n >= thr {
 			celebs++
 		}
@@ -585,8 +462,8 @@ func (o *oracle) coverageBefore() {
 func (o *oracle) explainIDs(b *strings.Builder, s string) {
 	for i := 0; i+8 <= len(s); i += 8 {
 		id := int64(binary.BigEndian.Uint64([]byte(s[i : i+8])))
-		if tp, known := o.posts[id]; known {
-			fmt.Fprintf(b, " %d(a%d%s)", id, tp.author, map[bool]string{true: ",deleted"}[tp.deleted])
+		if tp, known := o.Posts[id]; known {
+			fmt.Fprintf(b, " %d(a%d%s)", id, tp.Author, map[bool]string{true: ",deleted"}[tp.Deleted])
 		} else {
 			fmt.Fprintf(b, " %d(unknown)", id)
 		}

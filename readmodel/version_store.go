@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // ErrNoVersion means PostgreSQL has no active version for a projection (no
@@ -167,4 +168,52 @@ func adoptCached(ctx context.Context, db VersionQuerier, cached Versions) ([]str
 		}
 	}
 	return adopted, nil
+}
+
+// VersionExecQuerier is what CheckPolicy needs; *pgxpool.Pool has it.
+type VersionExecQuerier interface {
+	VersionQuerier
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// ErrPolicyMismatch means a projector's fan-out policy is not the one its
+// active version was built with.
+var ErrPolicyMismatch = errors.New("fan-out policy differs from the active version's")
+
+// CheckPolicy checks, before a projector writes, that its fan-out policy
+// (p, defaulted) is the one the active versions of the inbox and
+// followers projections were built with: two projectors with different
+// celebrity thresholds would push and pull by different rules and drop
+// posts between them, silently. A version without a recorded policy (the
+// first start of a deployment, built by the projectors themselves) gets
+// p recorded now, by the first projector to start; a later one with other
+// values gets ErrPolicyMismatch, which says how to change the policy
+// (`feed rebuild`, blue/green).
+func CheckPolicy(ctx context.Context, db VersionExecQuerier, p Policy) error {
+	p = p.WithDefaults()
+	checked := []string{ProjectionFollowers, ProjectionInbox}
+	if _, err := db.Exec(ctx, `UPDATE projection_versions SET celebrity_threshold = $2, inbox_max = $3
+		WHERE projection = ANY($1) AND celebrity_threshold IS NULL`, checked, p.CelebrityThreshold, p.InboxMax); err != nil {
+		return fmt.Errorf("record the fan-out policy: %w", err)
+	}
+	recs, err := LoadVersionRecords(ctx, db)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, r := range recs {
+		switch {
+		case r.Projection != ProjectionFollowers && r.Projection != ProjectionInbox:
+		case r.CelebrityThreshold != p.CelebrityThreshold:
+			errs = append(errs, fmt.Errorf("%s version %d was built with celebrity threshold %d, this process has %d (FEED_CELEBRITY_THRESHOLD): %w",
+				r.Projection, r.Version, r.CelebrityThreshold, p.CelebrityThreshold, ErrPolicyMismatch))
+		case r.Projection == ProjectionInbox && r.InboxMax != p.InboxMax:
+			errs = append(errs, fmt.Errorf("%s version %d was built with inbox bound %d, this process has %d (FEED_INBOX_MAX): %w",
+				r.Projection, r.Version, r.InboxMax, p.InboxMax, ErrPolicyMismatch))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w; start with the version's values, or build a version with the new ones (feed rebuild)", errors.Join(errs...))
+	}
+	return nil
 }

@@ -110,10 +110,11 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiTask, func(), error
 	}
 
 	f, err := queries.New(queries.Config{
-		CelebrityCacheTTL: cfg.CelebrityCacheTTL,
-		ReadCacheKeys:     readCacheKeys(cfg.ReadCacheKeys),
-		Registerer:        p.Registry,
-		Logger:            p.Log,
+		CelebrityCacheTTL:  cfg.CelebrityCacheTTL,
+		ReadCacheKeys:      readCacheKeys(cfg.ReadCacheKeys),
+		RebuildConcurrency: cfg.RebuildConcurrency,
+		Registerer:         p.Registry,
+		Logger:             p.Log,
 	}.WithPolicy(cfg.Policy), p.Pool, p.Redis)
 	if err != nil {
 		return apiTask{}, nil, fmt.Errorf("build the query side: %w", err)

@@ -79,6 +79,11 @@ func newProjectors(ctx context.Context, cfg Config, pool *pgxpool.Pool, rdb redi
 	if len(names) == 0 {
 		names = projections.Names()
 	}
+	if slices.Contains(names, readmodel.ProjectionInbox) || slices.Contains(names, readmodel.ProjectionFollowers) {
+		if err := readmodel.CheckPolicy(ctx, pool, cfg.Policy); err != nil {
+			return task{}, fmt.Errorf("project: %w", err)
+		}
+	}
 	readmodel.WarnListpack(ctx, rdb, cfg.Policy, log)
 	s, err := projections.NewSupervisor(projections.SupervisorConfig{
 		Projections: projectionConfig(cfg),

@@ -51,6 +51,9 @@ type Config struct {
 	// ReadCacheKeys bounds the API's client-side read cache, in Redis keys
 	// (FEED_READ_CACHE_KEYS); 0 turns it off.
 	ReadCacheKeys int
+	// RebuildConcurrency is FEED_REBUILD_CONCURRENCY: how many read models
+	// the query side rebuilds from PostgreSQL at once.
+	RebuildConcurrency int
 	// AllowDevSecret lets `feed api` start with the built-in development
 	// JWT secret (FEED_ALLOW_DEV_SECRET=1); `feed dev` always allows it.
 	AllowDevSecret bool
@@ -142,6 +145,7 @@ func LoadConfig() (Config, error) {
 		{"FEED_MAX_CONTENT_CHARS", 2000, func(v int64) { c.MaxContentChars = int(v) }},
 		{"FEED_LAG_WARN_BYTES", 256 << 20, func(v int64) { c.LagWarnBytes = v }},
 		{"FEED_READ_CACHE_KEYS", 40_000, func(v int64) { c.ReadCacheKeys = int(v) }},
+		{"FEED_REBUILD_CONCURRENCY", 4, func(v int64) { c.RebuildConcurrency = int(v) }},
 	}
 	for _, i := range ints {
 		v, err := envInt(i.key, i.def)
@@ -191,6 +195,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("FEED_MAX_CONTENT_CHARS=%d: want at least 1", c.MaxContentChars)
 	case c.CelebrityCacheTTL < 0:
 		return fmt.Errorf("FEED_CELEBRITY_CACHE_TTL must not be negative")
+	case c.RebuildConcurrency < 1 || c.RebuildConcurrency > 1000:
+		return fmt.Errorf("FEED_REBUILD_CONCURRENCY=%d: want 1..1000", c.RebuildConcurrency)
 	case c.ReadCacheKeys < 0:
 		return fmt.Errorf("FEED_READ_CACHE_KEYS=%d: want a number of keys, 0 for off", c.ReadCacheKeys)
 	case c.LogFormat != "text" && c.LogFormat != "json":

@@ -161,6 +161,7 @@ var envDocs = map[string]string{
 	"FEED_INBOX_MAX":           "inbox bound (default 500)",
 	"FEED_INBOX_LAYOUT":        "inbox Redis layout, zset or packed; the projectors and the API must agree (default zset)",
 	"FEED_READ_CACHE_KEYS":     "the API's read cache bound in Redis keys, 0 off (default 40000)",
+	"FEED_REBUILD_CONCURRENCY": "read models the API rebuilds from PostgreSQL at once when it finds them not built (default 4)",
 	"FEED_FOLLOWER_CACHE_ROWS": "the inbox projector's follower cache bound, 0 off (default 16777216)",
 	"FEED_INACTIVE_AFTER":      "users not reading for this long get no pushes (default 720h)",
 	"FEED_CELEBRITY_CACHE_TTL": "in-process cache of celebrities and their timelines (default 3s)",
@@ -200,7 +201,7 @@ var (
 	envRedis    = []string{"REDIS_URL"}
 	envKafka    = []string{"KAFKA_BROKERS", "FEED_KAFKA_ADDR", "FEED_TOPIC"}
 	envAPI      = []string{"HTTP_ADDR", "FEED_AUTH", "FEED_GATEWAY_SECRET", "FEED_TRUSTED_NETWORKS", "FEED_JWT_SECRET", "FEED_ALLOW_DEV_SECRET", "FEED_NODE_ID",
-		"FEED_MAX_CONTENT_CHARS", "FEED_INBOX_MAX", "FEED_INBOX_LAYOUT", "FEED_CELEBRITY_CACHE_TTL", "FEED_INACTIVE_AFTER", "FEED_READ_CACHE_KEYS"}
+		"FEED_MAX_CONTENT_CHARS", "FEED_INBOX_MAX", "FEED_INBOX_LAYOUT", "FEED_CELEBRITY_CACHE_TTL", "FEED_INACTIVE_AFTER", "FEED_READ_CACHE_KEYS", "FEED_REBUILD_CONCURRENCY"}
 	envProjections = []string{"FEED_CELEBRITY_THRESHOLD", "FEED_INBOX_MAX", "FEED_INBOX_LAYOUT", "FEED_INACTIVE_AFTER", "FEED_FOLLOWER_CACHE_ROWS"}
 	envCDC         = []string{"FEED_PARTITIONS", "FEED_SLOT", "FEED_LAG_WARN_BYTES", "FEED_CDC_ON_SLOT_LOSS"}
 )
