@@ -40,14 +40,17 @@ type VersionRecord struct {
 	// time).
 	CelebrityThreshold int64
 	InboxMax           int
-	ActivatedAt        time.Time
+	// InboxLayout is the inbox layout the version was built in ("" when
+	// none was recorded; migration 007).
+	InboxLayout string
+	ActivatedAt time.Time
 }
 
 // LoadVersionRecords reads every projection's row from PostgreSQL, in the
 // order of Projections; a projection without a row is an ErrNoVersion that
 // names it.
 func LoadVersionRecords(ctx context.Context, db VersionQuerier) ([]VersionRecord, error) {
-	rows, err := db.Query(ctx, `SELECT projection, version, celebrity_threshold, inbox_max, activated_at
+	rows, err := db.Query(ctx, `SELECT projection, version, celebrity_threshold, inbox_max, coalesce(inbox_layout, ''), activated_at
 		FROM projection_versions`)
 	if err != nil {
 		return nil, fmt.Errorf("read projection versions: %w", err)
@@ -59,7 +62,7 @@ func LoadVersionRecords(ctx context.Context, db VersionQuerier) ([]VersionRecord
 			threshold *int64
 			inboxMax  *int32
 		)
-		if err := rows.Scan(&r.Projection, &r.Version, &threshold, &inboxMax, &r.ActivatedAt); err != nil {
+		if err := rows.Scan(&r.Projection, &r.Version, &threshold, &inboxMax, &r.InboxLayout, &r.ActivatedAt); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("read projection versions: %w", err)
 		}
@@ -124,8 +127,8 @@ func ActivateVersion(ctx context.Context, db VersionBeginner, projection string,
 			return fmt.Errorf("%s is at version %d, not %d: %w", projection, cur, from, ErrVersionMoved)
 		}
 		_, err = tx.Exec(ctx, `UPDATE projection_versions
-			SET version = $2, celebrity_threshold = $3, inbox_max = $4, activated_at = now(), seeded = false
-			WHERE projection = $1`, projection, to, p.CelebrityThreshold, p.InboxMax)
+			SET version = $2, celebrity_threshold = $3, inbox_max = $4, inbox_layout = $5, activated_at = now(), seeded = false
+			WHERE projection = $1`, projection, to, p.CelebrityThreshold, p.InboxMax, p.InboxLayout)
 		return err
 	})
 	if err != nil {
@@ -184,7 +187,8 @@ var ErrPolicyMismatch = errors.New("fan-out policy differs from the active versi
 // (p, defaulted) is the one the active versions of the inbox and
 // followers projections were built with: two projectors with different
 // celebrity thresholds would push and pull by different rules and drop
-// posts between them, silently. A version without a recorded policy (the
+// posts between them, silently, and two with different inbox layouts
+// would each fill inboxes the other's readers never see. A version without a recorded policy (the
 // first start of a deployment, built by the projectors themselves) gets
 // p recorded now, by the first projector to start; a later one with other
 // values gets ErrPolicyMismatch, which says how to change the policy
@@ -195,6 +199,10 @@ func CheckPolicy(ctx context.Context, db VersionExecQuerier, p Policy) error {
 	if _, err := db.Exec(ctx, `UPDATE projection_versions SET celebrity_threshold = $2, inbox_max = $3
 		WHERE projection = ANY($1) AND celebrity_threshold IS NULL`, checked, p.CelebrityThreshold, p.InboxMax); err != nil {
 		return fmt.Errorf("record the fan-out policy: %w", err)
+	}
+	if _, err := db.Exec(ctx, `UPDATE projection_versions SET inbox_layout = $2
+		WHERE projection = $1 AND inbox_layout IS NULL`, ProjectionInbox, p.InboxLayout); err != nil {
+		return fmt.Errorf("record the inbox layout: %w", err)
 	}
 	recs, err := LoadVersionRecords(ctx, db)
 	if err != nil {
@@ -210,6 +218,9 @@ func CheckPolicy(ctx context.Context, db VersionExecQuerier, p Policy) error {
 		case r.Projection == ProjectionInbox && r.InboxMax != p.InboxMax:
 			errs = append(errs, fmt.Errorf("%s version %d was built with inbox bound %d, this process has %d (FEED_INBOX_MAX): %w",
 				r.Projection, r.Version, r.InboxMax, p.InboxMax, ErrPolicyMismatch))
+		case r.Projection == ProjectionInbox && r.InboxLayout != p.InboxLayout:
+			errs = append(errs, fmt.Errorf("%s version %d was built in the %s layout, this process has %s (FEED_INBOX_LAYOUT): %w",
+				r.Projection, r.Version, r.InboxLayout, p.InboxLayout, ErrPolicyMismatch))
 		}
 	}
 	if len(errs) > 0 {
