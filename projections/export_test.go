@@ -1,6 +1,10 @@
 package projections
 
-import "context"
+import (
+	"context"
+
+	"github.com/feedco/feed/readmodel"
+)
 
 // BuildInboxesWithZADD is BuildInboxes writing every inbox with ZADD +
 // PEXPIRE (the fallback for servers that refuse the RESTORE payload).
@@ -20,7 +24,7 @@ func SetFollowerChunk(n int) int {
 func EffectiveConfig(cfg Config) Config { return cfg.withDefaults() }
 
 // Sampled is the hot path's choice of the pushes that check an inbox's size.
-func Sampled(post, user int64, every int) bool { return sampled(post, user, every) }
+func Sampled(post, user int64, every int) bool { return readmodel.Sampled(post, user, every) }
 
 // FollowEdgesRead is what the followers build reads below horizon: the
 // events kept and the capacity the slice was given for them.

@@ -252,7 +252,7 @@ func (p *Inbox) pushPage(ctx context.Context, pp postPush, ids []int64, expiring
 				continue
 			}
 			adds = append(adds, p.inbox.QueuePush(ctx, pipe, u, pp.push))
-			if expiring[i] || sampled(pp.post, u, p.cfg.InboxTrimEvery) {
+			if expiring[i] || readmodel.Sampled(pp.post, u, p.cfg.InboxTrimEvery) {
 				cards = append(cards, p.inbox.QueueCheck(ctx, pipe, u, pp.push))
 				sampledUsers = append(sampledUsers, u)
 			}
@@ -441,24 +441,6 @@ func (p *Inbox) loadFollowers(ctx context.Context, author int64) (*followerList,
 		l.skew = pgNow.Sub(before)
 	}
 	return l, nil
-}
-
-// sampled reports whether the push of post to user checks the inbox's size
-// and TTL: true for one pair in every (on average), by a hash of the pair
-// alone, so redeliveries and replays sample the same pairs.
-func sampled(post, user int64, every int) bool {
-	if every <= 1 {
-		return true
-	}
-	// splitmix64 finaliser over both ids: consecutive post and user ids
-	// (Snowflake, sequences) spread evenly over the residues.
-	h := uint64(post)*0x9e3779b97f4a7c15 ^ uint64(user)
-	h ^= h >> 30
-	h *= 0xbf58476d1ce4e5b9
-	h ^= h >> 27
-	h *= 0x94d049bb133111eb
-	h ^= h >> 31
-	return h%uint64(every) == 0
 }
 
 // trim trims every user's inbox (readmodel.Inboxes.QueueTrim), in one

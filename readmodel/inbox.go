@@ -236,3 +236,22 @@ func (m Inboxes) WriteRebuilt(ctx context.Context, rdb redis.UniversalClient, us
 func (m Inboxes) QueueRead(ctx context.Context, pipe redis.Pipeliner, user, fromMs int64, n int) SetRead {
 	return queueSetRead(ctx, pipe, m.keys.Inbox(user), fromMs, n, true)
 }
+
+// Sampled reports whether the push of post to user checks the inbox's size
+// and TTL (the sorted-set layout's sampled trims): true for one pair in
+// every (on average), by a hash of the pair
+// alone, so redeliveries and replays sample the same pairs.
+func Sampled(post, user int64, every int) bool {
+	if every <= 1 {
+		return true
+	}
+	// splitmix64 finaliser over both ids: consecutive post and user ids
+	// (Snowflake, sequences) spread evenly over the residues.
+	h := uint64(post)*0x9e3779b97f4a7c15 ^ uint64(user)
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	h ^= h >> 31
+	return h%uint64(every) == 0
+}

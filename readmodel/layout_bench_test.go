@@ -262,7 +262,7 @@ func benchZsetPush(c benchCtx, users []int64, post, ms int64) {
 	pipe := c.rdb.Pipeline()
 	for _, u := range users {
 		c.zs.QueuePush(c.ctx, pipe, u, p)
-		if benchSampled(post, u, c.pol.InboxTrimEvery) {
+		if Sampled(post, u, c.pol.InboxTrimEvery) {
 			cards = append(cards, c.zs.QueueCheck(c.ctx, pipe, u, p))
 			sampledUsers = append(sampledUsers, u)
 		}
@@ -307,20 +307,6 @@ func benchPackedPush(c benchCtx, users []int64, post, _ int64) {
 	if _, err := c.pk.PushAll(c.ctx, c.rdb, users, c.pk.NewPush(post)); err != nil {
 		c.b.Fatal(err)
 	}
-}
-
-// benchSampled is projections' sampled.
-func benchSampled(post, user int64, every int) bool {
-	if every <= 1 {
-		return true
-	}
-	h := uint64(post)*0x9e3779b97f4a7c15 ^ uint64(user)
-	h ^= h >> 30
-	h *= 0xbf58476d1ce4e5b9
-	h ^= h >> 27
-	h *= 0x94d049bb133111eb
-	h ^= h >> 31
-	return h%uint64(every) == 0
 }
 
 // redisCPU is the server's used_cpu_sys + used_cpu_user.
