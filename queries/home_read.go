@@ -160,14 +160,11 @@ func (f *Feed) readHomeCached(ctx context.Context, g *cacheGen, user int64, cur 
 		fvT = c.begin(g, kFV)
 		fvB = f.follows.QueueFollowingBuilt(ctx, queue(), user)
 	}
-	fTaken := false
 	r.member = make([]bool, len(members))
 	ask := c.lookupMembers(kF, members, r.member, now) // indexes of members not cached
 	var isMember *redis.BoolSliceCmd
 	if len(ask) > 0 {
-		if !fTaken {
-			fT, fTaken = c.begin(g, kF), true
-		}
+		fT = c.begin(g, kF)
 		args := make([]any, len(ask))
 		for j, i := range ask {
 			args[j] = strconv.FormatInt(members[i], 10)
