@@ -116,7 +116,7 @@ func addToInbox(b *bundle, c *redis.Client, u, a, ms int64) key {
 	b.cachePost(k)
 	var err error
 	if b.packed() {
-		_, bk := b.feed.packed.Keys(u)
+		_, bk := b.feed.inboxes().packed.Keys(u)
 		err = c.Append(b.ctx, bk, string(binary.BigEndian.AppendUint64(nil, uint64(k.id)))).Err()
 	} else {
 		err = c.ZAdd(b.ctx, b.keys.Inbox(u), redis.Z{Score: float64(k.ms), Member: strconv.FormatInt(k.id, 10)}).Err()
@@ -169,7 +169,7 @@ func TestReadCacheInboxWriteVisible(t *testing.T) {
 		}
 		k2 := b.post(a, base+11)
 		b.cachePost(k2)
-		sk, _ := b.feed.packed.Keys(u)
+		sk, _ := b.feed.inboxes().packed.Keys(u)
 		v := other.Get(b.ctx, sk).Val()
 		if len(v) < 8 {
 			t.Fatalf("sealed string of %d bytes", len(v))
