@@ -185,12 +185,20 @@ var ErrPolicyMismatch = errors.New("fan-out policy differs from the active versi
 
 // Apply returns p with the policy r recorded in place of p's: the
 // celebrity threshold, the inbox bound and the inbox layout, each where
-// recorded (a field r has not recorded keeps p's).
+// recorded (a field r has not recorded keeps p's). A new bound resets
+// trim fields that held the old bound's defaults, so WithDefaults derives
+// them again.
 func (r VersionRecord) Apply(p Policy) Policy {
 	if r.CelebrityThreshold > 0 {
 		p.CelebrityThreshold = r.CelebrityThreshold
 	}
-	if r.InboxMax > 0 {
+	if r.InboxMax > 0 && r.InboxMax != p.InboxMax {
+		// The trim slack and band default from the bound: defaulted for
+		// the old one, they are defaulted again for the new one.
+		d := Policy{InboxMax: p.InboxMax}.WithDefaults()
+		if p.InboxTrimSlack == d.InboxTrimSlack && p.InboxTrimBand == d.InboxTrimBand && p.InboxTrimEvery == d.InboxTrimEvery {
+			p.InboxTrimSlack, p.InboxTrimBand, p.InboxTrimEvery = 0, 0, 0
+		}
 		p.InboxMax = r.InboxMax
 	}
 	if r.InboxLayout != "" {
@@ -271,7 +279,7 @@ func ResolvePolicy(ctx context.Context, db VersionExecQuerier, p Policy, explici
 	if len(errs) > 0 {
 		return p, errors.Join(errs...)
 	}
-	return inbox.Apply(p), nil
+	return inbox.Apply(p).WithDefaults(), nil
 }
 
 // CheckPolicy is ResolvePolicy with every field explicit: it records p
