@@ -29,16 +29,6 @@ func newInboxView(keys readmodel.Keys, version int, rec readmodel.VersionRecord,
 	return v
 }
 
-// key is the key the read cache tracks a user's inbox by (the sealed
-// string of a packed inbox).
-func (v *inboxView) key(user int64) string {
-	if v.packed != nil {
-		k, _ := v.packed.Keys(user)
-		return k
-	}
-	return v.zset.Key(user)
-}
-
 // inboxes returns the view of the active inbox version: the one built
 // last while the version and its recorded policy stay, a new one when a
 // switch changed them.
