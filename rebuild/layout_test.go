@@ -201,6 +201,9 @@ func TestRebuildInboxIntoPackedUnderLoad(t *testing.T) {
 	if n := sortedSetInboxes(t, s); n != 0 {
 		t.Errorf("%d sorted-set inboxes left after the cleanup", n)
 	}
+	if kv := s.keyVersions(t); kv["inbox/v1"] != 0 || kv["inbox/v2"] == 0 {
+		t.Errorf("after the switch want only version 2 inboxes: %v", kv)
+	}
 	s.checkConverged(t)
 	for _, r := range frozen {
 		w, err := s.truth(ctx, r)
