@@ -313,8 +313,22 @@ func BenchmarkReadHTTP(b *testing.B) {
 		return mgetPage(ids)
 	}
 
-	// Warm up: connections, the process caches, activity writes.
+	// Warm up: every reader once per layout (the activity writes, one per
+	// reader per ActivityWriteInterval, and their inbox EXPIREs, which
+	// invalidate the read cache), then connections and the process caches.
 	for _, sd := range sides {
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				for i := int(next.Add(1)) - 1; i < len(users); i = int(next.Add(1)) - 1 {
+					w := &discardWriter{header: make(http.Header, 4)}
+					req := *handlerReqs[i]
+					sd.handler.ServeHTTP(w, &req)
+				}
+			})
+		}
+		wg.Wait()
 		if _, err := closedLoop(clients, 2*time.Second, newHTTPRead(sd.addr)); err != nil {
 			b.Fatal(err)
 		}
