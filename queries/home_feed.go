@@ -3,6 +3,7 @@ package queries
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -159,16 +160,30 @@ func (f *Feed) homeSegment(ctx context.Context, user int64, cur key, want int) (
 	// the follow check.
 	hint := f.hints.get(user)
 	asked := make([]int64, 0, len(celebs)+len(hint))
-	isCeleb := make(map[int64]bool, len(celebs))
 	for _, c := range celebs {
 		if c.id == user {
 			continue
 		}
-		isCeleb[c.id] = true
 		asked = append(asked, c.id)
 	}
+	// asked[:nCeleb] are the celebrities: a few are scanned, more are
+	// looked up in a map made for this read.
+	nCeleb := len(asked)
+	var celebSet map[int64]bool
+	if nCeleb > 16 {
+		celebSet = make(map[int64]bool, nCeleb)
+		for _, c := range asked {
+			celebSet[c] = true
+		}
+	}
+	isCeleb := func(a int64) bool {
+		if celebSet != nil {
+			return celebSet[a]
+		}
+		return slices.Contains(asked[:nCeleb], a)
+	}
 	for _, a := range hint {
-		if a == user || isCeleb[a] {
+		if a == user || isCeleb(a) {
 			continue
 		}
 		asked = append(asked, a)
@@ -208,7 +223,7 @@ func (f *Feed) homeSegment(ctx context.Context, user int64, cur key, want int) (
 		for i, a := range asked {
 			ok := i < len(is) && is[i]
 			follows[a] = ok
-			if ok && isCeleb[a] {
+			if ok && i < nCeleb {
 				fc = append(fc, a)
 			}
 		}
