@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -397,7 +398,11 @@ func BenchmarkReadHTTP(b *testing.B) {
 				startProfile(b, *readProfile+"."+p.profile)
 			}
 			cpu0 := redisCPU(ctx, b, r.Client)
+			var ms0 runtime.MemStats
+			runtime.ReadMemStats(&ms0)
 			pr, err := p.run()
+			var ms1 runtime.MemStats
+			runtime.ReadMemStats(&ms1)
 			if profiled {
 				pprof.StopCPUProfile()
 			}
@@ -405,20 +410,21 @@ func BenchmarkReadHTTP(b *testing.B) {
 				b.Fatalf("%s: %v", p.name, err)
 			}
 			pr.redisUs = float64(redisCPU(ctx, b, r.Client)-cpu0) / float64(time.Microsecond) / (pr.rate * pr.elapsed.Seconds())
+			pr.allocs = float64(ms1.Mallocs-ms0.Mallocs) / (pr.rate * pr.elapsed.Seconds())
 			res[i] = append(res[i], pr)
 		}
 	}
 	b.StopTimer()
 
 	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "phase (%d clients)\tround\treads/s\tp50 ms\tp99 ms\tp99.9 ms\tcpu µs/read\tload gen µs/read\tredis µs/read\t\n", clients)
+	fmt.Fprintf(tw, "phase (%d clients)\tround\treads/s\tp50 ms\tp99 ms\tp99.9 ms\tcpu µs/read\tload gen µs/read\tredis µs/read\tallocs/read\t\n", clients)
 	med := make([]phaseResult, len(phases))
 	for i, p := range phases {
 		for j, pr := range res[i] {
-			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%.1f\t%.1f\t%.1f\t\n", p.name, j+1, pr.rate, ms(pr.p50), ms(pr.p99), ms(pr.p999), pr.cpuUs, pr.genUs, pr.redisUs)
+			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%.1f\t%.1f\t%.1f\t%.1f\t\n", p.name, j+1, pr.rate, ms(pr.p50), ms(pr.p99), ms(pr.p999), pr.cpuUs, pr.genUs, pr.redisUs, pr.allocs)
 		}
 		med[i] = median(res[i])
-		fmt.Fprintf(tw, "%s\tmedian\t%.0f\t%.2f\t%.2f\t%.2f\t%.1f\t%.1f\t%.1f\t\n", p.name, med[i].rate, ms(med[i].p50), ms(med[i].p99), ms(med[i].p999), med[i].cpuUs, med[i].genUs, med[i].redisUs)
+		fmt.Fprintf(tw, "%s\tmedian\t%.0f\t%.2f\t%.2f\t%.2f\t%.1f\t%.1f\t%.1f\t%.1f\t\n", p.name, med[i].rate, ms(med[i].p50), ms(med[i].p99), ms(med[i].p999), med[i].cpuUs, med[i].genUs, med[i].redisUs, med[i].allocs)
 	}
 	_ = tw.Flush()
 	rawRedis := rate("redis ZREVRANGEBYSCORE+MGET")
@@ -434,6 +440,7 @@ func BenchmarkReadHTTP(b *testing.B) {
 	} else {
 		fmt.Printf("cpu µs/read is this process's CPU time (user+system, getrusage) over the phase divided by its reads: the server and the in-process load generator (and the inbox writer with -read.writes)\n")
 	}
+	fmt.Printf("allocs/read is this process's heap allocations (runtime.MemStats.Mallocs) over the phase divided by its reads\n")
 	fmt.Printf("redis µs/read is Redis's CPU (INFO cpu, user+system) over the phase divided by its reads (a shared Redis counts its other clients too)\n")
 	for i, sd := range sides {
 		hyd := sd.feed.Metrics().Hydrations
@@ -712,6 +719,7 @@ type phaseResult struct {
 	cpuUs          float64 // the process's CPU time per operation, µs
 	genUs          float64 // the child load generator's CPU per operation, µs (0: none)
 	redisUs        float64 // Redis's CPU per operation, µs
+	allocs         float64 // this process's heap allocations per operation
 }
 
 // median takes each column's median across rounds.
@@ -733,6 +741,7 @@ func median(rs []phaseResult) phaseResult {
 		cpuUs:   col(func(r phaseResult) float64 { return r.cpuUs }),
 		genUs:   col(func(r phaseResult) float64 { return r.genUs }),
 		redisUs: col(func(r phaseResult) float64 { return r.redisUs }),
+		allocs:  col(func(r phaseResult) float64 { return r.allocs }),
 	}
 }
 
