@@ -91,6 +91,29 @@ func (f *Feed) readHomeDirect(ctx context.Context, user int64, cur key, n int, m
 
 // setSig is the cache signature of a sorted set read from cur.
 func setSig(cur key, n int, wantBuilt bool) string {
+	if cur.ms == startKey.ms && n < len(firstPageSigs) {
+		return firstPageSigs[n][b2i(wantBuilt)]
+	}
+	return makeSetSig(cur, n, wantBuilt)
+}
+
+// firstPageSigs are the signatures of first-page reads by n and
+// wantBuilt, made once: most reads are first pages.
+var firstPageSigs = func() (s [2*MaxLimit + 16][2]string) {
+	for n := range s {
+		s[n] = [2]string{makeSetSig(startKey, n, false), makeSetSig(startKey, n, true)}
+	}
+	return s
+}()
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func makeSetSig(cur key, n int, wantBuilt bool) string {
 	b := make([]byte, 0, 32)
 	b = append(b, 'z')
 	if wantBuilt {

@@ -382,3 +382,25 @@ func TestReadCacheBoundAndTicket(t *testing.T) {
 		t.Fatal("served past maxAge")
 	}
 }
+
+// The first pages' signatures made once are the ones every other read
+// makes: a table entry that differed would split one reply over two cache
+// entries, or share one between two different reads.
+func TestFirstPageSigs(t *testing.T) {
+	seen := map[string]bool{}
+	for n := range len(firstPageSigs) + 3 {
+		for _, wb := range []bool{false, true} {
+			got, want := setSig(startKey, n, wb), makeSetSig(startKey, n, wb)
+			if got != want {
+				t.Fatalf("setSig(start, %d, %v) = %q, want %q", n, wb, got, want)
+			}
+			if seen[got] {
+				t.Fatalf("setSig(start, %d, %v) = %q twice", n, wb, got)
+			}
+			seen[got] = true
+		}
+	}
+	if a, b := setSig(key{ms: 5, id: 1}, 3, true), makeSetSig(key{ms: 5, id: 1}, 3, true); a != b || a == setSig(startKey, 3, true) {
+		t.Fatalf("a deeper page's signature %q (want %q) must differ from the first page's", a, b)
+	}
+}
