@@ -197,3 +197,18 @@ func TestCPUMeterSeesThisProcess(t *testing.T) {
 		t.Errorf("end of a failed meter: %v, %v", c, err)
 	}
 }
+
+func TestCPUPerEntry(t *testing.T) {
+	c := &CPU{Cores: 2, Seconds: 10, Percent: map[string]float64{cpuFeed: 50, cpuRedis: 20, cpuPostgres: 10, cpuBench: 30}}
+	got := c.perEntry(1_000_000)
+	// feed: half a core for 10 s = 5 s = 5e6 µs over 1e6 entries.
+	want := map[string]float64{cpuFeed: 5, cpuRedis: 2, cpuPostgres: 1, cpuSystem: 8}
+	for k, v := range want {
+		if d := got[k] - v; d > 1e-9 || d < -1e-9 {
+			t.Fatalf("%s: %v µs/entry, want %v (all: %v)", k, got[k], v, got)
+		}
+	}
+	if c.perEntry(0) != nil || (*CPU)(nil).perEntry(5) != nil {
+		t.Fatal("no entries or no CPU must give nil")
+	}
+}

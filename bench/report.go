@@ -32,6 +32,9 @@ type Report struct {
 	BaselineBefore *Baselines     `json:"baselineBefore,omitempty"`
 	Mixed          *Mixed         `json:"mixed"`
 	BaselineAfter  *Baselines     `json:"baselineAfter,omitempty"`
+	// RawPush is the raw cost of pushes like the mixed phase's, measured
+	// after it (nil without posts or baselines).
+	RawPush *RawPush `json:"rawPush,omitempty"`
 }
 
 // Mixed is the mixed phase's measurements.
@@ -67,6 +70,14 @@ type Mixed struct {
 	// operation to its last (the probes' wait after it not included); nil
 	// where /proc cannot be read.
 	CPU *CPU `json:"cpu,omitempty"`
+	// Delivered is how many inbox entries the inbox projector wrote over
+	// the same window as CPU (its entries counter, scraped at both ends).
+	Delivered int64 `json:"deliveredEntries"`
+	// CPUPerEntry is CPU's feed, redis and postgres groups, and their sum
+	// ("system"), in CPU-µs per delivered entry: with a write-only mix,
+	// what an entry costs with every per-write cost included (nil
+	// without CPU or entries).
+	CPUPerEntry map[string]float64 `json:"cpuUsPerDeliveredEntry,omitempty"`
 
 	readMs, visibleMs []float64
 }
@@ -215,6 +226,14 @@ func (rep *Report) WriteTable(w io.Writer) {
 	}
 	if m.CPU != nil {
 		fmt.Fprintf(w, "cpu (%% of one core, mixed phase): %s\n", m.CPU)
+	}
+	if e := m.CPUPerEntry; e != nil {
+		fmt.Fprintf(w, "cpu per delivered entry (µs, %d entries): feed %.2f, redis %.2f, postgres %.2f = %.2f\n",
+			m.Delivered, e[cpuFeed], e[cpuRedis], e[cpuPostgres], e[cpuSystem])
+	}
+	if p := rep.RawPush; p != nil {
+		fmt.Fprintf(w, "raw push pair (ZADD + ZREMRANGEBYRANK, %s, %d entries): %.0f entries/s, redis %.2f µs/entry, client %.2f µs/entry\n",
+			p.Encoding, p.Entries, p.EntriesPerSec, p.RedisUsPerPush, p.ClientUsPerPush)
 	}
 	fmt.Fprintf(w, "errors: %d", m.ErrorCount)
 	for _, k := range slices.Sorted(maps.Keys(m.Errors)) {

@@ -216,6 +216,11 @@ func (r *Runner) Run(ctx context.Context) (*Report, error) {
 	rep.Mixed = mixed
 	if r.baselines() {
 		rep.BaselineAfter = r.runBaselines(ctx)
+		if mixed.Posts.Count > 0 {
+			if rep.RawPush, err = r.runRawPush(ctx); err != nil {
+				return nil, err
+			}
+		}
 	}
 	rep.LoadAfter = loadAvg()
 	rep.FinishedAt = time.Now().UTC()
@@ -373,6 +378,7 @@ func (r *Runner) mixed(ctx context.Context) (*Mixed, error) {
 		}
 	}
 
+	entriesBefore := r.scrapeMetrics(ctx).entries
 	cpu := startCPUMeter("/proc")
 	var wg sync.WaitGroup
 	if r.cfg.ClosedLoop {
@@ -428,6 +434,7 @@ func (r *Runner) mixed(ctx context.Context) (*Mixed, error) {
 	wg.Wait()
 	elapsed := time.Since(start)
 	used, cpuErr := cpu.end()
+	entriesAfter := r.scrapeMetrics(ctx).entries
 	if cpuErr != nil {
 		fmt.Fprintf(r.deps.Log, "bench: no CPU by process (%v)\n", cpuErr)
 	}
@@ -440,6 +447,10 @@ func (r *Runner) mixed(ctx context.Context) (*Mixed, error) {
 	}
 	m := r.summarizeMixed(rec, elapsed, timeline)
 	m.CPU = used
+	if entriesBefore >= 0 && entriesAfter >= 0 {
+		m.Delivered = int64(entriesAfter - entriesBefore)
+		m.CPUPerEntry = used.perEntry(m.Delivered)
+	}
 	return m, nil
 }
 
