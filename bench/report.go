@@ -73,10 +73,15 @@ type Mixed struct {
 	// Delivered is how many inbox entries the inbox projector wrote over
 	// the same window as CPU (its entries counter, scraped at both ends).
 	Delivered int64 `json:"deliveredEntries"`
-	// CPUPerEntry is CPU's feed, redis and postgres groups, and their sum
+	// SystemCPU is the system under test's own CPU over the same window:
+	// the API's process (feed dev: every role), its Redis and the
+	// PostgreSQL backends of its database (sutcpu.go); unlike CPU it
+	// leaves out other work on the machine.
+	SystemCPU *CPU `json:"systemCpu,omitempty"`
+	// CPUPerEntry is SystemCPU's feed, redis and postgres, and their sum
 	// ("system"), in CPU-µs per delivered entry: with a write-only mix,
 	// what an entry costs with every per-write cost included (nil
-	// without CPU or entries).
+	// without entries).
 	CPUPerEntry map[string]float64 `json:"cpuUsPerDeliveredEntry,omitempty"`
 
 	readMs, visibleMs []float64
@@ -228,6 +233,9 @@ func (rep *Report) WriteTable(w io.Writer) {
 		fmt.Fprintf(w, "cpu (%% of one core, mixed phase): %s\n", m.CPU)
 	}
 	if e := m.CPUPerEntry; e != nil {
+		c := m.SystemCPU.Percent
+		fmt.Fprintf(w, "system cpu (%% of one core, same window: the API's process, its Redis, its database's backends): feed %.1f, redis %.1f, postgres %.1f = %.1f\n",
+			c[cpuFeed], c[cpuRedis], c[cpuPostgres], m.SystemCPU.Total)
 		fmt.Fprintf(w, "cpu per delivered entry (µs, %d entries): feed %.2f, redis %.2f, postgres %.2f = %.2f\n",
 			m.Delivered, e[cpuFeed], e[cpuRedis], e[cpuPostgres], e[cpuSystem])
 	}
