@@ -17,7 +17,9 @@ import (
 // ZREMRANGEBYRANK 0 -(InboxMax+1) per follower in pipelines of 1,000, into
 // scratch sorted sets filled to the bound first, for the followers of
 // randomly chosen authors (the mixed phase's posts' authors are uniform
-// too). CPU is Redis's (INFO cpu) and this process's (getrusage) over the
+// too), each follower's push going to one of rawPushInboxes scratch
+// inboxes (follower id modulo their number: a full inbox costs the same
+// whichever it is, and filling listpacks is quadratic). CPU is Redis's (INFO cpu) and this process's (getrusage) over the
 // pushes alone, per pushed entry.
 type RawPush struct {
 	Entries         int     `json:"entries"`
@@ -32,6 +34,7 @@ const (
 	rawPushEntries  = 60_000 // about 200 posts at 300 followers
 	rawPushPipeline = 1000
 	rawPushBound    = 500
+	rawPushInboxes  = 2000
 	followersOfSQL  = `SELECT follower_id FROM follows WHERE followee_id = $1`
 )
 
@@ -65,8 +68,9 @@ func (r *Runner) runRawPush(ctx context.Context) (*RawPush, error) {
 		}
 	}
 	users := map[int64]bool{}
-	for _, u := range targets {
-		users[u] = true
+	for i, u := range targets {
+		targets[i] = u % rawPushInboxes
+		users[targets[i]] = true
 	}
 	fmt.Fprintf(r.deps.Log, "bench: raw push baseline: %d pushes into %d scratch inboxes of %d\n", len(targets), len(users), rawPushBound)
 	rdb := r.deps.Redis
