@@ -84,10 +84,9 @@ func ClientMetrics(on bool) { metrics.UseNilMetrics = !on }
 // Fetch batching of the subscribers: the broker answers a fetch once it
 // holds FetchMinBytes for the group's partitions, or after FetchMaxWait.
 // Sarama's defaults (1 byte, 500 ms) answer as soon as one message is
-// there: under a steady stream every fetch carries a message or two, and
-// each fetch costs the broker, sarama's fetch loop and its decoding per
-// group. 16 KiB is 25-30 event messages; a lone message waits at most
-// FetchMaxWait more.
+// there, and each fetch costs the broker, sarama's fetch loop and its
+// decoding, per group. 16 KiB is about 25 event messages; a lone message
+// waits at most FetchMaxWait more.
 const (
 	FetchMinBytes = 16 << 10
 	FetchMaxWait  = 20 * time.Millisecond
