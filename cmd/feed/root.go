@@ -143,36 +143,37 @@ func buildVersion() string {
 
 // envDocs describes the environment variables, for the commands' help.
 var envDocs = map[string]string{
-	"DATABASE_URL":             "PostgreSQL event log, URL or keyword form (default postgres://postgres@127.0.0.1:5432/feed?sslmode=disable)",
-	"REDIS_URL":                "Redis read models (default redis://127.0.0.1:6379/0)",
-	"KAFKA_BROKERS":            "comma-separated Kafka brokers (default: the development broker at FEED_KAFKA_ADDR)",
-	"HTTP_ADDR":                "where the API listens (default 127.0.0.1:8080)",
-	"FEED_JWT_SECRET":          "HS256 token secret, at least 16 bytes (default: a development secret)",
-	"FEED_AUTH":                "jwt (default) or trusted-header (X-User-Id from a gateway; needs a loopback HTTP_ADDR, FEED_GATEWAY_SECRET or FEED_TRUSTED_NETWORKS)",
-	"FEED_GATEWAY_SECRET":      "trusted-header: the secret the gateway sends in X-Gateway-Secret, at least 16 bytes (default: none)",
-	"FEED_TRUSTED_NETWORKS":    "trusted-header: comma-separated networks the gateway connects from, e.g. 10.0.0.0/8 (default: none)",
-	"FEED_ALLOW_DEV_SECRET":    "1 accepts the built-in development secret",
-	"FEED_STATE_DIR":           "local state, e.g. the embedded broker's data (default ./.feed)",
-	"FEED_KAFKA_ADDR":          "the development broker's address (default 127.0.0.1:9092)",
-	"FEED_TOPIC":               "the event topic (default feed.events)",
-	"FEED_PARTITIONS":          "partitions of the topic when created (default 12)",
-	"FEED_SLOT":                "logical replication slot (default feed_cdc_<database>)",
-	"FEED_CELEBRITY_THRESHOLD": "followers from which posts are pulled, not pushed (default 10000)",
-	"FEED_INBOX_MAX":           "inbox bound (default 500)",
-	"FEED_INBOX_LAYOUT":        "inbox Redis layout, zset or packed; the projectors and the API must agree (default zset)",
-	"FEED_READ_CACHE_KEYS":     "the API's read cache bound in Redis keys, 0 off (default 40000)",
-	"FEED_REBUILD_CONCURRENCY": "read models the API rebuilds from PostgreSQL at once when it finds them not built (default 4)",
-	"FEED_FOLLOWER_CACHE_ROWS": "the inbox projector's follower cache bound, 0 off (default 16777216)",
-	"FEED_INACTIVE_AFTER":      "users not reading for this long get no pushes (default 720h)",
-	"FEED_CELEBRITY_CACHE_TTL": "in-process cache of celebrities and their timelines (default 3s)",
-	"FEED_MAX_CONTENT_CHARS":   "post length limit in characters (default 2000)",
-	"FEED_NODE_ID":             "Snowflake node id, unique per API process, 0..1023 (default 0)",
-	"FEED_LAG_WARN_BYTES":      "CDC warns when the slot lags more (default 268435456)",
-	"FEED_CDC_ON_SLOT_LOSS":    "what CDC does when its slot is gone: heal (republish from the event log; default) or stop",
-	"FEED_LOG_FORMAT":          "log lines as text (default) or json",
-	"FEED_LOG_LEVEL":           "lowest level logged: debug, info (default), warn or error",
-	"FEED_PPROF_ADDR":          "serve Go's profiles (/debug/pprof/) on this address (default: off)",
-	"GOGC":                     "Go's GC target (feed cdc sets 400 unless set)",
+	"DATABASE_URL":              "PostgreSQL event log, URL or keyword form (default postgres://postgres@127.0.0.1:5432/feed?sslmode=disable)",
+	"REDIS_URL":                 "Redis read models (default redis://127.0.0.1:6379/0)",
+	"KAFKA_BROKERS":             "comma-separated Kafka brokers (default: the development broker at FEED_KAFKA_ADDR)",
+	"HTTP_ADDR":                 "where the API listens (default 127.0.0.1:8080)",
+	"FEED_JWT_SECRET":           "HS256 token secret, at least 16 bytes (default: a development secret)",
+	"FEED_AUTH":                 "jwt (default) or trusted-header (X-User-Id from a gateway; needs a loopback HTTP_ADDR, FEED_GATEWAY_SECRET or FEED_TRUSTED_NETWORKS)",
+	"FEED_GATEWAY_SECRET":       "trusted-header: the secret the gateway sends in X-Gateway-Secret, at least 16 bytes (default: none)",
+	"FEED_TRUSTED_NETWORKS":     "trusted-header: comma-separated networks the gateway connects from, e.g. 10.0.0.0/8 (default: none)",
+	"FEED_ALLOW_DEV_SECRET":     "1 accepts the built-in development secret",
+	"FEED_STATE_DIR":            "local state, e.g. the embedded broker's data (default ./.feed)",
+	"FEED_KAFKA_ADDR":           "the development broker's address (default 127.0.0.1:9092)",
+	"FEED_TOPIC":                "the event topic (default feed.events)",
+	"FEED_PARTITIONS":           "partitions of the topic when created (default 12)",
+	"FEED_SLOT":                 "logical replication slot (default feed_cdc_<database>)",
+	"FEED_CELEBRITY_THRESHOLD":  "followers from which posts are pulled, not pushed (default 10000)",
+	"FEED_INBOX_MAX":            "inbox bound (default 500)",
+	"FEED_INBOX_LAYOUT":         "inbox Redis layout, zset or packed; the projectors and the API must agree (default zset)",
+	"FEED_READ_CACHE_KEYS":      "the API's read cache bound in Redis keys, 0 off (default 40000)",
+	"FEED_REBUILD_CONCURRENCY":  "read models the API rebuilds from PostgreSQL at once when it finds them not built (default 4)",
+	"FEED_FOLLOWER_CACHE_ROWS":  "the inbox projector's follower cache bound, 0 off (default 16777216)",
+	"FEED_INACTIVE_AFTER":       "users not reading for this long get no pushes (default 720h)",
+	"FEED_CELEBRITY_CACHE_TTL":  "in-process cache of celebrities and their timelines (default 3s)",
+	"FEED_MAX_CONTENT_CHARS":    "post length limit in characters (default 2000)",
+	"FEED_NODE_ID":              "Snowflake node id, unique per API process, 0..1023 (default 0)",
+	"FEED_LAG_WARN_BYTES":       "CDC warns when the slot lags more (default 268435456)",
+	"FEED_CDC_ON_SLOT_LOSS":     "what CDC does when its slot is gone: heal (republish from the event log; default) or stop",
+	"FEED_LOG_FORMAT":           "log lines as text (default) or json",
+	"FEED_LOG_LEVEL":            "lowest level logged: debug, info (default), warn or error",
+	"FEED_KAFKA_CLIENT_METRICS": "1 turns on sarama's go-metrics meters and histograms (default off: nothing reads them)",
+	"FEED_PPROF_ADDR":           "serve Go's profiles (/debug/pprof/) on this address (default: off)",
+	"GOGC":                      "Go's GC target (feed cdc sets 400 unless set)",
 }
 
 // helpTemplate is cobra's, with the environment a command reads (the end of
@@ -199,7 +200,7 @@ func envHelp(names ...string) string {
 var (
 	envPostgres = []string{"DATABASE_URL"}
 	envRedis    = []string{"REDIS_URL"}
-	envKafka    = []string{"KAFKA_BROKERS", "FEED_KAFKA_ADDR", "FEED_TOPIC"}
+	envKafka    = []string{"KAFKA_BROKERS", "FEED_KAFKA_ADDR", "FEED_TOPIC", "FEED_KAFKA_CLIENT_METRICS"}
 	envAPI      = []string{"HTTP_ADDR", "FEED_AUTH", "FEED_GATEWAY_SECRET", "FEED_TRUSTED_NETWORKS", "FEED_JWT_SECRET", "FEED_ALLOW_DEV_SECRET", "FEED_NODE_ID",
 		"FEED_MAX_CONTENT_CHARS", "FEED_INBOX_MAX", "FEED_INBOX_LAYOUT", "FEED_CELEBRITY_CACHE_TTL", "FEED_INACTIVE_AFTER", "FEED_READ_CACHE_KEYS", "FEED_REBUILD_CONCURRENCY"}
 	envProjections = []string{"FEED_CELEBRITY_THRESHOLD", "FEED_INBOX_MAX", "FEED_INBOX_LAYOUT", "FEED_INACTIVE_AFTER", "FEED_FOLLOWER_CACHE_ROWS"}
