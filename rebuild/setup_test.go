@@ -292,14 +292,14 @@ func (s *system) keyVersions(t *testing.T) map[string]int {
 	t.Helper()
 	out := map[string]int{}
 	keys := readmodel.Keys{Prefix: s.Prefix}
-	iter := s.Redis.Scan(context.Background(), 0, escapeGlob(s.Prefix)+"*", 1000).Iterator()
-	for iter.Next(context.Background()) {
-		if p, v, ok := keys.Classify(iter.Val()); ok {
+	all, err := testenv.Keys(context.Background(), s.Redis, escapeGlob(s.Prefix)+"*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range all {
+		if p, v, ok := keys.Classify(k); ok {
 			out[fmt.Sprintf("%s/v%d", p, v)]++
 		}
-	}
-	if err := iter.Err(); err != nil {
-		t.Fatal(err)
 	}
 	return out
 }
