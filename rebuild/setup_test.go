@@ -49,10 +49,17 @@ type system struct {
 
 func startSystem(t *testing.T) *system {
 	t.Helper()
+	return startSystemOn(t, false)
+}
+
+// startSystemOn is startSystem with the read models on the Redis Cluster
+// of testenv.NewRedisCluster when cluster.
+func startSystemOn(t *testing.T, cluster bool) *system {
+	t.Helper()
 	return &system{
 		System: systest.Start(t, systest.Config{
 			Name: "rb", Partitions: 6, Projections: policies,
-			CacheTTL: 300 * time.Millisecond, Supervised: true,
+			CacheTTL: 300 * time.Millisecond, Supervised: true, RedisCluster: cluster,
 		}),
 		keep: map[int64]bool{},
 		rnd:  rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7)),
