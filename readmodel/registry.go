@@ -152,9 +152,11 @@ func (r Registry) ClearRebuildInfo(ctx context.Context, rdb redis.Cmdable) error
 
 // Sweep deletes every key of projection whose version is not keep: SCAN
 // of the namespace on every node (every master of a cluster: eachNode),
-// Classify (which tells `feed:{` from `v2:feed:{`), and one UNLINK per
-// key in pipelines of 1000 (the keys of a batch are of many slots).
+// Classify (which tells `feed:{` from `v2:feed:{`), and UNLINK in batches
+// of 1000: one command on a single node, one per key in a pipeline on a
+// cluster (the keys of a batch are of many slots).
 func (r Registry) Sweep(ctx context.Context, rdb redis.UniversalClient, projection string, keep int) error {
+	cluster := IsCluster(rdb)
 	return eachNode(ctx, rdb, func(ctx context.Context, node redis.UniversalClient) error {
 		var cursor uint64
 		batch := make([]string, 0, 1000)
@@ -162,11 +164,17 @@ func (r Registry) Sweep(ctx context.Context, rdb redis.UniversalClient, projecti
 			if len(batch) == 0 {
 				return nil
 			}
-			pipe := node.Pipeline()
-			for _, k := range batch {
-				pipe.Unlink(ctx, k)
+			var err error
+			if cluster {
+				pipe := node.Pipeline()
+				for _, k := range batch {
+					pipe.Unlink(ctx, k)
+				}
+				_, err = pipe.Exec(ctx)
+			} else {
+				err = node.Unlink(ctx, batch...).Err()
 			}
-			if _, err := pipe.Exec(ctx); err != nil {
+			if err != nil {
 				return fmt.Errorf("delete old keys of %s: %w", projection, err)
 			}
 			batch = batch[:0]
