@@ -6,6 +6,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -14,6 +15,10 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -52,6 +57,9 @@ var (
 	readClient   = flag.String("read.client", "raw", "BenchmarkReadHTTP: HTTP load generator, raw (one keep-alive connection per client, wrk-like) or std (net/http.Client)")
 	readCache    = flag.Int("read.cache-keys", 0, "BenchmarkReadHTTP: the query side's read cache bound in Redis keys (queries.Config.ReadCacheKeys: 0 the default, -1 off)")
 	readPhases   = flag.String("read.phases", "http,sql,redis,static,handler,home", "BenchmarkReadHTTP: the phases to run, a comma list of http, sql, redis, static, handler, home")
+	readLayouts  = flag.String("read.layouts", "zset,packed", "BenchmarkReadHTTP: the inbox layouts the http, handler and home phases read (readmodel.Policy.InboxLayout), a comma list; every layout is seeded")
+	readLoadgen  = flag.String("read.loadgen", "process", "BenchmarkReadHTTP: where the http phases' raw load generator runs: process (a child process, so the CPU per read is the server's alone) or inprocess (beside the server)")
+	readProfile  = flag.String("read.cpuprofile", "", "BenchmarkReadHTTP: write a CPU profile of the http phases alone (every round) to this file")
 )
 
 // BenchmarkReadHTTP measures the home feed read path over HTTP on a seeded
@@ -72,13 +80,22 @@ var (
 //     reads (no socket, no net/http server);
 //   - home: Feed.Home called in process.
 //
-// Every phase also reports the process's CPU time per read (getrusage:
-// user + system, the load generator included).
+// The http, handler and home phases run once per inbox layout of
+// -read.layouts (both are seeded with the same posts), and with the packed
+// layout the redis phase also reads its first page raw (GET of the buffer
+// and GETRANGE of the sealed string's newest ids, then the MGET).
 //
-// The load generator runs in the same process: -read.client=raw (default)
-// is a wrk-like client, one keep-alive connection per client and next to
-// no CPU of its own; -read.client=std is net/http's Client (two goroutines
-// per connection, header maps), which takes a visible share of two cores.
+// Every phase reports the process's CPU time per read (getrusage: user +
+// system) and Redis's (INFO cpu). The http phases' load generator runs in
+// a child process by default (-read.loadgen=process), so the process's
+// CPU is the server's alone and the child's is reported beside it;
+// -read.loadgen=inprocess runs it beside the server, as -read.client=std
+// always does. -read.client=raw (default) is a wrk-like client, one
+// keep-alive connection per client and next to no CPU of its own; std is
+// net/http's Client (two goroutines per connection, header maps).
+// -read.cpuprofile=FILE profiles each http phase of the first round
+// (FILE.zset, FILE.packed, FILE.static): with the child load generator,
+// the server's samples alone.
 //
 // The data: -read.users users, each following 100-300 others drawn with a
 // Zipf skew, -read.posts posts over 30 days, the -read.celebs most-followed
@@ -101,12 +118,6 @@ func BenchmarkReadHTTP(b *testing.B) {
 	users := seedRead(b, ctx, db.Pool, r.Client, keys)
 	b.Logf("seeded %d users, %d posts in %v", len(users), *readPosts, time.Since(start).Round(time.Millisecond))
 
-	feedReg := prometheus.NewRegistry()
-	feed, err := queries.New(queries.Config{Keys: keys, ReadCacheKeys: *readCache, Registerer: feedReg}, db.Pool, r.Client)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(feed.Close)
 	ids, _ := snowflake.New(9)
 	cmds, err := commands.New(db.Pool, ids, commands.Config{})
 	if err != nil {
@@ -114,32 +125,13 @@ func BenchmarkReadHTTP(b *testing.B) {
 	}
 	signer, _ := auth.NewSigner(secret)
 	knownUsers, _ := auth.NewUsers(db.Pool, 0)
-	srv, err := api.New(api.Config{}, api.Deps{Commands: cmds, Tokens: signer, Users: knownUsers, Feed: feed, Registry: prometheus.NewRegistry()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	addr := serveForBench(b, srv)
 	clients := *readClients
 	tokens := make([]string, len(users))
 	for i, u := range users {
 		tokens[i] = "Bearer " + signer.Sign(u, 24*time.Hour)
 	}
 	var checked atomic.Int64
-	// check decodes the first 200 pages of the phase: 20 items and a cursor.
-	check := func(i int, body io.Reader) error {
-		if checked.Add(1) > 200 {
-			_, err := io.Copy(io.Discard, body)
-			return err
-		}
-		var page queries.Page
-		if err := json.NewDecoder(body).Decode(&page); err != nil {
-			return err
-		}
-		if len(page.Items) != 20 || page.NextCursor == nil {
-			return fmt.Errorf("user %d: page of %d items", users[i], len(page.Items))
-		}
-		return nil
-	}
+	check := func(i int, body io.Reader) error { return checkPage(&checked, users[i], body) }
 	// newHTTPRead returns the closed-loop operation against the API at addr.
 	newHTTPRead := func(addr string) func(rng *rand.Rand) error {
 		switch *readClient {
@@ -161,44 +153,67 @@ func BenchmarkReadHTTP(b *testing.B) {
 				return check(i, resp.Body)
 			}
 		case "raw":
-			reqs := make([][]byte, len(users))
-			for i := range users {
-				reqs[i] = []byte("GET /api/feed HTTP/1.1\r\nHost: " + addr + "\r\nAuthorization: " + tokens[i] + "\r\n\r\n")
+			op, err := rawReads(addr, tokens, clients, check)
+			if err != nil {
+				b.Fatal(err)
 			}
-			conns := make(chan *rawConn, clients)
-			for range clients {
-				c, err := dialRaw(addr)
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.Cleanup(func() { _ = c.conn.Close() })
-				// One request now: an idle connection that never sent one is
-				// closed after the server's ReadHeaderTimeout; after one, the
-				// IdleTimeout (60 s) applies between phases.
-				if _, err := c.get(reqs[0]); err != nil {
-					b.Fatal(err)
-				}
-				conns <- c
-			}
-			return func(rng *rand.Rand) error {
-				i := rng.IntN(len(users))
-				c := <-conns
-				defer func() { conns <- c }()
-				body, err := c.get(reqs[i])
-				if err != nil {
-					return err
-				}
-				return check(i, bytes.NewReader(body))
-			}
+			return op
 		}
 		b.Fatalf("-read.client %q: want raw or std", *readClient)
 		return nil
 	}
-	httpRead := newHTTPRead(addr)
+	// newHTTPPhase returns the http phase against addr: the load generator
+	// in this process (-read.loadgen=inprocess, or -read.client=std), or in
+	// a child process, so that this process's CPU is the server's.
+	tokenFile := ""
+	newHTTPPhase := func(addr string) func() (phaseResult, error) {
+		if *readLoadgen == "inprocess" || *readClient == "std" {
+			op := newHTTPRead(addr)
+			return func() (phaseResult, error) { return closedLoop(clients, *readDuration, op) }
+		}
+		if *readLoadgen != "process" {
+			b.Fatalf("-read.loadgen %q: want process or inprocess", *readLoadgen)
+		}
+		if tokenFile == "" {
+			tokenFile = filepath.Join(b.TempDir(), "tokens")
+			ids := make([]string, len(users))
+			for i, u := range users {
+				ids[i] = strconv.FormatInt(u, 10) + " " + tokens[i]
+			}
+			if err := os.WriteFile(tokenFile, []byte(strings.Join(ids, "\n")), 0o600); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return func() (phaseResult, error) { return childLoad(addr, tokenFile, clients, *readDuration) }
+	}
+
+	// One query side and API per inbox layout, each over the same data.
+	type side struct {
+		layout  string
+		feed    *queries.Feed
+		reg     *prometheus.Registry
+		srv     *api.Server
+		addr    string
+		handler http.Handler
+	}
+	var sides []side
+	for _, l := range strings.Split(*readLayouts, ",") {
+		reg := prometheus.NewRegistry()
+		feed, err := queries.New(queries.Config{Keys: keys, InboxLayout: l, ReadCacheKeys: *readCache, Registerer: reg}, db.Pool, r.Client)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(feed.Close)
+		srv, err := api.New(api.Config{}, api.Deps{Commands: cmds, Tokens: signer, Users: knownUsers, Feed: feed, Registry: prometheus.NewRegistry()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		sides = append(sides, side{layout: l, feed: feed, reg: reg, srv: srv, addr: serveForBench(b, srv), handler: srv.Handler()})
+	}
 	// The ceiling of this machine for any query side: the same API (auth,
 	// routing, metrics, JSON, server) answering one fixed real page from
 	// memory, no Redis at all.
-	page, err := feed.Home(ctx, users[0], "", 20)
+	page, err := sides[0].feed.Home(ctx, users[0], "", 20)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -206,32 +221,35 @@ func BenchmarkReadHTTP(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	staticRead := newHTTPRead(serveForBench(b, static))
+	staticAddr := serveForBench(b, static)
 	// The API's handler called in process (auth, metrics, query side,
 	// JSON; no connection, no net/http server): the server's own CPU per
 	// read without the sockets and the load generator.
-	handler := srv.Handler()
 	handlerReqs := make([]*http.Request, len(users))
 	for i := range users {
 		handlerReqs[i], _ = http.NewRequest(http.MethodGet, "/api/feed", nil)
 		handlerReqs[i].Header.Set("Authorization", tokens[i])
 	}
-	handlerRead := func(rng *rand.Rand) error {
-		req := *handlerReqs[rng.IntN(len(users))] // the handler gets its own copy, as net/http gives each request
-		w := &discardWriter{header: make(http.Header, 4)}
-		handler.ServeHTTP(w, &req)
-		if w.status != http.StatusOK || w.n < 1000 {
-			return fmt.Errorf("handler: status %d, %d bytes", w.status, w.n)
+	handlerRead := func(handler http.Handler) func(rng *rand.Rand) error {
+		return func(rng *rand.Rand) error {
+			req := *handlerReqs[rng.IntN(len(users))] // the handler gets its own copy, as net/http gives each request
+			w := &discardWriter{header: make(http.Header, 4)}
+			handler.ServeHTTP(w, &req)
+			if w.status != http.StatusOK || w.n < 1000 {
+				return fmt.Errorf("handler: status %d, %d bytes", w.status, w.n)
+			}
+			return nil
 		}
-		return nil
 	}
 	// The query side alone, called in process: what HTTP adds is the rest.
-	homeRead := func(rng *rand.Rand) error {
-		p, err := feed.Home(ctx, users[rng.IntN(len(users))], "", 20)
-		if err == nil && len(p.Items) != 20 {
-			err = fmt.Errorf("page of %d items", len(p.Items))
+	homeRead := func(feed *queries.Feed) func(rng *rand.Rand) error {
+		return func(rng *rand.Rand) error {
+			p, err := feed.Home(ctx, users[rng.IntN(len(users))], "", 20)
+			if err == nil && len(p.Items) != 20 {
+				err = fmt.Errorf("page of %d items", len(p.Items))
+			}
+			return err
 		}
-		return err
 	}
 	now := time.Now()
 	sqlRead := func(rng *rand.Rand) error {
@@ -249,6 +267,13 @@ func BenchmarkReadHTTP(b *testing.B) {
 		}
 		return rows.Err()
 	}
+	mgetPage := func(ids []int64) error {
+		ks := make([]string, 20)
+		for i := range ks {
+			ks[i] = keys.Post(ids[i])
+		}
+		return r.Client.MGet(ctx, ks...).Err()
+	}
 	redisRead := func(rng *rand.Rand) error {
 		u := users[rng.IntN(len(users))]
 		m, err := r.Client.ZRevRangeByScore(ctx, keys.Inbox(u), &redis.ZRangeBy{Max: "(+inf", Min: "-inf", Count: 21}).Result()
@@ -258,27 +283,84 @@ func BenchmarkReadHTTP(b *testing.B) {
 		if len(m) < 21 {
 			return fmt.Errorf("inbox of %d: %d members", u, len(m))
 		}
-		ks := make([]string, 20)
-		for i := range ks {
-			id, _ := strconv.ParseInt(m[i], 10, 64)
-			ks[i] = keys.Post(id)
+		ids := make([]int64, 20)
+		for i := range ids {
+			ids[i], _ = strconv.ParseInt(m[i], 10, 64)
 		}
-		return r.Client.MGet(ctx, ks...).Err()
+		return mgetPage(ids)
+	}
+	// The packed inbox's first page as the query side reads it (GET of the
+	// buffer and GETRANGE of the sealed string's newest ids and header in
+	// one pipeline), then the MGET.
+	packedInboxes := readmodel.NewPackedInboxes(keys, readmodel.Policy{})
+	redisPackedRead := func(rng *rand.Rand) error {
+		u := users[rng.IntN(len(users))]
+		pipe := r.Client.Pipeline()
+		rd := packedInboxes.QueueRead(ctx, pipe, u, readmodel.MaxScoreMs, 21)
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return err
+		}
+		p, err := rd.Result()
+		if err != nil {
+			return err
+		}
+		if len(p.Entries) < 21 {
+			return fmt.Errorf("packed inbox of %d: %d entries", u, len(p.Entries))
+		}
+		ids := make([]int64, 20)
+		for i := range ids {
+			ids[i] = p.Entries[i].ID
+		}
+		return mgetPage(ids)
 	}
 
-	// Warm up: connections, the process caches, activity writes.
-	if _, err := closedLoop(clients, 2*time.Second, httpRead); err != nil {
-		b.Fatal(err)
+	// Warm up: every reader once per layout (the activity writes, one per
+	// reader per ActivityWriteInterval, and their inbox EXPIREs, which
+	// invalidate the read cache), then connections and the process caches.
+	for _, sd := range sides {
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				for i := int(next.Add(1)) - 1; i < len(users); i = int(next.Add(1)) - 1 {
+					w := &discardWriter{header: make(http.Header, 4)}
+					req := *handlerReqs[i]
+					sd.handler.ServeHTTP(w, &req)
+				}
+			})
+		}
+		wg.Wait()
+		if _, err := closedLoop(clients, 2*time.Second, newHTTPRead(sd.addr)); err != nil {
+			b.Fatal(err)
+		}
 	}
-	var res [][]phaseResult // per phase, per round
 	type phase struct {
 		short, name string
-		op          func(*rand.Rand) error
+		http        bool   // served over a socket: profiled with -read.cpuprofile
+		profile     string // the profile's file suffix
+		run         func() (phaseResult, error)
+	}
+	loop := func(op func(*rand.Rand) error) func() (phaseResult, error) {
+		return func() (phaseResult, error) { return closedLoop(clients, *readDuration, op) }
+	}
+	var all []phase
+	for _, sd := range sides {
+		all = append(all, phase{"http", "http GET /api/feed, " + sd.layout, true, sd.layout, newHTTPPhase(sd.addr)})
+	}
+	all = append(all, phase{"sql", "sql naive pull query", false, "", loop(sqlRead)},
+		phase{"redis", "redis ZREVRANGEBYSCORE+MGET", false, "", loop(redisRead)})
+	if slices.Contains(strings.Split(*readLayouts, ","), readmodel.InboxLayoutPacked) {
+		all = append(all, phase{"redis", "redis packed GET+GETRANGE, MGET", false, "", loop(redisPackedRead)})
+	}
+	all = append(all, phase{"static", "http, fixed page from memory", true, "static", newHTTPPhase(staticAddr)})
+	for _, sd := range sides {
+		all = append(all, phase{"handler", "API handler in process, " + sd.layout, false, "", loop(handlerRead(sd.handler))})
+	}
+	for _, sd := range sides {
+		all = append(all, phase{"home", "Feed.Home in process, " + sd.layout, false, "", loop(homeRead(sd.feed))})
 	}
 	var phases []phase
-	for _, p := range []phase{{"http", "http GET /api/feed", httpRead}, {"sql", "sql naive pull query", sqlRead}, {"redis", "redis ZREVRANGEBYSCORE+MGET", redisRead},
-		{"static", "http, fixed page from memory", staticRead}, {"handler", "API handler in process, no socket", handlerRead},
-		{"home", "Feed.Home in process, no HTTP", homeRead}} {
+	for _, p := range all {
 		if slices.Contains(strings.Split(*readPhases, ","), p.short) {
 			phases = append(phases, p)
 		}
@@ -286,9 +368,10 @@ func BenchmarkReadHTTP(b *testing.B) {
 	if len(phases) == 0 || phases[0].short != "http" {
 		b.Fatalf("-read.phases %q: the http phase is required", *readPhases)
 	}
-	rate := func(short string) float64 { // the median rate of a phase, NaN if not run
+	var res [][]phaseResult             // per phase, per round
+	rate := func(name string) float64 { // the median rate of a phase, NaN if not run
 		for i, p := range phases {
-			if p.short == short {
+			if p.name == name {
 				return median(res[i]).rate
 			}
 		}
@@ -297,57 +380,88 @@ func BenchmarkReadHTTP(b *testing.B) {
 	if *readWrites > 0 {
 		stop := make(chan struct{})
 		done := make(chan struct{})
-		go inboxWriter(ctx, r.Client, keys, users, *readWrites, stop, done)
+		go inboxWriter(ctx, r.Client, keys, strings.Split(*readLayouts, ","), users, *readWrites, stop, done)
 		defer func() { close(stop); <-done }()
 	}
-	cacheBefore := readCacheStats(b, feedReg)
+	cacheBefore := make([]map[string]float64, len(sides))
+	for i, sd := range sides {
+		cacheBefore[i] = readCacheStats(b, sd.reg)
+	}
 	res = make([][]phaseResult, len(phases))
 	b.ResetTimer()
-	for range *readRounds {
+	for round := range *readRounds {
 		for i, p := range phases {
-			pr, err := closedLoop(clients, *readDuration, p.op)
+			// -read.cpuprofile: each http phase of the first round to a
+			// file of its own (FILE.zset, FILE.packed, FILE.static)
+			profiled := *readProfile != "" && p.http && round == 0
+			if profiled {
+				startProfile(b, *readProfile+"."+p.profile)
+			}
+			cpu0 := redisCPU(ctx, b, r.Client)
+			var ms0 runtime.MemStats
+			runtime.ReadMemStats(&ms0)
+			pr, err := p.run()
+			var ms1 runtime.MemStats
+			runtime.ReadMemStats(&ms1)
+			if profiled {
+				pprof.StopCPUProfile()
+			}
 			if err != nil {
 				b.Fatalf("%s: %v", p.name, err)
 			}
+			pr.redisUs = float64(redisCPU(ctx, b, r.Client)-cpu0) / float64(time.Microsecond) / (pr.rate * pr.elapsed.Seconds())
+			pr.allocs = float64(ms1.Mallocs-ms0.Mallocs) / (pr.rate * pr.elapsed.Seconds())
 			res[i] = append(res[i], pr)
 		}
 	}
 	b.StopTimer()
 
 	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "phase (%d clients)\tround\treads/s\tp50 ms\tp99 ms\tp99.9 ms\tcpu µs/read\t\n", clients)
+	fmt.Fprintf(tw, "phase (%d clients)\tround\treads/s\tp50 ms\tp99 ms\tp99.9 ms\tcpu µs/read\tload gen µs/read\tredis µs/read\tallocs/read\t\n", clients)
 	med := make([]phaseResult, len(phases))
 	for i, p := range phases {
 		for j, pr := range res[i] {
-			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%.1f\t\n", p.name, j+1, pr.rate, ms(pr.p50), ms(pr.p99), ms(pr.p999), pr.cpuUs)
+			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%.1f\t%.1f\t%.1f\t%.1f\t\n", p.name, j+1, pr.rate, ms(pr.p50), ms(pr.p99), ms(pr.p999), pr.cpuUs, pr.genUs, pr.redisUs, pr.allocs)
 		}
 		med[i] = median(res[i])
-		fmt.Fprintf(tw, "%s\tmedian\t%.0f\t%.2f\t%.2f\t%.2f\t%.1f\t\n", p.name, med[i].rate, ms(med[i].p50), ms(med[i].p99), ms(med[i].p999), med[i].cpuUs)
+		fmt.Fprintf(tw, "%s\tmedian\t%.0f\t%.2f\t%.2f\t%.2f\t%.1f\t%.1f\t%.1f\t%.1f\t\n", p.name, med[i].rate, ms(med[i].p50), ms(med[i].p99), ms(med[i].p999), med[i].cpuUs, med[i].genUs, med[i].redisUs, med[i].allocs)
 	}
 	_ = tw.Flush()
-	fmt.Printf("http/sql = %.1fx (target >= 30x), http/redis = %.2fx (target >= 1x), http p99 = %.2f ms (target < 10 ms)\n",
-		med[0].rate/rate("sql"), med[0].rate/rate("redis"), ms(med[0].p99))
-	fmt.Printf("ceiling: the API serving a fixed page without Redis = %.2fx raw Redis; the real read = %.2fx of that ceiling\n",
-		rate("static")/rate("redis"), med[0].rate/rate("static"))
-	fmt.Printf("cpu µs/read is this process's CPU time (user+system, getrusage) over the phase divided by its reads: the server and the in-process load generator (and the inbox writer with -read.writes)\n")
-	hyd := feed.Metrics().Hydrations
-	fmt.Printf("post bodies hydrated during the run: from process memory %.0f, from Redis %.0f, from PostgreSQL %.0f\n",
-		counterValue(hyd.WithLabelValues("process")), counterValue(hyd.WithLabelValues("redis")), counterValue(hyd.WithLabelValues("pg")))
-	cacheAfter := readCacheStats(b, feedReg)
-	fmt.Printf("read cache (-read.cache-keys, %d inbox writes/s) during the rounds:", *readWrites)
-	for _, e := range []string{"hit", "miss", "stored", "dropped", "invalidated", "flush", "generation"} {
-		fmt.Printf(" %s %.0f", e, cacheAfter[e]-cacheBefore[e])
+	rawRedis := rate("redis ZREVRANGEBYSCORE+MGET")
+	for i, p := range phases {
+		if p.short == "http" && p.name != "http, fixed page from memory" {
+			fmt.Printf("%s: http/sql = %.1fx (target >= 30x), http/redis = %.2fx (target >= 1x), http p99 = %.2f ms (target < 10 ms), the real read = %.2fx of the fixed page\n",
+				p.name, med[i].rate/rate("sql naive pull query"), med[i].rate/rawRedis, ms(med[i].p99), med[i].rate/rate("http, fixed page from memory"))
+		}
 	}
-	fmt.Println()
+	fmt.Printf("ceiling: the API serving a fixed page without Redis = %.2fx raw Redis\n", rate("http, fixed page from memory")/rawRedis)
+	if *readLoadgen == "process" && *readClient == "raw" {
+		fmt.Printf("cpu µs/read is this process's CPU time (user+system, getrusage) over the phase divided by its reads: the server's (the http phases' load generator runs in a child process: its own CPU is the load gen column)\n")
+	} else {
+		fmt.Printf("cpu µs/read is this process's CPU time (user+system, getrusage) over the phase divided by its reads: the server and the in-process load generator (and the inbox writer with -read.writes)\n")
+	}
+	fmt.Printf("allocs/read is this process's heap allocations (runtime.MemStats.Mallocs) over the phase divided by its reads\n")
+	fmt.Printf("redis µs/read is Redis's CPU (INFO cpu, user+system) over the phase divided by its reads (a shared Redis counts its other clients too)\n")
+	for i, sd := range sides {
+		hyd := sd.feed.Metrics().Hydrations
+		fmt.Printf("%s: post bodies hydrated during the run: from process memory %.0f, from Redis %.0f, from PostgreSQL %.0f\n", sd.layout,
+			counterValue(hyd.WithLabelValues("process")), counterValue(hyd.WithLabelValues("redis")), counterValue(hyd.WithLabelValues("pg")))
+		cacheAfter := readCacheStats(b, sd.reg)
+		fmt.Printf("%s: read cache (-read.cache-keys, %d inbox writes/s) during the rounds:", sd.layout, *readWrites)
+		for _, e := range []string{"hit", "miss", "stored", "dropped", "invalidated", "flush", "generation"} {
+			fmt.Printf(" %s %.0f", e, cacheAfter[e]-cacheBefore[i][e])
+		}
+		fmt.Println()
+	}
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(med[0].rate, "http-reads/s")
 	b.ReportMetric(ms(med[0].p99), "http-p99-ms")
 	b.ReportMetric(med[0].cpuUs, "http-cpu-µs/read")
-	b.ReportMetric(rate("sql"), "sql-reads/s")
-	b.ReportMetric(rate("redis"), "redis-reads/s")
-	b.ReportMetric(med[0].rate/rate("sql"), "x-sql")
-	b.ReportMetric(med[0].rate/rate("redis"), "x-redis")
-	b.ReportMetric(rate("static"), "static-http-reads/s")
+	b.ReportMetric(rate("sql naive pull query"), "sql-reads/s")
+	b.ReportMetric(rawRedis, "redis-reads/s")
+	b.ReportMetric(med[0].rate/rate("sql naive pull query"), "x-sql")
+	b.ReportMetric(med[0].rate/rawRedis, "x-redis")
+	b.ReportMetric(rate("http, fixed page from memory"), "static-http-reads/s")
 }
 
 // readCacheStats reads feed_query_read_cache_total by event.
@@ -372,13 +486,17 @@ func readCacheStats(b *testing.B, reg *prometheus.Registry) map[string]float64 {
 	return out
 }
 
-// inboxWriter changes random readers' inboxes, perSec a second, until
-// stop: each write adds and removes a member below every post (score
-// -inf, so no page shows it), which makes Redis invalidate the inbox as a
-// fan-out push does, without changing any page.
-func inboxWriter(ctx context.Context, rdb redis.UniversalClient, keys readmodel.Keys, users []int64, perSec int, stop, done chan struct{}) {
+// inboxWriter changes random readers' inboxes of every layout, perSec a
+// second each, until stop. Each write changes an inbox as a fan-out push
+// does, which makes Redis invalidate it, without changing any page: in a
+// sorted set it adds and removes a member below every post (score -inf); in
+// a packed inbox it appends an id below the floor to the buffer (the merge
+// a full buffer asks for drops it, readers skip it).
+func inboxWriter(ctx context.Context, rdb redis.UniversalClient, keys readmodel.Keys, layouts []string, users []int64, perSec int, stop, done chan struct{}) {
 	defer close(done)
 	rng := rand.New(rand.NewPCG(7, 7))
+	packed := readmodel.NewPackedInboxes(keys, readmodel.Policy{})
+	below := packed.NewPush(1)
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
 	start, sent := time.Now(), 0
@@ -393,14 +511,196 @@ func inboxWriter(ctx context.Context, rdb redis.UniversalClient, keys readmodel.
 			continue
 		}
 		pipe := rdb.Pipeline()
+		var pushed []int64
+		var replies []*redis.IntCmd
 		for range due {
-			k := keys.Inbox(users[rng.IntN(len(users))])
-			pipe.ZAdd(ctx, k, redis.Z{Score: math.Inf(-1), Member: "~bench-write"})
-			pipe.ZRem(ctx, k, "~bench-write")
+			u := users[rng.IntN(len(users))]
+			for _, l := range layouts {
+				switch l {
+				case readmodel.InboxLayoutZset:
+					k := keys.Inbox(u)
+					pipe.ZAdd(ctx, k, redis.Z{Score: math.Inf(-1), Member: "~bench-write"})
+					pipe.ZRem(ctx, k, "~bench-write")
+				case readmodel.InboxLayoutPacked:
+					pushed = append(pushed, u)
+					replies = append(replies, packed.QueuePush(ctx, pipe, u, below))
+				}
+			}
 		}
 		_, _ = pipe.Exec(ctx)
+		if len(pushed) > 0 {
+			pipe = rdb.Pipeline()
+			for i, u := range pushed {
+				packed.FollowUp(ctx, pipe, u, replies[i])
+			}
+			if pipe.Len() > 0 {
+				_, _ = pipe.Exec(ctx)
+			}
+		}
 		sent += due
 	}
+}
+
+// redisCPU is Redis's CPU time so far (INFO cpu: used_cpu_sys +
+// used_cpu_user).
+func redisCPU(ctx context.Context, b *testing.B, rdb redis.UniversalClient) time.Duration {
+	info, err := rdb.Info(ctx, "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				b.Fatalf("INFO cpu %s: %v", k, err)
+			}
+			total += f
+		}
+	}
+	return time.Duration(total * float64(time.Second))
+}
+
+func startProfile(b *testing.B, path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = f.Close() })
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// checkPage decodes the first 200 pages of a phase (checked counts them):
+// 20 items and a cursor. The rest are read and dropped.
+func checkPage(checked *atomic.Int64, user int64, body io.Reader) error {
+	if checked.Add(1) > 200 {
+		_, err := io.Copy(io.Discard, body)
+		return err
+	}
+	var page queries.Page
+	if err := json.NewDecoder(body).Decode(&page); err != nil {
+		return err
+	}
+	if len(page.Items) != 20 || page.NextCursor == nil {
+		return fmt.Errorf("user %d: page of %d items", user, len(page.Items))
+	}
+	return nil
+}
+
+// rawReads returns the closed-loop operation of the raw load generator
+// against addr: clients keep-alive connections, each operation a GET
+// /api/feed of a random user's token (the i-th token is user i's), checked
+// by check.
+func rawReads(addr string, tokens []string, clients int, check func(i int, body io.Reader) error) (func(rng *rand.Rand) error, error) {
+	reqs := make([][]byte, len(tokens))
+	for i, t := range tokens {
+		reqs[i] = []byte("GET /api/feed HTTP/1.1\r\nHost: " + addr + "\r\nAuthorization: " + t + "\r\n\r\n")
+	}
+	conns := make(chan *rawConn, clients)
+	for range clients {
+		c, err := dialRaw(addr)
+		if err != nil {
+			return nil, err
+		}
+		// One request now: an idle connection that never sent one is
+		// closed after the server's ReadHeaderTimeout; after one, the
+		// IdleTimeout (60 s) applies between phases.
+		if _, err := c.get(reqs[0]); err != nil {
+			return nil, err
+		}
+		conns <- c
+	}
+	return func(rng *rand.Rand) error {
+		i := rng.IntN(len(reqs))
+		c := <-conns
+		defer func() { conns <- c }()
+		body, err := c.get(reqs[i])
+		if err != nil {
+			return err
+		}
+		return check(i, bytes.NewReader(body))
+	}, nil
+}
+
+// loadgenEnv marks the test binary run as the http phases' load generator
+// (TestMain): FEED_READ_LOADGEN_ADDR, _TOKENS (a file of "user token"
+// lines), _CLIENTS and _DURATION say what to run; it prints its
+// phaseResult as one JSON line.
+const loadgenEnv = "FEED_READ_LOADGEN"
+
+func TestMain(m *testing.M) { testenv.ChildMain(m, loadgenEnv, loadgenChild) }
+
+// childResult is the load generator's report to the benchmark.
+type childResult struct {
+	Rate           float64
+	P50, P99, P999 time.Duration
+	Elapsed        time.Duration
+	CPUUs          float64
+}
+
+func loadgenChild() int {
+	fail := func(err error) int { fmt.Fprintln(os.Stderr, "load generator:", err); return 1 }
+	raw, err := os.ReadFile(os.Getenv(loadgenEnv + "_TOKENS"))
+	if err != nil {
+		return fail(err)
+	}
+	var users []int64
+	var tokens []string
+	for _, line := range strings.Split(string(raw), "\n") {
+		u, t, _ := strings.Cut(line, " ")
+		id, err := strconv.ParseInt(u, 10, 64)
+		if err != nil {
+			return fail(fmt.Errorf("tokens file: %q", line))
+		}
+		users, tokens = append(users, id), append(tokens, t)
+	}
+	clients, err := strconv.Atoi(os.Getenv(loadgenEnv + "_CLIENTS"))
+	if err != nil {
+		return fail(err)
+	}
+	d, err := time.ParseDuration(os.Getenv(loadgenEnv + "_DURATION"))
+	if err != nil {
+		return fail(err)
+	}
+	var checked atomic.Int64
+	op, err := rawReads(os.Getenv(loadgenEnv+"_ADDR"), tokens, clients, func(i int, body io.Reader) error { return checkPage(&checked, users[i], body) })
+	if err != nil {
+		return fail(err)
+	}
+	pr, err := closedLoop(clients, d, op)
+	if err != nil {
+		return fail(err)
+	}
+	out, _ := json.Marshal(childResult{Rate: pr.rate, P50: pr.p50, P99: pr.p99, P999: pr.p999, Elapsed: pr.elapsed, CPUUs: pr.cpuUs})
+	fmt.Println(string(out))
+	return 0
+}
+
+// childLoad runs the raw load generator against addr in a child process
+// for d and returns its result, with cpuUs this process's CPU per read
+// over the child's whole life (the server's alone) and genUs the child's
+// own.
+func childLoad(addr, tokenFile string, clients int, d time.Duration) (phaseResult, error) {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), loadgenEnv+"=1", loadgenEnv+"_ADDR="+addr, loadgenEnv+"_TOKENS="+tokenFile,
+		loadgenEnv+"_CLIENTS="+strconv.Itoa(clients), loadgenEnv+"_DURATION="+d.String())
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cpu0 := processCPU()
+	if err := cmd.Run(); err != nil {
+		return phaseResult{}, fmt.Errorf("load generator: %w: %s", err, stderr.Bytes())
+	}
+	cpu := processCPU() - cpu0
+	var cr childResult
+	if err := json.Unmarshal(bytes.TrimSpace(stdout.Bytes()), &cr); err != nil {
+		return phaseResult{}, fmt.Errorf("load generator's report %q: %w", stdout.Bytes(), err)
+	}
+	reads := cr.Rate * cr.Elapsed.Seconds()
+	return phaseResult{rate: cr.Rate, p50: cr.P50, p99: cr.P99, p999: cr.P999, elapsed: cr.Elapsed,
+		cpuUs: float64(cpu) / float64(time.Microsecond) / reads, genUs: cr.CPUUs}, nil
 }
 
 func counterValue(c prometheus.Counter) float64 {
@@ -415,7 +715,11 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 type phaseResult struct {
 	rate           float64 // operations per second
 	p50, p99, p999 time.Duration
+	elapsed        time.Duration
 	cpuUs          float64 // the process's CPU time per operation, µs
+	genUs          float64 // the child load generator's CPU per operation, µs (0: none)
+	redisUs        float64 // Redis's CPU per operation, µs
+	allocs         float64 // this process's heap allocations per operation
 }
 
 // median takes each column's median across rounds.
@@ -429,11 +733,15 @@ func median(rs []phaseResult) phaseResult {
 		return v[len(v)/2]
 	}
 	return phaseResult{
-		rate:  col(func(r phaseResult) float64 { return r.rate }),
-		p50:   time.Duration(col(func(r phaseResult) float64 { return float64(r.p50) })),
-		p99:   time.Duration(col(func(r phaseResult) float64 { return float64(r.p99) })),
-		p999:  time.Duration(col(func(r phaseResult) float64 { return float64(r.p999) })),
-		cpuUs: col(func(r phaseResult) float64 { return r.cpuUs }),
+		rate:    col(func(r phaseResult) float64 { return r.rate }),
+		p50:     time.Duration(col(func(r phaseResult) float64 { return float64(r.p50) })),
+		p99:     time.Duration(col(func(r phaseResult) float64 { return float64(r.p99) })),
+		p999:    time.Duration(col(func(r phaseResult) float64 { return float64(r.p999) })),
+		elapsed: time.Duration(col(func(r phaseResult) float64 { return float64(r.elapsed) })),
+		cpuUs:   col(func(r phaseResult) float64 { return r.cpuUs }),
+		genUs:   col(func(r phaseResult) float64 { return r.genUs }),
+		redisUs: col(func(r phaseResult) float64 { return r.redisUs }),
+		allocs:  col(func(r phaseResult) float64 { return r.allocs }),
 	}
 }
 
@@ -477,7 +785,7 @@ func closedLoop(clients int, d time.Duration, op func(*rand.Rand) error) (phaseR
 	}
 	slices.Sort(all)
 	q := func(p float64) time.Duration { return all[min(len(all)-1, int(math.Ceil(p*float64(len(all))))-1)] }
-	return phaseResult{rate: float64(len(all)) / elapsed.Seconds(), p50: q(0.50), p99: q(0.99), p999: q(0.999),
+	return phaseResult{rate: float64(len(all)) / elapsed.Seconds(), p50: q(0.50), p99: q(0.99), p999: q(0.999), elapsed: elapsed,
 		cpuUs: float64(cpu) / float64(time.Microsecond) / float64(len(all))}, nil
 }
 
@@ -544,7 +852,8 @@ func seedRead(b *testing.B, ctx context.Context, pool *pgxpool.Pool, rdb redis.U
 			author = int64(zipf.Uint64()) + 1
 		}
 		ms := end - rng.Int64N(span)
-		id := ms<<12 | int64(len(posts)&0xfff)
+		// a Snowflake of that millisecond, as the packed inbox needs
+		id := (ms-snowflake.Epoch.UnixMilli())<<22 | int64(len(posts)&(1<<22-1))
 		if used[id] {
 			continue
 		}
@@ -632,6 +941,7 @@ func seedRead(b *testing.B, ctx context.Context, pool *pgxpool.Pool, rdb redis.U
 		pipe.SAdd(ctx, keys.Celebrities(), strconv.FormatInt(c, 10))
 	}
 	pipe.SAdd(ctx, keys.Celebrities(), readmodel.SentinelBuilt)
+	packed := readmodel.NewPackedInboxes(keys, readmodel.Policy{})
 	for i, u := range users {
 		args := make([]any, 0, len(follows[u]))
 		pushed := make([]bool, nUsers+1) // authors whose posts reach u's inbox
@@ -655,6 +965,15 @@ func seedRead(b *testing.B, ctx context.Context, pool *pgxpool.Pool, rdb redis.U
 		writeSet(keys.Inbox(u), inbox, 500)
 		if i%50 == 49 {
 			flush()
+		}
+		// The packed layout's inbox of the same posts, as a rebuild
+		// leaves it (its floor at the oldest one kept).
+		es := make([]readmodel.Entry, min(len(inbox), 500))
+		for j := range es {
+			es[j] = readmodel.Entry{ID: inbox[j].id, Ms: inbox[j].ms}
+		}
+		if err := packed.WriteRebuilt(ctx, rdb, u, es); err != nil {
+			b.Fatal(err)
 		}
 	}
 	flush()

@@ -51,12 +51,15 @@ func (s *Server) authorPosts(w http.ResponseWriter, r *http.Request, _ int64) er
 }
 
 func (s *Server) page(w http.ResponseWriter, r *http.Request, read func(ctx context.Context, cursor string, limit int) (queries.Page, error)) error {
-	q := r.URL.Query()
-	limit, err := parseLimit(q.Get("limit"))
+	var limitArg, cursor string
+	if r.URL.RawQuery != "" { // the first page with the default limit parses nothing
+		q := r.URL.Query()
+		limitArg, cursor = q.Get("limit"), q.Get("cursor")
+	}
+	limit, err := parseLimit(limitArg)
 	if err != nil {
 		return err
 	}
-	cursor := q.Get("cursor")
 	if len(cursor) > maxCursorLen {
 		return &badInput{"cursor is malformed (too long)"}
 	}

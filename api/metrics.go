@@ -110,7 +110,7 @@ func (m *metrics) measure(route string, next http.Handler) http.Handler {
 // serve runs next, counted and timed under route.
 func (m *metrics) serve(route string, next http.Handler, w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	sw := &statusWriter{ResponseWriter: w}
+	sw := asStatusWriter(w)
 	defer func() {
 		if v := recover(); v != nil {
 			m.observe(route, r.Method, http.StatusInternalServerError, start)
@@ -125,7 +125,7 @@ func (m *metrics) serve(route string, next http.Handler, w http.ResponseWriter, 
 func (m *metrics) wrapUnmatched(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		sw := &statusWriter{ResponseWriter: w}
+		sw := asStatusWriter(w)
 		defer func() { m.observe("unmatched", r.Method, sw.status, start) }()
 		next.ServeHTTP(sw, r)
 	})

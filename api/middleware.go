@@ -25,6 +25,21 @@ type requestIDs struct {
 	request, correlation string
 }
 
+// idContext is a request's context carrying its requestIDs: one
+// allocation, where context.WithValue of a *requestIDs is two.
+type idContext struct {
+	context.Context
+	ids requestIDs
+}
+
+// Value implements context.Context.
+func (c *idContext) Value(k any) any {
+	if k == any(keyRequestIDs) {
+		return &c.ids
+	}
+	return c.Context.Value(k)
+}
+
 func requestID(ctx context.Context) string {
 	if ids, ok := ctx.Value(keyRequestIDs).(*requestIDs); ok {
 		return ids.request
@@ -54,8 +69,7 @@ func (s *Server) withRequestID(next http.Handler) http.Handler {
 			corr = id
 		}
 		w.Header().Set("X-Request-Id", id)
-		ctx := context.WithValue(r.Context(), keyRequestIDs, &requestIDs{request: id, correlation: corr})
-		next.ServeHTTP(w, r.WithContext(ctx))
+		next.ServeHTTP(w, r.WithContext(&idContext{Context: r.Context(), ids: requestIDs{request: id, correlation: corr}}))
 	})
 }
 
@@ -94,7 +108,9 @@ func (s *Server) recoverPanics(next http.Handler) http.Handler {
 	})
 }
 
-// statusWriter remembers the status written, for metrics and recovery.
+// statusWriter remembers the status written, for metrics and recovery:
+// recoverPanics makes one per request and the metrics reuse it
+// (asStatusWriter).
 type statusWriter struct {
 	http.ResponseWriter
 	status int
@@ -117,6 +133,15 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// asStatusWriter returns w when it is a statusWriter that has written
+// nothing yet (recoverPanics's, for this request), else a new one over w.
+func asStatusWriter(w http.ResponseWriter) *statusWriter {
+	if sw, ok := w.(*statusWriter); ok && !sw.wrote {
+		return sw
+	}
+	return &statusWriter{ResponseWriter: w}
+}
 
 // handlerFunc is an endpoint that returns its error instead of writing it,
 // so that every error goes through problemFor.
@@ -153,7 +178,9 @@ func (s *Server) authed(h handlerFunc) http.Handler {
 // returned cancel (the wrappers above, so no endpoint has to), which
 // releases the timer when the endpoint returns.
 func (s *Server) prepare(w http.ResponseWriter, r *http.Request) (*http.Request, context.CancelFunc) {
-	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	if r.Body != http.NoBody { // net/http's body of a request without one: nothing to bound
+		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
 	return r.WithContext(ctx), cancel
 }

@@ -34,3 +34,57 @@ func TestVersionGapsAndCheck(t *testing.T) {
 		t.Fatalf("check with version %d missing below the newest: %v, want ErrPending", all[0].Version, err)
 	}
 }
+
+// Migration 008 records the sorted set for the inbox version of a
+// deployment that has already run (here: a recorded policy, or an event
+// in the log) with no layout recorded, so it stays on sorted sets when
+// packed became the default; a fresh database keeps NULL, for its first
+// process to record its own.
+func TestInboxLayoutOfRunningDeployments(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name, setup string
+		want        *string
+	}{
+		{"fresh", ``, nil},
+		{"policy recorded", `UPDATE projection_versions SET celebrity_threshold = 10000, inbox_max = 500`, ptr("zset")},
+		{"events", `INSERT INTO events (event_id, stream_id, stream_version, type, payload)
+			VALUES (gen_random_uuid(), 'user-1', 1, 'user.registered.v1', '{"userId":"1","name":"a"}')`, ptr("zset")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db := testenv.NewDB(t)
+			exec := func(sql string) {
+				t.Helper()
+				if sql == "" {
+					return
+				}
+				if _, err := db.Pool.Exec(ctx, sql); err != nil {
+					t.Fatalf("%s: %v", sql, err)
+				}
+			}
+			// The database as migration 007 left it.
+			exec(`UPDATE projection_versions SET inbox_layout = NULL`)
+			exec(`DELETE FROM schema_migrations WHERE version = 8`)
+			exec(tc.setup)
+			if _, err := migrations.Up(ctx, db.Pool); err != nil {
+				t.Fatal(err)
+			}
+			var got *string
+			if err := db.Pool.QueryRow(ctx, `SELECT inbox_layout FROM projection_versions WHERE projection = 'inbox'`).Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			if (got == nil) != (tc.want == nil) || (got != nil && *got != *tc.want) {
+				t.Fatalf("inbox layout after migration 008: %v, want %v", deref(got), deref(tc.want))
+			}
+		})
+	}
+}
+
+func ptr(s string) *string { return &s }
+
+func deref(s *string) string {
+	if s == nil {
+		return "NULL"
+	}
+	return *s
+}

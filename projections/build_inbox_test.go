@@ -210,7 +210,8 @@ SELECT CASE WHEN g % 2 = 0 THEN g ELSE (g::bigint << 22) | 4096 END,
   random() < 0.05
 FROM generate_series(1, 6000) g`)
 
-	cfg := projections.Config{InboxMax: inboxMax, BackfillPosts: 5}
+	// The sorted set's two writers (the packed build: TestBuildInboxesMatchesProjectorReplay).
+	cfg := projections.Config{InboxMax: inboxMax, BackfillPosts: 5, InboxLayout: readmodel.InboxLayoutZset}
 	ttl := 30*24*time.Hour - time.Hour // the defaults' inbox TTL
 	rd := testenv.NewRedis(t)
 	ref := readmodel.Keys{Prefix: rd.Prefix + "sql:"}

@@ -300,6 +300,22 @@ func packedView(sealed, buf string) (ids []int64, floor float64, built bool) {
 	return slices.Compact(ids), floor, built
 }
 
+// inboxTTL is the TTL of user's inbox in the layout: of the sorted set,
+// or of the packed sealed string, or its buffer while there is no sealed
+// string yet.
+func inboxTTL(t testing.TB, rdb redis.UniversalClient, keys readmodel.Keys, layout string, user int64) time.Duration {
+	t.Helper()
+	ctx := context.Background()
+	if layout != readmodel.InboxLayoutPacked {
+		return rdb.TTL(ctx, keys.Inbox(user)).Val()
+	}
+	k := keys.PackedInbox(user)
+	if rdb.Exists(ctx, k).Val() == 0 {
+		return rdb.TTL(ctx, k+"+").Val()
+	}
+	return rdb.TTL(ctx, k).Val()
+}
+
 // inboxExists reports whether user has an inbox (any of its keys) in the
 // layout.
 func inboxExists(t testing.TB, rdb redis.UniversalClient, keys readmodel.Keys, layout string, user int64) bool {

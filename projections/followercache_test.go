@@ -24,6 +24,7 @@ func TestFollowerCacheMatchesFreshQueries(t *testing.T) {
 	rd := testenv.NewRedis(t)
 	ctx := context.Background()
 	keys := readmodel.Keys{Prefix: rd.Prefix}
+	layout := readmodel.DefaultPolicy().InboxLayout
 	ps := newProjectors(t, w, rd.Client, projections.Config{Keys: keys, CelebrityThreshold: 100})
 	var inbox *projections.Inbox
 	for _, p := range ps {
@@ -53,7 +54,7 @@ func TestFollowerCacheMatchesFreshQueries(t *testing.T) {
 	}
 	has := func(user, post int64) bool {
 		t.Helper()
-		ids, _, _ := zview(t, rd.Client, keys.Inbox(user))
+		ids, _, _ := inboxView(t, rd.Client, keys, layout, user)
 		return slices.Contains(ids, idstr(post))
 	}
 	loads := func(want int64, when string) {
@@ -77,7 +78,7 @@ func TestFollowerCacheMatchesFreshQueries(t *testing.T) {
 	if !has(x, p1) || has(z, p1) || !has(late, p1) {
 		t.Fatalf("first post: x %v (want true), inactive z %v (want false), late %v (want true)", has(x, p1), has(z, p1), has(late, p1))
 	}
-	if ttl := rd.Client.TTL(ctx, keys.Inbox(late)).Val(); ttl <= 0 {
+	if ttl := inboxTTL(t, rd.Client, keys, layout, late); ttl <= 0 {
 		t.Errorf("the inbox of a follower past the TTL has TTL %v after a push, want one", ttl)
 	}
 	if inbox.FollowerRows() != 3 {

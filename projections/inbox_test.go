@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"strconv"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -40,7 +40,9 @@ func testSampledTrimsBoundInbox(t *testing.T, band int) {
 	author, fan := w.user(true), w.user(true)
 	w.follow(fan, author)
 	const max, slack, every = 20, 8, 4
-	cfg := projections.Config{Keys: keys, InboxMax: max, InboxTrimSlack: slack, InboxTrimEvery: every, InboxTrimBand: band, BackfillPosts: 3}
+	// The sampled trims are the sorted set's (the packed layout trims at its merges).
+	cfg := projections.Config{Keys: keys, InboxMax: max, InboxTrimSlack: slack, InboxTrimEvery: every, InboxTrimBand: band, BackfillPosts: 3,
+		InboxLayout: readmodel.InboxLayoutZset}
 	over := max - slack + band // where trims start
 	if band == 0 {
 		over = max
@@ -134,7 +136,8 @@ func testScriptTrimsFollowTheBoundRule(t *testing.T, band int) {
 	author, other, fan := w.user(true), w.user(true), w.user(true)
 	w.follow(fan, author)
 	const max, slack = 10, 4
-	exact := projections.Config{Keys: keys, InboxMax: max, InboxTrimSlack: slack, InboxTrimEvery: 1, InboxTrimBand: band, BackfillPosts: 3}
+	exact := projections.Config{Keys: keys, InboxMax: max, InboxTrimSlack: slack, InboxTrimEvery: 1, InboxTrimBand: band, BackfillPosts: 3,
+		InboxLayout: readmodel.InboxLayoutZset}
 	over := max - slack + band
 	if band == 0 {
 		over = max
@@ -208,7 +211,9 @@ func TestLatePushBelowFloorIsRemovedByNextScript(t *testing.T) {
 	rd.Client.ZAdd(ctx, k, redis.Z{Score: floor, Member: readmodel.SentinelFloor}, redis.Z{Score: math.Inf(1), Member: readmodel.SentinelBuilt})
 
 	// Sampling practically never: the push is a plain ZADD.
-	never := projections.Config{Keys: keys, InboxTrimEvery: math.MaxInt32}
+	// The sorted set's plain ZADD (a packed push is an APPEND, and
+	// packedMergeScript drops what lies at or below the floor).
+	never := projections.Config{Keys: keys, InboxTrimEvery: math.MaxInt32, InboxLayout: readmodel.InboxLayoutZset}
 	applyAll(t, newProjectors(t, w, rd.Client, never), lateEnvs)
 	if rd.Client.ZScore(ctx, k, idstr(late)).Err() != nil {
 		t.Fatalf("the plain ZADD did not land (test premise)")
@@ -216,18 +221,21 @@ func TestLatePushBelowFloorIsRemovedByNextScript(t *testing.T) {
 	// The next script run (here: every push runs it) removes it.
 	w.clock = w.clock.Add(2 * time.Second)
 	fresh := w.post(author)
-	applyAll(t, newProjectors(t, w, rd.Client, projections.Config{Keys: keys, InboxTrimEvery: 1}), w.envs)
+	applyAll(t, newProjectors(t, w, rd.Client, projections.Config{Keys: keys, InboxTrimEvery: 1, InboxLayout: readmodel.InboxLayoutZset}), w.envs)
 	ids, f, built := zview(t, rd.Client, k)
 	if want := []string{idstr(fresh)}; len(ids) != 1 || ids[0] != want[0] || f != floor || !built {
 		t.Errorf("inbox %s, want %v floor=%v built=true", fmtView(ids, f, built), want, floor)
 	}
 }
 
-// Inboxes the projector creates get a TTL: at the first push when the
-// follower is past the inbox TTL (InactiveAfter minus the margin), else at
-// the first sampled push. A TTL already set (by the query side) is kept.
-func TestProjectorInboxTTL(t *testing.T) {
-	t.Parallel()
+// Inboxes the projector creates get a TTL: in the sorted set at the
+// first push when the follower is past the inbox TTL (InactiveAfter minus
+// the margin), else at the first sampled push; in the packed layout the
+// buffer at its creation and the sealed string at its first merge. A TTL
+// already set (by the query side) is kept.
+func TestProjectorInboxTTL(t *testing.T) { eachLayout(t, testProjectorInboxTTL) }
+
+func testProjectorInboxTTL(t *testing.T, layout string) {
 	w := newWorld(t)
 	rd := testenv.NewRedis(t)
 	ctx := context.Background()
@@ -239,37 +247,42 @@ func TestProjectorInboxTTL(t *testing.T) {
 	const inactive, margin = 48 * time.Hour, 2 * time.Hour
 	// Seen 47 h ago: still active (pushed), but past the 46 h inbox TTL.
 	w.exec(`UPDATE user_activity SET last_seen_at = now() - interval '47 hours' WHERE user_id = $1`, expiring)
-	rd.Client.ZAdd(ctx, keys.Inbox(kept), redis.Z{Score: 1, Member: "1"})
-	rd.Client.Expire(ctx, keys.Inbox(kept), 100*time.Second)
+	if layout == readmodel.InboxLayoutPacked {
+		rd.Client.Set(ctx, keys.PackedInbox(kept), string(make([]byte, 8)), 100*time.Second) // an empty sealed string
+	} else {
+		rd.Client.ZAdd(ctx, keys.Inbox(kept), redis.Z{Score: 1, Member: "1"})
+		rd.Client.Expire(ctx, keys.Inbox(kept), 100*time.Second)
+	}
 	setup := len(w.envs)
-	cfg := projections.Config{Keys: keys, InactiveAfter: inactive, InboxTTLMargin: margin, InboxTrimEvery: 8}
+	cfg := projections.Config{Keys: keys, InactiveAfter: inactive, InboxTTLMargin: margin, InboxTrimEvery: 8, InboxLayout: layout}
 	ps := newProjectors(t, w, rd.Client, cfg)
 	applyAll(t, ps, w.envs[:setup])
 	// Follows of a non-celebrity backfill nothing here (no posts yet).
 	first := w.post(author)
 	applyAll(t, ps, w.envs[setup:])
-	if ttl := rd.Client.TTL(ctx, keys.Inbox(expiring)).Val(); ttl <= 0 || ttl > inactive-margin {
+	if ttl := inboxTTL(t, rd.Client, keys, layout, expiring); ttl <= 0 || ttl > inactive-margin {
 		t.Errorf("expiring follower's inbox TTL after one push: %v, want in (0, %v]", ttl, inactive-margin)
 	}
-	// 150 more posts: the odds that none of them is sampled for plain are (7/8)^150.
+	// 150 more posts: the odds that none of them is sampled for plain are
+	// (7/8)^150; a packed inbox merges twice.
 	n := len(w.envs)
 	for i := 0; i < 150; i++ {
 		w.post(author)
 	}
 	applyAll(t, ps, w.envs[n:])
-	if ttl := rd.Client.TTL(ctx, keys.Inbox(plain)).Val(); ttl <= inactive-margin-time.Minute || ttl > inactive-margin {
+	if ttl := inboxTTL(t, rd.Client, keys, layout, plain); ttl <= inactive-margin-time.Minute || ttl > inactive-margin {
 		t.Errorf("projector-created inbox TTL: %v, want about %v", ttl, inactive-margin)
 	}
-	if ttl := rd.Client.TTL(ctx, keys.Inbox(kept)).Val(); ttl <= 0 || ttl > 100*time.Second {
+	if ttl := inboxTTL(t, rd.Client, keys, layout, kept); ttl <= 0 || ttl > 100*time.Second {
 		t.Errorf("an existing TTL was changed to %v, want at most 100s", ttl)
 	}
-	if rd.Client.ZScore(ctx, keys.Inbox(plain), strconv.FormatInt(first, 10)).Err() != nil {
+	if ids, _, _ := inboxView(t, rd.Client, keys, layout, plain); !slices.Contains(ids, idstr(first)) {
 		t.Errorf("the first post is missing from the plain follower's inbox")
 	}
 }
 
 // pipeGauge is a go-redis hook that records the most pipelines holding a
-// ZADD in flight at once.
+// push (a sorted set's ZADD, a packed inbox's APPEND) in flight at once.
 type pipeGauge struct {
 	mu       sync.Mutex
 	cur, max int
@@ -283,7 +296,7 @@ func (g *pipeGauge) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		fanout := false
 		for _, c := range cmds {
-			if strings.EqualFold(c.Name(), "zadd") {
+			if strings.EqualFold(c.Name(), "zadd") || strings.EqualFold(c.Name(), "append") {
 				fanout = true
 				break
 			}
@@ -308,8 +321,9 @@ func (g *pipeGauge) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // partitions are), each fanned out in several pages with FanoutParallel
 // pages at a time, never have more than FanoutInflight fan-out pipelines
 // in flight together, and every follower still gets every post.
-func TestFanoutInflightBound(t *testing.T) {
-	t.Parallel()
+func TestFanoutInflightBound(t *testing.T) { eachLayout(t, testFanoutInflightBound) }
+
+func testFanoutInflightBound(t *testing.T, layout string) {
 	w := newWorld(t)
 	rd := testenv.NewRedis(t)
 	keys := readmodel.Keys{Prefix: rd.Prefix}
@@ -325,7 +339,7 @@ func TestFanoutInflightBound(t *testing.T) {
 			w.follow(f, a)
 		}
 	}
-	cfg := projections.Config{Keys: keys, FanoutBatch: 8, FanoutParallel: 4, FanoutInflight: inflight}
+	cfg := projections.Config{Keys: keys, FanoutBatch: 8, FanoutParallel: 4, FanoutInflight: inflight, InboxLayout: layout}
 	g := &pipeGauge{}
 	rdb, err := testenv.OpenRedis()
 	if err != nil {
@@ -363,7 +377,7 @@ func TestFanoutInflightBound(t *testing.T) {
 		t.Fatal("no fan-out pipeline seen")
 	}
 	for _, f := range fs {
-		ids, _, _ := zview(t, rd.Client, keys.Inbox(f))
+		ids, _, _ := inboxView(t, rd.Client, keys, layout, f)
 		if len(ids) != len(posts) {
 			t.Fatalf("follower %d has %d posts, want %d", f, len(ids), len(posts))
 		}

@@ -32,8 +32,9 @@ type SupervisorConfig struct {
 // registry its cache, restored from PostgreSQL when lost; docs/rebuild.md):
 // when `feed rebuild` switches a projection to a new version, the supervisor drains that
 // projector (its offsets are committed) and starts it again with the new
-// version's keys and consumer group, within about one PollInterval. The
-// other projectors are not interrupted.
+// version's keys, consumer group and recorded policy (an inbox version
+// built in another layout or bound runs in it), within about one
+// PollInterval. The other projectors are not interrupted.
 type Supervisor struct {
 	cfg SupervisorConfig
 	pg  Querier
@@ -108,13 +109,22 @@ func (s *Supervisor) versions(ctx context.Context) (*readmodel.LiveVersions, err
 	}
 }
 
-// follow runs projector name at the active version, restarting it on every
-// switch.
+// follow runs projector name at the active version, with the policy that
+// version was recorded with (policyAt), restarting it on every switch.
 func (s *Supervisor) follow(ctx context.Context, lv *readmodel.LiveVersions, name string) error {
 	log := s.cfg.Runner.Logger
-	v := lv.Current().Version(name)
-	for {
+	var prev readmodel.Policy
+	for started := false; ; started = true {
+		act := lv.Active()
+		v := act.Versions.Version(name)
 		pcfg := s.cfg.Projections
+		pol := policyAt(act, name, pcfg.Policy())
+		if started && pol != prev {
+			log.Info("projectors: the new version has another policy; adopting it", "projector", name, "version", v,
+				"from", describePolicy(prev), "to", describePolicy(pol))
+		}
+		prev = pol
+		pcfg = pcfg.WithPolicy(pol)
 		pcfg.Keys = readmodel.Keys{Prefix: pcfg.Keys.Prefix, Versions: readmodel.Versions{}.With(name, v)}
 		ps, err := New(pcfg, s.pg, s.rdb, s.m, name)
 		if err != nil {
@@ -140,8 +150,30 @@ func (s *Supervisor) follow(ctx context.Context, lv *readmodel.LiveVersions, nam
 			return nil
 		}
 		log.Info("projectors: version switched; restarting", "projector", name, "from", v, "to", next)
-		v = next
 	}
+}
+
+// policyAt is the policy projector name runs by at the active version
+// act: base with what that version recorded in place (the inbox version's
+// threshold, bound and layout for the inbox projector, the followers
+// version's threshold for the followers projector; the others use no
+// recorded field).
+func policyAt(act readmodel.Active, name string, base readmodel.Policy) readmodel.Policy {
+	switch name {
+	case NameInbox:
+		return act.Record(readmodel.ProjectionInbox).Apply(base)
+	case NameFollowers:
+		if t := act.Record(readmodel.ProjectionFollowers).CelebrityThreshold; t > 0 {
+			base.CelebrityThreshold = t
+		}
+	}
+	return base
+}
+
+// describePolicy renders the recorded fields of p for a log line.
+func describePolicy(p readmodel.Policy) string {
+	p = p.WithDefaults()
+	return fmt.Sprintf("layout %s, inbox max %d, celebrity threshold %d", p.InboxLayout, p.InboxMax, p.CelebrityThreshold)
 }
 
 // watch refreshes the versions every PollInterval until the projection's

@@ -35,7 +35,7 @@ func (f *Feed) recordActivity(ctx context.Context, user int64) error {
 	if err := f.markActive(ctx, user); err != nil {
 		return err
 	}
-	if err := f.store.Touch(ctx, f.rdb, user); err != nil {
+	if err := f.inboxes().store.Touch(ctx, f.rdb, user); err != nil {
 		f.log.Warn("queries: inbox expiry not moved (it keeps the earlier one)", "user", user, "err", err)
 	}
 	return nil

@@ -30,7 +30,8 @@ func benchData(b *testing.B) (*Feed, []int64, redis.UniversalClient, readmodel.K
 	exec(`INSERT INTO posts (id, author_id, content, created_at)
 SELECT 1000000 + g, 1 + g % 50, 'post ' || (1000000 + g), timestamptz '2026-01-01' + g * interval '1 s' FROM generate_series(1, 5000) g`)
 	exec(`INSERT INTO follows (follower_id, followee_id) SELECT r, a FROM generate_series(51, 250) r, generate_series(1, 50) a`)
-	f, err := New(Config{Keys: keys}, db.Pool, r.Client)
+	// The ids here are not Snowflakes of their millisecond: the sorted set.
+	f, err := New(Config{Keys: keys, InboxLayout: readmodel.InboxLayoutZset}, db.Pool, r.Client)
 	if err != nil {
 		b.Fatal(err)
 	}

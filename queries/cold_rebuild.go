@@ -192,7 +192,8 @@ func (f *Feed) entries(ctx context.Context, sql string, args ...any) ([]readmode
 	return out, rows.Err()
 }
 
-// rebuildInbox writes the newest InboxMax posts of user's followees and of
+// rebuildInbox writes the newest InboxMax posts (the active inbox
+// version's bound) of user's followees and of
 // user into the inbox, then ~floor (when cut) and ~built.
 //
 // ORDER MATTERS. The user is marked active (committed) BEFORE the snapshot
@@ -214,18 +215,20 @@ func (f *Feed) rebuildInbox(ctx context.Context, user int64) error {
 		return err
 	}
 	f.activity.mark(user, f.now())
-	posts, err := f.entries(ctx, pullKeysSQL, user, f.cfg.InboxMax)
+	// One version's keys, layout and bound for the whole rebuild.
+	iv := f.inboxes()
+	posts, err := f.entries(ctx, pullKeysSQL, user, iv.pol.InboxMax)
 	if err != nil {
 		return fmt.Errorf("read inbox snapshot of %d: %w", user, err)
 	}
-	err = f.store.WriteRebuilt(ctx, f.rdb, user, posts)
+	err = iv.store.WriteRebuilt(ctx, f.rdb, user, posts)
 	// written here: the next read sees it without waiting for Redis's invalidation
-	if f.packed != nil {
-		sk, bk := f.packed.Keys(user)
+	if iv.packed != nil {
+		sk, bk := iv.packed.Keys(user)
 		f.cache.invalidate(sk)
 		f.cache.invalidate(bk)
 	} else {
-		f.cache.invalidate(f.inbox.Key(user))
+		f.cache.invalidate(iv.zset.Key(user))
 	}
 	if err != nil {
 		return fmt.Errorf("write rebuilt inbox of %d: %w", user, err)

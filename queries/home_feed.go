@@ -3,6 +3,7 @@ package queries
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -111,6 +112,14 @@ func (f *Feed) home(ctx context.Context, userID int64, cur key, limit int) (Page
 // largest allocation of a read).
 var itemBufs = sync.Pool{New: func() any { b := make([]item, 0, 64); return &b }}
 
+// ownProbe is the read-your-writes fallback's read of the caller's own
+// newest posts from PostgreSQL, run beside the Redis read (homeSegment).
+type ownProbe struct {
+	wg    sync.WaitGroup
+	items []item
+	err   error
+}
+
 // homeRead is one Redis segment of a home feed and how to show it.
 type homeRead struct {
 	seg segment
@@ -140,16 +149,17 @@ func (f *Feed) homeSegment(ctx context.Context, user int64, cur key, want int) (
 	if err != nil {
 		return homeRead{}, coldParts{}, redisErr(err)
 	}
-	var probe []item
-	var probeErr error
-	var wg sync.WaitGroup
+	// The probe's state is made only when it runs (a goroutine's captures
+	// live on the heap).
+	var pr *ownProbe
 	now := f.now()
 	windowStart := below(now.UnixMilli() - f.cfg.OwnPostsWindow.Milliseconds())
 	if windowStart.less(cur) && f.recent.has(user, now) {
-		wg.Add(1)
+		pr = &ownProbe{}
+		pr.wg.Add(1)
 		go func() {
-			defer wg.Done()
-			probe, probeErr = f.pgAuthor(ctx, user, cur, windowStart, n)
+			defer pr.wg.Done()
+			pr.items, pr.err = f.pgAuthor(ctx, user, cur, windowStart, n)
 		}()
 	}
 
@@ -159,27 +169,45 @@ func (f *Feed) homeSegment(ctx context.Context, user int64, cur key, want int) (
 	// the follow check.
 	hint := f.hints.get(user)
 	asked := make([]int64, 0, len(celebs)+len(hint))
-	isCeleb := make(map[int64]bool, len(celebs))
 	for _, c := range celebs {
 		if c.id == user {
 			continue
 		}
-		isCeleb[c.id] = true
 		asked = append(asked, c.id)
 	}
+	// asked[:nCeleb] are the celebrities: a few are scanned, more are
+	// looked up in a map made for this read.
+	nCeleb := len(asked)
+	var celebSet map[int64]bool
+	if nCeleb > 16 {
+		celebSet = make(map[int64]bool, nCeleb)
+		for _, c := range asked {
+			celebSet[c] = true
+		}
+	}
+	isCeleb := func(a int64) bool {
+		if celebSet != nil {
+			return celebSet[a]
+		}
+		return slices.Contains(asked[:nCeleb], a)
+	}
 	for _, a := range hint {
-		if a == user || isCeleb[a] {
+		if a == user || isCeleb(a) {
 			continue
 		}
 		asked = append(asked, a)
 	}
 	rr, err := f.readHome(ctx, user, cur, n, asked)
-	wg.Wait()
+	var probe []item
+	if pr != nil {
+		pr.wg.Wait()
+		if err == nil && pr.err != nil {
+			err = pr.err
+		}
+		probe = pr.items
+	}
 	if err != nil {
 		return homeRead{}, coldParts{}, err
-	}
-	if probeErr != nil {
-		return homeRead{}, coldParts{}, probeErr
 	}
 	if cold := (coldParts{inbox: !rr.inbox.built, following: !rr.followBuilt, own: !rr.own.built}); cold.any() {
 		return homeRead{}, cold, nil
@@ -201,14 +229,12 @@ func (f *Feed) homeSegment(ctx context.Context, user int64, cur key, want int) (
 		srcs = append(srcs, probeSrc)
 	}
 
-	follows := make(map[int64]bool, len(asked))
+	follows := newFollowAnswers(asked, rr.member)
 	if len(asked) > 0 {
 		is := rr.member
 		var fc []int64
-		for i, a := range asked {
-			ok := i < len(is) && is[i]
-			follows[a] = ok
-			if ok && isCeleb[a] {
+		for i, a := range asked[:nCeleb] {
+			if ok := i < len(is) && is[i]; ok {
 				fc = append(fc, a)
 			}
 		}

@@ -4,14 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/jackc/pgx/v5"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/feedco/feed/internal/testenv"
 	"github.com/feedco/feed/readmodel"
@@ -264,9 +261,8 @@ func TestHomePullsFollowedCelebrities(t *testing.T) {
 		b.post(friend, base+int64(3*i+2))
 	}
 	b.projectAll([]int64{star, other}, []int64{u}, 500, 500)
-	inbox, _ := b.rdb.ZCard(b.ctx, b.keys.Inbox(u)).Result()
-	if inbox != 6 { // friend's 5 posts and ~built: the celebrity was not pushed
-		t.Fatalf("inbox holds %d members", inbox)
+	if inbox, _, built := b.inboxState(u); len(inbox) != 5 || !built { // friend's 5 posts: the celebrity was not pushed
+		t.Fatalf("inbox holds %d posts (built %v), want friend's 5", len(inbox), built)
 	}
 	got := b.readHome(u, 3)
 	if len(got) != 10 {
@@ -348,26 +344,30 @@ func testHomeColdInboxServedFromPostgresAndRebuilt(t *testing.T, layout string) 
 // A page whose boundary is the inbox's ~floor continues from PostgreSQL with
 // no gap and no duplicate, including posts in the floor's own millisecond.
 func TestHomeFloorBoundaryContinuesFromPostgres(t *testing.T) {
-	t.Parallel()
-	b := setup(t, Config{})
+	eachLayout(t, testHomeFloorBoundaryContinuesFromPostgres)
+}
+
+func testHomeFloorBoundaryContinuesFromPostgres(t *testing.T, layout string) {
+	b := setup(t, Config{InboxLayout: layout})
 	u, a := b.user(), b.user()
 	b.follow(u, a)
 	var all []key
 	for i := range 6 {
-		all = append(all, b.postID(a, base+int64(i), 900+int64(i)))
+		all = append(all, b.postSeq(a, base+int64(i), 900+int64(i)))
 	}
-	// Three posts in one millisecond, ids of different lengths: Redis orders
-	// them "99" > "1000" > "10001" as bytes; the feed orders them as numbers.
+	// Three posts in one millisecond, in the sorted set with ids of
+	// different lengths: Redis orders them "99" > "1000" > "10001" as
+	// bytes; the feed orders them as numbers.
 	tie := base + 10
-	all = append(all, b.postID(a, tie, 99), b.postID(a, tie, 1000), b.postID(a, tie, 10001))
+	all = append(all, b.postSeq(a, tie, 99), b.postSeq(a, tie, 1000), b.postSeq(a, tie, 10001))
 	for i := range 4 {
-		all = append(all, b.postID(a, tie+1+int64(i), 2000+int64(i)))
+		all = append(all, b.postSeq(a, tie+1+int64(i), 2000+int64(i)))
 	}
 	b.projectAll(nil, nil, 0, 500)
 	// The inbox holds the 4 newest and two of the tie; ~floor at the tie:
 	// complete only above it.
 	truth := b.truth(u)
-	b.setZ(b.keys.Inbox(u), truth[:6], true, tie)
+	b.setInbox(u, truth[:6], true, tie)
 	for _, limit := range []int{1, 2, 3, 4, 5, 7} {
 		sameFeed(t, fmt.Sprint("limit ", limit), b.readHome(u, limit), truth)
 	}
@@ -395,10 +395,10 @@ func TestHomePostsArrivingBetweenPages(t *testing.T) {
 	last := itemKey(t, p1.Items[3])
 	// New posts: newer ones, and one in the cursor's millisecond with a
 	// larger id (it sorts above the cursor), all pushed to the inbox.
-	fresh := []key{b.post(a, base+100), b.post(a, base+101), b.postID(a, last.ms, last.id+1_000_000)}
+	fresh := []key{b.post(a, base+100), b.post(a, base+101), b.postID(a, last.ms, last.id+1<<20)}
 	for _, k := range fresh {
 		b.cachePost(k)
-		b.rdb.ZAdd(b.ctx, b.keys.Inbox(u), zs([]key{k})...)
+		b.pushInbox(u, k)
 	}
 	var got []key
 	for _, it := range p1.Items {
@@ -503,7 +503,7 @@ func TestHomeOwnPostFallbackWhenWriteThroughFails(t *testing.T) {
 	// Another user (no failed write-through) is not probed: their fresh
 	// post, unprojected and not written through, is not shown yet.
 	v := b.user()
-	b.rdb.ZAdd(b.ctx, b.keys.Inbox(v), redis.Z{Score: math.Inf(1), Member: readmodel.SentinelBuilt})
+	b.setInbox(v, nil, true, -1)
 	b.setZ(b.keys.Timeline(v), nil, true, -1)
 	b.post(v, time.Now().UnixMilli())
 	if p, err := b.feed.Home(b.ctx, v, "", 20); err != nil || len(p.Items) != 0 {

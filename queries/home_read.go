@@ -45,13 +45,14 @@ func (f *Feed) readHome(ctx context.Context, user int64, cur key, n int, members
 
 // readHomeDirect is the uncached read: one pipeline of four commands.
 func (f *Feed) readHomeDirect(ctx context.Context, user int64, cur key, n int, members []int64) (homeReply, error) {
+	iv := f.inboxes()
 	pipe := f.rdb.Pipeline()
 	var inbox readmodel.SetRead
 	var packed readmodel.PackedRead
-	if f.packed != nil {
-		packed = f.packed.QueueRead(ctx, pipe, user, cur.ms, n)
+	if iv.packed != nil {
+		packed = iv.packed.QueueRead(ctx, pipe, user, cur.ms, n)
 	} else {
-		inbox = f.inbox.QueueRead(ctx, pipe, user, cur.ms, n)
+		inbox = iv.zset.QueueRead(ctx, pipe, user, cur.ms, n)
 	}
 	own := f.tl.QueueRead(ctx, pipe, user, cur.ms, n)
 	followBuilt := f.follows.QueueFollowingBuilt(ctx, pipe, user)
@@ -68,7 +69,7 @@ func (f *Feed) readHomeDirect(ctx context.Context, user int64, cur key, n int, m
 	}
 	var r homeReply
 	var err error
-	if f.packed != nil {
+	if iv.packed != nil {
 		r.inbox, err = packedResultOf(packed)
 	} else {
 		r.inbox, err = setResultOf(inbox)
@@ -90,6 +91,29 @@ func (f *Feed) readHomeDirect(ctx context.Context, user int64, cur key, n int, m
 
 // setSig is the cache signature of a sorted set read from cur.
 func setSig(cur key, n int, wantBuilt bool) string {
+	if cur.ms == startKey.ms && n < len(firstPageSigs) {
+		return firstPageSigs[n][b2i(wantBuilt)]
+	}
+	return makeSetSig(cur, n, wantBuilt)
+}
+
+// firstPageSigs are the signatures of first-page reads by n and
+// wantBuilt, made once: most reads are first pages.
+var firstPageSigs = func() (s [2*MaxLimit + 16][2]string) {
+	for n := range s {
+		s[n] = [2]string{makeSetSig(startKey, n, false), makeSetSig(startKey, n, true)}
+	}
+	return s
+}()
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func makeSetSig(cur key, n int, wantBuilt bool) string {
 	b := make([]byte, 0, 32)
 	b = append(b, 'z')
 	if wantBuilt {
@@ -110,7 +134,8 @@ const builtSig = "b"
 func (f *Feed) readHomeCached(ctx context.Context, g *cacheGen, user int64, cur key, n int, members []int64) (homeReply, error) {
 	c := f.cache
 	now := time.Now().UnixNano()
-	kIn, kOwn := f.inbox.Key(user), f.tl.Key(user)
+	iv := f.inboxes()
+	kIn, kOwn := iv.zset.Key(user), f.tl.Key(user)
 	kF, kFV := f.follows.FollowingKeys(user)
 	var r homeReply
 	var pipe redis.Pipeliner // made for the first miss; it only queues: the commands go out in the connection's next batch
@@ -132,19 +157,19 @@ func (f *Feed) readHomeCached(ctx context.Context, g *cacheGen, user int64, cur 
 	// read. A hit needs both, so a write to either key (an invalidation
 	// drops that key's entry) makes the next read go to Redis.
 	kBuf := ""
-	if f.packed != nil {
-		kIn, kBuf = f.packed.Keys(user)
+	if iv.packed != nil {
+		kIn, kBuf = iv.packed.Keys(user)
 	}
 	inHit, ownHit := false, false
 	if v, ok := c.lookup(kIn, sigIn, now); ok && (kBuf == "" || c.hasMarker(kBuf, sigIn, now)) {
 		r.inbox, inHit = v.(setResult), true
 	} else {
 		inT = c.begin(g, kIn)
-		if f.packed != nil {
+		if iv.packed != nil {
 			bufT = c.begin(g, kBuf)
-			packed = f.packed.QueueRead(ctx, queue(), user, cur.ms, n)
+			packed = iv.packed.QueueRead(ctx, queue(), user, cur.ms, n)
 		} else {
-			inbox = f.inbox.QueueRead(ctx, queue(), user, cur.ms, n)
+			inbox = iv.zset.QueueRead(ctx, queue(), user, cur.ms, n)
 		}
 	}
 	if v, ok := c.lookup(kOwn, sigOwn, now); ok {
@@ -183,7 +208,7 @@ func (f *Feed) readHomeCached(ctx context.Context, g *cacheGen, user int64, cur 
 	now = time.Now().UnixNano()
 	var err error
 	if !inHit {
-		if f.packed != nil {
+		if iv.packed != nil {
 			r.inbox, err = packedResultOf(packed)
 		} else {
 			r.inbox, err = setResultOf(inbox)

@@ -16,7 +16,7 @@ import (
 type visibility struct {
 	viewer      int64          // home feeds: the reader, whose own posts are always shown
 	author      int64          // author pages: only this author's posts
-	follows     map[int64]bool // follow answers already read for this page (celebrities, hinted authors)
+	follows     followAnswers  // follow answers already read for this page (celebrities, hinted authors)
 	checkFollow bool           // hide authors not in following:{viewer}
 	pre         map[int64]item // posts already read from PostgreSQL
 	fresh       bool           // the deletion feed vouches for cached bodies (postCache.lookup)
@@ -121,7 +121,7 @@ func (f *Feed) hydrateBatch(ctx context.Context, batch []key, vis visibility, ou
 		if vis.author != 0 && h.author != vis.author {
 			continue
 		}
-		if vis.checkFollow && h.author != vis.viewer && !vis.follows[h.author] && !follows[h.author] {
+		if vis.checkFollow && h.author != vis.viewer && !vis.follows.follows(h.author) && !follows[h.author] {
 			continue
 		}
 		if len(out) < limit {
@@ -193,6 +193,52 @@ func fromCache(cp *cachedPost, k key) hydrated {
 	return hydrated{item: it, author: cp.author, deleted: cp.deleted, ok: true}
 }
 
+// followAnswers are the answers of one SMISMEMBER following:{viewer}:
+// is[i] for authors[i] (missing answers are false). A page usually asks
+// about a few dozen authors, and a scan of the slices the read already
+// holds costs less than a map made per read; past maxScannedAuthors
+// (many celebrities) an index is made.
+type followAnswers struct {
+	authors []int64
+	is      []bool
+	index   map[int64]int // nil: scan
+}
+
+const maxScannedAuthors = 96
+
+func newFollowAnswers(authors []int64, is []bool) followAnswers {
+	f := followAnswers{authors: authors, is: is}
+	if len(authors) > maxScannedAuthors {
+		f.index = make(map[int64]int, len(authors))
+		for i, a := range authors {
+			if _, dup := f.index[a]; !dup {
+				f.index[a] = i
+			}
+		}
+	}
+	return f
+}
+
+// at is the index of a's answer, or -1 if a was not asked.
+func (f followAnswers) at(a int64) int {
+	if f.index != nil {
+		if i, ok := f.index[a]; ok {
+			return i
+		}
+		return -1
+	}
+	return slices.Index(f.authors, a)
+}
+
+// known reports whether a was asked.
+func (f followAnswers) known(a int64) bool { return f.at(a) >= 0 }
+
+// follows reports whether a was asked and the answer was yes.
+func (f followAnswers) follows(a int64) bool {
+	i := f.at(a)
+	return i >= 0 && i < len(f.is) && f.is[i]
+}
+
 // followCheck is a queued SMISMEMBER following:{viewer} and its authors.
 type followCheck struct {
 	cmd     *redis.BoolSliceCmd
@@ -228,7 +274,7 @@ func followQuestions(res []hydrated, vis visibility, answered map[int64]bool) ([
 		if !h.ok || h.deleted || a == vis.viewer || slices.Contains(authors, a) { // a batch is a few dozen posts
 			continue
 		}
-		if _, ok := vis.follows[a]; ok {
+		if vis.follows.known(a) {
 			continue
 		}
 		if _, ok := answered[a]; ok {

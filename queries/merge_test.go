@@ -274,3 +274,37 @@ func TestPackedSource(t *testing.T) {
 		})
 	}
 }
+
+// followAnswers answers the same whether it scans or indexes: yes only for
+// an asked author answered yes, the first answer of one asked twice.
+func TestFollowAnswers(t *testing.T) {
+	for _, n := range []int{0, 3, maxScannedAuthors, maxScannedAuthors + 1, 300} {
+		authors := make([]int64, n)
+		is := make([]bool, n-n/3) // the last third unanswered: false
+		for i := range authors {
+			authors[i] = int64(1000 + 7*i)
+		}
+		for i := range is {
+			is[i] = i%2 == 0
+		}
+		if n > 2 {
+			authors[n-1] = authors[0] // asked twice: the first answer holds
+		}
+		f := newFollowAnswers(authors, is)
+		if (f.index != nil) != (n > maxScannedAuthors) {
+			t.Fatalf("n=%d: index %v", n, f.index != nil)
+		}
+		for i, a := range authors {
+			want := i < len(is) && is[i]
+			if n > 2 && i == n-1 {
+				want = is[0]
+			}
+			if !f.known(a) || f.follows(a) != want {
+				t.Fatalf("n=%d: author %d (#%d): known %v follows %v, want true %v", n, a, i, f.known(a), f.follows(a), want)
+			}
+		}
+		if f.known(1) || f.follows(1) {
+			t.Fatalf("n=%d: an author not asked is known", n)
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -230,12 +231,11 @@ type Feed struct {
 	rdb     redis.UniversalClient
 	metrics *Metrics
 
-	// the read models, under cfg.Keys (live versions)
-	// store is the inboxes of the configured layout; inbox (the sorted
-	// set) and packed (nil unless that layout) their page reads.
-	store    readmodel.InboxStore
-	inbox    readmodel.Inboxes
-	packed   *readmodel.PackedInboxes
+	// the read models, under cfg.Keys (live versions); the inboxes
+	// through view (inboxes(), inbox_view.go), which follows the inbox
+	// version's layout and bound from live (nil with fixed versions)
+	live     *readmodel.LiveVersions
+	view     atomic.Pointer[inboxView]
 	tl       readmodel.Timelines
 	follows  readmodel.Follows
 	celebSet readmodel.Celebrities
@@ -291,6 +291,7 @@ func New(cfg Config, db DB, rdb redis.UniversalClient) (*Feed, error) {
 		}
 		cfg.Keys.Versions = lv
 	}
+	live, _ := cfg.Keys.Versions.(*readmodel.LiveVersions)
 	cacheKeys, err := readCacheKeys(cfg.ReadCacheKeys)
 	if err != nil {
 		return nil, err
@@ -299,13 +300,13 @@ func New(cfg Config, db DB, rdb redis.UniversalClient) (*Feed, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &Feed{cfg: cfg, db: db, rdb: rdb, metrics: m, log: cfg.Logger, now: time.Now,
-		inbox: readmodel.NewInboxes(cfg.Keys, cfg.Policy()), tl: readmodel.NewTimelines(cfg.Keys, readmodel.DefaultTimelineMax),
+	f := &Feed{cfg: cfg, db: db, rdb: rdb, metrics: m, log: cfg.Logger, now: time.Now, live: live,
+		tl:      readmodel.NewTimelines(cfg.Keys, readmodel.DefaultTimelineMax),
 		follows: readmodel.NewFollows(cfg.Keys), celebSet: readmodel.NewCelebrities(cfg.Keys), bodies: readmodel.NewPostCache(cfg.Keys)}
-	f.store = readmodel.NewInboxStore(cfg.Keys, cfg.Policy())
-	if pk, ok := f.store.(readmodel.PackedInboxes); ok {
-		f.packed = &pk
+	if live == nil {
+		f.view.Store(newInboxView(cfg.Keys, cfg.Keys.Version(readmodel.ProjectionInbox), readmodel.VersionRecord{}, cfg.Policy()))
 	}
+	f.inboxes()
 	f.celebs.ttl = cfg.CelebrityCacheTTL
 	f.timelines.ttl = cfg.CelebrityCacheTTL
 	f.timelines.size = cfg.TimelineCacheSize

@@ -129,7 +129,7 @@ func addToInbox(b *bundle, c *redis.Client, u, a, ms int64) key {
 	b.cachePost(k)
 	var err error
 	if b.packed() {
-		_, bk := b.feed.packed.Keys(u)
+		_, bk := b.feed.inboxes().packed.Keys(u)
 		err = c.Append(b.ctx, bk, string(binary.BigEndian.AppendUint64(nil, uint64(k.id)))).Err()
 	} else {
 		err = c.ZAdd(b.ctx, b.keys.Inbox(u), redis.Z{Score: float64(k.ms), Member: strconv.FormatInt(k.id, 10)}).Err()
@@ -182,7 +182,7 @@ func TestReadCacheInboxWriteVisible(t *testing.T) {
 		}
 		k2 := b.post(a, base+11)
 		b.cachePost(k2)
-		sk, _ := b.feed.packed.Keys(u)
+		sk, _ := b.feed.inboxes().packed.Keys(u)
 		v := other.Get(b.ctx, sk).Val()
 		if len(v) < 8 {
 			t.Fatalf("sealed string of %d bytes", len(v))
@@ -409,5 +409,27 @@ func TestReadCacheOffOnCluster(t *testing.T) {
 	t.Cleanup(f.Close)
 	if f.cache != nil {
 		t.Fatal("a cluster client got the read cache")
+	}
+}
+
+// The first pages' signatures made once are the ones every other read
+// makes: a table entry that differed would split one reply over two cache
+// entries, or share one between two different reads.
+func TestFirstPageSigs(t *testing.T) {
+	seen := map[string]bool{}
+	for n := range len(firstPageSigs) + 3 {
+		for _, wb := range []bool{false, true} {
+			got, want := setSig(startKey, n, wb), makeSetSig(startKey, n, wb)
+			if got != want {
+				t.Fatalf("setSig(start, %d, %v) = %q, want %q", n, wb, got, want)
+			}
+			if seen[got] {
+				t.Fatalf("setSig(start, %d, %v) = %q twice", n, wb, got)
+			}
+			seen[got] = true
+		}
+	}
+	if a, b := setSig(key{ms: 5, id: 1}, 3, true), makeSetSig(key{ms: 5, id: 1}, 3, true); a != b || a == setSig(startKey, 3, true) {
+		t.Fatalf("a deeper page's signature %q (want %q) must differ from the first page's", a, b)
 	}
 }

@@ -35,7 +35,7 @@ type bundle struct {
 	reg   *prometheus.Registry
 	next  int64
 	names int
-	// layout is the inbox layout (Config.InboxLayout; "" the sorted set).
+	// layout is the inbox layout (Config.InboxLayout, defaulted: packed).
 	// With the packed one, post ids are Snowflakes of their millisecond
 	// (pseq numbers them), as the write side's.
 	layout string
@@ -66,7 +66,7 @@ func setup(t *testing.T, cfg Config) *bundle {
 	// Snowflake-sized ids, with some of other lengths below (ties in one
 	// millisecond must order numerically, not as Redis orders bytes).
 	return &bundle{t: t, ctx: context.Background(), feed: f, db: db, rdb: r.Client, keys: cfg.Keys, reg: reg, next: 7_000_000_000_000_000_000,
-		layout: cfg.InboxLayout}
+		layout: cfg.Policy().WithDefaults().InboxLayout}
 }
 
 // eachLayout runs f as a parallel subtest per inbox layout; f passes the
@@ -82,6 +82,42 @@ func eachLayout(t *testing.T, f func(t *testing.T, layout string)) {
 }
 
 func (b *bundle) packed() bool { return b.layout == readmodel.InboxLayoutPacked }
+
+// inboxKey is user's inbox key in the bundle's layout (a packed inbox's
+// sealed string; its buffer is the same name plus "+").
+func (b *bundle) inboxKey(user int64) string {
+	if b.packed() {
+		return b.keys.PackedInbox(user)
+	}
+	return b.keys.Inbox(user)
+}
+
+// pushInbox adds k to user's inbox as a push does (a packed inbox: APPENDed
+// to its buffer).
+func (b *bundle) pushInbox(user int64, k key) {
+	b.t.Helper()
+	var err error
+	if b.packed() {
+		err = b.rdb.Append(b.ctx, b.keys.PackedInbox(user)+"+", string(binary.BigEndian.AppendUint64(nil, uint64(k.id)))).Err()
+	} else {
+		err = b.rdb.ZAdd(b.ctx, b.keys.Inbox(user), zs([]key{k})...).Err()
+	}
+	if err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+// postSeq is a post in ms whose id orders by seq within the millisecond:
+// seq itself with the sorted set (ids of other lengths, which Redis
+// orders as bytes), a Snowflake of ms with sequence seq with the packed
+// layout (whose ids must be Snowflakes of their millisecond).
+func (b *bundle) postSeq(author, ms, seq int64) key {
+	b.t.Helper()
+	if b.packed() {
+		return b.postID(author, ms, (ms-snowflake.Epoch.UnixMilli())<<22|seq&(1<<22-1))
+	}
+	return b.postID(author, ms, seq)
+}
 
 // setInbox writes user's inbox in the bundle's layout: keys (newest
 // first), ~built, and ~floor (floor < 0: none). A packed inbox holds only

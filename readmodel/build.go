@@ -263,9 +263,14 @@ func (p Policy) ListpackEntries() int {
 	return p.InboxMax + 20*p.InboxTrimEvery + 2
 }
 
-// WarnListpack logs once at start when the server keeps full inboxes in the
-// larger skiplist encoding. The projector never changes server settings.
+// WarnListpack logs once at start when pol's inboxes are sorted sets and
+// the server keeps full ones in the larger skiplist encoding (packed
+// inboxes are strings: nothing to say). The projector never changes
+// server settings.
 func WarnListpack(ctx context.Context, rdb redis.UniversalClient, pol Policy, log *slog.Logger) {
+	if pol.WithDefaults().InboxLayout != InboxLayoutZset {
+		return
+	}
 	want := pol.ListpackEntries()
 	v, err := rdb.ConfigGet(ctx, "zset-max-listpack-entries").Result()
 	if err != nil {

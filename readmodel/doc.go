@@ -10,8 +10,9 @@
 // caller's pipeline (QueueX methods taking a redis.Pipeliner); pipelines
 // that may hold a script by SHA run with Exec, which loads the scripts on
 // NOSCRIPT. The feed Policy (policy.go) is the one set of rules (celebrity
-// threshold, inbox bound and trim band, inactivity window, inbox TTL) the
-// writers and readers share; cmd/feed builds it once.
+// threshold, inbox bound and trim band, inbox layout, inactivity window,
+// inbox TTL) the writers and readers share; cmd/feed builds it once and
+// resolves it against the active versions' record (ResolvePolicy).
 //
 // # Keys
 //
@@ -30,6 +31,8 @@
 //	feed:{u}            | zset   | {u}      | inbox.go,      | projections.Inbox (push: QueuePush, QueuePushExact, QueueCheck, QueueTrim; follow and celebrity        | queries (home read: Inboxes.QueueRead); projections.Inbox.removeAuthor (Posts); bench       | ~built (+inf): built complete and maintained, else cold;
 //	                    |        |          | build.go       | backfills: QueueBackfill; unfollow: Posts, Remove; deletions: QueueRemove); projections BuildInboxes   | (RawRead, encodings)                                                                         | ~floor F: complete only above F. TTL Policy.InboxTTL: set by
 //	                    |        |          |                | (RestoreBuildWriter / ZaddBuildWriter); queries (cold rebuild: WriteRebuilt; activity: Touch)           |                                                                                              | Touch, WriteRebuilt, the builds; EXPIRE NX by pushes
+//	pfeed:{u} (default) | string | {u}      | packed.go      | projections.Inbox (push: PushAll; backfills: QueueBackfill; unfollow: Posts, Remove; deletions:         | queries (home read: PackedInboxes.QueueRead); projections.Inbox.removeAuthor (Posts)         | sealed ids + 8-byte header (~built, ~floor); pfeed:{u}+ the
+//	and pfeed:{u}+      |        |          |                | QueueRemove); projections BuildInboxes (BuildWriter); queries (WriteRebuilt, Touch)                     |                                                                                              | push buffer, merged every PackedMergeAt. TTL Policy.InboxTTL
 //	timeline:{a}        | zset   | {a}      | timeline.go,   | projections.Timelines (Add, Remove); projections BuildTimelines (QueueBuilt); queries.PostCreated      | queries (home read of the caller's own timeline: QueueRead; celebrity timelines and author  | ~built: only from a build (BuildTimelines, WriteRebuilt), else
 //	                    |        |          | build.go       | (QueueOwnPost, the write-through of a new post); queries (rebuild: WriteRebuilt)                        | pages: QueueRange)                                                                           | not known; ~floor when cut at TimelineMax. No TTL
 //	post:{p}            | string | {p}      | posts.go       | projections.Posts (Create: SET NX; Set: tombstone on delete); projections BuildPosts (QueueSet);        | queries (hydration: QueueGet, MGET on one node, GETs on a cluster)                           | JSON Post; a tombstone (deleted, no content) is final. No TTL
@@ -92,15 +95,28 @@
 // present for a while (late plain pushes) and are ignored by readers;
 // removals (unfollow, deletions) leave it alone.
 //
-// # The packed inbox (measured, not wired)
+// # The packed inbox (the default layout)
 //
-// PackedInboxes (packed.go) is an alternative inbox layout: `pfeed:{u}`,
-// a string of 8-byte post ids, oldest first, with an 8-byte header for
-// ~built and ~floor at its end, and `pfeed:{u}+`, the append buffer of
-// pushes, merged into it by packedMergeScript every PackedMergeAt ids.
-// Nothing writes or reads it yet; BenchmarkInboxLayouts measures it beside
-// the sorted set, and TestPackedMatchesSortedSet checks that it answers
-// the same pages.
+// PackedInboxes (packed.go) is the default inbox layout
+// (Policy.InboxLayout): `pfeed:{u}`, a string of 8-byte post ids, oldest
+// first, with an 8-byte header for ~built and ~floor at its end, and
+// `pfeed:{u}+`, the append buffer of pushes, merged into it by
+// packedMergeScript every PackedMergeAt ids. The sorted set `feed:{u}`
+// (Inboxes) is the other; InboxStore is what both offer alike.
+// BenchmarkInboxLayouts measures them side by side, and
+// TestPackedMatchesSortedSet checks that they answer the same pages.
+//
+// # The policy of a version
+//
+// The layout, InboxMax and the celebrity threshold belong to the active
+// inbox version (the threshold to the followers version too): they are
+// recorded in projection_versions (ActivateVersion at a switch,
+// ResolvePolicy at a fresh deployment's first start) and every writer
+// and reader uses the record (VersionRecord.Apply): the projectors'
+// supervisor per version it runs, the query side per read
+// (LiveVersions.Active gives a version and its record together), and a
+// process's start by ResolvePolicy, the one rule that adopts the record
+// for an unset variable and refuses a different explicit one.
 //
 // # The inbox bulk build
 //

@@ -7,9 +7,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The inbox layouts (Policy.InboxLayout): the sorted set `feed:{u}`
-// (Inboxes, the default) and the packed strings `pfeed:{u}` and
-// `pfeed:{u}+` (PackedInboxes, packed.go).
+// The inbox layouts (Policy.InboxLayout): the packed strings `pfeed:{u}`
+// and `pfeed:{u}+` (PackedInboxes, packed.go; the default) and the sorted
+// set `feed:{u}` (Inboxes).
 const (
 	InboxLayoutZset   = "zset"
 	InboxLayoutPacked = "packed"

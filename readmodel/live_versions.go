@@ -47,7 +47,7 @@ type LiveVersions struct {
 	mu       sync.Mutex // one Refresh at a time
 	verifyAt time.Time  // guarded by mu
 
-	cur        atomic.Pointer[Versions]
+	cur        atomic.Pointer[Active]
 	next       atomic.Int64 // unix nanos of the next background refresh
 	refreshing atomic.Bool
 }
@@ -94,11 +94,33 @@ func (l *LiveVersions) Version(projection string) int {
 	if time.Now().UnixNano() >= l.next.Load() && l.refreshing.CompareAndSwap(false, true) {
 		go l.refreshBackground()
 	}
-	return l.cur.Load().Version(projection)
+	return l.cur.Load().Versions.Version(projection)
 }
 
 // Current returns the versions in use now.
-func (l *LiveVersions) Current() Versions { return *l.cur.Load() }
+func (l *LiveVersions) Current() Versions { return l.cur.Load().Versions }
+
+// Active returns the versions in use now with their records (the policy
+// each was built with), read together: a reader that takes a version's
+// keys from it takes that version's layout too.
+func (l *LiveVersions) Active() Active { return *l.cur.Load() }
+
+// Active is every projection's active version with its row of
+// projection_versions, as read at once.
+type Active struct {
+	Versions Versions
+	Records  []VersionRecord
+}
+
+// Record returns projection's record (zero when it has none).
+func (a Active) Record(projection string) VersionRecord {
+	for _, r := range a.Records {
+		if r.Projection == projection {
+			return r
+		}
+	}
+	return VersionRecord{}
+}
 
 // Refresh reads the Redis registry and, when it lacks a projection, differs
 // from the versions in use, or VerifyInterval has passed, takes the
@@ -111,7 +133,7 @@ func (l *LiveVersions) Refresh(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if cached == *l.cur.Load() && time.Now().Before(l.verifyAt) {
+	if cached == l.cur.Load().Versions && time.Now().Before(l.verifyAt) {
 		return nil
 	}
 	return l.resolve(ctx, cached)
@@ -121,11 +143,15 @@ func (l *LiveVersions) Refresh(ctx context.Context) error {
 // fields that differ from them (cached is what the registry held).
 // Callers hold mu, or own l alone.
 func (l *LiveVersions) resolve(ctx context.Context, cached Versions) error {
-	truth, err := LoadVersions(ctx, l.db)
+	recs, err := LoadVersionRecords(ctx, l.db)
 	if err != nil {
 		return err
 	}
-	l.cur.Store(&truth)
+	var truth Versions
+	for _, r := range recs {
+		truth = truth.With(r.Projection, r.Version)
+	}
+	l.cur.Store(&Active{Versions: truth, Records: recs})
 	l.verifyAt = time.Now().Add(l.cfg.VerifyInterval)
 	if cached == truth {
 		return nil

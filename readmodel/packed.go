@@ -14,9 +14,9 @@ import (
 	"github.com/feedco/feed/internal/snowflake"
 )
 
-// The packed inbox layout, an alternative to the sorted set (inbox.go)
-// measured beside it (BenchmarkInboxLayouts); not the default: chosen by
-// Policy.InboxLayout (FEED_INBOX_LAYOUT=packed), through InboxStore and
+// The packed inbox layout, the default (Policy.InboxLayout, recorded
+// with the active inbox version), measured beside the sorted set
+// (inbox.go) by BenchmarkInboxLayouts and reached through InboxStore and
 // the projectors' and the query side's packed paths.
 //
 // A post id is a Snowflake whose high bits are its created_at millisecond

@@ -73,10 +73,12 @@ type Policy struct {
 	// them.
 	ActivityWriteInterval time.Duration
 	// InboxLayout is the inboxes' Redis layout (FEED_INBOX_LAYOUT):
-	// InboxLayoutZset (the default, Inboxes) or InboxLayoutPacked
-	// (PackedInboxes). Every writer and reader must use the same one; the
-	// two layouts use different keys, so a switch reads cold inboxes and
-	// rebuilds them. The packed layout trims at its merges (every
+	// InboxLayoutPacked (the default, PackedInboxes) or InboxLayoutZset
+	// (Inboxes). It belongs to the inbox projection's version, like
+	// InboxMax: every writer and reader uses the active version's
+	// (ResolvePolicy, VersionRecord.Apply), and `feed rebuild inbox
+	// --inbox-layout` moves a deployment to another one blue/green. The
+	// two layouts use different keys. The packed layout trims at its merges (every
 	// PackedMergeAt pushes to an inbox, and every backfill) by the same
 	// bound rule (InboxKeep, InboxTrimOver); InboxTrimEvery's sampling is
 	// the sorted set's only.
@@ -128,7 +130,7 @@ func (p Policy) WithDefaults() Policy {
 	p.InactiveAfter = cmp.Or(p.InactiveAfter, defaultInactiveAfter)
 	p.ActivityWriteInterval = cmp.Or(p.ActivityWriteInterval, defaultActivityWriteInterval)
 	p.InboxTTLMargin = cmp.Or(p.InboxTTLMargin, max(defaultInboxTTLMargin, 2*p.ActivityWriteInterval))
-	p.InboxLayout = cmp.Or(p.InboxLayout, InboxLayoutZset)
+	p.InboxLayout = cmp.Or(p.InboxLayout, InboxLayoutPacked)
 	return p
 }
 

@@ -173,58 +173,118 @@ func adoptCached(ctx context.Context, db VersionQuerier, cached Versions) ([]str
 	return adopted, nil
 }
 
-// VersionExecQuerier is what CheckPolicy needs; *pgxpool.Pool has it.
+// VersionExecQuerier is what ResolvePolicy needs; *pgxpool.Pool has it.
 type VersionExecQuerier interface {
 	VersionQuerier
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-// ErrPolicyMismatch means a projector's fan-out policy is not the one its
-// active version was built with.
+// ErrPolicyMismatch means a process's fan-out policy, set explicitly, is
+// not the one the active version was built with.
 var ErrPolicyMismatch = errors.New("fan-out policy differs from the active version's")
 
-// CheckPolicy checks, before a projector writes, that its fan-out policy
-// (p, defaulted) is the one the active versions of the inbox and
-// followers projections were built with: two projectors with different
-// celebrity thresholds would push and pull by different rules and drop
-// posts between them, silently, and two with different inbox layouts
-// would each fill inboxes the other's readers never see. A version without a recorded policy (the
-// first start of a deployment, built by the projectors themselves) gets
-// p recorded now, by the first projector to start; a later one with other
-// values gets ErrPolicyMismatch, which says how to change the policy
-// (`feed rebuild`, blue/green).
-func CheckPolicy(ctx context.Context, db VersionExecQuerier, p Policy) error {
+// Apply returns p with the policy r recorded in place of p's: the
+// celebrity threshold, the inbox bound and the inbox layout, each where
+// recorded (a field r has not recorded keeps p's). A new bound resets
+// trim fields that held the old bound's defaults, so WithDefaults derives
+// them again.
+func (r VersionRecord) Apply(p Policy) Policy {
+	if r.CelebrityThreshold > 0 {
+		p.CelebrityThreshold = r.CelebrityThreshold
+	}
+	if r.InboxMax > 0 && r.InboxMax != p.InboxMax {
+		// The trim slack and band default from the bound: defaulted for
+		// the old one, they are defaulted again for the new one.
+		d := Policy{InboxMax: p.InboxMax}.WithDefaults()
+		if p.InboxTrimSlack == d.InboxTrimSlack && p.InboxTrimBand == d.InboxTrimBand && p.InboxTrimEvery == d.InboxTrimEvery {
+			p.InboxTrimSlack, p.InboxTrimBand, p.InboxTrimEvery = 0, 0, 0
+		}
+		p.InboxMax = r.InboxMax
+	}
+	if r.InboxLayout != "" {
+		p.InboxLayout = r.InboxLayout
+	}
+	return p
+}
+
+// PolicyExplicit says which of a policy's recorded fields the process was
+// given explicitly (cmd/feed: the variable is set in the environment);
+// ResolvePolicy adopts the recorded value of every other one.
+type PolicyExplicit struct {
+	CelebrityThreshold, InboxMax, InboxLayout bool
+}
+
+// ResolvePolicy is the one rule by which a process's fan-out policy meets
+// the one recorded with the active versions: the celebrity threshold (of
+// the followers and inbox versions), the inbox bound and the inbox layout
+// (of the inbox version). Two projectors with different thresholds would
+// push and pull by different rules and drop posts between them, silently;
+// a writer and a reader with different layouts or bounds would not see
+// each other's inboxes.
+//
+//   - A field nothing recorded yet (a fresh deployment) gets p's value,
+//     recorded now by the first process to start: p is the environment's
+//     policy, defaulted (packed, 500, 10000).
+//   - A recorded field the process was not given explicitly is adopted.
+//   - A recorded field given explicitly with another value is refused
+//     with ErrPolicyMismatch, naming the variable, both values and how to
+//     change the policy (`feed rebuild inbox --inbox-layout ...`,
+//     blue/green).
+//
+// It returns p, defaulted, with the recorded fields in place.
+func ResolvePolicy(ctx context.Context, db VersionExecQuerier, p Policy, explicit PolicyExplicit) (Policy, error) {
 	p = p.WithDefaults()
-	checked := []string{ProjectionFollowers, ProjectionInbox}
+	recorded := []string{ProjectionFollowers, ProjectionInbox}
 	if _, err := db.Exec(ctx, `UPDATE projection_versions SET celebrity_threshold = $2, inbox_max = $3
-		WHERE projection = ANY($1) AND celebrity_threshold IS NULL`, checked, p.CelebrityThreshold, p.InboxMax); err != nil {
-		return fmt.Errorf("record the fan-out policy: %w", err)
+		WHERE projection = ANY($1) AND celebrity_threshold IS NULL`, recorded, p.CelebrityThreshold, p.InboxMax); err != nil {
+		return p, fmt.Errorf("record the fan-out policy: %w", err)
 	}
 	if _, err := db.Exec(ctx, `UPDATE projection_versions SET inbox_layout = $2
 		WHERE projection = $1 AND inbox_layout IS NULL`, ProjectionInbox, p.InboxLayout); err != nil {
-		return fmt.Errorf("record the inbox layout: %w", err)
+		return p, fmt.Errorf("record the inbox layout: %w", err)
 	}
 	recs, err := LoadVersionRecords(ctx, db)
 	if err != nil {
-		return err
+		return p, err
 	}
-	var errs []error
+	var inbox, followers VersionRecord
 	for _, r := range recs {
-		switch {
-		case r.Projection != ProjectionFollowers && r.Projection != ProjectionInbox:
-		case r.CelebrityThreshold != p.CelebrityThreshold:
-			errs = append(errs, fmt.Errorf("%s version %d was built with celebrity threshold %d, this process has %d (FEED_CELEBRITY_THRESHOLD): %w",
-				r.Projection, r.Version, r.CelebrityThreshold, p.CelebrityThreshold, ErrPolicyMismatch))
-		case r.Projection == ProjectionInbox && r.InboxMax != p.InboxMax:
-			errs = append(errs, fmt.Errorf("%s version %d was built with inbox bound %d, this process has %d (FEED_INBOX_MAX): %w",
-				r.Projection, r.Version, r.InboxMax, p.InboxMax, ErrPolicyMismatch))
-		case r.Projection == ProjectionInbox && r.InboxLayout != p.InboxLayout:
-			errs = append(errs, fmt.Errorf("%s version %d was built in the %s layout, this process has %s (FEED_INBOX_LAYOUT): %w",
-				r.Projection, r.Version, r.InboxLayout, p.InboxLayout, ErrPolicyMismatch))
+		switch r.Projection {
+		case ProjectionInbox:
+			inbox = r
+		case ProjectionFollowers:
+			followers = r
 		}
 	}
-	if len(errs) > 0 {
-		return fmt.Errorf("%w; start with the version's values, or build a version with the new ones (feed rebuild)", errors.Join(errs...))
+	var errs []error
+	if followers.CelebrityThreshold != inbox.CelebrityThreshold {
+		// Only a rebuild with another threshold writes this, which `feed
+		// rebuild` does not offer: the two projections must change it
+		// together.
+		errs = append(errs, fmt.Errorf("the followers version %d has celebrity threshold %d, the inbox version %d has %d: %w",
+			followers.Version, followers.CelebrityThreshold, inbox.Version, inbox.CelebrityThreshold, ErrPolicyMismatch))
 	}
-	return nil
+	check := func(set bool, env, field string, have, want any, how string) {
+		if set && have != want {
+			errs = append(errs, fmt.Errorf("%s=%v, but the active inbox version %d was built with %s %v: unset %s to adopt it, or %s: %w",
+				env, have, inbox.Version, field, want, env, how, ErrPolicyMismatch))
+		}
+	}
+	check(explicit.CelebrityThreshold, "FEED_CELEBRITY_THRESHOLD", "celebrity threshold", p.CelebrityThreshold, inbox.CelebrityThreshold,
+		"change it with a rebuild of both the followers and the inbox projections (not offered by feed rebuild yet)")
+	check(explicit.InboxMax, "FEED_INBOX_MAX", "inbox bound", p.InboxMax, inbox.InboxMax,
+		fmt.Sprintf("build a version with the new one (feed rebuild inbox --inbox-max %d)", p.InboxMax))
+	check(explicit.InboxLayout, "FEED_INBOX_LAYOUT", "inbox layout", p.InboxLayout, inbox.InboxLayout,
+		fmt.Sprintf("build a version in the new one (feed rebuild inbox --inbox-layout %s)", p.InboxLayout))
+	if len(errs) > 0 {
+		return p, errors.Join(errs...)
+	}
+	return inbox.Apply(p).WithDefaults(), nil
+}
+
+// CheckPolicy is ResolvePolicy with every field explicit: it records p
+// where nothing is recorded and refuses any other recorded value.
+func CheckPolicy(ctx context.Context, db VersionExecQuerier, p Policy) error {
+	_, err := ResolvePolicy(ctx, db, p, PolicyExplicit{CelebrityThreshold: true, InboxMax: true, InboxLayout: true})
+	return err
 }

@@ -100,7 +100,9 @@ func DirtyField(projection string) string { return projection + ".dirty" }
 // to; ok is false for a key that is no read model's (the registry, other
 // tools' keys). It is the inverse of the builders above, so a cleanup that
 // deletes by Classify never touches another version's keys: `feed:{*` and
-// `v2:feed:{*` are told apart by the leading `v{n}:`.
+// `v2:feed:{*` are told apart by the leading `v{n}:`. Both inbox layouts'
+// keys are the inbox projection's, so a rebuild into another layout
+// deletes the old layout's keys.
 func (k Keys) Classify(key string) (projection string, version int, ok bool) {
 	rest, found := strings.CutPrefix(key, k.Prefix)
 	if !found {
@@ -115,7 +117,7 @@ func (k Keys) Classify(key string) (projection string, version int, ok bool) {
 		}
 	}
 	switch {
-	case strings.HasPrefix(rest, "feed:{"):
+	case strings.HasPrefix(rest, "feed:{"), strings.HasPrefix(rest, "pfeed:{"): // the packed layout's sealed string and buffer
 		return ProjectionInbox, version, true
 	case strings.HasPrefix(rest, "timeline:{"):
 		return ProjectionTimelines, version, true

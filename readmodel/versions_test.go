@@ -21,7 +21,8 @@ func TestVersionedNamesClassify(t *testing.T) {
 		for _, v := range []int{1, 2, 12} {
 			k := Keys{Prefix: prefix, Versions: Versions{Inbox: v, Timelines: v, Followers: v, Posts: v}}
 			cases := map[string]string{
-				k.Inbox(7): ProjectionInbox, k.Timeline(7): ProjectionTimelines, k.Post(7): ProjectionPosts,
+				k.Inbox(7): ProjectionInbox, k.PackedInbox(7): ProjectionInbox, k.PackedInbox(7) + "+": ProjectionInbox,
+				k.Timeline(7): ProjectionTimelines, k.Post(7): ProjectionPosts,
 				k.Followers(7): ProjectionFollowers, k.Following(7): ProjectionFollowers,
 				k.FollowingVersions(7): ProjectionFollowers, k.Celebrities(): ProjectionFollowers,
 			}

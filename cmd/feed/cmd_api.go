@@ -44,6 +44,9 @@ func runAPI(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer)
 		return err
 	}
 	defer closeStores()
+	if cfg, err = resolvePolicy(ctx, cfg, pool, log); err != nil {
+		return err
+	}
 	reg := prometheus.NewRegistry()
 	apiTask, closeAPI, err := newAPI(ctx, cfg, apiParts{Pool: pool, Redis: rdb, Registry: reg, Log: log, Stdout: stdout, AllowDevSecret: cfg.AllowDevSecret})
 	if err != nil {

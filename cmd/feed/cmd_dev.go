@@ -44,6 +44,9 @@ func runDev(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer)
 	if _, err := migrate(ctx, pool, log); err != nil {
 		return err
 	}
+	if cfg, err = resolvePolicy(ctx, cfg, pool, log); err != nil {
+		return err
+	}
 	rdb, err := openRedis(ctx, cfg, 256)
 	if err != nil {
 		return err

@@ -56,6 +56,9 @@ func runProject(ctx context.Context, cfg Config, log *slog.Logger, names []strin
 		return err
 	}
 	defer closeStores()
+	if cfg, err = resolvePolicy(ctx, cfg, pool, log); err != nil {
+		return err
+	}
 	reg := prometheus.NewRegistry()
 	projectors, err := newProjectors(ctx, cfg, pool, rdb, names, reg, log)
 	if err != nil {
@@ -66,8 +69,10 @@ func runProject(ctx context.Context, cfg Config, log *slog.Logger, names []strin
 }
 
 // newProjectors builds the supervisor of the projectors names (nil: all):
-// each runs at its projection's active version and restarts on the new one
-// when `feed rebuild` switches it (docs/rebuild.md).
+// each runs at its projection's active version, with that version's
+// recorded policy, and restarts on the new one when `feed rebuild`
+// switches it (docs/rebuild.md). cfg's policy is resolved
+// (resolvePolicy).
 func newProjectors(ctx context.Context, cfg Config, pool *pgxpool.Pool, rdb redis.UniversalClient, names []string, reg prometheus.Registerer, log *slog.Logger) (task, error) {
 	m, err := projections.NewMetrics(reg)
 	if err != nil {
@@ -78,11 +83,6 @@ func newProjectors(ctx context.Context, cfg Config, pool *pgxpool.Pool, rdb redi
 	}
 	if len(names) == 0 {
 		names = projections.Names()
-	}
-	if slices.Contains(names, readmodel.ProjectionInbox) || slices.Contains(names, readmodel.ProjectionFollowers) {
-		if err := readmodel.CheckPolicy(ctx, pool, cfg.Policy); err != nil {
-			return task{}, fmt.Errorf("project: %w", err)
-		}
 	}
 	readmodel.WarnListpack(ctx, rdb, cfg.Policy, log)
 	s, err := projections.NewSupervisor(projections.SupervisorConfig{

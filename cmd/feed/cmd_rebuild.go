@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/feedco/feed/projections"
+	"github.com/feedco/feed/readmodel"
 	"github.com/feedco/feed/rebuild"
 )
 
@@ -18,6 +19,10 @@ import (
 type rebuildOptions struct {
 	catchUpLag int64
 	handover   time.Duration
+	// inboxLayout and inboxMax are the new inbox version's policy (""
+	// and 0: the active version's).
+	inboxLayout string
+	inboxMax    int
 }
 
 func newRebuildCommand(c *cli) *cobra.Command {
@@ -26,7 +31,9 @@ func newRebuildCommand(c *cli) *cobra.Command {
 		Use:   "rebuild inbox|timelines|followers|posts|all",
 		Short: "Rebuild a projection from scratch, blue/green",
 		Long: longHelp("Rebuilds a projection's read model at a new version while readers use the active one, catches up from Kafka,\n"+
-			"switches the active version in one write and deletes the old keys (docs/rebuild.md).",
+			"switches the active version in one write and deletes the old keys (docs/rebuild.md).\n"+
+			"--inbox-layout and --inbox-max build the new inbox version in another layout or bound: the switch records them,\n"+
+			"and the running projectors and readers move to them with the version.",
 			envPostgres, envRedis, envKafka, envProjections),
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) != 1 {
@@ -42,6 +49,15 @@ func newRebuildCommand(c *cli) *cobra.Command {
 			if o.catchUpLag < 0 {
 				return flagUsage("catch-up-lag", "must not be negative")
 			}
+			if (o.inboxLayout != "" || o.inboxMax != 0) && args[0] != "inbox" && args[0] != rebuild.All {
+				return usageError{"--inbox-layout and --inbox-max are the inbox projection's: rebuild inbox (or all)"}
+			}
+			if o.inboxLayout != "" && o.inboxLayout != readmodel.InboxLayoutPacked && o.inboxLayout != readmodel.InboxLayoutZset {
+				return flagUsage("inbox-layout", "want packed or zset, got %q", o.inboxLayout)
+			}
+			if o.inboxMax != 0 && o.inboxMax < 20 {
+				return flagUsage("inbox-max", "want at least 20, got %d", o.inboxMax)
+			}
 			cfg, log, err := c.config()
 			if err != nil {
 				return err
@@ -51,7 +67,18 @@ func newRebuildCommand(c *cli) *cobra.Command {
 	}
 	cmd.Flags().Int64Var(&o.catchUpLag, "catch-up-lag", 1000, "switch once the new version is at most this many messages behind")
 	cmd.Flags().DurationVar(&o.handover, "handover", 3*time.Second, "keep the catch-up consumer running this long after the switch")
+	cmd.Flags().StringVar(&o.inboxLayout, "inbox-layout", "", "build the new inbox version in this layout, packed or zset (default: the active version's)")
+	cmd.Flags().IntVar(&o.inboxMax, "inbox-max", 0, "build the new inbox version with this bound (default: the active version's)")
 	return cmd
+}
+
+// rebuildPolicy returns cfg with the new inbox version's layout and bound
+// from o's flags (the trim slack and band derived again for a new bound).
+func rebuildPolicy(cfg Config, o rebuildOptions) Config {
+	rec := readmodel.VersionRecord{InboxLayout: o.inboxLayout, InboxMax: o.inboxMax}
+	cfg.Policy = rec.Apply(cfg.Policy).WithDefaults()
+	cfg.InboxMax, cfg.InboxLayout = cfg.Policy.InboxMax, cfg.Policy.InboxLayout
+	return cfg
 }
 
 // runRebuild is `feed rebuild NAME`, with its progress on stderr.
@@ -61,6 +88,16 @@ func runRebuild(ctx context.Context, cfg Config, log *slog.Logger, name string, 
 		return err
 	}
 	defer a.Close()
+	if cfg, err = resolvePolicy(ctx, cfg, a.Pool, log); err != nil {
+		return err
+	}
+	// The new inbox version's policy: the active one's, with the flags'
+	// changes; the switch records it, and the projectors and readers
+	// adopt it with the version.
+	if o.inboxLayout != "" || o.inboxMax != 0 {
+		cfg = rebuildPolicy(cfg, o)
+		fmt.Fprintf(stderr, "rebuild: the new inbox version: layout %s, inbox max %d\n", cfg.Policy.InboxLayout, cfg.Policy.InboxMax)
+	}
 	r, err := rebuild.New(rebuild.Config{
 		Projections: projectionConfig(cfg),
 		Runner:      projections.RunnerConfig{Brokers: brokersOf(cfg), Topic: cfg.Topic, Logger: log},

@@ -13,7 +13,8 @@ import (
 // printProjectionStatus writes, per projection, its active version (from
 // PostgreSQL, with a note when the Redis registry differs), the
 // active version's consumer group and its lag (the messages of the topic it
-// has not committed yet), and whether a rebuild is running. `feed status`
+// has not committed yet), the policy recorded with the inbox and
+// followers versions, and whether a rebuild is running. `feed status`
 // calls it for its projections section.
 func printProjectionStatus(ctx context.Context, a *App, w io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -39,6 +40,12 @@ func printProjectionStatus(ctx context.Context, a *App, w io.Writer) error {
 		note := ""
 		if p.Dirty && !st.Running {
 			note = "  (an interrupted rebuild left keys of another version: the next `feed rebuild " + p.Name + "` deletes them)"
+		}
+		switch {
+		case p.Name == "inbox" && p.InboxLayout != "":
+			note += fmt.Sprintf("  (layout %s, inbox max %d, celebrity threshold %d)", p.InboxLayout, p.InboxMax, p.CelebrityThreshold)
+		case p.Name == "followers" && p.CelebrityThreshold > 0:
+			note += fmt.Sprintf("  (celebrity threshold %d)", p.CelebrityThreshold)
 		}
 		if p.Cached != p.Version {
 			note += fmt.Sprintf("  (the Redis registry says v%d, 0 = missing: the projectors and the query side restore it from PostgreSQL)", p.Cached)

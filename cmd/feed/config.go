@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -36,9 +37,13 @@ type Config struct {
 	Partitions         int
 	CelebrityThreshold int64
 	InboxMax           int
-	// InboxLayout is FEED_INBOX_LAYOUT: "zset" (the default) or "packed"
+	// InboxLayout is FEED_INBOX_LAYOUT: "packed" (the default) or "zset"
 	// (readmodel.Policy.InboxLayout).
-	InboxLayout       string
+	InboxLayout string
+	// PolicyExplicit says which of FEED_CELEBRITY_THRESHOLD, FEED_INBOX_MAX
+	// and FEED_INBOX_LAYOUT are set: the others adopt the active
+	// version's recorded values (resolvePolicy).
+	PolicyExplicit    readmodel.PolicyExplicit
 	FollowerCacheRows int
 	Slot              string
 	NodeID            int64
@@ -61,9 +66,30 @@ type Config struct {
 	// level logged (FEED_LOG_LEVEL: debug, info, warn or error).
 	LogFormat string
 	LogLevel  slog.Level
-	// Policy is the feed policy, built once from the settings above and
-	// handed to the projectors, the query side and `feed rebuild`.
+	// Policy is the feed policy, built once from the settings above,
+	// resolved against the active versions' recorded one (resolvePolicy)
+	// and handed to the projectors, the query side and `feed rebuild`.
 	Policy readmodel.Policy
+}
+
+// resolvePolicy meets cfg's feed policy with the one recorded with the
+// active projection versions, by readmodel.ResolvePolicy's rule (the only
+// one): a fresh deployment records cfg's; a variable left unset adopts
+// the recorded value; one set to another value refuses to start, saying
+// which and how to change it. Every role that reads or writes the read
+// models calls it once, before it starts them.
+func resolvePolicy(ctx context.Context, cfg Config, db readmodel.VersionExecQuerier, log *slog.Logger) (Config, error) {
+	p, err := readmodel.ResolvePolicy(ctx, db, cfg.Policy, cfg.PolicyExplicit)
+	if err != nil {
+		return cfg, fmt.Errorf("feed policy: %w", err)
+	}
+	if p.InboxLayout != cfg.Policy.InboxLayout || p.InboxMax != cfg.Policy.InboxMax || p.CelebrityThreshold != cfg.Policy.CelebrityThreshold {
+		log.Info("feed policy: adopted the active version's", "inbox_layout", p.InboxLayout, "inbox_max", p.InboxMax,
+			"celebrity_threshold", p.CelebrityThreshold)
+	}
+	cfg.Policy = p
+	cfg.CelebrityThreshold, cfg.InboxMax, cfg.InboxLayout = p.CelebrityThreshold, p.InboxMax, p.InboxLayout
+	return cfg, nil
 }
 
 func envOr(key, def string) string {
@@ -117,7 +143,7 @@ func LoadConfig() (Config, error) {
 		Slot:          os.Getenv("FEED_SLOT"),
 		LogFormat:     envOr("FEED_LOG_FORMAT", "text"),
 		OnSlotLoss:    os.Getenv("FEED_CDC_ON_SLOT_LOSS"),
-		InboxLayout:   envOr("FEED_INBOX_LAYOUT", readmodel.InboxLayoutZset),
+		InboxLayout:   os.Getenv("FEED_INBOX_LAYOUT"),
 
 		AllowDevSecret: os.Getenv("FEED_ALLOW_DEV_SECRET") == "1",
 	}
@@ -162,6 +188,11 @@ func LoadConfig() (Config, error) {
 	}
 	if err := c.LogLevel.UnmarshalText([]byte(envOr("FEED_LOG_LEVEL", "info"))); err != nil {
 		return c, fmt.Errorf("FEED_LOG_LEVEL=%q: want debug, info, warn or error", os.Getenv("FEED_LOG_LEVEL"))
+	}
+	c.PolicyExplicit = readmodel.PolicyExplicit{
+		CelebrityThreshold: os.Getenv("FEED_CELEBRITY_THRESHOLD") != "",
+		InboxMax:           os.Getenv("FEED_INBOX_MAX") != "",
+		InboxLayout:        c.InboxLayout != "",
 	}
 	c.Policy = readmodel.Policy{
 		CelebrityThreshold: c.CelebrityThreshold,

@@ -73,11 +73,12 @@ func TestReadCacheKeysEnv(t *testing.T) {
 }
 
 // FEED_INBOX_LAYOUT reaches the projectors and the query side through the
-// one policy: unset is the sorted set, packed is taken, anything else is
-// refused.
+// one policy: unset is packed (and not explicit: the active version's
+// recorded layout is adopted, resolvePolicy), zset and packed are taken,
+// anything else is refused.
 func TestInboxLayoutEnv(t *testing.T) {
 	for _, tc := range []struct{ env, want string }{
-		{"", readmodel.InboxLayoutZset},
+		{"", readmodel.InboxLayoutPacked},
 		{"zset", readmodel.InboxLayoutZset},
 		{"packed", readmodel.InboxLayoutPacked},
 	} {
@@ -91,6 +92,9 @@ func TestInboxLayoutEnv(t *testing.T) {
 		}
 		if got := c.Policy.InboxLayout; got != tc.want {
 			t.Fatalf("FEED_INBOX_LAYOUT=%q: policy's layout %q, want %q", tc.env, got, tc.want)
+		}
+		if c.PolicyExplicit.InboxLayout != (tc.env != "") {
+			t.Fatalf("FEED_INBOX_LAYOUT=%q: explicit %v", tc.env, c.PolicyExplicit.InboxLayout)
 		}
 	}
 	t.Setenv("FEED_INBOX_LAYOUT", "list")

@@ -125,9 +125,14 @@ func Start(t testing.TB, cfg Config) *System {
 	}
 	run(t, "cdc", c.Run)
 
-	// Every projector, in consumer groups of this test's own.
+	// Every projector, in consumer groups of this test's own, under the
+	// policy recorded with the active versions, as a process records it
+	// at its first start (readmodel.ResolvePolicy).
 	pcfg := cfg.Projections
 	pcfg.Keys = s.Keys
+	if err := readmodel.CheckPolicy(context.Background(), s.DB.Pool, pcfg.Policy()); err != nil {
+		t.Fatal(err)
+	}
 	s.ProjectionMetrics = prometheus.NewRegistry()
 	pm, err := projections.NewMetrics(s.ProjectionMetrics)
 	if err != nil {

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/readmodel"
+)
+
+// The inbox policy belongs to the active version: a fresh deployment's
+// first process records its own (packed by default); a process with
+// FEED_INBOX_LAYOUT and FEED_INBOX_MAX unset adopts what the active
+// version recorded (after a switch to zset, 300 here); one with either
+// set to another value refuses to start (`feed project` and `feed api`),
+// saying which value differs and the rebuild that changes it; set to the
+// recorded values it starts.
+func TestPolicyAdoptOrRefuse(t *testing.T) {
+	db := testenv.NewDB(t)
+	ctx := context.Background()
+	t.Setenv("DATABASE_URL", db.URL)
+	t.Setenv("REDIS_URL", testenv.RedisURL())
+	load := func(layout, inboxMax string) Config {
+		t.Helper()
+		t.Setenv("FEED_INBOX_LAYOUT", layout)
+		t.Setenv("FEED_INBOX_MAX", inboxMax)
+		cfg, err := LoadConfig()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	log := testenv.Logger()
+
+	fresh, err := resolvePolicy(ctx, load("", ""), db.Pool, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fresh.Policy.InboxLayout != readmodel.InboxLayoutPacked || fresh.Policy.InboxMax != 500 {
+		t.Fatalf("fresh deployment: %s, %d; want packed, 500", fresh.Policy.InboxLayout, fresh.Policy.InboxMax)
+	}
+	// A rebuild switched the inbox to version 2 in the sorted set, bound 300.
+	if err := readmodel.ActivateVersion(ctx, db.Pool, readmodel.ProjectionInbox, 1, 2,
+		readmodel.Policy{InboxMax: 300, InboxLayout: readmodel.InboxLayoutZset}); err != nil {
+		t.Fatal(err)
+	}
+	adopted, err := resolvePolicy(ctx, load("", ""), db.Pool, log)
+	if err != nil {
+		t.Fatalf("unset variables: %v", err)
+	}
+	if p := adopted.Policy; p.InboxLayout != readmodel.InboxLayoutZset || p.InboxMax != 300 || p.InboxTrimSlack != 64 ||
+		adopted.InboxLayout != p.InboxLayout || adopted.InboxMax != p.InboxMax {
+		t.Fatalf("unset variables adopted %+v (config %s, %d), want zset, 300, slack 64", p, adopted.InboxLayout, adopted.InboxMax)
+	}
+	if _, err := resolvePolicy(ctx, load("zset", "300"), db.Pool, log); err != nil {
+		t.Fatalf("the recorded values set explicitly: %v", err)
+	}
+	for _, tc := range []struct {
+		layout, max string
+		want        []string
+	}{
+		{"packed", "", []string{"FEED_INBOX_LAYOUT=packed", "inbox layout zset", "feed rebuild inbox --inbox-layout packed"}},
+		{"", "500", []string{"FEED_INBOX_MAX=500", "inbox bound 300", "feed rebuild inbox --inbox-max 500"}},
+	} {
+		cfg := load(tc.layout, tc.max)
+		for _, role := range []string{"project", "api"} {
+			code, _, stderr := runCLI(t, cfg, role)
+			if code == 0 {
+				t.Fatalf("feed %s with FEED_INBOX_LAYOUT=%q FEED_INBOX_MAX=%q started", role, tc.layout, tc.max)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("feed %s refused with %q, which does not say %q", role, stderr, w)
+				}
+			}
+		}
+	}
+}
+
+// `feed rebuild inbox --inbox-layout --inbox-max` builds the new version
+// with the flags' layout and bound over the resolved policy, the trim
+// slack derived again for the new bound; no flag keeps the policy.
+func TestRebuildPolicyFlags(t *testing.T) {
+	cfg := Config{Policy: readmodel.Policy{InboxLayout: readmodel.InboxLayoutZset}.WithDefaults()}
+	got := rebuildPolicy(cfg, rebuildOptions{inboxLayout: readmodel.InboxLayoutPacked, inboxMax: 100})
+	if p := got.Policy; p.InboxLayout != readmodel.InboxLayoutPacked || p.InboxMax != 100 || p.InboxTrimSlack != 25 || got.InboxMax != 100 {
+		t.Fatalf("rebuild policy %+v, want packed, 100, slack 25", p)
+	}
+	if p := rebuildPolicy(cfg, rebuildOptions{}).Policy; p != cfg.Policy {
+		t.Fatalf("no flag changed the policy to %+v", p)
+	}
+}

@@ -1,0 +1,240 @@
+package rebuild
+
+import (
+	"context"
+	"math/rand/v2"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/feedco/feed/commands"
+	"github.com/feedco/feed/internal/systest"
+	"github.com/feedco/feed/readmodel"
+)
+
+// TestRebuildInboxIntoPackedUnderLoad moves a deployment from sorted-set
+// inboxes to packed ones blue/green (`feed rebuild inbox --inbox-layout
+// packed`) with the supervised projectors running and writes and reads
+// going on. Readers whose feeds no write touches compare every page they
+// read during the switch with the truth taken before it (none may fail or
+// differ); the others' reads must not fail or come back empty. After the
+// switch the inbox version records packed, the supervisor's inbox
+// projector writes packed inboxes at the new version, no sorted-set inbox
+// is left, and once quiet every feed equals the source of truth.
+func TestRebuildInboxIntoPackedUnderLoad(t *testing.T) {
+	t.Parallel()
+	zset := policies
+	zset.InboxLayout = readmodel.InboxLayoutZset
+	s := &system{
+		System: systest.Start(t, systest.Config{Name: "rbl", Partitions: 6, Projections: zset,
+			CacheTTL: 300 * time.Millisecond, Supervised: true}),
+		keep: map[int64]bool{},
+		rnd:  rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 11)),
+	}
+	ctx := context.Background()
+	s.seed(t, 20, 4, 100)
+	// Frozen readers follow frozen authors: nobody writes to them below.
+	var frozen, frozenAuthors []int64
+	for i := range 6 {
+		u, err := s.Commands.RegisterUser.Handle(ctx, commands.RegisterUser{Name: "frozen" + string(rune('a'+i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i < 3 {
+			frozenAuthors = append(frozenAuthors, u.ID)
+		} else {
+			frozen = append(frozen, u.ID)
+		}
+	}
+	for _, r := range frozen {
+		for _, a := range frozenAuthors {
+			if _, err := s.Commands.Follow.Handle(ctx, commands.Follow{FollowerID: r, FolloweeID: a}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := s.Feed.Home(ctx, r, "", 10); err != nil { // active: fan-out reaches them
+			t.Fatal(err)
+		}
+	}
+	for i := range 30 {
+		a := frozenAuthors[i%len(frozenAuthors)]
+		if _, err := s.Commands.CreatePost.Handle(ctx, commands.CreatePost{AuthorID: a, Content: "frozen post"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.quiesce(t)
+	s.checkConverged(t)
+	want := map[int64][]string{}
+	for _, r := range frozen {
+		w, err := s.truth(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(w) != 30 {
+			t.Fatalf("frozen reader %d has %d posts in the truth, want 30", r, len(w))
+		}
+		want[r] = w
+	}
+	if n := sortedSetInboxes(t, s); n == 0 {
+		t.Fatal("no sorted-set inbox before the switch")
+	}
+
+	loadCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var writes, reads, frozenReads, readErrs, empties atomic.Int64
+	var firstErr atomic.Value
+	fail := func(err error) { firstErr.CompareAndSwap(nil, err) }
+	wg.Add(1)
+	go func() { // writer, on the seeded users only
+		defer wg.Done()
+		for loadCtx.Err() == nil {
+			if err := s.step(ctx); err != nil {
+				fail(err)
+			}
+			writes.Add(1)
+			time.Sleep(3 * time.Millisecond)
+		}
+	}()
+	for range 2 { // readers of the seeded users
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for loadCtx.Err() == nil {
+				p, err := s.Feed.Home(ctx, s.pick(), "", 20)
+				reads.Add(1)
+				switch {
+				case err != nil:
+					readErrs.Add(1)
+					fail(err)
+				case len(p.Items) == 0:
+					empties.Add(1)
+				}
+			}
+		}()
+	}
+	var mismatch atomic.Value
+	wg.Add(1)
+	go func() { // readers of the frozen feeds, whole feeds page by page
+		defer wg.Done()
+		for i := 0; loadCtx.Err() == nil; i++ {
+			r := frozen[i%len(frozen)]
+			got, err := s.read(ctx, r)
+			frozenReads.Add(1)
+			if err != nil {
+				readErrs.Add(1)
+				fail(err)
+				continue
+			}
+			if !slices.Equal(got, want[r]) {
+				mismatch.CompareAndSwap(nil, []any{r, got})
+			}
+		}
+	}()
+
+	pcfg := policies
+	pcfg.InboxLayout = readmodel.InboxLayoutPacked
+	pcfg.Keys = readmodel.Keys{Prefix: s.Prefix}
+	r, err := New(Config{
+		Projections: pcfg, Runner: s.RunnerConfig(),
+		CatchUpLag: 0, Handover: time.Second, CleanupDelay: 1500 * time.Millisecond,
+		GroupEmptyTimeout: 20 * time.Second, Logger: s.Log,
+	}, s.DB.Pool, s.Redis)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.Run(ctx, readmodel.ProjectionInbox)
+	if err != nil {
+		stop()
+		wg.Wait()
+		t.Fatalf("rebuild inbox into packed: %v", err)
+	}
+	// Keep the load on past the cleanup of the sorted-set version, so the
+	// readers cross the switch and the deletion of the old keys.
+	time.Sleep(3 * time.Second)
+	stop()
+	wg.Wait()
+	t.Logf("during the switch: %d writes, %d reads, %d whole frozen feeds read, %d read errors, %d empty pages; %+v",
+		writes.Load(), reads.Load(), frozenReads.Load(), readErrs.Load(), empties.Load(), res)
+	if e := firstErr.Load(); e != nil {
+		t.Fatalf("a write or read failed during the switch: %v", e)
+	}
+	if readErrs.Load() > 0 || empties.Load() > 0 {
+		t.Fatalf("%d reads failed and %d were empty during the switch", readErrs.Load(), empties.Load())
+	}
+	if m := mismatch.Load(); m != nil {
+		v := m.([]any)
+		t.Fatalf("frozen reader %d read %v during the switch, want %v", v[0], v[1], want[v[0].(int64)])
+	}
+	if frozenReads.Load() == 0 {
+		t.Fatal("no frozen feed was read during the switch")
+	}
+
+	recs, err := readmodel.LoadVersionRecords(ctx, s.DB.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rec := range recs {
+		if rec.Projection == readmodel.ProjectionInbox && (rec.Version != 2 || rec.InboxLayout != readmodel.InboxLayoutPacked || rec.InboxMax != policies.InboxMax) {
+			t.Fatalf("inbox record after the switch: %+v, want version 2, packed, %d", rec, policies.InboxMax)
+		}
+	}
+	// The supervisor's inbox projector now pushes into packed inboxes of
+	// version 2: a new post of a frozen author reaches a frozen reader's
+	// buffer or sealed string, and the feed shows it.
+	p, err := s.Commands.CreatePost.Handle(ctx, commands.CreatePost{AuthorID: frozenAuthors[0], Content: "after the switch"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.quiesce(t)
+	v2 := readmodel.Keys{Prefix: s.Prefix, Versions: readmodel.Versions{}.With(readmodel.ProjectionInbox, 2)}
+	got, err := readmodel.NewPackedInboxes(v2, pcfg.Policy()).Posts(ctx, s.Redis, frozen[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(got, p.ID) {
+		t.Fatalf("the packed inbox of %d at version 2 lacks the post pushed after the switch (%d posts)", frozen[0], len(got))
+	}
+	if n := sortedSetInboxes(t, s); n != 0 {
+		t.Errorf("%d sorted-set inboxes left after the cleanup", n)
+	}
+	if kv := s.keyVersions(t); kv["inbox/v1"] != 0 || kv["inbox/v2"] == 0 {
+		t.Errorf("after the switch want only version 2 inboxes: %v", kv)
+	}
+	s.checkConverged(t)
+	for _, r := range frozen {
+		w, err := s.truth(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := s.read(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(g, w) {
+			t.Errorf("frozen reader %d after the switch:\n got %v\nwant %v", r, g, w)
+		}
+	}
+}
+
+// sortedSetInboxes counts the sorted-set inbox keys (`feed:{u}`, of any
+// version) under the system's prefix.
+func sortedSetInboxes(t *testing.T, s *system) int {
+	t.Helper()
+	version := regexp.MustCompile(`^v[0-9]+:`)
+	n := 0
+	iter := s.Redis.Scan(context.Background(), 0, escapeGlob(s.Prefix)+"*", 1000).Iterator()
+	for iter.Next(context.Background()) {
+		k := version.ReplaceAllString(strings.TrimPrefix(iter.Val(), s.Prefix), "")
+		if strings.HasPrefix(k, "feed:{") {
+			n++
+		}
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
