@@ -70,13 +70,13 @@ func TestOracle(t *testing.T) {
 // when it is not running, failed in CI): every script, pipeline and
 // multi-key command must touch one slot, SCANs must see every master.
 // After the checks, the read models' keys must be spread over the nodes
-// (keysBalanced). The sorted-set layout in the small run; -oracle.large
-// runs both layouts at the large size.
+// (keysBalanced). The default (packed) layout in the small run;
+// -oracle.large runs both layouts at the large size.
 func TestOracleCluster(t *testing.T) {
 	t.Parallel()
-	layouts := []string{readmodel.InboxLayoutZset}
+	layouts := []string{readmodel.InboxLayoutPacked}
 	if *flagLarge {
-		layouts = append(layouts, readmodel.InboxLayoutPacked)
+		layouts = append(layouts, readmodel.InboxLayoutZset)
 	}
 	for _, layout := range layouts {
 		t.Run(layout, func(t *testing.T) { testOracle(t, layout, true) })
