@@ -259,6 +259,8 @@ type Feed struct {
 
 	log *slog.Logger
 	now func() time.Time
+	// refreshScan is refresh.go's refreshScan (tests lower it).
+	refreshScan int
 
 	celebs    celebrityCache
 	posts     *postCache
@@ -316,7 +318,7 @@ func New(cfg Config, db DB, rdb redis.UniversalClient) (*Feed, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &Feed{cfg: cfg, db: db, rdb: rdb, metrics: m, log: cfg.Logger, now: time.Now, live: live,
+	f := &Feed{cfg: cfg, db: db, rdb: rdb, metrics: m, log: cfg.Logger, now: time.Now, refreshScan: refreshScan, live: live,
 		tl:      readmodel.NewTimelines(cfg.Keys, readmodel.DefaultTimelineMax),
 		follows: readmodel.NewFollows(cfg.Keys), celebSet: readmodel.NewCelebrities(cfg.Keys), bodies: readmodel.NewPostCache(cfg.Keys)}
 	if live == nil {

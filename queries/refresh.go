@@ -22,7 +22,8 @@ import (
 // source of truth, and PostgreSQL answers upwards at once (pullAfterSQL).
 
 // refreshScan is how many posts above the cursor a refresh walks through
-// in Redis before it asks PostgreSQL instead.
+// in Redis before it asks PostgreSQL instead (Feed.refreshScan; tests
+// lower it).
 const refreshScan = 400
 
 // HomeAfter returns the refresh page of userID's home feed above after (a
@@ -47,7 +48,7 @@ func (f *Feed) HomeAfter(ctx context.Context, userID int64, after string, limit 
 	pg := func(ctx context.Context, _ int) ([]item, error) { return f.pgPullAfter(ctx, userID, a, h, limit) }
 	return f.guarded(ctx, "home_after", limit,
 		func() (Page, error) {
-			return f.refresh(ctx, a, h, limit, func(cur key, need int) ([]item, error) {
+			return f.refresh(ctx, "home_after", a, h, limit, func(cur key, need int) ([]item, error) {
 				return f.homeItems(ctx, userID, cur, need, nil)
 			}, pg)
 		}, pg)
@@ -69,7 +70,7 @@ func (f *Feed) AuthorPostsAfter(ctx context.Context, authorID int64, after strin
 	pg := func(ctx context.Context, _ int) ([]item, error) { return f.pgAuthorAfter(ctx, authorID, a, h, limit) }
 	return f.guarded(ctx, "author_after", limit,
 		func() (Page, error) {
-			return f.refresh(ctx, a, h, limit, func(cur key, need int) ([]item, error) {
+			return f.refresh(ctx, "author_after", a, h, limit, func(cur key, need int) ([]item, error) {
 				return f.authorItems(ctx, authorID, cur, need, nil)
 			}, pg)
 		}, pg)
@@ -96,12 +97,12 @@ func (f *Feed) settled() key {
 
 // refresh walks a feed down from the horizon h with read (up to need items
 // strictly older than a cursor, newest first) until it passes a, and
-// returns the page of the limit items closest above a. Past refreshScan
+// returns the page of the limit items closest above a. Past f.refreshScan
 // items it returns pg's page instead (the same page, from PostgreSQL).
-func (f *Feed) refresh(ctx context.Context, a, h key, limit int, read func(cur key, need int) ([]item, error), pg func(ctx context.Context, n int) ([]item, error)) (Page, error) {
+func (f *Feed) refresh(ctx context.Context, query string, a, h key, limit int, read func(cur key, need int) ([]item, error), pg func(ctx context.Context, n int) ([]item, error)) (Page, error) {
 	batch := limit + 1
 	var above []item // newest first, strictly between a and h
-	for cur := h; len(above) < refreshScan; {
+	for cur := h; len(above) < f.refreshScan; {
 		got, err := read(cur, batch)
 		if err != nil {
 			return Page{}, err
@@ -123,6 +124,7 @@ func (f *Feed) refresh(ctx context.Context, a, h key, limit int, read func(cur k
 	if err != nil {
 		return Page{}, err
 	}
+	f.metrics.Sources.WithLabelValues(query, "pg").Inc()
 	return makePage(items, limit), nil
 }
 
