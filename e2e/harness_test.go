@@ -25,7 +25,8 @@ type policies struct {
 	BackfillPosts      int
 	FanoutBatch        int
 	CacheTTL           time.Duration
-	InboxLayout        string // readmodel.InboxLayoutZset or InboxLayoutPacked
+	InboxLayout        string        // readmodel.InboxLayoutZset or InboxLayoutPacked
+	RefreshSettle      time.Duration // the refresh horizon (0: the query side's default)
 }
 
 func (p policies) String() string {
@@ -61,7 +62,8 @@ func startSystem(t *testing.T, pol policies) *system {
 			FanoutBatch:        pol.FanoutBatch,
 			InboxLayout:        pol.InboxLayout,
 		},
-		CacheTTL: pol.CacheTTL,
+		CacheTTL:      pol.CacheTTL,
+		RefreshSettle: pol.RefreshSettle,
 	})}
 
 	// The API over httptest.
