@@ -45,8 +45,9 @@ func (f *Feed) Home(ctx context.Context, userID int64, cursor string, limit int)
 // home is Home from Redis (and PostgreSQL below what Redis is sure of).
 func (f *Feed) home(ctx context.Context, userID int64, cur key, limit int) (Page, error) {
 	buf := itemBufs.Get().(*[]item)
-	items, err := f.homeItems(ctx, userID, cur, limit+1, (*buf)[:0]) // one more than shown says whether a next page exists
-	defer func() {                                                   // makePage copied what it shows
+	// One more than shown says whether a next page exists.
+	items, err := f.homeItems(ctx, userID, cur, limit+1, (*buf)[:0])
+	defer func() { // makePage copied what it shows
 		if cap(items) <= 256 {
 			clear(items) // keep no post alive (the rest is zero already)
 			*buf = items[:0]
