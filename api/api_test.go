@@ -632,6 +632,14 @@ func (f *stubFeed) AuthorPosts(ctx context.Context, author int64, cursor string,
 	return f.read(ctx, author, cursor, limit)
 }
 
+func (f *stubFeed) HomeAfter(ctx context.Context, user int64, after string, limit int) (queries.Page, error) {
+	return f.read(ctx, user, "after:"+after, limit)
+}
+
+func (f *stubFeed) AuthorPostsAfter(ctx context.Context, author int64, after string, limit int) (queries.Page, error) {
+	return f.read(ctx, author, "after:"+after, limit)
+}
+
 func (f *stubFeed) read(ctx context.Context, user int64, cursor string, limit int) (queries.Page, error) {
 	if f.panicOnRead {
 		panic("boom")

@@ -1010,6 +1010,12 @@ func (s staticFeed) Home(context.Context, int64, string, int) (queries.Page, err
 func (s staticFeed) AuthorPosts(context.Context, int64, string, int) (queries.Page, error) {
 	return s.p, nil
 }
+func (s staticFeed) HomeAfter(context.Context, int64, string, int) (queries.Page, error) {
+	return s.p, nil
+}
+func (s staticFeed) AuthorPostsAfter(context.Context, int64, string, int) (queries.Page, error) {
+	return s.p, nil
+}
 
 // serveForBench serves srv the way `feed api` does (api.Server.Serve: its
 // timeouts, its handler) on a loopback port, until the benchmark ends.

@@ -14,8 +14,10 @@ import (
 // FeedReader is the query side as the API needs it; *queries.Feed is one.
 // Cursors are opaque: the API passes the client's string through ("" is
 // the first page) and returns the page as the reader built it (its JSON
-// shape is the contract's `{"items": [...], "nextCursor": ... or null}`).
-// limit is already validated (1..MaxLimit).
+// shape is the contract's `{"items": [...], "nextCursor": ... or null,
+// "prevCursor": ... or null}`). A request with `after` reads the refresh
+// page above that cursor instead (never "": a given but empty `after` is
+// the reader's to reject). limit is already validated (1..MaxLimit).
 //
 // An error that satisfies interface{ BadCursor() bool } with BadCursor()
 // true is answered 400 (malformed or foreign cursor), as are
@@ -27,34 +29,53 @@ type FeedReader interface {
 	Home(ctx context.Context, userID int64, cursor string, limit int) (queries.Page, error)
 	// AuthorPosts is authorID's own posts, newest first.
 	AuthorPosts(ctx context.Context, authorID int64, cursor string, limit int) (queries.Page, error)
+	// HomeAfter is the refresh page of userID's home feed just above after.
+	HomeAfter(ctx context.Context, userID int64, after string, limit int) (queries.Page, error)
+	// AuthorPostsAfter is the refresh page of authorID's posts just above after.
+	AuthorPostsAfter(ctx context.Context, authorID int64, after string, limit int) (queries.Page, error)
 }
 
 // maxCursorLen bounds the opaque cursor before it reaches the reader.
 const maxCursorLen = 512
 
-// GET /api/feed?cursor=&limit= -> 200 page.
+// GET /api/feed?cursor=&limit= or ?after=&limit= -> 200 page.
 func (s *Server) homeFeed(w http.ResponseWriter, r *http.Request, caller int64) error {
-	return s.page(w, r, func(ctx context.Context, cursor string, limit int) (queries.Page, error) {
+	return s.page(w, r, func(ctx context.Context, cursor string, after bool, limit int) (queries.Page, error) {
+		if after {
+			return s.deps.Feed.HomeAfter(ctx, caller, cursor, limit)
+		}
 		return s.deps.Feed.Home(ctx, caller, cursor, limit)
 	})
 }
 
-// GET /api/users/{id}/posts?cursor=&limit= -> 200 page.
+// GET /api/users/{id}/posts?cursor=&limit= or ?after=&limit= -> 200 page.
 func (s *Server) authorPosts(w http.ResponseWriter, r *http.Request, _ int64) error {
 	author, err := parseID("id", mux.Vars(r)["id"])
 	if err != nil {
 		return err
 	}
-	return s.page(w, r, func(ctx context.Context, cursor string, limit int) (queries.Page, error) {
+	return s.page(w, r, func(ctx context.Context, cursor string, after bool, limit int) (queries.Page, error) {
+		if after {
+			return s.deps.Feed.AuthorPostsAfter(ctx, author, cursor, limit)
+		}
 		return s.deps.Feed.AuthorPosts(ctx, author, cursor, limit)
 	})
 }
 
-func (s *Server) page(w http.ResponseWriter, r *http.Request, read func(ctx context.Context, cursor string, limit int) (queries.Page, error)) error {
+// page answers a page read: read gets the `cursor` (after false) or, on a
+// refresh, the `after` cursor (after true); both at once are 400.
+func (s *Server) page(w http.ResponseWriter, r *http.Request, read func(ctx context.Context, cursor string, after bool, limit int) (queries.Page, error)) error {
 	var limitArg, cursor string
+	after := false
 	if r.URL.RawQuery != "" { // the first page with the default limit parses nothing
 		q := r.URL.Query()
 		limitArg, cursor = q.Get("limit"), q.Get("cursor")
+		if _, after = q["after"]; after {
+			if _, both := q["cursor"]; both {
+				return &badInput{"cursor and after are exclusive: page down with cursor or refresh up with after"}
+			}
+			cursor = q.Get("after")
+		}
 	}
 	limit, err := parseLimit(limitArg)
 	if err != nil {
@@ -66,7 +87,7 @@ func (s *Server) page(w http.ResponseWriter, r *http.Request, read func(ctx cont
 	if s.deps.Feed == nil {
 		return errFeedUnavailable
 	}
-	p, err := read(r.Context(), cursor, limit)
+	p, err := read(r.Context(), cursor, after, limit)
 	if err != nil {
 		return err
 	}

@@ -25,8 +25,9 @@ type policies struct {
 	BackfillPosts      int
 	FanoutBatch        int
 	CacheTTL           time.Duration
-	InboxLayout        string // readmodel.InboxLayoutZset or InboxLayoutPacked
-	RedisCluster       bool   // the read models on the local Redis Cluster
+	InboxLayout        string        // readmodel.InboxLayoutZset or InboxLayoutPacked
+	RedisCluster       bool          // the read models on the local Redis Cluster
+	RefreshSettle      time.Duration // the refresh horizon (0: the query side's default)
 }
 
 func (p policies) String() string {
@@ -62,8 +63,9 @@ func startSystem(t *testing.T, pol policies) *system {
 			FanoutBatch:        pol.FanoutBatch,
 			InboxLayout:        pol.InboxLayout,
 		},
-		CacheTTL:     pol.CacheTTL,
-		RedisCluster: pol.RedisCluster,
+		CacheTTL:      pol.CacheTTL,
+		RedisCluster:  pol.RedisCluster,
+		RefreshSettle: pol.RefreshSettle,
 	})}
 
 	// The API over httptest.

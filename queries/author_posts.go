@@ -31,9 +31,18 @@ func (f *Feed) AuthorPosts(ctx context.Context, authorID int64, cursor string, l
 // authorPosts is AuthorPosts from the author's timeline (and PostgreSQL
 // below it).
 func (f *Feed) authorPosts(ctx context.Context, authorID int64, cur key, limit int) (Page, error) {
+	items, err := f.authorItems(ctx, authorID, cur, limit+1, nil)
+	if err != nil {
+		return Page{}, err
+	}
+	return makePage(items, limit), nil
+}
+
+// authorItems appends to items up to need of authorID's non-deleted posts
+// strictly older than cur, newest first: fewer only when the author has no
+// more. AuthorPosts and AuthorPostsAfter (refresh.go) page with it.
+func (f *Feed) authorItems(ctx context.Context, authorID int64, cur key, need int, items []item) ([]item, error) {
 	fresh := f.useDeletionFeed(f.now())
-	need := limit + 1
-	var items []item
 	used := map[string]bool{}
 	mode := stepRedis
 	for round := 0; len(items) < need && mode != stepEnd; round++ {
@@ -43,11 +52,11 @@ func (f *Feed) authorPosts(ctx context.Context, authorID int64, cur key, limit i
 			pipe := f.rdb.Pipeline()
 			rr := f.tl.QueueRange(ctx, pipe, authorID, cur.ms, n)
 			if err := readmodel.ExecReads(ctx, pipe); err != nil {
-				return Page{}, fmt.Errorf("read timeline of %d: %w", authorID, redisErr(err))
+				return items, fmt.Errorf("read timeline of %d: %w", authorID, redisErr(err))
 			}
 			src, built, err := rangeSource(rr)
 			if err != nil {
-				return Page{}, fmt.Errorf("read timeline of %d: %w", authorID, err)
+				return items, fmt.Errorf("read timeline of %d: %w", authorID, err)
 			}
 			if !built {
 				used["cold"] = true
@@ -63,7 +72,7 @@ func (f *Feed) authorPosts(ctx context.Context, authorID int64, cur key, limit i
 			seg := mergeSegment(cur, []source{src})
 			items, err = f.hydrate(ctx, seg.keys, visibility{author: authorID, fresh: fresh}, short, items)
 			if err != nil {
-				return Page{}, err
+				return items, err
 			}
 			cur, mode = lower(cur, seg.bound), seg.next
 			continue
@@ -73,7 +82,7 @@ func (f *Feed) authorPosts(ctx context.Context, authorID int64, cur key, limit i
 		}
 		got, err := f.pgAuthor(ctx, authorID, cur, minKey, need-len(items))
 		if err != nil {
-			return Page{}, err
+			return items, err
 		}
 		items = append(items, got...)
 		break
@@ -81,5 +90,5 @@ func (f *Feed) authorPosts(ctx context.Context, authorID int64, cur key, limit i
 	for s := range used {
 		f.metrics.Sources.WithLabelValues("author", s).Inc()
 	}
-	return makePage(items, limit), nil
+	return items, nil
 }

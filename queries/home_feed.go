@@ -44,16 +44,9 @@ func (f *Feed) Home(ctx context.Context, userID int64, cursor string, limit int)
 
 // home is Home from Redis (and PostgreSQL below what Redis is sure of).
 func (f *Feed) home(ctx context.Context, userID int64, cur key, limit int) (Page, error) {
-	now := f.now()
-	fresh := f.useDeletionFeed(now)
-	first := cur.ms >= maxCursorMs
-	var hint []int64
-	if first {
-		hint = make([]int64, 0, limit+limit/2+4) // the authors this page hydrates: the next read's hint
-	}
-	need := limit + 1 // one more than shown says whether a next page exists
 	buf := itemBufs.Get().(*[]item)
-	items := (*buf)[:0]
+	// One more than shown says whether a next page exists.
+	items, err := f.homeItems(ctx, userID, cur, limit+1, (*buf)[:0])
 	defer func() { // makePage copied what it shows
 		if cap(items) <= 256 {
 			clear(items) // keep no post alive (the rest is zero already)
@@ -61,13 +54,30 @@ func (f *Feed) home(ctx context.Context, userID int64, cur key, limit int) (Page
 			itemBufs.Put(buf)
 		}
 	}()
+	if err != nil {
+		return Page{}, err
+	}
+	return makePage(items, limit), nil
+}
+
+// homeItems appends to items up to need visible items of userID's home
+// feed strictly older than cur, newest first: fewer only when the feed
+// ends. Home and HomeAfter (refresh.go) page with it.
+func (f *Feed) homeItems(ctx context.Context, userID int64, cur key, need int, items []item) ([]item, error) {
+	now := f.now()
+	fresh := f.useDeletionFeed(now)
+	first := cur.ms >= maxCursorMs
+	var hint []int64
+	if first {
+		hint = make([]int64, 0, need+need/2+4) // the authors this page hydrates: the next read's hint
+	}
 	var used [3]bool // redis, pg, cold
 	mode := stepRedis
 	for round := 0; len(items) < need && mode != stepEnd; round++ {
 		if mode == stepRedis && round < maxRedisRounds {
 			hr, cold, err := f.homeSegment(ctx, userID, cur, need-len(items))
 			if err != nil {
-				return Page{}, err
+				return items, err
 			}
 			if cold.any() {
 				used[2] = true
@@ -82,7 +92,7 @@ func (f *Feed) home(ctx context.Context, userID int64, cur key, limit int) (Page
 			}
 			items, err = f.hydrate(ctx, hr.seg.keys, hr.vis, need-len(items), items)
 			if err != nil {
-				return Page{}, err
+				return items, err
 			}
 			cur, mode = lower(cur, hr.seg.bound), hr.seg.next
 			continue
@@ -92,7 +102,7 @@ func (f *Feed) home(ctx context.Context, userID int64, cur key, limit int) (Page
 		}
 		got, err := f.pgPull(ctx, userID, cur, need-len(items))
 		if err != nil {
-			return Page{}, err
+			return items, err
 		}
 		items = append(items, got...)
 		break // PostgreSQL is exact: the page is full or the feed ended
@@ -105,7 +115,7 @@ func (f *Feed) home(ctx context.Context, userID int64, cur key, limit int) (Page
 	if first && used[0] {
 		f.hints.set(userID, hint)
 	}
-	return makePage(items, limit), nil
+	return items, nil
 }
 
 // itemBufs recycles the items of a page (about 1.8 KB for 21 items, the

@@ -14,9 +14,12 @@ type Metrics struct {
 	// CacheLookups counts in-process cache lookups by cache
 	// ("celebrities", "timeline") and result ("hit", "miss").
 	CacheLookups *prometheus.CounterVec
-	// Sources counts, per query ("home", "author"), the pages that used each
+	// Sources counts, per query ("home", "author", and their refreshes
+	// "home_after", "author_after"), the pages that used each
 	// source: "redis" (read models), "pg" (continued from PostgreSQL below a
-	// ~floor), "cold" (inbox without ~built: served from PostgreSQL),
+	// ~floor; on a refresh: more posts above the cursor than it walks in
+	// Redis, the page read upwards from PostgreSQL), "cold" (inbox without
+	// ~built: served from PostgreSQL),
 	// "degraded" (Redis unavailable: the whole page from PostgreSQL) and
 	// "refused" (Redis unavailable and the fallback at capacity: 503).
 	Sources *prometheus.CounterVec

@@ -33,6 +33,12 @@ func (p Page) AppendJSON(dst []byte) []byte {
 	} else {
 		dst = events.AppendJSONString(dst, *p.NextCursor)
 	}
+	dst = append(dst, `,"prevCursor":`...)
+	if p.PrevCursor == nil {
+		dst = append(dst, "null"...)
+	} else {
+		dst = events.AppendJSONString(dst, *p.PrevCursor)
+	}
 	return append(dst, '}')
 }
 

@@ -24,6 +24,10 @@ func FuzzPageAppendJSONMatchesEncodingJSON(f *testing.F) {
 		if hasCursor {
 			p.NextCursor = &cursor
 		}
+		if n%2 != 0 {
+			prev := cursor + "-prev"
+			p.PrevCursor = &prev
+		}
 		want, err := json.Marshal(p)
 		if err != nil {
 			t.Fatal(err)
@@ -102,6 +106,7 @@ func BenchmarkPageAppendJSON(b *testing.B) {
 	}
 	c := "AQAAAZrU"
 	encoded.NextCursor, plain.NextCursor = &c, &c
+	encoded.PrevCursor, plain.PrevCursor = &c, &c
 	buf := make([]byte, 0, 8<<10)
 	b.Run("pre-encoded", func(b *testing.B) {
 		for b.Loop() {

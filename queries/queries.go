@@ -60,6 +60,15 @@ type Config struct {
 	// 5 s): a hot celebrity then costs Redis one read per TTL per instance,
 	// and celebrity posts show up to one TTL late.
 	CelebrityCacheTTL time.Duration
+	// RefreshSettle is how far behind the clock a refresh page (HomeAfter,
+	// AuthorPostsAfter) stops: it shows only posts created at least this
+	// long ago, so that posts still on their way to the read models (the
+	// projectors' lag, the celebrity cache's TTL) land before a refresh
+	// moves past their place (default 8 s; it must exceed
+	// CelebrityCacheTTL). A post that reaches the read
+	// models later than this after its creation can be missed by a
+	// refresh; a reread from the top still shows it.
+	RefreshSettle time.Duration
 	// TimelineCacheSize is how many of a celebrity's newest posts are kept
 	// in that cache (default 200). Deeper pages read Redis directly.
 	TimelineCacheSize     int
@@ -156,6 +165,7 @@ func (c Config) WithPolicy(p readmodel.Policy) Config {
 func (c Config) withDefaults() Config {
 	c = c.WithPolicy(c.Policy().WithDefaults())
 	c.CelebrityCacheTTL = cmp.Or(c.CelebrityCacheTTL, 3*time.Second)
+	c.RefreshSettle = cmp.Or(c.RefreshSettle, 8*time.Second)
 	c.TimelineCacheSize = cmp.Or(c.TimelineCacheSize, 200)
 	c.OwnPostsWindow = cmp.Or(c.OwnPostsWindow, time.Minute)
 	c.RebuildTimeout = cmp.Or(c.RebuildTimeout, 10*time.Second)
@@ -180,6 +190,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.CelebrityCacheTTL <= 0 || c.CelebrityCacheTTL > 5*time.Second:
 		return fmt.Errorf("queries: CelebrityCacheTTL %v must be in (0, 5s]", c.CelebrityCacheTTL)
+	case c.RefreshSettle <= c.CelebrityCacheTTL:
+		return fmt.Errorf("queries: RefreshSettle %v must exceed CelebrityCacheTTL %v", c.RefreshSettle, c.CelebrityCacheTTL)
 	case c.TimelineCacheSize < MaxLimit+1:
 		return fmt.Errorf("queries: TimelineCacheSize %d must be at least %d", c.TimelineCacheSize, MaxLimit+1)
 	case c.InactiveAfter-c.InboxTTLMargin < c.ActivityWriteInterval:
@@ -214,10 +226,14 @@ type Post struct {
 	enc *postJSON
 }
 
-// Page is one page of a feed. NextCursor is nil when nothing older exists.
+// Page is one page of a feed. NextCursor is nil when nothing older exists
+// (and on a refresh page, which is read upwards: see HomeAfter).
+// PrevCursor is the cursor of the newest item, nil on an empty page: the
+// `after` of the refresh that continues upwards from this page.
 type Page struct {
 	Items      []Post  `json:"items"`
 	NextCursor *string `json:"nextCursor"`
+	PrevCursor *string `json:"prevCursor"`
 	// Degraded says the page was read from PostgreSQL alone because Redis
 	// was unavailable (the api sends Feed-Degraded: true): the same posts,
 	// at the cost of the source of truth.
@@ -243,6 +259,8 @@ type Feed struct {
 
 	log *slog.Logger
 	now func() time.Time
+	// refreshScan is refresh.go's refreshScan (tests lower it).
+	refreshScan int
 
 	celebs    celebrityCache
 	posts     *postCache
@@ -300,7 +318,7 @@ func New(cfg Config, db DB, rdb redis.UniversalClient) (*Feed, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &Feed{cfg: cfg, db: db, rdb: rdb, metrics: m, log: cfg.Logger, now: time.Now, live: live,
+	f := &Feed{cfg: cfg, db: db, rdb: rdb, metrics: m, log: cfg.Logger, now: time.Now, refreshScan: refreshScan, live: live,
 		tl:      readmodel.NewTimelines(cfg.Keys, readmodel.DefaultTimelineMax),
 		follows: readmodel.NewFollows(cfg.Keys), celebSet: readmodel.NewCelebrities(cfg.Keys), bodies: readmodel.NewPostCache(cfg.Keys)}
 	if live == nil {
@@ -383,6 +401,10 @@ func makePage(items []item, limit int) Page {
 	if len(items) > limit {
 		c := encodeCursor(items[limit-1].key)
 		p.NextCursor = &c
+	}
+	if len(items) > 0 {
+		c := encodeCursor(items[0].key)
+		p.PrevCursor = &c
 	}
 	return p
 }

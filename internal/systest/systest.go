@@ -44,6 +44,9 @@ type Config struct {
 	Projections projections.Config
 	// CacheTTL is the query side's celebrity cache TTL.
 	CacheTTL time.Duration
+	// RefreshSettle is the query side's refresh horizon
+	// (queries.Config.RefreshSettle; 0: its default).
+	RefreshSettle time.Duration
 	// Supervised runs the projectors under a projections.Supervisor, which
 	// follows the version registry (`feed rebuild` switches), instead of
 	// one Runner at the first versions.
@@ -169,6 +172,7 @@ func Start(t testing.TB, cfg Config) *System {
 		InboxMax:          cfg.Projections.InboxMax,
 		InboxLayout:       cfg.Projections.InboxLayout,
 		CelebrityCacheTTL: cfg.CacheTTL,
+		RefreshSettle:     cfg.RefreshSettle,
 		TimelineCacheSize: queries.MaxLimit + 1,
 		Registerer:        prometheus.NewRegistry(),
 		Logger:            s.Log,

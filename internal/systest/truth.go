@@ -29,6 +29,7 @@ type APIPost struct {
 type APIPage struct {
 	Items      []APIPost `json:"items"`
 	NextCursor *string   `json:"nextCursor"`
+	PrevCursor *string   `json:"prevCursor"`
 }
 
 // TruePost is a post row of the source of truth.
