@@ -38,7 +38,10 @@ func EnsureTopics(ctx context.Context, conn Conn, topics map[string]int32) error
 			}
 			continue
 		}
-		resp, err := adm.CreateTopic(ctx, parts, 1, nil, name)
+		// Replication factor -1: the cluster's default.replication.factor,
+		// so a managed cluster (which may demand 3) gets its own durable
+		// setting and the development broker up to its broker count.
+		resp, err := adm.CreateTopic(ctx, parts, -1, nil, name)
 		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
 			return fmt.Errorf("create topic %s: %w", name, err)
 		}
