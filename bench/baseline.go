@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -73,27 +74,34 @@ func (r *Runner) runBaselines(ctx context.Context) *Baselines {
 
 // RawRead is the least a Redis read of a first page costs: the newest 21
 // inbox members (one more, to know if a next page exists) and one MGET of
-// the 20 posts' cached bodies.
+// the 20 posts' cached bodies (on a cluster, a pipeline of GETs, split per
+// node: the post keys are of many slots).
 func RawRead(ctx context.Context, rdb redis.UniversalClient, keys readmodel.Keys, user int64) error {
 	m, err := rdb.ZRevRangeByScore(ctx, keys.Inbox(user), &redis.ZRangeBy{Max: "(+inf", Min: "-inf", Count: 21}).Result()
 	if err != nil {
 		return err
 	}
-	ks := make([]string, 0, 20)
+	ids := make([]int64, 0, 20)
 	for _, s := range m {
-		if readmodel.IsSentinel(s) || len(ks) == 20 {
+		if readmodel.IsSentinel(s) || len(ids) == 20 {
 			continue
 		}
 		id, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
 			continue
 		}
-		ks = append(ks, keys.Post(id))
+		ids = append(ids, id)
 	}
-	if len(ks) == 0 {
+	if len(ids) == 0 {
 		return nil
 	}
-	return rdb.MGet(ctx, ks...).Err()
+	pipe := rdb.Pipeline()
+	readmodel.NewPostCache(keys).QueueGet(ctx, pipe, ids, !readmodel.IsCluster(rdb))
+	_, err = pipe.Exec(ctx)
+	if errors.Is(err, redis.Nil) {
+		return nil
+	}
+	return err
 }
 
 // closedLoop runs fn for BaselineDuration from Clients goroutines, each on

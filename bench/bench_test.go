@@ -246,7 +246,8 @@ func TestNewer(t *testing.T) {
 }
 
 // TestParseMetrics reads the inbox projector's counter out of Prometheus
-// text, ignoring the other projectors, and the CDC reader's lag gauge.
+// text, ignoring the other projectors, the CDC reader's lag gauge and the
+// process's CPU.
 func TestParseMetrics(t *testing.T) {
 	t.Parallel()
 	text := `# HELP feed_projection_entries_written_total x
@@ -257,14 +258,16 @@ feed_projection_entries_written_total{projector="timelines"} 99
 cdc_lag_seconds_other 7
 cdc_lag_seconds 0.0125
 other_metric 3
+# TYPE process_cpu_seconds_total counter
+process_cpu_seconds_total 42.5
 `
-	if got := parseMetrics(strings.NewReader(text)); got != (scraped{entries: 1.5e6, cdcLag: 0.0125}) {
-		t.Errorf("parseMetrics = %+v, want entries 1.5e6, cdcLag 0.0125", got)
+	if got := parseMetrics(strings.NewReader(text)); got != (scraped{entries: 1.5e6, cdcLag: 0.0125, cpu: 42.5}) {
+		t.Errorf("parseMetrics = %+v, want entries 1.5e6, cdcLag 0.0125, cpu 42.5", got)
 	}
-	if got := parseMetrics(strings.NewReader("other 1\ncdc_lag_seconds 0\n")); got != (scraped{entries: -1, cdcLag: 0}) {
+	if got := parseMetrics(strings.NewReader("other 1\ncdc_lag_seconds 0\n")); got != (scraped{entries: -1, cdcLag: 0, cpu: -1}) {
 		t.Errorf("parseMetrics without the counter = %+v, want entries -1, cdcLag 0 (caught up)", got)
 	}
-	if got := parseMetrics(strings.NewReader("")); got != (scraped{entries: -1, cdcLag: -1}) {
+	if got := parseMetrics(strings.NewReader("")); got != (scraped{entries: -1, cdcLag: -1, cpu: -1}) {
 		t.Errorf("parseMetrics of nothing = %+v, want both absent (-1)", got)
 	}
 }

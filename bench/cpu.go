@@ -35,6 +35,25 @@ const (
 	cpuOther    = "other" // everything else, kernel threads included
 )
 
+// cpuSystem names the sum of the system under test's groups (feed, redis,
+// postgres) in CPUPerEntry.
+const cpuSystem = "system"
+
+// perEntry is the CPU-µs per entry of the feed, redis and postgres groups
+// and their sum; nil without entries.
+func (c *CPU) perEntry(entries int64) map[string]float64 {
+	if c == nil || entries <= 0 {
+		return nil
+	}
+	out := map[string]float64{}
+	for _, g := range []string{cpuFeed, cpuRedis, cpuPostgres} {
+		us := c.Percent[g] / 100 * c.Seconds * 1e6 / float64(entries)
+		out[g] = us
+		out[cpuSystem] += us
+	}
+	return out
+}
+
 var cpuGroupOrder = []string{cpuFeed, cpuRedis, cpuPostgres, cpuBench, cpuOther}
 
 // cpuGroup names the group of a process from its comm.

@@ -197,3 +197,40 @@ func TestCPUMeterSeesThisProcess(t *testing.T) {
 		t.Errorf("end of a failed meter: %v, %v", c, err)
 	}
 }
+
+func TestCPUPerEntry(t *testing.T) {
+	c := &CPU{Cores: 2, Seconds: 10, Percent: map[string]float64{cpuFeed: 50, cpuRedis: 20, cpuPostgres: 10, cpuBench: 30}}
+	got := c.perEntry(1_000_000)
+	// feed: half a core for 10 s = 5 s = 5e6 µs over 1e6 entries.
+	want := map[string]float64{cpuFeed: 5, cpuRedis: 2, cpuPostgres: 1, cpuSystem: 8}
+	for k, v := range want {
+		if d := got[k] - v; d > 1e-9 || d < -1e-9 {
+			t.Fatalf("%s: %v µs/entry, want %v (all: %v)", k, got[k], v, got)
+		}
+	}
+	if c.perEntry(0) != nil || (*CPU)(nil).perEntry(5) != nil {
+		t.Fatal("no entries or no CPU must give nil")
+	}
+}
+
+func TestSystemCPUSince(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	b := sutSnapshot{at: t0, entries: 0, feed: 10, redis: 5, pg: map[int]uint64{1: 100, 2: 50, 3: 7}}
+	// 10 s later: feed used 5 s, redis 2 s; backend 1 used 300 ticks, 2
+	// was replaced by a new pid 4 that used 100 (2 ended: not counted).
+	s := sutSnapshot{at: t0.Add(10 * time.Second), entries: 1e6, feed: 15, redis: 7, pg: map[int]uint64{1: 400, 3: 7, 4: 100}}
+	c := s.since(b)
+	want := map[string]float64{cpuFeed: 50, cpuRedis: 20, cpuPostgres: 40}
+	for k, v := range want {
+		if d := c.Percent[k] - v; d > 1e-9 || d < -1e-9 {
+			t.Fatalf("%s: %v%%, want %v (all %v)", k, c.Percent[k], v, c.Percent)
+		}
+	}
+	if e := c.perEntry(1e6); e[cpuSystem] < 10.999 || e[cpuSystem] > 11.001 {
+		t.Fatalf("per entry %v, want 11 µs in all", e)
+	}
+	s.redis = -1
+	if _, ok := s.since(b).Percent[cpuRedis]; ok {
+		t.Fatal("a part unknown at one end must be left out")
+	}
+}

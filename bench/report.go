@@ -32,6 +32,9 @@ type Report struct {
 	BaselineBefore *Baselines     `json:"baselineBefore,omitempty"`
 	Mixed          *Mixed         `json:"mixed"`
 	BaselineAfter  *Baselines     `json:"baselineAfter,omitempty"`
+	// RawPush is the raw cost of pushes like the mixed phase's, measured
+	// after it (nil without posts or baselines).
+	RawPush *RawPush `json:"rawPush,omitempty"`
 }
 
 // Mixed is the mixed phase's measurements.
@@ -67,6 +70,19 @@ type Mixed struct {
 	// operation to its last (the probes' wait after it not included); nil
 	// where /proc cannot be read.
 	CPU *CPU `json:"cpu,omitempty"`
+	// Delivered is how many inbox entries the inbox projector wrote over
+	// the same window as CPU (its entries counter, scraped at both ends).
+	Delivered int64 `json:"deliveredEntries"`
+	// SystemCPU is the system under test's own CPU over the same window:
+	// the API's process (feed dev: every role), its Redis and the
+	// PostgreSQL backends of its database (sutcpu.go); unlike CPU it
+	// leaves out other work on the machine.
+	SystemCPU *CPU `json:"systemCpu,omitempty"`
+	// CPUPerEntry is SystemCPU's feed, redis and postgres, and their sum
+	// ("system"), in CPU-µs per delivered entry: with a write-only mix,
+	// what an entry costs with every per-write cost included (nil
+	// without entries).
+	CPUPerEntry map[string]float64 `json:"cpuUsPerDeliveredEntry,omitempty"`
 
 	readMs, visibleMs []float64
 }
@@ -215,6 +231,17 @@ func (rep *Report) WriteTable(w io.Writer) {
 	}
 	if m.CPU != nil {
 		fmt.Fprintf(w, "cpu (%% of one core, mixed phase): %s\n", m.CPU)
+	}
+	if e := m.CPUPerEntry; e != nil {
+		c := m.SystemCPU.Percent
+		fmt.Fprintf(w, "system cpu (%% of one core, same window: the API's process, its Redis, its database's backends): feed %.1f, redis %.1f, postgres %.1f = %.1f\n",
+			c[cpuFeed], c[cpuRedis], c[cpuPostgres], m.SystemCPU.Total)
+		fmt.Fprintf(w, "cpu per delivered entry (µs, %d entries): feed %.2f, redis %.2f, postgres %.2f = %.2f\n",
+			m.Delivered, e[cpuFeed], e[cpuRedis], e[cpuPostgres], e[cpuSystem])
+	}
+	if p := rep.RawPush; p != nil {
+		fmt.Fprintf(w, "raw push pair (ZADD + ZREMRANGEBYRANK, %s, %d entries): %.0f entries/s, redis %.2f µs/entry, client %.2f µs/entry\n",
+			p.Encoding, p.Entries, p.EntriesPerSec, p.RedisUsPerPush, p.ClientUsPerPush)
 	}
 	fmt.Fprintf(w, "errors: %d", m.ErrorCount)
 	for _, k := range slices.Sorted(maps.Keys(m.Errors)) {

@@ -216,6 +216,11 @@ func (r *Runner) Run(ctx context.Context) (*Report, error) {
 	rep.Mixed = mixed
 	if r.baselines() {
 		rep.BaselineAfter = r.runBaselines(ctx)
+		if mixed.Posts.Count > 0 {
+			if rep.RawPush, err = r.runRawPush(ctx); err != nil {
+				return nil, err
+			}
+		}
 	}
 	rep.LoadAfter = loadAvg()
 	rep.FinishedAt = time.Now().UTC()
@@ -373,6 +378,7 @@ func (r *Runner) mixed(ctx context.Context) (*Mixed, error) {
 		}
 	}
 
+	sutBefore := r.sutCPU(ctx)
 	cpu := startCPUMeter("/proc")
 	var wg sync.WaitGroup
 	if r.cfg.ClosedLoop {
@@ -428,6 +434,7 @@ func (r *Runner) mixed(ctx context.Context) (*Mixed, error) {
 	wg.Wait()
 	elapsed := time.Since(start)
 	used, cpuErr := cpu.end()
+	sutAfter := r.sutCPU(ctx)
 	if cpuErr != nil {
 		fmt.Fprintf(r.deps.Log, "bench: no CPU by process (%v)\n", cpuErr)
 	}
@@ -440,6 +447,11 @@ func (r *Runner) mixed(ctx context.Context) (*Mixed, error) {
 	}
 	m := r.summarizeMixed(rec, elapsed, timeline)
 	m.CPU = used
+	if sutBefore.entries >= 0 && sutAfter.entries >= 0 {
+		m.Delivered = int64(sutAfter.entries - sutBefore.entries)
+		m.SystemCPU = sutAfter.since(sutBefore)
+		m.CPUPerEntry = m.SystemCPU.perEntry(m.Delivered)
+	}
 	return m, nil
 }
 
@@ -631,6 +643,7 @@ func (r *Runner) sample(ctx context.Context, start time.Time) []TimePoint {
 type scraped struct {
 	entries float64 // feed_projection_entries_written_total of the inbox projector
 	cdcLag  float64 // cdc_lag_seconds: present when CDC runs in the API's process (feed dev)
+	cpu     float64 // process_cpu_seconds_total of the API's process
 }
 
 // scrapeMetrics reads the API's /metrics (feed dev serves every role's
@@ -638,7 +651,7 @@ type scraped struct {
 func (r *Runner) scrapeMetrics(ctx context.Context) scraped {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	none := scraped{entries: -1, cdcLag: -1}
+	none := scraped{entries: -1, cdcLag: -1, cpu: -1}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.cfg.BaseURL+"/metrics", nil)
 	if err != nil {
 		return none
@@ -657,7 +670,7 @@ func (r *Runner) scrapeMetrics(ctx context.Context) scraped {
 // transaction Kafka has not yet acknowledged, updated every second). What
 // the text holds before a syntax error still counts.
 func parseMetrics(rd io.Reader) scraped {
-	out := scraped{entries: -1, cdcLag: -1}
+	out := scraped{entries: -1, cdcLag: -1, cpu: -1}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, _ := parser.TextToMetricFamilies(rd)
 	if mf, ok := families["feed_projection_entries_written_total"]; ok {
@@ -668,6 +681,9 @@ func parseMetrics(rd io.Reader) scraped {
 				}
 			}
 		}
+	}
+	if mf, ok := families["process_cpu_seconds_total"]; ok && len(mf.GetMetric()) > 0 {
+		out.cpu = sampleValue(mf.GetMetric()[0])
 	}
 	if mf, ok := families["cdc_lag_seconds"]; ok && len(mf.GetMetric()) > 0 {
 		out.cdcLag = sampleValue(mf.GetMetric()[len(mf.GetMetric())-1])

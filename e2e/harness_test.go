@@ -26,11 +26,12 @@ type policies struct {
 	FanoutBatch        int
 	CacheTTL           time.Duration
 	InboxLayout        string // readmodel.InboxLayoutZset or InboxLayoutPacked
+	RedisCluster       bool   // the read models on the local Redis Cluster
 }
 
 func (p policies) String() string {
-	return fmt.Sprintf("celebrity threshold %d, inbox max %d (+%d slack), timeline max %d, backfill %d, fan-out batch %d, cache TTL %v, inbox layout %s",
-		p.CelebrityThreshold, p.InboxMax, p.InboxTrimSlack, p.TimelineMax, p.BackfillPosts, p.FanoutBatch, p.CacheTTL, p.InboxLayout)
+	return fmt.Sprintf("celebrity threshold %d, inbox max %d (+%d slack), timeline max %d, backfill %d, fan-out batch %d, cache TTL %v, inbox layout %s, redis cluster %v",
+		p.CelebrityThreshold, p.InboxMax, p.InboxTrimSlack, p.TimelineMax, p.BackfillPosts, p.FanoutBatch, p.CacheTTL, p.InboxLayout, p.RedisCluster)
 }
 
 // system is the whole pipeline in this process (systest), on a test's own
@@ -61,7 +62,8 @@ func startSystem(t *testing.T, pol policies) *system {
 			FanoutBatch:        pol.FanoutBatch,
 			InboxLayout:        pol.InboxLayout,
 		},
-		CacheTTL: pol.CacheTTL,
+		CacheTTL:     pol.CacheTTL,
+		RedisCluster: pol.RedisCluster,
 	})}
 
 	// The API over httptest.

@@ -120,9 +120,11 @@ func inboxes(t *testing.T, rdb redis.UniversalClient, keys readmodel.Keys) map[s
 	t.Helper()
 	ctx := context.Background()
 	out := map[string]inboxKey{}
-	iter := rdb.Scan(ctx, 0, keys.Prefix+"*", 1000).Iterator()
-	for iter.Next(ctx) {
-		k := iter.Val()
+	all, err := testenv.Keys(ctx, rdb, keys.Prefix+"*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range all {
 		p, _, ok := keys.Classify(k)
 		if !ok || p != readmodel.ProjectionInbox {
 			continue
@@ -135,9 +137,6 @@ func inboxes(t *testing.T, rdb redis.UniversalClient, keys readmodel.Keys) map[s
 		ik.ttl = rdb.PTTL(ctx, k).Val()
 		ik.expires = at.Add(ik.ttl)
 		out[strings.TrimPrefix(k, keys.Prefix)] = ik
-	}
-	if err := iter.Err(); err != nil {
-		t.Fatal(err)
 	}
 	return out
 }
@@ -229,13 +228,18 @@ FROM generate_series(1, 6000) g`)
 
 	// "refused": a client whose RESTOREs carry a wrong checksum, so the
 	// server refuses every one and the build falls back to ZADD.
-	opt, err := redis.ParseURL(testenv.RedisURL())
-	if err != nil {
-		t.Fatal(err)
-	}
 	corrupt := &corruptRestores{}
-	refusing := redis.NewClient(opt)
-	refusing.AddHook(corrupt)
+	var refusing redis.UniversalClient
+	switch c := rd.Client.(type) {
+	case *redis.ClusterClient:
+		cc := redis.NewClusterClient(c.Options())
+		cc.AddHook(corrupt)
+		refusing = cc
+	case *redis.Client:
+		sc := redis.NewClient(c.Options())
+		sc.AddHook(corrupt)
+		refusing = sc
+	}
 	t.Cleanup(func() { _ = refusing.Close() })
 
 	for _, mode := range []string{"restore", "zadd", "refused"} {

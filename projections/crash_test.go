@@ -35,11 +35,10 @@ func crashChild() int {
 		return 3
 	}
 	defer pool.Close()
-	opt, err := redis.ParseURL(testenv.RedisURL())
+	rdb, err := testenv.OpenRedis()
 	if err != nil {
 		return 3
 	}
-	rdb := redis.NewClient(opt)
 	cfg := projections.Config{Keys: readmodel.Keys{Prefix: os.Getenv("CHILD_PREFIX")}, CelebrityThreshold: 100_000, FanoutBatch: 100,
 		InboxLayout: os.Getenv("CHILD_LAYOUT")}
 	ps, err := projections.New(cfg, pool, rdb, nil)
@@ -118,8 +117,8 @@ func testCrashMidFanout(t *testing.T, layout string) {
 			"CHILD_BROKERS="+strings.Join(b.Addrs(), ","), "CHILD_TOPIC="+topic, "CHILD_LAYOUT="+layout)
 	}
 	inboxKeys := func() int64 {
-		n, _ := rd.Client.Eval(ctx, `return #redis.call('KEYS', ARGV[1])`, nil, rd.Prefix+"*feed:*").Int64() // feed:{u} or pfeed:{u}
-		return n
+		ks, _ := testenv.Keys(ctx, rd.Client, rd.Prefix+"*feed:*") // feed:{u} or pfeed:{u}
+		return int64(len(ks))
 	}
 	child := start()
 	testenv.Eventually(t, 60*time.Second, "fan-out under way", func() bool { return inboxKeys() > 100 })

@@ -137,7 +137,7 @@ func dump(t testing.TB, rdb redis.UniversalClient, prefix string) map[string]str
 	t.Helper()
 	ctx := context.Background()
 	out := map[string]string{}
-	keys, err := rdb.Keys(ctx, prefix+"*").Result()
+	keys, err := testenv.Keys(ctx, rdb, prefix+"*")
 	if err != nil {
 		t.Fatal(err)
 	}

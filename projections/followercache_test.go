@@ -139,7 +139,7 @@ func TestFollowerCacheMatchesFreshQueries(t *testing.T) {
 	// the same stretch applied to a copy of the state by a projector
 	// without the cache ends identical.
 	ref := testenv.NewRedis(t)
-	keys0, err := rd.Client.Keys(ctx, rd.Prefix+"*").Result()
+	keys0, err := testenv.Keys(ctx, rd.Client, rd.Prefix+"*")
 	if err != nil {
 		t.Fatal(err)
 	}

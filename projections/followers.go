@@ -46,3 +46,9 @@ func (p *Followers) Group() string { return GroupFor(NameFollowers, p.cfg.Keys.V
 func (p *Followers) Apply(ctx context.Context, env events.Envelope, ev events.Event) error {
 	return p.ApplyBatch(ctx, []Decoded{{Env: env, Ev: ev}})
 }
+
+// Ignores implements Selective: the follower counts, following sets and
+// the celebrity set are made of follow events only.
+func (*Followers) Ignores(typ string) bool {
+	return typ != events.TypeFollowed && typ != events.TypeUnfollowed && isCurrentType(typ)
+}

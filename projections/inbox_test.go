@@ -341,12 +341,10 @@ func testFanoutInflightBound(t *testing.T, layout string) {
 	}
 	cfg := projections.Config{Keys: keys, FanoutBatch: 8, FanoutParallel: 4, FanoutInflight: inflight, InboxLayout: layout}
 	g := &pipeGauge{}
-	opt, err := redis.ParseURL(testenv.RedisURL())
+	rdb, err := testenv.OpenRedis()
 	if err != nil {
 		t.Fatal(err)
 	}
-	opt.PoolSize = 64
-	rdb := redis.NewClient(opt)
 	t.Cleanup(func() { _ = rdb.Close() })
 	rdb.AddHook(g)
 	ps := newProjectors(t, w, rdb, cfg)

@@ -59,3 +59,6 @@ func (p *Posts) Apply(ctx context.Context, _ events.Envelope, ev events.Event) e
 	}
 	return nil
 }
+
+// Ignores implements Selective: the post cache is made of post events only.
+func (*Posts) Ignores(typ string) bool { return !isPostEvent(typ) && isCurrentType(typ) }

@@ -72,6 +72,15 @@ type Projector interface {
 	Apply(ctx context.Context, env events.Envelope, ev events.Event) error
 }
 
+// Selective is implemented by a projector that ignores some event types
+// entirely: the runner acknowledges a message of such a type (by its name
+// metadata) without decoding it. Ignores answers true only for current
+// types the projector's Apply does nothing with; an unknown type is
+// decoded as before, so that it fails and goes to the poison queue.
+type Selective interface {
+	Ignores(typ string) bool
+}
+
 // Querier is the part of a PostgreSQL pool the projectors read the source
 // of truth with (follows, user_activity, posts); *pgxpool.Pool implements it.
 type Querier interface {
@@ -256,3 +265,18 @@ func (c Config) inboxTTL() time.Duration { return c.Policy().InboxTTL() }
 func millis(t time.Time) int64 { return t.UnixMilli() }
 
 func itoa(v int64) string { return strconv.FormatInt(v, 10) }
+
+// isPostEvent reports whether typ is a post event's current type.
+func isPostEvent(typ string) bool {
+	return typ == events.TypePostCreated || typ == events.TypePostDeleted
+}
+
+// isCurrentType reports whether typ is a current event type (Selective
+// ignores no other: those are decoded, upcast or poisoned).
+func isCurrentType(typ string) bool {
+	switch typ {
+	case events.TypeUserRegistered, events.TypePostCreated, events.TypePostDeleted, events.TypeFollowed, events.TypeUnfollowed:
+		return true
+	}
+	return false
+}

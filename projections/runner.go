@@ -3,7 +3,6 @@ package projections
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -230,11 +229,18 @@ func (r *Runner) gate(h message.HandlerFunc) message.HandlerFunc {
 }
 
 // handler decodes a message and applies it. The context survives shutdown
-// (an in-flight message finishes), bounded by HandlerTimeout.
+// (an in-flight message finishes), bounded by HandlerTimeout. A message of
+// a type the projector ignores (Selective) is acknowledged undecoded.
 func (r *Runner) handler(p Projector) message.NoPublishHandlerFunc {
+	sel, _ := p.(Selective)
 	return func(msg *message.Message) error {
 		start := time.Now()
-		env, ev, err := r.decode(msg)
+		typ := msg.Metadata.Get(kafka.MetaName)
+		if sel != nil && sel.Ignores(typ) {
+			r.cfg.Metrics.outcome(p.Name(), typ, "ignored")
+			return nil
+		}
+		env, ev, err := r.decode(typ, msg)
 		if err != nil {
 			return err
 		}
@@ -256,14 +262,11 @@ func (r *Runner) handler(p Projector) message.NoPublishHandlerFunc {
 	}
 }
 
-// decode turns a message into its envelope and current-version event;
-// failures are permanent.
-func (r *Runner) decode(msg *message.Message) (events.Envelope, events.Event, error) {
-	var env events.Envelope
-	if err := json.Unmarshal(msg.Payload, &env); err != nil {
-		return env, nil, fmt.Errorf("decode envelope of message %s: %v: %w", msg.UUID, err, ErrPermanent)
-	}
-	ev, err := r.codec.DecodeEnvelope(env)
+// decode turns a message into its envelope and current-version event, in
+// one pass when typ (the message's name metadata) is a current type
+// (events.Codec.DecodeEnvelopeJSON); failures are permanent.
+func (r *Runner) decode(typ string, msg *message.Message) (events.Envelope, events.Event, error) {
+	env, ev, err := r.codec.DecodeEnvelopeJSON(typ, msg.Payload)
 	if err != nil {
 		return env, nil, fmt.Errorf("decode message %s: %v: %w", msg.UUID, err, ErrPermanent)
 	}

@@ -51,3 +51,6 @@ func (p *Timelines) Apply(ctx context.Context, _ events.Envelope, ev events.Even
 	}
 	return nil
 }
+
+// Ignores implements Selective: timelines are made of post events only.
+func (*Timelines) Ignores(typ string) bool { return !isPostEvent(typ) && isCurrentType(typ) }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/feedco/feed/internal/testenv"
 	"github.com/feedco/feed/readmodel"
 )
 
@@ -18,6 +19,7 @@ import (
 // reads, and returns it.
 func cacheUp(b *bundle, gen int64) *cacheGen {
 	b.t.Helper()
+	skipOnCluster(b)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		if g := b.feed.cache.current(); g != nil && b.feed.cache.stats.generations.Load() >= gen {
@@ -48,10 +50,21 @@ func inOneGeneration(b *bundle, fn func()) {
 	}
 }
 
+// skipOnCluster skips a read cache test on a cluster client
+// (FEED_TEST_REDIS=cluster), which gets no read cache
+// (TestReadCacheOffOnCluster).
+func skipOnCluster(b *bundle) {
+	b.t.Helper()
+	if readmodel.IsCluster(b.rdb) {
+		b.t.Skip("the read cache is off on Redis Cluster clients")
+	}
+}
+
 // otherClient is a second Redis client without the tests' sync hook: its
 // writes reach the cache only through Redis's invalidation messages, as
 // the projectors' do.
 func otherClient(b *bundle) *redis.Client {
+	skipOnCluster(b)
 	c := redis.NewClient(b.rdb.(*redis.Client).Options())
 	b.t.Cleanup(func() { _ = c.Close() })
 	return c
@@ -380,6 +393,22 @@ func TestReadCacheBoundAndTicket(t *testing.T) {
 	}
 	if _, ok := c.lookup("x", "s", now+int64(2*time.Minute)); ok {
 		t.Fatal("served past maxAge")
+	}
+}
+
+// A cluster client gets no read cache (its keys' invalidations come from
+// every node, which one tracking connection does not see): the reads are
+// served by the cluster, and right.
+func TestReadCacheOffOnCluster(t *testing.T) {
+	db := testenv.NewDB(t)
+	r := testenv.NewRedisCluster(t)
+	f, err := New(Config{Keys: readmodel.Keys{Prefix: r.Prefix}}, db.Pool, r.Client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Close)
+	if f.cache != nil {
+		t.Fatal("a cluster client got the read cache")
 	}
 }
 

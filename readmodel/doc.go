@@ -51,6 +51,24 @@
 //	                    |        |          |                |                                                                                                          |                                                                                              | keys may exist. Not versioned. No TTL
 //	projection:rebuild  | hash   | none     | registry.go    | rebuild (Registry.SetRebuildInfo, ClearRebuildInfo)                                                      | rebuild (Registry.RebuildInfo: `feed status`, a busy rebuild's error)                        | projection, version, phase, started, updated. Not versioned
 //
+// # Redis Cluster
+//
+// The hash tag of each family is chosen on purpose (docs/architecture.md,
+// "Redis Cluster: hash tags per key family"): the reader for inboxes
+// (feed:{u}, pfeed:{u} and its buffer pfeed:{u}+, which packedMergeScript
+// names together), the author for timelines, the followee for
+// followers:{a}, the follower for following:{u} and following_v:{u}
+// (followingScript and rebuiltFollowingScript name both), the post for
+// post:{p} (bodies spread evenly; read with one GET each on a cluster), none
+// for the single keys celebrities, projection:versions and
+// projection:rebuild. Every script and MULTI names keys of one slot; a
+// follow event is two scripts (QueueApply), one per account, each guarded
+// by the pair's version. The namespace prefix and `v{n}:` precede the tag,
+// so they never move a key's slot. Pipelines may span slots (the cluster
+// client splits them per node); SCANs go to every master (eachNode in
+// cluster.go: Registry.Sweep, CountKeys). TestScriptKeysShareASlot checks
+// the groups on a cluster.
+//
 // # Complete or recognisably not
 //
 // Every read model here is a cache of the log, and Redis may lose any key

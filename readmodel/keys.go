@@ -6,7 +6,10 @@ import "strconv"
 // default; a random one in tests) and, per projection, an active version:
 // version 1 keys keep their historical names (`feed:{u}`), version n > 1
 // keys put `v{n}:` in front (`v2:feed:{u}`), so a rebuild writes a new
-// namespace beside the live one (docs/rebuild.md). Hash tags are unchanged.
+// namespace beside the live one (docs/rebuild.md). Hash tags are unchanged:
+// the prefix and the version come before a key's `{...}`, so they never
+// move its Redis Cluster slot, and Prefix must not hold `{` (Redis would
+// hash the prefix instead).
 type Keys struct {
 	Prefix string
 	// Versions gives each projection's version when a key is built; nil

@@ -151,40 +151,55 @@ func (r Registry) ClearRebuildInfo(ctx context.Context, rdb redis.Cmdable) error
 }
 
 // Sweep deletes every key of projection whose version is not keep: SCAN
-// of the namespace, Classify (which tells `feed:{` from `v2:feed:{`),
-// UNLINK in batches.
+// of the namespace on every node (every master of a cluster: eachNode),
+// Classify (which tells `feed:{` from `v2:feed:{`), and UNLINK in batches
+// of 1000: one command on a single node, one per key in a pipeline on a
+// cluster (the keys of a batch are of many slots).
 func (r Registry) Sweep(ctx context.Context, rdb redis.UniversalClient, projection string, keep int) error {
-	var cursor uint64
-	batch := make([]string, 0, 1000)
-	flush := func() error {
-		if len(batch) == 0 {
+	cluster := IsCluster(rdb)
+	return eachNode(ctx, rdb, func(ctx context.Context, node redis.UniversalClient) error {
+		var cursor uint64
+		batch := make([]string, 0, 1000)
+		flush := func() error {
+			if len(batch) == 0 {
+				return nil
+			}
+			var err error
+			if cluster {
+				pipe := node.Pipeline()
+				for _, k := range batch {
+					pipe.Unlink(ctx, k)
+				}
+				_, err = pipe.Exec(ctx)
+			} else {
+				err = node.Unlink(ctx, batch...).Err()
+			}
+			if err != nil {
+				return fmt.Errorf("delete old keys of %s: %w", projection, err)
+			}
+			batch = batch[:0]
 			return nil
 		}
-		if err := rdb.Unlink(ctx, batch...).Err(); err != nil {
-			return fmt.Errorf("delete old keys of %s: %w", projection, err)
-		}
-		batch = batch[:0]
-		return nil
-	}
-	for {
-		keys, next, err := rdb.Scan(ctx, cursor, r.keys.Pattern(), 5000).Result()
-		if err != nil {
-			return fmt.Errorf("scan keys of %s: %w", projection, err)
-		}
-		for _, k := range keys {
-			if p, v, ok := r.keys.Classify(k); ok && p == projection && v != keep {
-				batch = append(batch, k)
-				if len(batch) == cap(batch) {
-					if err := flush(); err != nil {
-						return err
+		for {
+			keys, next, err := node.Scan(ctx, cursor, r.keys.Pattern(), 5000).Result()
+			if err != nil {
+				return fmt.Errorf("scan keys of %s: %w", projection, err)
+			}
+			for _, k := range keys {
+				if p, v, ok := r.keys.Classify(k); ok && p == projection && v != keep {
+					batch = append(batch, k)
+					if len(batch) == cap(batch) {
+						if err := flush(); err != nil {
+							return err
+						}
 					}
 				}
 			}
+			if cursor = next; cursor == 0 {
+				return flush()
+			}
 		}
-		if cursor = next; cursor == 0 {
-			return flush()
-		}
-	}
+	})
 }
 
 // escapeGlob quotes the glob characters of a SCAN MATCH pattern.

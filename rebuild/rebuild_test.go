@@ -21,7 +21,19 @@ import (
 // quiet every feed equals the source of truth.
 func TestRebuildAllUnderLoad(t *testing.T) {
 	t.Parallel()
-	s := startSystem(t)
+	testRebuildAllUnderLoad(t, false)
+}
+
+// TestRebuildAllUnderLoadCluster is TestRebuildAllUnderLoad on the 3-node
+// Redis Cluster: the bulk builds' pipelines, the switch and the sweep of
+// the old version's keys on every master (none may be left).
+func TestRebuildAllUnderLoadCluster(t *testing.T) {
+	t.Parallel()
+	testRebuildAllUnderLoad(t, true)
+}
+
+func testRebuildAllUnderLoad(t *testing.T, cluster bool) {
+	s := startSystemOn(t, cluster)
 	s.seed(t, 24, 5, 120)
 	s.quiesce(t)
 	s.checkConverged(t)

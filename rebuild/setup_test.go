@@ -49,10 +49,17 @@ type system struct {
 
 func startSystem(t *testing.T) *system {
 	t.Helper()
+	return startSystemOn(t, false)
+}
+
+// startSystemOn is startSystem with the read models on the Redis Cluster
+// of testenv.NewRedisCluster when cluster.
+func startSystemOn(t *testing.T, cluster bool) *system {
+	t.Helper()
 	return &system{
 		System: systest.Start(t, systest.Config{
 			Name: "rb", Partitions: 6, Projections: policies,
-			CacheTTL: 300 * time.Millisecond, Supervised: true,
+			CacheTTL: 300 * time.Millisecond, Supervised: true, RedisCluster: cluster,
 		}),
 		keep: map[int64]bool{},
 		rnd:  rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7)),
@@ -292,14 +299,14 @@ func (s *system) keyVersions(t *testing.T) map[string]int {
 	t.Helper()
 	out := map[string]int{}
 	keys := readmodel.Keys{Prefix: s.Prefix}
-	iter := s.Redis.Scan(context.Background(), 0, escapeGlob(s.Prefix)+"*", 1000).Iterator()
-	for iter.Next(context.Background()) {
-		if p, v, ok := keys.Classify(iter.Val()); ok {
+	all, err := testenv.Keys(context.Background(), s.Redis, escapeGlob(s.Prefix)+"*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range all {
+		if p, v, ok := keys.Classify(k); ok {
 			out[fmt.Sprintf("%s/v%d", p, v)]++
 		}
-	}
-	if err := iter.Err(); err != nil {
-		t.Fatal(err)
 	}
 	return out
 }

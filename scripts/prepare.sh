@@ -114,3 +114,9 @@ if [ "${lp:-0}" -lt 1024 ]; then
   redis-cli -h 127.0.0.1 -p 6379 CONFIG SET zset-max-listpack-entries 1024 >/dev/null
 fi
 say "PostgreSQL (wal_level=logical, database $FEED_DB) and Redis are ready"
+
+# 6. The local 3-node Redis Cluster the cluster tests use (FEED_TEST_REDIS_CLUSTER_URL
+#    points them elsewhere; scripts/redis-cluster.sh, idempotent).
+if [ -z "${FEED_TEST_REDIS_CLUSTER_URL:-}" ]; then
+  "$(dirname "$0")/redis-cluster.sh" start
+fi

@@ -15,9 +15,10 @@ import (
 func newStatusCommand(c *cli) *cobra.Command {
 	return &cobra.Command{
 		Use:   "status",
-		Short: "CDC slot lag and events published; per projection its version, consumer group and lag",
+		Short: "CDC slot lag and events published; per projection its version, consumer group and lag; per Redis node its keys",
 		Long: longHelp("Prints the CDC replication slot's state and lag (bytes, seconds) and the events published, then per projection\n"+
-			"its active version, consumer group and lag, and whether a rebuild is running. A section that fails does not hide the others.",
+			"its active version, consumer group and lag, and whether a rebuild is running, then per Redis node (every master\n"+
+			"of a cluster) its keys, memory and commands processed. A section that fails does not hide the others.",
 			envPostgres, envRedis, envKafka, []string{"FEED_SLOT", "FEED_LAG_WARN_BYTES"}),
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -44,6 +45,7 @@ func runStatus(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writ
 	}{
 		{"cdc", printCDCStatus},
 		{"projections", printProjectionStatus},
+		{"redis", printRedisStatus},
 	}
 	var failed []string
 	for i, s := range sections {

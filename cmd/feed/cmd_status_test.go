@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/feedco/feed/internal/testenv"
 	"github.com/feedco/feed/readmodel"
 )
@@ -55,5 +57,66 @@ func TestProjectionStatusSectionReadsPostgreSQL(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("want %q in:\n%s", want, out.String())
 		}
+	}
+}
+
+// The Redis section of `feed status` on the cluster shows every master
+// with its keys, and the keys of a namespace written through the cluster
+// client land on every master.
+func TestRedisStatusSectionCluster(t *testing.T) {
+	t.Parallel()
+	r := testenv.NewRedisCluster(t)
+	ctx := context.Background()
+	keys := readmodel.Keys{Prefix: r.Prefix}
+	pipe := r.Client.Pipeline()
+	for u := int64(1); u <= 300; u++ {
+		pipe.ZAdd(ctx, keys.Inbox(u), redis.Z{Score: 1, Member: "1"})
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a := &App{Redis: r.Client}
+	var out bytes.Buffer
+	if err := printRedisStatus(ctx, a, &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "cluster, 3 masters") || strings.Count(out.String(), " keys ") != 3 {
+		t.Fatalf("want the 3 masters of the local cluster:\n%s", out.String())
+	}
+	nodes, err := readmodel.CountKeys(ctx, r.Client, r.Prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		if n.Keys < 50 {
+			t.Errorf("node %s holds %d of 300 inboxes: %v", n.Addr, n.Keys, nodes)
+		}
+	}
+}
+
+// REDIS_URL in go-redis's cluster form gives a cluster client, a single
+// address a plain one.
+func TestOpenRedisClusterForm(t *testing.T) {
+	t.Parallel()
+	testenv.NewRedisCluster(t) // skips (fails in CI) without the cluster
+	ctx := context.Background()
+	c, err := openRedis(ctx, Config{RedisURL: testenv.RedisClusterURL()}, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, ok := c.(*redis.ClusterClient); !ok {
+		t.Errorf("REDIS_URL %s: got %T, want a cluster client", testenv.RedisClusterURL(), c)
+	}
+	s, err := openRedis(ctx, Config{RedisURL: testenv.RedisURL()}, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, ok := s.(*redis.Client); !ok {
+		t.Errorf("REDIS_URL %s: got %T, want a single-node client", testenv.RedisURL(), s)
+	}
+	if _, err := openRedis(ctx, Config{RedisURL: "redis://127.0.0.1:17001?addr=127.0.0.1:17002&bogus=1"}, 4); err == nil {
+		t.Error("a cluster URL with an unknown option was accepted")
 	}
 }

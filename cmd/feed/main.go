@@ -16,6 +16,8 @@ import (
 	"syscall"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/feedco/feed/internal/kafka"
 )
 
 func main() {
@@ -76,6 +78,11 @@ func (c *cli) config() (Config, *slog.Logger, error) {
 	slog.SetDefault(log)
 	redis.SetLogger(redisLogger{log})
 	startPprof(log)
+	// Sarama's go-metrics registry is off unless asked for (nothing in
+	// feed reads it; internal/kafka).
+	if os.Getenv("FEED_KAFKA_CLIENT_METRICS") == "1" {
+		kafka.ClientMetrics(true)
+	}
 	return cfg, log, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -90,7 +91,7 @@ func openPostgres(ctx context.Context, cfg Config, maxConns int32, checkSchema b
 
 // openStores opens what a long-running role reads and writes: PostgreSQL,
 // whose schema must be migrated, and Redis; close releases both.
-func openStores(ctx context.Context, cfg Config) (pool *pgxpool.Pool, rdb *redis.Client, close func(), err error) {
+func openStores(ctx context.Context, cfg Config) (pool *pgxpool.Pool, rdb redis.UniversalClient, close func(), err error) {
 	if pool, err = openPostgres(ctx, cfg, 64, true); err != nil {
 		return nil, nil, nil, err
 	}
@@ -101,29 +102,77 @@ func openStores(ctx context.Context, cfg Config) (pool *pgxpool.Pool, rdb *redis
 	return pool, rdb, func() { _ = rdb.Close(); pool.Close() }, nil
 }
 
+// isClusterURL reports whether a REDIS_URL is go-redis's cluster form: a
+// seed node in the host and more in addr query parameters
+// (redis://h1:p1?addr=h2:p2&addr=h3:p3).
+func isClusterURL(raw string) bool {
+	u, err := url.Parse(raw)
+	return err == nil && u.Query().Has("addr")
+}
+
 // openRedis connects to REDIS_URL with a pool of poolSize connections
-// (0: go-redis's default).
-func openRedis(ctx context.Context, cfg Config, poolSize int) (*redis.Client, error) {
-	opt, err := redis.ParseURL(cfg.RedisURL)
-	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			// net/url's message quotes the URL, password included.
-			err = errors.New("not a valid URL")
+// (0: go-redis's default; per node on a cluster). The cluster form
+// (isClusterURL) gives a *redis.ClusterClient, which routes each command
+// by its key's slot and splits pipelines per node; a single address a
+// *redis.Client.
+func openRedis(ctx context.Context, cfg Config, poolSize int) (redis.UniversalClient, error) {
+	var c redis.UniversalClient
+	if isClusterURL(cfg.RedisURL) {
+		opt, err := redis.ParseClusterURL(cfg.RedisURL)
+		if err != nil {
+			return nil, redisURLError(cfg.RedisURL, err)
 		}
-		return nil, usageError{fmt.Sprintf("REDIS_URL %s: %s", redactDSN(cfg.RedisURL), dsnReason(cfg.RedisURL, err))}
+		if poolSize > 0 {
+			opt.PoolSize = poolSize
+		}
+		c = redis.NewClusterClient(opt)
+	} else {
+		opt, err := redis.ParseURL(cfg.RedisURL)
+		if err != nil {
+			return nil, redisURLError(cfg.RedisURL, err)
+		}
+		if poolSize > 0 {
+			opt.PoolSize = poolSize
+		}
+		c = redis.NewClient(opt)
 	}
-	if poolSize > 0 {
-		opt.PoolSize = poolSize
-	}
-	c := redis.NewClient(opt)
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if err := c.Ping(pctx).Err(); err != nil {
+	if err := pingRedis(pctx, c); err != nil {
 		_ = c.Close()
 		return nil, fmt.Errorf("connect to Redis at %s: %s", redactDSN(cfg.RedisURL), dsnReason(cfg.RedisURL, err))
 	}
 	return c, nil
+}
+
+// pingRedis checks that Redis answers: on a cluster, every master (which
+// also loads the slot map), and that the cluster serves all its slots.
+func pingRedis(ctx context.Context, c redis.UniversalClient) error {
+	cc, ok := c.(*redis.ClusterClient)
+	if !ok {
+		return c.Ping(ctx).Err()
+	}
+	if err := cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return n.Ping(ctx).Err() }); err != nil {
+		return err
+	}
+	info, err := cc.ClusterInfo(ctx).Result()
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(info, "cluster_state:ok") {
+		return errors.New("the cluster's state is not ok (CLUSTER INFO)")
+	}
+	return nil
+}
+
+// redisURLError is the usage error of a REDIS_URL that does not parse.
+func redisURLError(raw string, err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		// net/url's message quotes the URL, password included.
+		err = errors.New("not a valid URL")
+	}
+	return usageError{fmt.Sprintf("REDIS_URL %s: %s", redactDSN(raw), dsnReason(raw, err))}
 }
 
 // migrate applies the embedded migrations and logs what it applied.

@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	wk "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/rcrowley/go-metrics"
 
 	"github.com/feedco/feed/events"
 )
@@ -68,9 +69,33 @@ func PublisherSaramaConfig() *sarama.Config {
 	return c
 }
 
+// Sarama keeps go-metrics meters and histograms of every request, response
+// and fetch (its MetricRegistry), updated on every call whether anyone reads
+// them or not; nothing in feed reads them. They are off (go-metrics'
+// documented switch, metrics.UseNilMetrics) unless ClientMetrics turns
+// them on.
+func init() { metrics.UseNilMetrics = true }
+
+// ClientMetrics turns sarama's go-metrics registry on or off for the
+// clients created after the call (FEED_KAFKA_CLIENT_METRICS): call it at
+// start-up, before any publisher or subscriber exists.
+func ClientMetrics(on bool) { metrics.UseNilMetrics = !on }
+
+// Fetch batching of the subscribers: the broker answers a fetch once it
+// holds FetchMinBytes for the group's partitions, or after FetchMaxWait.
+// Sarama's defaults (1 byte, 500 ms) answer as soon as one message is
+// there, and each fetch costs the broker, sarama's fetch loop and its
+// decoding, per group. 16 KiB is about 25 event messages; a lone message
+// waits at most FetchMaxWait more.
+const (
+	FetchMinBytes = 16 << 10
+	FetchMaxWait  = 20 * time.Millisecond
+)
+
 // SubscriberSaramaConfig starts a new group at the oldest offset (the
 // watermill default, newest, would skip what was published before the group
-// existed) and commits offsets every second.
+// existed), commits offsets every second, and batches fetches
+// (FetchMinBytes, FetchMaxWait).
 func SubscriberSaramaConfig() *sarama.Config {
 	c := wk.DefaultSaramaSubscriberConfig()
 	c.Version = saramaVersion
@@ -81,6 +106,8 @@ func SubscriberSaramaConfig() *sarama.Config {
 	c.Consumer.Group.Session.Timeout = 10 * time.Second
 	c.Consumer.Group.Heartbeat.Interval = time.Second
 	c.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyRoundRobin()}
+	c.Consumer.Fetch.Min = FetchMinBytes
+	c.Consumer.MaxWaitTime = FetchMaxWait
 	return c
 }
 

@@ -47,6 +47,10 @@ type Config struct {
 	// follows the version registry (`feed rebuild` switches), instead of
 	// one Runner at the first versions.
 	Supervised bool
+	// RedisCluster puts the read models on the Redis Cluster of
+	// testenv.NewRedisCluster (skipped, or failed in CI, when it is not
+	// running) instead of NewRedis's server.
+	RedisCluster bool
 }
 
 // System is a running pipeline and the handles a test reads it with.
@@ -84,7 +88,12 @@ func Start(t testing.TB, cfg Config) *System {
 	ctx := context.Background()
 	s := &System{DB: testenv.NewDB(t), Broker: kafkatest.Start(t),
 		Log: testenv.Logger()}
-	r := testenv.NewRedis(t)
+	var r *testenv.Redis
+	if cfg.RedisCluster {
+		r = testenv.NewRedisCluster(t)
+	} else {
+		r = testenv.NewRedis(t)
+	}
 	s.Redis, s.Prefix, s.Keys = r.Client, r.Prefix, readmodel.Keys{Prefix: r.Prefix}
 	s.Topic = s.Broker.Topic(t, cfg.Partitions)
 	s.Slot = "feed_" + cfg.Name + "_" + s.DB.Name

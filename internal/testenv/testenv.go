@@ -128,9 +128,14 @@ type Redis struct {
 }
 
 // NewRedis returns a client and a unique key prefix; every key under the
-// prefix is deleted when the test ends.
+// prefix is deleted when the test ends. With FEED_TEST_REDIS=cluster the
+// client is NewRedisCluster's, so that any package's tests run on the
+// cluster (docs/testing.md).
 func NewRedis(t testing.TB) *Redis {
 	t.Helper()
+	if os.Getenv("FEED_TEST_REDIS") == "cluster" {
+		return NewRedisCluster(t)
+	}
 	opt, err := redis.ParseURL(RedisURL())
 	if err != nil {
 		t.Fatal(err)
@@ -142,6 +147,12 @@ func NewRedis(t testing.TB) *Redis {
 	if err := c.Ping(ctx).Err(); err != nil {
 		t.Fatalf("connect to Redis (run `make test`, which prepares it): %v", err)
 	}
+	return withPrefix(t, c)
+}
+
+// withPrefix gives c a random key prefix whose keys are deleted, and c
+// closed, when the test ends.
+func withPrefix(t testing.TB, c redis.UniversalClient) *Redis {
 	r := &Redis{Client: c, Prefix: RandomName("t") + ":"}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -152,19 +163,42 @@ func NewRedis(t testing.TB) *Redis {
 	return r
 }
 
-// DeletePrefix deletes every key that starts with prefix.
+// DeletePrefix deletes every key that starts with prefix: on a cluster,
+// on every master, one key per UNLINK (keys of different slots).
 func DeletePrefix(ctx context.Context, c redis.UniversalClient, prefix string) {
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		_ = cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+			deletePrefix(ctx, n, prefix, true)
+			return nil
+		})
+		return
+	}
+	deletePrefix(ctx, c, prefix, false)
+}
+
+func deletePrefix(ctx context.Context, c redis.UniversalClient, prefix string, oneKeyEach bool) {
 	iter := c.Scan(ctx, 0, escapeGlob(prefix)+"*", 1000).Iterator()
 	var batch []string
+	flush := func() {
+		if oneKeyEach {
+			pipe := c.Pipeline()
+			for _, k := range batch {
+				pipe.Unlink(ctx, k)
+			}
+			_, _ = pipe.Exec(ctx)
+		} else {
+			c.Unlink(ctx, batch...)
+		}
+		batch = batch[:0]
+	}
 	for iter.Next(ctx) {
 		batch = append(batch, iter.Val())
 		if len(batch) == 500 {
-			c.Unlink(ctx, batch...)
-			batch = batch[:0]
+			flush()
 		}
 	}
 	if len(batch) > 0 {
-		c.Unlink(ctx, batch...)
+		flush()
 	}
 }
 

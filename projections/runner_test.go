@@ -1,0 +1,78 @@
+package projections_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+
+	"github.com/feedco/feed/events"
+	"github.com/feedco/feed/internal/kafka"
+	"github.com/feedco/feed/internal/kafka/kafkatest"
+	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/projections"
+	"github.com/feedco/feed/readmodel"
+)
+
+// A projector that ignores a type (Selective) acknowledges its messages
+// without decoding them, so an undecodable one of that type is not
+// poisoned there; an undecodable message of a type it handles, and one of
+// a type nobody knows, still are, in partition order, and the good
+// messages after them are applied.
+func TestIgnoredTypesAreNotDecoded(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	rd := testenv.NewRedis(t)
+	b := kafkatest.Start(t)
+	topic := b.Topic(t, 1)
+	keys := readmodel.Keys{Prefix: rd.Prefix}
+	ps, err := projections.New(projections.Config{Keys: keys}, w.db.Pool, rd.Client, nil, projections.NamePosts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sel, ok := ps[0].(projections.Selective); !ok || !sel.Ignores(events.TypeFollowed) || sel.Ignores(events.TypePostCreated) || sel.Ignores("user.renamed.v1") {
+		t.Fatalf("the posts projector must ignore follows only among the types asked (%T)", ps[0])
+	}
+	runProjectors(t, b.Addrs(), topic, ps)
+	a := w.user(true)
+	p := w.post(a)
+	garbage := []byte(`{"type":`)
+	mk := func(uuid, typ string) {
+		m := kafkatest.EventMessage(t, w.envs[1])
+		m.UUID, m.Payload = uuid, garbage
+		m.Metadata.Set(kafka.MetaName, typ)
+		b.Publish(t, topic, m)
+	}
+	mk("ignored-1", events.TypeFollowed)
+	mk("handled-1", events.TypePostCreated)
+	mk("unknown-1", "user.renamed.v1")
+	b.PublishEvents(t, topic, w.envs...)
+	ctx := context.Background()
+	testenv.Eventually(t, 60*time.Second, "the good messages after the bad ones", func() bool {
+		return rd.Client.Exists(ctx, keys.Post(p)).Val() == 1
+	})
+	sub, err := kafka.NewSubscriber(b.Conn(), "poison-reader-"+topic, watermill.NopLogger{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	ch, err := sub.Subscribe(sctx, kafka.PoisonTopic(topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"handled-1", "unknown-1"} {
+		select {
+		case m := <-ch:
+			m.Ack()
+			if m.UUID != want || !strings.Contains(m.Metadata.Get(kafka.MetaPoisonReason), "decode") {
+				t.Fatalf("poison message %s (want %s): %v", m.UUID, want, m.Metadata)
+			}
+		case <-sctx.Done():
+			t.Fatalf("%s not on the poison topic", want)
+		}
+	}
+}
