@@ -39,7 +39,7 @@ func childMain() int {
 		return fail(err)
 	}
 	defer pool.Close()
-	pub, err := kafka.NewPublisher(strings.Split(os.Getenv("CHILD_BROKERS"), ","), watermill.NopLogger{})
+	pub, err := kafka.NewPublisher(kafka.Conn{Brokers: strings.Split(os.Getenv("CHILD_BROKERS"), ",")}, watermill.NopLogger{})
 	if err != nil {
 		return fail(err)
 	}

@@ -84,7 +84,7 @@ func (b *bundle) start(t testing.TB, cfg Config) (c *CDC, stop func()) {
 
 func (b *bundle) publisher(t testing.TB) *wk.Publisher {
 	t.Helper()
-	pub, err := kafka.NewPublisher(b.broker.Addrs(), watermill.NopLogger{})
+	pub, err := kafka.NewPublisher(b.broker.Conn(), watermill.NopLogger{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -133,7 +133,7 @@ func testCrashMidFanout(t *testing.T, layout string) {
 		_ = child.Wait()
 	}()
 	testenv.Eventually(t, 90*time.Second, "the restarted projector to catch up", func() bool {
-		lags, err := projections.ConsumerLag(ctx, b.Addrs(), topic, []string{topic + "." + projections.GroupInbox, topic + "." + projections.GroupPosts})
+		lags, err := projections.ConsumerLag(ctx, b.Conn(), topic, []string{topic + "." + projections.GroupInbox, topic + "." + projections.GroupPosts})
 		return err == nil && lags[topic+"."+projections.GroupInbox] == 0 && lags[topic+"."+projections.GroupPosts] == 0
 	})
 	got := state(rd.Client, rd.Prefix)
@@ -168,7 +168,7 @@ func TestPoisonQueue(t *testing.T) {
 	testenv.Eventually(t, 60*time.Second, "the good message after the bad one", func() bool {
 		return rd.Client.Exists(ctx, keys.Post(p)).Val() == 1
 	})
-	sub, err := kafka.NewSubscriber(b.Addrs(), "poison-reader-"+topic, watermill.NopLogger{})
+	sub, err := kafka.NewSubscriber(b.Conn(), "poison-reader-"+topic, watermill.NopLogger{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ func TestConsumerLagOfGroupThatNeverCommitted(t *testing.T) {
 	b.Publish(t, topic, msgs...)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	lags, err := projections.ConsumerLag(ctx, b.Addrs(), topic, []string{"never-joined"})
+	lags, err := projections.ConsumerLag(ctx, b.Conn(), topic, []string{"never-joined"})
 	if err != nil {
 		t.Fatalf("lag of a new group: %v", err)
 	}

@@ -10,7 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/feedco/feed/internal/kafka"
 )
 
 // Metrics are the projectors' Prometheus metrics. A nil *Metrics is valid
@@ -104,10 +105,10 @@ func (m *Metrics) setLag(group string, lag int64) {
 // has not committed yet: the sum over partitions of the end offset minus the
 // committed offset (minus the start offset when the group never committed,
 // since a new group starts at the oldest offset).
-func ConsumerLag(ctx context.Context, brokers []string, topic string, groups []string) (map[string]int64, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+func ConsumerLag(ctx context.Context, conn kafka.Conn, topic string, groups []string) (map[string]int64, error) {
+	cl, err := conn.NewClient()
 	if err != nil {
-		return nil, fmt.Errorf("connect to Kafka %v: %w", brokers, err)
+		return nil, err
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)

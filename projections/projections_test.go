@@ -68,7 +68,7 @@ func testProjectorsEndToEnd(t *testing.T, layout string) {
 		b.PublishEvents(t, topic, w.envs...)
 		w.envs = w.envs[:0]
 		testenv.Eventually(t, 60*time.Second, what+": every projector caught up", func() bool {
-			lags, err := projections.ConsumerLag(ctx, b.Addrs(), topic, groups)
+			lags, err := projections.ConsumerLag(ctx, b.Conn(), topic, groups)
 			if err != nil {
 				return false
 			}

@@ -17,10 +17,16 @@ import (
 	"github.com/feedco/feed/internal/kafka"
 )
 
+// Conn is the brokers with their security settings.
+func (c RunnerConfig) Conn() kafka.Conn { return kafka.Conn{Brokers: c.Brokers, Security: c.Security} }
+
 // RunnerConfig configures the consumption of the event topic.
 type RunnerConfig struct {
 	// Brokers are the Kafka bootstrap addresses. Required.
 	Brokers []string
+	// Security is how the consumers, the poison publisher and the lag
+	// watcher authenticate to the brokers (TLS, SASL).
+	Security kafka.Security
 	// Topic is the event topic (FEED_TOPIC). Required.
 	Topic string
 	// GroupPrefix is put before every consumer group name ("" in
@@ -126,14 +132,14 @@ func (r *Runner) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("create router: %w", err)
 	}
-	pub, err := kafka.NewPublisher(r.cfg.Brokers, wlog)
+	pub, err := kafka.NewPublisher(r.cfg.Conn(), wlog)
 	if err != nil {
 		return err
 	}
 	defer pub.Close()
 	for _, p := range r.projectors {
 		group := r.cfg.GroupPrefix + p.Group()
-		sub, err := kafka.NewSubscriber(r.cfg.Brokers, group, wlog)
+		sub, err := kafka.NewSubscriber(r.cfg.Conn(), group, wlog)
 		if err != nil {
 			return err
 		}
@@ -273,7 +279,7 @@ func (r *Runner) watchLag(ctx context.Context) {
 	defer t.Stop()
 	for {
 		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		lags, err := ConsumerLag(lctx, r.cfg.Brokers, r.cfg.Topic, r.Groups())
+		lags, err := ConsumerLag(lctx, r.cfg.Conn(), r.cfg.Topic, r.Groups())
 		cancel()
 		if err == nil {
 			for g, l := range lags {

@@ -53,7 +53,7 @@ func TestIgnoredTypesAreNotDecoded(t *testing.T) {
 	testenv.Eventually(t, 60*time.Second, "the good messages after the bad ones", func() bool {
 		return rd.Client.Exists(ctx, keys.Post(p)).Val() == 1
 	})
-	sub, err := kafka.NewSubscriber(b.Addrs(), "poison-reader-"+topic, watermill.NopLogger{})
+	sub, err := kafka.NewSubscriber(b.Conn(), "poison-reader-"+topic, watermill.NopLogger{})
 	if err != nil {
 		t.Fatal(err)
 	}

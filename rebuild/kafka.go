@@ -9,6 +9,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/feedco/feed/internal/kafka"
 )
 
 // admin is the part of Kafka a rebuild needs: the topic's end offsets (T0),
@@ -18,10 +20,10 @@ type admin struct {
 	adm *kadm.Client
 }
 
-func newAdmin(brokers []string) (*admin, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+func newAdmin(conn kafka.Conn) (*admin, error) {
+	cl, err := conn.NewClient()
 	if err != nil {
-		return nil, fmt.Errorf("connect to Kafka %v: %w", brokers, err)
+		return nil, err
 	}
 	return &admin{cl: cl, adm: kadm.NewClient(cl)}, nil
 }

@@ -165,7 +165,7 @@ func (r *Rebuilder) Run(ctx context.Context, name string) ([]Result, error) {
 		return nil, err
 	}
 	defer l.release(ctx)
-	adm, err := newAdmin(r.cfg.Runner.Brokers)
+	adm, err := newAdmin(r.cfg.Runner.Conn())
 	if err != nil {
 		return nil, err
 	}
@@ -414,7 +414,7 @@ func (r *Rebuilder) catchUp(ctx context.Context, group string, done chan error, 
 	defer cancel()
 	var told time.Time
 	for {
-		lags, err := projections.ConsumerLag(ctx, r.cfg.Runner.Brokers, r.cfg.Runner.Topic, []string{group})
+		lags, err := projections.ConsumerLag(ctx, r.cfg.Runner.Conn(), r.cfg.Runner.Topic, []string{group})
 		if err == nil {
 			lag := lags[group]
 			if time.Since(told) >= 2*time.Second || lag <= r.cfg.CatchUpLag {

@@ -75,7 +75,7 @@ func ReadStatus(ctx context.Context, pool *pgxpool.Pool, rdb redis.UniversalClie
 	if st.Running {
 		st.Info, _ = reg.RebuildInfo(ctx, rdb)
 	}
-	lags, lerr := projections.ConsumerLag(ctx, rc.Brokers, rc.Topic, groups)
+	lags, lerr := projections.ConsumerLag(ctx, rc.Conn(), rc.Topic, groups)
 	if lerr == nil {
 		for i := range st.Projections {
 			st.Projections[i].Lag = lags[st.Projections[i].Group]

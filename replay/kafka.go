@@ -13,12 +13,15 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/feedco/feed/events"
+	"github.com/feedco/feed/internal/kafka"
 )
 
 // KafkaConfig configures the Kafka source. Zero fields take defaults.
 type KafkaConfig struct {
 	// Brokers are the seed brokers; required.
 	Brokers []string
+	// Security is how to authenticate to them (TLS, SASL).
+	Security kafka.Security
 	// Topic is the events topic CDC publishes to; required.
 	Topic string
 	// Filter selects the events.
@@ -39,6 +42,10 @@ func (c KafkaConfig) withDefaults() KafkaConfig {
 	c.DedupeWindow = cmp.Or(c.DedupeWindow, 1<<18)
 	c.MaxBuffered = cmp.Or(c.MaxBuffered, 20000)
 	return c
+}
+
+func (s *Kafka) conn() kafka.Conn {
+	return kafka.Conn{Brokers: s.cfg.Brokers, Security: s.cfg.Security}
 }
 
 // Validate reports a configuration the Kafka source cannot serve.
@@ -114,14 +121,13 @@ func (s *Kafka) Stream(ctx context.Context, emit func(*events.Envelope) error) e
 	for p := range parts {
 		offsets[p] = kgo.NewOffset().AtStart()
 	}
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(s.cfg.Brokers...),
+	cl, err := s.conn().NewClient(
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{s.cfg.Topic: offsets}),
 		kgo.FetchMaxWait(200*time.Millisecond),
 		kgo.FetchMaxPartitionBytes(1<<20),
 	)
 	if err != nil {
-		return fmt.Errorf("connect to Kafka %v: %w", s.cfg.Brokers, err)
+		return err
 	}
 	defer cl.Close()
 
@@ -226,9 +232,9 @@ func (s *Kafka) Stream(ctx context.Context, emit func(*events.Envelope) error) e
 // endOffsets captures each partition's end offset now: a replay that does
 // not follow stops there. Empty partitions are caught up from the start.
 func (s *Kafka) endOffsets(ctx context.Context) (map[int32]*kpart, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(s.cfg.Brokers...))
+	cl, err := s.conn().NewClient()
 	if err != nil {
-		return nil, fmt.Errorf("connect to Kafka %v: %w", s.cfg.Brokers, err)
+		return nil, err
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)

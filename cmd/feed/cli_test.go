@@ -33,7 +33,7 @@ func TestHelp(t *testing.T) {
 		"cdc":             {"--metrics-addr"},
 		"cdc drop-slot":   nil,
 		"project":         {"--only", "--metrics-addr"},
-		"kafka":           nil,
+		"kafka":           {"--brokers", "--sasl-user", "--sasl-password", "--tls-cert", "--tls-key"},
 		"token":           {"--user", "--ttl"},
 		"events":          {"--source", "--format", "--from", "--to", "--type", "--stream", "--author", "--limit", "--follow", "--with-lsn"},
 		"rebuild":         {"--catch-up-lag", "--handover"},

@@ -106,7 +106,7 @@ func runBench(ctx context.Context, cfg Config, log *slog.Logger, c bench.Config,
 	if err != nil {
 		return err
 	}
-	rc := projections.RunnerConfig{Brokers: brokersOf(a.Cfg), Topic: a.Cfg.Topic}
+	rc := projections.RunnerConfig{Brokers: brokersOf(a.Cfg), Security: a.Cfg.KafkaSecurity, Topic: a.Cfg.Topic}
 	sampler := func(ctx context.Context) (bench.LagSample, error) {
 		var s bench.LagSample
 		st, err := cdc.Status(ctx, a.Pool, a.Cfg.Slot)

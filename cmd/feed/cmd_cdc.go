@@ -56,8 +56,11 @@ func runCDC(ctx context.Context, cfg Config, log *slog.Logger, metricsAddr strin
 		return err
 	}
 	defer pool.Close()
+	if err := checkKafka(ctx, cfg); err != nil {
+		return err
+	}
 	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	err = kafka.EnsureTopics(tctx, brokersOf(cfg), topicsOf(cfg))
+	err = kafka.EnsureTopics(tctx, connOf(cfg), topicsOf(cfg))
 	cancel()
 	if err != nil {
 		return fmt.Errorf("create topics: %w", err)
@@ -84,7 +87,7 @@ func cdcConfig(cfg Config, reg prometheus.Registerer, log *slog.Logger) cdc.Conf
 // for the broker when it is not up yet, as the replication side waits for
 // PostgreSQL.
 func streamCDC(ctx context.Context, cfg Config, pool *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logger) error {
-	brokers := brokersOf(cfg)
+	brokers := connOf(cfg)
 	var pub *wk.Publisher
 	for backoff := 200 * time.Millisecond; ; backoff = min(backoff*2, 15*time.Second) {
 		var err error

@@ -54,11 +54,14 @@ func runDev(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer)
 	defer rdb.Close()
 
 	if len(cfg.KafkaBrokers) > 0 {
-		if err := kafka.EnsureTopics(ctx, cfg.KafkaBrokers, topicsOf(cfg)); err != nil {
+		if err := checkKafka(ctx, cfg); err != nil {
+			return err
+		}
+		if err := kafka.EnsureTopics(ctx, connOf(cfg), topicsOf(cfg)); err != nil {
 			return fmt.Errorf("create topics: %w", err)
 		}
 	} else {
-		broker, err := startEmbedded(ctx, cfg)
+		broker, err := startEmbedded(ctx, cfg, kafkaOptions{brokers: 1})
 		if err != nil {
 			return err
 		}

@@ -134,11 +134,11 @@ func eventsTo(ctx context.Context, o eventsOptions, cfg Config, stdout, stderr i
 			return asUsage(err)
 		}
 	case "kafka":
-		brokers := cfg.KafkaBrokers
-		if len(brokers) == 0 {
-			brokers = []string{cfg.KafkaAddr} // the development broker of `feed dev` / `feed kafka`
+		// brokersOf: KAFKA_BROKERS, or the development broker of `feed dev` / `feed kafka`.
+		if err := checkKafka(ctx, cfg); err != nil {
+			return err
 		}
-		if src, err = replay.NewKafka(replay.KafkaConfig{Brokers: brokers, Topic: cfg.Topic, Filter: o.filter, Follow: o.follow}); err != nil {
+		if src, err = replay.NewKafka(replay.KafkaConfig{Brokers: brokersOf(cfg), Security: cfg.KafkaSecurity, Topic: cfg.Topic, Filter: o.filter, Follow: o.follow}); err != nil {
 			return asUsage(err)
 		}
 	}

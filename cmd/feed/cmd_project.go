@@ -59,6 +59,9 @@ func runProject(ctx context.Context, cfg Config, log *slog.Logger, names []strin
 	if cfg, err = resolvePolicy(ctx, cfg, pool, log); err != nil {
 		return err
 	}
+	if err := checkKafka(ctx, cfg); err != nil {
+		return err
+	}
 	reg := prometheus.NewRegistry()
 	projectors, err := newProjectors(ctx, cfg, pool, rdb, names, reg, log)
 	if err != nil {
@@ -87,7 +90,7 @@ func newProjectors(ctx context.Context, cfg Config, pool *pgxpool.Pool, rdb redi
 	readmodel.WarnListpack(ctx, rdb, cfg.Policy, log)
 	s, err := projections.NewSupervisor(projections.SupervisorConfig{
 		Projections: projectionConfig(cfg),
-		Runner:      projections.RunnerConfig{Brokers: brokersOf(cfg), Topic: cfg.Topic, Logger: log, Metrics: m},
+		Runner:      projections.RunnerConfig{Brokers: brokersOf(cfg), Security: cfg.KafkaSecurity, Topic: cfg.Topic, Logger: log, Metrics: m},
 		Names:       names,
 	}, pool, rdb, m)
 	if err != nil {

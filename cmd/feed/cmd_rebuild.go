@@ -91,6 +91,9 @@ func runRebuild(ctx context.Context, cfg Config, log *slog.Logger, name string, 
 	if cfg, err = resolvePolicy(ctx, cfg, a.Pool, log); err != nil {
 		return err
 	}
+	if err := checkKafka(ctx, cfg); err != nil {
+		return err
+	}
 	// The new inbox version's policy: the active one's, with the flags'
 	// changes; the switch records it, and the projectors and readers
 	// adopt it with the version.
@@ -100,7 +103,7 @@ func runRebuild(ctx context.Context, cfg Config, log *slog.Logger, name string, 
 	}
 	r, err := rebuild.New(rebuild.Config{
 		Projections: projectionConfig(cfg),
-		Runner:      projections.RunnerConfig{Brokers: brokersOf(cfg), Topic: cfg.Topic, Logger: log},
+		Runner:      projections.RunnerConfig{Brokers: brokersOf(cfg), Security: cfg.KafkaSecurity, Topic: cfg.Topic, Logger: log},
 		CatchUpLag:  o.catchUpLag,
 		Handover:    o.handover,
 		Progress:    rebuild.NewProgress(stderr, isTerminal(stderr)),

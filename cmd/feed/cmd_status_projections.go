@@ -27,7 +27,7 @@ func printProjectionStatus(ctx context.Context, a *App, w io.Writer) error {
 		}
 		defer rdb.Close()
 	}
-	st, err := rebuild.ReadStatus(ctx, a.Pool, rdb, projections.RunnerConfig{Brokers: brokersOf(a.Cfg), Topic: a.Cfg.Topic}, "")
+	st, err := rebuild.ReadStatus(ctx, a.Pool, rdb, projections.RunnerConfig{Brokers: brokersOf(a.Cfg), Security: a.Cfg.KafkaSecurity, Topic: a.Cfg.Topic}, "")
 	if len(st.Projections) == 0 {
 		return fmt.Errorf("projection status: %w", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/feedco/feed/api"
+	"github.com/feedco/feed/internal/kafka"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/readmodel"
 )
@@ -23,9 +24,12 @@ type Config struct {
 	DatabaseURL  string
 	RedisURL     string
 	KafkaBrokers []string // empty: the embedded development broker
-	HTTPAddr     string
-	JWTSecret    string
-	AuthMode     string // "jwt" (default) or "trusted-header"
+	// KafkaSecurity is TLS and SASL for every Kafka client, from
+	// FEED_KAFKA_TLS_* and FEED_KAFKA_SASL_*.
+	KafkaSecurity kafka.Security
+	HTTPAddr      string
+	JWTSecret     string
+	AuthMode      string // "jwt" (default) or "trusted-header"
 	// GatewaySecret (FEED_GATEWAY_SECRET) and TrustedNetworks
 	// (FEED_TRUSTED_NETWORKS) tell the gateway's requests from anyone
 	// else's in trusted-header mode.
@@ -155,6 +159,9 @@ func LoadConfig() (Config, error) {
 		}
 	}
 	var err error
+	if c.KafkaSecurity, err = kafkaSecurityFromEnv(); err != nil {
+		return c, err
+	}
 	if c.TrustedNetworks, err = parseNetworks(os.Getenv("FEED_TRUSTED_NETWORKS")); err != nil {
 		return c, fmt.Errorf("FEED_TRUSTED_NETWORKS: %w", err)
 	}
@@ -207,6 +214,32 @@ func LoadConfig() (Config, error) {
 		}
 	}
 	return c, c.Validate()
+}
+
+// kafkaSecurityFromEnv reads FEED_KAFKA_TLS* and FEED_KAFKA_SASL_*.
+func kafkaSecurityFromEnv() (kafka.Security, error) {
+	s := kafka.Security{
+		CAFile:        os.Getenv("FEED_KAFKA_TLS_CA"),
+		CertFile:      os.Getenv("FEED_KAFKA_TLS_CERT"),
+		KeyFile:       os.Getenv("FEED_KAFKA_TLS_KEY"),
+		ServerName:    os.Getenv("FEED_KAFKA_TLS_SERVER_NAME"),
+		SASLMechanism: strings.ToUpper(strings.TrimSpace(os.Getenv("FEED_KAFKA_SASL_MECHANISM"))),
+		User:          os.Getenv("FEED_KAFKA_SASL_USER"),
+		Password:      os.Getenv("FEED_KAFKA_SASL_PASSWORD"),
+	}
+	for key, dst := range map[string]*bool{"FEED_KAFKA_TLS": &s.TLS, "FEED_KAFKA_TLS_INSECURE_SKIP_VERIFY": &s.InsecureSkipVerifyBrokerCert} {
+		if v := os.Getenv(key); v != "" {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return s, fmt.Errorf("%s=%q: want true or false", key, v)
+			}
+			*dst = b
+		}
+	}
+	if err := s.Validate(); err != nil {
+		return s, fmt.Errorf("FEED_KAFKA_TLS_* / FEED_KAFKA_SASL_*: %w", err)
+	}
+	return s, nil
 }
 
 // Validate reports the first setting that cannot work.

@@ -152,3 +152,29 @@ func TestAPIDevSecret(t *testing.T) {
 		t.Fatalf("serve: %v", err)
 	}
 }
+
+// FEED_KAFKA_TLS_* and FEED_KAFKA_SASL_* become one kafka.Security; bad
+// values are refused with the variable named and the password not shown.
+func TestKafkaSecurityFromEnv(t *testing.T) {
+	t.Setenv("FEED_KAFKA_TLS", "true")
+	t.Setenv("FEED_KAFKA_TLS_SERVER_NAME", "kafka.example.com")
+	t.Setenv("FEED_KAFKA_SASL_MECHANISM", "scram-sha-512")
+	t.Setenv("FEED_KAFKA_SASL_USER", "svc")
+	t.Setenv("FEED_KAFKA_SASL_PASSWORD", "pa55")
+	s, err := kafkaSecurityFromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.TLS || s.ServerName != "kafka.example.com" || s.SASLMechanism != "SCRAM-SHA-512" || s.User != "svc" || s.Password != "pa55" {
+		t.Fatalf("got %+v", s)
+	}
+	t.Setenv("FEED_KAFKA_SASL_MECHANISM", "GSSAPI")
+	if _, err := kafkaSecurityFromEnv(); err == nil || !strings.Contains(err.Error(), "FEED_KAFKA_SASL") || strings.Contains(err.Error(), "pa55") {
+		t.Fatalf("GSSAPI: %v", err)
+	}
+	t.Setenv("FEED_KAFKA_SASL_MECHANISM", "PLAIN")
+	t.Setenv("FEED_KAFKA_TLS", "yes please")
+	if _, err := kafkaSecurityFromEnv(); err == nil || !strings.Contains(err.Error(), "FEED_KAFKA_TLS") {
+		t.Fatalf("bad bool: %v", err)
+	}
+}

@@ -33,7 +33,7 @@ func TestPublishSubscribeOrderAndRestart(t *testing.T) {
 	b.Stop()
 	b.Restart(t)
 
-	sub, err := kafka.NewSubscriber(b.Addrs(), "g-"+topic, watermill.NopLogger{})
+	sub, err := kafka.NewSubscriber(b.Conn(), "g-"+topic, watermill.NopLogger{})
 	if err != nil {
 		t.Fatal(err)
 	}

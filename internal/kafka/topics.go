@@ -7,16 +7,15 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // EnsureTopics creates each missing topic with its partition count. An
 // existing topic with fewer partitions is an error: per-key order depends on
 // the partition count, so it is never changed silently.
-func EnsureTopics(ctx context.Context, brokers []string, topics map[string]int32) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+func EnsureTopics(ctx context.Context, conn Conn, topics map[string]int32) error {
+	cl, err := conn.NewClient()
 	if err != nil {
-		return fmt.Errorf("connect to Kafka %v: %w", brokers, err)
+		return err
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
@@ -39,7 +38,10 @@ func EnsureTopics(ctx context.Context, brokers []string, topics map[string]int32
 			}
 			continue
 		}
-		resp, err := adm.CreateTopic(ctx, parts, 1, nil, name)
+		// Replication factor -1: the cluster's default.replication.factor,
+		// so a managed cluster (which may demand 3) gets its own durable
+		// setting and the development broker up to its broker count.
+		resp, err := adm.CreateTopic(ctx, parts, -1, nil, name)
 		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
 			return fmt.Errorf("create topic %s: %w", name, err)
 		}

@@ -143,13 +143,17 @@ func (marshaler) Marshal(topic string, msg *message.Message) (*sarama.ProducerMe
 	}, nil
 }
 
-// NewPublisher returns a watermill sync publisher: Publish returns once the
-// broker acknowledged.
-func NewPublisher(brokers []string, logger watermill.LoggerAdapter) (*wk.Publisher, error) {
+// NewPublisher returns a watermill sync publisher on conn: Publish returns
+// once the broker acknowledged.
+func NewPublisher(conn Conn, logger watermill.LoggerAdapter) (*wk.Publisher, error) {
+	sc := PublisherSaramaConfig()
+	if err := conn.Security.ApplySarama(sc); err != nil {
+		return nil, fmt.Errorf("create Kafka publisher: %w", err)
+	}
 	p, err := wk.NewPublisher(wk.PublisherConfig{
-		Brokers:               brokers,
+		Brokers:               conn.Brokers,
 		Marshaler:             Marshaler,
-		OverwriteSaramaConfig: PublisherSaramaConfig(),
+		OverwriteSaramaConfig: sc,
 	}, logger)
 	if err != nil {
 		return nil, fmt.Errorf("create Kafka publisher: %w", err)
@@ -160,11 +164,15 @@ func NewPublisher(brokers []string, logger watermill.LoggerAdapter) (*wk.Publish
 // NewSubscriber returns a watermill subscriber in consumer group group.
 // WARNING: the group name is where the committed offsets live; renaming it
 // replays the whole topic into that consumer.
-func NewSubscriber(brokers []string, group string, logger watermill.LoggerAdapter) (*wk.Subscriber, error) {
+func NewSubscriber(conn Conn, group string, logger watermill.LoggerAdapter) (*wk.Subscriber, error) {
+	sc := SubscriberSaramaConfig()
+	if err := conn.Security.ApplySarama(sc); err != nil {
+		return nil, fmt.Errorf("create Kafka subscriber for group %s: %w", group, err)
+	}
 	s, err := wk.NewSubscriber(wk.SubscriberConfig{
-		Brokers:               brokers,
+		Brokers:               conn.Brokers,
 		Unmarshaler:           Marshaler,
-		OverwriteSaramaConfig: SubscriberSaramaConfig(),
+		OverwriteSaramaConfig: sc,
 		ConsumerGroup:         group,
 		// Watermill reconnects every ~2 ms by default when a group keeps
 		// failing: back off instead of burning a core.

@@ -19,7 +19,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/feedco/feed/cdc"
 	"github.com/feedco/feed/commands"
@@ -107,7 +106,7 @@ func Start(t testing.TB, cfg Config) *System {
 	}
 
 	// CDC: the event log to the topic.
-	pub, err := kafka.NewPublisher(s.Broker.Addrs(), watermill.NopLogger{})
+	pub, err := kafka.NewPublisher(s.Broker.Conn(), watermill.NopLogger{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +253,7 @@ func (s *System) WaitConsumed(t testing.TB, timeout time.Duration) {
 	var lags map[string]int64
 	for {
 		var err error
-		lags, err = projections.ConsumerLag(ctx, s.Broker.Addrs(), s.Topic, s.Groups)
+		lags, err = projections.ConsumerLag(ctx, s.Broker.Conn(), s.Topic, s.Groups)
 		if err == nil {
 			total := int64(0)
 			for _, g := range s.Groups {
@@ -275,7 +274,7 @@ func (s *System) WaitConsumed(t testing.TB, timeout time.Duration) {
 // an event some projector gave up on.
 func (s *System) Poisoned(t testing.TB) int64 {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(s.Broker.Addrs()...))
+	cl, err := s.Broker.Conn().NewClient()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,9 @@ type Broker struct {
 	*kafka.Embedded
 	Addr    string
 	DataDir string
+	// Config is the rest of the broker's configuration (brokers, SASL,
+	// TLS, client security), kept across Restart.
+	Config kafka.EmbeddedConfig
 }
 
 // FreeAddr returns a 127.0.0.1 address with a port free right now.
@@ -41,7 +44,18 @@ func FreeAddr(t testing.TB) string {
 // cleanup.
 func Start(t testing.TB) *Broker {
 	t.Helper()
-	b := &Broker{Addr: FreeAddr(t), DataDir: t.TempDir()}
+	return StartWith(t, kafka.EmbeddedConfig{})
+}
+
+// StartWith is Start with cfg's brokers, SASL, TLS and client security
+// (its Addr and DataDir are chosen here). Several brokers listen on free
+// ports chosen by the system.
+func StartWith(t testing.TB, cfg kafka.EmbeddedConfig) *Broker {
+	t.Helper()
+	b := &Broker{Addr: FreeAddr(t), DataDir: t.TempDir(), Config: cfg}
+	if cfg.Brokers > 1 {
+		b.Addr = "127.0.0.1:0"
+	}
 	b.Restart(t)
 	t.Cleanup(func() {
 		if b.Embedded != nil {
@@ -64,7 +78,9 @@ func (b *Broker) Restart(t testing.TB) {
 	t.Helper()
 	var err error
 	for i := 0; i < 50; i++ { // the port may linger briefly after Stop
-		b.Embedded, err = kafka.StartEmbedded(context.Background(), kafka.EmbeddedConfig{Addr: b.Addr, DataDir: b.DataDir})
+		cfg := b.Config
+		cfg.Addr, cfg.DataDir = b.Addr, b.DataDir
+		b.Embedded, err = kafka.StartEmbedded(context.Background(), cfg)
 		if err == nil {
 			return
 		}
@@ -79,7 +95,7 @@ func (b *Broker) Topic(t testing.TB, partitions int32) string {
 	name := testenv.RandomName("feedtest.")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := kafka.EnsureTopics(ctx, b.Addrs(), map[string]int32{name: partitions, kafka.PoisonTopic(name): 1}); err != nil {
+	if err := kafka.EnsureTopics(ctx, b.Conn(), map[string]int32{name: partitions, kafka.PoisonTopic(name): 1}); err != nil {
 		t.Fatal(err)
 	}
 	return name
@@ -89,7 +105,7 @@ func (b *Broker) Topic(t testing.TB, partitions int32) string {
 // acknowledged by the broker before the next, and closes the publisher.
 func (b *Broker) Publish(t testing.TB, topic string, msgs ...*message.Message) {
 	t.Helper()
-	pub, err := kafka.NewPublisher(b.Addrs(), watermill.NopLogger{})
+	pub, err := kafka.NewPublisher(b.Conn(), watermill.NopLogger{})
 	if err != nil {
 		t.Fatal(err)
 	}
