@@ -40,6 +40,7 @@ import (
 	"github.com/feedco/feed/commands"
 	"github.com/feedco/feed/events"
 	"github.com/feedco/feed/internal/auth"
+	"github.com/feedco/feed/internal/redisinfo"
 	"github.com/feedco/feed/internal/snowflake"
 	"github.com/feedco/feed/internal/testenv"
 	"github.com/feedco/feed/queries"
@@ -541,25 +542,13 @@ func inboxWriter(ctx context.Context, rdb redis.UniversalClient, keys readmodel.
 	}
 }
 
-// redisCPU is Redis's CPU time so far (INFO cpu: used_cpu_sys +
-// used_cpu_user).
+// redisCPU is Redis's CPU time so far (redisinfo.CPU).
 func redisCPU(ctx context.Context, b *testing.B, rdb redis.UniversalClient) time.Duration {
-	info, err := rdb.Info(ctx, "cpu").Result()
+	d, err := redisinfo.CPU(ctx, rdb)
 	if err != nil {
 		b.Fatal(err)
 	}
-	var total float64
-	for _, line := range strings.Split(info, "\n") {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				b.Fatalf("INFO cpu %s: %v", k, err)
-			}
-			total += f
-		}
-	}
-	return time.Duration(total * float64(time.Second))
+	return d
 }
 
 func startProfile(b *testing.B, path string) {

@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/feedco/feed/internal/redisinfo"
 )
 
 // RawPush is the raw cost of the pushes the mixed phase's posts make: the
@@ -112,7 +113,7 @@ func (r *Runner) runRawPush(ctx context.Context) (*RawPush, error) {
 		enc, _ = rdb.ObjectEncoding(ctx, rawPushKey(u)).Result()
 		break
 	}
-	redisBefore, err := redisCPU(ctx, rdb)
+	redisBefore, err := redisinfo.CPU(ctx, rdb)
 	if err != nil {
 		return nil, err
 	}
@@ -134,7 +135,7 @@ func (r *Runner) runRawPush(ctx context.Context) (*RawPush, error) {
 	}
 	elapsed := time.Since(start)
 	selfUsed := selfCPU() - selfBefore
-	redisAfter, err := redisCPU(ctx, rdb)
+	redisAfter, err := redisinfo.CPU(ctx, rdb)
 	if err != nil {
 		return nil, err
 	}
@@ -144,26 +145,6 @@ func (r *Runner) runRawPush(ctx context.Context) (*RawPush, error) {
 		RedisUsPerPush: (redisAfter - redisBefore).Seconds() * 1e6 / n, ClientUsPerPush: selfUsed.Seconds() * 1e6 / n,
 		Encoding: enc,
 	}, nil
-}
-
-// redisCPU is Redis's used_cpu_sys + used_cpu_user (INFO cpu).
-func redisCPU(ctx context.Context, rdb redis.UniversalClient) (time.Duration, error) {
-	info, err := rdb.Info(ctx, "cpu").Result()
-	if err != nil {
-		return 0, fmt.Errorf("redis INFO cpu: %w", err)
-	}
-	var total float64
-	for _, line := range strings.Split(info, "\n") {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				return 0, fmt.Errorf("redis INFO cpu %s: %w", k, err)
-			}
-			total += f
-		}
-	}
-	return time.Duration(total * float64(time.Second)), nil
 }
 
 // selfCPU is this process's user + system CPU so far.

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/procfs"
+
+	"github.com/feedco/feed/internal/redisinfo"
 )
 
 // sutSnapshot is the CPU the system under test has used so far, by part,
@@ -29,7 +31,7 @@ func (r *Runner) sutCPU(ctx context.Context) sutSnapshot {
 	m := r.scrapeMetrics(ctx)
 	s := sutSnapshot{at: time.Now(), entries: m.entries, feed: m.cpu, redis: -1}
 	if r.deps.Redis != nil {
-		if d, err := redisCPU(ctx, r.deps.Redis); err == nil {
+		if d, err := redisinfo.CPU(ctx, r.deps.Redis); err == nil {
 			s.redis = d.Seconds()
 		}
 	}

@@ -4,13 +4,13 @@ import (
 	"context"
 	"math/rand/v2"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/feedco/feed/internal/redisinfo"
 	"github.com/feedco/feed/internal/testenv"
 )
 
@@ -309,24 +309,13 @@ func benchPackedPush(c benchCtx, users []int64, post, _ int64) {
 	}
 }
 
-// redisCPU is the server's used_cpu_sys + used_cpu_user.
+// redisCPU is the server's CPU time so far (redisinfo.CPU).
 func redisCPU(b *testing.B, ctx context.Context, rdb *redis.Client) time.Duration {
-	info, err := rdb.Info(ctx, "cpu").Result()
+	d, err := redisinfo.CPU(ctx, rdb)
 	if err != nil {
 		b.Fatal(err)
 	}
-	var total float64
-	for _, line := range strings.Split(info, "\n") {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				b.Fatal(err)
-			}
-			total += f
-		}
-	}
-	return time.Duration(total * float64(time.Second))
+	return d
 }
 
 // clientCPU is this process's user + system CPU.
