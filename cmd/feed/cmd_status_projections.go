@@ -19,14 +19,11 @@ import (
 func printProjectionStatus(ctx context.Context, a *App, w io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	rdb := a.Redis
-	if rdb == nil {
-		var err error
-		if rdb, err = openRedis(ctx, a.Cfg, 4); err != nil {
-			return err
-		}
-		defer rdb.Close()
+	rdb, done, err := a.statusRedis(ctx)
+	if err != nil {
+		return err
 	}
+	defer done()
 	st, err := rebuild.ReadStatus(ctx, a.Pool, rdb, projections.RunnerConfig{Brokers: brokersOf(a.Cfg), Security: a.Cfg.KafkaSecurity, Topic: a.Cfg.Topic}, "")
 	if len(st.Projections) == 0 {
 		return fmt.Errorf("projection status: %w", err)

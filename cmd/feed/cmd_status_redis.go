@@ -30,14 +30,11 @@ type nodeStats struct {
 func printRedisStatus(ctx context.Context, a *App, w io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	rdb := a.Redis
-	if rdb == nil {
-		var err error
-		if rdb, err = openRedis(ctx, a.Cfg, 4); err != nil {
-			return err
-		}
-		defer rdb.Close()
+	rdb, done, err := a.statusRedis(ctx)
+	if err != nil {
+		return err
 	}
+	defer done()
 	nodes, err := redisNodeStats(ctx, rdb)
 	if err != nil {
 		return err

@@ -268,3 +268,17 @@ func metricsTask(l net.Listener, reg *prometheus.Registry) task {
 	h := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	return task{name: "metrics", run: func(ctx context.Context) error { return serveHTTP(ctx, l, h) }}
 }
+
+// statusRedis is the App's Redis client, or, when the App has none, a
+// small one of its own for a `feed status` section; done closes what it
+// opened.
+func (a *App) statusRedis(ctx context.Context) (redis.UniversalClient, func(), error) {
+	if a.Redis != nil {
+		return a.Redis, func() {}, nil
+	}
+	rdb, err := openRedis(ctx, a.Cfg, 4)
+	if err != nil {
+		return nil, nil, err
+	}
+	return rdb, func() { _ = rdb.Close() }, nil
+}
