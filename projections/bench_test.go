@@ -562,3 +562,67 @@ func (t pgTicks) since(t0 pgTicks) float64 {
 	}
 	return float64(d) / 100
 }
+
+// BenchmarkFollowerTargets is the cost of finding a post's push targets
+// when the author's follower list is not cached (the common case: most
+// authors post seldom): "join" loads the list with each follower's
+// last_seen_at (an index probe into user_activity per follower), "index"
+// loads the follower ids alone (an index-only scan) and asks the activity
+// index (activity.go). 300 followers per author, every one active.
+// Reports PostgreSQL's CPU per list and per follower, and this process's.
+func BenchmarkFollowerTargets(b *testing.B) {
+	ctx := context.Background()
+	w := newWorld(b)
+	rd := testenv.NewRedis(b)
+	const users, authors, followers = 10000, 200, 300
+	var first int64
+	if err := w.db.Pool.QueryRow(ctx, `WITH u AS (INSERT INTO users (name) SELECT 'f' FROM generate_series(1, $1::int) RETURNING id)
+		SELECT min(id) FROM u`, users).Scan(&first); err != nil {
+		b.Fatal(err)
+	}
+	w.exec(`INSERT INTO user_activity (user_id, last_seen_at) SELECT id, now() FROM users WHERE id >= $1`, first)
+	// Author i (user first+i) is followed by 300 users spread over all.
+	w.exec(`INSERT INTO follows (follower_id, followee_id)
+		SELECT f, e FROM (SELECT $1 + (a * 7919 + k * 31) % $2 AS f, $1 + a AS e
+			FROM generate_series(0, $3 - 1) a, generate_series(1, $4) k) x
+		WHERE f <> e ON CONFLICT DO NOTHING`, first, users, authors, followers)
+	w.exec(`ANALYZE follows`)
+	w.exec(`ANALYZE user_activity`)
+	ps := newProjectors(b, w, rd.Client, projections.Config{Keys: readmodel.Keys{Prefix: rd.Prefix}})
+	var inbox *projections.Inbox
+	for _, p := range ps {
+		if p.Name() == projections.NameInbox {
+			inbox = p.(*projections.Inbox)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		fn   func(context.Context, int64) (int, error)
+	}{{"join", inbox.JoinTargets}, {"index", inbox.ColdTargets}} {
+		b.Run(c.name, func(b *testing.B) {
+			if _, err := c.fn(ctx, first); err != nil { // the activity index's first read
+				b.Fatal(err)
+			}
+			pg0 := pgCPU(b, w.db)
+			_, self0 := cpuNow(b, rd.Client)
+			targets := 0
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				n, err := c.fn(ctx, first+int64(i%authors))
+				if err != nil {
+					b.Fatal(err)
+				}
+				targets += n
+			}
+			b.StopTimer()
+			if targets < b.N*followers*9/10 {
+				b.Fatalf("%d targets for %d lists, want about %d each", targets, b.N, followers)
+			}
+			pgUs := pgCPU(b, w.db).since(pg0) * 1e6 / float64(b.N)
+			_, self1 := cpuNow(b, rd.Client)
+			b.ReportMetric(pgUs, "pg-cpu-µs/list")
+			b.ReportMetric(pgUs*float64(b.N)/float64(targets), "pg-cpu-µs/follower")
+			b.ReportMetric((self1-self0)*1e6/float64(b.N), "self-cpu-µs/list")
+		})
+	}
+}

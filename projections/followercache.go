@@ -34,14 +34,14 @@ import (
 //     redelivery from an older commit) drops the partition's lists. A
 //     message without a delivery (projections.Apply, tools) never uses the
 //     cache.
-//   - Activity is not an event. last_seen_at only grows (the query side
-//     writes GREATEST), so a follower whose cached last_seen_at already
-//     makes them active and not past the inbox TTL is so now; every other
-//     follower (inactive, expiring, or without activity at the time of the
-//     load) is asked again from PostgreSQL on every post, with the same
-//     conditions as the uncached query. A follower who came back is
-//     therefore pushed to exactly as before. The PostgreSQL clock is
-//     estimated from the load (its now() against ours), with a margin.
+//   - Activity is not an event. The lists hold follower ids only; who of
+//     them is active and not past the inbox TTL comes from the activity
+//     index (activity.go), a lower bound of each user's last_seen_at, and
+//     every follower it cannot decide (inactive, expiring, or not held) is
+//     asked again from PostgreSQL on every post, with the same conditions
+//     as the uncached query. A follower who came back is therefore pushed
+//     to exactly as before. The PostgreSQL clock is estimated from the
+//     load (its now() against ours), with a margin.
 //
 // Lists are bounded (FollowerCacheRows in all, longer lists are not kept),
 // evicted least recently used, and dropped after followerCacheMaxAge as a
@@ -63,8 +63,8 @@ const (
 	// before a follower near the TTL boundary is decided wrongly; such
 	// followers are asked again instead.
 	clockMargin = time.Minute
-	// noActivity is the cached last_seen_at of a follower without a
-	// user_activity row.
+	// noActivity is the held last_seen_at of a user the activity index
+	// does not hold.
 	noActivity = math.MinInt64
 )
 
@@ -78,13 +78,11 @@ type partFollowers struct {
 	lists map[int64]*followerList
 }
 
-// followerList is one author's followers in follower-id order. ids and
-// skew never change; seen only grows (atomically: a partition's lists are
-// used by one handler at a time, but a rebalance can briefly overlap two).
+// followerList is one author's followers in follower-id order; nothing
+// in it changes after the load.
 type followerList struct {
 	ids    []int64
-	seen   []atomic.Int64 // last_seen_at in Unix µs, noActivity when none
-	skew   time.Duration  // PostgreSQL's clock minus ours, at the load
+	skew   time.Duration // PostgreSQL's clock minus ours, at the load
 	loaded time.Time
 	used   time.Time
 }

@@ -1,6 +1,9 @@
 package projections
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // WithDelivery gives ctx the place of a message in its partition, as the
 // runner does, so tests can drive Apply through the follower cache.
@@ -17,3 +20,55 @@ func (p *Inbox) FollowerLoads() int64 {
 	return p.cache.loads.Load()
 }
 func (p *Inbox) FollowerRows() int { return p.cache.rowsHeld() }
+
+// ActivityRechecked is how many followers the inbox projector asked
+// PostgreSQL about again because its activity index could not decide them.
+func (p *Inbox) ActivityRechecked() int64 { return p.activity.rechecked.Load() }
+
+// RefreshActivityNow lets the next push read user_activity again at once
+// (refreshes otherwise wait activityRefreshEvery).
+func (p *Inbox) RefreshActivityNow() {
+	p.activity.refreshMu.Lock()
+	p.activity.next = time.Time{}
+	p.activity.refreshMu.Unlock()
+}
+
+// followersSeenSQL is the list load the activity index replaced: the
+// follower ids joined with user_activity (an index probe per follower).
+// BenchmarkFollowerTargets measures it beside the load that replaced it.
+const followersSeenSQL = `SELECT f.follower_id, a.last_seen_at, now()
+FROM follows f LEFT JOIN user_activity a ON a.user_id = f.follower_id
+WHERE f.followee_id = $1 ORDER BY f.follower_id LIMIT $2`
+
+// ColdTargets is the author's push targets as a post whose follower list
+// is not cached finds them: the list loaded (follower ids), the activity
+// index asked. It returns how many followers get the push.
+func (p *Inbox) ColdTargets(ctx context.Context, author int64) (int, error) {
+	p.cache.drop(author)
+	ids, _, _, err := p.cachedTargets(ctx, delivery{topic: "bench"}, author)
+	return len(ids), err
+}
+
+// JoinTargets is the same answer from the replaced load, which read each
+// follower's last_seen_at with the list.
+func (p *Inbox) JoinTargets(ctx context.Context, author int64) (int, error) {
+	rows, err := p.pg.Query(ctx, followersSeenSQL, author, p.cache.maxList+1)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	fresh := time.Now().Add(clockMargin - p.cfg.inboxTTL())
+	n := 0
+	for rows.Next() {
+		var id int64
+		var s *time.Time
+		var now time.Time
+		if err := rows.Scan(&id, &s, &now); err != nil {
+			return 0, err
+		}
+		if s != nil && s.After(fresh) {
+			n++
+		}
+	}
+	return n, rows.Err()
+}

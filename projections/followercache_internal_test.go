@@ -1,13 +1,12 @@
 package projections
 
 import (
-	"sync/atomic"
 	"testing"
 	"time"
 )
 
 func testList(n int, loaded time.Time) *followerList {
-	return &followerList{ids: make([]int64, n), seen: make([]atomic.Int64, n), loaded: loaded}
+	return &followerList{ids: make([]int64, n), loaded: loaded}
 }
 
 // The cache's bookkeeping: a retry (the same offset) and the next offset

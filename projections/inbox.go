@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -32,6 +31,9 @@ type Inbox struct {
 	rdb    redis.UniversalClient
 	m      *Metrics
 	cache  *followerCache // nil when FollowerCacheRows < 0
+	// activity is who of the cached followers is active (activity.go);
+	// nil with the cache.
+	activity *activityIndex
 	// inflight holds a slot per fan-out pipeline in flight (FanoutInflight).
 	inflight chan struct{}
 }
@@ -50,6 +52,9 @@ func NewInbox(cfg Config, pg Querier, rdb redis.UniversalClient, m *Metrics) (*I
 	cache := newFollowerCache(cfg.FollowerCacheRows, int(min(2*cfg.CelebrityThreshold, math.MaxInt32)))
 	p := &Inbox{cfg: cfg, pol: cfg.Policy(), inbox: readmodel.NewInboxes(cfg.Keys, cfg.Policy()), pg: pg, rdb: rdb, m: m, cache: cache,
 		inflight: make(chan struct{}, cfg.FanoutInflight)}
+	if cache != nil {
+		p.activity = newActivityIndex(cfg.FollowerCacheRows)
+	}
 	p.store = readmodel.NewInboxStore(cfg.Keys, p.pol)
 	if pk, ok := p.store.(readmodel.PackedInboxes); ok {
 		p.packed = &pk
@@ -121,12 +126,12 @@ ORDER BY follower_id LIMIT $4`
 	// posts exist below the copied ones.
 	newestPostsSQL = `SELECT id, created_at FROM posts WHERE author_id = $1 AND NOT deleted
 ORDER BY created_at DESC, id DESC LIMIT $2`
-	// followersSeenSQL loads an author's follower list for the cache:
-	// every follower, their last_seen_at (NULL without a user_activity
-	// row), and PostgreSQL's clock, one row more than kept.
-	followersSeenSQL = `SELECT f.follower_id, a.last_seen_at, now()
-FROM follows f LEFT JOIN user_activity a ON a.user_id = f.follower_id
-WHERE f.followee_id = $1 ORDER BY f.follower_id LIMIT $2`
+	// followerIDsSQL loads an author's follower list for the cache: the
+	// follower ids (an index-only scan of follows_followee_idx) and
+	// PostgreSQL's clock, one row more than kept. Who of them is active
+	// comes from the activity index (activity.go).
+	followerIDsSQL = `SELECT follower_id, now() FROM follows
+WHERE followee_id = $1 ORDER BY follower_id LIMIT $2`
 	// recheckSQL asks about the cached followers the cache cannot decide:
 	// which of them ($1, by ordinal) are active, their last_seen_at, and
 	// whether their inbox is past its TTL: the conditions of
@@ -339,11 +344,11 @@ func (p *Inbox) eachPushPage(ctx context.Context, author int64, fn func(ids []in
 
 // cachedTargets returns the author's active followers and, per follower,
 // whether their inbox is past its TTL: the answer of activeFollowersSQL,
-// from the follower cache (see followercache.go for why it is the same).
-// Followers whose cached last_seen_at makes them active and not past the
-// TTL (with clockMargin to spare) are taken as they are; the others are
-// asked again (recheckSQL). ok is false when the author has too many
-// followers to cache.
+// from the follower cache and the activity index (see followercache.go and
+// activity.go for why it is the same). Followers whose held last_seen_at
+// makes them active and not past the TTL (with clockMargin to spare) are
+// taken as they are; the others are asked again (recheckSQL). ok is false
+// when the author has too many followers to cache.
 func (p *Inbox) cachedTargets(ctx context.Context, d delivery, author int64) (ids []int64, expiring []bool, ok bool, err error) {
 	l := p.cache.get(d, author)
 	if l == nil {
@@ -352,29 +357,34 @@ func (p *Inbox) cachedTargets(ctx context.Context, d delivery, author int64) (id
 		}
 		p.cache.put(d, author, l)
 	}
+	if err := p.activity.refresh(ctx, p.pg, p.cfg.InactiveAfter); err != nil {
+		return nil, nil, false, err
+	}
 	ttl := p.cfg.inboxTTL()
 	fresh := time.Now().Add(l.skew - ttl + clockMargin).UnixMicro()
+	seen := make([]int64, len(l.ids))
+	p.activity.lookup(l.ids, seen)
 	ids = make([]int64, 0, len(l.ids))
 	expiring = make([]bool, 0, len(l.ids))
 	var unsure []int64
-	var unsureAt []int
 	for i, id := range l.ids {
-		if l.seen[i].Load() > fresh {
+		if seen[i] > fresh {
 			ids = append(ids, id)
 			expiring = append(expiring, false)
 			continue
 		}
 		unsure = append(unsure, id)
-		unsureAt = append(unsureAt, i)
 	}
 	if len(unsure) == 0 {
 		return ids, expiring, true, nil
 	}
+	p.activity.rechecked.Add(int64(len(unsure)))
 	rows, err := p.pg.Query(ctx, recheckSQL, unsure, p.cfg.InactiveAfter, ttl)
 	if err != nil {
 		return nil, nil, false, fmt.Errorf("query activity of followers of %d: %w", author, err)
 	}
 	defer rows.Close()
+	var back, backSeen []int64
 	for rows.Next() {
 		var ord int64
 		var at time.Time
@@ -382,21 +392,17 @@ func (p *Inbox) cachedTargets(ctx context.Context, d delivery, author int64) (id
 		if err := rows.Scan(&ord, &at, &exp); err != nil {
 			return nil, nil, false, fmt.Errorf("scan follower activity: %w", err)
 		}
-		i, seen := unsureAt[ord-1], at.UnixMicro()
+		id := unsure[ord-1]
 		// last_seen_at only grows: remember it, so a follower who came
 		// back is not asked about again.
-		for s := &l.seen[i]; ; {
-			old := s.Load()
-			if seen <= old || s.CompareAndSwap(old, seen) {
-				break
-			}
-		}
-		ids = append(ids, l.ids[i])
+		back, backSeen = append(back, id), append(backSeen, at.UnixMicro())
+		ids = append(ids, id)
 		expiring = append(expiring, exp)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, nil, false, fmt.Errorf("query activity of followers of %d: %w", author, err)
 	}
+	p.activity.raise(back, backSeen)
 	return ids, expiring, true, nil
 }
 
@@ -405,25 +411,19 @@ func (p *Inbox) cachedTargets(ctx context.Context, d delivery, author int64) (id
 func (p *Inbox) loadFollowers(ctx context.Context, author int64) (*followerList, error) {
 	before := time.Now()
 	p.cache.loads.Add(1)
-	rows, err := p.pg.Query(ctx, followersSeenSQL, author, p.cache.maxList+1)
+	rows, err := p.pg.Query(ctx, followerIDsSQL, author, p.cache.maxList+1)
 	if err != nil {
 		return nil, fmt.Errorf("query followers of %d: %w", author, err)
 	}
 	defer rows.Close()
-	var ids, seen []int64
+	var ids []int64
 	var pgNow time.Time
 	for rows.Next() {
 		var id int64
-		var s *time.Time
-		if err := rows.Scan(&id, &s, &pgNow); err != nil {
+		if err := rows.Scan(&id, &pgNow); err != nil {
 			return nil, fmt.Errorf("scan follower: %w", err)
 		}
 		ids = append(ids, id)
-		if s == nil {
-			seen = append(seen, noActivity)
-		} else {
-			seen = append(seen, s.UnixMicro())
-		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("query followers of %d: %w", author, err)
@@ -431,10 +431,7 @@ func (p *Inbox) loadFollowers(ctx context.Context, author int64) (*followerList,
 	if len(ids) > p.cache.maxList {
 		return nil, nil
 	}
-	l := &followerList{ids: ids, seen: make([]atomic.Int64, len(ids)), loaded: before}
-	for i, s := range seen {
-		l.seen[i].Store(s)
-	}
+	l := &followerList{ids: ids, loaded: before}
 	if len(ids) > 0 {
 		// now() is the query's start, after `before`: the estimate runs
 		// ahead, which only sends more followers to recheckSQL.

@@ -125,11 +125,13 @@ type Config struct {
 	// on its own connection, may wait behind. Default 2.
 	FanoutInflight int
 	// FollowerCacheRows bounds the follower cache of the inbox projector
-	// (follower rows held, about 16 bytes each; see followercache.go):
-	// an author's followers are read from PostgreSQL once and reused for
-	// their next posts. Default 1<<24 (at most ~270 MB: the whole graph of
-	// 50,000 users with 300 followers each fits); negative turns the cache
-	// off (every post reads its followers again).
+	// (follower rows held, 8 bytes each; see followercache.go): an
+	// author's followers are read from PostgreSQL once and reused for
+	// their next posts. It also bounds the users its activity index holds
+	// (activity.go, about 40 bytes each). Default 1<<24 (at most ~135 MB
+	// of lists: the whole graph of 50,000 users with 300 followers each
+	// fits); negative turns both off (every post reads its followers and
+	// their activity again).
 	FollowerCacheRows int
 	// InactiveAfter is the policy's (see CelebrityThreshold).
 	InactiveAfter time.Duration

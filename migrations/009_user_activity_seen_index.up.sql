@@ -1,0 +1,11 @@
+-- The inbox projector keeps an index of who is active
+-- (projections/activity.go): it reads the user_activity rows written since
+-- its last look, every second, by last_seen_at. This index makes that an
+-- index range scan instead of a scan of the whole table. Activity writes
+-- are rate-limited per user (ActivityWriteInterval), so the updates that
+-- this index turns from HOT into index-maintaining ones are few.
+CREATE INDEX IF NOT EXISTS user_activity_last_seen_idx ON user_activity (last_seen_at);
+-- On a large deployment, build it beforehand with CREATE INDEX
+-- CONCURRENTLY user_activity_last_seen_idx ... (this statement runs in the
+-- migration's transaction and blocks activity writes while it builds);
+-- IF NOT EXISTS then makes this migration a no-op.

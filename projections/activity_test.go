@@ -1,0 +1,98 @@
+package projections_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/projections"
+	"github.com/feedco/feed/readmodel"
+)
+
+// The activity index (activity.go) decides who of a cached follower list
+// gets a push from a lower bound of each follower's last_seen_at. Held
+// active followers are pushed to without asking PostgreSQL; a follower the
+// index misses (here a row stamped long before the newest one read, as a
+// transaction that commits late would leave it) is asked about again and
+// still pushed to, and the answer is held, so the next post asks nothing;
+// a follower who stopped reading long ago is asked about on every post and
+// never pushed to.
+func TestActivityIndexDecidesWhoGetsThePush(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	rd := testenv.NewRedis(t)
+	ctx := context.Background()
+	keys := readmodel.Keys{Prefix: rd.Prefix}
+	layout := readmodel.DefaultPolicy().InboxLayout
+	ps := newProjectors(t, w, rd.Client, projections.Config{Keys: keys, CelebrityThreshold: 100})
+	var inbox *projections.Inbox
+	for _, p := range ps {
+		if p.Name() == projections.NameInbox {
+			inbox = p.(*projections.Inbox)
+		}
+	}
+	var offset int64
+	done := 0
+	apply := func() {
+		t.Helper()
+		for _, env := range w.envs[done:] {
+			if err := projections.Apply(projections.WithDelivery(ctx, "feed", 0, offset), ps, env); err != nil {
+				t.Fatal(err)
+			}
+			offset++
+		}
+		done = len(w.envs)
+	}
+	has := func(user, post int64) bool {
+		t.Helper()
+		ids, _, _ := inboxView(t, rd.Client, keys, layout, user)
+		return slices.Contains(ids, idstr(post))
+	}
+	rechecked := func(want int64, when string) {
+		t.Helper()
+		if got := inbox.ActivityRechecked(); got != want {
+			t.Fatalf("%s: %d followers asked about again, want %d", when, got, want)
+		}
+	}
+
+	author, a, gone := w.user(true), w.user(true), w.user(false)
+	late := w.user(true)
+	w.exec(`DELETE FROM user_activity WHERE user_id = $1`, late) // no activity yet
+	w.follow(a, author)
+	w.follow(gone, author)
+	w.follow(late, author)
+	apply()
+
+	p1 := w.post(author)
+	apply()
+	if !has(a, p1) || has(gone, p1) || has(late, p1) {
+		t.Fatalf("first post: a %v (want true), gone %v, late %v (want false)", has(a, p1), has(gone, p1), has(late, p1))
+	}
+	// gone (inactive) and late (no row) are not decided by the index.
+	rechecked(2, "first post")
+
+	// late reads now, but its row is stamped an hour before the newest
+	// activity the index has read, beyond the refresh's margin: the
+	// incremental read never sees it.
+	w.exec(`UPDATE user_activity SET last_seen_at = now() WHERE user_id = $1`, a)
+	w.exec(`INSERT INTO user_activity (user_id, last_seen_at) VALUES ($1, now() - interval '1 hour')`, late)
+	inbox.RefreshActivityNow()
+	p2 := w.post(author)
+	apply()
+	if !has(a, p2) || !has(late, p2) || has(gone, p2) {
+		t.Fatalf("second post: a %v, late %v (want true), gone %v (want false)", has(a, p2), has(late, p2), has(gone, p2))
+	}
+	rechecked(4, "second post: gone and the missed late asked again")
+
+	// The recheck's answer is held: only gone is asked about now.
+	p3 := w.post(author)
+	apply()
+	if !has(late, p3) || has(gone, p3) {
+		t.Fatalf("third post: late %v (want true), gone %v (want false)", has(late, p3), has(gone, p3))
+	}
+	rechecked(5, "third post")
+	if got := inbox.FollowerLoads(); got != 1 {
+		t.Fatalf("%d follower lists read, want 1 (the activity changes are no events)", got)
+	}
+}
