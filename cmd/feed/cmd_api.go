@@ -92,9 +92,9 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiTask, func(), error
 		if cfg.JWTSecret == devSecret && !p.AllowDevSecret {
 			return apiTask{}, nil, usageError{"FEED_JWT_SECRET is unset (the built-in development secret is only accepted by `feed dev` or with FEED_ALLOW_DEV_SECRET=1)"}
 		}
-		signer, err := auth.NewSigner(cfg.JWTSecret)
+		signer, err := auth.New(cfg.JWT())
 		if err != nil {
-			return apiTask{}, nil, usageError{"FEED_JWT_SECRET: " + err.Error()}
+			return apiTask{}, nil, usageError{err.Error()}
 		}
 		deps.Tokens = signer
 	}

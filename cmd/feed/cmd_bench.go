@@ -35,7 +35,7 @@ func newBenchCommand(c *cli) *cobra.Command {
 		Long: longHelp("Runs a mixed workload against a running system (open loop at --rate, or --closed-loop with --clients):\n"+
 			"reads/s and latency percentiles, post-to-visible latency, lags, errors, beside the pull-SQL and raw-Redis\n"+
 			"baselines; a table on stdout, OUT.json and OUT.png (docs/bench.md).",
-			envPostgres, envRedis, []string{"HTTP_ADDR", "FEED_JWT_SECRET", "FEED_SLOT", "FEED_CELEBRITY_THRESHOLD"}, envKafka),
+			envPostgres, envRedis, []string{"HTTP_ADDR", "FEED_JWT_SECRET", "FEED_JWT_ISSUER", "FEED_JWT_AUDIENCE", "FEED_SLOT", "FEED_CELEBRITY_THRESHOLD"}, envKafka),
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := noneFlags(&bc); err != nil {
@@ -82,7 +82,7 @@ func runBench(ctx context.Context, cfg Config, log *slog.Logger, c bench.Config,
 	if c.BaseURL == "" {
 		c.BaseURL = "http://" + a.Cfg.HTTPAddr
 	}
-	signer, err := auth.NewSigner(a.Cfg.JWTSecret)
+	signer, err := auth.New(a.Cfg.JWT())
 	if err != nil {
 		return usageError{err.Error()}
 	}

@@ -15,8 +15,10 @@ func newTokenCommand(c *cli) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "token --user ID [--ttl 24h]",
 		Short: "Print a signed bearer token for a user",
-		Long:  longHelp("Prints an HS256 bearer token for the user, signed with FEED_JWT_SECRET.", []string{"FEED_JWT_SECRET"}),
-		Args:  noArgs,
+		Long: longHelp("Prints an HS256 bearer token for the user, signed with FEED_JWT_SECRET, with sub, iat and exp "+
+			"(now + --ttl), and iss and aud when FEED_JWT_ISSUER and FEED_JWT_AUDIENCE are set: the claims `feed api` requires.",
+			[]string{"FEED_JWT_SECRET", "FEED_JWT_ISSUER", "FEED_JWT_AUDIENCE"}),
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if user <= 0 {
 				return usageError{"--user ID is required (a positive integer)"}
@@ -28,9 +30,9 @@ func newTokenCommand(c *cli) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			s, err := auth.NewSigner(cfg.JWTSecret)
+			s, err := auth.New(cfg.JWT())
 			if err != nil {
-				return usageError{"FEED_JWT_SECRET: " + err.Error()}
+				return usageError{err.Error()}
 			}
 			_, err = fmt.Fprintln(c.stdout, s.Sign(user, ttl))
 			return err

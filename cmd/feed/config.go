@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/feedco/feed/api"
+	"github.com/feedco/feed/internal/auth"
 	"github.com/feedco/feed/internal/kafka"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/readmodel"
@@ -29,7 +30,14 @@ type Config struct {
 	KafkaSecurity kafka.Security
 	HTTPAddr      string
 	JWTSecret     string
-	AuthMode      string // "jwt" (default) or "trusted-header"
+	// JWTPreviousSecret (FEED_JWT_PREVIOUS_SECRET) verifies tokens during
+	// a rotation; JWTIssuer and JWTAudience (FEED_JWT_ISSUER,
+	// FEED_JWT_AUDIENCE), when set, are written into tokens and required
+	// of them.
+	JWTPreviousSecret string
+	JWTIssuer         string
+	JWTAudience       string
+	AuthMode          string // "jwt" (default) or "trusted-header"
 	// GatewaySecret (FEED_GATEWAY_SECRET) and TrustedNetworks
 	// (FEED_TRUSTED_NETWORKS) tell the gateway's requests from anyone
 	// else's in trusted-header mode.
@@ -132,22 +140,30 @@ func envDuration(key string, def time.Duration) (time.Duration, error) {
 // passes the permission to the API it runs.
 const devSecret = "feed-development-secret-do-not-use-in-production"
 
+// JWT is the token settings, for auth.New.
+func (c Config) JWT() auth.Config {
+	return auth.Config{Secret: c.JWTSecret, PreviousSecret: c.JWTPreviousSecret, Issuer: c.JWTIssuer, Audience: c.JWTAudience}
+}
+
 // LoadConfig reads the environment and validates it.
 func LoadConfig() (Config, error) {
 	c := Config{
-		DatabaseURL:   envOr("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/feed?sslmode=disable"),
-		RedisURL:      envOr("REDIS_URL", "redis://127.0.0.1:6379/0"),
-		HTTPAddr:      envOr("HTTP_ADDR", "127.0.0.1:8080"),
-		JWTSecret:     envOr("FEED_JWT_SECRET", devSecret),
-		AuthMode:      envOr("FEED_AUTH", "jwt"),
-		GatewaySecret: os.Getenv("FEED_GATEWAY_SECRET"),
-		StateDir:      envOr("FEED_STATE_DIR", "./.feed"),
-		KafkaAddr:     envOr("FEED_KAFKA_ADDR", "127.0.0.1:9092"),
-		Topic:         envOr("FEED_TOPIC", "feed.events"),
-		Slot:          os.Getenv("FEED_SLOT"),
-		LogFormat:     envOr("FEED_LOG_FORMAT", "text"),
-		OnSlotLoss:    os.Getenv("FEED_CDC_ON_SLOT_LOSS"),
-		InboxLayout:   os.Getenv("FEED_INBOX_LAYOUT"),
+		DatabaseURL:       envOr("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/feed?sslmode=disable"),
+		RedisURL:          envOr("REDIS_URL", "redis://127.0.0.1:6379/0"),
+		HTTPAddr:          envOr("HTTP_ADDR", "127.0.0.1:8080"),
+		JWTSecret:         envOr("FEED_JWT_SECRET", devSecret),
+		AuthMode:          envOr("FEED_AUTH", "jwt"),
+		JWTPreviousSecret: os.Getenv("FEED_JWT_PREVIOUS_SECRET"),
+		JWTIssuer:         os.Getenv("FEED_JWT_ISSUER"),
+		JWTAudience:       os.Getenv("FEED_JWT_AUDIENCE"),
+		GatewaySecret:     os.Getenv("FEED_GATEWAY_SECRET"),
+		StateDir:          envOr("FEED_STATE_DIR", "./.feed"),
+		KafkaAddr:         envOr("FEED_KAFKA_ADDR", "127.0.0.1:9092"),
+		Topic:             envOr("FEED_TOPIC", "feed.events"),
+		Slot:              os.Getenv("FEED_SLOT"),
+		LogFormat:         envOr("FEED_LOG_FORMAT", "text"),
+		OnSlotLoss:        os.Getenv("FEED_CDC_ON_SLOT_LOSS"),
+		InboxLayout:       os.Getenv("FEED_INBOX_LAYOUT"),
 
 		AllowDevSecret: os.Getenv("FEED_ALLOW_DEV_SECRET") == "1",
 	}

@@ -148,6 +148,9 @@ var envDocs = map[string]string{
 	"KAFKA_BROKERS":                       "comma-separated Kafka brokers (default: the development broker at FEED_KAFKA_ADDR)",
 	"HTTP_ADDR":                           "where the API listens (default 127.0.0.1:8080)",
 	"FEED_JWT_SECRET":                     "HS256 token secret, at least 16 bytes (default: a development secret)",
+	"FEED_JWT_PREVIOUS_SECRET":            "the secret being rotated out: still verifies tokens, never signs (default: none)",
+	"FEED_JWT_ISSUER":                     "set: tokens are issued with this iss and only tokens with it are accepted (default: iss not checked)",
+	"FEED_JWT_AUDIENCE":                   "set: tokens are issued with this aud and only tokens whose aud has it are accepted (default: aud not checked)",
 	"FEED_AUTH":                           "jwt (default) or trusted-header (X-User-Id from a gateway; needs a loopback HTTP_ADDR, FEED_GATEWAY_SECRET or FEED_TRUSTED_NETWORKS)",
 	"FEED_GATEWAY_SECRET":                 "trusted-header: the secret the gateway sends in X-Gateway-Secret, at least 16 bytes (default: none)",
 	"FEED_TRUSTED_NETWORKS":               "trusted-header: comma-separated networks the gateway connects from, e.g. 10.0.0.0/8 (default: none)",
@@ -211,7 +214,8 @@ var (
 	envRedis    = []string{"REDIS_URL"}
 	envKafka    = []string{"KAFKA_BROKERS", "FEED_KAFKA_ADDR", "FEED_TOPIC", "FEED_KAFKA_CLIENT_METRICS", "FEED_KAFKA_TLS", "FEED_KAFKA_TLS_CA", "FEED_KAFKA_TLS_CERT", "FEED_KAFKA_TLS_KEY",
 		"FEED_KAFKA_TLS_SERVER_NAME", "FEED_KAFKA_TLS_INSECURE_SKIP_VERIFY", "FEED_KAFKA_SASL_MECHANISM", "FEED_KAFKA_SASL_USER", "FEED_KAFKA_SASL_PASSWORD"}
-	envAPI = []string{"HTTP_ADDR", "FEED_AUTH", "FEED_GATEWAY_SECRET", "FEED_TRUSTED_NETWORKS", "FEED_JWT_SECRET", "FEED_ALLOW_DEV_SECRET", "FEED_NODE_ID",
+	envAPI = []string{"HTTP_ADDR", "FEED_AUTH", "FEED_GATEWAY_SECRET", "FEED_TRUSTED_NETWORKS", "FEED_JWT_SECRET", "FEED_JWT_PREVIOUS_SECRET", "FEED_JWT_ISSUER", "FEED_JWT_AUDIENCE",
+		"FEED_ALLOW_DEV_SECRET", "FEED_NODE_ID",
 		"FEED_MAX_CONTENT_CHARS", "FEED_INBOX_MAX", "FEED_INBOX_LAYOUT", "FEED_CELEBRITY_CACHE_TTL", "FEED_INACTIVE_AFTER", "FEED_READ_CACHE_KEYS", "FEED_REBUILD_CONCURRENCY"}
 	envProjections = []string{"FEED_CELEBRITY_THRESHOLD", "FEED_INBOX_MAX", "FEED_INBOX_LAYOUT", "FEED_INACTIVE_AFTER", "FEED_FOLLOWER_CACHE_ROWS"}
 	envCDC         = []string{"FEED_PARTITIONS", "FEED_SLOT", "FEED_LAG_WARN_BYTES", "FEED_CDC_ON_SLOT_LOSS"}
