@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"regexp"
 	"runtime/debug"
 	"slices"
 	"strings"
 
 	"github.com/google/uuid"
+	"github.com/gorilla/mux"
 
 	"github.com/feedco/feed/internal/auth"
 )
@@ -307,10 +309,61 @@ func (g gatewayCheck) allows(r *http.Request) bool {
 	return true
 }
 
-// unmatched answers requests no route matched (404) or whose method the
-// route does not have (405).
+// unmatched answers requests no route matched (404).
 func (s *Server) unmatched(err error) http.Handler {
 	return s.metrics.wrapUnmatched(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 	}))
+}
+
+// methodNotAllowed answers a request whose path a route has but not its
+// method (405), with Allow listing the methods of the routes of that path.
+func (s *Server) methodNotAllowed(routes *allowedMethods) http.Handler {
+	return s.metrics.wrapUnmatched(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeErrorWith(w, r, s.log, errMethodNotAllowed, []string{"Allow", strings.Join(routes.of(r.URL.Path), ", ")})
+	}))
+}
+
+// allowedMethods are the methods of every route by path pattern, read
+// from the router once its routes are in place.
+type allowedMethods struct {
+	paths []pathMethods
+}
+
+type pathMethods struct {
+	re      *regexp.Regexp
+	methods []string
+}
+
+func newAllowedMethods(r *mux.Router) (*allowedMethods, error) {
+	a := &allowedMethods{}
+	err := r.Walk(func(route *mux.Route, _ *mux.Router, _ []*mux.Route) error {
+		expr, err := route.GetPathRegexp()
+		if err != nil {
+			return err
+		}
+		methods, err := route.GetMethods()
+		if err != nil {
+			return err
+		}
+		re, err := regexp.Compile(expr)
+		if err != nil {
+			return err
+		}
+		a.paths = append(a.paths, pathMethods{re: re, methods: methods})
+		return nil
+	})
+	return a, err
+}
+
+// of returns the methods allowed on path, sorted.
+func (a *allowedMethods) of(path string) []string {
+	var out []string
+	for _, p := range a.paths {
+		if p.re.MatchString(path) {
+			out = append(out, p.methods...)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }

@@ -33,7 +33,8 @@ func (s *Server) createPost(w http.ResponseWriter, r *http.Request, caller int64
 		return err
 	}
 	cmd := commands.CreatePost{AuthorID: caller, Content: req.Content, Trace: s.trace(r)}
-	p, replayed, err := runCommand(w, r, s.deps.Commands.CreatePost, cmd, http.StatusCreated, func(p commands.Post) any { return toPostJSON(p) })
+	p, replayed, err := runCommand(w, r, s.deps.Commands.CreatePost, cmd, http.StatusCreated, func(p commands.Post) any { return toPostJSON(p) },
+		func(p commands.Post) string { return "/api/posts/" + strconv.FormatInt(p.ID, 10) })
 	if err != nil {
 		return err
 	}

@@ -14,10 +14,16 @@ import (
 	"github.com/feedco/feed/queries"
 )
 
-// ProblemBase prefixes every problem type URI. The types are a public
-// contract (docs/api.md lists them): clients branch on them, so never
-// rename one.
-const ProblemBase = "https://feed.example/problems/"
+// ProblemBase prefixes every problem type URI: the page of the
+// repository that documents the problem types (docs/problems.md), whose
+// section for each type has the type's name as its anchor, so a type
+// URI is both an identifier under the project's own namespace and a link
+// to its documentation.
+//
+// WARNING: the type URIs are a stable public contract (docs/api.md):
+// clients compare them as strings and branch on them. Never rename one,
+// change ProblemBase, or reuse a name for another meaning; add new types.
+const ProblemBase = "https://github.com/feedco/feed/blob/main/docs/problems.md#"
 
 // Problem is an RFC 9457 problem details object.
 type Problem struct {
@@ -140,12 +146,21 @@ func problemFor(err error) (p Problem, internal bool) {
 // writeError answers err as a problem, logging the ones the client cannot
 // be blamed for.
 func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
+	writeErrorWith(w, r, log, err, nil)
+}
+
+// writeErrorWith is writeError with extra response headers (name, value
+// pairs), e.g. the Allow of a 405.
+func writeErrorWith(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error, headers []string) {
 	p, internal := problemFor(err)
 	if internal {
 		log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "status", p.Status,
 			"request_id", requestID(r.Context()), "err", err)
 	}
 	p.Instance = r.URL.Path
+	for i := 0; i+1 < len(headers); i += 2 {
+		w.Header().Set(headers[i], headers[i+1])
+	}
 	switch p.Status {
 	case http.StatusUnauthorized:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="feed"`)

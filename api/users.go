@@ -29,7 +29,8 @@ func (s *Server) registerUser(w http.ResponseWriter, r *http.Request, _ int64) e
 		return err
 	}
 	cmd := commands.RegisterUser{Name: req.Name, Trace: s.trace(r)}
-	_, _, err := runCommand(w, r, s.deps.Commands.RegisterUser, cmd, http.StatusCreated, func(u commands.User) any { return toUserJSON(u) })
+	_, _, err := runCommand(w, r, s.deps.Commands.RegisterUser, cmd, http.StatusCreated, func(u commands.User) any { return toUserJSON(u) },
+		func(u commands.User) string { return "/api/users/" + strconv.FormatInt(u.ID, 10) })
 	return err
 }
 

@@ -21,11 +21,12 @@ type commandHandler[C, R any] interface {
 // runCommand runs cmd through h, idempotently when the request has an
 // Idempotency-Key (scoped by the command to its actor), and answers the
 // result with status and, unless present is nil, the JSON of present(res)
-// as the body. A replayed result gets `Idempotent-Replayed: true` and is
+// as the body, and unless location is nil, Location: location(res) (the
+// URI of what a 201 created). A replayed result gets `Idempotent-Replayed: true` and is
 // encoded exactly as a fresh one, so a retry's body is byte-for-byte the
 // first's. It is the one place where command results become responses, as
 // problemFor is for errors (which it returns unanswered).
-func runCommand[C, R any](w http.ResponseWriter, r *http.Request, h commandHandler[C, R], cmd C, status int, present func(R) any) (res R, replayed bool, err error) {
+func runCommand[C, R any](w http.ResponseWriter, r *http.Request, h commandHandler[C, R], cmd C, status int, present func(R) any, location func(R) string) (res R, replayed bool, err error) {
 	key, err := idempotencyKey(r)
 	if err != nil {
 		return res, false, err
@@ -43,6 +44,9 @@ func runCommand[C, R any](w http.ResponseWriter, r *http.Request, h commandHandl
 	if replayed {
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
+	if location != nil {
+		w.Header().Set("Location", location(res))
+	}
 	writeRaw(w, status, body)
 	return res, replayed, nil
 }
@@ -59,7 +63,7 @@ func runOnTarget[C, R any](w http.ResponseWriter, r *http.Request, varName, fiel
 	if _, err := readBody(r); err != nil {
 		return err
 	}
-	_, _, err = runCommand(w, r, h, build(id), http.StatusNoContent, nil)
+	_, _, err = runCommand(w, r, h, build(id), http.StatusNoContent, nil, nil)
 	return err
 }
 
