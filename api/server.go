@@ -178,6 +178,7 @@ type Server struct {
 	deps    Deps
 	log     *slog.Logger
 	handler http.Handler
+	router  *mux.Router // the routes of handler, for Routes
 	reg     *prometheus.Registry
 	metrics *metrics
 }
@@ -222,8 +223,9 @@ func (s *Server) Registry() *prometheus.Registry { return s.reg }
 
 func (s *Server) routes() http.Handler {
 	r := mux.NewRouter()
+	allowed := &allowedMethods{}
 	r.NotFoundHandler = s.unmatched(errRouteNotFound)
-	r.MethodNotAllowedHandler = s.unmatched(errMethodNotAllowed)
+	r.MethodNotAllowedHandler = s.methodNotAllowed(allowed)
 	r.Use(s.metrics.middleware)
 
 	// The home feed first: mux tries routes in order, and it is the
@@ -235,6 +237,7 @@ func (s *Server) routes() http.Handler {
 	r.Handle("/healthz", http.HandlerFunc(s.healthz)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/readyz", http.HandlerFunc(s.readyz)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/metrics", s.metrics.handler(s.reg)).Methods(http.MethodGet)
+	r.Handle("/openapi.json", http.HandlerFunc(serveOpenAPI)).Methods(http.MethodGet, http.MethodHead)
 
 	// Full paths on the root router, not a subrouter: mux answers 404
 	// instead of 405 for a wrong method under a subrouter.
@@ -245,6 +248,12 @@ func (s *Server) routes() http.Handler {
 	r.Handle("/api/posts/{id}", s.authed(s.deletePost)).Methods(http.MethodDelete)
 	r.Handle("/api/following/{userId}", s.authed(s.follow)).Methods(http.MethodPut)
 	r.Handle("/api/following/{userId}", s.authed(s.unfollow)).Methods(http.MethodDelete)
+	s.router = r
+	a, err := newAllowedMethods(r)
+	if err != nil {
+		panic(fmt.Sprintf("api: routes: %v", err)) // every route above has a path and methods
+	}
+	*allowed = *a
 
 	// The hot path: GET /api/feed, exactly the requests its mux route
 	// matches (mux matches the decoded path, and redirects only unclean
@@ -258,6 +267,33 @@ func (s *Server) routes() http.Handler {
 		}
 		r.ServeHTTP(w, req)
 	})))
+}
+
+// Route is one method on one path template of the API.
+type Route struct {
+	Method string
+	Path   string // the route's template, e.g. /api/users/{id}
+}
+
+// Routes lists every method and path the server routes, in routing
+// order (the OpenAPI document at /openapi.json describes each).
+func (s *Server) Routes() []Route {
+	var out []Route
+	_ = s.router.Walk(func(route *mux.Route, _ *mux.Router, _ []*mux.Route) error {
+		path, err := route.GetPathTemplate()
+		if err != nil {
+			return err
+		}
+		methods, err := route.GetMethods()
+		if err != nil {
+			return err
+		}
+		for _, m := range methods {
+			out = append(out, Route{Method: m, Path: path})
+		}
+		return nil
+	})
+	return out
 }
 
 // ListenAndServe listens on Config.Addr and serves until ctx is done; see

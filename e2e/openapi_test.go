@@ -1,0 +1,406 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/feedco/feed/api"
+	"github.com/feedco/feed/commands"
+	"github.com/feedco/feed/internal/auth"
+	"github.com/feedco/feed/internal/snowflake"
+)
+
+// notProduced are the responses of the OpenAPI document that no request
+// of TestOpenAPIResponses can cause against a healthy system: a
+// version conflict that outlasts the server's own retries, and a bug.
+// Every other (operation, status) of the document must be seen.
+var notProduced = map[string]string{"409": "a version conflict the server's retries did not absorb", "500": "a bug"}
+
+// specCheck validates exchanges with the API against its OpenAPI document
+// and records which (operation, status) pairs it saw.
+type specCheck struct {
+	t      *testing.T
+	doc    *openapi3.T
+	router routers.Router
+	seen   map[string]bool // "operationId status"
+}
+
+func newSpecCheck(t *testing.T) *specCheck {
+	t.Helper()
+	loader := openapi3.NewLoader()
+	doc, err := loader.LoadFromData(api.OpenAPI())
+	if err != nil {
+		t.Fatalf("load the OpenAPI document: %v", err)
+	}
+	if err := doc.Validate(loader.Context); err != nil {
+		t.Fatalf("the OpenAPI document is invalid: %v", err)
+	}
+	if !strings.HasPrefix(doc.OpenAPI, "3.1.") {
+		t.Fatalf("openapi %q, want 3.1.x", doc.OpenAPI)
+	}
+	router, err := gorillamux.NewRouter(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &specCheck{t: t, doc: doc, router: router, seen: map[string]bool{}}
+}
+
+type exchange struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// do sends a request to base and validates the answer: against its
+// operation when the document has one (and then the request too, when it
+// succeeded), else against the NotFound or MethodNotAllowed response.
+// headers alternate name, value.
+func (c *specCheck) do(base, method, path string, body []byte, headers ...string) exchange {
+	t := c.t
+	t.Helper()
+	newReq := func() *http.Request {
+		req, err := http.NewRequest(method, base+path, bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i+1 < len(headers); i += 2 {
+			req.Header.Add(headers[i], headers[i+1])
+		}
+		if body != nil {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		return req
+	}
+	resp, err := http.DefaultClient.Do(newReq())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex := exchange{status: resp.StatusCode, header: resp.Header, body: b}
+	what := fmt.Sprintf("%s %s -> %d %s", method, path, ex.status, b)
+
+	// The document's router matches the path without the server's base.
+	req := newReq()
+	req.URL.Scheme, req.URL.Host, req.Host = "", "", ""
+	route, params, err := c.router.FindRoute(req)
+	if err != nil {
+		name := "NotFound"
+		if ex.status == http.StatusMethodNotAllowed {
+			name = "MethodNotAllowed"
+		}
+		c.checkResponse(what, c.doc.Components.Responses[name].Value, ex)
+		c.seen[name+" "+fmt.Sprint(ex.status)] = true
+		return ex
+	}
+	ctx := context.Background()
+	opts := &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc, IncludeResponseStatus: true, MultiError: true}
+	in := &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route, Options: opts}
+	if ex.status < 300 {
+		if err := openapi3filter.ValidateRequest(ctx, in); err != nil {
+			t.Errorf("%s: the request does not match the document: %v", what, err)
+		}
+	}
+	out := &openapi3filter.ResponseValidationInput{RequestValidationInput: in, Status: ex.status, Header: ex.header,
+		Body: io.NopCloser(bytes.NewReader(b)), Options: opts}
+	if err := openapi3filter.ValidateResponse(ctx, out); err != nil {
+		t.Errorf("%s: the response does not match the document: %v", what, err)
+	}
+	// ValidateResponse checks the body; the headers the document requires
+	// are checked here too.
+	if r := route.Operation.Responses.Status(ex.status); r != nil {
+		c.checkHeaders(what, r.Value, ex)
+	}
+	c.seen[route.Operation.OperationID+" "+fmt.Sprint(ex.status)] = true
+	return ex
+}
+
+// checkResponse validates ex against r: its media type, its body's schema
+// and its headers.
+func (c *specCheck) checkResponse(what string, r *openapi3.Response, ex exchange) {
+	t := c.t
+	t.Helper()
+	mt, _, err := mime.ParseMediaType(ex.header.Get("Content-Type"))
+	if err != nil {
+		t.Errorf("%s: Content-Type %q: %v", what, ex.header.Get("Content-Type"), err)
+		return
+	}
+	media := r.Content.Get(mt)
+	if media == nil {
+		t.Errorf("%s: Content-Type %s is not one of the response's", what, mt)
+		return
+	}
+	var v any
+	if err := json.Unmarshal(ex.body, &v); err != nil {
+		t.Errorf("%s: not JSON: %v", what, err)
+		return
+	}
+	if err := media.Schema.Value.VisitJSON(v, openapi3.EnableJSONSchema2020()); err != nil {
+		t.Errorf("%s: the body does not match the document: %v", what, err)
+	}
+	c.checkHeaders(what, r, ex)
+}
+
+func (c *specCheck) checkHeaders(what string, r *openapi3.Response, ex exchange) {
+	t := c.t
+	t.Helper()
+	for name, h := range r.Headers {
+		v := ex.header.Get(name)
+		if v == "" {
+			if h.Value.Required {
+				t.Errorf("%s: no %s header", what, name)
+			}
+			continue
+		}
+		if err := h.Value.Schema.Value.VisitJSON(v, openapi3.EnableJSONSchema2020()); err != nil {
+			t.Errorf("%s: header %s %q: %v", what, name, v, err)
+		}
+	}
+}
+
+// missing lists the (operation, status) pairs of the document not seen,
+// less notProduced.
+func (c *specCheck) missing() []string {
+	var out []string
+	for path, item := range c.doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			for status := range op.Responses.Map() {
+				if _, ok := notProduced[status]; !ok && !c.seen[op.OperationID+" "+status] {
+					out = append(out, fmt.Sprintf("%s %s (%s) %s", method, path, op.OperationID, status))
+				}
+			}
+		}
+	}
+	for _, name := range []string{"NotFound 404", "MethodNotAllowed 405"} {
+		if !c.seen[name] {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Real responses of every route, success and error, from the whole system
+// (PostgreSQL, Redis, the broker, CDC, projectors) validated against the
+// OpenAPI document; the document's every response is produced but for
+// notProduced. The 503s come from a second server whose PostgreSQL is
+// unreachable and that has no query side.
+func TestOpenAPIResponses(t *testing.T) {
+	s := startSystem(t, policies{CelebrityThreshold: 1000, InboxMax: 100, InboxTrimSlack: 10, TimelineMax: 100, BackfillPosts: 20, FanoutBatch: 100, CacheTTL: 100 * time.Millisecond})
+	c := newSpecCheck(t)
+	base := s.baseURL
+	js := func(v any) []byte { b, _ := json.Marshal(v); return b }
+	want := func(ex exchange, status int, what string) exchange {
+		t.Helper()
+		if ex.status != status {
+			t.Fatalf("%s: %d %s, want %d", what, ex.status, ex.body, status)
+		}
+		return ex
+	}
+	id := func(ex exchange) string {
+		var v struct{ ID string }
+		if err := json.Unmarshal(ex.body, &v); err != nil || v.ID == "" {
+			t.Fatalf("no id in %s", ex.body)
+		}
+		return v.ID
+	}
+	bearer := func(user string) string {
+		var n int64
+		fmt.Sscan(user, &n)
+		return "Bearer " + s.signer.Sign(n, time.Hour)
+	}
+	big := js(map[string]string{"content": strings.Repeat("x", 70<<10)})
+
+	// Users.
+	ex := want(c.do(base, "POST", "/api/users", js(map[string]string{"name": "ana"}), "Idempotency-Key", "reg-ana"), 201, "register")
+	ana := id(ex)
+	if loc := ex.header.Get("Location"); loc != "/api/users/"+ana {
+		t.Errorf("Location %q, want /api/users/%s", loc, ana)
+	}
+	ex = want(c.do(base, "POST", "/api/users", js(map[string]string{"name": "ana"}), "Idempotency-Key", "reg-ana"), 201, "register again")
+	if ex.header.Get("Idempotent-Replayed") != "true" || ex.header.Get("Location") != "/api/users/"+ana {
+		t.Errorf("replay: headers %v", ex.header)
+	}
+	want(c.do(base, "POST", "/api/users", js(map[string]string{"name": "other"}), "Idempotency-Key", "reg-ana"), 422, "key reused")
+	want(c.do(base, "POST", "/api/users", []byte(`{"name":`)), 400, "bad JSON")
+	want(c.do(base, "POST", "/api/users", js(map[string]string{"name": strings.Repeat("n", 70<<10)})), 413, "too large")
+	bob := id(want(c.do(base, "POST", "/api/users", js(map[string]string{"name": "bob"})), 201, "register bob"))
+	A, B := bearer(ana), bearer(bob)
+
+	want(c.do(base, "GET", "/api/users/"+bob, nil, "Authorization", A), 200, "get user")
+	want(c.do(base, "GET", "/api/users/x1", nil, "Authorization", A), 400, "bad id")
+	ex = want(c.do(base, "GET", "/api/users/"+bob, nil), 401, "no token")
+	want(c.do(base, "GET", "/api/users/"+bob, nil, "Authorization", A, "Authorization", B), 400, "two identities")
+	want(c.do(base, "GET", "/api/users/999999999", nil, "Authorization", A), 404, "unknown user")
+
+	// Posts.
+	ex = want(c.do(base, "POST", "/api/posts", js(map[string]string{"content": "hello"}), "Authorization", B, "Idempotency-Key", "post-1"), 201, "create post")
+	post := id(ex)
+	if loc := ex.header.Get("Location"); loc != "/api/posts/"+post {
+		t.Errorf("Location %q, want /api/posts/%s", loc, post)
+	}
+	want(c.do(base, "POST", "/api/posts", js(map[string]string{"content": "other"}), "Authorization", B, "Idempotency-Key", "post-1"), 422, "post key reused")
+	want(c.do(base, "POST", "/api/posts", js(map[string]string{"content": " "}), "Authorization", B), 400, "blank post")
+	want(c.do(base, "POST", "/api/posts", big, "Authorization", B), 413, "post too large")
+	want(c.do(base, "POST", "/api/posts", js(map[string]string{"content": "x"})), 401, "post without token")
+
+	// Following.
+	want(c.do(base, "PUT", "/api/following/"+bob, nil, "Authorization", A, "Idempotency-Key", "f-1"), 204, "follow")
+	ex = want(c.do(base, "PUT", "/api/following/"+bob, nil, "Authorization", A, "Idempotency-Key", "f-1"), 204, "follow replay")
+	if ex.header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("follow replay: headers %v", ex.header)
+	}
+	want(c.do(base, "PUT", "/api/following/"+ana, nil, "Authorization", A), 400, "self-follow")
+	want(c.do(base, "PUT", "/api/following/999999999", nil, "Authorization", A), 404, "follow unknown")
+	want(c.do(base, "PUT", "/api/following/"+bob, nil), 401, "follow without token")
+	want(c.do(base, "PUT", "/api/following/"+bob, big, "Authorization", A), 413, "follow with a huge body")
+	want(c.do(base, "PUT", "/api/following/"+bob, nil, "Authorization", A, "Idempotency-Key", "p-1"), 204, "follow, key p-1")
+	want(c.do(base, "PUT", "/api/following/"+ana, nil, "Authorization", A, "Idempotency-Key", "p-1"), 422, "follow key reused")
+
+	// Feeds: ana's feed shows bob's post once the projectors have run.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ex = want(c.do(base, "GET", "/api/feed?limit=10", nil, "Authorization", A), 200, "feed")
+		if bytes.Contains(ex.body, []byte(post)) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !bytes.Contains(ex.body, []byte(post)) {
+		t.Fatalf("the post never reached the feed: %s", ex.body)
+	}
+	var page struct{ PrevCursor string }
+	_ = json.Unmarshal(ex.body, &page)
+	want(c.do(base, "GET", "/api/feed?after="+page.PrevCursor, nil, "Authorization", A), 200, "refresh")
+	want(c.do(base, "GET", "/api/feed?limit=0", nil, "Authorization", A), 400, "limit 0")
+	want(c.do(base, "GET", "/api/feed?cursor=&after=x", nil, "Authorization", A), 400, "cursor and after")
+	want(c.do(base, "GET", "/api/feed", nil, "Authorization", "Bearer not-a-token"), 401, "feed with a bad token")
+	want(c.do(base, "GET", "/api/users/"+bob+"/posts?limit=5", nil, "Authorization", A), 200, "author posts")
+	want(c.do(base, "GET", "/api/users/"+bob+"/posts?limit=51", nil, "Authorization", A), 400, "author posts limit 51")
+	want(c.do(base, "GET", "/api/users/"+bob+"/posts", nil), 401, "author posts without token")
+
+	// Unfollow and delete.
+	want(c.do(base, "DELETE", "/api/following/"+bob, nil, "Authorization", A, "Idempotency-Key", "u-1"), 204, "unfollow")
+	want(c.do(base, "DELETE", "/api/following/"+bob, nil, "Authorization", A, "Idempotency-Key", "u-1"), 204, "unfollow replay")
+	want(c.do(base, "DELETE", "/api/following/"+ana, nil, "Authorization", B, "Idempotency-Key", "u-1"), 204, "unfollow by another caller, same key")
+	want(c.do(base, "DELETE", "/api/following/"+bob, nil, "Authorization", B, "Idempotency-Key", "u-1"), 422, "unfollow key reused")
+	want(c.do(base, "DELETE", "/api/following/0", nil, "Authorization", A), 400, "unfollow id 0")
+	want(c.do(base, "DELETE", "/api/following/999999999", nil, "Authorization", A), 404, "unfollow unknown")
+	want(c.do(base, "DELETE", "/api/following/"+bob, nil), 401, "unfollow without token")
+	want(c.do(base, "DELETE", "/api/following/"+bob, big, "Authorization", A), 413, "unfollow with a huge body")
+	want(c.do(base, "DELETE", "/api/posts/"+post, nil, "Authorization", A), 403, "delete another's post")
+	want(c.do(base, "DELETE", "/api/posts/1", nil, "Authorization", A), 404, "delete an unknown post")
+	want(c.do(base, "DELETE", "/api/posts/-1", nil, "Authorization", A), 400, "delete a bad id")
+	want(c.do(base, "DELETE", "/api/posts/"+post, nil), 401, "delete without token")
+	want(c.do(base, "DELETE", "/api/posts/"+post, big, "Authorization", B), 413, "delete with a huge body")
+	want(c.do(base, "DELETE", "/api/posts/"+post, nil, "Authorization", B, "Idempotency-Key", "d-1"), 204, "delete")
+	want(c.do(base, "DELETE", "/api/posts/"+post, nil, "Authorization", B, "Idempotency-Key", "d-1"), 204, "delete replay")
+	other := id(want(c.do(base, "POST", "/api/posts", js(map[string]string{"content": "second"}), "Authorization", B), 201, "second post"))
+	want(c.do(base, "DELETE", "/api/posts/"+other, nil, "Authorization", B, "Idempotency-Key", "d-1"), 422, "delete key reused")
+
+	// Operations.
+	for _, m := range []string{"GET", "HEAD"} {
+		want(c.do(base, m, "/healthz", nil), 200, m+" healthz")
+		want(c.do(base, m, "/readyz", nil), 200, m+" readyz")
+		want(c.do(base, m, "/openapi.json", nil), 200, m+" openapi.json")
+	}
+	want(c.do(base, "GET", "/metrics", nil), 200, "metrics")
+	if ex := c.do(base, "GET", "/openapi.json", nil); !bytes.Equal(ex.body, api.OpenAPI()) {
+		t.Error("/openapi.json is not the document")
+	}
+
+	// Unknown paths and methods.
+	want(c.do(base, "GET", "/api/nothing", nil), 404, "unknown path")
+	for path, allow := range map[string]string{
+		"/api/posts":         "POST",
+		"/api/users/1":       "GET",
+		"/api/following/1":   "DELETE, PUT",
+		"/healthz":           "GET, HEAD",
+		"/api/feed":          "GET",
+		"/api/posts/1":       "DELETE",
+		"/api/users/1/posts": "GET",
+		"/api/users":         "POST",
+		"/metrics":           "GET",
+		"/openapi.json":      "GET, HEAD",
+		"/readyz":            "GET, HEAD",
+	} {
+		ex := want(c.do(base, "PATCH", path, nil, "Authorization", A), 405, "PATCH "+path)
+		if got := ex.header.Get("Allow"); got != allow {
+			t.Errorf("PATCH %s: Allow %q, want %q", path, got, allow)
+		}
+	}
+
+	// 503s: PostgreSQL unreachable, no query side.
+	down := downServer(t)
+	want(c.do(down, "POST", "/api/users", js(map[string]string{"name": "cy"})), 503, "register, PostgreSQL down")
+	for _, r := range []struct{ method, path string }{
+		{"GET", "/api/users/" + ana}, {"GET", "/api/users/" + ana + "/posts"}, {"GET", "/api/feed"},
+		{"POST", "/api/posts"}, {"DELETE", "/api/posts/" + post}, {"PUT", "/api/following/" + bob}, {"DELETE", "/api/following/" + bob},
+	} {
+		var body []byte
+		if r.path == "/api/posts" {
+			body = js(map[string]string{"content": "x"})
+		}
+		want(c.do(down, r.method, r.path, body, "Authorization", A), 503, r.method+" "+r.path+", PostgreSQL down")
+	}
+	want(c.do(down, "GET", "/readyz", nil), 503, "readyz, PostgreSQL down")
+	want(c.do(down, "HEAD", "/readyz", nil), 503, "HEAD readyz, PostgreSQL down")
+
+	if m := c.missing(); len(m) > 0 {
+		t.Errorf("responses of the document never produced (add a request, or to notProduced with the reason):\n%s", strings.Join(m, "\n"))
+	}
+}
+
+// downServer is an API whose PostgreSQL is unreachable (nothing listens
+// on its port) and that has no query side.
+func downServer(t *testing.T) string {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), "postgres://postgres@127.0.0.1:1/none?sslmode=disable&connect_timeout=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	ids, err := snowflake.New(5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmds, err := commands.New(pool, ids, commands.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := auth.NewSigner(jwtSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	users, err := auth.NewUsers(pool, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := api.New(api.Config{}, api.Deps{Commands: cmds, Tokens: signer, Users: users,
+		Ready: map[string]func(context.Context) error{"postgres": pool.Ping}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close)
+	return hs.URL
+}
