@@ -22,9 +22,9 @@ type commandHandler[C, R any] interface {
 // Idempotency-Key (scoped by the command to its actor), and answers the
 // result with status and, unless present is nil, the JSON of present(res)
 // as the body, and unless location is nil, Location: location(res) (the
-// URI of what a 201 created). A replayed result gets `Idempotent-Replayed: true` and is
-// encoded exactly as a fresh one, so a retry's body is byte-for-byte the
-// first's. It is the one place where command results become responses, as
+// path of what a 201 created). A replayed result gets
+// `Idempotent-Replayed: true` and is encoded exactly as a fresh one, with
+// the same Location, so a retry's body is byte-for-byte the first's. It is the one place where command results become responses, as
 // problemFor is for errors (which it returns unanswered).
 func runCommand[C, R any](w http.ResponseWriter, r *http.Request, h commandHandler[C, R], cmd C, status int, present func(R) any, location func(R) string) (res R, replayed bool, err error) {
 	key, err := idempotencyKey(r)
