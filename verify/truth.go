@@ -1,4 +1,4 @@
-package systest
+package verify
 
 import (
 	"context"
@@ -13,9 +13,10 @@ import (
 	"github.com/feedco/feed/events"
 )
 
-// The convergence oracles (e2e in process, faults with the roles as
-// processes) compare what the HTTP API serves with the source of truth,
-// PostgreSQL. What follows is that truth and the comparison, shared by both.
+// The truth: what PostgreSQL, the source of truth, says a feed is, and the
+// comparison of a list the query side served with it. The convergence
+// oracles (e2e in process, faults with the roles as processes) and `feed
+// verify` (verify.go) share this one definition.
 
 // APIPost is a post as the API returns it.
 type APIPost struct {
