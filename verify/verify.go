@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
@@ -698,4 +699,17 @@ func (v *verifier) where(ctx context.Context, t *Truth, d *Difference) error {
 	}
 	d.Where = strings.Join(parts, "; ")
 	return nil
+}
+
+// Write prints the report: each difference with where the read models
+// hold the post, then the summary.
+func (r Report) Write(w io.Writer) {
+	for _, d := range r.Differences {
+		fmt.Fprintln(w, d)
+	}
+	verdict := "no difference"
+	if !r.OK() {
+		verdict = fmt.Sprintf("%d DIFFERENCES", len(r.Differences))
+	}
+	fmt.Fprintf(w, "verify: %s: %s\n", verdict, r.Summary())
 }
