@@ -136,6 +136,8 @@ type Report struct {
 	// feed came from PostgreSQL, a comparison of the query side's
 	// fallback, not of the read models); Posts is the posts compared.
 	Users, Cold, Posts int
+	// ColdUsers are the cold ones.
+	ColdUsers []int64
 	// Differences persisted across the second barrier.
 	Differences []Difference
 	Took        time.Duration
@@ -198,6 +200,7 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, rdb redis.Universa
 		rep.Posts += res.posts
 		if res.cold {
 			rep.Cold++
+			rep.ColdUsers = append(rep.ColdUsers, u)
 		}
 		if len(res.diffs) > 0 {
 			first[u] = res.diffs
