@@ -563,6 +563,9 @@ func (v *verifier) read(ctx context.Context, u int64, cutoff key) ([]APIPost, bo
 		if err != nil {
 			return out, cold, err
 		}
+		if p.Degraded {
+			return out, cold, errors.New("Redis unavailable: the page came from PostgreSQL alone (degraded), the read models were not read")
+		}
 		cold = cold || p.Cold
 		for _, it := range p.Items {
 			out = append(out, APIPost{ID: it.ID, AuthorID: it.AuthorID, Content: it.Content, CreatedAt: it.CreatedAt})
