@@ -116,6 +116,11 @@ type Difference struct {
 	Text, Where string
 }
 
+// id says which difference d is, across two comparisons of one user.
+func (d Difference) id() string {
+	return d.Kind + "/" + strconv.FormatInt(d.Post, 10) + "/" + strconv.FormatInt(d.Author, 10)
+}
+
 func (d Difference) String() string {
 	s := fmt.Sprintf("user %d: %s", d.User, d.Text)
 	if d.Where != "" {
@@ -226,11 +231,11 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, rdb redis.Universa
 			}
 			before := map[string]bool{}
 			for _, d := range first[u] {
-				before[d.Kind+"/"+strconv.FormatInt(d.Post, 10)] = true
+				before[d.id()] = true
 			}
 			kept := false
 			for _, d := range res.diffs {
-				if before[d.Kind+"/"+strconv.FormatInt(d.Post, 10)] {
+				if before[d.id()] {
 					rep.Differences = append(rep.Differences, d)
 					kept = true
 				}
