@@ -5,7 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/feedco/feed/internal/systest"
+	"github.com/feedco/feed/verify"
 	"io"
 	"net/http"
 	"sync/atomic"
@@ -14,8 +14,8 @@ import (
 
 // apiPost and apiPage are a post and a page as the API returns them.
 type (
-	apiPost = systest.APIPost
-	apiPage = systest.APIPage
+	apiPost = verify.APIPost
+	apiPage = verify.APIPage
 )
 
 // apiUser is the user resource.
@@ -97,10 +97,10 @@ func (s *system) call(ctx context.Context, method, path, token, idemKey string, 
 }
 
 // readAll reads a paged endpoint (path without query) to its end with the
-// given page size, as the user of token (systest.ReadAll).
+// given page size, as the user of token (verify.ReadAll).
 func (s *system) readAll(ctx context.Context, path, token string, limit, maxPages int) ([]apiPost, error) {
 	get := func(ctx context.Context, pathAndQuery string, p *apiPage) error {
 		return s.call(ctx, http.MethodGet, pathAndQuery, token, "", nil, p, http.StatusOK, nil)
 	}
-	return systest.ReadAll(ctx, get, path, limit, maxPages)
+	return verify.ReadAll(ctx, get, path, limit, maxPages)
 }

@@ -18,8 +18,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/feedco/feed/internal/systest"
 	"github.com/feedco/feed/readmodel"
+	"github.com/feedco/feed/verify"
 )
 
 var (
@@ -149,7 +149,7 @@ type oracle struct {
 	wd *world
 
 	// Truth is PostgreSQL's posts and follows, read by load.
-	*systest.Truth
+	*verify.Truth
 }
 
 func (o *oracle) ctx() context.Context { return context.Background() }
@@ -167,7 +167,7 @@ func (o *oracle) errorf(format string, args ...any) {
 // load reads posts and follows from PostgreSQL.
 func (o *oracle) load() {
 	var err error
-	if o.Truth, err = systest.LoadTruth(o.ctx(), o.s.DB.Pool); err != nil {
+	if o.Truth, err = verify.LoadTruth(o.ctx(), o.s.DB.Pool); err != nil {
 		o.fatalf("%v", err)
 	}
 }
@@ -216,7 +216,7 @@ func (o *oracle) feeds(limits []int) {
 		parallel(8, len(users), func(i int) {
 			u := users[i]
 			ctx := o.ctx()
-			want, err := systest.TruthFeed(ctx, o.s.DB.Pool, u)
+			want, err := verify.TruthFeed(ctx, o.s.DB.Pool, u)
 			if err != nil {
 				mu.Lock()
 				bad = append(bad, mismatch{who: fmt.Sprint("user ", u), diffs: []string{"error: " + err.Error()}})

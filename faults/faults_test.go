@@ -18,8 +18,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/feedco/feed/events"
-	"github.com/feedco/feed/internal/systest"
 	"github.com/feedco/feed/readmodel"
+	"github.com/feedco/feed/verify"
 )
 
 var (
@@ -241,7 +241,7 @@ var missingRe = regexp.MustCompile(`missing: post \d+ \(author (\d+),`)
 // others' (pushed into inboxes).
 func (o *convergence) explain() string {
 	ctx := context.Background()
-	truth, err := systest.LoadTruth(ctx, o.c.pool)
+	truth, err := verify.LoadTruth(ctx, o.c.pool)
 	if err != nil {
 		return err.Error()
 	}
@@ -288,7 +288,7 @@ func (o *convergence) explain() string {
 func (o *convergence) differences() (int, []string, []int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	truth, err := systest.LoadTruth(ctx, o.c.pool)
+	truth, err := verify.LoadTruth(ctx, o.c.pool)
 	if err != nil {
 		return 1, []string{err.Error()}, nil
 	}
@@ -304,7 +304,7 @@ func (o *convergence) differences() (int, []string, []int64) {
 		go func() {
 			defer wg.Done()
 			for u := range work {
-				want, err := systest.TruthFeed(ctx, o.c.pool, u)
+				want, err := verify.TruthFeed(ctx, o.c.pool, u)
 				var d []string
 				if err != nil {
 					d = append(d, "error: "+err.Error())

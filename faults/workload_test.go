@@ -16,7 +16,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/feedco/feed/internal/systest"
+	"github.com/feedco/feed/verify"
 )
 
 // codes counts answers by HTTP status; "conn" is a request that got no
@@ -136,12 +136,12 @@ func (cl client) retried(ctx context.Context, method, path string, user int64, i
 }
 
 // readAll reads a paged endpoint to its end as user.
-func (cl client) readAll(ctx context.Context, path string, user int64, maxPages int) ([]systest.APIPost, error) {
-	get := func(ctx context.Context, pathAndQuery string, p *systest.APIPage) error {
+func (cl client) readAll(ctx context.Context, path string, user int64, maxPages int) ([]verify.APIPost, error) {
+	get := func(ctx context.Context, pathAndQuery string, p *verify.APIPage) error {
 		_, err := cl.do(ctx, http.MethodGet, pathAndQuery, user, "", nil, p)
 		return err
 	}
-	return systest.ReadAll(ctx, get, path, 50, maxPages)
+	return verify.ReadAll(ctx, get, path, 50, maxPages)
 }
 
 // workload is the registered users and the posts they have not deleted;

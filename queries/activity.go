@@ -10,6 +10,9 @@ import (
 // busy reader costs PostgreSQL one write per interval, not one per page.
 // Fan-out skips users not seen for weeks, so minutes of slack are harmless.
 func (f *Feed) touch(user int64) {
+	if f.cfg.ReadOnly {
+		return
+	}
 	if !f.activity.markUnlessRecent(user, f.now()) {
 		return
 	}

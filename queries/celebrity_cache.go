@@ -200,11 +200,13 @@ func (f *Feed) rebuildCelebrities(ctx context.Context, had []celeb) ([]celeb, er
 		f.metrics.Rebuilds.WithLabelValues("celebrities", "error").Inc()
 		return nil, fmt.Errorf("read celebrities from PostgreSQL: %w", err)
 	}
-	if err := f.celebSet.WriteRebuilt(ctx, f.rdb, ids); err != nil {
-		f.metrics.Rebuilds.WithLabelValues("celebrities", "error").Inc()
-		return nil, err
+	if !f.cfg.ReadOnly {
+		if err := f.celebSet.WriteRebuilt(ctx, f.rdb, ids); err != nil {
+			f.metrics.Rebuilds.WithLabelValues("celebrities", "error").Inc()
+			return nil, err
+		}
+		f.metrics.Rebuilds.WithLabelValues("celebrities", "ok").Inc()
 	}
-	f.metrics.Rebuilds.WithLabelValues("celebrities", "ok").Inc()
 	seen := make(map[int64]bool, len(had))
 	for _, c := range had {
 		seen[c.id] = true

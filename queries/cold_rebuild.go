@@ -66,6 +66,9 @@ func (f *Feed) startRebuilds(user int64, c coldParts) {
 // already doing it or is at its limit of rebuilds. The read that found
 // the key incomplete is served from PostgreSQL meanwhile.
 func (f *Feed) startRebuild(k rebuildKey) {
+	if f.cfg.ReadOnly {
+		return
+	}
 	r := &f.flights
 	r.mu.Lock()
 	if r.running[k] {

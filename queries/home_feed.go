@@ -46,7 +46,7 @@ func (f *Feed) Home(ctx context.Context, userID int64, cursor string, limit int)
 func (f *Feed) home(ctx context.Context, userID int64, cur key, limit int) (Page, error) {
 	buf := itemBufs.Get().(*[]item)
 	// One more than shown says whether a next page exists.
-	items, err := f.homeItems(ctx, userID, cur, limit+1, (*buf)[:0])
+	items, cold, err := f.homeItems(ctx, userID, cur, limit+1, (*buf)[:0])
 	defer func() { // makePage copied what it shows
 		if cap(items) <= 256 {
 			clear(items) // keep no post alive (the rest is zero already)
@@ -57,13 +57,16 @@ func (f *Feed) home(ctx context.Context, userID int64, cur key, limit int) (Page
 	if err != nil {
 		return Page{}, err
 	}
-	return makePage(items, limit), nil
+	p := makePage(items, limit)
+	p.Cold = cold
+	return p, nil
 }
 
 // homeItems appends to items up to need visible items of userID's home
 // feed strictly older than cur, newest first: fewer only when the feed
-// ends. Home and HomeAfter (refresh.go) page with it.
-func (f *Feed) homeItems(ctx context.Context, userID int64, cur key, need int, items []item) ([]item, error) {
+// ends; cold says a read model of userID's was not built (the rest came
+// from PostgreSQL). Home and HomeAfter (refresh.go) page with it.
+func (f *Feed) homeItems(ctx context.Context, userID int64, cur key, need int, items []item) ([]item, bool, error) {
 	now := f.now()
 	fresh := f.useDeletionFeed(now)
 	first := cur.ms >= maxCursorMs
@@ -77,7 +80,7 @@ func (f *Feed) homeItems(ctx context.Context, userID int64, cur key, need int, i
 		if mode == stepRedis && round < maxRedisRounds {
 			hr, cold, err := f.homeSegment(ctx, userID, cur, need-len(items))
 			if err != nil {
-				return items, err
+				return items, used[2], err
 			}
 			if cold.any() {
 				used[2] = true
@@ -92,7 +95,7 @@ func (f *Feed) homeItems(ctx context.Context, userID int64, cur key, need int, i
 			}
 			items, err = f.hydrate(ctx, hr.seg.keys, hr.vis, need-len(items), items)
 			if err != nil {
-				return items, err
+				return items, used[2], err
 			}
 			cur, mode = lower(cur, hr.seg.bound), hr.seg.next
 			continue
@@ -102,7 +105,7 @@ func (f *Feed) homeItems(ctx context.Context, userID int64, cur key, need int, i
 		}
 		got, err := f.pgPull(ctx, userID, cur, need-len(items))
 		if err != nil {
-			return items, err
+			return items, used[2], err
 		}
 		items = append(items, got...)
 		break // PostgreSQL is exact: the page is full or the feed ended
@@ -115,7 +118,7 @@ func (f *Feed) homeItems(ctx context.Context, userID int64, cur key, need int, i
 	if first && used[0] {
 		f.hints.set(userID, hint)
 	}
-	return items, nil
+	return items, used[2], nil
 }
 
 // itemBufs recycles the items of a page (about 1.8 KB for 21 items, the

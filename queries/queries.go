@@ -130,6 +130,11 @@ type Config struct {
 	// invalDial, when set (tests), dials the read cache's invalidation
 	// connection.
 	invalDial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// ReadOnly makes the Feed change nothing, for `feed verify`: no
+	// activity write (a verified user does not become active), no rebuild
+	// of a read model found incomplete (the page is served from
+	// PostgreSQL, and Page.Cold says so), no write of the celebrity set.
+	ReadOnly bool
 	// Registerer receives the metrics; nil registers nothing.
 	Registerer prometheus.Registerer
 	// Logger reports background failures; nil means slog.Default().
@@ -238,6 +243,11 @@ type Page struct {
 	// was unavailable (the api sends Feed-Degraded: true): the same posts,
 	// at the cost of the source of truth.
 	Degraded bool `json:"-"`
+	// Cold says a read model of the reader's (the inbox, the following
+	// state, the own timeline) was not built: the page, from there on, was
+	// read from PostgreSQL (and that read model's rebuild started, unless
+	// the Feed is ReadOnly).
+	Cold bool `json:"-"`
 }
 
 // Feed answers the read-side queries. Safe for concurrent use.

@@ -49,7 +49,8 @@ func (f *Feed) HomeAfter(ctx context.Context, userID int64, after string, limit 
 	return f.guarded(ctx, "home_after", limit,
 		func() (Page, error) {
 			return f.refresh(ctx, "home_after", a, h, limit, func(cur key, need int) ([]item, error) {
-				return f.homeItems(ctx, userID, cur, need, nil)
+				items, _, err := f.homeItems(ctx, userID, cur, need, nil)
+				return items, err
 			}, pg)
 		}, pg)
 }

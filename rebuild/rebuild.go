@@ -23,6 +23,7 @@ import (
 
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/readmodel"
+	"github.com/feedco/feed/verify"
 )
 
 // All is the name that rebuilds every projection, one after the other.
@@ -30,6 +31,10 @@ const All = "all"
 
 // ErrUnknown is returned for a projection name that does not exist.
 var ErrUnknown = errors.New("unknown projection")
+
+// ErrVerify is returned when the verification of a new version found
+// differences: the rebuild did not switch to it.
+var ErrVerify = errors.New("the new version differs from the truth")
 
 // Config configures a rebuild. Zero fields take defaults.
 type Config struct {
@@ -57,10 +62,18 @@ type Config struct {
 	// GroupEmptyTimeout bounds the wait for the old group's consumers to
 	// leave before the old keys are deleted (default 1 min).
 	GroupEmptyTimeout time.Duration
+	// Verify, when set, verifies a sample of users on the new version
+	// after the catch-up, before the switch (verify.Run, docs/rebuild.md
+	// "Verification before the switch"): a difference refuses the switch
+	// (ErrVerify) unless Force. Its Prefix, Versions, Policy, Kafka, Topic
+	// and GroupPrefix are set by the rebuild.
+	Verify *verify.Config
+	// Force switches even when the verification found differences.
+	Force bool
 	// Progress shows progress (nil: nothing).
 	Progress *Progress
 	// OnPhase, if set, is called as each phase of a projection's rebuild
-	// begins (prepare, build, catch-up, handover, cleanup), on the
+	// begins (prepare, build, catch-up, verify, handover, cleanup), on the
 	// rebuild's goroutine: for tools and tests.
 	OnPhase func(projection, phase string)
 	// Logger receives warnings (nil: slog.Default()).
@@ -106,6 +119,9 @@ type Result struct {
 	CatchUpFor time.Duration
 	// Total is from the lock to the switch (cleanup runs after).
 	Total time.Duration
+	// Verify is the verification of the new version before the switch
+	// (nil: not verified).
+	Verify *verify.Report
 }
 
 // Rebuilder runs rebuilds. Safe to reuse; one rebuild at a time per key
@@ -298,6 +314,24 @@ func (r *Rebuilder) one(ctx context.Context, adm *admin, name string, background
 		return res, err
 	}
 	res.CatchUpFor = time.Since(catchStart)
+	if r.cfg.Verify != nil {
+		r.phase(ctx, name, next, "verify")
+		rep, err := r.verify(ctx, vs.With(name, next))
+		if err != nil {
+			_ = stop()
+			return res, fmt.Errorf("verify %s version %d: %w", name, next, err)
+		}
+		res.Verify = &rep
+		prog.Printf("%s v%d verify: %s", name, next, rep.Summary())
+		if !rep.OK() {
+			if !r.cfg.Force {
+				_ = stop()
+				return res, fmt.Errorf("%w: %s version %d has %d differences, not switched (version %d stays active; the next rebuild deletes version %d's keys; --force switches anyway); the first: %s",
+					ErrVerify, name, next, len(rep.Differences), cur, next, rep.Differences[0])
+			}
+			prog.Printf("%s v%d: %d differences, switching anyway (forced)", name, next, len(rep.Differences))
+		}
+	}
 
 	// The switch: PostgreSQL first (the truth, with the policy the
 	// version was built with), then its mirror in the Redis registry,
@@ -349,6 +383,20 @@ func (r *Rebuilder) one(ctx context.Context, adm *admin, name string, background
 		return nil
 	})
 	return res, nil
+}
+
+// verify runs the verification on versions vs (the active ones with the
+// new one) and the policy the new version is built with.
+func (r *Rebuilder) verify(ctx context.Context, vs readmodel.Versions) (verify.Report, error) {
+	vc := *r.cfg.Verify
+	vc.Prefix = r.prefix
+	vc.Versions = vs
+	vc.Policy = r.cfg.Projections.Policy()
+	vc.Kafka, vc.Topic, vc.GroupPrefix = r.cfg.Runner.Conn(), r.cfg.Runner.Topic, r.cfg.Runner.GroupPrefix
+	if vc.Logger == nil {
+		vc.Logger = r.cfg.Logger
+	}
+	return verify.Run(ctx, vc, r.pool, r.rdb)
 }
 
 // build writes the projection's next version.

@@ -36,14 +36,15 @@ func TestHelp(t *testing.T) {
 		"kafka":           {"--brokers", "--sasl-user", "--sasl-password", "--tls-cert", "--tls-key"},
 		"token":           {"--user", "--ttl"},
 		"events":          {"--source", "--format", "--from", "--to", "--type", "--stream", "--author", "--limit", "--follow", "--with-lsn"},
-		"rebuild":         {"--catch-up-lag", "--handover"},
+		"rebuild":         {"--catch-up-lag", "--handover", "--verify-users", "--force"},
+		"verify":          {"--users", "--user", "--depth", "--settle-timeout"},
 		"seed":            {"--users", "--seed", "--avg-follows", "--posts", "--celebrities", "--days", "--end", "--batch", "--force", "--no-slot-check", "--dry-run"},
 		"bench":           {"--duration", "--rate", "--closed-loop", "--clients", "--read-ratio", "--post-share", "--readers", "--churners", "--visible-rate", "--poll", "--baseline", "--activate", "--seed", "--out", "--url"},
 		"status":          nil,
 		"version":         nil,
 		"completion bash": nil,
 	}
-	envs := map[string]string{"api": "FEED_READ_CACHE_KEYS", "dev": "KAFKA_BROKERS", "cdc": "FEED_SLOT", "token": "FEED_JWT_SECRET", "status": "DATABASE_URL", "kafka": "FEED_KAFKA_ADDR"}
+	envs := map[string]string{"api": "FEED_READ_CACHE_KEYS", "dev": "KAFKA_BROKERS", "cdc": "FEED_SLOT", "token": "FEED_JWT_SECRET", "status": "DATABASE_URL", "kafka": "FEED_KAFKA_ADDR", "verify": "FEED_SLOT", "project": "FEED_VERIFY_EVERY"}
 	for name, flags := range commands {
 		args := strings.Fields(name)
 		for _, form := range [][]string{append(append([]string{}, args...), "--help"), append([]string{"help"}, args...)} {
@@ -108,6 +109,12 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"bench", "--read-ratio", "-1"}, "feed bench: --read-ratio -1, --post-share 0.8: want at least 0"},
 		{[]string{"events", "--source", "mysql"}, `feed events: --source "mysql": want pg or kafka`},
 		{[]string{"project", "--only", "nope"}, "feed project: "},
+		{[]string{"verify", "--users", "5", "--user", "7"}, "feed verify: --users and --user: give one"},
+		{[]string{"verify", "--users", "0"}, "feed verify: --users: want at least 1, got 0"},
+		{[]string{"verify", "--user", "-3"}, "feed verify: --user: want a positive id, got -3"},
+		{[]string{"verify", "--depth", "0"}, "feed verify: --depth: want 1..10000, got 0"},
+		{[]string{"verify", "extra"}, `feed verify: unexpected argument "extra"`},
+		{[]string{"rebuild", "--verify-users", "0", "inbox"}, "feed rebuild: --verify-users: want at least 1, got 0"},
 	} {
 		code, out, stderr := runCLI(t, Config{}, tc.args...)
 		first, _, _ := strings.Cut(stderr, "\n")

@@ -20,7 +20,7 @@ func newDevCommand(c *cli) *cobra.Command {
 		Long: longHelp("Runs the whole system in one process: applies the migrations, starts the embedded broker when KAFKA_BROKERS\n"+
 			"is empty (else creates the topics there), then CDC, every projector and the HTTP API, with one /metrics.\n"+
 			"It accepts the built-in development JWT secret when FEED_JWT_SECRET is unset.",
-			envPostgres, envRedis, envKafka, []string{"FEED_STATE_DIR"}, envCDC, envProjections, envAPI),
+			envPostgres, envRedis, envKafka, []string{"FEED_STATE_DIR"}, envCDC, envProjections, envAPI, []string{"FEED_VERIFY_EVERY"}),
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, log, err := c.config()
@@ -86,6 +86,12 @@ func runDev(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer)
 	defer closeAPI()
 	cdcTask := task{name: "cdc", run: func(ctx context.Context) error { return streamCDC(ctx, cfg, pool, reg, log) }}
 
+	tasks := []task{cdcTask, projectors, apiTask.task}
+	if vt, ok, err := verifyTask(cfg, pool, rdb, reg, log); err != nil {
+		return err
+	} else if ok {
+		tasks = append(tasks, vt)
+	}
 	log.Info("dev: starting", "http", "http://"+apiTask.addr, "kafka", cfg.KafkaBrokers, "state", cfg.StateDir)
-	return runTasks(ctx, log, "dev", cdcTask, projectors, apiTask.task)
+	return runTasks(ctx, log, "dev", tasks...)
 }

@@ -24,7 +24,7 @@ func newProjectCommand(c *cli) *cobra.Command {
 		Short: "Run the projectors (all, or --only some of them)",
 		Long: longHelp("Runs the projectors that build the Redis read models from the Kafka topic, each in its consumer group,\n"+
 			"at its projection's active version (following `feed rebuild`'s switches).",
-			envPostgres, envRedis, envKafka, envProjections),
+			envPostgres, envRedis, envKafka, envProjections, []string{"FEED_VERIFY_EVERY", "FEED_SLOT"}),
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, log, err := c.config()
@@ -68,6 +68,11 @@ func runProject(ctx context.Context, cfg Config, log *slog.Logger, names []strin
 		return err
 	}
 	tasks := []task{projectors}
+	if vt, ok, err := verifyTask(cfg, pool, rdb, reg, log); err != nil {
+		return err
+	} else if ok {
+		tasks = append(tasks, vt)
+	}
 	return runRole(ctx, log, "project", metricsAddr, reg, tasks...)
 }
 

@@ -23,6 +23,10 @@ type rebuildOptions struct {
 	// and 0: the active version's).
 	inboxLayout string
 	inboxMax    int
+	// verifyUsers is how many active users are verified on the new
+	// version before the switch; force switches despite differences.
+	verifyUsers int
+	force       bool
 }
 
 func newRebuildCommand(c *cli) *cobra.Command {
@@ -33,7 +37,9 @@ func newRebuildCommand(c *cli) *cobra.Command {
 		Long: longHelp("Rebuilds a projection's read model at a new version while readers use the active one, catches up from Kafka,\n"+
 			"switches the active version in one write and deletes the old keys (docs/rebuild.md).\n"+
 			"--inbox-layout and --inbox-max build the new inbox version in another layout or bound: the switch records them,\n"+
-			"and the running projectors and readers move to them with the version.",
+			"and the running projectors and readers move to them with the version.\n"+
+			"Before the switch it verifies --verify-users sampled users on the new version (as `feed verify` does) and refuses\n"+
+			"to switch on a difference; --force switches anyway.",
 			envPostgres, envRedis, envKafka, envProjections),
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) != 1 {
@@ -52,6 +58,9 @@ func newRebuildCommand(c *cli) *cobra.Command {
 			if (o.inboxLayout != "" || o.inboxMax != 0) && args[0] != "inbox" && args[0] != rebuild.All {
 				return usageError{"--inbox-layout and --inbox-max are the inbox projection's: rebuild inbox (or all)"}
 			}
+			if o.verifyUsers < 1 {
+				return flagUsage("verify-users", "want at least 1, got %d", o.verifyUsers)
+			}
 			if o.inboxLayout != "" && o.inboxLayout != readmodel.InboxLayoutPacked && o.inboxLayout != readmodel.InboxLayoutZset {
 				return flagUsage("inbox-layout", "want packed or zset, got %q", o.inboxLayout)
 			}
@@ -68,6 +77,8 @@ func newRebuildCommand(c *cli) *cobra.Command {
 	cmd.Flags().Int64Var(&o.catchUpLag, "catch-up-lag", 1000, "switch once the new version is at most this many messages behind")
 	cmd.Flags().DurationVar(&o.handover, "handover", 3*time.Second, "keep the catch-up consumer running this long after the switch")
 	cmd.Flags().StringVar(&o.inboxLayout, "inbox-layout", "", "build the new inbox version in this layout, packed or zset (default: the active version's)")
+	cmd.Flags().IntVar(&o.verifyUsers, "verify-users", 20, "how many active users to verify on the new version before the switch")
+	cmd.Flags().BoolVar(&o.force, "force", false, "switch even when the verification of the new version finds differences")
 	cmd.Flags().IntVar(&o.inboxMax, "inbox-max", 0, "build the new inbox version with this bound (default: the active version's)")
 	return cmd
 }
@@ -101,10 +112,14 @@ func runRebuild(ctx context.Context, cfg Config, log *slog.Logger, name string, 
 		cfg = rebuildPolicy(cfg, o)
 		fmt.Fprintf(stderr, "rebuild: the new inbox version: layout %s, inbox max %d\n", cfg.Policy.InboxLayout, cfg.Policy.InboxMax)
 	}
+	vc := verifyConfig(cfg, log)
+	vc.Users = o.verifyUsers
 	r, err := rebuild.New(rebuild.Config{
 		Projections: projectionConfig(cfg),
 		Runner:      projections.RunnerConfig{Brokers: brokersOf(cfg), Security: cfg.KafkaSecurity, Topic: cfg.Topic, Logger: log},
 		CatchUpLag:  o.catchUpLag,
+		Verify:      &vc,
+		Force:       o.force,
 		Handover:    o.handover,
 		Progress:    rebuild.NewProgress(stderr, isTerminal(stderr)),
 		Logger:      log,
@@ -117,6 +132,12 @@ func runRebuild(ctx context.Context, cfg Config, log *slog.Logger, name string, 
 	for _, x := range res {
 		fmt.Fprintf(stderr, "rebuild: %s version %d -> %d: built %d %s in %v, caught up in %v\n",
 			x.Projection, x.From, x.To, x.Built, x.Unit, x.BuildFor.Round(time.Millisecond), x.CatchUpFor.Round(time.Millisecond))
+		if x.Verify != nil && !x.Verify.OK() {
+			x.Verify.Write(stderr)
+		}
+	}
+	if errors.Is(err, rebuild.ErrVerify) {
+		fmt.Fprintln(stderr, "rebuild: the new version was verified and differs from the truth; the live version is untouched")
 	}
 	if errors.Is(err, context.Canceled) {
 		fmt.Fprintln(stderr, "rebuild: interrupted; the live versions are untouched, run it again to start over")

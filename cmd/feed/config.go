@@ -63,6 +63,9 @@ type Config struct {
 	InactiveAfter     time.Duration
 	CelebrityCacheTTL time.Duration
 	LagWarnBytes      int64
+	// VerifyEvery is FEED_VERIFY_EVERY: how often `feed project` and `feed
+	// dev` run the verification of `feed verify` (0: never).
+	VerifyEvery time.Duration
 	// OnSlotLoss is FEED_CDC_ON_SLOT_LOSS: "heal" (the default) or "stop".
 	OnSlotLoss string
 	// ReadCacheKeys bounds the API's client-side read cache, in Redis keys
@@ -208,6 +211,12 @@ func LoadConfig() (Config, error) {
 	}
 	if c.CelebrityCacheTTL, err = envDuration("FEED_CELEBRITY_CACHE_TTL", 3*time.Second); err != nil {
 		return c, err
+	}
+	if c.VerifyEvery, err = envDuration("FEED_VERIFY_EVERY", 0); err != nil {
+		return c, err
+	}
+	if c.VerifyEvery != 0 && c.VerifyEvery < 10*time.Second {
+		return c, fmt.Errorf("FEED_VERIFY_EVERY=%v: want at least 10s (or unset)", c.VerifyEvery)
 	}
 	if err := c.LogLevel.UnmarshalText([]byte(envOr("FEED_LOG_LEVEL", "info"))); err != nil {
 		return c, fmt.Errorf("FEED_LOG_LEVEL=%q: want debug, info, warn or error", os.Getenv("FEED_LOG_LEVEL"))

@@ -128,6 +128,24 @@ func TestConfigEnv(t *testing.T) {
 	}
 }
 
+// FEED_VERIFY_EVERY: unset is never, a duration of 10 s or more runs the
+// periodic verification, shorter or not a duration is refused.
+func TestVerifyEveryEnv(t *testing.T) {
+	for v, want := range map[string]time.Duration{"": 0, "5m": 5 * time.Minute, "10s": 10 * time.Second} {
+		t.Setenv("FEED_VERIFY_EVERY", v)
+		c, err := LoadConfig()
+		if err != nil || c.VerifyEvery != want {
+			t.Errorf("FEED_VERIFY_EVERY=%q: %v, %v; want %v", v, c.VerifyEvery, err, want)
+		}
+	}
+	for _, bad := range []string{"5s", "often", "-1m"} {
+		t.Setenv("FEED_VERIFY_EVERY", bad)
+		if _, err := LoadConfig(); err == nil || !strings.Contains(err.Error(), "FEED_VERIFY_EVERY") {
+			t.Errorf("FEED_VERIFY_EVERY=%q: %v; want a refusal naming it", bad, err)
+		}
+	}
+}
+
 // The API accepts the development secret only when its caller passes the
 // permission (`feed dev` does, `feed api` with FEED_ALLOW_DEV_SECRET=1).
 func TestAPIDevSecret(t *testing.T) {

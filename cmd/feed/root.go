@@ -64,6 +64,7 @@ func newRootCommand(c *cli) *cobra.Command {
 		newSeedCommand(c),
 		newBenchCommand(c),
 		newStatusCommand(c),
+		newVerifyCommand(c),
 		newVersionCommand(c),
 	)
 	return root
@@ -175,6 +176,7 @@ var envDocs = map[string]string{
 	"FEED_READ_CACHE_KEYS":                "the API's read cache bound in Redis keys, 0 off (default 40000)",
 	"FEED_REBUILD_CONCURRENCY":            "read models the API rebuilds from PostgreSQL at once when it finds them not built (default 4)",
 	"FEED_FOLLOWER_CACHE_ROWS":            "the inbox projector's follower cache bound, 0 off (default 16777216)",
+	"FEED_VERIFY_EVERY":                   "run `feed verify`'s check of 20 sampled users this often inside the role, with feed_verify_* metrics (default: never; at least 10s)",
 	"FEED_INACTIVE_AFTER":                 "users not reading for this long get no pushes (default 720h)",
 	"FEED_CELEBRITY_CACHE_TTL":            "in-process cache of celebrities and their timelines (default 3s)",
 	"FEED_MAX_CONTENT_CHARS":              "post length limit in characters (default 2000)",

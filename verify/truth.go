@@ -1,4 +1,4 @@
-package systest
+package verify
 
 import (
 	"context"
@@ -13,9 +13,10 @@ import (
 	"github.com/feedco/feed/events"
 )
 
-// The convergence oracles (e2e in process, faults with the roles as
-// processes) compare what the HTTP API serves with the source of truth,
-// PostgreSQL. What follows is that truth and the comparison, shared by both.
+// The truth: what PostgreSQL, the source of truth, says a feed is, and the
+// comparison of a list the query side served with it. The convergence
+// oracles (e2e in process, faults with the roles as processes) and `feed
+// verify` (verify.go) share this one definition.
 
 // APIPost is a post as the API returns it.
 type APIPost struct {
@@ -114,24 +115,37 @@ func TruthFeed(ctx context.Context, pool *pgxpool.Pool, u int64) ([]int64, error
 // foreign posts, order, and fields that disagree with the post's row.
 func (t *Truth) Diff(got []APIPost, want []int64) []string {
 	var out []string
+	for _, d := range t.DiffItems(got, want) {
+		out = append(out, d.Text)
+	}
+	return out
+}
+
+// DiffItems is Diff with each difference's kind and post (Text is Diff's
+// line, which starts with the kind).
+func (t *Truth) DiffItems(got []APIPost, want []int64) []Difference {
+	var out []Difference
+	add := func(kind string, post int64, format string, args ...any) {
+		out = append(out, Difference{Kind: kind, Post: post, Text: kind + ": " + fmt.Sprintf(format, args...)})
+	}
 	seen := map[int64]int{}
 	gotIDs := make([]int64, 0, len(got))
 	for i, p := range got {
 		id, err := strconv.ParseInt(p.ID, 10, 64)
 		if err != nil {
-			out = append(out, fmt.Sprintf("item %d: bad id %q", i, p.ID))
+			add("fields", 0, "item %d: bad id %q", i, p.ID)
 			continue
 		}
 		if j, dup := seen[id]; dup {
-			out = append(out, fmt.Sprintf("duplicate: post %d at positions %d and %d", id, j, i))
+			add("duplicate", id, "post %d at positions %d and %d", id, j, i)
 			continue
 		}
 		seen[id] = i
 		gotIDs = append(gotIDs, id)
 		if tp, ok := t.Posts[id]; ok {
 			if p.AuthorID != strconv.FormatInt(tp.Author, 10) || p.Content != tp.Content || p.CreatedAt != FormatMillis(tp.Ms) {
-				out = append(out, fmt.Sprintf("fields: post %d served as author %s, createdAt %s, content %q; row says %d, %s, %q",
-					id, p.AuthorID, p.CreatedAt, p.Content, tp.Author, FormatMillis(tp.Ms), tp.Content))
+				add("fields", id, "post %d served as author %s, createdAt %s, content %q; row says %d, %s, %q",
+					id, p.AuthorID, p.CreatedAt, p.Content, tp.Author, FormatMillis(tp.Ms), tp.Content)
 			}
 		}
 	}
@@ -142,7 +156,7 @@ func (t *Truth) Diff(got []APIPost, want []int64) []string {
 	for i, id := range want {
 		if _, ok := seen[id]; !ok {
 			tp := t.Posts[id]
-			out = append(out, fmt.Sprintf("missing: post %d (author %d, %s) at expected position %d", id, tp.Author, FormatMillis(tp.Ms), i))
+			add("missing", id, "post %d (author %d, %s) at expected position %d", id, tp.Author, FormatMillis(tp.Ms), i)
 		}
 	}
 	for _, id := range gotIDs {
@@ -152,14 +166,14 @@ func (t *Truth) Diff(got []APIPost, want []int64) []string {
 			if known {
 				why = fmt.Sprintf("author %d, deleted %v", tp.Author, tp.Deleted)
 			}
-			out = append(out, fmt.Sprintf("foreign: post %d at position %d (%s)", id, seen[id], why))
+			add("foreign", id, "post %d at position %d (%s)", id, seen[id], why)
 		}
 	}
 	if len(out) == 0 && !slices.Equal(gotIDs, want) {
 		for i := range gotIDs {
 			if gotIDs[i] != want[i] {
-				out = append(out, fmt.Sprintf("order: position %d is post %d (%s), want post %d (%s)",
-					i, gotIDs[i], FormatMillis(t.Posts[gotIDs[i]].Ms), want[i], FormatMillis(t.Posts[want[i]].Ms)))
+				add("order", gotIDs[i], "position %d is post %d (%s), want post %d (%s)",
+					i, gotIDs[i], FormatMillis(t.Posts[gotIDs[i]].Ms), want[i], FormatMillis(t.Posts[want[i]].Ms))
 				break
 			}
 		}
