@@ -47,7 +47,7 @@ type cluster struct {
 	t     *testing.T
 	bin   string
 	db    *testenv.DB
-	pool  *pgxpool.Pool // the oracle's, application_name appName
+	pool  *pgxpool.Pool        // the oracle's, application_name appName
 	redis *testenv.RedisServer // nil on a Redis Cluster
 	rdb   redis.UniversalClient
 	slot  string
