@@ -97,3 +97,54 @@ func TestFollowersLateEventOfAMovedPartition(t *testing.T) {
 	apply(first, envs...)
 	check("after a redelivery of everything", 1, false, final)
 }
+
+// TestInboxLateUnfollowOfAMovedPartition: the instance that lost a
+// partition applies an unfollow late, after the new owner applied it and
+// the follow that undid it (with its backfill). The author's posts stay
+// in the follower's inbox: nothing the follower should see is lost.
+func TestInboxLateUnfollowOfAMovedPartition(t *testing.T) {
+	t.Parallel()
+	eachLayout(t, func(t *testing.T, layout string) {
+		w := newWorld(t)
+		u, x := w.user(true), w.user(true)
+		w.follow(u, x)
+		p1 := w.post(x)
+		w.unfollow(u, x)
+		w.follow(u, x)
+		p2 := w.post(x)
+		envs := w.envs[2:] // follow, post, unfollow, follow, post
+
+		rd := testenv.NewRedis(t)
+		keys := readmodel.Keys{Prefix: rd.Prefix}
+		cfg := projections.Config{Keys: keys, CelebrityThreshold: 100, BackfillPosts: 20, InboxLayout: layout}
+		instance := func() []projections.Projector {
+			other := testenv.NewRedis(t)
+			ps, err := projections.New(cfg, w.db.Pool, other.Client, nil, projections.NameInbox, projections.NameTimelines)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ps
+		}
+		first, second := instance(), instance()
+		apply := func(ps []projections.Projector, envs ...events.Envelope) {
+			t.Helper()
+			for _, e := range envs {
+				if err := projections.Apply(context.Background(), ps, e); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		apply(first, envs[0], envs[1])
+		apply(second, envs[2], envs[3], envs[4])
+		apply(first, envs[2]) // late: the unfollow, after the follow again
+		want := []string{idstr(p2), idstr(p1)}
+		if ids, _, _ := inboxView(t, rd.Client, keys, layout, u); !slices.Equal(ids, want) {
+			t.Errorf("inbox of the follower after the late unfollow: %v, want %v", ids, want)
+		}
+		// In order, once more (a crash redelivers everything): the same.
+		apply(second, envs...)
+		if ids, _, _ := inboxView(t, rd.Client, keys, layout, u); !slices.Equal(ids, want) {
+			t.Errorf("inbox of the follower after a redelivery: %v, want %v", ids, want)
+		}
+	})
+}
