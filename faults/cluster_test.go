@@ -316,7 +316,13 @@ func (c *cluster) tryStart(name string, retry bool) bool {
 	}
 	env := c.env
 	if role == roleAPI {
-		env = append(slices.Clip(env), "HTTP_ADDR="+strings.TrimPrefix(c.apiURL(name), "http://"))
+		// Each API instance its own Snowflake node id, as a deployment
+		// must give them (two with one id can mint the same post id).
+		node := strings.TrimPrefix(name, roleAPI)
+		if node == "" {
+			node = "1"
+		}
+		env = append(slices.Clip(env), "HTTP_ADDR="+strings.TrimPrefix(c.apiURL(name), "http://"), "FEED_NODE_ID="+node)
 	}
 	cmd := exec.Command(c.bin, args...)
 	cmd.Env, cmd.Stdout, cmd.Stderr = env, f, f
