@@ -2,6 +2,7 @@ package faults
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -9,9 +10,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -44,19 +47,40 @@ type cluster struct {
 	t     *testing.T
 	bin   string
 	db    *testenv.DB
-	pool  *pgxpool.Pool // the oracle's, application_name appName
-	redis *testenv.RedisServer
-	rdb   *redis.Client
+	pool  *pgxpool.Pool        // the oracle's, application_name appName
+	redis *testenv.RedisServer // nil on a Redis Cluster
+	rdb   redis.UniversalClient
 	slot  string
 	topic string
 	kafka string // the broker's address
-	api   string // the API's base URL
 	env   []string
 	http  *http.Client
 
 	mu    sync.Mutex
 	roles map[string]*proc
+	apis  map[string]string // API instance -> its base URL
+	next  atomic.Uint64     // the balancer's round robin over the APIs
 }
+
+// topology is how many instances of the API and of the projectors a
+// cluster runs, and on which Redis.
+type topology struct {
+	apis, projects int
+	// redisCluster runs the read models on a 3-node Redis Cluster of the
+	// test's own (startRedisCluster) instead of one redis-server.
+	redisCluster bool
+}
+
+// instance names the i-th instance (from 1) of a role: "api", "api2", ...
+func instance(role string, i int) string {
+	if i <= 1 {
+		return role
+	}
+	return role + strconv.Itoa(i)
+}
+
+// roleOf is the role (the feed command) of an instance name.
+func roleOf(name string) string { return strings.TrimRight(name, "0123456789") }
 
 // proc is one running (or stopped) role.
 type proc struct {
@@ -68,15 +92,40 @@ type proc struct {
 	exitErr error // how it ended
 }
 
-// buildFeed builds ./cmd/feed once into dir.
-func buildFeed(t *testing.T, dir string) string {
+// The feed binary, built once for every test of the package (TestMain
+// removes it).
+var (
+	feedOnce sync.Once
+	feedBin  string
+	feedErr  error
+	feedDir  string
+)
+
+// buildFeed builds ./cmd/feed, once per run of the package.
+func buildFeed(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(dir, "feed")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/feedco/feed/cmd/feed").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build ./cmd/feed: %v\n%s", err, out)
+	feedOnce.Do(func() {
+		if feedDir, feedErr = os.MkdirTemp("", "feed-faults-"); feedErr != nil {
+			return
+		}
+		feedBin = filepath.Join(feedDir, "feed")
+		out, err := exec.Command("go", "build", "-o", feedBin, "github.com/feedco/feed/cmd/feed").CombinedOutput()
+		if err != nil {
+			feedErr = fmt.Errorf("go build ./cmd/feed: %v\n%s", err, out)
+		}
+	})
+	if feedErr != nil {
+		t.Fatal(feedErr)
 	}
-	return bin
+	return feedBin
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if feedDir != "" {
+		_ = os.RemoveAll(feedDir)
+	}
+	os.Exit(code)
 }
 
 func freePort(t *testing.T) string {
@@ -89,15 +138,23 @@ func freePort(t *testing.T) string {
 	return l.Addr().String()
 }
 
-// startCluster starts every role and waits until each is up.
+// startCluster starts every role, one instance each, on a redis-server of
+// the test's own, and waits until each is up.
 func startCluster(t *testing.T) *cluster {
+	return startTopology(t, topology{apis: 1, projects: 1})
+}
+
+// startTopology starts the roles of top (the broker and CDC once, the API
+// and the projectors as often as it says) and waits until each is up.
+func startTopology(t *testing.T, top topology) *cluster {
 	t.Helper()
 	dir := t.TempDir()
-	c := &cluster{t: t, bin: buildFeed(t, dir), db: testenv.NewDB(t), redis: testenv.StartRedisServer(t),
-		roles: map[string]*proc{}, kafka: freePort(t), topic: testenv.RandomName("faults.")}
+	c := &cluster{t: t, bin: buildFeed(t), db: testenv.NewDB(t),
+		roles: map[string]*proc{}, apis: map[string]string{}, kafka: freePort(t), topic: testenv.RandomName("faults.")}
 	c.slot = "feed_faults_" + c.db.Name
-	apiAddr := freePort(t)
-	c.api = "http://" + apiAddr
+	for i := 1; i <= max(top.apis, 1); i++ {
+		c.apis[instance(roleAPI, i)] = "http://" + freePort(t)
+	}
 	pc, err := pgxpool.ParseConfig(c.db.URL)
 	if err != nil {
 		t.Fatal(err)
@@ -108,20 +165,28 @@ func startCluster(t *testing.T) *cluster {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.pool.Close)
-	c.rdb = redis.NewClient(&redis.Options{Addr: c.redis.Addr(), MaxRetries: -1})
+	redisURL := ""
+	if top.redisCluster {
+		var addrs []string
+		redisURL, addrs = startRedisCluster(t)
+		c.rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, MaxRetries: -1})
+	} else {
+		c.redis = testenv.StartRedisServer(t)
+		redisURL = "redis://" + c.redis.Addr() + "/0"
+		c.rdb = redis.NewClient(&redis.Options{Addr: c.redis.Addr(), MaxRetries: -1})
+	}
 	t.Cleanup(func() { _ = c.rdb.Close() })
 	c.http = &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{MaxIdleConns: 32, MaxIdleConnsPerHost: 32}}
 	t.Cleanup(c.http.CloseIdleConnections)
 	c.env = append(os.Environ(),
 		"DATABASE_URL="+c.db.URL,
-		"REDIS_URL=redis://"+c.redis.Addr()+"/0",
+		"REDIS_URL="+redisURL,
 		"KAFKA_BROKERS="+c.kafka,
 		"FEED_KAFKA_ADDR="+c.kafka,
 		"FEED_STATE_DIR="+filepath.Join(dir, "state"),
 		"FEED_TOPIC="+c.topic,
 		"FEED_PARTITIONS=4",
 		"FEED_SLOT="+c.slot,
-		"HTTP_ADDR="+apiAddr,
 		"FEED_AUTH=trusted-header",
 		"FEED_CELEBRITY_THRESHOLD="+itoa(celebrityThreshold),
 		"FEED_INBOX_MAX=20",
@@ -131,14 +196,13 @@ func startCluster(t *testing.T) *cluster {
 	// Every role still running at the end is killed; registered before the
 	// database's and Redis's cleanups, so it runs first.
 	t.Cleanup(func() {
-		for _, name := range []string{roleAPI, roleProject, roleCDC, roleKafka} {
-			c.kill(name)
+		names := c.names()
+		for i := len(names) - 1; i >= 0; i-- {
+			c.kill(names[i])
 		}
 		if t.Failed() {
-			for _, name := range []string{roleKafka, roleCDC, roleProject, roleAPI} {
-				if p := c.roles[name]; p != nil {
-					t.Logf("last lines of %s's log:\n%s", name, tail(p.log, 30))
-				}
+			for _, name := range names {
+				t.Logf("last lines of %s's log:\n%s", name, tail(c.roles[name].log, 30))
 			}
 		}
 	})
@@ -149,10 +213,70 @@ func startCluster(t *testing.T) *cluster {
 	if out, err := mig.CombinedOutput(); err != nil || !strings.Contains(string(out), "replication slot "+c.slot+" ready") {
 		t.Fatalf("feed migrate: %v\n%s", err, out)
 	}
-	for _, name := range []string{roleKafka, roleCDC, roleProject, roleAPI} {
-		c.start(name)
+	c.start(roleKafka)
+	c.start(roleCDC)
+	for i := 1; i <= max(top.projects, 1); i++ {
+		c.start(instance(roleProject, i))
+	}
+	for i := 1; i <= max(top.apis, 1); i++ {
+		c.start(instance(roleAPI, i))
 	}
 	return c
+}
+
+// names lists the instances started so far, the broker first, then CDC,
+// the projectors and the APIs (each by name).
+func (c *cluster) names() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	order := map[string]int{roleKafka: 0, roleCDC: 1, roleProject: 2, roleAPI: 3}
+	out := make([]string, 0, len(c.roles))
+	for name := range c.roles {
+		out = append(out, name)
+	}
+	slices.SortFunc(out, func(a, b string) int {
+		return cmp.Or(cmp.Compare(order[roleOf(a)], order[roleOf(b)]), cmp.Compare(len(a), len(b)), cmp.Compare(a, b))
+	})
+	return out
+}
+
+// api is the base URL of the API instance the next request goes to: a
+// round robin over the APIs that are running, as a balancer in front of
+// them does (all of them when none is).
+func (c *cluster) api() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	names := make([]string, 0, len(c.apis))
+	for name := range c.apis {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	up := names[:0:0]
+	for _, name := range names {
+		if p := c.roles[name]; p != nil && !p.isDone() {
+			up = append(up, name)
+		}
+	}
+	if len(up) == 0 {
+		up = names
+	}
+	return c.apis[up[c.next.Add(1)%uint64(len(up))]]
+}
+
+// apiURL is the base URL of one API instance.
+func (c *cluster) apiURL(name string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.apis[name]
+}
+
+func (p *proc) isDone() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // start runs the role and waits until it is up. A role whose metrics
@@ -183,14 +307,25 @@ func (c *cluster) tryStart(name string, retry bool) bool {
 		c.t.Fatal(err)
 	}
 	defer f.Close()
-	args := []string{name}
+	role := roleOf(name)
+	args := []string{role}
 	var metrics string
-	if name == roleCDC || name == roleProject {
+	if role == roleCDC || role == roleProject {
 		metrics = freePort(c.t)
 		args = append(args, "--metrics-addr", metrics)
 	}
+	env := c.env
+	if role == roleAPI {
+		// Each API instance its own Snowflake node id, as a deployment
+		// must give them (two with one id can mint the same post id).
+		node := strings.TrimPrefix(name, roleAPI)
+		if node == "" {
+			node = "1"
+		}
+		env = append(slices.Clip(env), "HTTP_ADDR="+strings.TrimPrefix(c.apiURL(name), "http://"), "FEED_NODE_ID="+node)
+	}
 	cmd := exec.Command(c.bin, args...)
-	cmd.Env, cmd.Stdout, cmd.Stderr = c.env, f, f
+	cmd.Env, cmd.Stdout, cmd.Stderr = env, f, f
 	if err := cmd.Start(); err != nil {
 		c.t.Fatalf("start feed %s: %v", name, err)
 	}
@@ -236,7 +371,7 @@ func (c *cluster) up(name, metrics string) bool {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	}
-	switch name {
+	switch roleOf(name) {
 	case roleKafka:
 		conn, err := net.DialTimeout("tcp", c.kafka, time.Second)
 		if err == nil {
@@ -244,7 +379,7 @@ func (c *cluster) up(name, metrics string) bool {
 		}
 		return err == nil
 	case roleAPI:
-		return get(c.api + "/readyz")
+		return get(c.apiURL(name) + "/readyz")
 	case roleCDC:
 		// `feed migrate` created the slot (consistent before it
 		// returned): CDC is up once it streams from it.
@@ -287,17 +422,13 @@ func (c *cluster) signal(name string, sig syscall.Signal) {
 // exited returns the roles that ended without the suite stopping them,
 // each with how and its last log lines.
 func (c *cluster) exited() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	var out []string
-	for _, name := range []string{roleKafka, roleCDC, roleProject, roleAPI} {
+	for _, name := range c.names() {
+		c.mu.Lock()
 		p := c.roles[name]
-		select {
-		case <-p.done:
-			if !p.killed {
-				out = append(out, fmt.Sprintf("feed %s exited (%v): %s", name, p.exitErr, lastError(p.log)))
-			}
-		default:
+		c.mu.Unlock()
+		if p.isDone() && !p.killed {
+			out = append(out, fmt.Sprintf("feed %s (%s) exited (%v): %s", roleOf(name), name, p.exitErr, lastError(p.log)))
 		}
 	}
 	return out

@@ -136,79 +136,110 @@ type row struct {
 // 5xx other than 503 fails.
 func TestFaults(t *testing.T) {
 	full := *flagFull || os.Getenv("FEED_FAULTS") == "full"
-	users, workers, warm, pause, timeout := 30, 4, 3*time.Second, 100*time.Millisecond, 40*time.Second
+	users, workers, warm, timeout := 30, 4, 3*time.Second, 40*time.Second
 	if full {
 		users, workers, warm, timeout = 40, 6, 5*time.Second, 90*time.Second
 	}
-	run, err := regexp.Compile(*flagRun)
-	if err != nil {
-		t.Fatalf("-faults.run: %v", err)
-	}
-	c := startCluster(t)
-	w := register(c, users)
-	oracleCodes := newCodes()
-	o := &convergence{c: c, w: w, cl: client{c: c, codes: oracleCodes}}
-
-	// A warm-up phase, so that the first fault finds follows, posts and
-	// built read models.
-	var rows []row
-	phase := func(name string, inject func()) {
-		counts := newCodes()
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			w.run(ctx, workers, pause, counts, uint64(len(rows)+1))
-		}()
-		time.Sleep(warm)
-		inject()
-		end := time.Now()
-		cancel()
-		<-done
-		diffs, sample := o.converge(timeout)
-		r := row{fault: name, codes: counts.String(), recovery: time.Since(end), diffs: diffs}
-		if diffs > 0 {
-			r.note = o.explain()
-			t.Errorf("%s: %d differences %v after the fault (%s); the first ones:\n%s", name, diffs, timeout, r.note, sample)
-		}
-		if counts.count("201") == 0 {
-			t.Errorf("%s: the workload created nothing during the fault (%s)", name, counts)
-		}
-		for code, n := range counts.forbidden() {
-			t.Errorf("%s: %d answers %s (a fault must never be a 5xx other than 503)", name, n, code)
-		}
-		if ex := c.exited(); len(ex) > 0 {
-			t.Errorf("%s: a role ended by itself: %s", name, strings.Join(ex, "; "))
-			r.note = strings.Join(ex, "; ")
-		}
-		rows = append(rows, r)
-	}
-	phase("none (warm-up)", func() {})
+	run := runFilter(t)
+	s := newSuite(t, startCluster(t), users, workers, warm, timeout)
+	s.phase("none (warm-up)", func() {})
 	for _, f := range faults(full) {
 		if !run.MatchString(f.name) {
 			continue
 		}
-		phase(f.name, func() { f.inject(t, c) })
+		s.phase(f.name, func() { f.inject(t, s.c) })
 		if f.check != nil {
-			rows[len(rows)-1].note = f.check(t, c)
+			s.rows[len(s.rows)-1].note = f.check(t, s.c)
 		}
 	}
-	for code, n := range oracleCodes.forbidden() {
-		t.Errorf("the oracle's reads got %d answers %s", n, code)
-	}
+	s.finish()
+}
 
+func runFilter(t *testing.T) *regexp.Regexp {
+	t.Helper()
+	run, err := regexp.Compile(*flagRun)
+	if err != nil {
+		t.Fatalf("-faults.run: %v", err)
+	}
+	return run
+}
+
+// suite plays phases on a cluster: the workload for a while, a fault
+// injected under it, the workload stopped, the oracle until zero
+// differences; one row of the table per phase.
+type suite struct {
+	t           *testing.T
+	c           *cluster
+	w           *workload
+	o           *convergence
+	oracleCodes *codes
+	workers     int
+	warm        time.Duration
+	pause       time.Duration
+	timeout     time.Duration
+	rows        []row
+}
+
+// newSuite registers users through the API.
+func newSuite(t *testing.T, c *cluster, users, workers int, warm, timeout time.Duration) *suite {
+	w := register(c, users)
+	oc := newCodes()
+	return &suite{t: t, c: c, w: w, o: &convergence{c: c, w: w, cl: client{c: c, codes: oc}}, oracleCodes: oc,
+		workers: workers, warm: warm, pause: 100 * time.Millisecond, timeout: timeout}
+}
+
+// phase runs the workload, injects the fault after warm, stops the
+// workload and runs the oracle until zero differences or the timeout.
+func (s *suite) phase(name string, inject func()) {
+	t, c, o := s.t, s.c, s.o
+	counts := newCodes()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.w.run(ctx, s.workers, s.pause, counts, uint64(len(s.rows)+1))
+	}()
+	time.Sleep(s.warm)
+	inject()
+	end := time.Now()
+	cancel()
+	<-done
+	diffs, sample := o.converge(s.timeout)
+	r := row{fault: name, codes: counts.String(), recovery: time.Since(end), diffs: diffs}
+	if diffs > 0 {
+		r.note = o.explain()
+		t.Errorf("%s: %d differences %v after the fault (%s); the first ones:\n%s", name, diffs, s.timeout, r.note, sample)
+	}
+	if counts.count("201") == 0 {
+		t.Errorf("%s: the workload created nothing during the fault (%s)", name, counts)
+	}
+	for code, n := range counts.forbidden() {
+		t.Errorf("%s: %d answers %s (a fault must never be a 5xx other than 503)", name, n, code)
+	}
+	if ex := c.exited(); len(ex) > 0 {
+		t.Errorf("%s: a role ended by itself: %s", name, strings.Join(ex, "; "))
+		r.note = strings.Join(ex, "; ")
+	}
+	s.rows = append(s.rows, r)
+}
+
+// finish checks the oracle's own answers and logs the table.
+func (s *suite) finish() {
+	for code, n := range s.oracleCodes.forbidden() {
+		s.t.Errorf("the oracle's reads got %d answers %s", n, code)
+	}
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "| fault\t| status codes seen\t| recovery\t| differences after\t| note")
-	for _, r := range rows {
+	for _, r := range s.rows {
 		recovery := r.recovery.Round(10 * time.Millisecond).String()
 		if r.diffs > 0 {
-			recovery = "not within " + timeout.String()
+			recovery = "not within " + s.timeout.String()
 		}
 		fmt.Fprintf(tw, "| %s\t| %s\t| %s\t| %d\t| %s\n", r.fault, r.codes, recovery, r.diffs, r.note)
 	}
 	_ = tw.Flush()
-	t.Logf("fault suite (%d users, %d workers; oracle reads %s):\n%s", users, workers, oracleCodes, b.String())
+	s.t.Logf("fault suite (%d users, %d workers; oracle reads %s):\n%s", len(s.w.users), s.workers, s.oracleCodes, b.String())
 }
 
 // convergence is the oracle: every user's home feed and author posts,
@@ -217,6 +248,9 @@ type convergence struct {
 	c  *cluster
 	w  *workload
 	cl client
+	// followers also compares the followers read model (every count,
+	// following set and the celebrity set) with PostgreSQL.
+	followers bool
 }
 
 // converge runs the oracle until it finds zero differences or timeout
@@ -342,8 +376,67 @@ func (o *convergence) differences() (int, []string, []int64) {
 	}
 	close(work)
 	wg.Wait()
+	if o.followers {
+		fd := o.followerDiffs(ctx, truth)
+		bad = append(bad, fd...)
+		total += len(fd)
+	}
 	slices.Sort(bad)
 	return total, bad, missing
+}
+
+// followerDiffs compares the followers read model with the truth: each
+// user's follower count (a count over or under SQL's is an event counted
+// twice or lost), their following set, and the celebrity set.
+func (o *convergence) followerDiffs(ctx context.Context, truth *systest.Truth) []string {
+	k := readmodel.Keys{}
+	fm := readmodel.NewFollows(k)
+	var out []string
+	for _, u := range o.w.users {
+		n, _, err := fm.CountOf(ctx, o.c.rdb, u)
+		if err != nil {
+			out = append(out, fmt.Sprintf("followers of %d: %v", u, err))
+			continue
+		}
+		if n != truth.Followers[u] {
+			out = append(out, fmt.Sprintf("followers of %d: count %d in Redis, %d in SQL", u, n, truth.Followers[u]))
+		}
+		got, err := o.c.rdb.SMembers(ctx, k.Following(u)).Result()
+		if err != nil {
+			out = append(out, fmt.Sprintf("following of %d: %v", u, err))
+			continue
+		}
+		want := make([]string, 0, len(truth.Following[u]))
+		for _, v := range truth.Following[u] {
+			want = append(want, itoa(v))
+		}
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			out = append(out, fmt.Sprintf("following of %d: %v in Redis, %v in SQL", u, got, want))
+		}
+	}
+	members, err := o.c.rdb.SMembers(ctx, k.Celebrities()).Result()
+	if err != nil {
+		return append(out, "celebrities: "+err.Error())
+	}
+	var got, want []string
+	for _, m := range members {
+		if !strings.HasPrefix(m, "~") {
+			got = append(got, m)
+		}
+	}
+	for a, n := range truth.Followers {
+		if n >= celebrityThreshold {
+			want = append(want, itoa(a))
+		}
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		out = append(out, fmt.Sprintf("celebrities: %v in Redis, %v in SQL", got, want))
+	}
+	return out
 }
 
 // topicHasTheLog reads the topic from its start with a standard Kafka

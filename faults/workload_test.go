@@ -85,7 +85,7 @@ func (cl client) do(ctx context.Context, method, path string, user int64, idemKe
 	if body != nil {
 		raw, _ = json.Marshal(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, cl.c.api+path, bytes.NewReader(raw))
+	req, err := http.NewRequestWithContext(ctx, method, cl.c.api()+path, bytes.NewReader(raw))
 	if err != nil {
 		return 0, err
 	}

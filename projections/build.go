@@ -279,7 +279,7 @@ func (p *Followers) ApplyBatch(ctx context.Context, batch []Decoded) error {
 				continue
 			}
 			p.follows.QueueApply(ctx, pipe, follower, followee, d.Env.StreamVersion, follow)
-			p.celebs.QueueSet(ctx, pipe, followee, p.pol.IsCelebrity(after))
+			p.celebs.QueueSetOrdered(ctx, pipe, followee, p.pol.IsCelebrity(after), readmodel.OrderOf(d.Env.CommitLSN, d.Env.Position))
 		}
 	})
 	if err != nil && !errors.Is(err, ErrPermanent) {

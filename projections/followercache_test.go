@@ -3,6 +3,7 @@ package projections_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/feedco/feed/events"
@@ -148,7 +149,7 @@ func TestFollowerCacheMatchesFreshQueries(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := rd.Client.Restore(ctx, ref.Prefix+k[len(rd.Prefix):], 0, b).Err(); err != nil {
+		if err := rd.Client.Restore(ctx, strings.ReplaceAll(k, rd.Prefix, ref.Prefix), 0, b).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}

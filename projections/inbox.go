@@ -97,8 +97,20 @@ func (p *Inbox) Apply(ctx context.Context, _ events.Envelope, ev events.Event) e
 		}
 		return p.backfill(ctx, []int64{e.FollowerID}, bf, true)
 	case events.Unfollowed:
-		if err := p.removeAuthor(ctx, e.FollowerID, e.FolloweeID); err != nil {
+		// An unfollow that a newer follow has undone removes nothing: the
+		// follow's backfill put (or will put) the author's posts back, and
+		// removing them after it would lose them. In order this changes
+		// nothing (the follow comes later and backfills); it matters when
+		// a projector instance applies the unfollow late, after its
+		// partition moved to another that applied the follow already.
+		again, err := p.followsNow(ctx, e.FollowerID, e.FolloweeID)
+		if err != nil {
 			return err
+		}
+		if !again {
+			if err := p.removeAuthor(ctx, e.FollowerID, e.FolloweeID); err != nil {
+				return err
+			}
 		}
 		if p.pol.CrossedDown(e.FolloweeFollowers) {
 			return p.crossDown(ctx, e.FolloweeID)
@@ -121,7 +133,8 @@ ORDER BY f.follower_id LIMIT $4`
 	allFollowersSQL = `SELECT follower_id, false FROM follows
 WHERE followee_id = $1 AND follower_id > $2 AND $3::interval IS NOT NULL AND $5::interval IS NOT NULL
 ORDER BY follower_id LIMIT $4`
-	isActiveSQL = `SELECT EXISTS (SELECT 1 FROM user_activity WHERE user_id = $1 AND last_seen_at > now() - $2::interval)`
+	followsNowSQL = `SELECT EXISTS (SELECT 1 FROM follows WHERE follower_id = $1 AND followee_id = $2)`
+	isActiveSQL   = `SELECT EXISTS (SELECT 1 FROM user_activity WHERE user_id = $1 AND last_seen_at > now() - $2::interval)`
 	// newestPostsSQL reads one more than it copies, to know whether more
 	// posts exist below the copied ones.
 	newestPostsSQL = `SELECT id, created_at FROM posts WHERE author_id = $1 AND NOT deleted
@@ -587,6 +600,15 @@ func (p *Inbox) crossDown(ctx context.Context, author int64) error {
 	return p.eachFollowerPage(ctx, author, true, func(ids []int64, _ []bool) error {
 		return p.backfill(ctx, ids, bf, false)
 	})
+}
+
+// followsNow reports whether follower follows author in PostgreSQL now.
+func (p *Inbox) followsNow(ctx context.Context, follower, author int64) (bool, error) {
+	var ok bool
+	if err := p.pg.QueryRow(ctx, followsNowSQL, follower, author).Scan(&ok); err != nil {
+		return false, fmt.Errorf("query follow %d -> %d: %w", follower, author, err)
+	}
+	return ok, nil
 }
 
 // removeAuthor removes the author's posts from the follower's inbox: the

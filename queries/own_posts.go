@@ -35,8 +35,10 @@ const writeThroughTimeout = 500 * time.Millisecond
 // Best effort: when the Redis write fails, or is skipped because the write
 // circuit is open after consecutive failures (ErrCircuitOpen: no wait at
 // all), this process remembers the author for OwnPostsWindow and their
-// home reads probe PostgreSQL for their newest posts meanwhile; the error
-// is returned for logging only. The post is committed either way.
+// home reads probe PostgreSQL for their newest posts meanwhile; with
+// Config.OwnPostsHints every other API instance is told the same before
+// PostCreated returns (ownPostHints.announce). The error is returned for
+// logging only. The post is committed either way.
 func (f *Feed) PostCreated(ctx context.Context, p NewPost) error {
 	if p.ID <= 0 || p.AuthorID <= 0 {
 		return ErrInvalidID
@@ -50,6 +52,7 @@ func (f *Feed) PostCreated(ctx context.Context, p NewPost) error {
 		// Redis has been failing: do not wait for it. The author's reads
 		// probe PostgreSQL for their own posts meanwhile.
 		f.recent.mark(p.AuthorID, now)
+		f.ownHints.announce(ctx, p.AuthorID)
 		f.metrics.WriteThroughs.WithLabelValues("skipped").Inc()
 		return fmt.Errorf("write post %d through to Redis: %w (%w)", p.ID, ErrCircuitOpen, err)
 	}
@@ -72,6 +75,7 @@ func (f *Feed) PostCreated(ctx context.Context, p NewPost) error {
 	f.cache.invalidate(f.tl.Key(p.AuthorID))
 	if err != nil {
 		f.recent.mark(p.AuthorID, now)
+		f.ownHints.announce(ctx, p.AuthorID)
 		f.metrics.WriteThroughs.WithLabelValues("error").Inc()
 		return fmt.Errorf("write post %d through to Redis: %w", p.ID, redisErr(err))
 	}

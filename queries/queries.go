@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/semaphore"
@@ -82,6 +83,14 @@ type Config struct {
 	// projectors' normal lag). Authors whose write-through succeeded cost
 	// PostgreSQL nothing.
 	OwnPostsWindow time.Duration
+	// OwnPostsHints, when set, carries that fallback to every API
+	// instance: PostCreated announces a failed or skipped write-through
+	// on PostgreSQL's channel feed_own_posts (NOTIFY), and each instance
+	// LISTENs on one connection of this pool and probes PostgreSQL for
+	// the author's own posts as if the write had failed in it
+	// (own_post_hints.go). Without it the fallback holds in this process
+	// only.
+	OwnPostsHints *pgxpool.Pool
 	// PostCacheSize bounds the in-process cache of post bodies, in posts
 	// (default 100,000; about 300 bytes each with 100-character content).
 	PostCacheSize int
@@ -279,6 +288,7 @@ type Feed struct {
 	activity  recentSet // activity writes of this process (ActivityWriteInterval)
 	flights   rebuildFlights
 	bg        sync.WaitGroup // background rebuilds and activity writes
+	ownHints  *ownPostHints  // nil without Config.OwnPostsHints
 	deletions deletionFeed   // post deletions from the event log (deletion_feed.go)
 	hints     *followHints   // per reader, the authors to ask about in the first pipeline
 	cache     *readCache     // per-reader Redis reads (read_cache.go); nil when off
@@ -353,6 +363,9 @@ func New(cfg Config, db DB, rdb redis.UniversalClient) (*Feed, error) {
 		f.cache.close()
 		return nil, err
 	}
+	if cfg.OwnPostsHints != nil {
+		f.ownHints = startOwnPostHints(f, cfg.OwnPostsHints)
+	}
 	return f, nil
 }
 
@@ -368,6 +381,7 @@ func (f *Feed) Close() {
 		close(d.stop)
 	}
 	<-d.done
+	f.ownHints.close()
 	f.bg.Wait()
 	f.cache.close()
 }

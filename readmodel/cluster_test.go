@@ -27,6 +27,9 @@ func TestScriptKeysShareASlot(t *testing.T) {
 	}
 	for _, v := range []int{1, 3} {
 		keys := Keys{Prefix: "t9:", Versions: Versions{}.With(ProjectionInbox, v).With(ProjectionFollowers, v).With(ProjectionTimelines, v)}
+		if got, want := slot(keys.CelebritiesOrder()), slot(keys.Celebrities()); got != want {
+			t.Errorf("v%d celebrityScript: %s is in slot %d, %s in %d", v, keys.CelebritiesOrder(), got, keys.Celebrities(), want)
+		}
 		for _, u := range []int64{1, 42, 7_000_000_000_000_000_123} {
 			tag := slot("{" + strconv.FormatInt(u, 10) + "}")
 			groups := map[string][]string{

@@ -78,3 +78,14 @@ func (k Keys) FollowingVersions(userID int64) string {
 
 // Celebrities is the set of authors at or over the celebrity threshold.
 func (k Keys) Celebrities() string { return k.ns(ProjectionFollowers) + "celebrities" }
+
+// CelebritiesOrder is the followers projector's ordering state for
+// Celebrities: per author, the log place (Order) of the follow event that
+// last decided its membership. Its hash tag is the whole name of the
+// celebrity set (which has no tag, so Redis Cluster hashes all of it), so
+// both are in one slot and one script moves them; it starts with the
+// namespace like every key, so sweeps and cleanups by prefix find it.
+func (k Keys) CelebritiesOrder() string {
+	c := k.Celebrities()
+	return c + ":order{" + c + "}"
+}

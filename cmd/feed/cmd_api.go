@@ -116,6 +116,7 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiTask, func(), error
 		CelebrityCacheTTL:  cfg.CelebrityCacheTTL,
 		ReadCacheKeys:      readCacheKeys(cfg.ReadCacheKeys),
 		RebuildConcurrency: cfg.RebuildConcurrency,
+		OwnPostsHints:      p.Pool, // read-your-writes across API instances when a write-through fails
 		Registerer:         p.Registry,
 		Logger:             p.Log,
 	}.WithPolicy(cfg.Policy), p.Pool, p.Redis)
