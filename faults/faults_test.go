@@ -388,7 +388,7 @@ func (o *convergence) differences() (int, []string, []int64) {
 // followerDiffs compares the followers read model with the truth: each
 // user's follower count (a count over or under SQL's is an event counted
 // twice or lost), their following set, and the celebrity set.
-func (o *convergence) followerDiffs(ctx context.Context, truth *systest.Truth) []string {
+func (o *convergence) followerDiffs(ctx context.Context, truth *verify.Truth) []string {
 	k := readmodel.Keys{}
 	fm := readmodel.NewFollows(k)
 	var out []string
