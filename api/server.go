@@ -248,6 +248,8 @@ func (s *Server) routes() http.Handler {
 	r.Handle("/api/posts/{id}", s.authed(s.deletePost)).Methods(http.MethodDelete)
 	r.Handle("/api/following/{userId}", s.authed(s.follow)).Methods(http.MethodPut)
 	r.Handle("/api/following/{userId}", s.authed(s.unfollow)).Methods(http.MethodDelete)
+	r.Handle("/api/muting/{userId}", s.authed(s.mute)).Methods(http.MethodPut)
+	r.Handle("/api/muting/{userId}", s.authed(s.unmute)).Methods(http.MethodDelete)
 	s.router = r
 	a, err := newAllowedMethods(r)
 	if err != nil {

@@ -97,8 +97,11 @@ type Commands struct {
 	// Unfollow reports whether it changed anything (false: was not
 	// following).
 	Unfollow *Handler[Unfollow, bool]
-	db       DB
-	cfg      Config
+	// Mute and Unmute report whether they changed anything.
+	Mute   *Handler[Mute, bool]
+	Unmute *Handler[Unmute, bool]
+	db     DB
+	cfg    Config
 }
 
 // New builds every handler. ids issues post ids; its node id must be unique
@@ -122,6 +125,8 @@ func New(db DB, ids *snowflake.Generator, cfg Config) (*Commands, error) {
 		DeletePost:   newHandler(tx, "delete-post", deletePost),
 		Follow:       newHandler(tx, "follow", follow),
 		Unfollow:     newHandler(tx, "unfollow", unfollow),
+		Mute:         newHandler(tx, "mute", mute),
+		Unmute:       newHandler(tx, "unmute", unmute),
 		db:           db,
 		cfg:          cfg,
 	}, nil

@@ -36,6 +36,16 @@ func newEvent(typ string) Event {
 		return &Followed{}
 	case TypeUnfollowed:
 		return &Unfollowed{}
+	case TypeMuted:
+		return &Muted{}
+	case TypeUnmuted:
+		return &Unmuted{}
+	case TypeBlocked:
+		return &Blocked{}
+	case TypeUnblocked:
+		return &Unblocked{}
+	case TypePostEdited:
+		return &PostEdited{}
 	}
 	return nil
 }

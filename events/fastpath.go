@@ -16,6 +16,11 @@ var audienceField = map[string]string{
 	TypePostDeleted:    "authorId",
 	TypeFollowed:       "followeeId",
 	TypeUnfollowed:     "followeeId",
+	TypeMuted:          "mutedId",
+	TypeUnmuted:        "mutedId",
+	TypeBlocked:        "blockedId",
+	TypeUnblocked:      "blockedId",
+	TypePostEdited:     "authorId",
 }
 
 // AudienceKeyOf returns the audience key of a stored event (its Kafka key,

@@ -21,6 +21,11 @@ func testEnvelopes(t testing.TB) []Envelope {
 		PostDeleted{PostID: 5, AuthorID: 13, DeletedAt: now},
 		Followed{FollowerID: 99, FolloweeID: 14, FolloweeFollowers: 1},
 		Unfollowed{FollowerID: 98, FolloweeID: 15},
+		Muted{MuterID: 21, MutedID: 16, Following: true, MutedFollowers: 2},
+		Unmuted{MuterID: 21, MutedID: 16, Following: true, MutedFollowers: 2},
+		Blocked{BlockerID: 22, BlockedID: 17},
+		Unblocked{BlockerID: 22, BlockedID: 17},
+		PostEdited{PostID: 5, AuthorID: 13, Content: "edited <b>\u2028", EditedAt: now},
 	}
 	var out []Envelope
 	for i, e := range evs {
