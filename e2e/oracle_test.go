@@ -387,8 +387,8 @@ func (o *oracle) readModels() {
 			ids = append(ids, id)
 		}
 		slices.Sort(ids)
-		if !slices.Equal(ids, o.Following[u]) {
-			d = append(d, fmt.Sprintf("following: following:{%d} is %v, SQL %v", u, ids, o.Following[u]))
+		if want := o.Shown(u); !slices.Equal(ids, want) {
+			d = append(d, fmt.Sprintf("following: following:{%d} is %v, SQL (follows less mutes) %v", u, ids, want))
 		}
 		if len(d) > 0 {
 			bad = append(bad, mismatch{who: fmt.Sprint("user ", u), diffs: d})
