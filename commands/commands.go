@@ -100,8 +100,11 @@ type Commands struct {
 	// Mute and Unmute report whether they changed anything.
 	Mute   *Handler[Mute, bool]
 	Unmute *Handler[Unmute, bool]
-	db     DB
-	cfg    Config
+	// Block and Unblock report whether they changed anything.
+	Block   *Handler[Block, bool]
+	Unblock *Handler[Unblock, bool]
+	db      DB
+	cfg     Config
 }
 
 // New builds every handler. ids issues post ids; its node id must be unique
@@ -127,6 +130,8 @@ func New(db DB, ids *snowflake.Generator, cfg Config) (*Commands, error) {
 		Unfollow:     newHandler(tx, "unfollow", unfollow),
 		Mute:         newHandler(tx, "mute", mute),
 		Unmute:       newHandler(tx, "unmute", unmute),
+		Block:        newHandler(tx, "block", block),
+		Unblock:      newHandler(tx, "unblock", unblock),
 		db:           db,
 		cfg:          cfg,
 	}, nil

@@ -241,3 +241,89 @@ func mustID(t *testing.T, s string) int64 {
 	}
 	return id
 }
+
+// Blocks through the whole pipeline and the HTTP API: the codes of
+// PUT/DELETE /api/blocking/{userId}; a block removes the follows both
+// ways, each with its Unfollowed and counts, so neither sees the other's
+// posts (those already in the inbox included); the blocked account's follow
+// of the blocker is 403 problem+json, and so is the blocker's of the
+// blocked; an unblock restores no follow.
+func TestBlockThroughPipeline(t *testing.T) {
+	t.Parallel()
+	pol := policies{CelebrityThreshold: 3, InboxMax: 20, InboxTrimSlack: 3, TimelineMax: 15, BackfillPosts: 3,
+		FanoutBatch: 4, CacheTTL: 300 * time.Millisecond, InboxLayout: readmodel.InboxLayoutPacked}
+	s := startSystem(t, pol)
+	a := userAPI{t, s}
+	ana, atok := a.newUser("ana")
+	bo, btok := a.newUser("bo")
+	cy, ctok := a.newUser("cy")
+	for _, f := range [][2]string{{atok, fmt.Sprint(bo)}, {btok, fmt.Sprint(ana)}, {atok, fmt.Sprint(cy)}, {btok, fmt.Sprint(cy)}} {
+		a.do(http.MethodPut, "/api/following/"+f[1], f[0], nil, http.StatusNoContent)
+	}
+	a.feedMatchesTruth("ana's first read", ana, atok)
+	a.feedMatchesTruth("bo's first read", bo, btok)
+	for i := range 3 {
+		a.post(atok, fmt.Sprint("ana ", i))
+		a.post(btok, fmt.Sprint("bo ", i))
+		a.post(ctok, fmt.Sprint("cy ", i))
+	}
+	s.quiesce(t, 2*time.Minute)
+	if feed := a.feedMatchesTruth("before the block", ana, atok); countByAuthor(feed, bo) != 3 {
+		t.Fatalf("before the block: %d of bo's posts in ana's feed, want 3", countByAuthor(feed, bo))
+	}
+	unfollowsBefore := eventCount(t, s, "user.unfollowed.v1")
+
+	a.do(http.MethodPut, fmt.Sprint("/api/blocking/", bo), atok, nil, http.StatusNoContent)
+	a.do(http.MethodPut, fmt.Sprint("/api/blocking/", bo), atok, nil, http.StatusNoContent)   // repeat
+	a.do(http.MethodPut, fmt.Sprint("/api/blocking/", ana), atok, nil, http.StatusBadRequest) // self
+	a.do(http.MethodPut, "/api/blocking/987654321", atok, nil, http.StatusNotFound)
+	a.do(http.MethodDelete, "/api/blocking/987654321", atok, nil, http.StatusNotFound)
+	a.do(http.MethodDelete, fmt.Sprint("/api/blocking/", cy), atok, nil, http.StatusNoContent) // not blocked: no-op
+	if n := eventCount(t, s, "user.unfollowed.v1") - unfollowsBefore; n != 2 {
+		t.Fatalf("the block appended %d Unfollowed events, want 2 (both ways)", n)
+	}
+	if n := eventCount(t, s, "user.blocked.v1"); n != 1 {
+		t.Fatalf("%d user.blocked.v1 events after a block and a repeat, want 1", n)
+	}
+	if n := eventCount(t, s, "user.unblocked.v1"); n != 0 {
+		t.Fatalf("%d user.unblocked.v1 events after an unblock of an account not blocked, want 0", n)
+	}
+	// The blocked account's follow of the blocker, and the other way.
+	err := s.call(context.Background(), http.MethodPut, fmt.Sprint("/api/following/", ana), btok, "", nil, nil, http.StatusForbidden, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.do(http.MethodPut, fmt.Sprint("/api/following/", bo), atok, nil, http.StatusForbidden)
+	a.do(http.MethodDelete, fmt.Sprint("/api/following/", ana), btok, nil, http.StatusNoContent) // no follow: no-op
+	for _, id := range []int64{ana, bo} {
+		if u := a.user(atok, id); u.FollowerCount != 0 || u.FollowingCount != 1 {
+			t.Fatalf("after the block, user %d has %d followers and follows %d, want 0 and 1", id, u.FollowerCount, u.FollowingCount)
+		}
+	}
+	a.post(btok, "bo after the block")
+	s.quiesce(t, 2*time.Minute)
+	for _, r := range []struct {
+		u, other int64
+		tok      string
+	}{{ana, bo, atok}, {bo, ana, btok}} {
+		feed := a.feedMatchesTruth("blocked", r.u, r.tok)
+		if countByAuthor(feed, r.other) != 0 || countByAuthor(feed, cy) != 3 {
+			t.Fatalf("blocked: %d posts of %d in the feed of %d, %d of cy's; want 0 and 3", countByAuthor(feed, r.other), r.other, r.u, countByAuthor(feed, cy))
+		}
+	}
+
+	// Unblocked: no follow comes back, follows are allowed again.
+	a.do(http.MethodDelete, fmt.Sprint("/api/blocking/", bo), atok, nil, http.StatusNoContent)
+	a.do(http.MethodDelete, fmt.Sprint("/api/blocking/", bo), atok, nil, http.StatusNoContent)
+	if u := a.user(atok, ana); u.FollowerCount != 0 {
+		t.Fatalf("after the unblock, ana has %d followers, want 0", u.FollowerCount)
+	}
+	a.do(http.MethodPut, fmt.Sprint("/api/following/", ana), btok, nil, http.StatusNoContent)
+	s.quiesce(t, 2*time.Minute)
+	if feed := a.feedMatchesTruth("bo follows ana again", bo, btok); countByAuthor(feed, ana) != 3 {
+		t.Fatalf("bo follows ana again: %d of ana's posts, want 3", countByAuthor(feed, ana))
+	}
+	if n := eventCount(t, s, "user.unblocked.v1"); n != 1 {
+		t.Fatalf("%d user.unblocked.v1 events, want 1", n)
+	}
+}
