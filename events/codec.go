@@ -78,8 +78,6 @@ func (c *Codec) Decode(typ string, payload json.RawMessage) (Event, error) {
 		e = &Blocked{}
 	case TypeUnblocked:
 		e = &Unblocked{}
-	case TypePostEdited:
-		e = &PostEdited{}
 	default:
 		return nil, fmt.Errorf("decode %q: %w", typ, ErrUnknownType)
 	}
@@ -113,8 +111,6 @@ func deref(e Event) Event {
 	case *Blocked:
 		return *v
 	case *Unblocked:
-		return *v
-	case *PostEdited:
 		return *v
 	}
 	return e

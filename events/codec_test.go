@@ -19,7 +19,6 @@ func TestRoundTrip(t *testing.T) {
 		Unmuted{MuterID: 21, MutedID: 16, Following: true, MutedFollowers: 2},
 		Blocked{BlockerID: 22, BlockedID: 17},
 		Unblocked{BlockerID: 22, BlockedID: 17},
-		PostEdited{PostID: 5, AuthorID: 13, Content: "edited <b>\u2028", EditedAt: created},
 	}
 	for _, want := range cases {
 		t.Run(want.EventType(), func(t *testing.T) {

@@ -44,8 +44,6 @@ func newEvent(typ string) Event {
 		return &Blocked{}
 	case TypeUnblocked:
 		return &Unblocked{}
-	case TypePostEdited:
-		return &PostEdited{}
 	}
 	return nil
 }

@@ -23,7 +23,6 @@ const (
 	TypeUnmuted        = "user.unmuted.v1"
 	TypeBlocked        = "user.blocked.v1"
 	TypeUnblocked      = "user.unblocked.v1"
-	TypePostEdited     = "post.edited.v1"
 )
 
 // Event is implemented by every payload type.
@@ -119,37 +118,26 @@ type Unblocked struct {
 	BlockedID int64 `json:"blockedId,string"`
 }
 
-// PostEdited: the author replaced a post's content. createdAt, and so the
-// post's place in every feed, stays; EditedAt is the edit's time.
-type PostEdited struct {
-	PostID   int64     `json:"postId,string"`
-	AuthorID int64     `json:"authorId,string"`
-	Content  string    `json:"content"`
-	EditedAt time.Time `json:"editedAt"`
-}
-
 func (UserRegistered) EventType() string { return TypeUserRegistered }
 func (Muted) EventType() string          { return TypeMuted }
 func (Unmuted) EventType() string        { return TypeUnmuted }
 func (Blocked) EventType() string        { return TypeBlocked }
 func (Unblocked) EventType() string      { return TypeUnblocked }
-func (PostEdited) EventType() string     { return TypePostEdited }
 
-func (e Muted) StreamID() string      { return MuteStream(e.MuterID, e.MutedID) }
-func (e Unmuted) StreamID() string    { return MuteStream(e.MuterID, e.MutedID) }
-func (e Blocked) StreamID() string    { return BlockStream(e.BlockerID, e.BlockedID) }
-func (e Unblocked) StreamID() string  { return BlockStream(e.BlockerID, e.BlockedID) }
-func (e PostEdited) StreamID() string { return PostStream(e.PostID) }
+func (e Muted) StreamID() string     { return MuteStream(e.MuterID, e.MutedID) }
+func (e Unmuted) StreamID() string   { return MuteStream(e.MuterID, e.MutedID) }
+func (e Blocked) StreamID() string   { return BlockStream(e.BlockerID, e.BlockedID) }
+func (e Unblocked) StreamID() string { return BlockStream(e.BlockerID, e.BlockedID) }
 
-func (e Muted) AudienceKey() int64      { return e.MutedID }
-func (e Unmuted) AudienceKey() int64    { return e.MutedID }
-func (e Blocked) AudienceKey() int64    { return e.BlockedID }
-func (e Unblocked) AudienceKey() int64  { return e.BlockedID }
-func (e PostEdited) AudienceKey() int64 { return e.AuthorID }
-func (PostCreated) EventType() string   { return TypePostCreated }
-func (PostDeleted) EventType() string   { return TypePostDeleted }
-func (Followed) EventType() string      { return TypeFollowed }
-func (Unfollowed) EventType() string    { return TypeUnfollowed }
+func (e Muted) AudienceKey() int64     { return e.MutedID }
+func (e Unmuted) AudienceKey() int64   { return e.MutedID }
+func (e Blocked) AudienceKey() int64   { return e.BlockedID }
+func (e Unblocked) AudienceKey() int64 { return e.BlockedID }
+
+func (PostCreated) EventType() string { return TypePostCreated }
+func (PostDeleted) EventType() string { return TypePostDeleted }
+func (Followed) EventType() string    { return TypeFollowed }
+func (Unfollowed) EventType() string  { return TypeUnfollowed }
 
 func (e UserRegistered) StreamID() string { return UserStream(e.UserID) }
 func (e PostCreated) StreamID() string    { return PostStream(e.PostID) }
@@ -166,8 +154,7 @@ func (e Unfollowed) AudienceKey() int64     { return e.FolloweeID }
 // UserStream is the stream of one account's registration.
 func UserStream(userID int64) string { return "user-" + strconv.FormatInt(userID, 10) }
 
-// PostStream is the stream of one post: created at version 1, then its
-// edits, then at most one deletion.
+// PostStream is the stream of one post: created at version 1, deleted at 2.
 func PostStream(postID int64) string { return "post-" + strconv.FormatInt(postID, 10) }
 
 // FollowStream is the stream of one (follower, followee) relationship; its

@@ -20,7 +20,6 @@ var audienceField = map[string]string{
 	TypeUnmuted:        "mutedId",
 	TypeBlocked:        "blockedId",
 	TypeUnblocked:      "blockedId",
-	TypePostEdited:     "authorId",
 }
 
 // AudienceKeyOf returns the audience key of a stored event (its Kafka key,

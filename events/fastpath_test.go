@@ -27,7 +27,6 @@ func TestAudienceFastPath(t *testing.T) {
 		Unmuted{MuterID: 21, MutedID: 16, Following: true, MutedFollowers: 2},
 		Blocked{BlockerID: 22, BlockedID: 17},
 		Unblocked{BlockerID: 22, BlockedID: 17},
-		PostEdited{PostID: 5, AuthorID: 13, Content: "edited <b>\u2028", EditedAt: now},
 	}
 	if len(evs) != len(audienceField) {
 		t.Fatalf("%d types tested, %d in audienceField", len(evs), len(audienceField))

@@ -25,7 +25,6 @@ func testEnvelopes(t testing.TB) []Envelope {
 		Unmuted{MuterID: 21, MutedID: 16, Following: true, MutedFollowers: 2},
 		Blocked{BlockerID: 22, BlockedID: 17},
 		Unblocked{BlockerID: 22, BlockedID: 17},
-		PostEdited{PostID: 5, AuthorID: 13, Content: "edited <b>\u2028", EditedAt: now},
 	}
 	var out []Envelope
 	for i, e := range evs {

@@ -278,7 +278,7 @@ func isPostEvent(typ string) bool {
 func isCurrentType(typ string) bool {
 	switch typ {
 	case events.TypeUserRegistered, events.TypePostCreated, events.TypePostDeleted, events.TypeFollowed, events.TypeUnfollowed,
-		events.TypeMuted, events.TypeUnmuted, events.TypeBlocked, events.TypeUnblocked, events.TypePostEdited:
+		events.TypeMuted, events.TypeUnmuted, events.TypeBlocked, events.TypeUnblocked:
 		return true
 	}
 	return false

@@ -58,7 +58,7 @@ func (f Filter) Validate() error {
 var knownTypes = []string{
 	events.TypeUserRegistered, events.TypePostCreated, events.TypePostDeleted,
 	events.TypeFollowed, events.TypeUnfollowed, events.TypeMuted, events.TypeUnmuted,
-	events.TypeBlocked, events.TypeUnblocked, events.TypePostEdited,
+	events.TypeBlocked, events.TypeUnblocked,
 }
 
 // Match reports whether e passes every condition of the filter. A commit

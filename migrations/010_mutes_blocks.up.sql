@@ -1,5 +1,5 @@
--- Mutes, blocks and edits (inline projections of user.muted.v1 /
--- user.unmuted.v1, user.blocked.v1 / user.unblocked.v1 and post.edited.v1).
+-- Mutes and blocks (inline projections of user.muted.v1 / user.unmuted.v1
+-- and user.blocked.v1 / user.unblocked.v1).
 -- A mute hides the muted account's posts from the muter's home feed and
 -- keeps any follow; a block removes the follows between the two (with
 -- their Unfollowed events) and forbids new ones while it stands.
@@ -21,7 +21,3 @@ CREATE TABLE blocks (
     CHECK (blocker_id <> blocked_id)
 );
 CREATE INDEX blocks_blocked_idx ON blocks (blocked_id, blocker_id);
-
--- The last edit of a post (NULL: never edited); created_at, which orders
--- feeds, never changes.
-ALTER TABLE posts ADD COLUMN edited_at timestamptz;
