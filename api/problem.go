@@ -99,6 +99,9 @@ func problemFor(err error) (p Problem, internal bool) {
 	case errors.Is(err, errUnauthenticated), errors.Is(err, auth.ErrInvalidToken):
 		p = probUnauthorized
 		p.Detail = "a valid identity is required"
+	case errors.Is(err, commands.ErrBlocked):
+		p = probForbidden
+		p.Detail = "one of these accounts blocks the other: no follow while the block stands"
 	case errors.Is(err, commands.ErrForbidden):
 		p = probForbidden
 		p.Detail = "only the owner may do this"

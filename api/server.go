@@ -248,6 +248,10 @@ func (s *Server) routes() http.Handler {
 	r.Handle("/api/posts/{id}", s.authed(s.deletePost)).Methods(http.MethodDelete)
 	r.Handle("/api/following/{userId}", s.authed(s.follow)).Methods(http.MethodPut)
 	r.Handle("/api/following/{userId}", s.authed(s.unfollow)).Methods(http.MethodDelete)
+	r.Handle("/api/muting/{userId}", s.authed(s.mute)).Methods(http.MethodPut)
+	r.Handle("/api/muting/{userId}", s.authed(s.unmute)).Methods(http.MethodDelete)
+	r.Handle("/api/blocking/{userId}", s.authed(s.block)).Methods(http.MethodPut)
+	r.Handle("/api/blocking/{userId}", s.authed(s.unblock)).Methods(http.MethodDelete)
 	s.router = r
 	a, err := newAllowedMethods(r)
 	if err != nil {

@@ -97,8 +97,14 @@ type Commands struct {
 	// Unfollow reports whether it changed anything (false: was not
 	// following).
 	Unfollow *Handler[Unfollow, bool]
-	db       DB
-	cfg      Config
+	// Mute and Unmute report whether they changed anything.
+	Mute   *Handler[Mute, bool]
+	Unmute *Handler[Unmute, bool]
+	// Block and Unblock report whether they changed anything.
+	Block   *Handler[Block, bool]
+	Unblock *Handler[Unblock, bool]
+	db      DB
+	cfg     Config
 }
 
 // New builds every handler. ids issues post ids; its node id must be unique
@@ -122,6 +128,10 @@ func New(db DB, ids *snowflake.Generator, cfg Config) (*Commands, error) {
 		DeletePost:   newHandler(tx, "delete-post", deletePost),
 		Follow:       newHandler(tx, "follow", follow),
 		Unfollow:     newHandler(tx, "unfollow", unfollow),
+		Mute:         newHandler(tx, "mute", mute),
+		Unmute:       newHandler(tx, "unmute", unmute),
+		Block:        newHandler(tx, "block", block),
+		Unblock:      newHandler(tx, "unblock", unblock),
 		db:           db,
 		cfg:          cfg,
 	}, nil

@@ -16,6 +16,9 @@ var (
 	// ErrForbidden means the actor may not do this to that resource (deleting
 	// another author's post).
 	ErrForbidden = errors.New("forbidden")
+	// ErrBlocked means a follow between two accounts one of which blocks
+	// the other. It matches ErrForbidden with errors.Is.
+	ErrBlocked = fmt.Errorf("one of the accounts blocks the other: %w", ErrForbidden)
 	// ErrVersionConflict means another transaction appended to the same
 	// stream first, and retries did not get past it. Retrying later may work.
 	ErrVersionConflict = errors.New("version conflict")

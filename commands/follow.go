@@ -30,7 +30,8 @@ func follow(ctx context.Context, tx pgx.Tx, cmd Follow) (bool, error) {
 }
 
 // changeFollow is Follow (follow true) and Unfollow (false): lock both
-// users, insert or delete the follows row, and only when that changed
+// users, refuse a follow between two accounts one of which blocks the
+// other (ErrForbidden), insert or delete the follows row, and only when that changed
 // something, move both counts and append Followed or Unfollowed at the
 // pair stream's next version.
 func changeFollow(ctx context.Context, tx pgx.Tx, follower, followee int64, trace Trace, follow bool) (bool, error) {
@@ -39,6 +40,15 @@ func changeFollow(ctx context.Context, tx pgx.Tx, follower, followee int64, trac
 	}
 	if err := lockUsers(ctx, tx, follower, followee); err != nil {
 		return false, err
+	}
+	if follow {
+		blocked, err := blockedBetween(ctx, tx, follower, followee)
+		if err != nil {
+			return false, err
+		}
+		if blocked {
+			return false, fmt.Errorf("follow %d -> %d: %w", follower, followee, ErrBlocked)
+		}
 	}
 	sql, delta := `DELETE FROM follows WHERE follower_id = $1 AND followee_id = $2`, int64(-1)
 	if follow {

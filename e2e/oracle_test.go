@@ -387,8 +387,8 @@ func (o *oracle) readModels() {
 			ids = append(ids, id)
 		}
 		slices.Sort(ids)
-		if !slices.Equal(ids, o.Following[u]) {
-			d = append(d, fmt.Sprintf("following: following:{%d} is %v, SQL %v", u, ids, o.Following[u]))
+		if want := o.Shown(u); !slices.Equal(ids, want) {
+			d = append(d, fmt.Sprintf("following: following:{%d} is %v, SQL (follows less mutes) %v", u, ids, want))
 		}
 		if len(d) > 0 {
 			bad = append(bad, mismatch{who: fmt.Sprint("user ", u), diffs: d})
@@ -460,6 +460,26 @@ func (o *oracle) coverageBefore() {
 	for _, u := range o.wd.users {
 		if _, err := o.s.Redis.ZScore(ctx, o.s.Keys.Timeline(u), readmodel.SentinelFloor).Result(); err == nil {
 			timelineFloors++
+		}
+	}
+	var mutes, unmutes, blocks, unblocks, mutedFollowed int64
+	err = o.s.DB.Pool.QueryRow(ctx, `SELECT
+		count(*) FILTER (WHERE type = 'user.muted.v1'),
+		count(*) FILTER (WHERE type = 'user.unmuted.v1'),
+		count(*) FILTER (WHERE type = 'user.blocked.v1'),
+		count(*) FILTER (WHERE type = 'user.unblocked.v1'),
+		(SELECT count(*) FROM mutes m JOIN follows f ON f.follower_id = m.muter_id AND f.followee_id = m.muted_id)
+		FROM events`).Scan(&mutes, &unmutes, &blocks, &unblocks, &mutedFollowed)
+	if err != nil {
+		o.fatalf("count mutes and blocks: %v", err)
+	}
+	o.t.Logf("coverage: %d mutes, %d unmutes, %d blocks, %d unblocks; %d followed accounts muted at the end", mutes, unmutes, blocks, unblocks, mutedFollowed)
+	for _, c := range []struct {
+		what string
+		n    int64
+	}{{"mutes", mutes}, {"unmutes", unmutes}, {"blocks", blocks}, {"unblocks", unblocks}, {"followed accounts muted at the end", mutedFollowed}} {
+		if c.n == 0 {
+			o.errorf("coverage: the run produced no %s", c.what)
 		}
 	}
 	o.t.Logf("coverage: %d celebrities at the end, %d upward and %d downward crossings (%d authors stayed below), %d posts by celebrities (pulled); before the oracle's reads: %d built inboxes, %d inboxes with a floor, %d timelines with a floor",

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -50,6 +51,10 @@ const (
 	opUnfollowNone
 	opDelete
 	opRead
+	opMute
+	opUnmute
+	opBlock
+	opUnblock
 	opBurst
 )
 
@@ -60,18 +65,21 @@ var mix = []struct {
 }{
 	{opPost, 32}, {opPostReplay, 2}, {opFollow, 30}, {opFollowAgain, 2},
 	{opUnfollow, 9}, {opUnfollowNone, 1}, {opDelete, 7}, {opRead, 17},
+	{opMute, 4}, {opUnmute, 2}, {opBlock, 1}, {opUnblock, 1},
 }
 
 // stats counts what the workload did.
 type stats struct {
 	users, posts, replays, follows, followAgain, unfollows, unfollowNone,
-	deletes, reads, bursts, burstUnfollows, burstRefollows, retries atomic.Int64
+	deletes, reads, bursts, burstUnfollows, burstRefollows, retries,
+	mutes, unmutes, blocks, unblocks, blockedFollows atomic.Int64
 }
 
 func (s *stats) String() string {
-	return fmt.Sprintf("%d users, %d posts (%d replayed with their Idempotency-Key), %d deletes, %d follows (+%d repeated), %d unfollows (+%d of non-followed), %d feed reads, %d bursts (%d unfollows, %d refollows), %d retried answers",
-		s.users.Load(), s.posts.Load(), s.replays.Load(), s.deletes.Load(), s.follows.Load(), s.followAgain.Load(),
-		s.unfollows.Load(), s.unfollowNone.Load(), s.reads.Load(), s.bursts.Load(), s.burstUnfollows.Load(), s.burstRefollows.Load(), s.retries.Load())
+	return fmt.Sprintf("%d users, %d posts (%d replayed with their Idempotency-Key), %d deletes, %d follows (+%d repeated, %d refused by a block), %d unfollows (+%d of non-followed), %d mutes, %d unmutes, %d blocks, %d unblocks, %d feed reads, %d bursts (%d unfollows, %d refollows), %d retried answers",
+		s.users.Load(), s.posts.Load(), s.replays.Load(), s.deletes.Load(), s.follows.Load(), s.followAgain.Load(), s.blockedFollows.Load(),
+		s.unfollows.Load(), s.unfollowNone.Load(), s.mutes.Load(), s.unmutes.Load(), s.blocks.Load(), s.unblocks.Load(),
+		s.reads.Load(), s.bursts.Load(), s.burstUnfollows.Load(), s.burstRefollows.Load(), s.retries.Load())
 }
 
 // world is the workload's view of what it did, used only to choose the
@@ -89,6 +97,8 @@ type world struct {
 	following map[int64]map[int64]bool // follower -> followees
 	followers map[int64]map[int64]bool // followee -> followers
 	live      map[int64][]int64        // author -> posts not deleted
+	muted     [][2]int64               // (muter, muted) pairs the workload muted
+	blocked   [][2]int64               // (blocker, blocked) pairs the workload blocked
 }
 
 // run registers the users, then plays the operations from w.Workers
@@ -301,6 +311,47 @@ func (c *client) do(kind opKind, i int) error {
 		return c.deleteSome()
 	case opRead:
 		return c.read()
+	case opMute:
+		// Mostly an account the muter follows (its posts are in the
+		// inbox or pulled), sometimes any.
+		f, e, ok := c.existingFollow()
+		if !ok || c.rng.IntN(4) == 0 {
+			f, e = c.uniform(), c.popular()
+		}
+		if f == e {
+			return nil
+		}
+		return c.pairCall(http.MethodPut, "/api/muting/", f, e, &c.muted, &c.st.mutes)
+	case opUnmute:
+		f, e, ok := c.takePair(&c.muted)
+		if !ok {
+			return nil
+		}
+		return c.pairCall(http.MethodDelete, "/api/muting/", f, e, nil, &c.st.unmutes)
+	case opBlock:
+		f, e, ok := c.existingFollow()
+		if !ok {
+			return nil
+		}
+		if c.rng.IntN(2) == 0 {
+			f, e = e, f // the followee blocks the follower
+		}
+		if err := c.pairCall(http.MethodPut, "/api/blocking/", f, e, &c.blocked, &c.st.blocks); err != nil {
+			return err
+		}
+		c.mu.Lock()
+		for _, p := range [2][2]int64{{f, e}, {e, f}} {
+			delete(c.following[p[0]], p[1])
+			delete(c.followers[p[1]], p[0])
+		}
+		c.mu.Unlock()
+		return nil
+	case opUnblock:
+		f, e, ok := c.takePair(&c.blocked)
+		if !ok {
+			return nil
+		}
+		return c.pairCall(http.MethodDelete, "/api/blocking/", f, e, nil, &c.st.unblocks)
 	case opBurst:
 		return c.burstDown(i, c.rng.IntN(2) == 0)
 	}
@@ -325,8 +376,43 @@ func (c *client) post(author int64, content, key string) (apiPost, error) {
 	return p, nil
 }
 
+// pairCall is a PUT or DELETE of path+b as a, which must be 204; a pair
+// list, when given, records (a, b).
+func (c *client) pairCall(method, path string, a, b int64, list *[][2]int64, n *atomic.Int64) error {
+	if err := c.s.call(c.ctx, method, path+itoa(b), c.tokens[a], "", nil, nil, http.StatusNoContent, &c.st.retries); err != nil {
+		return err
+	}
+	if list != nil {
+		c.mu.Lock()
+		*list = append(*list, [2]int64{a, b})
+		c.mu.Unlock()
+	}
+	n.Add(1)
+	return nil
+}
+
+// takePair removes and returns a random pair of list.
+func (c *client) takePair(list *[][2]int64) (a, b int64, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(*list) == 0 {
+		return 0, 0, false
+	}
+	j := c.rng.IntN(len(*list))
+	p := (*list)[j]
+	*list = slices.Delete(*list, j, j+1)
+	return p[0], p[1], true
+}
+
+// follow follows followee as follower; a follow between two accounts one
+// of which blocks the other is 403, and is counted, not recorded.
 func (c *client) follow(follower, followee int64) error {
-	if err := c.s.call(c.ctx, http.MethodPut, "/api/following/"+itoa(followee), c.tokens[follower], "", nil, nil, http.StatusNoContent, &c.st.retries); err != nil {
+	err := c.s.call(c.ctx, http.MethodPut, "/api/following/"+itoa(followee), c.tokens[follower], "", nil, nil, http.StatusNoContent, &c.st.retries)
+	if se := (*statusError)(nil); errors.As(err, &se) && se.status == http.StatusForbidden {
+		c.st.blockedFollows.Add(1)
+		return nil
+	}
+	if err != nil {
 		return err
 	}
 	c.mu.Lock()

@@ -70,6 +70,14 @@ func (c *Codec) Decode(typ string, payload json.RawMessage) (Event, error) {
 		e = &Followed{}
 	case TypeUnfollowed:
 		e = &Unfollowed{}
+	case TypeMuted:
+		e = &Muted{}
+	case TypeUnmuted:
+		e = &Unmuted{}
+	case TypeBlocked:
+		e = &Blocked{}
+	case TypeUnblocked:
+		e = &Unblocked{}
 	default:
 		return nil, fmt.Errorf("decode %q: %w", typ, ErrUnknownType)
 	}
@@ -95,6 +103,14 @@ func deref(e Event) Event {
 	case *Followed:
 		return *v
 	case *Unfollowed:
+		return *v
+	case *Muted:
+		return *v
+	case *Unmuted:
+		return *v
+	case *Blocked:
+		return *v
+	case *Unblocked:
 		return *v
 	}
 	return e

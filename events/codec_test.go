@@ -15,6 +15,10 @@ func TestRoundTrip(t *testing.T) {
 		PostDeleted{PostID: 1 << 62, AuthorID: 7, DeletedAt: created},
 		Followed{FollowerID: 1, FolloweeID: 7, FolloweeFollowers: 4},
 		Unfollowed{FollowerID: 1, FolloweeID: 7, FolloweeFollowers: 3},
+		Muted{MuterID: 21, MutedID: 16, Following: true, MutedFollowers: 2},
+		Unmuted{MuterID: 21, MutedID: 16, Following: true, MutedFollowers: 2},
+		Blocked{BlockerID: 22, BlockedID: 17},
+		Unblocked{BlockerID: 22, BlockedID: 17},
 	}
 	for _, want := range cases {
 		t.Run(want.EventType(), func(t *testing.T) {

@@ -36,6 +36,14 @@ func newEvent(typ string) Event {
 		return &Followed{}
 	case TypeUnfollowed:
 		return &Unfollowed{}
+	case TypeMuted:
+		return &Muted{}
+	case TypeUnmuted:
+		return &Unmuted{}
+	case TypeBlocked:
+		return &Blocked{}
+	case TypeUnblocked:
+		return &Unblocked{}
 	}
 	return nil
 }

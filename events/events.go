@@ -19,6 +19,10 @@ const (
 	TypePostDeleted    = "post.deleted.v1"
 	TypeFollowed       = "user.followed.v1"
 	TypeUnfollowed     = "user.unfollowed.v1"
+	TypeMuted          = "user.muted.v1"
+	TypeUnmuted        = "user.unmuted.v1"
+	TypeBlocked        = "user.blocked.v1"
+	TypeUnblocked      = "user.unblocked.v1"
 )
 
 // Event is implemented by every payload type.
@@ -76,11 +80,64 @@ type Unfollowed struct {
 	FolloweeFollowers int64 `json:"followeeFollowers"`
 }
 
+// Muted: MuterID no longer wants MutedID's posts in their home feed; the
+// follow between them, if any, stays. Mutes are facts of the muted
+// account's audience (keyed by MutedID), so they sit in commit order with
+// that account's posts and follows. Following and MutedFollowers are the
+// state of the pair in the same transaction: whether the muter follows the
+// muted account, and that account's follower count.
+type Muted struct {
+	MuterID        int64 `json:"muterId,string"`
+	MutedID        int64 `json:"mutedId,string"`
+	Following      bool  `json:"following"`
+	MutedFollowers int64 `json:"mutedFollowers"`
+}
+
+// Unmuted: MuterID wants MutedID's posts again. Following and
+// MutedFollowers as in Muted: an unmute of a followed account below the
+// celebrity threshold brings its recent posts back into the inbox, as a
+// follow does.
+type Unmuted struct {
+	MuterID        int64 `json:"muterId,string"`
+	MutedID        int64 `json:"mutedId,string"`
+	Following      bool  `json:"following"`
+	MutedFollowers int64 `json:"mutedFollowers"`
+}
+
+// Blocked: BlockerID blocked BlockedID. The same transaction removed every
+// follow between the two (each with its own Unfollowed), and neither can
+// follow the other while the block stands.
+type Blocked struct {
+	BlockerID int64 `json:"blockerId,string"`
+	BlockedID int64 `json:"blockedId,string"`
+}
+
+// Unblocked: BlockerID lifted the block of BlockedID. No follow comes back.
+type Unblocked struct {
+	BlockerID int64 `json:"blockerId,string"`
+	BlockedID int64 `json:"blockedId,string"`
+}
+
 func (UserRegistered) EventType() string { return TypeUserRegistered }
-func (PostCreated) EventType() string    { return TypePostCreated }
-func (PostDeleted) EventType() string    { return TypePostDeleted }
-func (Followed) EventType() string       { return TypeFollowed }
-func (Unfollowed) EventType() string     { return TypeUnfollowed }
+func (Muted) EventType() string          { return TypeMuted }
+func (Unmuted) EventType() string        { return TypeUnmuted }
+func (Blocked) EventType() string        { return TypeBlocked }
+func (Unblocked) EventType() string      { return TypeUnblocked }
+
+func (e Muted) StreamID() string     { return MuteStream(e.MuterID, e.MutedID) }
+func (e Unmuted) StreamID() string   { return MuteStream(e.MuterID, e.MutedID) }
+func (e Blocked) StreamID() string   { return BlockStream(e.BlockerID, e.BlockedID) }
+func (e Unblocked) StreamID() string { return BlockStream(e.BlockerID, e.BlockedID) }
+
+func (e Muted) AudienceKey() int64     { return e.MutedID }
+func (e Unmuted) AudienceKey() int64   { return e.MutedID }
+func (e Blocked) AudienceKey() int64   { return e.BlockedID }
+func (e Unblocked) AudienceKey() int64 { return e.BlockedID }
+
+func (PostCreated) EventType() string { return TypePostCreated }
+func (PostDeleted) EventType() string { return TypePostDeleted }
+func (Followed) EventType() string    { return TypeFollowed }
+func (Unfollowed) EventType() string  { return TypeUnfollowed }
 
 func (e UserRegistered) StreamID() string { return UserStream(e.UserID) }
 func (e PostCreated) StreamID() string    { return PostStream(e.PostID) }
@@ -104,4 +161,16 @@ func PostStream(postID int64) string { return "post-" + strconv.FormatInt(postID
 // versions order that pair's follows and unfollows.
 func FollowStream(followerID, followeeID int64) string {
 	return "follow-" + strconv.FormatInt(followerID, 10) + "-" + strconv.FormatInt(followeeID, 10)
+}
+
+// MuteStream is the stream of one (muter, muted) pair; its versions
+// alternate Muted (odd) and Unmuted (even).
+func MuteStream(muterID, mutedID int64) string {
+	return "mute-" + strconv.FormatInt(muterID, 10) + "-" + strconv.FormatInt(mutedID, 10)
+}
+
+// BlockStream is the stream of one (blocker, blocked) pair; its versions
+// alternate Blocked (odd) and Unblocked (even).
+func BlockStream(blockerID, blockedID int64) string {
+	return "block-" + strconv.FormatInt(blockerID, 10) + "-" + strconv.FormatInt(blockedID, 10)
 }

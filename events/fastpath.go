@@ -16,6 +16,10 @@ var audienceField = map[string]string{
 	TypePostDeleted:    "authorId",
 	TypeFollowed:       "followeeId",
 	TypeUnfollowed:     "followeeId",
+	TypeMuted:          "mutedId",
+	TypeUnmuted:        "mutedId",
+	TypeBlocked:        "blockedId",
+	TypeUnblocked:      "blockedId",
 }
 
 // AudienceKeyOf returns the audience key of a stored event (its Kafka key,

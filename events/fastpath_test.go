@@ -23,6 +23,10 @@ func TestAudienceFastPath(t *testing.T) {
 		PostDeleted{PostID: 5, AuthorID: 13, DeletedAt: now},
 		Followed{FollowerID: 99, FolloweeID: 14, FolloweeFollowers: 1},
 		Unfollowed{FollowerID: 98, FolloweeID: 15},
+		Muted{MuterID: 21, MutedID: 16, Following: true, MutedFollowers: 2},
+		Unmuted{MuterID: 21, MutedID: 16, Following: true, MutedFollowers: 2},
+		Blocked{BlockerID: 22, BlockedID: 17},
+		Unblocked{BlockerID: 22, BlockedID: 17},
 	}
 	if len(evs) != len(audienceField) {
 		t.Fatalf("%d types tested, %d in audienceField", len(evs), len(audienceField))

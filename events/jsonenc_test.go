@@ -21,6 +21,10 @@ func testEnvelopes(t testing.TB) []Envelope {
 		PostDeleted{PostID: 5, AuthorID: 13, DeletedAt: now},
 		Followed{FollowerID: 99, FolloweeID: 14, FolloweeFollowers: 1},
 		Unfollowed{FollowerID: 98, FolloweeID: 15},
+		Muted{MuterID: 21, MutedID: 16, Following: true, MutedFollowers: 2},
+		Unmuted{MuterID: 21, MutedID: 16, Following: true, MutedFollowers: 2},
+		Blocked{BlockerID: 22, BlockedID: 17},
+		Unblocked{BlockerID: 22, BlockedID: 17},
 	}
 	var out []Envelope
 	for i, e := range evs {

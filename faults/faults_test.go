@@ -296,9 +296,9 @@ func (o *convergence) explain() string {
 		if err != nil {
 			return err.Error()
 		}
-		if n == 0 && len(truth.Following[u]) > 0 {
+		if n == 0 && len(truth.Shown(u)) > 0 {
 			absentSets++
-		} else if n != int64(len(truth.Following[u])) {
+		} else if n != int64(len(truth.Shown(u))) {
 			wrongSets++
 		}
 	}

@@ -246,7 +246,7 @@ type Decoded struct {
 	Ev  events.Event
 }
 
-// ApplyBatch applies follow events, in order, in one pipeline, with the
+// ApplyBatch applies follow and mute events, in order, in one pipeline, with the
 // same scripts and effects as Apply. Order is kept: one connection, one
 // pipeline. On NOSCRIPT the scripts are loaded and the whole batch runs
 // again, which the per-pair version guard makes harmless.
@@ -254,12 +254,12 @@ func (p *Followers) ApplyBatch(ctx context.Context, batch []Decoded) error {
 	n := 0
 	for _, d := range batch {
 		switch d.Ev.(type) {
-		case events.Followed, events.Unfollowed:
+		case events.Followed, events.Unfollowed, events.Muted, events.Unmuted:
 		default:
 			continue
 		}
 		if d.Env.StreamVersion < 1 {
-			return fmt.Errorf("follow event %s without stream version: %w", d.Env.EventID, ErrPermanent)
+			return fmt.Errorf("follow or mute event %s without stream version: %w", d.Env.EventID, ErrPermanent)
 		}
 		n++
 	}
@@ -275,6 +275,12 @@ func (p *Followers) ApplyBatch(ctx context.Context, batch []Decoded) error {
 				follower, followee, after, follow = e.FollowerID, e.FolloweeID, e.FolloweeFollowers, true
 			case events.Unfollowed:
 				follower, followee, after = e.FollowerID, e.FolloweeID, e.FolloweeFollowers
+			case events.Muted:
+				p.follows.QueueApplyMute(ctx, pipe, e.MuterID, e.MutedID, d.Env.StreamVersion)
+				continue
+			case events.Unmuted:
+				p.follows.QueueApplyMute(ctx, pipe, e.MuterID, e.MutedID, d.Env.StreamVersion)
+				continue
 			default:
 				continue
 			}

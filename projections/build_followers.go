@@ -40,6 +40,10 @@ func (p *Followers) BuildFollowers(ctx context.Context, pg Querier, horizon uint
 	}
 	n := int64(len(edges))
 	edges = newestPerPair(edges)
+	mutes, err := readMutes(ctx, pg, horizon)
+	if err != nil {
+		return n, err
+	}
 
 	progress.Stage("write followers", "pairs", int64(len(edges)))
 	if err := p.writeFollowerHashes(ctx, edges, last, progress); err != nil {
@@ -49,7 +53,7 @@ func (p *Followers) BuildFollowers(ctx context.Context, pg Querier, horizon uint
 		return cmp.Or(cmp.Compare(a.follower, b.follower), cmp.Compare(a.followee, b.followee))
 	})
 	progress.Stage("write following", "pairs", int64(len(edges)))
-	if err := p.writeFollowing(ctx, edges, progress); err != nil {
+	if err := p.writeFollowing(ctx, edges, mutes, progress); err != nil {
 		return n, err
 	}
 	return n, nil
@@ -79,6 +83,39 @@ WHERE type IN ('user.followed.v1', 'user.unfollowed.v1') AND tx_id < $1::text::x
 // parallel sequential scan where they are most of it: 0.9 s for 6.2M
 // events): at least the number below any horizon taken before it ran.
 const followEventCountSQL = `SELECT count(*) FROM events WHERE type IN ('user.followed.v1', 'user.unfollowed.v1')`
+
+// muteEventsSQL is every mute-pair event below the horizon: few beside
+// the follows, so they are kept in a map.
+const muteEventsSQL = `SELECT stream_version, (payload->>'muterId')::bigint, (payload->>'mutedId')::bigint
+FROM events
+WHERE type IN ('user.muted.v1', 'user.unmuted.v1') AND tx_id < $1::text::xid8`
+
+// readMutes returns, per muter, each mute pair's newest stream version
+// below horizon (odd: muted).
+func readMutes(ctx context.Context, pg Querier, horizon uint64) (map[int64]map[int64]int64, error) {
+	rows, err := pg.Query(ctx, muteEventsSQL, strconv.FormatUint(horizon, 10))
+	if err != nil {
+		return nil, fmt.Errorf("build followers: read mute events: %w", err)
+	}
+	defer rows.Close()
+	out := map[int64]map[int64]int64{}
+	for rows.Next() {
+		var version, muter, muted int64
+		if err := rows.Scan(&version, &muter, &muted); err != nil {
+			return nil, fmt.Errorf("build followers: read mute events: %w", err)
+		}
+		m := out[muter]
+		if m == nil {
+			m = map[int64]int64{}
+			out[muter] = m
+		}
+		m[muted] = max(m[muted], version)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("build followers: read mute events: %w", err)
+	}
+	return out, nil
+}
 
 // readFollowEdges reads every follow event below horizon in one streamed
 // query, in no particular order, into a slice sized by a count first:
@@ -249,12 +286,15 @@ func (p *Followers) writeFollowerHashes(ctx context.Context, edges []followEdge,
 	return nil
 }
 
-// writeFollowing writes following:{u} (the accounts u follows now) and
-// following_v:{u} (u's newest version of every pair), from edges sorted
-// by follower.
-func (p *Followers) writeFollowing(ctx context.Context, edges []followEdge, progress BuildProgress) error {
+// writeFollowing writes following:{u} (the accounts u follows and does
+// not mute now) and following_v:{u} (u's newest version of every follow
+// pair and, under readmodel.MuteField, of every mute pair), from edges
+// sorted by follower and mutes per muter.
+func (p *Followers) writeFollowing(ctx context.Context, edges []followEdge, mutes map[int64]map[int64]int64, progress BuildProgress) error {
 	w := newPipelines(ctx, p.rdb, progress)
 	eachRun(edges, func(e followEdge) int64 { return e.follower }, func(u int64, run []followEdge) {
+		muted := mutes[u]
+		delete(mutes, u)
 		for len(run) > 0 {
 			chunk := run[:min(len(run), followerChunk)]
 			run = run[len(chunk):]
@@ -262,16 +302,35 @@ func (p *Followers) writeFollowing(ctx context.Context, edges []followEdge, prog
 			var members []any
 			for _, e := range chunk {
 				vers = append(vers, e.followee, e.version())
-				if e.follows() {
+				if e.follows() && muted[e.followee]%2 == 0 {
 					members = append(members, e.followee)
 				}
 			}
-			p.follows.QueueBuildFollowing(w.ctx, w.pipe, u, vers, members, len(run) == 0)
+			last := len(run) == 0
+			if last {
+				vers = appendMuteFields(vers, muted)
+			}
+			p.follows.QueueBuildFollowing(w.ctx, w.pipe, u, vers, members, last)
 			w.added(len(vers)+len(members), len(chunk))
 		}
 	})
+	// Muters without a follow event: their state is their mutes alone.
+	for u, muted := range mutes {
+		vers := appendMuteFields(nil, muted)
+		p.follows.QueueBuildFollowing(w.ctx, w.pipe, u, vers, nil, true)
+		w.added(len(vers), 0)
+	}
 	if err := w.wait(); err != nil {
 		return fmt.Errorf("build followers: write following sets: %w", err)
 	}
 	return nil
+}
+
+// appendMuteFields appends the mute-pair versions of one muter as
+// following_v fields.
+func appendMuteFields(vers []any, muted map[int64]int64) []any {
+	for a, v := range muted {
+		vers = append(vers, readmodel.MuteField(a), v)
+	}
+	return vers
 }

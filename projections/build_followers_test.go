@@ -96,9 +96,25 @@ func TestBuildFollowersMatchesProjectorReplay(t *testing.T) {
 			toggle(a, users[13])
 		}
 	}
+	// Mutes: of followed and not followed accounts, muted, unmuted and
+	// muted again, and a muter who never follows anyone.
+	muting := map[[2]int64]bool{}
+	toggleMute := func(a, b int64) {
+		muting[[2]int64{a, b}] = !muting[[2]int64{a, b}]
+		w.mute(a, b, muting[[2]int64{a, b}])
+	}
+	for range 40 {
+		a, b := users[rng.IntN(len(users))], users[rng.IntN(len(users))]
+		if a != b {
+			toggleMute(a, b)
+		}
+	}
+	loner := w.user(true)
+	toggleMute(loner, users[1])
 	horizon := snapshotXmax(t, w)
 	before := len(w.envs)
 	toggle(users[2], users[3]) // after the horizon: not in the build
+	toggleMute(users[2], users[4])
 	toggle(users[4], users[0])
 
 	lc := cfg

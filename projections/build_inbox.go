@@ -73,8 +73,12 @@ const (
 FROM user_activity WHERE last_seen_at > now() - $1::interval + interval '1 second'
 ORDER BY user_id`
 	inboxPostsSQL = `SELECT author_id, id, created_at FROM posts WHERE NOT deleted`
-	inboxEdgesSQL = `SELECT follower_id, followee_id FROM follows
-WHERE follower_id >= $1 AND follower_id <= $2 ORDER BY follower_id`
+	// inboxEdgesSQL leaves out the follows whose follower mutes the
+	// followee: the fan-out does not push those, and an unmute backfills.
+	inboxEdgesSQL = `SELECT follower_id, followee_id FROM follows f
+WHERE follower_id >= $1 AND follower_id <= $2
+  AND NOT EXISTS (SELECT 1 FROM mutes m WHERE m.muter_id = f.follower_id AND m.muted_id = f.followee_id)
+ORDER BY follower_id`
 )
 
 // inboxPost is a post as the inbox build orders it: the feed's order,

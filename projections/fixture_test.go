@@ -108,6 +108,22 @@ func (w *world) unfollow(follower, followee int64) {
 	w.record(w.nextVersion(events.FollowStream(follower, followee)), events.Unfollowed{FollowerID: follower, FolloweeID: followee, FolloweeFollowers: n})
 }
 
+// mute records a Muted (on) or Unmuted of the pair, with the mutes row.
+func (w *world) mute(muter, muted int64, on bool) {
+	w.t.Helper()
+	if on {
+		w.exec(`INSERT INTO mutes (muter_id, muted_id) VALUES ($1, $2)`, muter, muted)
+	} else {
+		w.exec(`DELETE FROM mutes WHERE muter_id = $1 AND muted_id = $2`, muter, muted)
+	}
+	v := w.nextVersion(events.MuteStream(muter, muted))
+	if on {
+		w.record(v, events.Muted{MuterID: muter, MutedID: muted})
+	} else {
+		w.record(v, events.Unmuted{MuterID: muter, MutedID: muted})
+	}
+}
+
 // post creates a post one millisecond after the previous one.
 func (w *world) post(author int64) int64 {
 	w.t.Helper()

@@ -14,15 +14,16 @@ import (
 // reused for the author's next posts. Why that stays correct
 // (docs/projections.md, "Follower cache"):
 //
-//   - Follows change only with a Followed/Unfollowed event, in the same
-//     transaction, and that event is keyed by the followee: it sits in the
+//   - Follows and mutes change only with a Followed/Unfollowed or
+//     Muted/Unmuted event, in the same transaction, and that event is
+//     keyed by the followee (the muted account): it sits in the
 //     author's partition, in commit order with the author's posts. A list
 //     loaded while handling offset o holds every follow change committed
 //     before the load, which includes every change whose event is at or
 //     before o (CDC publishes an event only once its transaction is
 //     visible, docs/cdc.md "Visibility"); any later change has its event
 //     after o. The inbox projector drops an author's list when it handles
-//     a follow event of that author, so a list used for a post at offset
+//     a follow or mute event of that author, so a list used for a post at offset
 //     p has seen every follow change whose event lies before p; the
 //     changes it lacks have their events after p, exactly the case of a
 //     fresh query that ran before they committed (the follow backfill or

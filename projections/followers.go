@@ -10,7 +10,8 @@ import (
 )
 
 // Followers projects follower counts (`followers:{a}` field count), the
-// accounts each user follows (`following:{u}`) and the celebrity set.
+// accounts each user follows and does not mute (`following:{u}`) and the
+// celebrity set.
 //
 // A count never counts one event twice: the followee's hash also keeps,
 // per follower, the last applied stream version of the pair, and one script
@@ -48,7 +49,12 @@ func (p *Followers) Apply(ctx context.Context, env events.Envelope, ev events.Ev
 }
 
 // Ignores implements Selective: the follower counts, following sets and
-// the celebrity set are made of follow events only.
+// the celebrity set are made of follow and mute events only (a muted
+// account leaves the muter's following set, readmodel.Follows).
 func (*Followers) Ignores(typ string) bool {
-	return typ != events.TypeFollowed && typ != events.TypeUnfollowed && isCurrentType(typ)
+	switch typ {
+	case events.TypeFollowed, events.TypeUnfollowed, events.TypeMuted, events.TypeUnmuted:
+		return false
+	}
+	return isCurrentType(typ)
 }

@@ -78,6 +78,10 @@ func (p *Inbox) Apply(ctx context.Context, _ events.Envelope, ev events.Event) e
 		p.cache.drop(e.FolloweeID)
 	case events.Unfollowed:
 		p.cache.drop(e.FolloweeID)
+	case events.Muted:
+		p.cache.drop(e.MutedID)
+	case events.Unmuted:
+		p.cache.drop(e.MutedID)
 	}
 	switch e := ev.(type) {
 	case events.PostCreated:
@@ -115,12 +119,33 @@ func (p *Inbox) Apply(ctx context.Context, _ events.Envelope, ev events.Event) e
 		if p.pol.CrossedDown(e.FolloweeFollowers) {
 			return p.crossDown(ctx, e.FolloweeID)
 		}
+	case events.Muted:
+		// The read hides the muted author at once (following:{u}); this
+		// only reclaims the entries, as an unfollow does.
+		if e.Following {
+			return p.removeAuthor(ctx, e.MuterID, e.MutedID)
+		}
+	case events.Unmuted:
+		// The author's posts of the mute's time were not pushed to the
+		// muter (the fan-out skips muters): bring the recent ones back as
+		// a follow does.
+		if !e.Following || p.pol.IsCelebrity(e.MutedFollowers) {
+			return nil
+		}
+		bf, err := p.loadBackfill(ctx, e.MutedID)
+		if err != nil {
+			return err
+		}
+		return p.backfill(ctx, []int64{e.MuterID}, bf, true)
 	}
 	return nil
 }
 
 // Follower queries. The active one is a keyset-paged query: only
-// users who read their feed within InactiveAfter get pushes. Its second
+// users who read their feed within InactiveAfter get pushes, and never a
+// follower who mutes the author (mutes are keyed by the muted account, so
+// they sit in the author's partition in commit order with its posts and
+// follows, as the follower cache needs). Its second
 // column says whether the follower was last seen longer ago than the inbox
 // TTL (InactiveAfter minus InboxTTLMargin): that follower's inbox has
 // expired, and a push would recreate it, so it gets the script (with the
@@ -129,6 +154,7 @@ const (
 	activeFollowersSQL = `SELECT f.follower_id, a.last_seen_at <= now() - $5::interval FROM follows f
 JOIN user_activity a ON a.user_id = f.follower_id
 WHERE f.followee_id = $1 AND f.follower_id > $2 AND a.last_seen_at > now() - $3::interval
+  AND NOT EXISTS (SELECT 1 FROM mutes m WHERE m.muted_id = f.followee_id AND m.muter_id = f.follower_id)
 ORDER BY f.follower_id LIMIT $4`
 	allFollowersSQL = `SELECT follower_id, false FROM follows
 WHERE followee_id = $1 AND follower_id > $2 AND $3::interval IS NOT NULL AND $5::interval IS NOT NULL
@@ -140,11 +166,14 @@ ORDER BY follower_id LIMIT $4`
 	newestPostsSQL = `SELECT id, created_at FROM posts WHERE author_id = $1 AND NOT deleted
 ORDER BY created_at DESC, id DESC LIMIT $2`
 	// followerIDsSQL loads an author's follower list for the cache: the
-	// follower ids (an index-only scan of follows_followee_idx) and
+	// ids of the followers who do not mute the author (an index-only scan
+	// of follows_followee_idx, anti-joined with mutes_muted_idx) and
 	// PostgreSQL's clock, one row more than kept. Who of them is active
 	// comes from the activity index (activity.go).
-	followerIDsSQL = `SELECT follower_id, now() FROM follows
-WHERE followee_id = $1 ORDER BY follower_id LIMIT $2`
+	followerIDsSQL = `SELECT f.follower_id, now() FROM follows f
+WHERE f.followee_id = $1
+  AND NOT EXISTS (SELECT 1 FROM mutes m WHERE m.muted_id = f.followee_id AND m.muter_id = f.follower_id)
+ORDER BY f.follower_id LIMIT $2`
 	// recheckSQL asks about the cached followers the cache cannot decide:
 	// which of them ($1, by ordinal) are active, their last_seen_at, and
 	// whether their inbox is past its TTL: the conditions of

@@ -277,7 +277,8 @@ func isPostEvent(typ string) bool {
 // ignores no other: those are decoded, upcast or poisoned).
 func isCurrentType(typ string) bool {
 	switch typ {
-	case events.TypeUserRegistered, events.TypePostCreated, events.TypePostDeleted, events.TypeFollowed, events.TypeUnfollowed:
+	case events.TypeUserRegistered, events.TypePostCreated, events.TypePostDeleted, events.TypeFollowed, events.TypeUnfollowed,
+		events.TypeMuted, events.TypeUnmuted, events.TypeBlocked, events.TypeUnblocked:
 		return true
 	}
 	return false

@@ -114,18 +114,24 @@ func (f *Feed) startRebuild(k rebuildKey) {
 	}()
 }
 
-// followingSnapshotSQL is user's followees now, each with its pair
-// stream's version (one statement: one snapshot; the version is read by
-// the events table's (stream_id, stream_version) key). A follows row
-// without its event (a database filled by other means than the commands)
-// counts as the pair's first Followed.
+// followingSnapshotSQL is user's followees and muted accounts now, each
+// with its pair stream's version and whether it is a mute pair (one
+// statement: one snapshot; the version is read by the events table's
+// (stream_id, stream_version) key). A follows or mutes row without its
+// event (a database filled by other means than the commands) counts as the
+// pair's first Followed or Muted.
 const followingSnapshotSQL = `
 SELECT f.followee_id,
        coalesce((SELECT max(e.stream_version) FROM events e
-                 WHERE e.stream_id = 'follow-' || $1::bigint || '-' || f.followee_id), 1)
-FROM follows f WHERE f.follower_id = $1`
+                 WHERE e.stream_id = 'follow-' || $1::bigint || '-' || f.followee_id), 1), false
+FROM follows f WHERE f.follower_id = $1
+UNION ALL
+SELECT m.muted_id,
+       coalesce((SELECT max(e.stream_version) FROM events e
+                 WHERE e.stream_id = 'mute-' || $1::bigint || '-' || m.muted_id), 1), true
+FROM mutes m WHERE m.muter_id = $1`
 
-// rebuildFollowing merges user's followees as PostgreSQL has them into
+// rebuildFollowing merges user's followees and mutes as PostgreSQL has them into
 // following:{u} and following_v:{u}, then marks them built
 // (readmodel.Follows.WriteRebuiltFollowing says why this is right whatever
 // the projector applies meanwhile).
@@ -137,7 +143,7 @@ func (f *Feed) rebuildFollowing(ctx context.Context, user int64) error {
 	var pairs []readmodel.FollowPair
 	for rows.Next() {
 		var p readmodel.FollowPair
-		if err := rows.Scan(&p.Followee, &p.Version); err != nil {
+		if err := rows.Scan(&p.Followee, &p.Version, &p.Mute); err != nil {
 			rows.Close()
 			return fmt.Errorf("read following of %d: %w", user, err)
 		}

@@ -29,13 +29,14 @@ func pgID(k key) int64 {
 }
 
 // pullSQL is the feed from the source of truth: the newest non-deleted posts
-// of the accounts $1 follows and of $1 itself, strictly older than
+// of the accounts $1 follows and does not mute and of $1 itself, strictly older than
 // ($2, $3). One LATERAL index range scan of posts_author_time_idx per
 // followed account, each stopped at $4 rows, then a top-$4 merge: the cost
 // is followees x limit index entries, whatever the authors' post counts.
 const pullSQL = `
 SELECT p.id, p.author_id, p.content, p.created_at
 FROM (SELECT f.followee_id AS author_id FROM follows f WHERE f.follower_id = $1
+        AND NOT EXISTS (SELECT 1 FROM mutes m WHERE m.muter_id = $1 AND m.muted_id = f.followee_id)
       UNION ALL SELECT $1::bigint) a
 CROSS JOIN LATERAL (
     SELECT id, author_id, content, created_at FROM posts
@@ -50,6 +51,7 @@ LIMIT $4`
 const pullKeysSQL = `
 SELECT p.id, p.created_at
 FROM (SELECT f.followee_id AS author_id FROM follows f WHERE f.follower_id = $1
+        AND NOT EXISTS (SELECT 1 FROM mutes m WHERE m.muter_id = $1 AND m.muted_id = f.followee_id)
       UNION ALL SELECT $1::bigint) a
 CROSS JOIN LATERAL (
     SELECT id, created_at FROM posts

@@ -136,6 +136,7 @@ func (f *Feed) refresh(ctx context.Context, query string, a, h key, limit int, r
 const pullAfterSQL = `
 SELECT p.id, p.author_id, p.content, p.created_at
 FROM (SELECT f.followee_id AS author_id FROM follows f WHERE f.follower_id = $1
+        AND NOT EXISTS (SELECT 1 FROM mutes m WHERE m.muter_id = $1 AND m.muted_id = f.followee_id)
       UNION ALL SELECT $1::bigint) a
 CROSS JOIN LATERAL (
     SELECT id, author_id, content, created_at FROM posts

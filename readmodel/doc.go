@@ -51,6 +51,11 @@
 //	                    |        |          |                |                                                                                                          |                                                                                              | keys may exist. Not versioned. No TTL
 //	projection:rebuild  | hash   | none     | registry.go    | rebuild (Registry.SetRebuildInfo, ClearRebuildInfo)                                                      | rebuild (Registry.RebuildInfo: `feed status`, a busy rebuild's error)                        | projection, version, phase, started, updated. Not versioned
 //
+// following:{u} holds the accounts u follows and does not mute;
+// following_v:{u} keeps, beside each follow pair's version, each mute
+// pair's under the field "m:{a}" (MuteField), and followingScript
+// (QueueApply, QueueApplyMute) sets a member from both (followers.go).
+//
 // # Redis Cluster
 //
 // The hash tag of each family is chosen on purpose (docs/architecture.md,

@@ -48,22 +48,49 @@ redis.call('HSET', k, ARGV[1], ARGV[2])
 return redis.call('HINCRBY', k, 'count', now - was)
 `))
 
-// followingScript applies one follow-pair event to the follower's following
-// set, guarded by its own per-pair version hash under the same hash tag.
+// A mute lives in the muter's following state: following_v:{u} keeps,
+// beside each followee's pair version, the muted account's mute-pair
+// version under the field "m:" + id (odd: muted, even: unmuted), and
+// following:{u} holds exactly the accounts u follows and does not mute.
+// So the query side's one follow check (SMISMEMBER following:{u}) hides a
+// muted author at no cost to readers who mute no one, and a mute of a
+// celebrity stops its pull. The membership is a function of the two
+// versions, so follow and mute events of a pair apply in any order, each
+// at most once (membershipLua).
+
+// MuteField is the field of following_v:{u} that holds the mute-pair
+// version of muted.
+func MuteField(muted int64) string { return "m:" + itoa(muted) }
+
+// membershipLua sets followee a's membership of KEYS[1] from the versions
+// in KEYS[2]: a member iff its follow version is odd and its mute version
+// is not.
+const membershipLua = `
+local function membership(a)
+  local f = tonumber(redis.call('HGET', KEYS[2], a) or '0')
+  local m = tonumber(redis.call('HGET', KEYS[2], 'm:' .. a) or '0')
+  if f % 2 == 1 and m % 2 == 0 then
+    redis.call('SADD', KEYS[1], a)
+  else
+    redis.call('SREM', KEYS[1], a)
+  end
+end
+`
+
+// followingScript applies one follow-pair or mute-pair event to the
+// follower's following set, guarded by its own per-pair version hash under
+// the same hash tag.
 //
 // KEYS[1] following:{follower}; KEYS[2] following_v:{follower};
-// ARGV[1] followee id; ARGV[2] stream version; ARGV[3] '1' follow, '0' not.
+// ARGV[1] followee id; ARGV[2] stream version; ARGV[3] the version field
+// (the followee id for a follow pair, MuteField for a mute pair).
 // Returns 1 when applied, 0 when already applied.
-var followingScript = redis.NewScript(lua(`
+var followingScript = redis.NewScript(lua(membershipLua + `
 local v = tonumber(ARGV[2])
-local cur = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
+local cur = tonumber(redis.call('HGET', KEYS[2], ARGV[3]) or '0')
 if v <= cur then return 0 end
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-if ARGV[3] == '1' then
-  redis.call('SADD', KEYS[1], ARGV[1])
-else
-  redis.call('SREM', KEYS[1], ARGV[1])
-end
+redis.call('HSET', KEYS[2], ARGV[3], ARGV[2])
+membership(ARGV[1])
 return 1
 `))
 
@@ -71,6 +98,8 @@ return 1
 // Unfollowed, at stream version) on the followee's count and the
 // follower's following set: two scripts, each guarded by its pair's
 // version. Run the pipeline with Exec (it loads the scripts on NOSCRIPT).
+// The versions alternate Followed (odd) and Unfollowed (even), so follow
+// says nothing the version does not; it is checked against it.
 func (m Follows) QueueApply(ctx context.Context, pipe redis.Pipeliner, follower, followee, version int64, follow bool) {
 	f := "0"
 	if follow {
@@ -78,7 +107,15 @@ func (m Follows) QueueApply(ctx context.Context, pipe redis.Pipeliner, follower,
 	}
 	followerCountScript.EvalSha(ctx, pipe, []string{m.keys.Followers(followee)}, itoa(follower), version, f)
 	followingScript.EvalSha(ctx, pipe, []string{m.keys.Following(follower), m.keys.FollowingVersions(follower)},
-		itoa(followee), version, f)
+		itoa(followee), version, itoa(followee))
+}
+
+// QueueApplyMute queues one mute-pair event (Muted or Unmuted, at stream
+// version: odd muted, even unmuted) on the muter's following state. The
+// followee counts do not change: a mute keeps the follow.
+func (m Follows) QueueApplyMute(ctx context.Context, pipe redis.Pipeliner, muter, muted, version int64) {
+	followingScript.EvalSha(ctx, pipe, []string{m.keys.Following(muter), m.keys.FollowingVersions(muter)},
+		itoa(muted), version, MuteField(muted))
 }
 
 // FollowingKeys are the key names of user's following set and its version
@@ -96,26 +133,33 @@ func (m Follows) QueueFollowingBuilt(ctx context.Context, pipe redis.Pipeliner, 
 }
 
 // FollowPair is one pair of a user's following state as PostgreSQL has it
-// now: the followee and the pair stream's version (odd: followed).
-type FollowPair struct{ Followee, Version int64 }
+// now: the followee and the pair stream's version (odd: followed). With
+// Mute set it is a mute pair instead: the muted account and the mute
+// pair's version (odd: muted).
+type FollowPair struct {
+	Followee, Version int64
+	Mute              bool
+}
 
-// rebuiltFollowingScript merges a snapshot of user's followees into their
-// following state and marks it built. Each pair is applied like an event
-// (only when its version is newer than the hash's): a pair the projector
-// moved after the snapshot keeps the projector's answer, and a pair
-// unfollowed before the snapshot but not yet applied leaves with its
-// Unfollowed, which the projector applies later (it is newer than anything
-// here). So the result is what applying every event would leave.
+// rebuiltFollowingScript merges a snapshot of user's followees and mutes
+// into their following state and marks it built. Each pair is applied like
+// an event (only when its version is newer than the hash's): a pair the
+// projector moved after the snapshot keeps the projector's answer, and a
+// pair unfollowed (or unmuted) before the snapshot but not yet applied
+// leaves with its Unfollowed (Unmuted), which the projector applies later
+// (it is newer than anything here). So the result is what applying every
+// event would leave.
 //
 // KEYS[1] following:{u}; KEYS[2] following_v:{u}; ARGV[1] '1' to set
-// ~built after this chunk; ARGV[2..] followee, version pairs (versions
-// odd: the snapshot holds followed pairs only).
-var rebuiltFollowingScript = redis.NewScript(lua(`
-for i = 2, #ARGV, 2 do
-  local cur = tonumber(redis.call('HGET', KEYS[2], ARGV[i]) or '0')
-  if tonumber(ARGV[i+1]) > cur then
-    redis.call('HSET', KEYS[2], ARGV[i], ARGV[i+1])
-    redis.call('SADD', KEYS[1], ARGV[i])
+// ~built after this chunk; ARGV[2..] account, field, version triples
+// (field: the account for a follow pair, MuteField for a mute pair;
+// versions odd: the snapshot holds followed and muted pairs only).
+var rebuiltFollowingScript = redis.NewScript(lua(membershipLua + `
+for i = 2, #ARGV, 3 do
+  local cur = tonumber(redis.call('HGET', KEYS[2], ARGV[i+1]) or '0')
+  if tonumber(ARGV[i+2]) > cur then
+    redis.call('HSET', KEYS[2], ARGV[i+1], ARGV[i+2])
+    membership(ARGV[i])
   end
 end
 if ARGV[1] == '1' then redis.call('HSET', KEYS[2], $BUILT, '1') end
@@ -138,10 +182,14 @@ func (m Follows) WriteRebuiltFollowing(ctx context.Context, rdb redis.UniversalC
 		if len(pairs) == 0 {
 			last = "1"
 		}
-		args := make([]any, 0, 1+2*len(chunk))
+		args := make([]any, 0, 1+3*len(chunk))
 		args = append(args, last)
 		for _, p := range chunk {
-			args = append(args, itoa(p.Followee), p.Version)
+			field := itoa(p.Followee)
+			if p.Mute {
+				field = MuteField(p.Followee)
+			}
+			args = append(args, itoa(p.Followee), field, p.Version)
 		}
 		if err := rebuiltFollowingScript.Run(ctx, rdb, keys, args...).Err(); err != nil {
 			return err

@@ -57,7 +57,8 @@ func (f Filter) Validate() error {
 
 var knownTypes = []string{
 	events.TypeUserRegistered, events.TypePostCreated, events.TypePostDeleted,
-	events.TypeFollowed, events.TypeUnfollowed,
+	events.TypeFollowed, events.TypeUnfollowed, events.TypeMuted, events.TypeUnmuted,
+	events.TypeBlocked, events.TypeUnblocked,
 }
 
 // Match reports whether e passes every condition of the filter. A commit

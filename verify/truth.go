@@ -40,17 +40,34 @@ type TruePost struct {
 	Deleted        bool
 }
 
-// Truth is the posts and follows of the source of truth, read at one time.
+// Truth is the posts, follows, mutes and blocks of the source of truth,
+// read at one time.
 type Truth struct {
 	Posts     map[int64]TruePost
 	Following map[int64][]int64 // follower -> followees, ascending
 	Followers map[int64]int64   // followee -> count
 	ByAuthor  map[int64][]int64 // author -> non-deleted post ids, newest first
+	Muting    map[int64][]int64 // muter -> muted accounts, ascending
+	Blocks    int               // blocks standing
+}
+
+// Shown is the accounts whose posts u's home feed shows besides u's own:
+// those u follows and does not mute, ascending. The following:{u} read
+// model holds exactly these.
+func (t *Truth) Shown(u int64) []int64 {
+	var out []int64
+	for _, a := range t.Following[u] {
+		if !slices.Contains(t.Muting[u], a) {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // LoadTruth reads posts and follows from PostgreSQL.
 func LoadTruth(ctx context.Context, pool *pgxpool.Pool) (*Truth, error) {
-	t := &Truth{Posts: map[int64]TruePost{}, Following: map[int64][]int64{}, Followers: map[int64]int64{}, ByAuthor: map[int64][]int64{}}
+	t := &Truth{Posts: map[int64]TruePost{}, Following: map[int64][]int64{}, Followers: map[int64]int64{}, ByAuthor: map[int64][]int64{},
+		Muting: map[int64][]int64{}}
 	rows, err := pool.Query(ctx, `SELECT id, author_id, (extract(epoch FROM created_at) * 1000)::bigint, content, deleted
 		FROM posts ORDER BY author_id, created_at DESC, id DESC`)
 	if err != nil {
@@ -86,14 +103,37 @@ func LoadTruth(ctx context.Context, pool *pgxpool.Pool) (*Truth, error) {
 	if rows.Err() != nil {
 		return nil, fmt.Errorf("read follows: %w", rows.Err())
 	}
+	rows, err = pool.Query(ctx, `SELECT muter_id, muted_id FROM mutes ORDER BY 1, 2`)
+	if err != nil {
+		return nil, fmt.Errorf("read mutes: %w", err)
+	}
+	for rows.Next() {
+		var m, a int64
+		if err := rows.Scan(&m, &a); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("scan mute: %w", err)
+		}
+		t.Muting[m] = append(t.Muting[m], a)
+	}
+	if rows.Err() != nil {
+		return nil, fmt.Errorf("read mutes: %w", rows.Err())
+	}
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM blocks`).Scan(&t.Blocks); err != nil {
+		return nil, fmt.Errorf("read blocks: %w", err)
+	}
 	return t, nil
 }
 
 // TruthFeed is the feed definition, by SQL: the newest-first non-deleted
-// posts of the accounts u follows and of u.
+// posts of u and of the accounts u follows, less those u mutes, those u
+// blocks and those that block u.
 func TruthFeed(ctx context.Context, pool *pgxpool.Pool, u int64) ([]int64, error) {
 	rows, err := pool.Query(ctx, `SELECT p.id FROM posts p
-		WHERE NOT p.deleted AND (p.author_id = $1 OR p.author_id IN (SELECT followee_id FROM follows WHERE follower_id = $1))
+		WHERE NOT p.deleted AND (p.author_id = $1 OR (
+		      p.author_id IN (SELECT followee_id FROM follows WHERE follower_id = $1)
+		  AND p.author_id NOT IN (SELECT muted_id FROM mutes WHERE muter_id = $1)
+		  AND p.author_id NOT IN (SELECT blocked_id FROM blocks WHERE blocker_id = $1)
+		  AND p.author_id NOT IN (SELECT blocker_id FROM blocks WHERE blocked_id = $1)))
 		ORDER BY p.created_at DESC, p.id DESC`, u)
 	if err != nil {
 		return nil, fmt.Errorf("truth feed of %d: %w", u, err)
