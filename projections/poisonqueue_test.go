@@ -259,3 +259,29 @@ func TestParseGroup(t *testing.T) {
 		t.Errorf("ParsePoisonID(3:17) = %d %d %v", p, o, err)
 	}
 }
+
+// ProjectorForGroup builds the projector of a group at the active version
+// and refuses a group of another version or of no projector.
+func TestProjectorForGroup(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, rd := testenv.NewDB(t), testenv.NewRedis(t)
+	cfg := projections.Config{Keys: readmodel.Keys{Prefix: rd.Prefix}}
+	p, err := projections.ProjectorForGroup(ctx, cfg, "t.", db.Pool, rd.Client, "t."+projections.GroupInbox)
+	if err != nil || p.Name() != projections.NameInbox || p.Group() != projections.GroupInbox {
+		t.Fatalf("inbox v1: %v, %v", p, err)
+	}
+	if _, err := projections.ProjectorForGroup(ctx, cfg, "t.", db.Pool, rd.Client, "t."+projections.GroupFor(projections.NameInbox, 2)); err == nil {
+		t.Fatal("a group of an inactive version was accepted")
+	}
+	if _, err := projections.ProjectorForGroup(ctx, cfg, "", db.Pool, rd.Client, "other"); err == nil {
+		t.Fatal("a foreign group was accepted")
+	}
+	if err := readmodel.ActivateVersion(ctx, db.Pool, readmodel.ProjectionPosts, 1, 2, readmodel.Policy{}); err != nil {
+		t.Fatal(err)
+	}
+	p, err = projections.ProjectorForGroup(ctx, cfg, "", db.Pool, rd.Client, projections.GroupFor(projections.NamePosts, 2))
+	if err != nil || p.Group() != projections.GroupFor(projections.NamePosts, 2) {
+		t.Fatalf("posts v2: %v, %v", p, err)
+	}
+}

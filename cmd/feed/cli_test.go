@@ -40,6 +40,11 @@ func TestHelp(t *testing.T) {
 		"seed":            {"--users", "--seed", "--avg-follows", "--posts", "--celebrities", "--days", "--end", "--batch", "--force", "--no-slot-check", "--dry-run"},
 		"bench":           {"--duration", "--rate", "--closed-loop", "--clients", "--read-ratio", "--post-share", "--readers", "--churners", "--visible-rate", "--poll", "--baseline", "--activate", "--seed", "--out", "--url"},
 		"status":          nil,
+		"poison":          nil,
+		"poison list":     {"--group", "--all"},
+		"poison show":     nil,
+		"poison replay":   {"--group", "--id", "--all"},
+		"poison discard":  {"--group", "--id", "--all"},
 		"version":         nil,
 		"completion bash": nil,
 	}
