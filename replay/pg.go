@@ -79,8 +79,8 @@ func (c PGConfig) Validate() error {
 // poll also picks up the events at or below the printed position whose
 // transaction has just crossed the horizon (see docs/replay.md, Ordering).
 type PG struct {
-	db  Querier
-	cfg PGConfig
+	db    Querier
+	cfg   PGConfig
 	tok   Token // what has been emitted so far (Token)
 	floor int64 // no event at or below this position is emitted
 }
