@@ -112,10 +112,10 @@ type pgState struct {
 //	Floor < position <= Covered and tx_id < Horizon, and, when LateTo > 0,
 //	Floor < position <= LateAt and Horizon <= tx_id < LateTo
 //
-// (Floor is the replay's --from position minus one, kept so that a resumed
-// replay never goes below it)
-// (the second part while a poll is printing the late events of
-// transactions that crossed the horizon since the previous one). Because
+// Floor is the replay's --from position minus one (0 without), kept so
+// that a resumed replay never goes below it; the second part is there
+// while a poll prints the late events of the transactions that crossed
+// the horizon since the previous one. Because
 // tx_id < Horizon means that transaction and every older one had
 // finished, nothing can join that set later: a replay resumed from the
 // token (PGConfig.Resume) prints exactly the rest.
