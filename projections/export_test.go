@@ -32,3 +32,7 @@ func FollowEdgesRead(ctx context.Context, pg Querier, horizon uint64) (n, capaci
 	edges, _, err := readFollowEdges(ctx, pg, horizon, noProgress{})
 	return len(edges), cap(edges), err
 }
+
+// SetPoisonAfterApply sets the hook a replay runs between applying a key's
+// events and recording them (a crash there, in tests).
+func SetPoisonAfterApply(q *PoisonQueue, f func(key string) error) { q.afterApply = f }

@@ -22,6 +22,7 @@ type Metrics struct {
 	entriesVec *prometheus.CounterVec
 	retries    *prometheus.CounterVec
 	lag        *prometheus.GaugeVec
+	poison     *prometheus.GaugeVec
 	written    atomic.Int64
 }
 
@@ -50,9 +51,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "feed_projection_consumer_lag",
 			Help: "Messages not yet committed by the projector's consumer group (end offset minus committed offset, summed over partitions).",
 		}, []string{"group"}),
+		poison: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "feed_poison_messages",
+			Help: "Records of the poison topic per consumer group and state (pending, replayed, discarded), refreshed with the lag.",
+		}, []string{"group", "state"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.messages, m.duration, m.entriesVec, m.retries, m.lag} {
+		for _, c := range []prometheus.Collector{m.messages, m.duration, m.entriesVec, m.retries, m.lag, m.poison} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register projection metrics: %w", err)
 			}
@@ -98,6 +103,17 @@ func (m *Metrics) retried(projector string) {
 func (m *Metrics) setLag(group string, lag int64) {
 	if m != nil {
 		m.lag.WithLabelValues(group).Set(float64(lag))
+	}
+}
+
+func (m *Metrics) setPoison(counts map[string]PoisonCounts) {
+	if m == nil {
+		return
+	}
+	for g, c := range counts {
+		m.poison.WithLabelValues(g, PoisonPending).Set(float64(c.Pending))
+		m.poison.WithLabelValues(g, PoisonReplayed).Set(float64(c.Replayed))
+		m.poison.WithLabelValues(g, PoisonDiscarded).Set(float64(c.Discarded))
 	}
 }
 

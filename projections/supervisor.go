@@ -25,6 +25,9 @@ type SupervisorConfig struct {
 	// PollInterval is how often the Redis version registry is read
 	// (default 1 s).
 	PollInterval time.Duration
+	// Poison, when set, is counted into the feed_poison_messages gauge
+	// every Runner.LagInterval.
+	Poison *PoisonQueue
 }
 
 // Supervisor runs each projector at its projection's active version and
@@ -79,11 +82,36 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	for _, n := range s.cfg.Names {
 		g.Go(func() error { return s.follow(gctx, lv, n) })
 	}
+	if s.cfg.Poison != nil && s.cfg.Runner.LagInterval > 0 {
+		go s.countPoison(gctx)
+	}
 	err = g.Wait()
 	if ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled)) {
 		return nil
 	}
 	return err
+}
+
+// countPoison refreshes the poison gauge until ctx ends; a failed count
+// keeps the last values (and is logged at debug level).
+func (s *Supervisor) countPoison(ctx context.Context) {
+	t := time.NewTicker(s.cfg.Runner.LagInterval)
+	defer t.Stop()
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		counts, err := s.cfg.Poison.Counts(cctx)
+		cancel()
+		if err == nil {
+			s.m.setPoison(counts)
+		} else if ctx.Err() == nil {
+			s.cfg.Runner.Logger.Debug("projectors: count the poison queue", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // versions starts following the active versions (PostgreSQL, with the

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/parquet-go/parquet-go"
+
 	"github.com/feedco/feed/events"
 )
 
@@ -23,15 +25,39 @@ const (
 	// CSV is a header line and then one row per event in the fixed columns
 	// of CSVHeader; the payload is a JSON string column.
 	CSV Format = "csv"
+	// Parquet is one Apache Parquet file of ParquetRow rows (for DuckDB,
+	// pandas): a file is complete only when closed, so it is written for a
+	// replay that ends (not with --follow), and a replay that matches
+	// nothing still writes a valid file with no rows.
+	Parquet Format = "parquet"
 )
 
 // ParseFormat reads a --format value.
 func ParseFormat(s string) (Format, error) {
 	switch Format(s) {
-	case JSONL, CSV:
+	case JSONL, CSV, Parquet:
 		return Format(s), nil
 	}
-	return "", invalidf("--format %q: want jsonl or csv", s)
+	return "", invalidf("--format %q: want jsonl, csv or parquet", s)
+}
+
+// ParquetRow is one event in the Parquet format: CSV's columns, typed
+// (64-bit ids as INT64, recorded_at a microsecond timestamp in UTC, the
+// payload the JSON text JSON lines print, commit_lsn null unless asked
+// for).
+type ParquetRow struct {
+	Position      int64   `parquet:"position"`
+	EventID       string  `parquet:"event_id"`
+	StreamID      string  `parquet:"stream_id"`
+	StreamVersion int64   `parquet:"stream_version"`
+	Type          string  `parquet:"type,dict"`
+	RecordedAt    int64   `parquet:"recorded_at,timestamp(microsecond)"`
+	AudienceKey   int64   `parquet:"audience_key"`
+	CorrelationID string  `parquet:"correlation_id"`
+	CausationID   string  `parquet:"causation_id"`
+	Actor         string  `parquet:"actor"`
+	CommitLSN     *string `parquet:"commit_lsn,optional"`
+	Payload       string  `parquet:"payload"`
 }
 
 // CSVHeader returns the fixed CSV columns; commit_lsn is there only when
@@ -55,6 +81,9 @@ type Writer struct {
 	cw      *csv.Writer
 	row     []string
 	header  bool
+	pq      *parquet.GenericWriter[ParquetRow]
+	pqRow   []ParquetRow
+	closed  bool
 	count   atomic.Int64
 }
 
@@ -67,6 +96,9 @@ func NewWriter(w io.Writer, f Format, withLSN bool) *Writer {
 	switch f {
 	case CSV:
 		wr.cw = csv.NewWriter(bw)
+	case Parquet:
+		wr.pq = parquet.NewGenericWriter[ParquetRow](bw, parquet.Compression(&parquet.Zstd))
+		wr.pqRow = make([]ParquetRow, 1)
 	default:
 		wr.format = JSONL
 		// JSON lines are what json.Marshal prints (HTML escaping on
@@ -89,6 +121,23 @@ func (w *Writer) Write(e *events.Envelope) error {
 		}
 		w.line = append(w.line, '\n')
 		if _, err := w.bw.Write(w.line); err != nil {
+			return fmt.Errorf("write event %s: %w", e.EventID, err)
+		}
+		w.count.Add(1)
+		return nil
+	}
+	if w.pq != nil {
+		w.line = events.AppendCompactJSON(w.line[:0], c.Payload) // as in JSON lines
+		r := ParquetRow{Position: c.Position, EventID: c.EventID, StreamID: c.StreamID, StreamVersion: c.StreamVersion,
+			Type: c.Type, RecordedAt: c.RecordedAt.UnixMicro(), AudienceKey: c.AudienceKey,
+			CorrelationID: c.Metadata.CorrelationID, CausationID: c.Metadata.CausationID, Actor: c.Metadata.Actor,
+			Payload: string(w.line)}
+		if w.withLSN {
+			lsn := c.CommitLSN
+			r.CommitLSN = &lsn
+		}
+		w.pqRow[0] = r
+		if _, err := w.pq.Write(w.pqRow); err != nil {
 			return fmt.Errorf("write event %s: %w", e.EventID, err)
 		}
 		w.count.Add(1)
@@ -118,8 +167,21 @@ func (w *Writer) Write(e *events.Envelope) error {
 	return nil
 }
 
+// Close finishes the output: Flush, and for Parquet the file's footer
+// (after it nothing more can be written).
+func (w *Writer) Close() error {
+	if w.pq != nil && !w.closed {
+		w.closed = true
+		if err := w.pq.Close(); err != nil {
+			return fmt.Errorf("close parquet output: %w", err)
+		}
+	}
+	return w.Flush()
+}
+
 // Flush writes out what is buffered. An output with no event stays empty,
 // in CSV too (no header): a filter that matches nothing prints nothing.
+// Parquet rows are held until Close (a file is readable only whole).
 func (w *Writer) Flush() error {
 	if w.cw != nil {
 		w.cw.Flush()

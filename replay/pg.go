@@ -36,6 +36,10 @@ type PGConfig struct {
 	// Logf, if set, receives notices for the user (a replay waiting for a
 	// long transaction to finish).
 	Logf func(format string, args ...any)
+	// Resume, when set, continues a replay exactly where the one that
+	// took the token (PG.Token) left off: no event it emitted again, none
+	// it had not emitted missed. Not with a --from bound.
+	Resume *Token
 }
 
 func (c PGConfig) withDefaults() PGConfig {
@@ -55,6 +59,9 @@ func (c PGConfig) Validate() error {
 	if c.Follow && c.Filter.To.Kind != BoundNone {
 		return invalidf("--to cannot be combined with --follow")
 	}
+	if c.Resume != nil && c.Filter.From.Kind != BoundNone {
+		return invalidf("--resume continues where the token says: not with --from")
+	}
 	if c.PageSize < 1 {
 		return invalidf("page size %d: want at least 1", c.PageSize)
 	}
@@ -72,8 +79,10 @@ func (c PGConfig) Validate() error {
 // poll also picks up the events at or below the printed position whose
 // transaction has just crossed the horizon (see docs/replay.md, Ordering).
 type PG struct {
-	db  Querier
-	cfg PGConfig
+	db    Querier
+	cfg   PGConfig
+	tok   Token // what has been emitted so far (Token)
+	floor int64 // no event at or below this position is emitted
 }
 
 // NewPG returns the PostgreSQL source; it refuses a nil db and an invalid
@@ -97,12 +106,90 @@ type pgState struct {
 	horizon uint64
 }
 
+// Token is how far a PostgreSQL replay got, exactly: the events it has
+// emitted are those the filter selects among
+//
+//	Floor < position <= Covered and tx_id < Horizon, and, when LateTo > 0,
+//	Floor < position <= LateAt and Horizon <= tx_id < LateTo
+//
+// Floor is the replay's --from position minus one (0 without), kept so
+// that a resumed replay never goes below it; the second part is there
+// while a poll prints the late events of the transactions that crossed
+// the horizon since the previous one. Because
+// tx_id < Horizon means that transaction and every older one had
+// finished, nothing can join that set later: a replay resumed from the
+// token (PGConfig.Resume) prints exactly the rest.
+type Token struct {
+	Floor   int64
+	Covered int64
+	Horizon uint64
+	LateTo  uint64
+	LateAt  int64
+}
+
+// tokenPrefix versions the token's text form.
+const tokenPrefix = "pg1."
+
+// String is the token's text form, FLOOR.COVERED.HORIZON[.LATETO.LATEAT]
+// after "pg1.": e.g. "pg1.0.1200.7345" or, mid-poll, "pg1.0.1200.7345.7351.880".
+func (t Token) String() string {
+	s := tokenPrefix + strconv.FormatInt(t.Floor, 10) + "." + strconv.FormatInt(t.Covered, 10) + "." + strconv.FormatUint(t.Horizon, 10)
+	if t.LateTo > 0 {
+		s += "." + strconv.FormatUint(t.LateTo, 10) + "." + strconv.FormatInt(t.LateAt, 10)
+	}
+	return s
+}
+
+// ParseToken reads a token's text form (surrounding white space, such as
+// a checkpoint file's newline, is ignored).
+func ParseToken(s string) (Token, error) {
+	rest, ok := strings.CutPrefix(strings.TrimSpace(s), tokenPrefix)
+	parts := strings.Split(rest, ".")
+	if !ok || (len(parts) != 3 && len(parts) != 5) {
+		return Token{}, invalidf("resume token %q: want pg1.FLOOR.COVERED.HORIZON[.LATETO.LATEAT], as --checkpoint writes it", s)
+	}
+	var t Token
+	var errs [5]error
+	t.Floor, errs[0] = strconv.ParseInt(parts[0], 10, 64)
+	t.Covered, errs[1] = strconv.ParseInt(parts[1], 10, 64)
+	t.Horizon, errs[2] = strconv.ParseUint(parts[2], 10, 64)
+	if len(parts) == 5 {
+		t.LateTo, errs[3] = strconv.ParseUint(parts[3], 10, 64)
+		t.LateAt, errs[4] = strconv.ParseInt(parts[4], 10, 64)
+	}
+	if errors.Join(errs[:]...) != nil || t.Floor < 0 || t.Covered < t.Floor || t.LateAt < 0 ||
+		(len(parts) == 5 && (t.LateTo <= t.Horizon || t.LateAt > t.Covered)) {
+		return Token{}, invalidf("resume token %q is damaged", s)
+	}
+	return t, nil
+}
+
+// Token returns how far the replay got: what emit has accepted so far (an
+// event whose emit failed is not included; one whose emit ended the
+// replay by a limit is). Call it from emit or after Stream returned.
+func (s *PG) Token() Token { return s.tok }
+
 // Stream implements Source.
 func (s *PG) Stream(ctx context.Context, emit func(*events.Envelope) error) error {
 	st := pgState{}
-	if b := s.cfg.Filter.From; b.Kind == BoundPosition && b.Position > 0 {
-		st.covered = b.Position - 1
+	resumed := s.cfg.Resume != nil
+	if resumed {
+		r := *s.cfg.Resume
+		s.floor = r.Floor
+		s.tok = r
+		st = pgState{covered: r.Covered, horizon: r.Horizon}
+		if r.LateTo > 0 {
+			// Finish the late scan the token was taken in.
+			if err := s.scan(ctx, emit, r.LateAt, st, r.LateTo); err != nil {
+				return err
+			}
+			st.horizon = r.LateTo
+		}
+	} else if b := s.cfg.Filter.From; b.Kind == BoundPosition && b.Position > 0 {
+		s.floor = b.Position - 1
+		st.covered = s.floor
 	}
+	s.tok = Token{Floor: s.floor, Covered: st.covered, Horizon: st.horizon}
 	first := true
 	for {
 		var xmin uint64
@@ -115,19 +202,24 @@ func (s *PG) Stream(ctx context.Context, emit func(*events.Envelope) error) erro
 		if err != nil {
 			return err
 		}
-		if !first && xmin > st.horizon {
+		// The horizon never moves down (every transaction below the last
+		// one has finished); max keeps the token's rectangle exact anyway.
+		xmin = max(xmin, st.horizon)
+		if (resumed || !first) && xmin > st.horizon {
 			// Events at or below the covered position whose transaction
 			// finished since the previous poll (it was older than the
 			// events printed then, or ran concurrently with them).
-			if err := s.scan(ctx, emit, st, xmin); err != nil {
+			if err := s.scan(ctx, emit, s.floor, st, xmin); err != nil {
 				return err
 			}
 		}
+		s.tok = Token{Floor: s.floor, Covered: st.covered, Horizon: xmin}
 		covered, err := s.scanNew(ctx, emit, st, xmin)
 		if err != nil {
 			return err
 		}
-		st = pgState{covered: covered, horizon: max(xmin, st.horizon)}
+		st = pgState{covered: covered, horizon: xmin}
+		s.tok = Token{Floor: s.floor, Covered: covered, Horizon: xmin}
 		first = false
 		if !s.cfg.Follow {
 			return nil
@@ -205,8 +297,9 @@ func (s *PG) snapshotXid(ctx context.Context, query string) (uint64, error) {
 // page, and returns the new covered position.
 func (s *PG) scanNew(ctx context.Context, emit func(*events.Envelope) error, st pgState, xmin uint64) (int64, error) {
 	covered := st.covered
+	at := func(pos int64) Token { return Token{Floor: s.floor, Covered: pos, Horizon: xmin} }
 	for {
-		last, n, err := s.page(ctx, emit, covered, -1, 0, xmin)
+		last, n, err := s.page(ctx, emit, at, covered, -1, 0, xmin)
 		if err != nil {
 			return covered, err
 		}
@@ -219,15 +312,14 @@ func (s *PG) scanNew(ctx context.Context, emit func(*events.Envelope) error, st 
 	}
 }
 
-// scan emits the late events: position in (lower bound, st.covered], tx_id
+// scan emits the late events: position in (after, st.covered], tx_id
 // in [st.horizon, xmin).
-func (s *PG) scan(ctx context.Context, emit func(*events.Envelope) error, st pgState, xmin uint64) error {
-	after := int64(0)
-	if b := s.cfg.Filter.From; b.Kind == BoundPosition && b.Position > 0 {
-		after = b.Position - 1
+func (s *PG) scan(ctx context.Context, emit func(*events.Envelope) error, after int64, st pgState, xmin uint64) error {
+	at := func(pos int64) Token {
+		return Token{Floor: s.floor, Covered: st.covered, Horizon: st.horizon, LateTo: xmin, LateAt: pos}
 	}
 	for {
-		last, n, err := s.page(ctx, emit, after, st.covered, st.horizon, xmin)
+		last, n, err := s.page(ctx, emit, at, after, st.covered, st.horizon, xmin)
 		if err != nil {
 			return err
 		}
@@ -241,8 +333,10 @@ func (s *PG) scan(ctx context.Context, emit func(*events.Envelope) error, st pgS
 // page reads one keyset page: position > after (and <= upTo when upTo >=
 // 0), txFrom <= tx_id < txTo, plus the filter's SQL conditions, in position
 // order. It returns the last position read and the number of rows read
-// (before the filters applied in Go).
-func (s *PG) page(ctx context.Context, emit func(*events.Envelope) error, after, upTo int64, txFrom, txTo uint64) (int64, int, error) {
+// (before the filters applied in Go). After each row it sets the token to
+// at(the row's position), before emitting it; an emit that fails (other
+// than by the limit) takes the row back out.
+func (s *PG) page(ctx context.Context, emit func(*events.Envelope) error, at func(int64) Token, after, upTo int64, txFrom, txTo uint64) (int64, int, error) {
 	var q strings.Builder
 	q.WriteString(`SELECT position, event_id::text, stream_id, stream_version, type, payload::text,
 		coalesce(metadata->>'correlationId', ''), coalesce(metadata->>'causationId', ''),
@@ -301,10 +395,15 @@ func (s *PG) page(ctx context.Context, emit func(*events.Envelope) error, after,
 		// The audience key as CDC computes it: 0 for a type this binary
 		// cannot decode.
 		e.AudienceKey, _ = events.DefaultCodec.AudienceKeyOf(e.Type, e.Payload)
+		prev := s.tok
+		s.tok = at(e.Position)
 		if !f.Match(&e) {
 			continue
 		}
 		if err := emit(&e); err != nil {
+			if !errors.Is(err, errStop) {
+				s.tok = prev
+			}
 			return 0, 0, err
 		}
 	}

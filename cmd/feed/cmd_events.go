@@ -21,9 +21,11 @@ func newEventsCommand(c *cli) *cobra.Command {
 	var f eventsFlags
 	cmd := &cobra.Command{
 		Use:   "events",
-		Short: "Replay the event stream to stdout as JSON lines or CSV",
+		Short: "Replay the event stream to stdout as JSON lines, CSV or Parquet",
 		Long: longHelp("Streams events to stdout, oldest first, from the PostgreSQL event log or the Kafka topic (docs/replay.md).\n"+
-			"A range bound (--from, --to) is a position (123), a commit LSN (16/B374D848, kafka only) or an RFC 3339 timestamp.",
+			"A range bound (--from, --to) is a position (123), a commit LSN (16/B374D848, kafka only) or an RFC 3339 timestamp.\n"+
+			"--checkpoint FILE saves a resume token (every --checkpoint-every and at the end); --resume TOKEN continues exactly\n"+
+			"after it, no event missed or repeated (PostgreSQL source).",
 			envPostgres, envKafka),
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -44,7 +46,7 @@ func newEventsCommand(c *cli) *cobra.Command {
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&f.source, "source", "pg", "pg: the PostgreSQL event log; kafka: the topic FEED_TOPIC")
-	fs.StringVar(&f.format, "format", "jsonl", "jsonl: one JSON envelope per line; csv: CSV with a header")
+	fs.StringVar(&f.format, "format", "jsonl", "jsonl: one JSON envelope per line; csv: CSV with a header; parquet: one Parquet file (not with --follow)")
 	fs.StringVar(&f.from, "from", "", "first event: a position, a commit LSN (kafka only) or an RFC 3339 timestamp (recorded_at)")
 	fs.StringVar(&f.to, "to", "", "last event, like --from (inclusive)")
 	fs.StringVar(&f.types, "type", "", "comma-separated event types, e.g. post.created.v1,post.deleted.v1")
@@ -53,6 +55,9 @@ func newEventsCommand(c *cli) *cobra.Command {
 	fs.StringVar(&f.limit, "limit", "", "stop after N events")
 	fs.BoolVar(&f.follow, "follow", false, "keep streaming new events until interrupted (not with --to)")
 	fs.BoolVar(&f.withLSN, "with-lsn", false, "add commitLsn (kafka only; the event log does not record it)")
+	fs.StringVar(&f.checkpoint, "checkpoint", "", "save the resume token to this file, replaced atomically (pg source)")
+	fs.DurationVar(&f.checkpointEvery, "checkpoint-every", 5*time.Second, "how often --checkpoint saves while running (it also saves at the end)")
+	fs.StringVar(&f.resume, "resume", "", "continue after this token (the content of a --checkpoint file; pg source, not with --from)")
 	return cmd
 }
 
@@ -60,6 +65,8 @@ func newEventsCommand(c *cli) *cobra.Command {
 type eventsFlags struct {
 	source, format, from, to, types, stream, author, limit string
 	follow, withLSN                                        bool
+	checkpoint, resume                                     string
+	checkpointEvery                                        time.Duration
 }
 
 // eventsOptions is a parsed `feed events` command line.
@@ -70,6 +77,11 @@ type eventsOptions struct {
 	limit   int64
 	follow  bool
 	withLSN bool
+	// checkpoint is the file resume tokens go to ("": none), every
+	// checkpointEvery; resume the token to continue from (nil: none).
+	checkpoint      string
+	checkpointEvery time.Duration
+	resume          *replay.Token
 }
 
 // parseEventsFlags checks the flags; a bad one is a usage error.
@@ -112,6 +124,26 @@ func parseEventsFlags(f eventsFlags) (eventsOptions, error) {
 	if o.withLSN && o.source == "pg" {
 		return o, usageError{"--with-lsn: the PostgreSQL event log does not record commit LSNs; use --source kafka"}
 	}
+	if o.format == replay.Parquet && o.follow {
+		return o, usageError{"--format parquet: a Parquet file is complete only when closed; not with --follow (use jsonl or csv)"}
+	}
+	o.checkpoint, o.checkpointEvery = f.checkpoint, f.checkpointEvery
+	if (o.checkpoint != "" || f.resume != "") && o.source != "pg" {
+		return o, usageError{"--checkpoint and --resume need --source pg: resume tokens are positions in the event log"}
+	}
+	if o.checkpointEvery < 0 {
+		return o, usageError{"--checkpoint-every must not be negative"}
+	}
+	if f.resume != "" {
+		if o.filter.From.Kind != replay.BoundNone {
+			return o, usageError{"--resume continues where the token says: not with --from"}
+		}
+		tok, err := replay.ParseToken(f.resume)
+		if err != nil {
+			return o, usageError{"--resume: " + err.Error()}
+		}
+		o.resume = &tok
+	}
 	return o, nil
 }
 
@@ -119,6 +151,7 @@ func parseEventsFlags(f eventsFlags) (eventsOptions, error) {
 // given writers.
 func eventsTo(ctx context.Context, o eventsOptions, cfg Config, stdout, stderr io.Writer, tty bool) error {
 	var src replay.Source
+	var pgSrc *replay.PG
 	var err error
 	switch o.source {
 	case "pg":
@@ -130,9 +163,10 @@ func eventsTo(ctx context.Context, o eventsOptions, cfg Config, stdout, stderr i
 			return err
 		}
 		defer pool.Close()
-		if src, err = replay.NewPG(pool, replay.PGConfig{Filter: o.filter, Follow: o.follow}); err != nil {
+		if pgSrc, err = replay.NewPG(pool, replay.PGConfig{Filter: o.filter, Follow: o.follow, Resume: o.resume}); err != nil {
 			return asUsage(err)
 		}
+		src = pgSrc
 	case "kafka":
 		// brokersOf: KAFKA_BROKERS, or the development broker of `feed dev` / `feed kafka`.
 		if err := checkKafka(ctx, cfg); err != nil {
@@ -149,7 +183,13 @@ func eventsTo(ctx context.Context, o eventsOptions, cfg Config, stdout, stderr i
 	if tty {
 		stopProgress = progress(stderr, w, start)
 	}
-	n, err := replay.Copy(ctx, src, w, o.limit)
+	var n int64
+	if o.checkpoint != "" {
+		n, err = replay.CopyCheckpointed(ctx, pgSrc, w, o.limit, replay.Checkpoint{Every: o.checkpointEvery,
+			Save: func(t replay.Token) error { return writeFileAtomic(o.checkpoint, []byte(t.String()+"\n")) }})
+	} else {
+		n, err = replay.Copy(ctx, src, w, o.limit)
+	}
 	stopProgress()
 	el := time.Since(start)
 	fmt.Fprintf(stderr, "events: %d events in %s (%s/s)\n", n, el.Round(time.Millisecond), rate(n, el))
@@ -162,6 +202,31 @@ func eventsTo(ctx context.Context, o eventsOptions, cfg Config, stdout, stderr i
 		return asUsage(err)
 	}
 	return err
+}
+
+// writeFileAtomic replaces path with data: a temporary file beside it,
+// synced, renamed over it, so a crash leaves the old or the new content.
+func writeFileAtomic(path string, data []byte) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return fmt.Errorf("write checkpoint: %w", err)
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("write checkpoint: %w", err)
+	}
+	return nil
 }
 
 func asUsage(err error) error {

@@ -64,6 +64,32 @@ func TestEventsCommand(t *testing.T) {
 		}
 	}
 
+	// A checkpointed run stopped by its limit, then a run resumed from
+	// its token: together what one run prints.
+	ckpt := t.TempDir() + "/ckpt"
+	all, _, _ := run()
+	first, stderr, code := run("--checkpoint", ckpt, "--limit", "2")
+	tok, err := os.ReadFile(ckpt)
+	if code != 0 || err != nil || !strings.HasPrefix(string(tok), "pg1.") {
+		t.Fatalf("--checkpoint: exit %d %s, token %q %v", code, stderr, tok, err)
+	}
+	rest, stderr, code := run("--resume", string(tok))
+	if code != 0 || first+rest != all || strings.Count(all, "\n") != 3 {
+		t.Fatalf("--resume: exit %d %s\n%s+\n%s\nwant\n%s", code, stderr, first, rest, all)
+	}
+	if again, _, _ := run("--resume", string(tok), "--checkpoint", ckpt); again != rest {
+		t.Fatalf("a second resume from the same token printed %q, want %q", again, rest)
+	}
+	if tok2, _ := os.ReadFile(ckpt); string(tok2) == string(tok) {
+		t.Fatalf("the resumed run did not move the token on (%s)", tok2)
+	}
+	if none, _, code := run("--resume", mustRead(t, ckpt)); code != 0 || none != "" {
+		t.Fatalf("resuming at the end printed %q (exit %d)", none, code)
+	}
+	if pq, _, code := run("--format", "parquet"); code != 0 || !strings.HasPrefix(pq, "PAR1") {
+		t.Fatalf("--format parquet: exit %d, %d bytes", code, len(pq))
+	}
+
 	// Bad filters and flags: usage errors (exit 2), nothing printed.
 	for _, args := range [][]string{
 		{"--from", "yesterday"},
@@ -78,6 +104,12 @@ func TestEventsCommand(t *testing.T) {
 		{"--follow", "--to", "3"},
 		{"--source", "mysql"},
 		{"--format", "xml"},
+		{"--format", "parquet", "--follow"},
+		{"--resume", "x"},
+		{"--resume", "pg1.0.1.2", "--from", "3"},
+		{"--source", "kafka", "--checkpoint", "ckpt"},
+		{"--source", "kafka", "--resume", "pg1.0.1.2"},
+		{"--checkpoint-every", "-1s"},
 		{"--bogus"},
 		{"extra"},
 	} {
@@ -86,6 +118,15 @@ func TestEventsCommand(t *testing.T) {
 			t.Errorf("%v: exit %d %s, out %q: want a usage error and no output", args, code, stderr, out)
 		}
 	}
+}
+
+func mustRead(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // TestEventsCommandEPIPE: a reader that goes away (feed events | head)

@@ -93,10 +93,15 @@ func newProjectors(ctx context.Context, cfg Config, pool *pgxpool.Pool, rdb redi
 		names = projections.Names()
 	}
 	readmodel.WarnListpack(ctx, rdb, cfg.Policy, log)
+	poison, err := projections.NewPoisonQueue(connOf(cfg), cfg.Topic, pool)
+	if err != nil {
+		return task{}, err
+	}
 	s, err := projections.NewSupervisor(projections.SupervisorConfig{
 		Projections: projectionConfig(cfg),
 		Runner:      projections.RunnerConfig{Brokers: brokersOf(cfg), Security: cfg.KafkaSecurity, Topic: cfg.Topic, Logger: log, Metrics: m},
 		Names:       names,
+		Poison:      poison,
 	}, pool, rdb, m)
 	if err != nil {
 		return task{}, fmt.Errorf("build the projectors: %w", err)

@@ -15,9 +15,10 @@ import (
 func newStatusCommand(c *cli) *cobra.Command {
 	return &cobra.Command{
 		Use:   "status",
-		Short: "CDC slot lag and events published; per projection its version, consumer group and lag; per Redis node its keys",
+		Short: "CDC slot lag and events published; per projection its version, consumer group and lag; poison counts; per Redis node its keys",
 		Long: longHelp("Prints the CDC replication slot's state and lag (bytes, seconds) and the events published, then per projection\n"+
-			"its active version, consumer group and lag, and whether a rebuild is running, then per Redis node (every master\n"+
+			"its active version, consumer group and lag, and whether a rebuild is running, then the poison queue's\n"+
+			"records per consumer group (pending, replayed, discarded), then per Redis node (every master\n"+
 			"of a cluster) its keys, memory and commands processed. A section that fails does not hide the others.",
 			envPostgres, envRedis, envKafka, []string{"FEED_SLOT", "FEED_LAG_WARN_BYTES"}),
 		Args: noArgs,
@@ -45,6 +46,7 @@ func runStatus(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writ
 	}{
 		{"cdc", printCDCStatus},
 		{"projections", printProjectionStatus},
+		{"poison", printPoisonStatus},
 		{"redis", printRedisStatus},
 	}
 	var failed []string

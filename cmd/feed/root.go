@@ -60,6 +60,7 @@ func newRootCommand(c *cli) *cobra.Command {
 		newKafkaCommand(c),
 		newTokenCommand(c),
 		newEventsCommand(c),
+		newPoisonCommand(c),
 		newRebuildCommand(c),
 		newSeedCommand(c),
 		newBenchCommand(c),
