@@ -118,7 +118,7 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, `{"items":[%s],"nextCursor":null}`, strings.Join(items, ","))
 	case r.URL.Path == "/metrics":
 		fmt.Fprintln(w, `feed_projection_entries_written_total{projector="inbox"} 42`)
-		fmt.Fprintln(w, `cdc_lag_seconds 0.003`)
+		fmt.Fprintln(w, `feed_cdc_lag_seconds 0.003`)
 	default:
 		http.NotFound(w, r)
 	}
@@ -254,9 +254,9 @@ func TestParseMetrics(t *testing.T) {
 # TYPE feed_projection_entries_written_total counter
 feed_projection_entries_written_total{projector="inbox"} 1.5e+06
 feed_projection_entries_written_total{projector="timelines"} 99
-# HELP cdc_lag_seconds Age of the oldest committed transaction not yet fully acknowledged by Kafka (0 when caught up).
-cdc_lag_seconds_other 7
-cdc_lag_seconds 0.0125
+# HELP feed_cdc_lag_seconds Age of the oldest committed transaction not yet fully acknowledged by Kafka (0 when caught up).
+feed_cdc_lag_seconds_other 7
+feed_cdc_lag_seconds 0.0125
 other_metric 3
 # TYPE process_cpu_seconds_total counter
 process_cpu_seconds_total 42.5
