@@ -118,7 +118,7 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, `{"items":[%s],"nextCursor":null}`, strings.Join(items, ","))
 	case r.URL.Path == "/metrics":
 		fmt.Fprintln(w, `feed_projection_entries_written_total{projector="inbox"} 42`)
-		fmt.Fprintln(w, `cdc_lag_seconds 0.003`)
+		fmt.Fprintln(w, `feed_cdc_lag_seconds 0.003`)
 	default:
 		http.NotFound(w, r)
 	}
@@ -254,9 +254,9 @@ func TestParseMetrics(t *testing.T) {
 # TYPE feed_projection_entries_written_total counter
 feed_projection_entries_written_total{projector="inbox"} 1.5e+06
 feed_projection_entries_written_total{projector="timelines"} 99
-# HELP cdc_lag_seconds Age of the oldest committed transaction not yet fully acknowledged by Kafka (0 when caught up).
-cdc_lag_seconds_other 7
-cdc_lag_seconds 0.0125
+# HELP feed_cdc_lag_seconds Age of the oldest committed transaction not yet fully acknowledged by Kafka (0 when caught up).
+feed_cdc_lag_seconds_other 7
+feed_cdc_lag_seconds 0.0125
 other_metric 3
 # TYPE process_cpu_seconds_total counter
 process_cpu_seconds_total 42.5
@@ -264,7 +264,7 @@ process_cpu_seconds_total 42.5
 	if got := parseMetrics(strings.NewReader(text)); got != (scraped{entries: 1.5e6, cdcLag: 0.0125, cpu: 42.5}) {
 		t.Errorf("parseMetrics = %+v, want entries 1.5e6, cdcLag 0.0125, cpu 42.5", got)
 	}
-	if got := parseMetrics(strings.NewReader("other 1\ncdc_lag_seconds 0\n")); got != (scraped{entries: -1, cdcLag: 0, cpu: -1}) {
+	if got := parseMetrics(strings.NewReader("other 1\nfeed_cdc_lag_seconds 0\n")); got != (scraped{entries: -1, cdcLag: 0, cpu: -1}) {
 		t.Errorf("parseMetrics without the counter = %+v, want entries -1, cdcLag 0 (caught up)", got)
 	}
 	if got := parseMetrics(strings.NewReader("")); got != (scraped{entries: -1, cdcLag: -1, cpu: -1}) {

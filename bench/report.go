@@ -101,7 +101,7 @@ type SecondPoint struct {
 type TimePoint struct {
 	T   float64    `json:"t"`
 	Lag *LagSample `json:"lag,omitempty"`
-	// CDCLagLive is the CDC reader's own lag (cdc_lag_seconds from the
+	// CDCLagLive is the CDC reader's own lag (feed_cdc_lag_seconds from the
 	// API's /metrics: the age of the oldest committed transaction Kafka has
 	// not yet acknowledged, updated every second); absent when CDC does not
 	// run in the API's process. The slot's CDCLagSeconds comes from a

@@ -642,7 +642,7 @@ func (r *Runner) sample(ctx context.Context, start time.Time) []TimePoint {
 // metric is absent (or /metrics is unreachable).
 type scraped struct {
 	entries float64 // feed_projection_entries_written_total of the inbox projector
-	cdcLag  float64 // cdc_lag_seconds: present when CDC runs in the API's process (feed dev)
+	cdcLag  float64 // feed_cdc_lag_seconds: present when CDC runs in the API's process (feed dev)
 	cpu     float64 // process_cpu_seconds_total of the API's process
 }
 
@@ -666,7 +666,7 @@ func (r *Runner) scrapeMetrics(ctx context.Context) scraped {
 
 // parseMetrics reads, from Prometheus text, the sum of
 // feed_projection_entries_written_total for the inbox projector and the
-// CDC reader's cdc_lag_seconds gauge (the age of the oldest committed
+// CDC reader's feed_cdc_lag_seconds gauge (the age of the oldest committed
 // transaction Kafka has not yet acknowledged, updated every second). What
 // the text holds before a syntax error still counts.
 func parseMetrics(rd io.Reader) scraped {
@@ -685,7 +685,7 @@ func parseMetrics(rd io.Reader) scraped {
 	if mf, ok := families["process_cpu_seconds_total"]; ok && len(mf.GetMetric()) > 0 {
 		out.cpu = sampleValue(mf.GetMetric()[0])
 	}
-	if mf, ok := families["cdc_lag_seconds"]; ok && len(mf.GetMetric()) > 0 {
+	if mf, ok := families["feed_cdc_lag_seconds"]; ok && len(mf.GetMetric()) > 0 {
 		out.cdcLag = sampleValue(mf.GetMetric()[len(mf.GetMetric())-1])
 	}
 	return out

@@ -105,7 +105,7 @@ func TestStreamsCommittedEventsInOrder(t *testing.T) {
 			st.ConfirmedLSN != "" && mustLSN(t, st.ConfirmedLSN) > last
 	})
 	if n := value(c.m.published); n < float64(len(want)) {
-		t.Fatalf("cdc_events_published_total %v, want >= %d", n, len(want))
+		t.Fatalf("feed_cdc_events_published_total %v, want >= %d", n, len(want))
 	}
 	stop()
 	// The walsender notices the closed connection a moment later.
@@ -284,7 +284,7 @@ func TestReconnectAfterServerDisconnect(t *testing.T) {
 	cons.readUntil(t, 60*time.Second, "every committed event", func(c *consumer) bool { return c.hasAll(want) })
 	cons.checkOrder(t)
 	if r := value(c.m.reconnects); r < 1 {
-		t.Fatalf("cdc_reconnects_total %v after terminating the walsender", r)
+		t.Fatalf("feed_cdc_reconnects_total %v after terminating the walsender", r)
 	}
 	t.Logf("%d events, %d duplicates, %v reconnects, %v redelivered", len(want), cons.duplicates(),
 		value(c.m.reconnects), value(c.m.redelivered))

@@ -245,10 +245,10 @@ func TestSlotLossHeals(t *testing.T) {
 	stopWritersAfterHeal(t, o, cancel, wdone)
 	cons, events := checkTopicHasTheLog(t, b, o)
 	if got := value(c.m.slotLost.WithLabelValues("heal")); got != 1 {
-		t.Fatalf("cdc_slot_lost_total{mode=heal} = %v, want 1", got)
+		t.Fatalf("feed_cdc_slot_lost_total{mode=heal} = %v, want 1", got)
 	}
 	if value(c.m.republished) == 0 {
-		t.Fatal("cdc_republished_events_total = 0 after a heal")
+		t.Fatal("feed_cdc_republished_events_total = 0 after a heal")
 	}
 	st, err := Status(context.Background(), b.db.Pool, b.slot)
 	if err != nil {
@@ -374,7 +374,7 @@ func TestSlotLossStop(t *testing.T) {
 		t.Fatalf("Ready after the stop: %v, want ErrSlotLost", err)
 	}
 	if got := value(c.m.slotLost.WithLabelValues("stop")); got != 1 {
-		t.Fatalf("cdc_slot_lost_total{mode=stop} = %v, want 1", got)
+		t.Fatalf("feed_cdc_slot_lost_total{mode=stop} = %v, want 1", got)
 	}
 	st, err := Status(ctx, b.db.Pool, b.slot)
 	if err != nil {

@@ -49,8 +49,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"projector"}),
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "feed_projection_consumer_lag",
-			Help: "Messages not yet committed by the projector's consumer group (end offset minus committed offset, summed over partitions).",
-		}, []string{"group"}),
+			Help: "Messages not yet committed by the projector's consumer group (end offset minus committed offset, summed over partitions), by projection: one series per projection whatever version its group serves.",
+		}, []string{"projection"}),
 		poison: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "feed_poison_messages",
 			Help: "Records of the poison topic per consumer group and state (pending, replayed, discarded), refreshed with the lag.",
@@ -100,9 +100,12 @@ func (m *Metrics) retried(projector string) {
 	}
 }
 
-func (m *Metrics) setLag(group string, lag int64) {
+// setLag sets the consumer lag of projection. The series is keyed by the
+// projection's name, not by its consumer group (which carries the version),
+// so a rebuild's switch to a new version keeps the same series.
+func (m *Metrics) setLag(projection string, lag int64) {
 	if m != nil {
-		m.lag.WithLabelValues(group).Set(float64(lag))
+		m.lag.WithLabelValues(projection).Set(float64(lag))
 	}
 }
 

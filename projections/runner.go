@@ -279,11 +279,12 @@ func (r *Runner) watchLag(ctx context.Context) {
 	defer t.Stop()
 	for {
 		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		lags, err := ConsumerLag(lctx, r.cfg.Conn(), r.cfg.Topic, r.Groups())
+		groups := r.Groups()
+		lags, err := ConsumerLag(lctx, r.cfg.Conn(), r.cfg.Topic, groups)
 		cancel()
 		if err == nil {
-			for g, l := range lags {
-				r.cfg.Metrics.setLag(g, l)
+			for i, g := range groups {
+				r.cfg.Metrics.setLag(r.projectors[i].Name(), lags[g])
 			}
 		}
 		select {

@@ -47,7 +47,7 @@ func runAPI(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer)
 	if cfg, err = resolvePolicy(ctx, cfg, pool, log); err != nil {
 		return err
 	}
-	reg := prometheus.NewRegistry()
+	reg := newRoleRegistry()
 	apiTask, closeAPI, err := newAPI(ctx, cfg, apiParts{Pool: pool, Redis: rdb, Registry: reg, Log: log, Stdout: stdout, AllowDevSecret: cfg.AllowDevSecret})
 	if err != nil {
 		return err

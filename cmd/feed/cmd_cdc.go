@@ -65,7 +65,7 @@ func runCDC(ctx context.Context, cfg Config, log *slog.Logger, metricsAddr strin
 	if err != nil {
 		return fmt.Errorf("create topics: %w", err)
 	}
-	reg := prometheus.NewRegistry()
+	reg := newRoleRegistry()
 	tasks := []task{{name: "cdc", run: func(ctx context.Context) error { return streamCDC(ctx, cfg, pool, reg, log) }}}
 	return runRole(ctx, log, "cdc", metricsAddr, reg, tasks...)
 }

@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/feedco/feed/cdc"
@@ -69,7 +68,7 @@ func runDev(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer)
 		cfg.KafkaBrokers = broker.Addrs()
 	}
 
-	reg := prometheus.NewRegistry()
+	reg := newRoleRegistry()
 	// The slot exists before the API takes its first write: an event
 	// committed before it would never be streamed.
 	if err := cdc.PrepareFirstStart(ctx, cdcConfig(cfg, reg, log), pool); err != nil {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -83,7 +84,7 @@ func TestDev(t *testing.T) {
 	var metrics string
 	defer func() {
 		if t.Failed() {
-			t.Logf("stderr:\n%s\nmetrics (cdc, projection):\n%s", stderr.String(), grepLines(metrics, "cdc_", "feed_projection_messages"))
+			t.Logf("stderr:\n%s\nmetrics (cdc, projection):\n%s", stderr.String(), grepLines(metrics, "feed_cdc_", "feed_projection_messages"))
 		}
 	}()
 	// Writes committed before CDC's slot is ready are never streamed:
@@ -92,9 +93,12 @@ func TestDev(t *testing.T) {
 		register()
 		_, body := get("/metrics")
 		metrics = body
-		return regexp.MustCompile(`(?m)^cdc_events_published_total [1-9]`).MatchString(body) &&
+		return regexp.MustCompile(`(?m)^feed_cdc_events_published_total [1-9]`).MatchString(body) &&
 			strings.Contains(body, "feed_projection_messages_total")
 	})
+	if info := `feed_build_info{goversion="` + runtime.Version() + `",`; !strings.Contains(metrics, info) {
+		t.Errorf("/metrics lacks %s...} 1:\n%s", info, grepLines(metrics, "feed_build_info"))
+	}
 
 	cancel()
 	select {

@@ -62,7 +62,7 @@ func runProject(ctx context.Context, cfg Config, log *slog.Logger, names []strin
 	if err := checkKafka(ctx, cfg); err != nil {
 		return err
 	}
-	reg := prometheus.NewRegistry()
+	reg := newRoleRegistry()
 	projectors, err := newProjectors(ctx, cfg, pool, rdb, names, reg, log)
 	if err != nil {
 		return err

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"runtime/debug"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -112,33 +111,15 @@ func newVersionCommand(c *cli) *cobra.Command {
 // the module version, the VCS revision and its time (when built from a
 // checkout with VCS stamping), and the Go version.
 func buildVersion() string {
-	bi, ok := debug.ReadBuildInfo()
+	bi, ok := readBuild()
 	if !ok {
 		return "feed (no build information)\n"
 	}
-	setting := func(key string) string {
-		for _, s := range bi.Settings {
-			if s.Key == key {
-				return s.Value
-			}
-		}
-		return ""
-	}
-	rev, at := setting("vcs.revision"), setting("vcs.time")
-	if rev == "" {
-		rev = "unknown"
-	}
-	if setting("vcs.modified") == "true" {
-		rev += " (modified)"
-	}
-	if at == "" {
-		at = "unknown"
-	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "feed %s\n", bi.Main.Version)
-	fmt.Fprintf(&b, "  module   %s\n", bi.Main.Path)
-	fmt.Fprintf(&b, "  revision %s\n", rev)
-	fmt.Fprintf(&b, "  time     %s\n", at)
+	fmt.Fprintf(&b, "feed %s\n", bi.Version)
+	fmt.Fprintf(&b, "  module   %s\n", bi.Module)
+	fmt.Fprintf(&b, "  revision %s\n", bi.Revision)
+	fmt.Fprintf(&b, "  time     %s\n", bi.Time)
 	fmt.Fprintf(&b, "  go       %s\n", bi.GoVersion)
 	return b.String()
 }
