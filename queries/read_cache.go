@@ -6,6 +6,7 @@ import (
 	"hash/maphash"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,10 +37,12 @@ import (
 //     raced an invalidation (the write happened after Redis executed the
 //     read, and its invalidation arrived before the reply was stored) is
 //     dropped, never cached.
+//   - FLUSHALL and FLUSHDB (of any database of the server) empty Redis's
+//     tracking table and send a null invalidation: the whole cache is
+//     flushed, and stays on (what is read next is tracked anew).
 //   - A generation is one life of the invalidation connection (its CLIENT
 //     ID). When that connection fails, does not answer a ping, or receives
-//     anything it cannot parse (a null payload: FLUSHALL, FLUSHDB), the
-//     whole cache is flushed and turned off, the generation's data
+//     anything it cannot parse, the whole cache is flushed and turned off, the generation's data
 //     connections (redirecting to a client id that no longer exists, so no
 //     longer told of writes) are closed, and a new connection subscribes;
 //     only when Redis confirms the subscription does a new generation (new
@@ -333,8 +336,9 @@ func (c *readCache) run(ctx context.Context) {
 }
 
 // receive applies messages until something is wrong: a connection error,
-// an unanswered ping, or a message it cannot read (a null invalidation,
-// sent for FLUSHALL, is one): every one of them ends the generation.
+// an unanswered ping, or a message it cannot read: every one of them ends
+// the generation. The null invalidation of FLUSHALL / FLUSHDB is not one
+// of them: it flushes the cache, which stays on.
 //
 // Its reads have no deadline. One that expired in the middle of a message
 // would leave go-redis's reader mid-message on a connection it keeps (a
@@ -358,6 +362,15 @@ func (c *readCache) receive(ctx context.Context, ps *redis.PubSub) error {
 			}
 		}
 		msg, err := ps.Receive(ctx)
+		if err != nil && isFlushInvalidation(err) {
+			// FLUSHALL or FLUSHDB (of any database of the server): Redis
+			// has emptied its tracking table, so no key read before it
+			// will be invalidated again. Drop everything; the data
+			// connections keep tracking what they read from now on.
+			c.flush()
+			last.Store(time.Now().UnixNano())
+			continue
+		}
 		if err != nil {
 			select {
 			case why := <-silent:
@@ -380,9 +393,6 @@ func (c *readCache) receive(ctx context.Context, ps *redis.PubSub) error {
 				continue
 			}
 			if m.PayloadSlice == nil {
-				if m.Payload == "" {
-					return errors.New("invalidation without keys (flush)")
-				}
 				c.invalidate(m.Payload)
 				continue
 			}
@@ -393,6 +403,16 @@ func (c *readCache) receive(ctx context.Context, ps *redis.PubSub) error {
 			c.pong()
 		}
 	}
+}
+
+// isFlushInvalidation reports whether err is go-redis's refusal of the
+// invalidation Redis sends for FLUSHALL and FLUSHDB: a message whose
+// payload is a null array (RESP2 "*-1"), which go-redis reports as an
+// error of its own after reading the whole message, so the connection is
+// still in step (TestReadCacheSurvivesFlush keeps this true across
+// go-redis versions).
+func isFlushInvalidation(err error) bool {
+	return strings.HasSuffix(err.Error(), "unsupported pubsub message payload: <nil>")
 }
 
 // keepAlive pings the invalidation connection once it has been quiet for

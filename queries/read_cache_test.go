@@ -80,6 +80,14 @@ func cachedFeed(t *testing.T) (b *bundle, u, a int64) {
 func cachedFeedWith(t *testing.T, cfg Config) (b *bundle, u, a int64) {
 	t.Helper()
 	b = setup(t, cfg)
+	u, a = cachedFeedOn(b)
+	return b, u, a
+}
+
+// cachedFeedOn is cachedFeed on bundle b.
+func cachedFeedOn(b *bundle) (u, a int64) {
+	t := b.t
+	t.Helper()
 	b.useClock(newClock(time.Now())) // bodies stay trusted: round trips are exact
 	u, a = b.user(), b.user()
 	b.follow(u, a)
@@ -118,7 +126,7 @@ func cachedFeedWith(t *testing.T, cfg Config) (b *bundle, u, a int64) {
 	if got := b.feed.cache.stats.hits.Load() - hits; got < 4 {
 		t.Fatalf("%d cache hits on the repeated read, want the inbox, the timeline and both EXISTS", got)
 	}
-	return b, u, a
+	return u, a
 }
 
 // addToInbox writes a new post of a into u's inbox through c (a packed
