@@ -492,9 +492,13 @@ type roundTrips struct{ n atomic.Int64 }
 func countRoundTrips(b *bundle) *roundTrips {
 	rt := &roundTrips{}
 	b.rdb.AddHook(rtHook{rt})
-	if g := b.feed.cache.current(); g != nil {
-		for _, tc := range g.conns { // the read cache's tracking connections
-			tc.cn.AddHook(rtHook{rt})
+	if b.feed.cache != nil {
+		for _, tr := range b.feed.cache.trackers() {
+			if g := tr.gen.Load(); g != nil {
+				for _, tc := range g.conns { // the read cache's tracking connections
+					tc.cn.AddHook(rtHook{rt})
+				}
+			}
 		}
 	}
 	return rt
