@@ -44,8 +44,14 @@ type bundle struct {
 
 func setup(t *testing.T, cfg Config) *bundle {
 	t.Helper()
+	return setupOn(t, cfg, testenv.NewRedis(t))
+}
+
+// setupOn is setup over r (testenv.NewRedisCluster: a cluster whatever
+// FEED_TEST_REDIS says).
+func setupOn(t *testing.T, cfg Config, r *testenv.Redis) *bundle {
+	t.Helper()
 	db := testenv.NewDB(t)
-	r := testenv.NewRedis(t)
 	cfg.Keys = readmodel.Keys{Prefix: r.Prefix}
 	reg := prometheus.NewRegistry()
 	cfg.Registerer = reg
