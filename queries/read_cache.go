@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // readCache is the server-assisted client-side cache of the per-reader
@@ -72,7 +73,8 @@ type readCache struct {
 	// One node: its tracker. A cluster: a tracker per master (by address),
 	// started for the masters of the slot map topology last read.
 	single  *tracker
-	cluster *redis.ClusterClient
+	cluster *redis.ClusterClient // the main client: MasterForKey routes as its reads do
+	topoCl  *redis.ClusterClient // the topology watcher's own (CLUSTER SLOTS), beside the main client's hooks and pool
 	mu      sync.RWMutex
 	nodes   map[string]*tracker
 	topo    string // the slot map (CLUSTER SLOTS) last read; "" before the first
@@ -299,6 +301,10 @@ func newReadCache(rdb redis.UniversalClient, maxKeys int, log *slog.Logger, dial
 		rc.single = rc.newTracker(c.Options())
 	case *redis.ClusterClient:
 		rc.cluster = c
+		o := *c.Options()
+		o.PoolSize, o.MinIdleConns, o.MaxIdleConns = 2, 0, 2
+		o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+		rc.topoCl = redis.NewClusterClient(&o)
 		rc.nodes = make(map[string]*tracker)
 		rc.wg.Add(1)
 		go rc.watchTopology()
@@ -313,6 +319,10 @@ func newReadCache(rdb redis.UniversalClient, maxKeys int, log *slog.Logger, dial
 // options are o.
 func (c *readCache) newTracker(o *redis.Options) *tracker {
 	t := &tracker{c: c, addr: o.Addr, base: *o, done: make(chan struct{})}
+	// go-redis updates a client's MaintNotificationsConfig in place as
+	// it connects: this cache's clients (RESP2, which has none of those
+	// notifications) get one of their own, never shared.
+	t.base.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	io := t.base
 	io.Protocol = 2 // invalidations as pubsub messages
 	io.PoolSize, io.MinIdleConns, io.MaxIdleConns = 1, 0, 0
@@ -350,6 +360,9 @@ func (c *readCache) close() {
 	for _, t := range c.trackers() {
 		t.down()
 		_ = t.inval.Close()
+	}
+	if c.topoCl != nil {
+		_ = c.topoCl.Close()
 	}
 }
 
@@ -399,7 +412,7 @@ func (c *readCache) watchTopology() {
 // each master without one. No tracker runs (so nothing is cached) before
 // the first slot map is read.
 func (c *readCache) topology(ctx context.Context) {
-	slots, err := c.cluster.ClusterSlots(ctx).Result()
+	slots, err := c.topoCl.ClusterSlots(ctx).Result()
 	if err != nil || len(slots) == 0 {
 		if ctx.Err() == nil {
 			c.log.Debug("queries: read cache: CLUSTER SLOTS", "err", err)
@@ -438,7 +451,7 @@ func (c *readCache) topology(ctx context.Context) {
 	if !missing {
 		return
 	}
-	_ = c.cluster.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+	_ = c.topoCl.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
 		o := node.Options()
 		if !masters[o.Addr] {
 			return nil // go-redis's own view is behind: a later read

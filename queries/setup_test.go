@@ -8,6 +8,8 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -493,7 +495,30 @@ func (b *bundle) created(author int64, k key) {
 
 // roundTrips counts the Redis round trips (a command or a pipeline) of the
 // bundle's client from now on.
-type roundTrips struct{ n atomic.Int64 }
+type roundTrips struct {
+	n    atomic.Int64
+	mu   sync.Mutex
+	cmds []string // the commands, for a failure's message
+}
+
+func (rt *roundTrips) add(cmds ...redis.Cmder) {
+	if len(cmds) == 1 && cmds[0].Name() == "ping" {
+		return // the read cache's keep-alive of an idle tracking connection, not a read
+	}
+	rt.n.Add(1)
+	rt.mu.Lock()
+	for _, c := range cmds {
+		rt.cmds = append(rt.cmds, c.Name())
+	}
+	rt.mu.Unlock()
+}
+
+// String lists the commands counted.
+func (rt *roundTrips) String() string {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return strings.Join(rt.cmds, " ")
+}
 
 func countRoundTrips(b *bundle) *roundTrips {
 	rt := &roundTrips{}
@@ -516,14 +541,14 @@ func (rtHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h rtHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.rt.n.Add(1)
+		h.rt.add(cmd)
 		return next(ctx, cmd)
 	}
 }
 
 func (h rtHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.rt.n.Add(1)
+		h.rt.add(cmds...)
 		return next(ctx, cmds)
 	}
 }
