@@ -46,11 +46,18 @@ import (
 //     flushed, and stays on (what is read next is tracked anew).
 //   - A generation is one life of the invalidation connection (its CLIENT
 //     ID). When that connection fails, does not answer a ping, or receives
-//     anything it cannot parse, the whole cache is flushed and turned off, the generation's data
-//     connections (redirecting to a client id that no longer exists, so no
-//     longer told of writes) are closed, and a new connection subscribes;
-//     only when Redis confirms the subscription does a new generation (new
-//     data connections, redirecting to the new id) start filling the cache.
+//     anything it cannot parse, the whole cache is flushed and turned
+//     off, the generation's data connections (redirecting to a client id
+//     that no longer exists, so no longer told of writes) are closed, and
+//     a new connection subscribes; only when Redis confirms the
+//     subscription does a new generation (new data connections,
+//     redirecting to the new id) start filling the cache.
+//   - On a Redis Cluster each master has its own tracker (invalidation
+//     connection and generations, since REDIRECT reaches only a
+//     connection of the same node); a reader's keys share one hash tag,
+//     so its misses go to one of them. A change of the slot map (read
+//     every readCachePing) flushes the whole cache: a moved slot's keys
+//     live on a node that never tracked them for us.
 //   - Entries also expire after maxAge (a minute), a bound on any staleness
 //     a lost invalidation could cause.
 //   - Writes by this process (PostCreated's write-through, a cold rebuild)
