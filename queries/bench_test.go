@@ -3,13 +3,16 @@ package queries
 import (
 	"context"
 	"strconv"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/feedco/feed/internal/redisinfo"
 	"github.com/feedco/feed/internal/testenv"
 	"github.com/feedco/feed/readmodel"
 )
@@ -118,4 +121,112 @@ ORDER BY p.created_at DESC, p.id DESC LIMIT 20`, next())
 		})
 		report(b, start)
 	})
+}
+
+// BenchmarkHomeReadCache reads first pages of 20 from warm inboxes, 16
+// goroutines, with the read cache on and off (a second Feed over the same
+// read models), on FEED_TEST_REDIS's server or cluster; "writes" also
+// adds a post to a random reader's inbox after every 10th read (through
+// the main client: invalidations, as the projectors' writes). Reported
+// per read: this process's CPU (user+sys, µs), the Redis CPU of every
+// master (µs), and the cache's hit ratio (hits/lookups).
+func BenchmarkHomeReadCache(b *testing.B) {
+	on, readers, rdb, keys, pool := benchData(b)
+	off, err := New(Config{Keys: keys, InboxLayout: readmodel.InboxLayoutZset, ReadCacheKeys: -1}, pool, rdb)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(off.Close)
+	ctx := context.Background()
+	redisCPU := func() time.Duration {
+		var mu sync.Mutex
+		var total time.Duration
+		each := func(ctx context.Context, c *redis.Client) error {
+			d, err := redisinfo.CPU(ctx, c)
+			mu.Lock()
+			total += d
+			mu.Unlock()
+			return err
+		}
+		var err error
+		if cl, ok := rdb.(*redis.ClusterClient); ok {
+			err = cl.ForEachMaster(ctx, each)
+		} else {
+			err = each(ctx, rdb.(*redis.Client))
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		return total
+	}
+	procCPU := func() time.Duration {
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+			b.Fatal(err)
+		}
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	var n, posted atomic.Int64
+	next := func() int64 { return readers[int(n.Add(1))%len(readers)] }
+	for _, writes := range []bool{false, true} {
+		for _, tc := range []struct {
+			name string
+			f    *Feed
+		}{{"cache=on", on}, {"cache=off", off}} {
+			name := tc.name
+			if writes {
+				name += "/writes"
+			}
+			f := tc.f
+			b.Run(name, func(b *testing.B) {
+				for range 2 { // warm: the process caches, and the read cache
+					for _, u := range readers {
+						if _, err := f.Home(ctx, u, "", 20); err != nil {
+							b.Fatal(err)
+						}
+					}
+					f.bg.Wait()
+				}
+				if f.cache != nil {
+					if err := f.cache.sync(ctx); err != nil {
+						b.Fatal(err)
+					}
+				}
+				hits, misses := int64(0), int64(0)
+				if f.cache != nil {
+					hits, misses = f.cache.stats.hits.Load(), f.cache.stats.misses.Load()
+				}
+				r0, p0 := redisCPU(), procCPU()
+				b.SetParallelism(16)
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					i := 0
+					for pb.Next() {
+						p, err := f.Home(ctx, next(), "", 20)
+						if err != nil || len(p.Items) != 20 {
+							b.Errorf("page %d items, %v", len(p.Items), err)
+							return
+						}
+						if i++; writes && i%10 == 0 {
+							u := next()
+							id := 2_000_000 + posted.Add(1)
+							err := rdb.ZAdd(ctx, keys.Inbox(u), redis.Z{Score: float64(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()), Member: strconv.FormatInt(id, 10)}).Err()
+							if err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					}
+				})
+				b.StopTimer()
+				r1, p1 := redisCPU(), procCPU()
+				b.ReportMetric(float64((p1-p0).Microseconds())/float64(b.N), "proc-cpu-µs/read")
+				b.ReportMetric(float64((r1-r0).Microseconds())/float64(b.N), "redis-cpu-µs/read")
+				if f.cache != nil {
+					h, m := f.cache.stats.hits.Load()-hits, f.cache.stats.misses.Load()-misses
+					b.ReportMetric(float64(h)/float64(max(h+m, 1)), "hit-ratio")
+				}
+			})
+		}
+	}
 }

@@ -436,7 +436,7 @@ func TestHomeOwnPostVisibleBeforeProjectors(t *testing.T) {
 	// the flushed cache.
 	var rt *roundTrips
 	var p Page
-	inOneGeneration(b, func() {
+	inOneGeneration(b, u, func() {
 		rt = countRoundTrips(b)
 		var err error
 		if p, err = b.feed.Home(b.ctx, u, "", 20); err != nil {

@@ -30,12 +30,19 @@ type setResult struct {
 // whether it holds each of members. With the read cache on, whatever the
 // cache holds costs nothing, and a fully cached page costs no round trip.
 func (f *Feed) readHome(ctx context.Context, user int64, cur key, n int, members []int64) (homeReply, error) {
-	g := f.cache.current()
+	var g *cacheGen
+	if f.cache != nil {
+		if f.cache.single != nil {
+			g = f.cache.single.gen.Load()
+		} else {
+			g = f.cache.currentFor(f.tl.Key(user)) // the reader's keys share one hash tag: one node
+		}
+	}
 	if g == nil {
 		return f.readHomeDirect(ctx, user, cur, n, members)
 	}
 	r, err := f.readHomeCached(ctx, g, user, cur, n, members)
-	if err != nil && f.cache.current() != g {
+	if err != nil && !g.live() {
 		// The generation ended under the read (its connections may be
 		// closing): read without the cache.
 		return f.readHomeDirect(ctx, user, cur, n, members)
@@ -202,7 +209,7 @@ func (f *Feed) readHomeCached(ctx context.Context, g *cacheGen, user int64, cur 
 	if err := g.pick().do(pipe.Cmds()); err != nil {
 		// The connection may be gone, and with it what Redis tracked for
 		// it: the generation ends (the caller reads without the cache).
-		c.endGen(g)
+		g.t.endGen(g)
 		return homeReply{}, fmt.Errorf("read inbox of %d: %w", user, redisErr(err))
 	}
 	now = time.Now().UnixNano()

@@ -122,8 +122,9 @@ type Config struct {
 	// ReadCacheKeys bounds the server-assisted client-side cache of the
 	// per-reader Redis reads of home pages (Redis CLIENT TRACKING, see
 	// read_cache.go and docs/queries.md "Read cache"), in Redis keys. Zero
-	// means 40,000 (about 10,000 readers); negative turns it off. Only a single-node
-	// *redis.Client gets the cache.
+	// means 40,000 (about 10,000 readers); negative turns it off. A
+	// *redis.Client or a *redis.ClusterClient (a tracker per master) gets
+	// the cache.
 	ReadCacheKeys int
 	// RedisBreakerFailures is how many consecutive Redis connection
 	// failures open a circuit (reads and the write-through each have one;

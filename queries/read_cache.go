@@ -1,16 +1,21 @@
 package queries
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"hash/maphash"
 	"log/slog"
 	"net"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // readCache is the server-assisted client-side cache of the per-reader
@@ -36,14 +41,23 @@ import (
 //     raced an invalidation (the write happened after Redis executed the
 //     read, and its invalidation arrived before the reply was stored) is
 //     dropped, never cached.
+//   - FLUSHALL and FLUSHDB (of any database of the server) empty Redis's
+//     tracking table and send a null invalidation: the whole cache is
+//     flushed, and stays on (what is read next is tracked anew).
 //   - A generation is one life of the invalidation connection (its CLIENT
 //     ID). When that connection fails, does not answer a ping, or receives
-//     anything it cannot parse (a null payload: FLUSHALL, FLUSHDB), the
-//     whole cache is flushed and turned off, the generation's data
-//     connections (redirecting to a client id that no longer exists, so no
-//     longer told of writes) are closed, and a new connection subscribes;
-//     only when Redis confirms the subscription does a new generation (new
-//     data connections, redirecting to the new id) start filling the cache.
+//     anything it cannot parse, the whole cache is flushed and turned
+//     off, the generation's data connections (redirecting to a client id
+//     that no longer exists, so no longer told of writes) are closed, and
+//     a new connection subscribes; only when Redis confirms the
+//     subscription does a new generation (new data connections,
+//     redirecting to the new id) start filling the cache.
+//   - On a Redis Cluster each master has its own tracker (invalidation
+//     connection and generations, since REDIRECT reaches only a
+//     connection of the same node); a reader's keys share one hash tag,
+//     so its misses go to one of them. A change of the slot map (read
+//     every readCachePing) flushes the whole cache: a moved slot's keys
+//     live on a node that never tracked them for us.
 //   - Entries also expire after maxAge (a minute), a bound on any staleness
 //     a lost invalidation could cause.
 //   - Writes by this process (PostCreated's write-through, a cold rebuild)
@@ -56,19 +70,41 @@ import (
 // Bounded: at most maxKeys Redis keys, in two generations of half each per
 // shard (as the post cache), and at most maxSigs cached replies per key.
 type readCache struct {
-	log     *slog.Logger
-	base    redis.Options // the main client's options, for each generation's data client
+	log    *slog.Logger
+	maxAge int64 // nanos
+	shards []rcShard
+	seed   maphash.Seed
+	stats  cacheStats
+	dial   func(ctx context.Context, network, addr string) (net.Conn, error) // the invalidation connections' (tests); nil: go-redis's
+
+	// One node: its tracker. A cluster: a tracker per master (by address),
+	// started for the masters of the slot map topology last read.
+	single  *tracker
+	cluster *redis.ClusterClient // the main client: MasterForKey routes as its reads do
+	topoCl  *redis.ClusterClient // the topology watcher's own (CLUSTER SLOTS), beside the main client's hooks and pool
+	mu      sync.RWMutex
+	nodes   map[string]*tracker
+	topo    string // the slot map (CLUSTER SLOTS) last read; "" before the first
+
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup // the trackers' and the topology watcher's goroutines
+	closing atomic.Bool    // close(): retire connections at once
+}
+
+// tracker is the invalidation connection of one Redis node (the server,
+// or a master of a cluster) and the generations of data connections
+// redirecting to it.
+type tracker struct {
+	c       *readCache
+	addr    string
+	base    redis.Options // the node's client options, for each generation's data client
 	inval   *redis.Client // the invalidation connection's client (RESP2: pubsub messages)
-	maxAge  int64         // nanos
 	pending atomic.Int64  // CLIENT ID of the invalidation connection, set when it connects
 	gen     atomic.Pointer[cacheGen]
-	shards  []rcShard
-	seed    maphash.Seed
-	stats   cacheStats
-
+	gens    atomic.Int64 // generations started
 	cancel  context.CancelFunc
 	done    chan struct{}
-	closing atomic.Bool // close(): retire connections at once
 
 	// Pings of the invalidation connection, in the order they were sent,
 	// and the pongs received: sync() waits for its own ping's pong.
@@ -96,6 +132,7 @@ type cacheStats struct {
 // any error of one, or on any connect beyond the first readCacheConns (a
 // connection replaced under the hood).
 type cacheGen struct {
+	t        *tracker
 	id       int64         // the invalidation connection's CLIENT ID
 	client   *redis.Client // owns the dedicated connections
 	conns    []*trackConn
@@ -250,79 +287,215 @@ func readCacheKeys(cfg int) (int, error) {
 // 60 MB.
 const defaultReadCacheKeys = 40_000
 
-// newReadCache starts the invalidation connection of a cache of maxKeys
-// keys over the server rdb talks to. Only a single-node client
-// (*redis.Client) is supported; other clients get no cache (nil). dial,
-// if not nil, dials the invalidation connection (tests).
+// newReadCache starts a cache of maxKeys keys over the server rdb talks
+// to: the invalidation connection of a single-node client
+// (*redis.Client), or one per master of a cluster client
+// (*redis.ClusterClient). Other clients get no cache (nil). dial, if not
+// nil, dials the invalidation connections (tests).
 func newReadCache(rdb redis.UniversalClient, maxKeys int, log *slog.Logger, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *readCache {
-	c, ok := rdb.(*redis.Client)
-	if !ok || maxKeys <= 0 {
+	if maxKeys <= 0 {
 		return nil
 	}
-	rc := &readCache{log: log, base: *c.Options(), maxAge: int64(readCacheMaxAge), seed: maphash.MakeSeed(), done: make(chan struct{})}
+	rc := &readCache{log: log, maxAge: int64(readCacheMaxAge), seed: maphash.MakeSeed(), dial: dial}
 	rc.shards = make([]rcShard, readCacheShards)
 	for i := range rc.shards {
 		half := max(maxKeys/2/readCacheShards, 1)
 		rc.shards[i] = rcShard{half: half, cur: make(map[string]*rcEntry)}
 	}
-	io := rc.base
+	rc.ctx, rc.cancel = context.WithCancel(context.Background())
+	switch c := rdb.(type) {
+	case *redis.Client:
+		rc.single = rc.newTracker(c.Options())
+	case *redis.ClusterClient:
+		rc.cluster = c
+		o := *c.Options()
+		o.PoolSize, o.MinIdleConns, o.MaxIdleConns = 2, 0, 2
+		o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+		rc.topoCl = redis.NewClusterClient(&o)
+		rc.nodes = make(map[string]*tracker)
+		rc.wg.Add(1)
+		go rc.watchTopology()
+	default:
+		rc.cancel()
+		return nil
+	}
+	return rc
+}
+
+// newTracker starts the invalidation connection of the node whose client
+// options are o.
+func (c *readCache) newTracker(o *redis.Options) *tracker {
+	t := &tracker{c: c, addr: o.Addr, base: *o, done: make(chan struct{})}
+	// go-redis updates a client's MaintNotificationsConfig in place as
+	// it connects: this cache's clients (RESP2, which has none of those
+	// notifications) get one of their own, never shared.
+	t.base.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	io := t.base
 	io.Protocol = 2 // invalidations as pubsub messages
 	io.PoolSize, io.MinIdleConns, io.MaxIdleConns = 1, 0, 0
 	io.ClientName = "feed-read-cache-invalidations"
-	if dial != nil {
-		io.Dialer = dial
+	if c.dial != nil {
+		io.Dialer = c.dial
 	}
 	io.OnConnect = func(ctx context.Context, cn *redis.Conn) error {
 		id, err := cn.ClientID(ctx).Result()
 		if err != nil {
 			return err
 		}
-		rc.pending.Store(id)
+		t.pending.Store(id)
 		return nil
 	}
-	rc.inval = redis.NewClient(&io)
-	ctx, cancel := context.WithCancel(context.Background())
-	rc.cancel = cancel
-	go rc.run(ctx)
-	return rc
+	t.inval = redis.NewClient(&io)
+	ctx, cancel := context.WithCancel(c.ctx)
+	t.cancel = cancel
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		t.run(ctx)
+	}()
+	return t
 }
 
-// close stops the invalidation connection and the data connections.
+// close stops the invalidation connections and the data connections.
 func (c *readCache) close() {
 	if c == nil {
 		return
 	}
 	c.closing.Store(true)
 	c.cancel()
-	<-c.done
-	c.down()
-	_ = c.inval.Close()
+	c.wg.Wait()
+	for _, t := range c.trackers() {
+		t.down()
+		_ = t.inval.Close()
+	}
+	if c.topoCl != nil {
+		_ = c.topoCl.Close()
+	}
+}
+
+// trackers returns the node's tracker, or the cluster's.
+func (c *readCache) trackers() []*tracker {
+	if c.single != nil {
+		return []*tracker{c.single}
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	ts := make([]*tracker, 0, len(c.nodes))
+	for _, t := range c.nodes {
+		ts = append(ts, t)
+	}
+	return ts
+}
+
+// stop ends t (a node that is no longer a master of the cluster).
+func (t *tracker) stop() {
+	t.cancel()
+	<-t.done
+	t.down()
+	_ = t.inval.Close()
+}
+
+// watchTopology reads the cluster's slot map every readCachePing, until
+// the cache closes: see topology.
+func (c *readCache) watchTopology() {
+	defer c.wg.Done()
+	tk := time.NewTicker(readCachePing)
+	defer tk.Stop()
+	for {
+		c.topology(c.ctx)
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-tk.C:
+		}
+	}
+}
+
+// topology reads the cluster's slot map (CLUSTER SLOTS). When it differs
+// from the one read before, the whole cache is flushed: a slot that moved
+// (resharding, a failover) takes its keys to a node that never tracked
+// them for us, whose writes would invalidate nothing here. It then stops
+// the trackers of nodes that are no longer masters and starts one for
+// each master without one. No tracker runs (so nothing is cached) before
+// the first slot map is read.
+func (c *readCache) topology(ctx context.Context) {
+	slots, err := c.topoCl.ClusterSlots(ctx).Result()
+	if err != nil || len(slots) == 0 {
+		if ctx.Err() == nil {
+			c.log.Debug("queries: read cache: CLUSTER SLOTS", "err", err)
+		}
+		return // the nodes' own connections notice a node that is gone
+	}
+	slices.SortFunc(slots, func(a, b redis.ClusterSlot) int { return cmp.Compare(a.Start, b.Start) })
+	masters := make(map[string]bool)
+	var sig strings.Builder
+	for _, sl := range slots {
+		if len(sl.Nodes) == 0 {
+			continue
+		}
+		masters[sl.Nodes[0].Addr] = true
+		fmt.Fprintf(&sig, "%d-%d=%s,", sl.Start, sl.End, sl.Nodes[0].Addr)
+	}
+	var stop []*tracker
+	c.mu.Lock()
+	changed := c.topo != "" && c.topo != sig.String()
+	c.topo = sig.String()
+	for addr, t := range c.nodes {
+		if !masters[addr] {
+			delete(c.nodes, addr)
+			stop = append(stop, t)
+		}
+	}
+	missing := len(c.nodes) < len(masters)
+	c.mu.Unlock()
+	if changed {
+		c.flush()
+		c.log.Info("queries: read cache flushed: the cluster's slot map changed", "masters", len(masters))
+	}
+	for _, t := range stop {
+		t.stop()
+	}
+	if !missing {
+		return
+	}
+	_ = c.topoCl.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		o := node.Options()
+		if !masters[o.Addr] {
+			return nil // go-redis's own view is behind: a later read
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.nodes[o.Addr] == nil && !c.closing.Load() {
+			c.nodes[o.Addr] = c.newTracker(o)
+		}
+		return nil
+	})
 }
 
 // run keeps the invalidation connection subscribed and applies what it
 // receives, until ctx ends.
-func (c *readCache) run(ctx context.Context) {
-	defer close(c.done)
+func (t *tracker) run(ctx context.Context) {
+	defer close(t.done)
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
-		ps := c.inval.Subscribe(ctx, invalidationChannel)
-		c.pingMu.Lock()
-		c.ps, c.sent, c.recv = ps, 0, 0
-		c.pingMu.Unlock()
-		gens := c.stats.generations.Load()
-		err := c.receive(ctx, ps)
-		if c.stats.generations.Load() != gens {
+		ps := t.inval.Subscribe(ctx, invalidationChannel)
+		t.pingMu.Lock()
+		t.ps, t.sent, t.recv = ps, 0, 0
+		t.pingMu.Unlock()
+		gens := t.gens.Load()
+		err := t.receive(ctx, ps)
+		if t.gens.Load() != gens {
 			backoff = 50 * time.Millisecond // it worked for a while
 		}
-		c.pingMu.Lock()
-		c.ps = nil
-		c.pingMu.Unlock()
+		t.pingMu.Lock()
+		t.ps = nil
+		t.pingMu.Unlock()
 		_ = ps.Close()
-		c.down()
+		t.down()
 		if ctx.Err() != nil {
 			return
 		}
-		c.log.Warn("queries: read cache off until the invalidation connection is back", "err", err)
+		t.c.log.Warn("queries: read cache off until the invalidation connection is back", "node", t.addr, "err", err)
 		select {
 		case <-ctx.Done():
 			return
@@ -333,8 +506,9 @@ func (c *readCache) run(ctx context.Context) {
 }
 
 // receive applies messages until something is wrong: a connection error,
-// an unanswered ping, or a message it cannot read (a null invalidation,
-// sent for FLUSHALL, is one): every one of them ends the generation.
+// an unanswered ping, or a message it cannot read: every one of them ends
+// the generation. The null invalidation of FLUSHALL / FLUSHDB is not one
+// of them: it flushes the cache, which stays on.
 //
 // Its reads have no deadline. One that expired in the middle of a message
 // would leave go-redis's reader mid-message on a connection it keeps (a
@@ -342,22 +516,31 @@ func (c *readCache) run(ctx context.Context) {
 // would then be read as the next one, and a key's name read as a pong is
 // an invalidation lost without a trace. keepAlive, beside it, notices a
 // silent connection instead, and closes it.
-func (c *readCache) receive(ctx context.Context, ps *redis.PubSub) error {
+func (t *tracker) receive(ctx context.Context, ps *redis.PubSub) error {
 	var last atomic.Int64 // unix nanos of the last message received
 	last.Store(time.Now().UnixNano())
 	kctx, stop := context.WithCancel(ctx)
 	silent := make(chan error, 1)
-	go c.keepAlive(kctx, ps, &last, silent)
+	go t.keepAlive(kctx, ps, &last, silent)
 	defer stop()
 	subscribed := false
 	for {
-		if subscribed && c.gen.Load() == nil {
+		if subscribed && t.gen.Load() == nil {
 			// A data connection ended the generation: start the next one.
-			if err := c.up(ctx, c.pending.Load()); err != nil {
+			if err := t.up(ctx, t.pending.Load()); err != nil {
 				return err
 			}
 		}
 		msg, err := ps.Receive(ctx)
+		if err != nil && isFlushInvalidation(err) {
+			// FLUSHALL or FLUSHDB (of any database of the server): Redis
+			// has emptied its tracking table, so no key read before it
+			// will be invalidated again. Drop everything; the data
+			// connections keep tracking what they read from now on.
+			t.c.flush()
+			last.Store(time.Now().UnixNano())
+			continue
+		}
 		if err != nil {
 			select {
 			case why := <-silent:
@@ -371,7 +554,7 @@ func (c *readCache) receive(ctx context.Context, ps *redis.PubSub) error {
 		case *redis.Subscription:
 			if m.Kind == "subscribe" && m.Channel == invalidationChannel {
 				subscribed = true
-				if err := c.up(ctx, c.pending.Load()); err != nil {
+				if err := t.up(ctx, t.pending.Load()); err != nil {
 					return err
 				}
 			}
@@ -380,28 +563,35 @@ func (c *readCache) receive(ctx context.Context, ps *redis.PubSub) error {
 				continue
 			}
 			if m.PayloadSlice == nil {
-				if m.Payload == "" {
-					return errors.New("invalidation without keys (flush)")
-				}
-				c.invalidate(m.Payload)
+				t.c.invalidate(m.Payload)
 				continue
 			}
 			for _, k := range m.PayloadSlice {
-				c.invalidate(k)
+				t.c.invalidate(k)
 			}
 		case *redis.Pong:
-			c.pong()
+			t.pong()
 		}
 	}
+}
+
+// isFlushInvalidation reports whether err is go-redis's refusal of the
+// invalidation Redis sends for FLUSHALL and FLUSHDB: a message whose
+// payload is a null array (RESP2 "*-1"), which go-redis reports as an
+// error of its own after reading the whole message, so the connection is
+// still in step (TestReadCacheSurvivesFlush keeps this true across
+// go-redis versions).
+func isFlushInvalidation(err error) bool {
+	return strings.HasSuffix(err.Error(), "unsupported pubsub message payload: <nil>")
 }
 
 // keepAlive pings the invalidation connection once it has been quiet for
 // readCachePing, and closes it (after saying why on silent) when nothing
 // arrives within readCachePing of a ping, or when ctx ends: the receive
 // loop's read then fails.
-func (c *readCache) keepAlive(ctx context.Context, ps *redis.PubSub, last *atomic.Int64, silent chan<- error) {
-	t := time.NewTicker(readCachePing / 5)
-	defer t.Stop()
+func (t *tracker) keepAlive(ctx context.Context, ps *redis.PubSub, last *atomic.Int64, silent chan<- error) {
+	tk := time.NewTicker(readCachePing / 5)
+	defer tk.Stop()
 	var pingedAt int64 // unix nanos of the ping not answered yet; 0: none
 	fail := func(err error) {
 		silent <- err
@@ -412,7 +602,7 @@ func (c *readCache) keepAlive(ctx context.Context, ps *redis.PubSub, last *atomi
 		case <-ctx.Done():
 			_ = ps.Close()
 			return
-		case <-t.C:
+		case <-tk.C:
 		}
 		now := time.Now().UnixNano()
 		l := last.Load()
@@ -424,7 +614,7 @@ func (c *readCache) keepAlive(ctx context.Context, ps *redis.PubSub, last *atomi
 			fail(errors.New("invalidation connection: no pong"))
 			return
 		case pingedAt == 0 && now-l >= int64(readCachePing):
-			if _, err := c.ping(ctx); err != nil {
+			if _, err := t.ping(ctx); err != nil {
 				fail(err)
 				return
 			}
@@ -435,25 +625,25 @@ func (c *readCache) keepAlive(ctx context.Context, ps *redis.PubSub, last *atomi
 
 // up starts a generation redirecting to the invalidation connection id,
 // unless one runs.
-func (c *readCache) up(ctx context.Context, id int64) error {
+func (t *tracker) up(ctx context.Context, id int64) error {
 	if id == 0 {
 		return errors.New("invalidation connection without a client id")
 	}
-	if g := c.gen.Load(); g != nil && g.id == id {
+	if g := t.gen.Load(); g != nil && g.id == id {
 		return nil
 	}
-	o := c.base
+	o := t.base
 	o.Protocol = 2 // no RESP3 push handling on every read
 	o.ClientName = "feed-read-cache"
 	o.PoolSize, o.MinIdleConns, o.MaxIdleConns = readCacheConns, 0, readCacheConns
 	o.MaxRetries = -1      // an error ends the generation: never hidden by a retry on another connection
 	o.ConnMaxIdleTime = -1 // (dedicated connections are never idle in the pool anyway)
 	o.ConnMaxLifetime = 0
-	g := &cacheGen{id: id}
-	next := c.base.OnConnect
+	g := &cacheGen{t: t, id: id}
+	next := t.base.OnConnect
 	o.OnConnect = func(ctx context.Context, cn *redis.Conn) error {
 		if g.connects.Add(1) > readCacheConns {
-			c.endGen(g) // a replaced connection: its tracked keys are forgotten by Redis
+			t.endGen(g) // a replaced connection: its tracked keys are forgotten by Redis
 		}
 		if next != nil {
 			if err := next(ctx, cn); err != nil {
@@ -473,26 +663,27 @@ func (c *readCache) up(ctx context.Context, id int64) error {
 		}
 		g.conns = append(g.conns, &trackConn{cn: cn})
 	}
-	c.flush()
-	c.gen.Store(g)
-	c.stats.generations.Add(1)
-	go c.watch(ctx, g)
+	t.c.flush()
+	t.gen.Store(g)
+	t.gens.Add(1)
+	t.c.stats.generations.Add(1)
+	go t.watch(ctx, g)
 	return nil
 }
 
 // watch pings g's idle data connections every readCachePing while g runs:
 // a connection the server closed while idle (its tracked keys forgotten)
 // ends the generation within that time, not at its next use.
-func (c *readCache) watch(ctx context.Context, g *cacheGen) {
-	t := time.NewTicker(readCachePing)
-	defer t.Stop()
+func (t *tracker) watch(ctx context.Context, g *cacheGen) {
+	tk := time.NewTicker(readCachePing)
+	defer tk.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-tk.C:
 		}
-		if c.gen.Load() != g {
+		if t.gen.Load() != g {
 			return
 		}
 		for _, tc := range g.conns {
@@ -502,7 +693,7 @@ func (c *readCache) watch(ctx context.Context, g *cacheGen) {
 			err := tc.cn.Ping(ctx).Err()
 			tc.mu.Unlock()
 			if err != nil {
-				c.endGen(g)
+				t.endGen(g)
 				return
 			}
 		}
@@ -511,18 +702,18 @@ func (c *readCache) watch(ctx context.Context, g *cacheGen) {
 
 // endGen ends generation g if it still runs (a data connection failed):
 // the cache is flushed and off until the receive loop starts the next.
-func (c *readCache) endGen(g *cacheGen) {
-	if !c.gen.CompareAndSwap(g, nil) {
+func (t *tracker) endGen(g *cacheGen) {
+	if !t.gen.CompareAndSwap(g, nil) {
 		return
 	}
-	c.flush()
-	c.retire(g)
+	t.c.flush()
+	t.retire(g)
 }
 
 // retire closes g's connections once the reads in flight on it are done
 // (they will not store: their tickets hold g).
-func (c *readCache) retire(g *cacheGen) {
-	if c.closing.Load() {
+func (t *tracker) retire(g *cacheGen) {
+	if t.c.closing.Load() {
 		_ = g.client.Close()
 		return
 	}
@@ -530,22 +721,51 @@ func (c *readCache) retire(g *cacheGen) {
 }
 
 // down ends the generation: the cache is flushed and off until the next.
-func (c *readCache) down() {
-	g := c.gen.Swap(nil)
-	c.flush()
-	c.wakeAll() // sync() callers: nothing cached is left to be stale
+func (t *tracker) down() {
+	g := t.gen.Swap(nil)
+	t.c.flush()
+	t.wakeAll() // sync() callers: nothing cached is left to be stale
 	if g != nil {
-		c.retire(g)
+		t.retire(g)
 	}
 }
 
-// current returns the generation reads may use, nil when the cache is off.
+// current returns the generation reads may use on a single node, nil when
+// the cache is off (or on a cluster: see currentFor).
 func (c *readCache) current() *cacheGen {
+	if c == nil || c.single == nil {
+		return nil
+	}
+	return c.single.gen.Load()
+}
+
+// currentFor returns the generation reads of key k may use: the one of
+// the node that holds k (as the cluster client routes it), nil when the
+// cache is off there. A read through a node that no longer holds k gets
+// MOVED, an error, which ends that node's generation; its caller reads
+// without the cache (and the cluster client learns the new slot map).
+func (c *readCache) currentFor(k string) *cacheGen {
 	if c == nil {
 		return nil
 	}
-	return c.gen.Load()
+	if c.single != nil {
+		return c.single.gen.Load()
+	}
+	node, err := c.cluster.MasterForKey(c.ctx, k)
+	if err != nil {
+		return nil
+	}
+	c.mu.RLock()
+	t := c.nodes[node.Options().Addr]
+	c.mu.RUnlock()
+	if t == nil {
+		return nil
+	}
+	return t.gen.Load()
 }
+
+// live reports whether g is still its node's generation.
+func (g *cacheGen) live() bool { return g.t.gen.Load() == g }
 
 func (c *readCache) shard(k string) *rcShard {
 	return &c.shards[maphash.String(c.seed, k)%readCacheShards]
@@ -614,7 +834,7 @@ func (c *readCache) store(t ticket, k, sig string, v any, now int64) {
 	sh := c.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if sh.epoch != t.epoch || c.gen.Load() != t.gen {
+	if sh.epoch != t.epoch || !t.gen.live() {
 		c.stats.dropped.Add(1)
 		return
 	}
@@ -686,7 +906,7 @@ func (c *readCache) storeMembers(t ticket, k string, members []int64, ask []int,
 	sh := c.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if sh.epoch != t.epoch || c.gen.Load() != t.gen {
+	if sh.epoch != t.epoch || !t.gen.live() {
 		c.stats.dropped.Add(int64(len(ask)))
 		return
 	}
@@ -753,26 +973,39 @@ func (c *readCache) flush() {
 // going, it waits for the flush that ends the generation. For tests, and
 // for a caller that wants a write by another client visible at once.
 func (c *readCache) sync(ctx context.Context) error {
-	if c == nil || c.current() == nil {
+	if c == nil {
+		return nil
+	}
+	for _, t := range c.trackers() {
+		if err := t.sync(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sync is readCache.sync for t's node.
+func (t *tracker) sync(ctx context.Context) error {
+	if t.gen.Load() == nil {
 		return nil
 	}
 	ch := make(chan struct{})
-	c.pingMu.Lock()
-	if c.ps == nil {
-		c.pingMu.Unlock()
+	t.pingMu.Lock()
+	if t.ps == nil {
+		t.pingMu.Unlock()
 		return nil
 	}
-	c.sent++
-	c.waiters = append(c.waiters, waiter{seq: c.sent, ch: ch})
-	err := c.ps.Ping(ctx)
-	c.pingMu.Unlock()
+	t.sent++
+	t.waiters = append(t.waiters, waiter{seq: t.sent, ch: ch})
+	err := t.ps.Ping(ctx)
+	t.pingMu.Unlock()
 	if err != nil {
 		// The connection is closing or gone (keepAlive closes a silent
 		// one): the receive loop fails too, ends the generation, flushes,
 		// and then wakes this waiter (down). Returning the error at once
 		// would tell the caller a write might still be hidden, when it is
 		// about to be visible; wait for the flush instead.
-		c.log.Debug("queries: read cache sync: ping failed; waiting for the flush", "err", err)
+		t.c.log.Debug("queries: read cache sync: ping failed; waiting for the flush", "err", err)
 	}
 	select {
 	case <-ch:
@@ -783,38 +1016,38 @@ func (c *readCache) sync(ctx context.Context) error {
 }
 
 // ping sends a keep-alive ping on the invalidation connection.
-func (c *readCache) ping(ctx context.Context) (uint64, error) {
-	c.pingMu.Lock()
-	defer c.pingMu.Unlock()
-	if c.ps == nil {
+func (t *tracker) ping(ctx context.Context) (uint64, error) {
+	t.pingMu.Lock()
+	defer t.pingMu.Unlock()
+	if t.ps == nil {
 		return 0, nil
 	}
-	c.sent++
-	return c.sent, c.ps.Ping(ctx)
+	t.sent++
+	return t.sent, t.ps.Ping(ctx)
 }
 
 // pong counts a pong (they come in the order of the pings) and releases
 // the sync() callers whose ping it answers.
-func (c *readCache) pong() {
-	c.pingMu.Lock()
-	defer c.pingMu.Unlock()
-	c.recv++
-	kept := c.waiters[:0]
-	for _, w := range c.waiters {
-		if w.seq <= c.recv {
+func (t *tracker) pong() {
+	t.pingMu.Lock()
+	defer t.pingMu.Unlock()
+	t.recv++
+	kept := t.waiters[:0]
+	for _, w := range t.waiters {
+		if w.seq <= t.recv {
 			close(w.ch)
 		} else {
 			kept = append(kept, w)
 		}
 	}
-	c.waiters = kept
+	t.waiters = kept
 }
 
-func (c *readCache) wakeAll() {
-	c.pingMu.Lock()
-	defer c.pingMu.Unlock()
-	for _, w := range c.waiters {
+func (t *tracker) wakeAll() {
+	t.pingMu.Lock()
+	defer t.pingMu.Unlock()
+	for _, w := range t.waiters {
 		close(w.ch)
 	}
-	c.waiters = nil
+	t.waiters = nil
 }

@@ -7,15 +7,15 @@ import (
 	"os"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 )
 
 // slowDialer dials the read cache's invalidation connections as
-// slowConns, and keeps the newest.
+// slowConns, and keeps the newest of each node.
 type slowDialer struct {
-	cur atomic.Pointer[slowConn]
+	mu  sync.Mutex
+	cur map[string]*slowConn
 }
 
 func (d *slowDialer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -25,8 +25,21 @@ func (d *slowDialer) dial(ctx context.Context, network, addr string) (net.Conn, 
 		return nil, err
 	}
 	sc := &slowConn{Conn: cn, closed: make(chan struct{})}
-	d.cur.Store(sc)
+	d.mu.Lock()
+	if d.cur == nil {
+		d.cur = map[string]*slowConn{}
+	}
+	d.cur[addr] = sc
+	d.mu.Unlock()
 	return sc, nil
+}
+
+// of returns the newest invalidation connection of reader u's node.
+func (d *slowDialer) of(b *bundle, u int64) *slowConn {
+	addr := cacheUp(b, u, 1).t.addr
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.cur[addr]
 }
 
 // slowConn delays what the server sends, as a slow network or a
@@ -160,7 +173,7 @@ func TestReadCacheInvalidationArrivingSlowly(t *testing.T) {
 	if b.packed() {
 		key += "+" // addToInbox appends to the buffer
 	}
-	d.cur.Load().holdFrom([]byte("$"+strconv.Itoa(len(key))+"\r\n"+key+"\r\n"), readCachePing*6/5)
+	d.of(b, u).holdFrom([]byte("$"+strconv.Itoa(len(key))+"\r\n"+key+"\r\n"), readCachePing*6/5)
 	k := addToInbox(b, otherClient(b), u, a, base+10)
 	if err := b.feed.cache.sync(b.ctx); err != nil {
 		t.Fatal(err)
@@ -181,18 +194,18 @@ func TestReadCacheInvalidationConnectionSilent(t *testing.T) {
 	t.Parallel()
 	d := &slowDialer{}
 	b, u, a := cachedFeedWith(t, Config{invalDial: d.dial})
-	muted := d.cur.Load()
+	muted := d.of(b, u)
 	flushes := b.feed.cache.stats.flushes.Load()
 	muted.mute()
 	// Its invalidation never arrives.
 	k := addToInbox(b, otherClient(b), u, a, base+10)
 	start := time.Now()
-	cacheUp(b, 2)
+	cacheUp(b, u, 2)
 	took := time.Since(start)
 	if got := b.feed.cache.stats.flushes.Load() - flushes; got < 1 {
 		t.Fatalf("%d flushes, want one when the silent connection was closed", got)
 	}
-	if d.cur.Load() == muted {
+	if d.of(b, u) == muted {
 		t.Fatal("the new generation uses the silent connection")
 	}
 	select {

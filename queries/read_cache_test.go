@@ -11,61 +11,69 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/feedco/feed/internal/testenv"
 	"github.com/feedco/feed/readmodel"
 )
 
-// cacheUp waits until the read cache's generation gen (1 the first) serves
-// reads, and returns it.
-func cacheUp(b *bundle, gen int64) *cacheGen {
+// genOf returns the read cache's generation serving reader u (on a
+// cluster: of the master of u's keys), nil when off.
+func genOf(b *bundle, u int64) *cacheGen {
+	return b.feed.cache.currentFor(b.feed.tl.Key(u))
+}
+
+// cacheUp waits until the read cache's generation gen (1 the first) of
+// reader u's node serves reads, and returns it.
+func cacheUp(b *bundle, u int64, gen int64) *cacheGen {
 	b.t.Helper()
-	skipOnCluster(b)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		if g := b.feed.cache.current(); g != nil && b.feed.cache.stats.generations.Load() >= gen {
+		if g := genOf(b, u); g != nil && g.t.gens.Load() >= gen {
 			return g
 		}
 		if time.Now().After(deadline) {
-			b.t.Fatalf("read cache generation %d not up (at %d)", gen, b.feed.cache.stats.generations.Load())
+			b.t.Fatalf("read cache generation %d of reader %d's node not up (%d generations in all)", gen, u, b.feed.cache.stats.generations.Load())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 }
 
-// inOneGeneration runs fn, a measurement of the read cache (warm-up reads,
-// then a read whose round trips are counted), until one read-cache
-// generation served it from start to end, up to five times: on a loaded
-// machine the invalidation connection can miss a 250 ms pong, which ends
-// the generation and flushes the cache under the measurement.
-func inOneGeneration(b *bundle, fn func()) {
+// inOneGeneration runs fn, a measurement of the read cache for reader u
+// (warm-up reads, then a read whose round trips are counted), until one
+// read-cache generation served it from start to end, up to five times: on
+// a loaded machine an invalidation connection can miss a 250 ms pong,
+// which ends its generation and flushes the cache under the measurement.
+func inOneGeneration(b *bundle, u int64, fn func()) {
 	b.t.Helper()
 	for attempt := 1; ; attempt++ {
-		g := cacheUp(b, 1)
-		gens := b.feed.cache.stats.generations.Load()
+		g := cacheUp(b, u, 1)
+		gens, flushes := b.feed.cache.stats.generations.Load(), b.feed.cache.stats.flushes.Load()
 		fn()
-		if b.feed.cache.current() == g && b.feed.cache.stats.generations.Load() == gens || attempt == 5 {
+		if genOf(b, u) == g && b.feed.cache.stats.generations.Load() == gens && b.feed.cache.stats.flushes.Load() == flushes || attempt == 5 {
 			return
 		}
-		b.t.Logf("attempt %d: the read cache's generation ended under the measurement; again", attempt)
+		b.t.Logf("attempt %d: a read-cache generation ended under the measurement; again", attempt)
 	}
 }
 
-// skipOnCluster skips a read cache test on a cluster client
-// (FEED_TEST_REDIS=cluster), which gets no read cache
-// (TestReadCacheOffOnCluster).
-func skipOnCluster(b *bundle) {
-	b.t.Helper()
-	if readmodel.IsCluster(b.rdb) {
-		b.t.Skip("the read cache is off on Redis Cluster clients")
+// otherClient is a second Redis client (of the same kind: one node or
+// the cluster) without the tests' sync hook: its writes reach the cache
+// only through Redis's invalidation messages, as the projectors' do.
+func otherClient(b *bundle) redis.UniversalClient {
+	var c redis.UniversalClient
+	switch r := b.rdb.(type) {
+	case *redis.ClusterClient:
+		c = redis.NewClusterClient(r.Options())
+	default:
+		c = redis.NewClient(r.(*redis.Client).Options())
 	}
+	b.t.Cleanup(func() { _ = c.Close() })
+	return c
 }
 
-// otherClient is a second Redis client without the tests' sync hook: its
-// writes reach the cache only through Redis's invalidation messages, as
-// the projectors' do.
-func otherClient(b *bundle) *redis.Client {
-	skipOnCluster(b)
-	c := redis.NewClient(b.rdb.(*redis.Client).Options())
+// nodeClient is a client of generation g's node (CLIENT KILL there).
+func nodeClient(b *bundle, g *cacheGen) *redis.Client {
+	o := g.t.base
+	o.OnConnect = nil
+	c := redis.NewClient(&o)
 	b.t.Cleanup(func() { _ = c.Close() })
 	return c
 }
@@ -80,6 +88,14 @@ func cachedFeed(t *testing.T) (b *bundle, u, a int64) {
 func cachedFeedWith(t *testing.T, cfg Config) (b *bundle, u, a int64) {
 	t.Helper()
 	b = setup(t, cfg)
+	u, a = cachedFeedOn(b)
+	return b, u, a
+}
+
+// cachedFeedOn is cachedFeed on bundle b.
+func cachedFeedOn(b *bundle) (u, a int64) {
+	t := b.t
+	t.Helper()
 	b.useClock(newClock(time.Now())) // bodies stay trusted: round trips are exact
 	u, a = b.user(), b.user()
 	b.follow(u, a)
@@ -90,7 +106,7 @@ func cachedFeedWith(t *testing.T, cfg Config) (b *bundle, u, a int64) {
 	var rt *roundTrips
 	var hits int64
 	var p Page
-	inOneGeneration(b, func() {
+	inOneGeneration(b, u, func() {
 		// The first read caches the sets; the second the follow answers
 		// of the authors the first showed (its follow hint).
 		for range 2 {
@@ -118,12 +134,12 @@ func cachedFeedWith(t *testing.T, cfg Config) (b *bundle, u, a int64) {
 	if got := b.feed.cache.stats.hits.Load() - hits; got < 4 {
 		t.Fatalf("%d cache hits on the repeated read, want the inbox, the timeline and both EXISTS", got)
 	}
-	return b, u, a
+	return u, a
 }
 
 // addToInbox writes a new post of a into u's inbox through c (a packed
 // inbox: APPENDed to its buffer, as a push).
-func addToInbox(b *bundle, c *redis.Client, u, a, ms int64) key {
+func addToInbox(b *bundle, c redis.UniversalClient, u, a, ms int64) key {
 	b.t.Helper()
 	k := b.post(a, ms)
 	b.cachePost(k)
@@ -208,7 +224,7 @@ func TestReadCacheInvalidationDuringRead(t *testing.T) {
 	b := setup(t, Config{})
 	b.useClock(newClock(time.Now()))
 	u, a, _ := b.projectedFollow(3)
-	g := cacheUp(b, 1)
+	g := cacheUp(b, u, 1)
 	other := otherClient(b)
 	var armed atomic.Bool
 	var written key
@@ -260,15 +276,15 @@ func (h raceHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 func TestReadCacheInvalidationConnectionLoss(t *testing.T) {
 	t.Parallel()
 	b, u, a := cachedFeed(t)
-	g := b.feed.cache.current()
+	g := genOf(b, u)
 	other := otherClient(b)
 	flushes := b.feed.cache.stats.flushes.Load()
-	if err := other.Do(b.ctx, "CLIENT", "KILL", "ID", g.id).Err(); err != nil {
+	if err := nodeClient(b, g).Do(b.ctx, "CLIENT", "KILL", "ID", g.id).Err(); err != nil {
 		t.Fatal(err)
 	}
 	// Redis has no invalidation connection for this write's invalidation.
 	k := addToInbox(b, other, u, a, base+10)
-	cacheUp(b, 2)
+	cacheUp(b, u, 2)
 	if got := b.feed.cache.stats.flushes.Load() - flushes; got < 1 {
 		t.Fatalf("%d flushes, want one at the loss", got)
 	}
@@ -276,7 +292,7 @@ func TestReadCacheInvalidationConnectionLoss(t *testing.T) {
 		t.Fatalf("first item %v of %d after the reconnect, want the new post %v of 4", got, n, k)
 	}
 	// The new generation caches and invalidates again.
-	if _, _ = firstItem(b, u); b.feed.cache.current() == nil {
+	if _, _ = firstItem(b, u); genOf(b, u) == nil {
 		t.Fatal("cache off")
 	}
 	k2 := addToInbox(b, other, u, a, base+11)
@@ -293,8 +309,9 @@ func TestReadCacheInvalidationConnectionLoss(t *testing.T) {
 func TestReadCacheDataConnectionLoss(t *testing.T) {
 	t.Parallel()
 	b, u, a := cachedFeed(t)
-	g := b.feed.cache.current()
+	g := genOf(b, u)
 	other := otherClient(b)
+	node := nodeClient(b, g)
 	for _, tc := range g.conns {
 		tc.mu.Lock()
 		id, err := tc.cn.ClientID(b.ctx).Result()
@@ -302,12 +319,12 @@ func TestReadCacheDataConnectionLoss(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := other.Do(b.ctx, "CLIENT", "KILL", "ID", id).Err(); err != nil {
+		if err := node.Do(b.ctx, "CLIENT", "KILL", "ID", id).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
 	k := addToInbox(b, other, u, a, base+10)
-	cacheUp(b, 2)
+	cacheUp(b, u, 2)
 	if got, n := firstItem(b, u); got != k || n != 4 {
 		t.Fatalf("first item %v of %d after the data connections dropped, want the new post %v of 4", got, n, k)
 	}
@@ -357,8 +374,9 @@ func TestReadCacheBoundAndTicket(t *testing.T) {
 	for i := range c.shards {
 		c.shards[i] = rcShard{half: 2, cur: map[string]*rcEntry{}}
 	}
-	g := &cacheGen{}
-	c.gen.Store(g)
+	c.single = &tracker{c: c}
+	g := &cacheGen{t: c.single}
+	c.single.gen.Store(g)
 	now := time.Now().UnixNano()
 	for i := range 10_000 {
 		k := "k" + strconv.Itoa(i)
@@ -381,34 +399,18 @@ func TestReadCacheBoundAndTicket(t *testing.T) {
 		t.Fatal("a reply raced by an invalidation was cached")
 	}
 	tk = c.begin(g, "x")
-	c.gen.Store(&cacheGen{})
+	c.single.gen.Store(&cacheGen{t: c.single})
 	c.store(tk, "x", "s", 1, now)
 	if _, ok := c.lookup("x", "s", now); ok {
 		t.Fatal("a reply of an ended generation was cached")
 	}
-	c.gen.Store(g)
+	c.single.gen.Store(g)
 	c.store(c.begin(g, "x"), "x", "s", 1, now)
 	if _, ok := c.lookup("x", "s", now); !ok {
 		t.Fatal("not cached")
 	}
 	if _, ok := c.lookup("x", "s", now+int64(2*time.Minute)); ok {
 		t.Fatal("served past maxAge")
-	}
-}
-
-// A cluster client gets no read cache (its keys' invalidations come from
-// every node, which one tracking connection does not see): the reads are
-// served by the cluster, and right.
-func TestReadCacheOffOnCluster(t *testing.T) {
-	db := testenv.NewDB(t)
-	r := testenv.NewRedisCluster(t)
-	f, err := New(Config{Keys: readmodel.Keys{Prefix: r.Prefix}}, db.Pool, r.Client)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(f.Close)
-	if f.cache != nil {
-		t.Fatal("a cluster client got the read cache")
 	}
 }
 

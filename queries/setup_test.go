@@ -8,6 +8,8 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -44,8 +46,14 @@ type bundle struct {
 
 func setup(t *testing.T, cfg Config) *bundle {
 	t.Helper()
+	return setupOn(t, cfg, testenv.NewRedis(t))
+}
+
+// setupOn is setup over r (testenv.NewRedisCluster: a cluster whatever
+// FEED_TEST_REDIS says).
+func setupOn(t *testing.T, cfg Config, r *testenv.Redis) *bundle {
+	t.Helper()
 	db := testenv.NewDB(t)
-	r := testenv.NewRedis(t)
 	cfg.Keys = readmodel.Keys{Prefix: r.Prefix}
 	reg := prometheus.NewRegistry()
 	cfg.Registerer = reg
@@ -487,14 +495,41 @@ func (b *bundle) created(author int64, k key) {
 
 // roundTrips counts the Redis round trips (a command or a pipeline) of the
 // bundle's client from now on.
-type roundTrips struct{ n atomic.Int64 }
+type roundTrips struct {
+	n    atomic.Int64
+	mu   sync.Mutex
+	cmds []string // the commands, for a failure's message
+}
+
+func (rt *roundTrips) add(cmds ...redis.Cmder) {
+	if len(cmds) == 1 && cmds[0].Name() == "ping" {
+		return // the read cache's keep-alive of an idle tracking connection, not a read
+	}
+	rt.n.Add(1)
+	rt.mu.Lock()
+	for _, c := range cmds {
+		rt.cmds = append(rt.cmds, c.Name())
+	}
+	rt.mu.Unlock()
+}
+
+// String lists the commands counted.
+func (rt *roundTrips) String() string {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return strings.Join(rt.cmds, " ")
+}
 
 func countRoundTrips(b *bundle) *roundTrips {
 	rt := &roundTrips{}
 	b.rdb.AddHook(rtHook{rt})
-	if g := b.feed.cache.current(); g != nil {
-		for _, tc := range g.conns { // the read cache's tracking connections
-			tc.cn.AddHook(rtHook{rt})
+	if b.feed.cache != nil {
+		for _, tr := range b.feed.cache.trackers() {
+			if g := tr.gen.Load(); g != nil {
+				for _, tc := range g.conns { // the read cache's tracking connections
+					tc.cn.AddHook(rtHook{rt})
+				}
+			}
 		}
 	}
 	return rt
@@ -506,14 +541,14 @@ func (rtHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h rtHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.rt.n.Add(1)
+		h.rt.add(cmd)
 		return next(ctx, cmd)
 	}
 }
 
 func (h rtHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.rt.n.Add(1)
+		h.rt.add(cmds...)
 		return next(ctx, cmds)
 	}
 }
