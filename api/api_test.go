@@ -628,6 +628,10 @@ func (f *stubFeed) Home(ctx context.Context, user int64, cursor string, limit in
 	return f.read(ctx, user, cursor, limit)
 }
 
+func (f *stubFeed) HomeDegraded(ctx context.Context, user int64, cursor string, limit int) (queries.Page, error) {
+	return f.read(ctx, user, "degraded:"+cursor, limit)
+}
+
 func (f *stubFeed) AuthorPosts(ctx context.Context, author int64, cursor string, limit int) (queries.Page, error) {
 	return f.read(ctx, author, cursor, limit)
 }

@@ -236,8 +236,13 @@ type Page struct {
 	PrevCursor *string `json:"prevCursor"`
 	// Degraded says the page was read from PostgreSQL alone because Redis
 	// was unavailable (the api sends Feed-Degraded: true): the same posts,
-	// at the cost of the source of truth.
+	// at the cost of the source of truth; or, with Partial, that it is a
+	// degraded page of HomeDegraded.
 	Degraded bool `json:"-"`
+	// Partial says the page is HomeDegraded's: the inbox and own posts
+	// only, its NextCursor a resume cursor that continues the full merge
+	// without repeating or skipping a post.
+	Partial bool `json:"-"`
 }
 
 // Feed answers the read-side queries. Safe for concurrent use.
