@@ -209,7 +209,7 @@ type Server struct {
 	reg     *prometheus.Registry
 	metrics *metrics
 
-	reads, writes limiter            // requests in flight by class (shed.go)
+	reads, writes limiter             // requests in flight by class (shed.go)
 	fullHome      *semaphore.Weighted // full home reads at once; nil: never degraded
 }
 
