@@ -32,6 +32,7 @@ const secret = "test-secret-at-least-16-bytes"
 
 type env struct {
 	url    string
+	dbName string
 	pool   *pgxpool.Pool
 	signer *auth.Signer
 	srv    *api.Server
@@ -44,6 +45,8 @@ type options struct {
 	usersDB func(auth.RowQuerier) auth.RowQuerier
 	// withPool, if set, completes the deps with the test's database.
 	withPool func(*pgxpool.Pool, *api.Deps)
+	// commands configures the write side.
+	commands commands.Config
 }
 
 func setup(t *testing.T, opt options) *env {
@@ -53,7 +56,7 @@ func setup(t *testing.T, opt options) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmds, err := commands.New(db.Pool, ids, commands.Config{})
+	cmds, err := commands.New(db.Pool, ids, opt.commands)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +85,7 @@ func setup(t *testing.T, opt options) *env {
 	}
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
-	return &env{url: hs.URL, pool: db.Pool, signer: signer, srv: srv}
+	return &env{url: hs.URL, dbName: db.Name, pool: db.Pool, signer: signer, srv: srv}
 }
 
 type response struct {
