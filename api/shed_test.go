@@ -281,7 +281,9 @@ func TestShedWritesWhilePostgresLocks(t *testing.T) {
 			}
 			return ""
 		},
-		func(i int) []string { return []string{"Authorization", tok, "Idempotency-Key", "shed-" + strconv.Itoa(i)} })
+		func(i int) []string {
+			return []string{"Authorization", tok, "Idempotency-Key", "shed-" + strconv.Itoa(i)}
+		})
 	var slowest time.Duration
 	for range extra {
 		res := <-shed
@@ -446,7 +448,9 @@ func TestPostgresDownWritesAre503AndNothingIsLost(t *testing.T) {
 			}
 		}
 	}
-	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), `ALTER DATABASE `+pgx.Identifier{e.dbName}.Sanitize()+` ALLOW_CONNECTIONS true`) })
+	t.Cleanup(func() {
+		_, _ = admin.Exec(context.Background(), `ALTER DATABASE `+pgx.Identifier{e.dbName}.Sanitize()+` ALLOW_CONNECTIONS true`)
+	})
 
 	var (
 		mu       sync.Mutex

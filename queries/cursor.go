@@ -191,6 +191,9 @@ func parseHomeCursor(s string) (homeCursor, error) {
 	if len(rest) != 0 {
 		return homeCursor{}, &CursorError{Reason: "wrong length"}
 	}
+	if encodeResume(hc.at, hc.exclude) != s {
+		return homeCursor{}, &CursorError{Reason: "not canonical"} // an overlong varint: one spelling only
+	}
 	return hc, nil
 }
 
