@@ -338,7 +338,8 @@ func TestDeletePost(t *testing.T) {
 
 func TestFollowUnfollow(t *testing.T) {
 	t.Parallel()
-	e := setup(t, options{})
+	// More concurrent writes than the default bound: no shedding here.
+	e := setup(t, options{cfg: api.Config{MaxWritesInFlight: -1}})
 	ana, bo := e.register(t, "ana"), e.register(t, "bo")
 	path := "/api/following/" + strconv.FormatInt(bo, 10)
 	steps := []string{"PUT", "PUT", "DELETE", "DELETE", "PUT"}
@@ -368,7 +369,8 @@ func TestFollowUnfollow(t *testing.T) {
 
 func TestConcurrentIdenticalFollows(t *testing.T) {
 	t.Parallel()
-	e := setup(t, options{})
+	// More concurrent writes than the default bound: no shedding here.
+	e := setup(t, options{cfg: api.Config{MaxWritesInFlight: -1}})
 	ana, bo := e.register(t, "ana"), e.register(t, "bo")
 	path := "/api/following/" + strconv.FormatInt(bo, 10)
 	tok := e.bearer(ana)
@@ -435,7 +437,8 @@ func TestIdempotency(t *testing.T) {
 
 func TestConcurrentIdempotentWrites(t *testing.T) {
 	t.Parallel()
-	e := setup(t, options{})
+	// More concurrent writes than the default bound: no shedding here.
+	e := setup(t, options{cfg: api.Config{MaxWritesInFlight: -1}})
 	ana := e.register(t, "ana")
 	tok := e.bearer(ana)
 	res := make([]response, 50)
@@ -686,7 +689,7 @@ func TestFeedEndpoints(t *testing.T) {
 	if r.Status != 200 || feed.user != 9 || feed.limit != 50 || feed.cursor != "abc+def" {
 		t.Fatalf("author posts: %d; reader got user %d limit %d cursor %q", r.Status, feed.user, feed.limit, feed.cursor)
 	}
-	for _, q := range []string{"limit=0", "limit=51", "limit=abc", "limit=-1", "limit=+5", "cursor=" + strings.Repeat("c", 600)} {
+	for _, q := range []string{"limit=0", "limit=51", "limit=abc", "limit=-1", "limit=+5", "cursor=" + strings.Repeat("c", queries.MaxCursorLen+1)} {
 		wantProblem(t, e.do(t, "GET", "/api/feed?"+q, "", "Authorization", tok), 400, "bad-request")
 	}
 	wantProblem(t, e.do(t, "GET", "/api/users/x/posts", "", "Authorization", tok), 400, "bad-request")
