@@ -32,6 +32,7 @@ const secret = "test-secret-at-least-16-bytes"
 
 type env struct {
 	url    string
+	dbName string
 	pool   *pgxpool.Pool
 	signer *auth.Signer
 	srv    *api.Server
@@ -44,6 +45,8 @@ type options struct {
 	usersDB func(auth.RowQuerier) auth.RowQuerier
 	// withPool, if set, completes the deps with the test's database.
 	withPool func(*pgxpool.Pool, *api.Deps)
+	// commands configures the write side.
+	commands commands.Config
 }
 
 func setup(t *testing.T, opt options) *env {
@@ -53,7 +56,7 @@ func setup(t *testing.T, opt options) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmds, err := commands.New(db.Pool, ids, commands.Config{})
+	cmds, err := commands.New(db.Pool, ids, opt.commands)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +85,7 @@ func setup(t *testing.T, opt options) *env {
 	}
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
-	return &env{url: hs.URL, pool: db.Pool, signer: signer, srv: srv}
+	return &env{url: hs.URL, dbName: db.Name, pool: db.Pool, signer: signer, srv: srv}
 }
 
 type response struct {
@@ -335,7 +338,8 @@ func TestDeletePost(t *testing.T) {
 
 func TestFollowUnfollow(t *testing.T) {
 	t.Parallel()
-	e := setup(t, options{})
+	// More concurrent writes than the default bound: no shedding here.
+	e := setup(t, options{cfg: api.Config{MaxWritesInFlight: -1}})
 	ana, bo := e.register(t, "ana"), e.register(t, "bo")
 	path := "/api/following/" + strconv.FormatInt(bo, 10)
 	steps := []string{"PUT", "PUT", "DELETE", "DELETE", "PUT"}
@@ -365,7 +369,8 @@ func TestFollowUnfollow(t *testing.T) {
 
 func TestConcurrentIdenticalFollows(t *testing.T) {
 	t.Parallel()
-	e := setup(t, options{})
+	// More concurrent writes than the default bound: no shedding here.
+	e := setup(t, options{cfg: api.Config{MaxWritesInFlight: -1}})
 	ana, bo := e.register(t, "ana"), e.register(t, "bo")
 	path := "/api/following/" + strconv.FormatInt(bo, 10)
 	tok := e.bearer(ana)
@@ -432,7 +437,8 @@ func TestIdempotency(t *testing.T) {
 
 func TestConcurrentIdempotentWrites(t *testing.T) {
 	t.Parallel()
-	e := setup(t, options{})
+	// More concurrent writes than the default bound: no shedding here.
+	e := setup(t, options{cfg: api.Config{MaxWritesInFlight: -1}})
 	ana := e.register(t, "ana")
 	tok := e.bearer(ana)
 	res := make([]response, 50)
@@ -628,6 +634,10 @@ func (f *stubFeed) Home(ctx context.Context, user int64, cursor string, limit in
 	return f.read(ctx, user, cursor, limit)
 }
 
+func (f *stubFeed) HomeDegraded(ctx context.Context, user int64, cursor string, limit int) (queries.Page, error) {
+	return f.read(ctx, user, "degraded:"+cursor, limit)
+}
+
 func (f *stubFeed) AuthorPosts(ctx context.Context, author int64, cursor string, limit int) (queries.Page, error) {
 	return f.read(ctx, author, cursor, limit)
 }
@@ -679,7 +689,7 @@ func TestFeedEndpoints(t *testing.T) {
 	if r.Status != 200 || feed.user != 9 || feed.limit != 50 || feed.cursor != "abc+def" {
 		t.Fatalf("author posts: %d; reader got user %d limit %d cursor %q", r.Status, feed.user, feed.limit, feed.cursor)
 	}
-	for _, q := range []string{"limit=0", "limit=51", "limit=abc", "limit=-1", "limit=+5", "cursor=" + strings.Repeat("c", 600)} {
+	for _, q := range []string{"limit=0", "limit=51", "limit=abc", "limit=-1", "limit=+5", "cursor=" + strings.Repeat("c", queries.MaxCursorLen+1)} {
 		wantProblem(t, e.do(t, "GET", "/api/feed?"+q, "", "Authorization", tok), 400, "bad-request")
 	}
 	wantProblem(t, e.do(t, "GET", "/api/users/x/posts", "", "Authorization", tok), 400, "bad-request")

@@ -996,6 +996,9 @@ func (w *discardWriter) Write(b []byte) (int, error) {
 type staticFeed struct{ p queries.Page }
 
 func (s staticFeed) Home(context.Context, int64, string, int) (queries.Page, error) { return s.p, nil }
+func (s staticFeed) HomeDegraded(context.Context, int64, string, int) (queries.Page, error) {
+	return s.p, nil
+}
 func (s staticFeed) AuthorPosts(context.Context, int64, string, int) (queries.Page, error) {
 	return s.p, nil
 }

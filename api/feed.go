@@ -23,10 +23,15 @@ import (
 // true is answered 400 (malformed or foreign cursor), as are
 // queries.ErrInvalidLimit and queries.ErrInvalidID; anything else is 5xx.
 // A page with Degraded set (read from PostgreSQL alone while Redis is
-// unavailable) is answered with `Feed-Degraded: true`.
+// unavailable, or a degraded page of HomeDegraded) is answered with
+// `Feed-Degraded: true`.
 type FeedReader interface {
 	// Home is userID's home feed, newest first.
 	Home(ctx context.Context, userID int64, cursor string, limit int) (queries.Page, error)
+	// HomeDegraded is Home at a lower cost, when Config.FullHomeReads home
+	// reads are already in flight: the inbox and own posts only, with a
+	// nextCursor that resumes the full merge (queries.Feed.HomeDegraded).
+	HomeDegraded(ctx context.Context, userID int64, cursor string, limit int) (queries.Page, error)
 	// AuthorPosts is authorID's own posts, newest first.
 	AuthorPosts(ctx context.Context, authorID int64, cursor string, limit int) (queries.Page, error)
 	// HomeAfter is the refresh page of userID's home feed just above after.
@@ -35,8 +40,9 @@ type FeedReader interface {
 	AuthorPostsAfter(ctx context.Context, authorID int64, after string, limit int) (queries.Page, error)
 }
 
-// maxCursorLen bounds the opaque cursor before it reaches the reader.
-const maxCursorLen = 512
+// maxCursorLen bounds the opaque cursor before it reaches the reader (a
+// degraded page's resume cursor is the longest).
+const maxCursorLen = queries.MaxCursorLen
 
 // GET /api/feed?cursor=&limit= or ?after=&limit= -> 200 page.
 func (s *Server) homeFeed(w http.ResponseWriter, r *http.Request, caller int64) error {
@@ -44,6 +50,13 @@ func (s *Server) homeFeed(w http.ResponseWriter, r *http.Request, caller int64) 
 		if after {
 			return s.deps.Feed.HomeAfter(ctx, caller, cursor, limit)
 		}
+		if s.fullHome == nil {
+			return s.deps.Feed.Home(ctx, caller, cursor, limit)
+		}
+		if !s.fullHome.TryAcquire(1) {
+			return s.deps.Feed.HomeDegraded(ctx, caller, cursor, limit)
+		}
+		defer s.fullHome.Release(1)
 		return s.deps.Feed.Home(ctx, caller, cursor, limit)
 	})
 }
@@ -95,8 +108,14 @@ func (s *Server) page(w http.ResponseWriter, r *http.Request, read func(ctx cont
 		p.Items = []queries.Post{} // [] not null
 	}
 	if p.Degraded {
-		// Read from PostgreSQL alone: Redis is unavailable.
+		// Read from PostgreSQL alone (Redis is unavailable), or from the
+		// inbox and own posts alone (the process is at its degrade point).
 		w.Header().Set("Feed-Degraded", "true")
+		if p.Partial {
+			s.metrics.degradedLoad.Inc()
+		} else {
+			s.metrics.degradedRedis.Inc()
+		}
 	}
 	buf := pageBuffers.Get().(*[]byte)
 	b := p.AppendJSON((*buf)[:0])

@@ -17,6 +17,10 @@ import (
 type metrics struct {
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
+	// degraded pages by reason: "load" (HomeDegraded's, at the degrade
+	// point) or "redis" (from PostgreSQL alone, Redis unavailable)
+	degraded                    *prometheus.CounterVec
+	degradedLoad, degradedRedis prometheus.Counter
 
 	// The series by label values, resolved once: WithLabelValues validates
 	// and hashes its labels on every call. Bounded: route templates x
@@ -42,8 +46,13 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 			Help:    "HTTP request latency by route template and method.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"route", "method"}),
+		degraded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "feed_http_degraded_total",
+			Help: "Feed pages answered with Feed-Degraded: true, by reason: load (inbox and own posts only, at the degrade point) or redis (from PostgreSQL alone, Redis unavailable).",
+		}, []string{"reason"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.latency} {
+	m.degradedLoad, m.degradedRedis = m.degraded.WithLabelValues("load"), m.degraded.WithLabelValues("redis")
+	for _, c := range []prometheus.Collector{m.requests, m.latency, m.degraded} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register http metrics: %w", err)
 		}

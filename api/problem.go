@@ -44,6 +44,7 @@ var (
 	probConflict     = Problem{Type: ProblemBase + "version-conflict", Title: "Version conflict", Status: http.StatusConflict}
 	probTooLarge     = Problem{Type: ProblemBase + "payload-too-large", Title: "Payload too large", Status: http.StatusRequestEntityTooLarge}
 	probKeyReused    = Problem{Type: ProblemBase + "idempotency-key-reused", Title: "Idempotency key reused", Status: http.StatusUnprocessableEntity}
+	probOverloaded   = Problem{Type: ProblemBase + "overloaded", Title: "Too many requests", Status: http.StatusTooManyRequests}
 	probUnavailable  = Problem{Type: ProblemBase + "unavailable", Title: "Service unavailable", Status: http.StatusServiceUnavailable}
 	probUnknown      = Problem{Type: ProblemBase + "outcome-unknown", Title: "Outcome unknown", Status: http.StatusServiceUnavailable}
 	probInternal     = Problem{Type: ProblemBase + "internal", Title: "Internal server error", Status: http.StatusInternalServerError}
@@ -58,8 +59,9 @@ var (
 	errFeedUnavailable  = errors.New("the query side is not available in this process")
 )
 
-// retryAfterSeconds is the Retry-After of every 503: dependencies come
-// back, and the circuit breakers probe again, within about a second.
+// retryAfterSeconds is the Retry-After of every 503 and 429: dependencies
+// come back, the circuit breakers probe again, and a burst of requests in
+// flight drains, within about a second.
 const retryAfterSeconds = "1"
 
 // badInput is a malformed request (JSON, id, limit, header).
@@ -79,8 +81,12 @@ func problemFor(err error) (p Problem, internal bool) {
 		ve  *commands.ValidationError
 		mbe *http.MaxBytesError
 		bc  badCursor
+		ov  *overloadedError
 	)
 	switch {
+	case errors.As(err, &ov):
+		p = probOverloaded
+		p.Detail = "the server is at its bound of " + ov.class + "s in flight; retry after Retry-After"
 	case errors.As(err, &mbe):
 		p = probTooLarge
 		p.Detail = "the request body is larger than the limit"
@@ -167,7 +173,7 @@ func writeErrorWith(w http.ResponseWriter, r *http.Request, log *slog.Logger, er
 	switch p.Status {
 	case http.StatusUnauthorized:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="feed"`)
-	case http.StatusServiceUnavailable:
+	case http.StatusServiceUnavailable, http.StatusTooManyRequests:
 		w.Header().Set("Retry-After", retryAfterSeconds)
 	}
 	writeProblem(w, p)

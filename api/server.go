@@ -17,6 +17,7 @@ import (
 
 	"github.com/gorilla/mux"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/feedco/feed/commands"
 )
@@ -70,6 +71,19 @@ type Config struct {
 	IdleTimeout       time.Duration
 	// ShutdownTimeout bounds the graceful shutdown. Default 10s.
 	ShutdownTimeout time.Duration
+	// MaxReadsInFlight bounds the reads (GET of feeds, author posts and
+	// users) served at once; a read beyond it is 429 at once (shed.go).
+	// Default 128; negative: no bound.
+	MaxReadsInFlight int
+	// MaxWritesInFlight bounds the writes (POST, PUT, DELETE) served at
+	// once; a write beyond it is 429 at once, having done nothing.
+	// Default 32; negative: no bound.
+	MaxWritesInFlight int
+	// FullHomeReads bounds the home feed reads that do the full merge
+	// (inbox, celebrity pull, PostgreSQL below the floor) at once; a home
+	// read beyond it is degraded (FeedReader.HomeDegraded). Default 32;
+	// negative: never degraded.
+	FullHomeReads int
 }
 
 func (c Config) withDefaults() Config {
@@ -82,8 +96,21 @@ func (c Config) withDefaults() Config {
 	c.WriteTimeout = cmp.Or(c.WriteTimeout, 20*time.Second)
 	c.IdleTimeout = cmp.Or(c.IdleTimeout, 60*time.Second)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 10*time.Second)
+	c.MaxReadsInFlight = cmp.Or(c.MaxReadsInFlight, DefaultMaxReadsInFlight)
+	c.MaxWritesInFlight = cmp.Or(c.MaxWritesInFlight, DefaultMaxWritesInFlight)
+	c.FullHomeReads = cmp.Or(c.FullHomeReads, DefaultFullHomeReads)
 	return c
 }
+
+// The defaults of the load-shedding bounds, for a 2-core machine: a
+// read costs about 0.15 ms of CPU, so 128 reads in flight are about 10 ms
+// of queueing when the cores are saturated; a write holds one of the
+// pool's 64 PostgreSQL connections for a few milliseconds.
+const (
+	DefaultMaxReadsInFlight  = 128
+	DefaultMaxWritesInFlight = 32
+	DefaultFullHomeReads     = 32
+)
 
 // Validate reports the first setting that cannot work.
 func (c Config) Validate() error {
@@ -181,6 +208,9 @@ type Server struct {
 	router  *mux.Router // the routes of handler, for Routes
 	reg     *prometheus.Registry
 	metrics *metrics
+
+	reads, writes limiter             // requests in flight by class (shed.go)
+	fullHome      *semaphore.Weighted // full home reads at once; nil: never degraded
 }
 
 // New builds the server and its routes.
@@ -211,6 +241,13 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if s.metrics, err = newMetrics(s.reg); err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}
+	s.reads.max, s.writes.max = int64(max(cfg.MaxReadsInFlight, 0)), int64(max(cfg.MaxWritesInFlight, 0))
+	if cfg.FullHomeReads > 0 {
+		s.fullHome = semaphore.NewWeighted(int64(cfg.FullHomeReads))
+	}
+	if err := newShedMetrics(s.reg, &s.reads, &s.writes); err != nil {
+		return nil, fmt.Errorf("api: register shedding metrics: %w", err)
+	}
 	s.handler = s.routes()
 	return s, nil
 }
@@ -232,7 +269,7 @@ func (s *Server) routes() http.Handler {
 	// hottest (no other route matches its path). GET /api/feed does not
 	// even reach mux (see hot below); this route answers the rest of
 	// /api/feed (405 for other methods) as before.
-	homeFeed := s.authed(s.homeFeed)
+	homeFeed := s.read(s.authed(s.homeFeed))
 	r.Handle("/api/feed", homeFeed).Methods(http.MethodGet)
 	r.Handle("/healthz", http.HandlerFunc(s.healthz)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/readyz", http.HandlerFunc(s.readyz)).Methods(http.MethodGet, http.MethodHead)
@@ -241,17 +278,17 @@ func (s *Server) routes() http.Handler {
 
 	// Full paths on the root router, not a subrouter: mux answers 404
 	// instead of 405 for a wrong method under a subrouter.
-	r.Handle("/api/users", s.public(s.registerUser)).Methods(http.MethodPost)
-	r.Handle("/api/users/{id}", s.authed(s.getUser)).Methods(http.MethodGet)
-	r.Handle("/api/users/{id}/posts", s.authed(s.authorPosts)).Methods(http.MethodGet)
-	r.Handle("/api/posts", s.authed(s.createPost)).Methods(http.MethodPost)
-	r.Handle("/api/posts/{id}", s.authed(s.deletePost)).Methods(http.MethodDelete)
-	r.Handle("/api/following/{userId}", s.authed(s.follow)).Methods(http.MethodPut)
-	r.Handle("/api/following/{userId}", s.authed(s.unfollow)).Methods(http.MethodDelete)
-	r.Handle("/api/muting/{userId}", s.authed(s.mute)).Methods(http.MethodPut)
-	r.Handle("/api/muting/{userId}", s.authed(s.unmute)).Methods(http.MethodDelete)
-	r.Handle("/api/blocking/{userId}", s.authed(s.block)).Methods(http.MethodPut)
-	r.Handle("/api/blocking/{userId}", s.authed(s.unblock)).Methods(http.MethodDelete)
+	r.Handle("/api/users", s.write(s.public(s.registerUser))).Methods(http.MethodPost)
+	r.Handle("/api/users/{id}", s.read(s.authed(s.getUser))).Methods(http.MethodGet)
+	r.Handle("/api/users/{id}/posts", s.read(s.authed(s.authorPosts))).Methods(http.MethodGet)
+	r.Handle("/api/posts", s.write(s.authed(s.createPost))).Methods(http.MethodPost)
+	r.Handle("/api/posts/{id}", s.write(s.authed(s.deletePost))).Methods(http.MethodDelete)
+	r.Handle("/api/following/{userId}", s.write(s.authed(s.follow))).Methods(http.MethodPut)
+	r.Handle("/api/following/{userId}", s.write(s.authed(s.unfollow))).Methods(http.MethodDelete)
+	r.Handle("/api/muting/{userId}", s.write(s.authed(s.mute))).Methods(http.MethodPut)
+	r.Handle("/api/muting/{userId}", s.write(s.authed(s.unmute))).Methods(http.MethodDelete)
+	r.Handle("/api/blocking/{userId}", s.write(s.authed(s.block))).Methods(http.MethodPut)
+	r.Handle("/api/blocking/{userId}", s.write(s.authed(s.unblock))).Methods(http.MethodDelete)
 	s.router = r
 	a, err := newAllowedMethods(r)
 	if err != nil {

@@ -3,6 +3,7 @@ package queries
 import (
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -92,6 +93,92 @@ func FuzzParseCursor(f *testing.F) {
 		}
 		if again := encodeCursor(k); again != s {
 			t.Fatalf("parse(%q) = %v re-encodes as %q", s, k, again)
+		}
+	})
+}
+
+// A resume cursor (version 2) parses back to what was encoded, from the
+// first page or from a cursor; author pages refuse it, a refresh reads it
+// as its oldest key.
+func TestResumeCursor(t *testing.T) {
+	t.Parallel()
+	for _, at := range []key{startKey, {ms: 1_760_245_800_500, id: 99}} {
+		ex := []key{{ms: 1_760_245_800_123, id: 7253}, {ms: 1_760_245_800_123, id: 7000}, {ms: 1_760_000_000_000, id: 8_000_000_000_000_000_000}}
+		s := encodeResume(at, ex)
+		hc, err := parseHomeCursor(s)
+		if err != nil {
+			t.Fatalf("parse %q: %v", s, err)
+		}
+		if hc.at != at || !slices.Equal(hc.exclude, ex) {
+			t.Fatalf("parse(encode(%v, %v)) = %+v", at, ex, hc)
+		}
+		if _, err := parseCursor(s); err == nil {
+			t.Fatal("an author page accepted a resume cursor")
+		}
+		if a, err := parseAfter(s); err != nil || a != ex[2] {
+			t.Fatalf("after=%q: %v %v, want %v", s, a, err, ex[2])
+		}
+	}
+	full := make([]key, MaxLimit)
+	for i := range full {
+		full[i] = key{ms: maxCursorMs - int64(i)*(maxCursorMs/MaxLimit), id: math.MaxInt64 - int64(i)}
+	}
+	full[MaxLimit-1] = key{ms: 0, id: 1}
+	if s := encodeResume(startKey, full); len(s) > MaxCursorLen {
+		t.Fatalf("the longest resume cursor has %d characters, more than MaxCursorLen %d", len(s), MaxCursorLen)
+	}
+	for _, bad := range []func() []byte{
+		func() []byte {
+			b, _ := cursorEncoding.DecodeString(encodeResume(startKey, full[:1]))
+			return b[:len(b)-1]
+		}, // cut
+		func() []byte {
+			b, _ := cursorEncoding.DecodeString(encodeResume(startKey, full[:1]))
+			return append(b, 0)
+		}, // trailing
+		func() []byte {
+			b, _ := cursorEncoding.DecodeString(encodeResume(startKey, full[:1]))
+			b[17] = 0
+			return b
+		}, // no exclusions
+		func() []byte { // an exclusion not below the one before (id difference of -1 at the same ms)
+			b, _ := cursorEncoding.DecodeString(encodeResume(key{ms: 5, id: 5}, []key{{ms: 5, id: 4}}))
+			b[len(b)-1] = 1 // zigzag -1
+			return b
+		},
+	} {
+		if _, err := parseHomeCursor(cursorEncoding.EncodeToString(bad())); err == nil {
+			t.Fatalf("a malformed resume cursor %x parsed", bad())
+		}
+	}
+}
+
+func FuzzParseHomeCursor(f *testing.F) {
+	f.Add("")
+	f.Add(encodeCursor(key{ms: 1_760_245_800_123, id: 7253}))
+	f.Add(encodeResume(startKey, []key{{ms: 1_760_245_800_123, id: 7253}, {ms: 1_760_245_800_100, id: 7}}))
+	f.Add(encodeResume(key{ms: 9, id: 9}, []key{{ms: 9, id: 8}}))
+	f.Fuzz(func(t *testing.T, s string) {
+		hc, err := parseHomeCursor(s)
+		if err != nil {
+			var bc interface{ BadCursor() bool }
+			if !errors.As(err, &bc) {
+				t.Fatalf("parse(%q): error %v is not a BadCursor error", s, err)
+			}
+			return
+		}
+		if len(hc.exclude) == 0 {
+			return
+		}
+		prev := hc.at
+		for _, e := range hc.exclude {
+			if !e.less(prev) || e.ms < 0 || e.id <= 0 {
+				t.Fatalf("parse(%q): exclusion %v not below %v or out of range", s, e, prev)
+			}
+			prev = e
+		}
+		if again := encodeResume(hc.at, hc.exclude); again != s {
+			t.Fatalf("parse(%q) = %+v re-encodes as %q", s, hc, again)
 		}
 	})
 }

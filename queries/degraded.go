@@ -108,6 +108,17 @@ func (f *Feed) Circuits() CircuitStates {
 // (the circuit is open, or read failed on it) the page comes from
 // PostgreSQL instead (fallback), marked Degraded.
 func (f *Feed) guarded(ctx context.Context, query string, limit int, read func() (Page, error), fallback func(ctx context.Context, n int) ([]item, error)) (Page, error) {
+	return f.guardedPage(ctx, query, read, func(ctx context.Context) (Page, error) {
+		items, err := fallback(ctx, limit+1)
+		if err != nil {
+			return Page{}, err
+		}
+		return makePage(items, limit), nil
+	})
+}
+
+// guardedPage is guarded with a fallback that makes its page itself.
+func (f *Feed) guardedPage(ctx context.Context, query string, read func() (Page, error), fallback func(ctx context.Context) (Page, error)) (Page, error) {
 	done, err := f.readCircuit.Allow()
 	if err == nil {
 		p, err := read()
@@ -117,12 +128,12 @@ func (f *Feed) guarded(ctx context.Context, query string, limit int, read func()
 		}
 		f.log.Debug("queries: Redis unavailable: page from PostgreSQL", "query", query, "err", err)
 	}
-	return f.degraded(ctx, query, limit, fallback)
+	return f.degraded(ctx, query, fallback)
 }
 
 // degraded reads a page from PostgreSQL alone, at most FallbackReads at a
 // time in the process (ErrFallbackBusy beyond, after fallbackWait).
-func (f *Feed) degraded(ctx context.Context, query string, limit int, fallback func(ctx context.Context, n int) ([]item, error)) (Page, error) {
+func (f *Feed) degraded(ctx context.Context, query string, fallback func(ctx context.Context) (Page, error)) (Page, error) {
 	wctx, cancel := context.WithTimeout(ctx, fallbackWait)
 	err := f.fallback.Acquire(wctx, 1)
 	cancel()
@@ -134,12 +145,11 @@ func (f *Feed) degraded(ctx context.Context, query string, limit int, fallback f
 		return Page{}, ErrFallbackBusy
 	}
 	defer f.fallback.Release(1)
-	items, err := fallback(ctx, limit+1)
+	p, err := fallback(ctx)
 	if err != nil {
 		return Page{}, err
 	}
 	f.metrics.Sources.WithLabelValues(query, "degraded").Inc()
-	p := makePage(items, limit)
 	p.Degraded = true
 	return p, nil
 }

@@ -28,25 +28,42 @@ const maxRedisRounds = 4
 // served from PostgreSQL at once and rebuilt in the background. While
 // Redis is unavailable the whole page comes from PostgreSQL, marked
 // Degraded (degraded.go).
+//
+// The cursor may be a degraded page's resume cursor (HomeDegraded): the
+// page then continues the full merge from where the degraded page was
+// read, leaving out the posts it showed.
 func (f *Feed) Home(ctx context.Context, userID int64, cursor string, limit int) (Page, error) {
 	if err := checkArgs(userID, limit); err != nil {
 		return Page{}, err
 	}
-	cur, err := parseCursor(cursor)
+	hc, err := parseHomeCursor(cursor)
 	if err != nil {
 		return Page{}, err
 	}
 	f.touch(userID)
-	return f.guarded(ctx, "home", limit,
-		func() (Page, error) { return f.home(ctx, userID, cur, limit) },
-		func(ctx context.Context, n int) ([]item, error) { return f.pgPull(ctx, userID, cur, n) })
+	return f.homeFull(ctx, userID, hc, limit)
+}
+
+// homeFull is Home after its checks: the full merge, or the whole page
+// from PostgreSQL while Redis is unavailable.
+func (f *Feed) homeFull(ctx context.Context, userID int64, hc homeCursor, limit int) (Page, error) {
+	return f.guardedPage(ctx, "home",
+		func() (Page, error) { return f.home(ctx, userID, hc, limit) },
+		func(ctx context.Context) (Page, error) {
+			items, err := f.pgPull(ctx, userID, hc.at, limit+1+len(hc.exclude))
+			if err != nil {
+				return Page{}, err
+			}
+			return hc.page(items, limit), nil
+		})
 }
 
 // home is Home from Redis (and PostgreSQL below what Redis is sure of).
-func (f *Feed) home(ctx context.Context, userID int64, cur key, limit int) (Page, error) {
+func (f *Feed) home(ctx context.Context, userID int64, hc homeCursor, limit int) (Page, error) {
 	buf := itemBufs.Get().(*[]item)
-	// One more than shown says whether a next page exists.
-	items, cold, err := f.homeItems(ctx, userID, cur, limit+1, (*buf)[:0])
+	// One more than shown says whether a next page exists; a resume
+	// cursor's excluded posts may be among them.
+	items, cold, err := f.homeItems(ctx, userID, hc.at, limit+1+len(hc.exclude), (*buf)[:0])
 	defer func() { // makePage copied what it shows
 		if cap(items) <= 256 {
 			clear(items) // keep no post alive (the rest is zero already)
@@ -57,9 +74,39 @@ func (f *Feed) home(ctx context.Context, userID int64, cur key, limit int) (Page
 	if err != nil {
 		return Page{}, err
 	}
-	p := makePage(items, limit)
+	p := hc.page(items, limit)
 	p.Cold = cold
 	return p, nil
+}
+
+// page makes the page of items read from hc.at: without hc's excluded
+// posts, and, while excluded posts remain below its last item, with a
+// nextCursor that still leaves them out.
+func (hc homeCursor) page(items []item, limit int) Page {
+	if len(hc.exclude) == 0 {
+		return makePage(items, limit)
+	}
+	kept := make([]item, 0, len(items))
+	for _, it := range items {
+		if !hc.excluded(it.key) {
+			kept = append(kept, it)
+		}
+	}
+	p := makePage(kept, limit)
+	if p.NextCursor != nil {
+		last := kept[limit-1].key
+		var left []key
+		for _, e := range hc.exclude {
+			if e.less(last) {
+				left = append(left, e)
+			}
+		}
+		if len(left) > 0 {
+			c := encodeResume(last, left)
+			p.NextCursor = &c
+		}
+	}
+	return p
 }
 
 // homeItems appends to items up to need visible items of userID's home
@@ -78,7 +125,7 @@ func (f *Feed) homeItems(ctx context.Context, userID int64, cur key, need int, i
 	mode := stepRedis
 	for round := 0; len(items) < need && mode != stepEnd; round++ {
 		if mode == stepRedis && round < maxRedisRounds {
-			hr, cold, err := f.homeSegment(ctx, userID, cur, need-len(items))
+			hr, cold, err := f.homeSegment(ctx, userID, cur, need-len(items), true)
 			if err != nil {
 				return items, used[2], err
 			}
@@ -156,11 +203,17 @@ type homeRead struct {
 // A read model of the reader's that is not built (the inbox, the following
 // state, the own timeline) makes the segment cold: the page comes from
 // PostgreSQL, and the caller starts their rebuilds.
-func (f *Feed) homeSegment(ctx context.Context, user int64, cur key, want int) (homeRead, coldParts, error) {
+//
+// Without pull (a degraded read, HomeDegraded) the celebrities are neither
+// listed nor read: the segment is the inbox and the own timeline alone.
+func (f *Feed) homeSegment(ctx context.Context, user int64, cur key, want int, pull bool) (homeRead, coldParts, error) {
 	n := want + want/4 + 2 // over-fetch: hidden posts and the ~floor member
-	celebs, err := f.celebrities(ctx)
-	if err != nil {
-		return homeRead{}, coldParts{}, redisErr(err)
+	var celebs []celeb
+	if pull {
+		var err error
+		if celebs, err = f.celebrities(ctx); err != nil {
+			return homeRead{}, coldParts{}, redisErr(err)
+		}
 	}
 	// The probe's state is made only when it runs (a goroutine's captures
 	// live on the heap).

@@ -251,13 +251,18 @@ type Page struct {
 	PrevCursor *string `json:"prevCursor"`
 	// Degraded says the page was read from PostgreSQL alone because Redis
 	// was unavailable (the api sends Feed-Degraded: true): the same posts,
-	// at the cost of the source of truth.
+	// at the cost of the source of truth; or, with Partial, that it is a
+	// degraded page of HomeDegraded.
 	Degraded bool `json:"-"`
 	// Cold says a read model of the reader's (the inbox, the following
 	// state, the own timeline) was not built: the page, from there on, was
 	// read from PostgreSQL (and that read model's rebuild started, unless
 	// the Feed is ReadOnly).
 	Cold bool `json:"-"`
+	// Partial says the page is HomeDegraded's: the inbox and own posts
+	// only, its NextCursor a resume cursor that continues the full merge
+	// without repeating or skipping a post.
+	Partial bool `json:"-"`
 }
 
 // Feed answers the read-side queries. Safe for concurrent use.

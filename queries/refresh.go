@@ -77,13 +77,19 @@ func (f *Feed) AuthorPostsAfter(ctx context.Context, authorID int64, after strin
 		}, pg)
 }
 
-// parseAfter decodes a refresh cursor: a cursor as parseCursor reads it,
-// but never empty (the first page has no refresh).
+// parseAfter decodes a refresh cursor: a cursor of either version, never
+// empty (the first page has no refresh). A resume cursor (a degraded home
+// page's nextCursor) stands for the oldest post that page showed, as a
+// version 1 nextCursor stands for its page's last post.
 func parseAfter(s string) (key, error) {
 	if s == "" {
 		return key{}, &CursorError{Reason: "empty"}
 	}
-	return parseCursor(s)
+	hc, err := parseHomeCursor(s)
+	if err != nil {
+		return key{}, err
+	}
+	return hc.lowest(), nil
 }
 
 // settled returns the refresh horizon: a refresh shows only posts strictly

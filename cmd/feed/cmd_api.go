@@ -114,6 +114,7 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiTask, func(), error
 
 	f, err := queries.New(queries.Config{
 		CelebrityCacheTTL:  cfg.CelebrityCacheTTL,
+		RefreshSettle:      cfg.RefreshSettle,
 		ReadCacheKeys:      readCacheKeys(cfg.ReadCacheKeys),
 		RebuildConcurrency: cfg.RebuildConcurrency,
 		OwnPostsHints:      p.Pool, // read-your-writes across API instances when a write-through fails
@@ -136,6 +137,8 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiTask, func(), error
 	srv, err := api.New(api.Config{
 		Addr: cfg.HTTPAddr, AuthMode: cfg.AuthMode,
 		GatewaySecret: cfg.GatewaySecret, TrustedNetworks: cfg.TrustedNetworks,
+		MaxReadsInFlight: offIsNegative(cfg.MaxReadsInFlight), MaxWritesInFlight: offIsNegative(cfg.MaxWritesInFlight),
+		FullHomeReads: offIsNegative(cfg.FullHomeReads),
 	}, deps)
 	if err != nil {
 		f.Close()
@@ -151,6 +154,15 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiTask, func(), error
 	return apiTask{addr: addr, task: task{name: "api", run: func(ctx context.Context) error {
 		return srv.Serve(ctx, l)
 	}}}, f.Close, nil
+}
+
+// offIsNegative maps a load-shedding variable's 0 (off) to api.Config's
+// negative (its 0 would mean the default).
+func offIsNegative(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
 
 // readCacheKeys maps FEED_READ_CACHE_KEYS to the query side's setting: 0

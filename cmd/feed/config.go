@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -62,6 +63,17 @@ type Config struct {
 	MaxContentChars   int
 	InactiveAfter     time.Duration
 	CelebrityCacheTTL time.Duration
+	// RefreshSettle is FEED_REFRESH_SETTLE: how far behind the clock a
+	// refresh page (after=) stops (queries.Config.RefreshSettle); it must
+	// exceed the celebrity cache's TTL.
+	RefreshSettle time.Duration
+	// MaxReadsInFlight (FEED_MAX_READS_IN_FLIGHT), MaxWritesInFlight
+	// (FEED_MAX_WRITES_IN_FLIGHT) and FullHomeReads (FEED_FULL_HOME_READS,
+	// the degrade point) are the API's load-shedding bounds
+	// (api.Config); 0 turns one off.
+	MaxReadsInFlight  int
+	MaxWritesInFlight int
+	FullHomeReads     int
 	LagWarnBytes      int64
 	// VerifyEvery is FEED_VERIFY_EVERY: how often `feed project` and `feed
 	// dev` run the verification of `feed verify` (0: never).
@@ -198,6 +210,9 @@ func LoadConfig() (Config, error) {
 		{"FEED_LAG_WARN_BYTES", 256 << 20, func(v int64) { c.LagWarnBytes = v }},
 		{"FEED_READ_CACHE_KEYS", 40_000, func(v int64) { c.ReadCacheKeys = int(v) }},
 		{"FEED_REBUILD_CONCURRENCY", 4, func(v int64) { c.RebuildConcurrency = int(v) }},
+		{"FEED_MAX_READS_IN_FLIGHT", api.DefaultMaxReadsInFlight, func(v int64) { c.MaxReadsInFlight = int(v) }},
+		{"FEED_MAX_WRITES_IN_FLIGHT", api.DefaultMaxWritesInFlight, func(v int64) { c.MaxWritesInFlight = int(v) }},
+		{"FEED_FULL_HOME_READS", api.DefaultFullHomeReads, func(v int64) { c.FullHomeReads = int(v) }},
 	}
 	for _, i := range ints {
 		v, err := envInt(i.key, i.def)
@@ -217,6 +232,9 @@ func LoadConfig() (Config, error) {
 	}
 	if c.VerifyEvery != 0 && c.VerifyEvery < 10*time.Second {
 		return c, fmt.Errorf("FEED_VERIFY_EVERY=%v: want at least 10s (or unset)", c.VerifyEvery)
+	}
+	if c.RefreshSettle, err = envDuration("FEED_REFRESH_SETTLE", 8*time.Second); err != nil {
+		return c, err
 	}
 	if err := c.LogLevel.UnmarshalText([]byte(envOr("FEED_LOG_LEVEL", "info"))); err != nil {
 		return c, fmt.Errorf("FEED_LOG_LEVEL=%q: want debug, info, warn or error", os.Getenv("FEED_LOG_LEVEL"))
@@ -284,6 +302,16 @@ func (c Config) Validate() error {
 		return fmt.Errorf("FEED_MAX_CONTENT_CHARS=%d: want at least 1", c.MaxContentChars)
 	case c.CelebrityCacheTTL < 0:
 		return fmt.Errorf("FEED_CELEBRITY_CACHE_TTL must not be negative")
+	case c.RefreshSettle <= cmp.Or(c.CelebrityCacheTTL, 3*time.Second):
+		return fmt.Errorf("FEED_REFRESH_SETTLE=%v: want more than the celebrity cache TTL (FEED_CELEBRITY_CACHE_TTL, %v), "+
+			"so that a celebrity's post is in the cache before a refresh moves past it", c.RefreshSettle, cmp.Or(c.CelebrityCacheTTL, 3*time.Second))
+	case c.MaxReadsInFlight < 0 || c.MaxReadsInFlight > 1_000_000:
+		return fmt.Errorf("FEED_MAX_READS_IN_FLIGHT=%d: want 0 (no bound) to 1000000", c.MaxReadsInFlight)
+	case c.MaxWritesInFlight < 0 || c.MaxWritesInFlight > 1_000_000:
+		return fmt.Errorf("FEED_MAX_WRITES_IN_FLIGHT=%d: want 0 (no bound) to 1000000", c.MaxWritesInFlight)
+	case c.FullHomeReads < 0 || (c.MaxReadsInFlight > 0 && c.FullHomeReads > c.MaxReadsInFlight):
+		return fmt.Errorf("FEED_FULL_HOME_READS=%d: want 0 (never degrade) to FEED_MAX_READS_IN_FLIGHT (%d): "+
+			"home reads degrade before reads are shed", c.FullHomeReads, c.MaxReadsInFlight)
 	case c.RebuildConcurrency < 1 || c.RebuildConcurrency > 1000:
 		return fmt.Errorf("FEED_REBUILD_CONCURRENCY=%d: want 1..1000", c.RebuildConcurrency)
 	case c.ReadCacheKeys < 0:

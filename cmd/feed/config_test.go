@@ -196,3 +196,69 @@ func TestKafkaSecurityFromEnv(t *testing.T) {
 		t.Fatalf("bad bool: %v", err)
 	}
 }
+
+// FEED_REFRESH_SETTLE reaches the query side (default 8s) and must exceed
+// the celebrity cache's TTL, whether FEED_CELEBRITY_CACHE_TTL is set or
+// its default.
+func TestRefreshSettleEnv(t *testing.T) {
+	for _, tc := range []struct {
+		settle, ttl string
+		want        time.Duration
+		ok          bool
+	}{
+		{"", "", 8 * time.Second, true},
+		{"5s", "", 5 * time.Second, true},
+		{"5s", "4s", 5 * time.Second, true},
+		{"3s", "", 0, false}, // equal to the default TTL
+		{"2s", "1s", 2 * time.Second, true},
+		{"4s", "4s", 0, false},
+		{"10s", "5s", 10 * time.Second, true},
+		{"soon", "", 0, false},
+	} {
+		t.Setenv("FEED_REFRESH_SETTLE", tc.settle)
+		t.Setenv("FEED_CELEBRITY_CACHE_TTL", tc.ttl)
+		c, err := LoadConfig()
+		if tc.ok != (err == nil) {
+			t.Fatalf("FEED_REFRESH_SETTLE=%q FEED_CELEBRITY_CACHE_TTL=%q: err %v, want ok %v", tc.settle, tc.ttl, err, tc.ok)
+		}
+		if tc.ok && c.RefreshSettle != tc.want {
+			t.Fatalf("FEED_REFRESH_SETTLE=%q: %v, want %v", tc.settle, c.RefreshSettle, tc.want)
+		}
+	}
+}
+
+// The load-shedding variables: defaults, 0 off (api.Config's negative),
+// and the degrade point at most the read bound.
+func TestSheddingEnv(t *testing.T) {
+	c, err := LoadConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MaxReadsInFlight != 128 || c.MaxWritesInFlight != 32 || c.FullHomeReads != 32 {
+		t.Fatalf("defaults: reads %d writes %d full home reads %d", c.MaxReadsInFlight, c.MaxWritesInFlight, c.FullHomeReads)
+	}
+	t.Setenv("FEED_MAX_READS_IN_FLIGHT", "0")
+	t.Setenv("FEED_MAX_WRITES_IN_FLIGHT", "5")
+	t.Setenv("FEED_FULL_HOME_READS", "0")
+	if c, err = LoadConfig(); err != nil {
+		t.Fatal(err)
+	}
+	if offIsNegative(c.MaxReadsInFlight) != -1 || offIsNegative(c.MaxWritesInFlight) != 5 || offIsNegative(c.FullHomeReads) != -1 {
+		t.Fatalf("0 and 5: reads %d writes %d full %d", c.MaxReadsInFlight, c.MaxWritesInFlight, c.FullHomeReads)
+	}
+	for _, bad := range [][2]string{
+		{"FEED_MAX_READS_IN_FLIGHT", "-1"}, {"FEED_MAX_WRITES_IN_FLIGHT", "many"}, {"FEED_FULL_HOME_READS", "-3"},
+	} {
+		t.Run(bad[0], func(t *testing.T) {
+			t.Setenv(bad[0], bad[1])
+			if _, err := LoadConfig(); err == nil {
+				t.Fatalf("%s=%s accepted", bad[0], bad[1])
+			}
+		})
+	}
+	t.Setenv("FEED_MAX_READS_IN_FLIGHT", "10")
+	t.Setenv("FEED_FULL_HOME_READS", "11")
+	if _, err := LoadConfig(); err == nil || !strings.Contains(err.Error(), "FEED_FULL_HOME_READS") {
+		t.Fatalf("a degrade point above the read bound: %v", err)
+	}
+}

@@ -154,13 +154,17 @@ var envDocs = map[string]string{
 	"FEED_SLOT":                           "logical replication slot (default feed_cdc_<database>)",
 	"FEED_CELEBRITY_THRESHOLD":            "followers from which posts are pulled, not pushed (default 10000)",
 	"FEED_INBOX_MAX":                      "inbox bound (default 500)",
-	"FEED_INBOX_LAYOUT":                   "inbox Redis layout, zset or packed; the projectors and the API must agree (default zset)",
+	"FEED_INBOX_LAYOUT":                   "inbox Redis layout, packed or zset; the projectors and the API must agree (default packed)",
 	"FEED_READ_CACHE_KEYS":                "the API's read cache bound in Redis keys, 0 off (default 40000)",
 	"FEED_REBUILD_CONCURRENCY":            "read models the API rebuilds from PostgreSQL at once when it finds them not built (default 4)",
 	"FEED_FOLLOWER_CACHE_ROWS":            "the inbox projector's follower cache bound, 0 off (default 16777216)",
 	"FEED_VERIFY_EVERY":                   "run `feed verify`'s check of 20 sampled users this often inside the role, with feed_verify_* metrics (default: never; at least 10s)",
 	"FEED_INACTIVE_AFTER":                 "users not reading for this long get no pushes (default 720h)",
 	"FEED_CELEBRITY_CACHE_TTL":            "in-process cache of celebrities and their timelines (default 3s)",
+	"FEED_REFRESH_SETTLE":                 "a refresh (after=) shows only posts at least this old; more than FEED_CELEBRITY_CACHE_TTL (default 8s)",
+	"FEED_MAX_READS_IN_FLIGHT":            "reads served at once; more are 429 at once, 0 no bound (default 128)",
+	"FEED_MAX_WRITES_IN_FLIGHT":           "writes served at once; more are 429 at once, 0 no bound (default 32)",
+	"FEED_FULL_HOME_READS":                "home reads doing the full merge at once; more are degraded (inbox and own posts), 0 never (default 32)",
 	"FEED_MAX_CONTENT_CHARS":              "post length limit in characters (default 2000)",
 	"FEED_NODE_ID":                        "Snowflake node id, unique per API process, 0..1023 (default 0)",
 	"FEED_LAG_WARN_BYTES":                 "CDC warns when the slot lags more (default 268435456)",
@@ -200,7 +204,8 @@ var (
 		"FEED_KAFKA_TLS_SERVER_NAME", "FEED_KAFKA_TLS_INSECURE_SKIP_VERIFY", "FEED_KAFKA_SASL_MECHANISM", "FEED_KAFKA_SASL_USER", "FEED_KAFKA_SASL_PASSWORD"}
 	envAPI = []string{"HTTP_ADDR", "FEED_AUTH", "FEED_GATEWAY_SECRET", "FEED_TRUSTED_NETWORKS", "FEED_JWT_SECRET", "FEED_JWT_PREVIOUS_SECRET", "FEED_JWT_ISSUER", "FEED_JWT_AUDIENCE",
 		"FEED_ALLOW_DEV_SECRET", "FEED_NODE_ID",
-		"FEED_MAX_CONTENT_CHARS", "FEED_INBOX_MAX", "FEED_INBOX_LAYOUT", "FEED_CELEBRITY_CACHE_TTL", "FEED_INACTIVE_AFTER", "FEED_READ_CACHE_KEYS", "FEED_REBUILD_CONCURRENCY"}
+		"FEED_MAX_CONTENT_CHARS", "FEED_INBOX_MAX", "FEED_INBOX_LAYOUT", "FEED_CELEBRITY_CACHE_TTL", "FEED_REFRESH_SETTLE", "FEED_INACTIVE_AFTER", "FEED_READ_CACHE_KEYS", "FEED_REBUILD_CONCURRENCY",
+		"FEED_MAX_READS_IN_FLIGHT", "FEED_MAX_WRITES_IN_FLIGHT", "FEED_FULL_HOME_READS"}
 	envProjections = []string{"FEED_CELEBRITY_THRESHOLD", "FEED_INBOX_MAX", "FEED_INBOX_LAYOUT", "FEED_INACTIVE_AFTER", "FEED_FOLLOWER_CACHE_ROWS"}
 	envCDC         = []string{"FEED_PARTITIONS", "FEED_SLOT", "FEED_LAG_WARN_BYTES", "FEED_CDC_ON_SLOT_LOSS"}
 )

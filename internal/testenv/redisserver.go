@@ -5,6 +5,7 @@ import (
 	"net"
 	"os/exec"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -56,12 +57,30 @@ func (r *RedisServer) Start() {
 	})
 }
 
+// Freeze stops the server's process (SIGSTOP): its connections stay open
+// and every command waits, as on a Redis that hangs, until Thaw.
+func (r *RedisServer) Freeze() {
+	r.t.Helper()
+	if err := r.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// Thaw lets a frozen server go on (SIGCONT).
+func (r *RedisServer) Thaw() {
+	r.t.Helper()
+	if err := r.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
 // Stop kills the server (as a crash does) and waits until it is gone; a
 // stopped server is left alone.
 func (r *RedisServer) Stop() {
 	if r.cmd == nil {
 		return
 	}
+	_ = r.cmd.Process.Signal(syscall.SIGCONT) // a frozen process dies only once it runs
 	_ = r.cmd.Process.Kill()
 	_ = r.cmd.Wait()
 	r.cmd = nil

@@ -1,0 +1,98 @@
+package api
+
+import (
+	"net/http"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Load shedding: the server bounds the requests it works on at once, reads
+// and writes apart (Config.MaxReadsInFlight, Config.MaxWritesInFlight). A
+// request over its bound is answered at once, before any other work
+// (identity, body, database), with 429 `overloaded` and Retry-After: it
+// never waits in a queue, and a shed write did nothing, so its retry (with
+// or without Idempotency-Key) is a first attempt. Below the read bound, the
+// home feed degrades first: beyond Config.FullHomeReads home reads doing
+// the full merge at once, a home read is answered from Redis's inbox and
+// own posts alone (queries.Feed.HomeDegraded), marked Feed-Degraded, with
+// a cursor that resumes the full merge. Health, readiness and metrics are
+// never shed.
+
+// limiter counts the requests of one class in flight and refuses those
+// over max (max 0: no bound).
+type limiter struct {
+	max      int64
+	inFlight atomic.Int64
+	shed     prometheus.Counter
+}
+
+// acquire admits a request, or reports false when max are in flight; an
+// admitted request calls release when it is done.
+func (l *limiter) acquire() bool {
+	if n := l.inFlight.Add(1); l.max > 0 && n > l.max {
+		l.inFlight.Add(-1)
+		l.shed.Inc()
+		return false
+	}
+	return true
+}
+
+func (l *limiter) release() { l.inFlight.Add(-1) }
+
+// overloadedError is a request shed because its class is at its bound.
+type overloadedError struct{ class string }
+
+func (e *overloadedError) Error() string {
+	return "too many " + e.class + "s in flight: shed"
+}
+
+// read and write wrap a route of their class with its admission.
+func (s *Server) read(next http.Handler) http.Handler  { return s.shedding(&s.reads, "read", next) }
+func (s *Server) write(next http.Handler) http.Handler { return s.shedding(&s.writes, "write", next) }
+
+// shedding wraps next with l's admission: over the bound, 429 at once.
+func (s *Server) shedding(l *limiter, class string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !l.acquire() {
+			writeError(w, r, s.log, &overloadedError{class})
+			return
+		}
+		defer l.release()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// shedMetrics registers the gauges of the requests in flight and the
+// counters of the shed ones, per class ("read", "write").
+func newShedMetrics(reg prometheus.Registerer, reads, writes *limiter) error {
+	shed := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "feed_http_shed_total",
+		Help: "Requests answered 429 at once because their class (read, write) was at its bound of requests in flight.",
+	}, []string{"class"})
+	reads.shed, writes.shed = shed.WithLabelValues("read"), shed.WithLabelValues("write")
+	cs := []prometheus.Collector{shed}
+	for _, c := range []struct {
+		class string
+		l     *limiter
+	}{{"read", reads}, {"write", writes}} {
+		l := c.l
+		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "feed_http_in_flight",
+			Help:        "Requests being served, by class (read, write); bounded by FEED_MAX_READS_IN_FLIGHT and FEED_MAX_WRITES_IN_FLIGHT.",
+			ConstLabels: prometheus.Labels{"class": c.class},
+		}, func() float64 { return float64(l.inFlight.Load()) }))
+	}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// InFlight returns the reads and writes being served now (for tests and
+// dashboards; feed_http_in_flight says the same).
+func (s *Server) InFlight() (reads, writes int) {
+	return int(s.reads.inFlight.Load()), int(s.writes.inFlight.Load())
+}
