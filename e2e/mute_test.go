@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/feedco/feed/internal/systest"
 	"github.com/feedco/feed/readmodel"
+	"github.com/feedco/feed/verify"
 )
 
 // Mutes through the whole pipeline and the HTTP API: the codes of
@@ -84,11 +84,11 @@ func (a userAPI) feedMatchesTruth(what string, u int64, tok string) []apiPost {
 	if err != nil {
 		a.t.Fatalf("%s: %v", what, err)
 	}
-	truth, err := systest.LoadTruth(ctx, a.s.DB.Pool)
+	truth, err := verify.LoadTruth(ctx, a.s.DB.Pool)
 	if err != nil {
 		a.t.Fatal(err)
 	}
-	want, err := systest.TruthFeed(ctx, a.s.DB.Pool, u)
+	want, err := verify.TruthFeed(ctx, a.s.DB.Pool, u)
 	if err != nil {
 		a.t.Fatal(err)
 	}
