@@ -254,6 +254,13 @@ func (r *Runner) warmUp(ctx context.Context) (Summary, error) {
 				}
 				t := time.Now()
 				st, _, err := r.readFeed(ctx, r.pop.Readers[i])
+				// A warm-up read the API shed (429: more reads in flight
+				// than it takes at once) is sent again, as a client honouring
+				// Retry-After would, after a short pause.
+				for try := 0; err == nil && st == http.StatusTooManyRequests && try < 20 && ctx.Err() == nil; try++ {
+					time.Sleep(50 * time.Millisecond)
+					st, _, err = r.readFeed(ctx, r.pop.Readers[i])
+				}
 				if err != nil || st != http.StatusOK {
 					bad.Add(1)
 					continue
