@@ -307,6 +307,30 @@ func TestOpenAPIResponses(t *testing.T) {
 	want(c.do(base, "DELETE", "/api/following/999999999", nil, "Authorization", A), 404, "unfollow unknown")
 	want(c.do(base, "DELETE", "/api/following/"+bob, nil), 401, "unfollow without token")
 	want(c.do(base, "DELETE", "/api/following/"+bob, big, "Authorization", A), 413, "unfollow with a huge body")
+
+	// Muting and blocking: ana mutes, then blocks, cy.
+	cy := id(want(c.do(base, "POST", "/api/users", js(map[string]string{"name": "cy"})), 201, "register cy"))
+	C := bearer(cy)
+	for _, rel := range []string{"muting", "blocking"} {
+		p := "/api/" + rel + "/"
+		want(c.do(base, "PUT", p+cy, nil, "Authorization", A, "Idempotency-Key", rel+"-1"), 204, rel)
+		want(c.do(base, "PUT", p+cy, nil, "Authorization", A, "Idempotency-Key", rel+"-1"), 204, rel+" replay")
+		want(c.do(base, "PUT", p+bob, nil, "Authorization", A, "Idempotency-Key", rel+"-1"), 422, rel+" key reused")
+		want(c.do(base, "PUT", p+ana, nil, "Authorization", A), 400, rel+" oneself")
+		want(c.do(base, "PUT", p+"999999999", nil, "Authorization", A), 404, rel+" an unknown user")
+		want(c.do(base, "PUT", p+cy, nil), 401, rel+" without token")
+		want(c.do(base, "PUT", p+cy, big, "Authorization", A), 413, rel+" with a huge body")
+		if rel == "blocking" {
+			want(c.do(base, "PUT", "/api/following/"+ana, nil, "Authorization", C), 403, "follow of one's blocker")
+		}
+		want(c.do(base, "DELETE", p+cy, nil, "Authorization", A, "Idempotency-Key", rel+"-2"), 204, "un"+rel)
+		want(c.do(base, "DELETE", p+cy, nil, "Authorization", A, "Idempotency-Key", rel+"-2"), 204, "un"+rel+" replay")
+		want(c.do(base, "DELETE", p+bob, nil, "Authorization", A, "Idempotency-Key", rel+"-2"), 422, "un"+rel+" key reused")
+		want(c.do(base, "DELETE", p+"0", nil, "Authorization", A), 400, "un"+rel+" id 0")
+		want(c.do(base, "DELETE", p+"999999999", nil, "Authorization", A), 404, "un"+rel+" an unknown user")
+		want(c.do(base, "DELETE", p+cy, nil), 401, "un"+rel+" without token")
+		want(c.do(base, "DELETE", p+cy, big, "Authorization", A), 413, "un"+rel+" with a huge body")
+	}
 	want(c.do(base, "DELETE", "/api/posts/"+post, nil, "Authorization", A), 403, "delete another's post")
 	want(c.do(base, "DELETE", "/api/posts/1", nil, "Authorization", A), 404, "delete an unknown post")
 	want(c.do(base, "DELETE", "/api/posts/-1", nil, "Authorization", A), 400, "delete a bad id")
@@ -334,6 +358,8 @@ func TestOpenAPIResponses(t *testing.T) {
 		"/api/posts":         "POST",
 		"/api/users/1":       "GET",
 		"/api/following/1":   "DELETE, PUT",
+		"/api/muting/1":      "DELETE, PUT",
+		"/api/blocking/1":    "DELETE, PUT",
 		"/healthz":           "GET, HEAD",
 		"/api/feed":          "GET",
 		"/api/posts/1":       "DELETE",
@@ -355,6 +381,7 @@ func TestOpenAPIResponses(t *testing.T) {
 	for _, r := range []struct{ method, path string }{
 		{"GET", "/api/users/" + ana}, {"GET", "/api/users/" + ana + "/posts"}, {"GET", "/api/feed"},
 		{"POST", "/api/posts"}, {"DELETE", "/api/posts/" + post}, {"PUT", "/api/following/" + bob}, {"DELETE", "/api/following/" + bob},
+		{"PUT", "/api/muting/" + bob}, {"DELETE", "/api/muting/" + bob}, {"PUT", "/api/blocking/" + bob}, {"DELETE", "/api/blocking/" + bob},
 	} {
 		var body []byte
 		if r.path == "/api/posts" {
