@@ -1,13 +1,9 @@
 package projections_test
 
 import (
-	"context"
-	"slices"
 	"testing"
 
-	"github.com/feedco/feed/internal/testenv"
 	"github.com/feedco/feed/projections"
-	"github.com/feedco/feed/readmodel"
 )
 
 // The activity index (activity.go) decides who of a cached follower list
@@ -20,35 +16,8 @@ import (
 // never pushed to.
 func TestActivityIndexDecidesWhoGetsThePush(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
-	rd := testenv.NewRedis(t)
-	ctx := context.Background()
-	keys := readmodel.Keys{Prefix: rd.Prefix}
-	layout := readmodel.DefaultPolicy().InboxLayout
-	ps := newProjectors(t, w, rd.Client, projections.Config{Keys: keys, CelebrityThreshold: 100})
-	var inbox *projections.Inbox
-	for _, p := range ps {
-		if p.Name() == projections.NameInbox {
-			inbox = p.(*projections.Inbox)
-		}
-	}
-	var offset int64
-	done := 0
-	apply := func() {
-		t.Helper()
-		for _, env := range w.envs[done:] {
-			if err := projections.Apply(projections.WithDelivery(ctx, "feed", 0, offset), ps, env); err != nil {
-				t.Fatal(err)
-			}
-			offset++
-		}
-		done = len(w.envs)
-	}
-	has := func(user, post int64) bool {
-		t.Helper()
-		ids, _, _ := inboxView(t, rd.Client, keys, layout, user)
-		return slices.Contains(ids, idstr(post))
-	}
+	h := newCacheHarness(t, 0, projections.Config{CelebrityThreshold: 100})
+	w, inbox, apply, has := h.w, h.inbox, h.apply, h.has
 	rechecked := func(want int64, when string) {
 		t.Helper()
 		if got := inbox.ActivityRechecked(); got != want {

@@ -355,3 +355,57 @@ func inboxExists(t testing.TB, rdb redis.UniversalClient, keys readmodel.Keys, l
 	k := keys.PackedInbox(user)
 	return rdb.Exists(context.Background(), k, k+"+").Val() > 0
 }
+
+// cacheHarness drives the projectors as the runner does, through the
+// follower cache: apply hands the world's new envelopes over in offset
+// order of one partition; skip leaves an offset to "another consumer".
+type cacheHarness struct {
+	t      *testing.T
+	w      *world
+	rd     *testenv.Redis
+	keys   readmodel.Keys
+	layout string
+	ps     []projections.Projector
+	inbox  *projections.Inbox
+	part   int32
+	offset int64
+	done   int
+	all    map[int64]events.Envelope // by offset, the skipped ones left out
+}
+
+func newCacheHarness(t *testing.T, partition int32, cfg projections.Config) *cacheHarness {
+	h := &cacheHarness{t: t, w: newWorld(t), rd: testenv.NewRedis(t), layout: readmodel.DefaultPolicy().InboxLayout, part: partition, all: map[int64]events.Envelope{}}
+	h.keys = readmodel.Keys{Prefix: h.rd.Prefix}
+	cfg.Keys = h.keys
+	h.ps = newProjectors(t, h.w, h.rd.Client, cfg)
+	for _, p := range h.ps {
+		if p.Name() == projections.NameInbox {
+			h.inbox = p.(*projections.Inbox)
+		}
+	}
+	return h
+}
+
+func (h *cacheHarness) apply() {
+	h.t.Helper()
+	for _, env := range h.w.envs[h.done:] {
+		h.all[h.offset] = env
+		if err := projections.Apply(projections.WithDelivery(context.Background(), "feed", h.part, h.offset), h.ps, env); err != nil {
+			h.t.Fatal(err)
+		}
+		h.offset++
+	}
+	h.done = len(h.w.envs)
+}
+
+func (h *cacheHarness) skip() {
+	h.done = len(h.w.envs)
+	h.offset++
+}
+
+// has reports whether user's inbox holds post.
+func (h *cacheHarness) has(user, post int64) bool {
+	h.t.Helper()
+	ids, _, _ := inboxView(h.t, h.rd.Client, h.keys, h.layout, user)
+	return slices.Contains(ids, idstr(post))
+}

@@ -2,11 +2,9 @@ package projections_test
 
 import (
 	"context"
-	"slices"
 	"strings"
 	"testing"
 
-	"github.com/feedco/feed/events"
 	"github.com/feedco/feed/internal/testenv"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/readmodel"
@@ -21,43 +19,9 @@ import (
 // nothing.
 func TestFollowerCacheMatchesFreshQueries(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
-	rd := testenv.NewRedis(t)
+	h := newCacheHarness(t, 3, projections.Config{CelebrityThreshold: 100})
+	w, rd, keys, inbox, ps, apply, skip, has := h.w, h.rd, h.keys, h.inbox, h.ps, h.apply, h.skip, h.has
 	ctx := context.Background()
-	keys := readmodel.Keys{Prefix: rd.Prefix}
-	layout := readmodel.DefaultPolicy().InboxLayout
-	ps := newProjectors(t, w, rd.Client, projections.Config{Keys: keys, CelebrityThreshold: 100})
-	var inbox *projections.Inbox
-	for _, p := range ps {
-		if p.Name() == projections.NameInbox {
-			inbox = p.(*projections.Inbox)
-		}
-	}
-	// Messages of one partition, applied in offset order as the runner
-	// hands them over; skip leaves offsets to "another consumer".
-	var offset int64
-	done := 0
-	all := map[int64]events.Envelope{}
-	apply := func() {
-		t.Helper()
-		for _, env := range w.envs[done:] {
-			all[offset] = env
-			if err := projections.Apply(projections.WithDelivery(ctx, "feed", 3, offset), ps, env); err != nil {
-				t.Fatal(err)
-			}
-			offset++
-		}
-		done = len(w.envs)
-	}
-	skip := func() {
-		done = len(w.envs)
-		offset++
-	}
-	has := func(user, post int64) bool {
-		t.Helper()
-		ids, _, _ := inboxView(t, rd.Client, keys, layout, user)
-		return slices.Contains(ids, idstr(post))
-	}
 	loads := func(want int64, when string) {
 		t.Helper()
 		if got := inbox.FollowerLoads(); got != want {
@@ -79,7 +43,7 @@ func TestFollowerCacheMatchesFreshQueries(t *testing.T) {
 	if !has(x, p1) || has(z, p1) || !has(late, p1) {
 		t.Fatalf("first post: x %v (want true), inactive z %v (want false), late %v (want true)", has(x, p1), has(z, p1), has(late, p1))
 	}
-	if ttl := inboxTTL(t, rd.Client, keys, layout, late); ttl <= 0 {
+	if ttl := inboxTTL(t, rd.Client, keys, h.layout, late); ttl <= 0 {
 		t.Errorf("the inbox of a follower past the TTL has TTL %v after a push, want one", ttl)
 	}
 	if inbox.FollowerRows() != 3 {
@@ -155,8 +119,8 @@ func TestFollowerCacheMatchesFreshQueries(t *testing.T) {
 	}
 	uncached := newProjectors(t, w, ref.Client, projections.Config{Keys: readmodel.Keys{Prefix: ref.Prefix}, CelebrityThreshold: 100, FollowerCacheRows: -1})
 	loaded := inbox.FollowerLoads()
-	for o := int64(0); o < offset; o++ {
-		env, ok := all[o]
+	for o := int64(0); o < h.offset; o++ {
+		env, ok := h.all[o]
 		if !ok {
 			continue // the skipped one
 		}
