@@ -94,17 +94,11 @@ func rebuildPolicy(cfg Config, o rebuildOptions) Config {
 
 // runRebuild is `feed rebuild NAME`, with its progress on stderr.
 func runRebuild(ctx context.Context, cfg Config, log *slog.Logger, name string, o rebuildOptions, stderr io.Writer) error {
-	a, err := openApp(ctx, cfg, log, true, true)
+	a, cfg, err := openResolvedApp(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
 	defer a.Close()
-	if cfg, err = resolvePolicy(ctx, cfg, a.Pool, log); err != nil {
-		return err
-	}
-	if err := checkKafka(ctx, cfg); err != nil {
-		return err
-	}
 	// The new inbox version's policy: the active one's, with the flags'
 	// changes; the switch records it, and the projectors and readers
 	// adopt it with the version.

@@ -74,17 +74,11 @@ func verifyConfig(cfg Config, log *slog.Logger) verify.Config {
 // runVerify is `feed verify`: the report on stdout; differences are a
 // failure (exit 1).
 func runVerify(ctx context.Context, cfg Config, log *slog.Logger, o verifyOptions, stdout io.Writer) error {
-	a, err := openApp(ctx, cfg, log, true, true)
+	a, cfg, err := openResolvedApp(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
 	defer a.Close()
-	if cfg, err = resolvePolicy(ctx, cfg, a.Pool, log); err != nil {
-		return err
-	}
-	if err := checkKafka(ctx, cfg); err != nil {
-		return err
-	}
 	vc := verifyConfig(cfg, log)
 	vc.Users, vc.User, vc.Depth, vc.SettleTimeout = o.users, o.user, o.depth, o.settle
 	rep, err := verify.Run(ctx, vc, a.Pool, a.Redis)

@@ -60,6 +60,27 @@ func openApp(ctx context.Context, cfg Config, log *slog.Logger, wantPG, wantRedi
 	return a, nil
 }
 
+// openResolvedApp opens PostgreSQL and Redis for a tool that reads and
+// writes the read models of the active versions (feed rebuild, feed
+// verify): cfg's feed policy resolved against the recorded one, and the
+// broker checked, since both wait on consumer groups.
+func openResolvedApp(ctx context.Context, cfg Config, log *slog.Logger) (*App, Config, error) {
+	a, err := openApp(ctx, cfg, log, true, true)
+	if err != nil {
+		return nil, cfg, err
+	}
+	if cfg, err = resolvePolicy(ctx, cfg, a.Pool, log); err != nil {
+		a.Close()
+		return nil, cfg, err
+	}
+	if err := checkKafka(ctx, cfg); err != nil {
+		a.Close()
+		return nil, cfg, err
+	}
+	a.Cfg = cfg
+	return a, cfg, nil
+}
+
 // openPostgres connects (maxConns > 0 bounds the pool) and, if
 // checkSchema, refuses an unmigrated schema.
 func openPostgres(ctx context.Context, cfg Config, maxConns int32, checkSchema bool) (*pgxpool.Pool, error) {
