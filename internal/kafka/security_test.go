@@ -89,25 +89,7 @@ func TestSecuredBrokerEveryClient(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			sub, err := kafka.NewSubscriber(conn, "g-"+topic, watermill.NopLogger{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer sub.Close()
-			ch, err := sub.Subscribe(ctx, topic)
-			if err != nil {
-				t.Fatal(err)
-			}
-			seen := map[string]bool{}
-			for len(seen) < n {
-				select {
-				case m := <-ch:
-					seen[m.UUID] = true
-					m.Ack()
-				case <-ctx.Done():
-					t.Fatalf("consumed %d of %d messages", len(seen), n)
-				}
-			}
+			consumeAll(ctx, t, conn, topic, n)
 
 			src, err := replay.NewKafka(replay.KafkaConfig{Brokers: conn.Brokers, Security: conn.Security, Topic: topic})
 			if err != nil {
@@ -254,7 +236,14 @@ func TestMultiBroker(t *testing.T) {
 		msgs = append(msgs, m)
 	}
 	b.Publish(t, topic, msgs...)
-	sub, err := kafka.NewSubscriber(b.Conn(), "g-"+topic, watermill.NopLogger{})
+	consumeAll(ctx, t, b.Conn(), topic, n)
+}
+
+// consumeAll reads topic through a subscriber of a fresh group until n
+// distinct messages arrived, failing when ctx ends first.
+func consumeAll(ctx context.Context, t *testing.T, conn kafka.Conn, topic string, n int) {
+	t.Helper()
+	sub, err := kafka.NewSubscriber(conn, "g-"+topic, watermill.NopLogger{})
 	if err != nil {
 		t.Fatal(err)
 	}
