@@ -8,9 +8,11 @@ package bench
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"math"
+	"os/exec"
 	"time"
 )
 
@@ -67,6 +69,10 @@ type Config struct {
 	Seed uint64
 	// RequestTimeout bounds one HTTP request. Default 10s.
 	RequestTimeout time.Duration
+	// RawHTTPServer, when set, makes the command that serves the raw HTTP
+	// baseline (RawHTTP): a process that runs ServeRawHTTP with the page
+	// in the named file. nil: no raw HTTP baseline.
+	RawHTTPServer func(ctx context.Context, page string) *exec.Cmd `json:"-"`
 }
 
 func (c Config) withDefaults() Config {

@@ -35,6 +35,9 @@ type Report struct {
 	// RawPush is the raw cost of pushes like the mixed phase's, measured
 	// after it (nil without posts or baselines).
 	RawPush *RawPush `json:"rawPush,omitempty"`
+	// RawHTTP is the raw cost of serving the API's page over HTTP at the
+	// mixed phase's read rate (nil without reads, baselines or a server).
+	RawHTTP *RawHTTP `json:"rawHttp,omitempty"`
 }
 
 // Mixed is the mixed phase's measurements.
@@ -238,6 +241,14 @@ func (rep *Report) WriteTable(w io.Writer) {
 			c[cpuFeed], c[cpuRedis], c[cpuPostgres], m.SystemCPU.Total)
 		fmt.Fprintf(w, "cpu per delivered entry (µs, %d entries): feed %.2f, redis %.2f, postgres %.2f = %.2f\n",
 			m.Delivered, e[cpuFeed], e[cpuRedis], e[cpuPostgres], e[cpuSystem])
+	}
+	if h := rep.RawHTTP; h != nil {
+		fmt.Fprintf(w, "raw HTTP (net/http serving the API's %d-byte page, open loop, %d requests at %.0f/s, %d errors): server %.1f µs/request",
+			h.BodyBytes, h.Requests, h.Rate, h.Errors, h.ServerUsPer)
+		if h.PerReadFeed > 0 {
+			fmt.Fprintf(w, "; the API's feed CPU per read %.1f µs (%.2fx raw)", h.PerReadFeed, h.PerReadRatio)
+		}
+		fmt.Fprintln(w)
 	}
 	if p := rep.RawPush; p != nil {
 		fmt.Fprintf(w, "raw push pair (ZADD + ZREMRANGEBYRANK, %s, %d entries): %.0f entries/s, redis %.2f µs/entry, client %.2f µs/entry\n",

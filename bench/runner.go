@@ -221,6 +221,12 @@ func (r *Runner) Run(ctx context.Context) (*Report, error) {
 				return nil, err
 			}
 		}
+		if mixed.Reads.Count > 0 {
+			if rep.RawHTTP, err = r.runRawHTTP(ctx, float64(mixed.Reads.Count)/mixed.Seconds); err != nil {
+				return nil, err
+			}
+			rep.RawHTTP.compare(mixed)
+		}
 	}
 	rep.LoadAfter = loadAvg()
 	rep.FinishedAt = time.Now().UTC()
@@ -665,10 +671,19 @@ func (r *Runner) scrapeMetrics(ctx context.Context) scraped {
 	}
 	resp, err := r.client.Do(req)
 	if err != nil {
+		fmt.Fprintf(r.deps.Log, "bench: reading %s/metrics: %v\n", r.cfg.BaseURL, err)
 		return none
 	}
 	defer resp.Body.Close()
-	return parseMetrics(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		fmt.Fprintf(r.deps.Log, "bench: reading %s/metrics: %s\n", r.cfg.BaseURL, resp.Status)
+		return none
+	}
+	out := parseMetrics(resp.Body)
+	if out.entries < 0 {
+		fmt.Fprintf(r.deps.Log, "bench: %s/metrics has no feed_projection_entries_written_total{projector=\"inbox\"}: no CPU per delivered entry\n", r.cfg.BaseURL)
+	}
+	return out
 }
 
 // parseMetrics reads, from Prometheus text, the sum of

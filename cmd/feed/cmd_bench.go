@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"time"
@@ -67,7 +69,37 @@ func newBenchCommand(c *cli) *cobra.Command {
 	f.Uint64Var(&bc.Seed, "seed", 1, "choice of readers, churners and operations")
 	f.StringVar(&o.out, "out", "bench-report", "report files: OUT.json and OUT.png")
 	f.StringVar(&o.url, "url", "", "API base URL (default http://HTTP_ADDR)")
+	cmd.AddCommand(newRawHTTPServerCommand())
 	return cmd
+}
+
+// newRawHTTPServerCommand is the hidden `feed bench raw-http-server PAGE`,
+// the process of the raw HTTP baseline (bench.RawHTTP): it serves the
+// bytes of the file PAGE to every request until it is stopped.
+func newRawHTTPServerCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:    "raw-http-server PAGE",
+		Short:  "Serve the bytes of PAGE to every HTTP request (feed bench's raw HTTP baseline)",
+		Hidden: true,
+		Args:   cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			body, err := os.ReadFile(args[0])
+			if err != nil {
+				return err
+			}
+			return bench.ServeRawHTTP(cmd.Context(), body, os.Stdout)
+		},
+	}
+}
+
+// rawHTTPServer is bench.Config.RawHTTPServer: this binary's hidden
+// raw-http-server command.
+func rawHTTPServer(ctx context.Context, page string) *exec.Cmd {
+	exe, err := os.Executable()
+	if err != nil {
+		exe = os.Args[0]
+	}
+	return exec.CommandContext(ctx, exe, "bench", "raw-http-server", page)
 }
 
 // runBench is `feed bench`; command is its command line, for the report.
@@ -78,6 +110,7 @@ func runBench(ctx context.Context, cfg Config, log *slog.Logger, c bench.Config,
 	}
 	defer a.Close()
 	c.CelebrityThreshold = a.Cfg.CelebrityThreshold
+	c.RawHTTPServer = rawHTTPServer
 	c.BaseURL = strings.TrimRight(o.url, "/")
 	if c.BaseURL == "" {
 		c.BaseURL = "http://" + a.Cfg.HTTPAddr
