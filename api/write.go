@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 
 	"github.com/gorilla/mux"
 
@@ -85,7 +86,10 @@ func idempotencyKey(r *http.Request) (string, error) {
 
 func writeRaw(w http.ResponseWriter, status int, body []byte) {
 	if len(body) > 0 {
+		// With its length known, net/http sends the body as it is, not
+		// chunked (a page is larger than its 2 KiB pre-chunking buffer).
 		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	}
 	w.WriteHeader(status)
 	if len(body) > 0 {
