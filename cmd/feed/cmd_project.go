@@ -63,17 +63,28 @@ func runProject(ctx context.Context, cfg Config, log *slog.Logger, names []strin
 		return err
 	}
 	reg := newRoleRegistry()
-	projectors, err := newProjectors(ctx, cfg, pool, rdb, names, reg, log)
+	tasks, err := projectTasks(ctx, cfg, pool, rdb, names, reg, log)
 	if err != nil {
 		return err
 	}
+	return runRole(ctx, log, "project", metricsAddr, reg, tasks...)
+}
+
+// projectTasks builds the tasks of `feed project`, their metrics on reg:
+// the projectors names (nil: all) and, with FEED_VERIFY_EVERY, the
+// periodic verification. cfg's policy is resolved (resolvePolicy).
+func projectTasks(ctx context.Context, cfg Config, pool *pgxpool.Pool, rdb redis.UniversalClient, names []string, reg prometheus.Registerer, log *slog.Logger) ([]task, error) {
+	projectors, err := newProjectors(ctx, cfg, pool, rdb, names, reg, log)
+	if err != nil {
+		return nil, err
+	}
 	tasks := []task{projectors}
 	if vt, ok, err := verifyTask(cfg, pool, rdb, reg, log); err != nil {
-		return err
+		return nil, err
 	} else if ok {
 		tasks = append(tasks, vt)
 	}
-	return runRole(ctx, log, "project", metricsAddr, reg, tasks...)
+	return tasks, nil
 }
 
 // newProjectors builds the supervisor of the projectors names (nil: all):
