@@ -3,7 +3,8 @@
 # idempotently: starts them when they are not running, turns on
 # wal_level=logical (restarting PostgreSQL only when needed), creates the
 # `feed` database, and keeps full inboxes in Redis's compact listpack encoding
-# (zset-max-listpack-entries 1024). Safe to run any number of times.
+# (zset-max-listpack-entries 1024), and installs promtool when missing.
+# Safe to run any number of times.
 set -euo pipefail
 
 PGHOST=${PGHOST:-127.0.0.1}
@@ -119,4 +120,16 @@ say "PostgreSQL (wal_level=logical, database $FEED_DB) and Redis are ready"
 #    points them elsewhere; scripts/redis-cluster.sh, idempotent).
 if [ -z "${FEED_TEST_REDIS_CLUSTER_URL:-}" ]; then
   "$(dirname "$0")/redis-cluster.sh" start
+fi
+
+# 7. promtool (Debian's prometheus package), for the suite's checks of the
+#    alert rules in deploy/prometheus (TestPromtoolRules). RUNLEVEL=1 keeps
+#    the package's own Prometheus service from being started.
+if ! command -v promtool >/dev/null 2>&1; then
+  say "installing Debian's prometheus package (for promtool)"
+  apt_install() {
+    if [ "$(id -u)" = 0 ]; then RUNLEVEL=1 apt-get install -y --no-install-recommends prometheus >/dev/null
+    else sudo RUNLEVEL=1 apt-get install -y --no-install-recommends prometheus >/dev/null; fi
+  }
+  apt_install || { if [ "$(id -u)" = 0 ]; then apt-get update >/dev/null; else sudo apt-get update >/dev/null; fi; apt_install; }
 fi
