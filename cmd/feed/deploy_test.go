@@ -1,0 +1,469 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/VictoriaMetrics/metricsql"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"go.yaml.in/yaml/v4"
+
+	"github.com/feedco/feed/cdc"
+	"github.com/feedco/feed/internal/kafka"
+	"github.com/feedco/feed/internal/kafka/kafkatest"
+	"github.com/feedco/feed/internal/testenv"
+)
+
+// The deployment files of deploy/ (docs/operations.md): the alert rules
+// and their promtool unit tests, Prometheus's configuration, and the
+// Grafana dashboard, checked against what the roles really register.
+
+const deployDir = "../../deploy"
+
+// promtool returns the path of promtool, or skips the test (fails it under
+// CI) when it is not installed.
+func promtool(t *testing.T) string {
+	t.Helper()
+	p, err := exec.LookPath("promtool")
+	if err != nil {
+		msg := "promtool is not installed: scripts/prepare.sh installs Debian's prometheus package, which has it (apt-get install prometheus)"
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return p
+}
+
+// TestPromtoolRules runs promtool over deploy/prometheus: the rules and
+// the configuration check, and the rules' unit tests pass; and every
+// alert of the rules is tested firing at least once.
+func TestPromtoolRules(t *testing.T) {
+	bin := promtool(t)
+	dir := filepath.Join(deployDir, "prometheus")
+	for _, args := range [][]string{
+		{"check", "rules", "alerts.yml"},
+		{"check", "config", "prometheus.yml"},
+		{"test", "rules", "alerts_test.yml"},
+	} {
+		cmd := exec.Command(bin, args...)
+		cmd.Dir = dir
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+
+	var tests struct {
+		Tests []struct {
+			AlertRuleTest []struct {
+				Alertname string           `yaml:"alertname"`
+				ExpAlerts []map[string]any `yaml:"exp_alerts"`
+			} `yaml:"alert_rule_test"`
+		} `yaml:"tests"`
+	}
+	readYAML(t, filepath.Join(dir, "alerts_test.yml"), &tests)
+	fired := map[string]bool{}
+	for _, tc := range tests.Tests {
+		for _, a := range tc.AlertRuleTest {
+			if len(a.ExpAlerts) > 0 {
+				fired[a.Alertname] = true
+			}
+		}
+	}
+	rules := readRules(t)
+	if len(rules) == 0 {
+		t.Fatal("no alert in alerts.yml")
+	}
+	for _, r := range rules {
+		if r.Alert == "" {
+			continue
+		}
+		if !fired[r.Alert] {
+			t.Errorf("alert %s is never tested firing in alerts_test.yml", r.Alert)
+		}
+		if r.Labels["severity"] == "" || r.Annotations["summary"] == "" {
+			t.Errorf("alert %s: want a severity label and a summary annotation", r.Alert)
+		}
+	}
+}
+
+type rule struct {
+	Alert       string            `yaml:"alert"`
+	Record      string            `yaml:"record"`
+	Expr        string            `yaml:"expr"`
+	Labels      map[string]string `yaml:"labels"`
+	Annotations map[string]string `yaml:"annotations"`
+}
+
+func readRules(t *testing.T) []rule {
+	t.Helper()
+	var f struct {
+		Groups []struct {
+			Rules []rule `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	readYAML(t, filepath.Join(deployDir, "prometheus", "alerts.yml"), &f)
+	var out []rule
+	for _, g := range f.Groups {
+		out = append(out, g.Rules...)
+	}
+	return out
+}
+
+func readYAML(t *testing.T, path string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, v); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+}
+
+// deployQuery is one PromQL expression of deploy/ and where it is.
+type deployQuery struct{ where, expr string }
+
+// deployQueries returns every expression of the alert rules and of the
+// dashboards (panel targets and query variables), Grafana's variables
+// replaced by values PromQL parses.
+func deployQueries(t *testing.T) []deployQuery {
+	t.Helper()
+	var qs []deployQuery
+	for _, r := range readRules(t) {
+		qs = append(qs, deployQuery{"alerts.yml " + r.Alert + r.Record, r.Expr})
+	}
+	dashboards, err := filepath.Glob(filepath.Join(deployDir, "grafana", "dashboards", "*.json"))
+	if err != nil || len(dashboards) == 0 {
+		t.Fatalf("no dashboard under deploy/grafana/dashboards (%v)", err)
+	}
+	grafanaVars := strings.NewReplacer("$__rate_interval", "5m", "$__interval", "1m", "$__range", "1h")
+	labelValues := regexp.MustCompile(`^label_values\((.+),\s*\w+\)$`)
+	for _, path := range dashboards {
+		var d struct {
+			Panels     []dashPanel `json:"panels"`
+			Templating struct {
+				List []struct {
+					Name       string `json:"name"`
+					Type       string `json:"type"`
+					Definition string `json:"definition"`
+				} `json:"list"`
+			} `json:"templating"`
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, &d); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		name := filepath.Base(path)
+		var walk func([]dashPanel)
+		walk = func(ps []dashPanel) {
+			for _, p := range ps {
+				for _, tg := range p.Targets {
+					qs = append(qs, deployQuery{name + " panel " + p.Title, grafanaVars.Replace(tg.Expr)})
+				}
+				if p.Type != "row" && len(p.Targets) == 0 {
+					t.Errorf("%s: panel %q has no query", name, p.Title)
+				}
+				walk(p.Panels)
+			}
+		}
+		walk(d.Panels)
+		for _, v := range d.Templating.List {
+			if v.Type != "query" {
+				continue
+			}
+			m := labelValues.FindStringSubmatch(v.Definition)
+			if m == nil {
+				t.Errorf("%s: variable %s: want label_values(QUERY, label), got %q", name, v.Name, v.Definition)
+				continue
+			}
+			qs = append(qs, deployQuery{name + " variable " + v.Name, m[1]})
+		}
+	}
+	return qs
+}
+
+type dashPanel struct {
+	Title   string      `json:"title"`
+	Type    string      `json:"type"`
+	Panels  []dashPanel `json:"panels"`
+	Targets []struct {
+		Expr string `json:"expr"`
+	} `json:"targets"`
+}
+
+// selector is one series selector of a query: the metric and the labels it
+// filters on.
+type selector struct {
+	metric string
+	labels map[string]string // label -> the value matched ("" for a regexp or negative match)
+}
+
+// selectors parses expr and returns its series selectors.
+func selectors(expr string) ([]selector, error) {
+	e, err := metricsql.Parse(expr)
+	if err != nil {
+		return nil, err
+	}
+	var out []selector
+	var bad error
+	metricsql.VisitAll(e, func(e metricsql.Expr) {
+		me, ok := e.(*metricsql.MetricExpr)
+		if !ok {
+			return
+		}
+		for _, lfs := range me.LabelFilterss {
+			s := selector{labels: map[string]string{}}
+			for _, lf := range lfs {
+				switch {
+				case lf.Label == "__name__" && !lf.IsRegexp && !lf.IsNegative:
+					s.metric = lf.Value
+				case lf.Label == "__name__":
+					bad = errors.New("a regexp on the metric name cannot be checked")
+				case lf.IsRegexp || lf.IsNegative:
+					s.labels[lf.Label] = ""
+				default:
+					s.labels[lf.Label] = lf.Value
+				}
+			}
+			if s.metric == "" {
+				bad = errors.New("a selector without a metric name")
+			}
+			out = append(out, s)
+		}
+	})
+	return out, bad
+}
+
+// roleRegistries builds the registries of the long-running roles the way
+// they do (feed api, feed cdc, feed project with FEED_VERIFY_EVERY), over
+// the test's own PostgreSQL, Redis and broker, and returns them by
+// Prometheus job (deploy/prometheus/prometheus.yml).
+func roleRegistries(t *testing.T) map[string]*prometheus.Registry {
+	t.Helper()
+	db, rdb, b := testenv.NewDB(t), testenv.NewRedis(t), kafkatest.Start(t)
+	topic := b.Topic(t, 1)
+	t.Setenv("DATABASE_URL", db.URL)
+	t.Setenv("REDIS_URL", testenv.RedisURL())
+	t.Setenv("KAFKA_BROKERS", strings.Join(b.Addrs(), ","))
+	t.Setenv("FEED_TOPIC", topic)
+	t.Setenv("HTTP_ADDR", "127.0.0.1:0")
+	t.Setenv("FEED_VERIFY_EVERY", "1h")
+	cfg, err := LoadConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	log := testenv.Logger()
+	if cfg, err = resolvePolicy(ctx, cfg, db.Pool, log); err != nil {
+		t.Fatal(err)
+	}
+
+	api := newRoleRegistry()
+	at, closeAPI, err := newAPI(ctx, cfg, apiParts{Pool: db.Pool, Redis: rdb.Client, Registry: api, Log: log, Stdout: io.Discard, AllowDevSecret: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeAPI)
+	stopped, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := at.run(stopped); err != nil { // closes the listener
+		t.Fatal(err)
+	}
+
+	cdcReg := newRoleRegistry()
+	pub, err := kafka.NewPublisher(connOf(cfg), kafka.Logger(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pub.Close() })
+	if _, err := cdc.New(cdcConfig(cfg, cdcReg, log), db.Pool, pub); err != nil {
+		t.Fatal(err)
+	}
+
+	project := newRoleRegistry()
+	tasks, err := projectTasks(ctx, cfg, db.Pool, rdb.Client, nil, project, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tasks) != 2 {
+		t.Fatalf("feed project with FEED_VERIFY_EVERY: %d tasks, want the projectors and the verification", len(tasks))
+	}
+	return map[string]*prometheus.Registry{"feed-api": api, "feed-cdc": cdcReg, "feed-projector": project}
+}
+
+// probe is a collector of one made-up descriptor.
+type probe struct{ d *prometheus.Desc }
+
+func (p probe) Describe(ch chan<- *prometheus.Desc) { ch <- p.d }
+func (p probe) Collect(chan<- prometheus.Metric)    {}
+
+// registered reports whether a collector of reg describes a metric of
+// this name, whether or not it has series yet (a vector without children
+// gathers nothing). The registry refuses a second descriptor of a name
+// with other labels or help, which is how it tells.
+func registered(t *testing.T, reg *prometheus.Registry, name string) bool {
+	t.Helper()
+	p := probe{prometheus.NewDesc(name, "a probe of the deploy test", nil, nil)}
+	err := reg.Register(p)
+	if err == nil {
+		reg.Unregister(p)
+		return false
+	}
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) || strings.Contains(err.Error(), "same fully-qualified name") {
+		return true
+	}
+	t.Fatalf("probe %s: %v", name, err)
+	return false
+}
+
+// TestDeployMetricNames checks every expression of the alert rules and
+// the dashboard: it parses, each metric it selects is registered by the
+// role of the job it names (any feed role without a job), a histogram's
+// _bucket, _sum and _count only of a histogram (or of a vector without
+// series yet whose name does not end in _total), the labels it filters on
+// are the metric's (for the metrics that have series at start), and each
+// job is one Prometheus scrapes.
+func TestDeployMetricNames(t *testing.T) {
+	var promCfg struct {
+		ScrapeConfigs []struct {
+			JobName string `yaml:"job_name"`
+		} `yaml:"scrape_configs"`
+	}
+	readYAML(t, filepath.Join(deployDir, "prometheus", "prometheus.yml"), &promCfg)
+	regs := roleRegistries(t)
+	var jobs []string
+	for _, sc := range promCfg.ScrapeConfigs {
+		if regs[sc.JobName] == nil {
+			t.Errorf("prometheus.yml scrapes job %s, which is no feed role", sc.JobName)
+		}
+		jobs = append(jobs, sc.JobName)
+	}
+	// What each registry gathers at start: types and label names.
+	families := map[string]map[string]*dto.MetricFamily{}
+	for job, reg := range regs {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		families[job] = map[string]*dto.MetricFamily{}
+		for _, mf := range mfs {
+			families[job][mf.GetName()] = mf
+		}
+	}
+	targetLabels := map[string]bool{"job": true, "instance": true}
+	// lookup returns the family of metric in job's registry (nil when it
+	// has no series yet), and whether the role registers it.
+	lookup := func(job, metric string) (*dto.MetricFamily, bool, string) {
+		if registered(t, regs[job], metric) {
+			return families[job][metric], true, ""
+		}
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			base, ok := strings.CutSuffix(metric, suffix)
+			if !ok || !registered(t, regs[job], base) {
+				continue
+			}
+			mf := families[job][base]
+			switch {
+			case mf == nil && strings.HasSuffix(base, "_total"):
+				return nil, false, base + " is a counter"
+			case mf == nil: // a vector without series: its type is not known here
+				return nil, true, ""
+			case mf.GetType() == dto.MetricType_HISTOGRAM, suffix != "_bucket" && mf.GetType() == dto.MetricType_SUMMARY:
+				return nil, true, ""
+			default:
+				return nil, false, base + " is a " + mf.GetType().String()
+			}
+		}
+		return nil, false, ""
+	}
+
+	queries := deployQueries(t)
+	checked := map[string]bool{}
+	for _, q := range queries {
+		sels, err := selectors(q.expr)
+		if err != nil {
+			t.Errorf("%s: %v\n%s", q.where, err, q.expr)
+			continue
+		}
+		for _, s := range sels {
+			if s.metric == "up" { // Prometheus's own, per target
+				if j := s.labels["job"]; j != "" && !slices.Contains(jobs, j) {
+					t.Errorf("%s: job %q is not scraped (prometheus.yml has %v)", q.where, j, jobs)
+				}
+				continue
+			}
+			var candidates []string
+			if j, ok := s.labels["job"]; ok && j != "" {
+				if regs[j] == nil {
+					t.Errorf("%s: job %q is no feed role (prometheus.yml has %v)", q.where, j, jobs)
+					continue
+				}
+				candidates = []string{j}
+			} else {
+				candidates = jobs
+			}
+			found := false
+			for _, job := range candidates {
+				mf, ok, why := lookup(job, s.metric)
+				if why != "" {
+					t.Errorf("%s: %s: %s", q.where, s.metric, why)
+				}
+				if !ok {
+					continue
+				}
+				found = true
+				checked[s.metric] = true
+				if mf == nil || len(mf.GetMetric()) == 0 {
+					continue
+				}
+				have := map[string]bool{}
+				for _, lp := range mf.GetMetric()[0].GetLabel() {
+					have[lp.GetName()] = true
+				}
+				for l := range s.labels {
+					if !have[l] && !targetLabels[l] {
+						t.Errorf("%s: %s has no label %q (it has %v)", q.where, s.metric, l, keys(have))
+					}
+				}
+			}
+			if !found {
+				t.Errorf("%s: metric %s is registered by none of %v", q.where, s.metric, candidates)
+			}
+		}
+	}
+	if len(checked) < 20 {
+		t.Errorf("only %d metrics checked over %d queries: %v", len(checked), len(queries), keys(checked))
+	}
+	// The check itself: a name no role registers is refused.
+	for job, reg := range regs {
+		if registered(t, reg, "feed_no_such_metric_total") {
+			t.Fatalf("%s: the probe finds a metric that does not exist", job)
+		}
+	}
+}
+
+func keys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
