@@ -467,3 +467,73 @@ func keys[V any](m map[string]V) []string {
 	sort.Strings(out)
 	return out
 }
+
+// TestComposeSecretAndMetrics parses compose.yaml: FEED_JWT_SECRET has no
+// default (compose refuses to start without it), and every feed service
+// serves the metrics that deploy/prometheus/prometheus.yml scrapes: the
+// API on HTTP_ADDR, cdc and project with --metrics-addr on the port of
+// their job's target.
+func TestComposeSecretAndMetrics(t *testing.T) {
+	var compose struct {
+		Services map[string]struct {
+			Build       any            `yaml:"build"`
+			Command     []string       `yaml:"command"`
+			Environment map[string]any `yaml:"environment"`
+		} `yaml:"services"`
+	}
+	readYAML(t, "../../compose.yaml", &compose)
+	var promCfg struct {
+		ScrapeConfigs []struct {
+			JobName       string `yaml:"job_name"`
+			StaticConfigs []struct {
+				Targets []string `yaml:"targets"`
+			} `yaml:"static_configs"`
+		} `yaml:"scrape_configs"`
+	}
+	readYAML(t, filepath.Join(deployDir, "prometheus", "prometheus.yml"), &promCfg)
+	targets := map[string]string{} // service -> port scraped
+	for _, sc := range promCfg.ScrapeConfigs {
+		for _, st := range sc.StaticConfigs {
+			for _, tg := range st.Targets {
+				host, port, _ := strings.Cut(tg, ":")
+				targets[host] = port
+			}
+		}
+	}
+	roles := 0
+	for name, svc := range compose.Services {
+		if svc.Build == nil || len(svc.Command) == 0 {
+			continue // not the feed image
+		}
+		roles++
+		secret, _ := svc.Environment["FEED_JWT_SECRET"].(string)
+		if !strings.HasPrefix(secret, "${FEED_JWT_SECRET:?") {
+			t.Errorf("service %s: FEED_JWT_SECRET = %q, want ${FEED_JWT_SECRET:?...} (required, no default)", name, secret)
+		}
+		var addr string
+		switch svc.Command[0] {
+		case "cdc", "project":
+			i := slices.Index(svc.Command, "--metrics-addr")
+			if i < 0 || i+1 >= len(svc.Command) {
+				t.Errorf("service %s: %v serves no metrics (want --metrics-addr)", name, svc.Command)
+				continue
+			}
+			addr = svc.Command[i+1]
+		case "api":
+			addr, _ = svc.Environment["HTTP_ADDR"].(string)
+		default:
+			continue
+		}
+		if port, ok := targets[name]; ok && !strings.HasSuffix(addr, ":"+port) {
+			t.Errorf("service %s serves metrics on %q; prometheus.yml scrapes port %s", name, addr, port)
+		}
+	}
+	for _, s := range []string{"api", "cdc", "projector"} {
+		if _, ok := targets[s]; !ok {
+			t.Errorf("prometheus.yml scrapes no %s", s)
+		}
+	}
+	if roles < 4 {
+		t.Fatalf("found %d feed services in compose.yaml, want migrate, cdc, projector, api and more", roles)
+	}
+}
