@@ -3,6 +3,9 @@ package api
 import (
 	"net/http"
 	"strconv"
+	"strings"
+
+	"github.com/gorilla/mux"
 
 	"github.com/feedco/feed/commands"
 	"github.com/feedco/feed/events"
@@ -15,15 +18,60 @@ type postJSON struct {
 	AuthorID  string `json:"authorId"`
 	Content   string `json:"content"`
 	CreatedAt string `json:"createdAt"`
+	// EditedAt is the last edit's time; absent for a post never edited.
+	EditedAt string `json:"editedAt,omitempty"`
 }
 
 func toPostJSON(p commands.Post) postJSON {
-	return postJSON{
+	j := postJSON{
 		ID:        strconv.FormatInt(p.ID, 10),
 		AuthorID:  strconv.FormatInt(p.AuthorID, 10),
 		Content:   p.Content,
 		CreatedAt: p.CreatedAt.UTC().Format(events.CreatedAtLayout),
 	}
+	if p.EditedAt != nil {
+		j.EditedAt = p.EditedAt.UTC().Format(events.CreatedAtLayout)
+	}
+	return j
+}
+
+// postETag is the entity tag of a post's version: the version in quotes
+// (a strong tag; 1 as created, one more per edit).
+func postETag(p commands.Post) string {
+	return `"` + strconv.FormatInt(max(p.Version, 1), 10) + `"`
+}
+
+// postHeaders are the headers of a post's 201 or 200: its Location and
+// its ETag.
+func postHeaders(p commands.Post, h http.Header) {
+	h.Set("Location", "/api/posts/"+strconv.FormatInt(p.ID, 10))
+	h.Set("ETag", postETag(p))
+}
+
+// ifMatchVersion reads If-Match: absent or `*` is 0 (no condition; `*`
+// holds for any post that exists), one strong entity tag `"N"` is version
+// N. Anything else (a weak tag, a list, several headers) is 400.
+func ifMatchVersion(r *http.Request) (int64, error) {
+	vals := r.Header.Values("If-Match")
+	switch {
+	case len(vals) == 0:
+		return 0, nil
+	case len(vals) > 1:
+		return 0, &badInput{"send one If-Match header, not several"}
+	}
+	v := strings.TrimSpace(vals[0])
+	if v == "*" {
+		return 0, nil
+	}
+	bad := &badInput{`If-Match must be one entity tag of a post version, as its ETag says (e.g. "2"), or *`}
+	if len(v) < 3 || v[0] != '"' || v[len(v)-1] != '"' {
+		return 0, bad
+	}
+	n, err := parseID("If-Match", v[1:len(v)-1])
+	if err != nil {
+		return 0, bad
+	}
+	return n, nil
 }
 
 // POST /api/posts {"content"} -> 201 post.
@@ -34,7 +82,7 @@ func (s *Server) createPost(w http.ResponseWriter, r *http.Request, caller int64
 	}
 	cmd := commands.CreatePost{AuthorID: caller, Content: req.Content, Trace: s.trace(r)}
 	p, replayed, err := runCommand(w, r, s.deps.Commands.CreatePost, cmd, http.StatusCreated, func(p commands.Post) any { return toPostJSON(p) },
-		func(p commands.Post) string { return "/api/posts/" + strconv.FormatInt(p.ID, 10) })
+		postHeaders)
 	if err != nil {
 		return err
 	}
@@ -49,4 +97,32 @@ func (s *Server) deletePost(w http.ResponseWriter, r *http.Request, caller int64
 	return runOnTarget(w, r, "id", "post id", s.deps.Commands.DeletePost, func(id int64) commands.DeletePost {
 		return commands.DeletePost{ActorID: caller, PostID: id, Trace: s.trace(r)}
 	})
+}
+
+// PATCH /api/posts/{id} {"content"} -> 200 post with editedAt and ETag;
+// only the author; a deleted post is 404; If-Match "N" -> 409 when the
+// post is at another version.
+func (s *Server) editPost(w http.ResponseWriter, r *http.Request, caller int64) error {
+	id, err := parseID("post id", mux.Vars(r)["id"])
+	if err != nil {
+		return err
+	}
+	ifVersion, err := ifMatchVersion(r)
+	if err != nil {
+		return err
+	}
+	var req createPostRequest
+	if err := decodeBody(r, &req); err != nil {
+		return err
+	}
+	cmd := commands.EditPost{ActorID: caller, PostID: id, Content: req.Content, IfVersion: ifVersion, Trace: s.trace(r)}
+	p, replayed, err := runCommand(w, r, s.deps.Commands.EditPost, cmd, http.StatusOK, func(p commands.Post) any { return toPostJSON(p) },
+		func(p commands.Post, h http.Header) { h.Set("ETag", postETag(p)) })
+	if err != nil {
+		return err
+	}
+	if !replayed && s.deps.AfterPostEdited != nil {
+		s.deps.AfterPostEdited(r.Context(), p)
+	}
+	return nil
 }

@@ -117,6 +117,9 @@ func problemFor(err error) (p Problem, internal bool) {
 	case errors.Is(err, errMethodNotAllowed):
 		p = probMethod
 		p.Detail = err.Error()
+	case errors.Is(err, commands.ErrStaleVersion):
+		p = probConflict
+		p.Detail = "the post was changed since the version in If-Match; read it again (its ETag) and retry"
 	case errors.Is(err, commands.ErrVersionConflict):
 		p = probConflict
 		p.Detail = "a concurrent change won; retry the request"

@@ -190,6 +190,11 @@ type Deps struct {
 	// for an idempotent replay), e.g. so the query side can give its author
 	// read-your-writes. It runs on the request path: keep it fast.
 	AfterPostCreated func(ctx context.Context, p commands.Post)
+	// AfterPostEdited, if set, is called after an edit is committed (not
+	// for an idempotent replay; also for an edit that changed nothing),
+	// e.g. so the query side shows the new content at once. It runs on the
+	// request path: keep it fast.
+	AfterPostEdited func(ctx context.Context, p commands.Post)
 	// Registry is served at /metrics and receives the HTTP metrics; pass
 	// one to share it with the other components of the process (e.g. the
 	// query side's). Default: a new registry of the server's own.
@@ -283,6 +288,7 @@ func (s *Server) routes() http.Handler {
 	r.Handle("/api/users/{id}/posts", s.read(s.authed(s.authorPosts))).Methods(http.MethodGet)
 	r.Handle("/api/posts", s.write(s.authed(s.createPost))).Methods(http.MethodPost)
 	r.Handle("/api/posts/{id}", s.write(s.authed(s.deletePost))).Methods(http.MethodDelete)
+	r.Handle("/api/posts/{id}", s.write(s.authed(s.editPost))).Methods(http.MethodPatch)
 	r.Handle("/api/following/{userId}", s.write(s.authed(s.follow))).Methods(http.MethodPut)
 	r.Handle("/api/following/{userId}", s.write(s.authed(s.unfollow))).Methods(http.MethodDelete)
 	r.Handle("/api/muting/{userId}", s.write(s.authed(s.mute))).Methods(http.MethodPut)

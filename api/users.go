@@ -30,7 +30,7 @@ func (s *Server) registerUser(w http.ResponseWriter, r *http.Request, _ int64) e
 	}
 	cmd := commands.RegisterUser{Name: req.Name, Trace: s.trace(r)}
 	_, _, err := runCommand(w, r, s.deps.Commands.RegisterUser, cmd, http.StatusCreated, func(u commands.User) any { return toUserJSON(u) },
-		func(u commands.User) string { return "/api/users/" + strconv.FormatInt(u.ID, 10) })
+		func(u commands.User, h http.Header) { h.Set("Location", "/api/users/"+strconv.FormatInt(u.ID, 10)) })
 	return err
 }
 

@@ -22,12 +22,13 @@ type commandHandler[C, R any] interface {
 // runCommand runs cmd through h, idempotently when the request has an
 // Idempotency-Key (scoped by the command to its actor), and answers the
 // result with status and, unless present is nil, the JSON of present(res)
-// as the body, and unless location is nil, Location: location(res) (the
-// path of what a 201 created). A replayed result gets
-// `Idempotent-Replayed: true` and is encoded exactly as a fresh one, with
-// the same Location, so a retry's body is byte-for-byte the first's. It is the one place where command results become responses, as
+// as the body, and unless headers is nil, the response headers it sets
+// from res (the Location of what a 201 created, a post's ETag). A
+// replayed result gets `Idempotent-Replayed: true` and is encoded exactly
+// as a fresh one, with the same headers, so a retry's body is
+// byte-for-byte the first's. It is the one place where command results become responses, as
 // problemFor is for errors (which it returns unanswered).
-func runCommand[C, R any](w http.ResponseWriter, r *http.Request, h commandHandler[C, R], cmd C, status int, present func(R) any, location func(R) string) (res R, replayed bool, err error) {
+func runCommand[C, R any](w http.ResponseWriter, r *http.Request, h commandHandler[C, R], cmd C, status int, present func(R) any, headers func(R, http.Header)) (res R, replayed bool, err error) {
 	key, err := idempotencyKey(r)
 	if err != nil {
 		return res, false, err
@@ -45,8 +46,8 @@ func runCommand[C, R any](w http.ResponseWriter, r *http.Request, h commandHandl
 	if replayed {
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
-	if location != nil {
-		w.Header().Set("Location", location(res))
+	if headers != nil {
+		headers(res, w.Header())
 	}
 	writeRaw(w, status, body)
 	return res, replayed, nil

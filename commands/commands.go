@@ -92,6 +92,9 @@ type Commands struct {
 	// DeletePost reports whether it deleted the post (false: it was
 	// already deleted).
 	DeletePost *Handler[DeletePost, bool]
+	// EditPost returns the post as edited (as it is when the content is
+	// unchanged).
+	EditPost *Handler[EditPost, Post]
 	// Follow reports whether it changed anything (false: already following).
 	Follow *Handler[Follow, bool]
 	// Unfollow reports whether it changed anything (false: was not
@@ -126,6 +129,7 @@ func New(db DB, ids *snowflake.Generator, cfg Config) (*Commands, error) {
 		RegisterUser: newHandler(tx, "register-user", registerUser(cfg)),
 		CreatePost:   newHandler(tx, "create-post", createPost(cfg, ids)),
 		DeletePost:   newHandler(tx, "delete-post", deletePost),
+		EditPost:     newHandler(tx, "edit-post", editPost(cfg)),
 		Follow:       newHandler(tx, "follow", follow),
 		Unfollow:     newHandler(tx, "unfollow", unfollow),
 		Mute:         newHandler(tx, "mute", mute),

@@ -32,6 +32,11 @@ type Post struct {
 	// CreatedAt is the Snowflake id's millisecond, UTC: the time that
 	// orders feeds.
 	CreatedAt time.Time `json:"createdAt"`
+	// EditedAt is the last edit's time, nil for a post never edited.
+	EditedAt *time.Time `json:"editedAt,omitempty"`
+	// Version is the post's stream version: 1 as created, one more per
+	// edit (0 in results stored before edits existed: read it as 1).
+	Version int64 `json:"version,omitempty"`
 }
 
 // createPost is CreatePost's work. It reads the author's follower count
@@ -47,7 +52,7 @@ func createPost(cfg Config, ids *snowflake.Generator) TxHandler[CreatePost, Post
 			return Post{}, err
 		}
 		id, at := ids.Next()
-		p := Post{ID: id, AuthorID: cmd.AuthorID, Content: cmd.Content, CreatedAt: at}
+		p := Post{ID: id, AuthorID: cmd.AuthorID, Content: cmd.Content, CreatedAt: at, Version: 1}
 		// One round trip: lock the author's row, insert the post only if
 		// the author exists, and read the follower count under the lock.
 		var followers int64

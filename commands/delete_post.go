@@ -23,7 +23,8 @@ type DeletePost struct {
 // Actor implements Command: the user deleting.
 func (c DeletePost) Actor() int64 { return c.ActorID }
 
-// deletePost is DeletePost's work: PostDeleted at version 2 of post-{id}.
+// deletePost is DeletePost's work: PostDeleted at the version after the
+// post's last (2 for a post never edited, posts.version + 1).
 // The post row is locked first, so concurrent deletes serialise and the
 // later ones see it deleted and append nothing.
 func deletePost(ctx context.Context, tx pgx.Tx, cmd DeletePost) (bool, error) {
@@ -33,9 +34,9 @@ func deletePost(ctx context.Context, tx pgx.Tx, cmd DeletePost) (bool, error) {
 	if err := validateID("postId", cmd.PostID); err != nil {
 		return false, err
 	}
-	var author int64
+	var author, version int64
 	var deleted bool
-	err := tx.QueryRow(ctx, `SELECT author_id, deleted FROM posts WHERE id = $1 FOR UPDATE`, cmd.PostID).Scan(&author, &deleted)
+	err := tx.QueryRow(ctx, `SELECT author_id, deleted, version FROM posts WHERE id = $1 FOR UPDATE`, cmd.PostID).Scan(&author, &deleted, &version)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, fmt.Errorf("post %d: %w", cmd.PostID, ErrNotFound)
 	}
@@ -53,7 +54,7 @@ func deletePost(ctx context.Context, tx pgx.Tx, cmd DeletePost) (bool, error) {
 		return false, fmt.Errorf("mark post %d deleted: %w", cmd.PostID, err)
 	}
 	meta := cmd.Trace.metadata(cmd.ActorID)
-	if err := Append(ctx, tx, 1, meta, events.PostDeleted{PostID: cmd.PostID, AuthorID: author, DeletedAt: at.UTC()}); err != nil {
+	if err := Append(ctx, tx, version, meta, events.PostDeleted{PostID: cmd.PostID, AuthorID: author, DeletedAt: at.UTC()}); err != nil {
 		return false, err
 	}
 	return true, nil

@@ -22,6 +22,11 @@ var (
 	// ErrVersionConflict means another transaction appended to the same
 	// stream first, and retries did not get past it. Retrying later may work.
 	ErrVersionConflict = errors.New("version conflict")
+	// ErrStaleVersion means the caller named the version it expects a
+	// post at (EditPost.IfVersion) and the post is at another: someone
+	// changed it since the caller read it. Unlike ErrVersionConflict it is
+	// not retried: only the caller can decide what to do.
+	ErrStaleVersion = errors.New("the post is not at the expected version")
 	// ErrIdempotencyKeyReused means an idempotency key already belongs to a
 	// different request of the same actor.
 	ErrIdempotencyKeyReused = errors.New("idempotency key reused with a different request")

@@ -336,7 +336,22 @@ func TestOpenAPIResponses(t *testing.T) {
 	want(c.do(base, "DELETE", "/api/posts/-1", nil, "Authorization", A), 400, "delete a bad id")
 	want(c.do(base, "DELETE", "/api/posts/"+post, nil), 401, "delete without token")
 	want(c.do(base, "DELETE", "/api/posts/"+post, big, "Authorization", B), 413, "delete with a huge body")
+	edit := js(map[string]string{"content": "hello, edited"})
+	ex = want(c.do(base, "PATCH", "/api/posts/"+post, edit, "Authorization", B, "Idempotency-Key", "e-1", "If-Match", `"1"`), 200, "edit post")
+	if ex.header.Get("ETag") != `"2"` {
+		t.Errorf("edit: ETag %q, want \"2\"", ex.header.Get("ETag"))
+	}
+	want(c.do(base, "PATCH", "/api/posts/"+post, edit, "Authorization", B, "Idempotency-Key", "e-1", "If-Match", `"1"`), 200, "edit replay")
+	want(c.do(base, "PATCH", "/api/posts/"+post, js(map[string]string{"content": "x"}), "Authorization", B, "Idempotency-Key", "e-1"), 422, "edit key reused")
+	want(c.do(base, "PATCH", "/api/posts/"+post, js(map[string]string{"content": "x"}), "Authorization", B, "If-Match", `"1"`), 409, "edit of a stale version")
+	want(c.do(base, "PATCH", "/api/posts/"+post, js(map[string]string{"content": "x"}), "Authorization", A), 403, "edit another's post")
+	want(c.do(base, "PATCH", "/api/posts/1", js(map[string]string{"content": "x"}), "Authorization", A), 404, "edit an unknown post")
+	want(c.do(base, "PATCH", "/api/posts/-1", js(map[string]string{"content": "x"}), "Authorization", A), 400, "edit a bad id")
+	want(c.do(base, "PATCH", "/api/posts/"+post, js(map[string]string{"content": " "}), "Authorization", B), 400, "blank edit")
+	want(c.do(base, "PATCH", "/api/posts/"+post, js(map[string]string{"content": "x"})), 401, "edit without token")
+	want(c.do(base, "PATCH", "/api/posts/"+post, big, "Authorization", B), 413, "edit with a huge body")
 	want(c.do(base, "DELETE", "/api/posts/"+post, nil, "Authorization", B, "Idempotency-Key", "d-1"), 204, "delete")
+	want(c.do(base, "PATCH", "/api/posts/"+post, js(map[string]string{"content": "x"}), "Authorization", B), 404, "edit a deleted post")
 	want(c.do(base, "DELETE", "/api/posts/"+post, nil, "Authorization", B, "Idempotency-Key", "d-1"), 204, "delete replay")
 	other := id(want(c.do(base, "POST", "/api/posts", js(map[string]string{"content": "second"}), "Authorization", B), 201, "second post"))
 	want(c.do(base, "DELETE", "/api/posts/"+other, nil, "Authorization", B, "Idempotency-Key", "d-1"), 422, "delete key reused")
@@ -362,16 +377,20 @@ func TestOpenAPIResponses(t *testing.T) {
 		"/api/blocking/1":    "DELETE, PUT",
 		"/healthz":           "GET, HEAD",
 		"/api/feed":          "GET",
-		"/api/posts/1":       "DELETE",
+		"/api/posts/1":       "DELETE, PATCH",
 		"/api/users/1/posts": "GET",
 		"/api/users":         "POST",
 		"/metrics":           "GET",
 		"/openapi.json":      "GET, HEAD",
 		"/readyz":            "GET, HEAD",
 	} {
-		ex := want(c.do(base, "PATCH", path, nil, "Authorization", A), 405, "PATCH "+path)
+		m := "PATCH"
+		if strings.Contains(allow, m) {
+			m = "PUT"
+		}
+		ex := want(c.do(base, m, path, nil, "Authorization", A), 405, m+" "+path)
 		if got := ex.header.Get("Allow"); got != allow {
-			t.Errorf("PATCH %s: Allow %q, want %q", path, got, allow)
+			t.Errorf("%s %s: Allow %q, want %q", m, path, got, allow)
 		}
 	}
 
@@ -380,11 +399,11 @@ func TestOpenAPIResponses(t *testing.T) {
 	want(c.do(down, "POST", "/api/users", js(map[string]string{"name": "cy"})), 503, "register, PostgreSQL down")
 	for _, r := range []struct{ method, path string }{
 		{"GET", "/api/users/" + ana}, {"GET", "/api/users/" + ana + "/posts"}, {"GET", "/api/feed"},
-		{"POST", "/api/posts"}, {"DELETE", "/api/posts/" + post}, {"PUT", "/api/following/" + bob}, {"DELETE", "/api/following/" + bob},
+		{"POST", "/api/posts"}, {"PATCH", "/api/posts/" + post}, {"DELETE", "/api/posts/" + post}, {"PUT", "/api/following/" + bob}, {"DELETE", "/api/following/" + bob},
 		{"PUT", "/api/muting/" + bob}, {"DELETE", "/api/muting/" + bob}, {"PUT", "/api/blocking/" + bob}, {"DELETE", "/api/blocking/" + bob},
 	} {
 		var body []byte
-		if r.path == "/api/posts" {
+		if r.path == "/api/posts" || r.method == "PATCH" {
 			body = js(map[string]string{"content": "x"})
 		}
 		want(c.do(down, r.method, r.path, body, "Authorization", A), 503, r.method+" "+r.path+", PostgreSQL down")

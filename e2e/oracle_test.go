@@ -474,10 +474,24 @@ func (o *oracle) coverageBefore() {
 		o.fatalf("count mutes and blocks: %v", err)
 	}
 	o.t.Logf("coverage: %d mutes, %d unmutes, %d blocks, %d unblocks; %d followed accounts muted at the end", mutes, unmutes, blocks, unblocks, mutedFollowed)
+	// Edits: posts edited more than once (reordered or redelivered edits
+	// would show an older version), and edited posts that are live and in
+	// someone's feed at the end (so the feeds' "fields" check covers them).
+	var edits, editedTwice, editedShown int64
+	err = o.s.DB.Pool.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM events WHERE type = 'post.edited.v1'),
+		(SELECT count(*) FROM posts WHERE version > 2),
+		(SELECT count(*) FROM posts p WHERE p.version > 1 AND NOT p.deleted
+		   AND EXISTS (SELECT 1 FROM follows f WHERE f.followee_id = p.author_id))`).Scan(&edits, &editedTwice, &editedShown)
+	if err != nil {
+		o.fatalf("count edits: %v", err)
+	}
+	o.t.Logf("coverage: %d edits, %d posts edited more than once, %d edited live posts of followed authors", edits, editedTwice, editedShown)
 	for _, c := range []struct {
 		what string
 		n    int64
-	}{{"mutes", mutes}, {"unmutes", unmutes}, {"blocks", blocks}, {"unblocks", unblocks}, {"followed accounts muted at the end", mutedFollowed}} {
+	}{{"mutes", mutes}, {"unmutes", unmutes}, {"blocks", blocks}, {"unblocks", unblocks}, {"followed accounts muted at the end", mutedFollowed},
+		{"edits", edits}, {"posts edited more than once", editedTwice}, {"edited live posts of followed authors", editedShown}} {
 		if c.n == 0 {
 			o.errorf("coverage: the run produced no %s", c.what)
 		}

@@ -55,6 +55,7 @@ const (
 	opUnmute
 	opBlock
 	opUnblock
+	opEdit
 	opBurst
 )
 
@@ -63,21 +64,22 @@ var mix = []struct {
 	kind   opKind
 	weight int
 }{
-	{opPost, 32}, {opPostReplay, 2}, {opFollow, 30}, {opFollowAgain, 2},
+	{opPost, 27}, {opPostReplay, 2}, {opFollow, 30}, {opFollowAgain, 2},
 	{opUnfollow, 9}, {opUnfollowNone, 1}, {opDelete, 7}, {opRead, 17},
 	{opMute, 4}, {opUnmute, 2}, {opBlock, 1}, {opUnblock, 1},
+	{opEdit, 5},
 }
 
 // stats counts what the workload did.
 type stats struct {
 	users, posts, replays, follows, followAgain, unfollows, unfollowNone,
 	deletes, reads, bursts, burstUnfollows, burstRefollows, retries,
-	mutes, unmutes, blocks, unblocks, blockedFollows atomic.Int64
+	mutes, unmutes, blocks, unblocks, blockedFollows, edits, editReplays atomic.Int64
 }
 
 func (s *stats) String() string {
-	return fmt.Sprintf("%d users, %d posts (%d replayed with their Idempotency-Key), %d deletes, %d follows (+%d repeated, %d refused by a block), %d unfollows (+%d of non-followed), %d mutes, %d unmutes, %d blocks, %d unblocks, %d feed reads, %d bursts (%d unfollows, %d refollows), %d retried answers",
-		s.users.Load(), s.posts.Load(), s.replays.Load(), s.deletes.Load(), s.follows.Load(), s.followAgain.Load(), s.blockedFollows.Load(),
+	return fmt.Sprintf("%d users, %d posts (%d replayed with their Idempotency-Key), %d edits (%d replayed), %d deletes, %d follows (+%d repeated, %d refused by a block), %d unfollows (+%d of non-followed), %d mutes, %d unmutes, %d blocks, %d unblocks, %d feed reads, %d bursts (%d unfollows, %d refollows), %d retried answers",
+		s.users.Load(), s.posts.Load(), s.replays.Load(), s.edits.Load(), s.editReplays.Load(), s.deletes.Load(), s.follows.Load(), s.followAgain.Load(), s.blockedFollows.Load(),
 		s.unfollows.Load(), s.unfollowNone.Load(), s.mutes.Load(), s.unmutes.Load(), s.blocks.Load(), s.unblocks.Load(),
 		s.reads.Load(), s.bursts.Load(), s.burstUnfollows.Load(), s.burstRefollows.Load(), s.retries.Load())
 }
@@ -220,6 +222,13 @@ func runWorkload(t *testing.T, s *system, w workload) *world {
 		if err := cl.burstDown(len(kinds), false); err != nil {
 			fail(fmt.Errorf("last burst: %w", err))
 		}
+		// A last mute, of a followed account, so that one stands at the
+		// end whatever the mix and the interleaving left.
+		if f, e, ok := cl.existingFollow(); ok && firstErr == nil {
+			if err := cl.pairCall(http.MethodPut, "/api/muting/", f, e, &cl.muted, &cl.st.mutes); err != nil {
+				fail(fmt.Errorf("last mute: %w", err))
+			}
+		}
 	}
 	if firstErr != nil {
 		t.Fatalf("workload failed (%v): %v", w, firstErr)
@@ -309,6 +318,8 @@ func (c *client) do(kind opKind, i int) error {
 		return c.s.call(c.ctx, http.MethodDelete, "/api/following/"+itoa(e), c.tokens[f], "", nil, nil, http.StatusNoContent, &c.st.retries)
 	case opDelete:
 		return c.deleteSome()
+	case opEdit:
+		return c.editSome(i)
 	case opRead:
 		return c.read()
 	case opMute:
@@ -478,6 +489,76 @@ func (c *client) deleteSome() error {
 	}
 	c.st.deletes.Add(1)
 	return c.s.call(c.ctx, http.MethodDelete, "/api/posts/"+itoa(post), c.tokens[author], "", nil, nil, http.StatusNoContent, &c.st.retries)
+}
+
+// editSome edits a live post, mostly of a popular author (whose posts
+// are in many feeds), so some posts are edited several times; half of
+// the edits carry an Idempotency-Key and are sent twice, the replay
+// answering the first body. The post is out of c.live during the call,
+// so no concurrent delete takes it (an edit of a deleted post is 404).
+func (c *client) editSome(i int) error {
+	c.mu.Lock()
+	var author, post int64
+	for range 10 {
+		a := c.popular()
+		if c.rng.IntN(4) == 0 {
+			a = c.uniform()
+		}
+		if ps := c.live[a]; len(ps) > 0 {
+			j := len(ps) - 1 - c.rng.IntN(min(len(ps), 3)) // the newest: on first pages
+			author, post = a, ps[j]
+			c.live[a] = slices.Delete(ps, j, j+1)
+			break
+		}
+	}
+	c.mu.Unlock()
+	if post == 0 {
+		return nil
+	}
+	defer func() {
+		c.mu.Lock()
+		c.live[author] = append(c.live[author], post)
+		c.mu.Unlock()
+	}()
+	key := ""
+	if c.rng.IntN(2) == 0 {
+		key = fmt.Sprintf("edit-%d-%d", c.w.Seed, i)
+	}
+	body := map[string]string{"content": fmt.Sprintf("post %d edited by op %d", post, i)}
+	var first, again apiPost
+	path := "/api/posts/" + itoa(post)
+	if err := c.s.call(c.ctx, http.MethodPatch, path, c.tokens[author], key, body, &first, http.StatusOK, &c.st.retries); err != nil {
+		return err
+	}
+	c.st.edits.Add(1)
+	if first.Content != body["content"] || first.ID != itoa(post) || first.EditedAt == "" {
+		return fmt.Errorf("edit of post %d answered %+v", post, first)
+	}
+	if c.rng.IntN(3) == 0 {
+		// Edited again at once: the two edits travel close together
+		// through CDC, the projector and the change feed.
+		body2 := map[string]string{"content": fmt.Sprintf("post %d edited twice by op %d", post, i)}
+		var second apiPost
+		if err := c.s.call(c.ctx, http.MethodPatch, path, c.tokens[author], "", body2, &second, http.StatusOK, &c.st.retries); err != nil {
+			return err
+		}
+		c.st.edits.Add(1)
+		if second.Content != body2["content"] {
+			return fmt.Errorf("second edit of post %d answered %+v", post, second)
+		}
+	}
+	if key == "" {
+		return nil
+	}
+	// The replay answers the first edit's body, even after a later edit.
+	if err := c.s.call(c.ctx, http.MethodPatch, path, c.tokens[author], key, body, &again, http.StatusOK, &c.st.retries); err != nil {
+		return err
+	}
+	if again != first {
+		return fmt.Errorf("idempotent replay of an edit returned %+v, first %+v", again, first)
+	}
+	c.st.editReplays.Add(1)
+	return nil
 }
 
 // read is a reader opening their feed: one page, sometimes two.

@@ -66,6 +66,8 @@ func (c *Codec) Decode(typ string, payload json.RawMessage) (Event, error) {
 		e = &PostCreated{}
 	case TypePostDeleted:
 		e = &PostDeleted{}
+	case TypePostEdited:
+		e = &PostEdited{}
 	case TypeFollowed:
 		e = &Followed{}
 	case TypeUnfollowed:
@@ -99,6 +101,8 @@ func deref(e Event) Event {
 	case *PostCreated:
 		return *v
 	case *PostDeleted:
+		return *v
+	case *PostEdited:
 		return *v
 	case *Followed:
 		return *v

@@ -13,6 +13,7 @@ func TestRoundTrip(t *testing.T) {
 		UserRegistered{UserID: 7, Name: "ana"},
 		PostCreated{PostID: 1 << 62, AuthorID: 7, Content: "olá", CreatedAt: created, AuthorFollowers: 3},
 		PostDeleted{PostID: 1 << 62, AuthorID: 7, DeletedAt: created},
+		PostEdited{PostID: 1 << 62, AuthorID: 7, Content: "olá, edited", Version: 3, EditedAt: created},
 		Followed{FollowerID: 1, FolloweeID: 7, FolloweeFollowers: 4},
 		Unfollowed{FollowerID: 1, FolloweeID: 7, FolloweeFollowers: 3},
 		Muted{MuterID: 21, MutedID: 16, Following: true, MutedFollowers: 2},

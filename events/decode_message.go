@@ -32,6 +32,8 @@ func newEvent(typ string) Event {
 		return &PostCreated{}
 	case TypePostDeleted:
 		return &PostDeleted{}
+	case TypePostEdited:
+		return &PostEdited{}
 	case TypeFollowed:
 		return &Followed{}
 	case TypeUnfollowed:

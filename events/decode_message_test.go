@@ -18,6 +18,7 @@ func sampleEnvelopes(t testing.TB) map[string][]byte {
 		UserRegistered{UserID: 7, Name: "ana"},
 		PostCreated{PostID: 915184806927532032, AuthorID: 7, Content: "bench post 12 from the mixed workload, olá <b>", CreatedAt: at, AuthorFollowers: 312},
 		PostDeleted{PostID: 915184806927532032, AuthorID: 7, DeletedAt: at},
+		PostEdited{PostID: 915184806927532032, AuthorID: 7, Content: "edited <b>", Version: 2, EditedAt: at},
 		Followed{FollowerID: 1, FolloweeID: 7, FolloweeFollowers: 4},
 		Unfollowed{FollowerID: 1, FolloweeID: 7, FolloweeFollowers: 3},
 	} {

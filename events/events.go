@@ -17,6 +17,7 @@ const (
 	TypeUserRegistered = "user.registered.v1"
 	TypePostCreated    = "post.created.v1"
 	TypePostDeleted    = "post.deleted.v1"
+	TypePostEdited     = "post.edited.v1"
 	TypeFollowed       = "user.followed.v1"
 	TypeUnfollowed     = "user.unfollowed.v1"
 	TypeMuted          = "user.muted.v1"
@@ -61,6 +62,21 @@ type PostDeleted struct {
 	PostID    int64     `json:"postId,string"`
 	AuthorID  int64     `json:"authorId,string"`
 	DeletedAt time.Time `json:"deletedAt"`
+}
+
+// PostEdited: the author replaced a post's content. Version is the
+// post's stream version this event is appended at (the post is version 1
+// when created, each edit adds one), so consumers order a post's edits by
+// it alone: an edit whose Version is not above what they hold is older
+// (a redelivery) and changes nothing. Content is the whole new text.
+// AuthorID keys it with the author's other post events; the post's
+// creation time (its Snowflake millisecond) does not change.
+type PostEdited struct {
+	PostID   int64     `json:"postId,string"`
+	AuthorID int64     `json:"authorId,string"`
+	Content  string    `json:"content"`
+	Version  int64     `json:"version"`
+	EditedAt time.Time `json:"editedAt"`
 }
 
 // Followed: FollowerID now follows FolloweeID. FolloweeFollowers is the
@@ -136,25 +152,30 @@ func (e Unblocked) AudienceKey() int64 { return e.BlockedID }
 
 func (PostCreated) EventType() string { return TypePostCreated }
 func (PostDeleted) EventType() string { return TypePostDeleted }
+func (PostEdited) EventType() string  { return TypePostEdited }
 func (Followed) EventType() string    { return TypeFollowed }
 func (Unfollowed) EventType() string  { return TypeUnfollowed }
 
 func (e UserRegistered) StreamID() string { return UserStream(e.UserID) }
 func (e PostCreated) StreamID() string    { return PostStream(e.PostID) }
 func (e PostDeleted) StreamID() string    { return PostStream(e.PostID) }
+func (e PostEdited) StreamID() string     { return PostStream(e.PostID) }
 func (e Followed) StreamID() string       { return FollowStream(e.FollowerID, e.FolloweeID) }
 func (e Unfollowed) StreamID() string     { return FollowStream(e.FollowerID, e.FolloweeID) }
 
 func (e UserRegistered) AudienceKey() int64 { return e.UserID }
 func (e PostCreated) AudienceKey() int64    { return e.AuthorID }
 func (e PostDeleted) AudienceKey() int64    { return e.AuthorID }
+func (e PostEdited) AudienceKey() int64     { return e.AuthorID }
 func (e Followed) AudienceKey() int64       { return e.FolloweeID }
 func (e Unfollowed) AudienceKey() int64     { return e.FolloweeID }
 
 // UserStream is the stream of one account's registration.
 func UserStream(userID int64) string { return "user-" + strconv.FormatInt(userID, 10) }
 
-// PostStream is the stream of one post: created at version 1, deleted at 2.
+// PostStream is the stream of one post: created at version 1, each edit
+// at the next version, deleted at the version after the last edit (2 for
+// a post never edited).
 func PostStream(postID int64) string { return "post-" + strconv.FormatInt(postID, 10) }
 
 // FollowStream is the stream of one (follower, followee) relationship; its

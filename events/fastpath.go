@@ -14,6 +14,7 @@ var audienceField = map[string]string{
 	TypeUserRegistered: "userId",
 	TypePostCreated:    "authorId",
 	TypePostDeleted:    "authorId",
+	TypePostEdited:     "authorId",
 	TypeFollowed:       "followeeId",
 	TypeUnfollowed:     "followeeId",
 	TypeMuted:          "mutedId",

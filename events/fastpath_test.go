@@ -21,6 +21,7 @@ func TestAudienceFastPath(t *testing.T) {
 		UserRegistered{UserID: 11, Name: `a "quoted" {name}, [x]`},
 		PostCreated{PostID: 1 << 62, AuthorID: 12, Content: `{"authorId":"999"}, \ "`, CreatedAt: now, AuthorFollowers: 3},
 		PostDeleted{PostID: 5, AuthorID: 13, DeletedAt: now},
+		PostEdited{PostID: 6, AuthorID: 18, Content: `{"authorId":"999"}`, Version: 2, EditedAt: now},
 		Followed{FollowerID: 99, FolloweeID: 14, FolloweeFollowers: 1},
 		Unfollowed{FollowerID: 98, FolloweeID: 15},
 		Muted{MuterID: 21, MutedID: 16, Following: true, MutedFollowers: 2},

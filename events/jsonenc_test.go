@@ -19,6 +19,7 @@ func testEnvelopes(t testing.TB) []Envelope {
 		UserRegistered{UserID: 11, Name: `a "quoted" <name> & U+2028 ` + "\u2028"},
 		PostCreated{PostID: 1 << 62, AuthorID: 12, Content: "<b>x</b> & \xff \u2029", CreatedAt: now, AuthorFollowers: 3},
 		PostDeleted{PostID: 5, AuthorID: 13, DeletedAt: now},
+		PostEdited{PostID: 6, AuthorID: 18, Content: "<i>y</i> \u2028", Version: 2, EditedAt: now},
 		Followed{FollowerID: 99, FolloweeID: 14, FolloweeFollowers: 1},
 		Unfollowed{FollowerID: 98, FolloweeID: 15},
 		Muted{MuterID: 21, MutedID: 16, Following: true, MutedFollowers: 2},

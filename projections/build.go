@@ -50,11 +50,11 @@ func (f Progress) add(n int) {
 }
 
 // BuildPosts writes every post of the posts table into the post cache, as
-// the projector would after seeing its events: the body, or for a deleted
-// post the tombstone. Pages are read in id order and written by
+// the projector would after seeing its events: the body with its latest
+// content and version, or for a deleted post the tombstone. Pages are read in id order and written by
 // BuildWorkers pipelines at once (distinct keys: order does not matter).
 func (p *Posts) BuildPosts(ctx context.Context, pg Querier, progress Progress) (int64, error) {
-	const q = `SELECT id, author_id, content, created_at, deleted FROM posts WHERE id > $1 ORDER BY id LIMIT $2`
+	const q = `SELECT id, author_id, content, created_at, deleted, version, edited_at FROM posts WHERE id > $1 ORDER BY id LIMIT $2`
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(BuildWorkers)
 	var last, total int64
@@ -70,8 +70,9 @@ func (p *Posts) BuildPosts(ctx context.Context, pg Querier, progress Progress) (
 				post    readmodel.Post
 				at      time.Time
 				deleted bool
+				edited  *time.Time
 			)
-			if err := rows.Scan(&post.ID, &post.AuthorID, &post.Content, &at, &deleted); err != nil {
+			if err := rows.Scan(&post.ID, &post.AuthorID, &post.Content, &at, &deleted, &post.Version, &edited); err != nil {
 				rows.Close()
 				_ = g.Wait()
 				return total, fmt.Errorf("read posts: %w", err)
@@ -81,6 +82,9 @@ func (p *Posts) BuildPosts(ctx context.Context, pg Querier, progress Progress) (
 					CreatedAt: snowflake.Time(post.ID).Format(events.CreatedAtLayout)}
 			} else {
 				post.CreatedAt = at.UTC().Format(events.CreatedAtLayout)
+				if edited != nil {
+					post.EditedAt = edited.UTC().Format(events.CreatedAtLayout)
+				}
 			}
 			page = append(page, post)
 			last = post.ID

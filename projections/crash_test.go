@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -58,7 +59,8 @@ func crashChild() int {
 
 // A projector killed with SIGKILL in the middle of fan-outs, and started
 // again, ends with exactly the Redis state of an uninterrupted run: the
-// uncommitted messages are redelivered and re-applying them changes nothing
+// uncommitted messages (post edits among them) are redelivered and
+// re-applying them changes nothing
 // (byte for byte with sorted sets; as read with packed inboxes, whose
 // buffers keep a redelivery's duplicates until the next merge).
 func TestCrashMidFanout(t *testing.T) {
@@ -96,7 +98,12 @@ func testCrashMidFanout(t *testing.T, layout string) {
 	}
 	w.follow(authors[0], authors[1]) // and a backfill
 	for j := 0; j < 5; j++ {
-		w.post(authors[j%2])
+		p := w.post(authors[j%2])
+		// Edits, committed before the projector runs: re-applied after
+		// the kill, they leave the newest content.
+		for k := range j {
+			w.edit(authors[j%2], p, "edit "+strconv.Itoa(k))
+		}
 	}
 	b.PublishEvents(t, topic, w.envs...)
 

@@ -144,7 +144,17 @@ func (w *world) post(author int64) int64 {
 func (w *world) del(author, post int64) {
 	w.t.Helper()
 	w.exec(`UPDATE posts SET deleted = true, deleted_at = now() WHERE id = $1`, post)
-	w.record(2, events.PostDeleted{PostID: post, AuthorID: author, DeletedAt: time.Now().UTC()})
+	w.record(w.nextVersion(events.PostStream(post)), events.PostDeleted{PostID: post, AuthorID: author, DeletedAt: time.Now().UTC()})
+}
+
+// edit replaces a post's content (the posts row and PostEdited at the
+// post's next version, as commands.EditPost) and returns that version.
+func (w *world) edit(author, post int64, content string) int64 {
+	w.t.Helper()
+	v := w.nextVersion(events.PostStream(post))
+	w.exec(`UPDATE posts SET content = $2, version = $3, edited_at = now() WHERE id = $1`, post, content, v)
+	w.record(v, events.PostEdited{PostID: post, AuthorID: author, Content: content, Version: v, EditedAt: time.Now().UTC()})
+	return v
 }
 
 // dump returns every key under prefix with a canonical rendering of its

@@ -15,10 +15,14 @@ import (
 // Posts projects the post cache (`post:{p}`, JSON readmodel.Post) the query side
 // hydrates feed pages from.
 //
-// Create is SET NX and delete overwrites with a tombstone (deleted=true, no
-// content: a deleted post's text is not kept in the cache). So a Create
-// redelivered after the Delete never resurrects the post, and the final
-// value does not depend on how often or in which order they arrive.
+// Create is SET NX, an edit replaces the body only when its version is
+// above the cached one and the body is no tombstone (readmodel.PostCache.Edit),
+// and delete overwrites with a tombstone (deleted=true, no content: a
+// deleted post's text is not kept in the cache). So a Create redelivered
+// after an edit or the Delete never brings older content back or
+// resurrects the post, an edit redelivered after a newer one changes
+// nothing, and the final value does not depend on how often or in which
+// order they arrive: it is the newest version's content, or the tombstone.
 type Posts struct {
 	cfg   Config
 	cache readmodel.PostCache
@@ -49,6 +53,10 @@ func (p *Posts) Apply(ctx context.Context, _ events.Envelope, ev events.Event) e
 		if err != nil {
 			return fmt.Errorf("cache post %d: %w", e.PostID, err)
 		}
+	case events.PostEdited:
+		if _, err := p.cache.Edit(ctx, p.rdb, EditedBody(e)); err != nil {
+			return fmt.Errorf("cache edit of post %d: %w", e.PostID, err)
+		}
 	case events.PostDeleted:
 		// The Snowflake id carries the creation millisecond.
 		err := p.cache.Set(ctx, p.rdb, readmodel.Post{ID: e.PostID, AuthorID: e.AuthorID,
@@ -62,3 +70,12 @@ func (p *Posts) Apply(ctx context.Context, _ events.Envelope, ev events.Event) e
 
 // Ignores implements Selective: the post cache is made of post events only.
 func (*Posts) Ignores(typ string) bool { return !isPostEvent(typ) && isCurrentType(typ) }
+
+// EditedBody is the post cache's body of a post after edit e: the
+// creation time is the post id's Snowflake millisecond, as for a
+// tombstone.
+func EditedBody(e events.PostEdited) readmodel.Post {
+	return readmodel.Post{ID: e.PostID, AuthorID: e.AuthorID, Content: e.Content,
+		CreatedAt: snowflake.Time(e.PostID).Format(events.CreatedAtLayout),
+		Version:   e.Version, EditedAt: e.EditedAt.UTC().Format(events.CreatedAtLayout)}
+}

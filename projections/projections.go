@@ -270,14 +270,14 @@ func itoa(v int64) string { return strconv.FormatInt(v, 10) }
 
 // isPostEvent reports whether typ is a post event's current type.
 func isPostEvent(typ string) bool {
-	return typ == events.TypePostCreated || typ == events.TypePostDeleted
+	return typ == events.TypePostCreated || typ == events.TypePostDeleted || typ == events.TypePostEdited
 }
 
 // isCurrentType reports whether typ is a current event type (Selective
 // ignores no other: those are decoded, upcast or poisoned).
 func isCurrentType(typ string) bool {
 	switch typ {
-	case events.TypeUserRegistered, events.TypePostCreated, events.TypePostDeleted, events.TypeFollowed, events.TypeUnfollowed,
+	case events.TypeUserRegistered, events.TypePostCreated, events.TypePostDeleted, events.TypePostEdited, events.TypeFollowed, events.TypeUnfollowed,
 		events.TypeMuted, events.TypeUnmuted, events.TypeBlocked, events.TypeUnblocked:
 		return true
 	}

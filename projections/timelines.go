@@ -52,5 +52,8 @@ func (p *Timelines) Apply(ctx context.Context, _ events.Envelope, ev events.Even
 	return nil
 }
 
-// Ignores implements Selective: timelines are made of post events only.
-func (*Timelines) Ignores(typ string) bool { return !isPostEvent(typ) && isCurrentType(typ) }
+// Ignores implements Selective: timelines are made of post creations and
+// deletions only (an edit changes no timeline: a timeline holds ids).
+func (*Timelines) Ignores(typ string) bool {
+	return (!isPostEvent(typ) || typ == events.TypePostEdited) && isCurrentType(typ)
+}

@@ -2,21 +2,26 @@ package queries
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/feedco/feed/events"
 )
 
-// The deletion feed lets the process keep post bodies for minutes instead
-// of PostCacheTTL: a post's body never changes, only `deleted` can, and
-// every deletion is a post.deleted.v1 event in the event log. So each
-// process polls the log for deletions (one small indexed query per
-// DeletionPollInterval, only while it serves reads), applies them to its
-// post cache, and knows "every deletion committed before T is applied";
-// while T is fresh (now - T < PostCacheTTL) a cached live body needs no
-// confirmation from Redis. See docs/queries.md "Post body cache".
+// The deletion feed (a change feed of post bodies) lets the process keep
+// post bodies for minutes instead of PostCacheTTL: a post's body changes
+// only by an edit (post.edited.v1, with the whole new content and the
+// post's version) or its deletion (post.deleted.v1), both events in the
+// event log. So each process polls the log for them (one small indexed
+// query per DeletionPollInterval, only while it serves reads), applies
+// them to its post cache, and knows "every deletion and edit committed
+// before T is applied"; while T is fresh (now - T < PostCacheTTL) a cached
+// live body needs no confirmation from Redis. See docs/queries.md "Post
+// body cache".
 
 const (
 	// deletionMemory is how long learnt deletions are remembered beside the
@@ -37,8 +42,8 @@ const (
 	deletionScanLimit = 10_000
 )
 
-// deletionStartSQL (re)starts the feed: the deletions recorded in the last
-// $1 and the snapshot's xmin. Every transaction below xmin has finished, so
+// deletionStartSQL (re)starts the feed: the deletions and edits (their
+// payloads, in log order) recorded in the last $1 and the snapshot's xmin. Every transaction below xmin has finished, so
 // its events are visible here if it committed; the next poll continues
 // from xmin. recorded_at is the transaction's start, so a deleting
 // transaction longer than deletionMemory would be missed (commands take
@@ -46,7 +51,9 @@ const (
 const deletionStartSQL = `
 SELECT pg_snapshot_xmin(pg_current_snapshot())::text,
        ARRAY(SELECT (payload->>'postId')::bigint FROM events
-             WHERE recorded_at > now() - $1::int * interval '1 second' AND type = 'post.deleted.v1')`
+             WHERE recorded_at > now() - $1::int * interval '1 second' AND type = 'post.deleted.v1'),
+       ARRAY(SELECT payload::text FROM events
+             WHERE recorded_at > now() - $1::int * interval '1 second' AND type = 'post.edited.v1' ORDER BY position)`
 
 // deletionPollSQL is one incremental poll: the events of transactions
 // from $1 on (the previous poll's xmin), in one snapshot with its xmin.
@@ -59,7 +66,8 @@ WITH r AS MATERIALIZED (
     SELECT type, payload FROM events WHERE tx_id >= $1::text::xid8 ORDER BY tx_id LIMIT $2)
 SELECT pg_snapshot_xmin(pg_current_snapshot())::text,
        (SELECT count(*) FROM r),
-       ARRAY(SELECT (payload->>'postId')::bigint FROM r WHERE type = 'post.deleted.v1')`
+       ARRAY(SELECT (payload->>'postId')::bigint FROM r WHERE type = 'post.deleted.v1'),
+       ARRAY(SELECT payload::text FROM r WHERE type = 'post.edited.v1')`
 
 // deletionFeed is the poller's state.
 type deletionFeed struct {
@@ -134,19 +142,20 @@ func (f *Feed) pollDeletions(ctx context.Context) error {
 	start := f.now() // the snapshot is taken after this: it sees every commit before it
 	var xmin string
 	var ids []int64
+	var edits []string
 	if d.horizon == "" {
-		if err := f.queryRow(ctx, deletionStartSQL, []any{int(deletionMemory / time.Second)}, &xmin, &ids); err != nil {
+		if err := f.queryRow(ctx, deletionStartSQL, []any{int(deletionMemory / time.Second)}, &xmin, &ids, &edits); err != nil {
 			return fmt.Errorf("start deletion feed: %w", err)
 		}
 	} else {
 		var n int64
-		if err := f.queryRow(ctx, deletionPollSQL, []any{d.horizon, d.scanLimit}, &xmin, &n, &ids); err != nil {
+		if err := f.queryRow(ctx, deletionPollSQL, []any{d.horizon, d.scanLimit}, &xmin, &n, &ids, &edits); err != nil {
 			return fmt.Errorf("poll deletions: %w", err)
 		}
 		if n >= d.scanLimit {
 			// Cut: apply what was read (always safe), then restart from
 			// the recent window instead of paging through the backlog.
-			f.posts.markDeleted(ids, start)
+			f.applyChanges(ids, edits, start)
 			d.horizon = ""
 			return f.pollDeletions(ctx)
 		}
@@ -154,7 +163,7 @@ func (f *Feed) pollDeletions(ctx context.Context) error {
 	if _, err := strconv.ParseUint(xmin, 10, 64); err != nil {
 		return fmt.Errorf("poll deletions: xmin %q: %w", xmin, err)
 	}
-	f.posts.markDeleted(ids, start)
+	f.applyChanges(ids, edits, start)
 	if start.Sub(d.pruned) > deletionMemory/10 {
 		f.posts.forgetDeletionsBefore(start.Add(-deletionMemory))
 		d.pruned = start
@@ -162,6 +171,26 @@ func (f *Feed) pollDeletions(ctx context.Context) error {
 	d.horizon = xmin
 	d.through.Store(start.UnixNano())
 	return nil
+}
+
+// applyChanges applies the deletions (post ids) and edits (post.edited.v1
+// payloads) a poll read, at now. The edits' order does not matter: the
+// cache keeps the highest version of each post. An edit it cannot read
+// (the write side never appends one) is logged and its post's body
+// dropped, so that the body is read again instead of trusted.
+func (f *Feed) applyChanges(deleted []int64, edits []string, now time.Time) {
+	f.posts.markDeleted(deleted, now)
+	for _, raw := range edits {
+		var e events.PostEdited
+		if err := json.Unmarshal([]byte(raw), &e); err != nil || e.PostID <= 0 || e.Version < 2 {
+			f.log.Error("queries: unreadable post.edited.v1 payload in the event log", "payload", raw, "err", err)
+			if e.PostID > 0 {
+				f.posts.evict(e.PostID)
+			}
+			continue
+		}
+		f.posts.markEdited(e.PostID, e.Version, e.Content, now)
+	}
 }
 
 // queryRow runs a one-row query through the DB interface (which has no

@@ -147,7 +147,7 @@ func (f *Feed) hydrateRead(ctx context.Context, batch []key, res []hydrated, get
 			missing = append(missing, batch[i].id) // unreadable cache entry: ask the truth
 			continue
 		}
-		cp := &cachedPost{it: newItem(p.ID, p.AuthorID, p.Content, batch[i].ms), author: p.AuthorID, deleted: p.Deleted, checkedAt: now}
+		cp := &cachedPost{it: newItem(p.ID, p.AuthorID, p.Content, batch[i].ms), author: p.AuthorID, version: p.ContentVersion(), deleted: p.Deleted, checkedAt: now}
 		res[i] = fromCache(f.posts.store(cp), batch[i])
 	}
 	f.metrics.hydRedis.Add(float64(len(get) - len(missing)))
@@ -162,7 +162,7 @@ func (f *Feed) hydrateRead(ctx context.Context, batch []key, res []hydrated, get
 				continue
 			}
 			if r, ok := rows[batch[i].id]; ok {
-				cp := &cachedPost{it: r.item, author: r.author, deleted: r.deleted, checkedAt: now}
+				cp := &cachedPost{it: r.item, author: r.author, version: r.version, deleted: r.deleted, checkedAt: now}
 				res[i] = fromCache(f.posts.store(cp), batch[i])
 			}
 			// A post the truth does not know is never shown.

@@ -8,6 +8,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/feedco/feed/events"
+	"github.com/feedco/feed/internal/snowflake"
 	"github.com/feedco/feed/readmodel"
 )
 
@@ -45,7 +47,7 @@ func (f *Feed) PostCreated(ctx context.Context, p NewPost) error {
 	}
 	now := f.now()
 	ms := p.CreatedAt.UnixMilli()
-	cp := &cachedPost{it: newItem(p.ID, p.AuthorID, p.Content, ms), author: p.AuthorID, checkedAt: now.UnixNano()}
+	cp := &cachedPost{it: newItem(p.ID, p.AuthorID, p.Content, ms), author: p.AuthorID, version: 1, checkedAt: now.UnixNano()}
 	f.posts.store(cp)
 	done, err := f.writeCircuit.Allow()
 	if err != nil {
@@ -78,6 +80,60 @@ func (f *Feed) PostCreated(ctx context.Context, p NewPost) error {
 		f.ownHints.announce(ctx, p.AuthorID)
 		f.metrics.WriteThroughs.WithLabelValues("error").Inc()
 		return fmt.Errorf("write post %d through to Redis: %w", p.ID, redisErr(err))
+	}
+	f.metrics.WriteThroughs.WithLabelValues("ok").Inc()
+	return nil
+}
+
+// EditedPost is an edit the write side has just committed, as the api's
+// AfterPostEdited hook reports it.
+type EditedPost struct {
+	ID       int64
+	AuthorID int64
+	Content  string
+	// Version is the post's version after the edit (2 for a first edit).
+	Version  int64
+	EditedAt time.Time
+}
+
+// PostEdited shows a just-committed edit at once: in this process's post
+// cache (and over any older body read later, as an edit learnt from the
+// change feed is), and in the Redis post cache through the same
+// version-guarded write as the posts projector's (so a newer edit or the
+// tombstone written meanwhile is never overwritten). Other processes learn
+// it from the change feed. Best effort: the error is for logging; the edit
+// is committed either way, and the projector writes it.
+func (f *Feed) PostEdited(ctx context.Context, p EditedPost) error {
+	if p.ID <= 0 || p.AuthorID <= 0 {
+		return ErrInvalidID
+	}
+	if p.Version < 2 {
+		return nil // no edit (an unchanged content at version 1)
+	}
+	f.posts.markEdited(p.ID, p.Version, p.Content, f.now())
+	done, err := f.writeCircuit.Allow()
+	if err != nil {
+		f.metrics.WriteThroughs.WithLabelValues("skipped").Inc()
+		return fmt.Errorf("write edit of post %d through to Redis: %w (%w)", p.ID, ErrCircuitOpen, err)
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeThroughTimeout)
+	defer cancel()
+	body := readmodel.Post{ID: p.ID, AuthorID: p.AuthorID, Content: p.Content,
+		CreatedAt: snowflake.Time(p.ID).Format(events.CreatedAtLayout),
+		Version:   p.Version, EditedAt: p.EditedAt.UTC().Format(events.CreatedAtLayout)}
+	var qerr error
+	err = readmodel.Exec(ctx, f.rdb, func(pipe redis.Pipeliner) { qerr = f.bodies.QueueEdit(ctx, pipe, body) })
+	if qerr != nil {
+		done(nil)
+		return qerr
+	}
+	if errors.Is(err, redis.Nil) {
+		err = nil
+	}
+	done(err)
+	if err != nil {
+		f.metrics.WriteThroughs.WithLabelValues("error").Inc()
+		return fmt.Errorf("write edit of post %d through to Redis: %w", p.ID, redisErr(err))
 	}
 	f.metrics.WriteThroughs.WithLabelValues("ok").Inc()
 	return nil

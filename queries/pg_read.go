@@ -72,7 +72,7 @@ ORDER BY created_at DESC, id DESC
 LIMIT $6`
 
 // postsByIDSQL hydrates posts the Redis post cache does not have (yet).
-const postsByIDSQL = `SELECT id, author_id, content, created_at, deleted FROM posts WHERE id = ANY($1)`
+const postsByIDSQL = `SELECT id, author_id, content, created_at, deleted, version FROM posts WHERE id = ANY($1)`
 
 func scanItems(rows pgx.Rows) ([]item, error) {
 	defer rows.Close()
@@ -127,6 +127,7 @@ func (f *Feed) pgAuthor(ctx context.Context, author int64, before, after key, n 
 type pgPost struct {
 	item    item
 	author  int64
+	version int64
 	deleted bool
 }
 
@@ -138,14 +139,14 @@ func (f *Feed) pgPostsByID(ctx context.Context, ids []int64) (map[int64]pgPost, 
 	defer rows.Close()
 	out := make(map[int64]pgPost, len(ids))
 	for rows.Next() {
-		var id, author int64
+		var id, author, version int64
 		var content string
 		var at time.Time
 		var deleted bool
-		if err := rows.Scan(&id, &author, &content, &at, &deleted); err != nil {
+		if err := rows.Scan(&id, &author, &content, &at, &deleted, &version); err != nil {
 			return nil, fmt.Errorf("hydrate posts from PostgreSQL: %w", err)
 		}
-		out[id] = pgPost{item: newItem(id, author, content, at.UnixMilli()), author: author, deleted: deleted}
+		out[id] = pgPost{item: newItem(id, author, content, at.UnixMilli()), author: author, version: version, deleted: deleted}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("hydrate posts from PostgreSQL: %w", err)

@@ -7,24 +7,29 @@ import (
 	"github.com/feedco/feed/internal/genmap"
 )
 
-// postCache is the in-process cache of post bodies. A post's content,
-// author and creation time never change, so they are cached for as long as
-// there is room; only `deleted` can change, once, from false to true. So:
+// postCache is the in-process cache of post bodies. A post's author and
+// creation time never change; its content changes only by an edit, which
+// raises its version, and `deleted` only once, from false to true. So:
 //
 //   - an entry known deleted is final and never asked again;
 //   - an entry known live is trusted for ttl after it was last confirmed
-//     (read from Redis or PostgreSQL, or written by this process on create);
-//   - beyond that, while the deletion feed is fresh (every deletion
-//     committed before some T within ttl is applied here, see
+//     (read from Redis or PostgreSQL, or written by this process on create
+//     or edit);
+//   - beyond that, while the change feed is fresh (every deletion and
+//     edit committed before some T within ttl is applied here, see
 //     deletion_feed.go), an entry confirmed within feedTrustMaxAge is
-//     trusted too: had it been deleted before T, it would be marked;
+//     trusted too: had it been deleted or edited before T, it would be
+//     marked or hold the edit;
 //   - otherwise the next page that shows it asks Redis again (GET
 //     post:{p}, in the page's hydration pipeline) and confirms or learns
-//     the deletion.
+//     the deletion or the edit.
 //
-// Deletions learnt from the feed are also remembered apart from the
-// bodies for deletionMemory, so that a body evicted and read again from a
-// Redis post cache that has no tombstone yet is still known deleted.
+// A body never replaces one of a higher version (an older answer from a
+// Redis post cache the edit has not reached yet). Deletions and edits
+// learnt from the feed are also remembered apart from the bodies for
+// deletionMemory, so that a body evicted and read again from a Redis post
+// cache that has no tombstone or edit yet is still known deleted or shown
+// edited.
 //
 // Bounded by two generations of at most size/2 entries each (genmap): a
 // hit in the old generation moves to the new one, and when the new one
@@ -39,21 +44,40 @@ type postCache struct {
 	mask   uint64
 }
 
-// postShard is one shard: its generations and the feed's deletions of
-// its ids.
+// postShard is one shard: its generations and the feed's deletions and
+// edits of its ids.
 type postShard struct {
 	mu      sync.RWMutex // read-locked for a hit in the new generation (most lookups)
 	m       genmap.Map[int64, *cachedPost]
-	deleted map[int64]int64 // deletions learnt from the feed: id -> unix nanos learnt
-	_       [16]byte        // keep shards' locks on separate cache lines
+	deleted map[int64]int64    // deletions learnt from the feed: id -> unix nanos learnt
+	edits   map[int64]postEdit // the newest edit of each id learnt from the feed or written here
+	_       [16]byte           // keep shards' locks on separate cache lines
+}
+
+// postEdit is an edit learnt from the change feed (or made by this
+// process): the post's content as of version.
+type postEdit struct {
+	version int64
+	content string
+	learnt  int64 // unix nanos
 }
 
 // cachedPost is one post body and what is known of its deletion.
 type cachedPost struct {
 	it        item  // the rendered post (key and Post strings)
 	author    int64 // for the follow check
+	version   int64 // the post version of its content (1 as created)
 	deleted   bool  // final once true
 	checkedAt int64 // unix nanos of the last confirmation of !deleted
+}
+
+// withEdit is a copy of p showing edit e (entries are shared with
+// readers: never changed in place).
+func (p *cachedPost) withEdit(id int64, e postEdit) *cachedPost {
+	d := *p
+	d.it = newItem(id, p.author, e.content, p.it.key.ms)
+	d.version = e.version
+	return &d
 }
 
 // newPostCache splits size over up to 64 shards of at least 1,024 posts
@@ -65,7 +89,7 @@ func newPostCache(size int, ttl time.Duration) *postCache {
 	}
 	c := &postCache{ttl: ttl, shards: make([]postShard, n), mask: uint64(n - 1)}
 	for i := range c.shards {
-		c.shards[i] = postShard{m: genmap.New[int64, *cachedPost](size / 2 / n), deleted: map[int64]int64{}}
+		c.shards[i] = postShard{m: genmap.New[int64, *cachedPost](size / 2 / n), deleted: map[int64]int64{}, edits: map[int64]postEdit{}}
 	}
 	return c
 }
@@ -110,20 +134,54 @@ func (c *postCache) lookup(ids []int64, now time.Time, feedFresh bool, out []*ca
 // store records what the source of a confirmation said about a post and
 // returns the entry the cache now holds for it. A deletion is never undone
 // by an older, live answer (a Redis post cache that has not got the
-// tombstone yet), whether it is known from the entry or from the feed.
+// tombstone yet), whether it is known from the entry or from the feed;
+// nor is an edit: an answer of a lower version than the entry or an edit
+// the feed learnt keeps the newer content (the answer still confirms that
+// the post is live).
 func (c *postCache) store(p *cachedPost) *cachedPost {
 	id := p.it.key.id
 	sh := c.shard(id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if was, _ := sh.m.Get(id); was != nil && was.deleted {
+	was, _ := sh.m.Get(id)
+	if was != nil && was.deleted {
 		return was
 	}
 	if _, gone := sh.deleted[id]; gone && !p.deleted {
 		p = p.asDeleted()
 	}
+	if !p.deleted {
+		if e, ok := sh.edits[id]; ok && e.version > p.version {
+			p = p.withEdit(id, e)
+		}
+		if was != nil && was.version > p.version {
+			q := *was
+			q.checkedAt = max(was.checkedAt, p.checkedAt)
+			p = &q
+		}
+	}
 	sh.m.Put(id, p)
 	return p
+}
+
+// markEdited applies an edit (from the change feed, or made by this
+// process) at now: the cached body, if older, shows it, and a body read
+// later from a source that has not got it yet does too (store).
+func (c *postCache) markEdited(id, version int64, content string, now time.Time) {
+	sh := c.shard(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if e, ok := sh.edits[id]; ok && e.version >= version {
+		return
+	}
+	e := postEdit{version: version, content: content, learnt: now.UnixNano()}
+	sh.edits[id] = e
+	sh.m.Update(id, func(p *cachedPost) *cachedPost {
+		if p.deleted || p.version >= version {
+			return p
+		}
+		return p.withEdit(id, e)
+	})
 }
 
 // asDeleted is a copy of p marked deleted (entries are shared with readers:
@@ -150,9 +208,9 @@ func (c *postCache) markDeleted(ids []int64, now time.Time) {
 	}
 }
 
-// forgetDeletionsBefore drops the feed's deletions learnt before t (by then
-// the Redis post cache has their tombstones). Entries already marked stay
-// deleted.
+// forgetDeletionsBefore drops the feed's deletions and edits learnt
+// before t (by then the Redis post cache has their tombstones and edits).
+// Entries already marked stay deleted or edited.
 func (c *postCache) forgetDeletionsBefore(t time.Time) {
 	cut := t.UnixNano()
 	for i := range c.shards {
@@ -161,6 +219,11 @@ func (c *postCache) forgetDeletionsBefore(t time.Time) {
 		for id, at := range sh.deleted {
 			if at < cut {
 				delete(sh.deleted, id)
+			}
+		}
+		for id, e := range sh.edits {
+			if e.learnt < cut {
+				delete(sh.edits, id)
 			}
 		}
 		sh.mu.Unlock()

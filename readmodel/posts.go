@@ -15,12 +15,24 @@ type Post struct {
 	Content   string `json:"content"`
 	CreatedAt string `json:"createdAt"` // RFC 3339, UTC, milliseconds
 	Deleted   bool   `json:"deleted"`
+	// Version is the post's stream version whose content this is: 1 (or
+	// absent, bodies written before edits existed) as created, n after
+	// the edit appended at version n.
+	Version int64 `json:"version,omitempty"`
+	// EditedAt is the time of that edit (RFC 3339, UTC, milliseconds),
+	// absent for a post never edited.
+	EditedAt string `json:"editedAt,omitempty"`
 }
 
+// ContentVersion is the version of the content p holds (1 when absent).
+func (p Post) ContentVersion() int64 { return max(p.Version, 1) }
+
 // PostCache is the post cache read model, `post:{p}`: JSON Post bodies the
-// query side hydrates feed pages from. Create is SET NX and delete
-// overwrites with a tombstone (Deleted, no content), so a Create
-// redelivered after the Delete never resurrects the post. No TTL.
+// query side hydrates feed pages from. Create is SET NX, an edit replaces
+// the body only when its version is above the cached one and the post is
+// not a tombstone (Edit), and delete overwrites with a tombstone
+// (Deleted, no content), so a Create redelivered after an Edit or the
+// Delete, or an older Edit after a newer one, changes nothing. No TTL.
 type PostCache struct{ keys Keys }
 
 // NewPostCache returns the post cache operations under keys.
@@ -49,6 +61,50 @@ func (m PostCache) Create(ctx context.Context, rdb redis.Cmdable, p Post) error 
 // QueueCreate queues Create on pipe.
 func (m PostCache) QueueCreate(ctx context.Context, pipe redis.Pipeliner, p Post) error {
 	return m.put(ctx, pipe, p, true)
+}
+
+// editScript replaces a post's body with an edited one (ARGV[2], the JSON
+// of a Post at version ARGV[1]) unless the cached body is a tombstone or
+// already holds that version or a later one: a redelivered or reordered
+// edit never brings older content back, nor a deleted post. An absent
+// body is written (the edit carries everything a body holds), so a
+// Create arriving after it (SET NX) changes nothing either. A body that
+// is not a readable JSON object is replaced.
+var editScript = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  local ok, p = pcall(cjson.decode, cur)
+  if ok and type(p) == 'table' then
+    if p.deleted == true then return 0 end
+    local v = tonumber(p.version) or 1
+    if v >= tonumber(ARGV[1]) then return 0 end
+  end
+end
+redis.call('SET', KEYS[1], ARGV[2])
+return 1
+`)
+
+// Edit caches p, an edited body (p.Version above 1), unless the cached
+// body is a tombstone or holds p.Version or a later one (editScript). It
+// reports whether it wrote.
+func (m PostCache) Edit(ctx context.Context, rdb redis.Cmdable, p Post) (bool, error) {
+	b, err := json.Marshal(p)
+	if err != nil {
+		return false, fmt.Errorf("encode post %d: %w", p.ID, err)
+	}
+	n, err := editScript.Run(ctx, rdb, []string{m.keys.Post(p.ID)}, p.ContentVersion(), b).Int()
+	return n == 1, err
+}
+
+// QueueEdit queues Edit on pipe (run it with Exec, which loads the script
+// when the server does not know it).
+func (m PostCache) QueueEdit(ctx context.Context, pipe redis.Pipeliner, p Post) error {
+	b, err := json.Marshal(p)
+	if err != nil {
+		return fmt.Errorf("encode post %d: %w", p.ID, err)
+	}
+	editScript.EvalSha(ctx, pipe, []string{m.keys.Post(p.ID)}, p.ContentVersion(), b)
+	return nil
 }
 
 // Set caches p whatever is cached (a tombstone on delete; the bulk build).

@@ -56,7 +56,7 @@ func (f Filter) Validate() error {
 }
 
 var knownTypes = []string{
-	events.TypeUserRegistered, events.TypePostCreated, events.TypePostDeleted,
+	events.TypeUserRegistered, events.TypePostCreated, events.TypePostDeleted, events.TypePostEdited,
 	events.TypeFollowed, events.TypeUnfollowed, events.TypeMuted, events.TypeUnmuted,
 	events.TypeBlocked, events.TypeUnblocked,
 }

@@ -133,7 +133,7 @@ func TestPGFollowLateCommitBelowPrinted(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	src, err := NewPG(b.db.Pool, PGConfig{Follow: true, Filter: Filter{From: mustBound(t, "13")}, PollInterval: 20 * time.Millisecond})
+	src, err := NewPG(b.db.Pool, PGConfig{Follow: true, Filter: Filter{From: mustBound(t, "14")}, PollInterval: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

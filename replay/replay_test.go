@@ -70,6 +70,8 @@ func TestBothSourcesMatchGolden(t *testing.T) {
 		{name: "all", golden: "all.jsonl"},
 		{name: "all csv", golden: "all.csv", format: CSV},
 		{name: "one type", golden: "type_post_created.jsonl", filter: Filter{Types: []string{events.TypePostCreated}}},
+		{name: "edits", golden: "type_post_edited.jsonl", filter: Filter{Types: []string{events.TypePostEdited}}},
+		{name: "edits csv", golden: "type_post_edited.csv", filter: Filter{Types: []string{events.TypePostEdited}}, format: CSV},
 		{name: "two types", golden: "type_follows.jsonl", filter: Filter{Types: []string{events.TypeFollowed, events.TypeUnfollowed}}},
 		{name: "stream", golden: "stream_post1.jsonl", filter: Filter{Stream: "post-7400000000000000001"}},
 		{name: "author", golden: "author_1.jsonl", filter: Filter{Author: 1}},

@@ -68,10 +68,12 @@ func knownEvents(t testing.TB) []events.Envelope {
 	add(events.PostDeleted{PostID: 7400000000000000001, AuthorID: 1, DeletedAt: at(9)}, "1")
 	add(events.Unfollowed{FollowerID: 3, FolloweeID: 1, FolloweeFollowers: 1}, "3")
 	add(events.PostCreated{PostID: 7400000000000000004, AuthorID: 3, Content: "line\nbreak, \"quoted\"", CreatedAt: at(11), AuthorFollowers: 0}, "3")
+	add(events.PostEdited{PostID: 7400000000000000003, AuthorID: 1, Content: "second, edited <b>", Version: 2, EditedAt: at(13)}, "1")
 	// Stream versions: the deletion is version 2 of its post, the
-	// unfollow version 2 of its follow pair.
+	// unfollow version 2 of its follow pair, the edit version 2 of its post.
 	out[9].StreamVersion = 2
 	out[10].StreamVersion = 2
+	out[12].StreamVersion = 2
 	return out
 }
 

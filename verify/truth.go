@@ -24,6 +24,9 @@ type APIPost struct {
 	AuthorID  string `json:"authorId"`
 	Content   string `json:"content"`
 	CreatedAt string `json:"createdAt"`
+	// EditedAt is in an edit's answer (PATCH /api/posts/{id}); feed pages
+	// show the current content without it.
+	EditedAt string `json:"editedAt,omitempty"`
 }
 
 // APIPage is a feed or author-posts page.
@@ -33,7 +36,9 @@ type APIPage struct {
 	PrevCursor *string   `json:"prevCursor"`
 }
 
-// TruePost is a post row of the source of truth.
+// TruePost is a post row of the source of truth. Content is the post's
+// latest content: an edit replaces it in the row (posts.content), so a
+// feed that shows an older version differs in "fields".
 type TruePost struct {
 	ID, Author, Ms int64
 	Content        string

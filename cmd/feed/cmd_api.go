@@ -133,6 +133,19 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiTask, func(), error
 			p.Log.Warn("queries: write-through of a new post failed", "post", post.ID, "err", err)
 		}
 	}
+	deps.AfterPostEdited = func(ctx context.Context, post feedcmd.Post) {
+		if post.EditedAt == nil {
+			return // the content was unchanged: nothing to show
+		}
+		err := f.PostEdited(ctx, queries.EditedPost{ID: post.ID, AuthorID: post.AuthorID, Content: post.Content,
+			Version: post.Version, EditedAt: *post.EditedAt})
+		if err != nil && !errors.Is(err, queries.ErrCircuitOpen) {
+			// The edit is committed; this process shows it already, the
+			// posts projector writes it to Redis and the other API
+			// processes learn it from the change feed.
+			p.Log.Warn("queries: write-through of an edit failed", "post", post.ID, "err", err)
+		}
+	}
 
 	srv, err := api.New(api.Config{
 		Addr: cfg.HTTPAddr, AuthMode: cfg.AuthMode,
