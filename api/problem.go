@@ -126,7 +126,7 @@ func problemFor(err error) (p Problem, internal bool) {
 	case errors.Is(err, commands.ErrIdempotencyKeyReused):
 		p = probKeyReused
 		p.Detail = "this Idempotency-Key was used for a different request"
-	case errors.Is(err, errFeedUnavailable):
+	case errors.Is(err, errFeedUnavailable), errors.Is(err, errStatusUnavailable):
 		p = probUnavailable
 		p.Detail = err.Error()
 	case errors.Is(err, context.Canceled):

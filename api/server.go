@@ -195,6 +195,9 @@ type Deps struct {
 	// e.g. so the query side shows the new content at once. It runs on the
 	// request path: keep it fast.
 	AfterPostEdited func(ctx context.Context, p commands.Post)
+	// Status is the source of the operators' page GET /status. Optional:
+	// without it the page answers 503.
+	Status StatusSource
 	// Registry is served at /metrics and receives the HTTP metrics; pass
 	// one to share it with the other components of the process (e.g. the
 	// query side's). Default: a new registry of the server's own.
@@ -279,6 +282,7 @@ func (s *Server) routes() http.Handler {
 	r.Handle("/healthz", http.HandlerFunc(s.healthz)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/readyz", http.HandlerFunc(s.readyz)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/metrics", s.metrics.handler(s.reg)).Methods(http.MethodGet)
+	r.Handle("/status", http.HandlerFunc(s.statusPage)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/openapi.json", http.HandlerFunc(serveOpenAPI)).Methods(http.MethodGet, http.MethodHead)
 
 	// Full paths on the root router, not a subrouter: mux answers 404

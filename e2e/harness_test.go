@@ -12,6 +12,7 @@ import (
 	"github.com/feedco/feed/internal/auth"
 	"github.com/feedco/feed/internal/systest"
 	"github.com/feedco/feed/projections"
+	"github.com/feedco/feed/status"
 )
 
 // policies are the knobs of the system under test. They are set low so a
@@ -81,6 +82,8 @@ func startSystem(t *testing.T, pol policies) *system {
 	srv, err := api.New(api.Config{RequestTimeout: 30 * time.Second}, api.Deps{
 		Commands: s.Commands, Tokens: s.signer, Users: users, Feed: s.Feed, Logger: s.Log,
 		Ready: map[string]func(context.Context) error{"postgres": s.DB.Pool.Ping},
+		Status: status.NewCache(status.Config{Pool: s.DB.Pool, Redis: s.Redis, Kafka: s.Broker.Conn(), Topic: s.Topic,
+			Slot: s.Slot, GroupPrefix: s.GroupPrefix, Prefix: s.Prefix, LagWarnBytes: 1 << 30}, time.Second),
 	})
 	if err != nil {
 		t.Fatal(err)

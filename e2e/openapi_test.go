@@ -363,6 +363,9 @@ func TestOpenAPIResponses(t *testing.T) {
 		want(c.do(base, m, "/openapi.json", nil), 200, m+" openapi.json")
 	}
 	want(c.do(base, "GET", "/metrics", nil), 200, "metrics")
+	for _, m := range []string{"GET", "HEAD"} {
+		want(c.do(base, m, "/status", nil), 200, m+" status page")
+	}
 	if ex := c.do(base, "GET", "/openapi.json", nil); !bytes.Equal(ex.body, api.OpenAPI()) {
 		t.Error("/openapi.json is not the document")
 	}
@@ -383,6 +386,7 @@ func TestOpenAPIResponses(t *testing.T) {
 		"/metrics":           "GET",
 		"/openapi.json":      "GET, HEAD",
 		"/readyz":            "GET, HEAD",
+		"/status":            "GET, HEAD",
 	} {
 		m := "PATCH"
 		if strings.Contains(allow, m) {
@@ -410,6 +414,7 @@ func TestOpenAPIResponses(t *testing.T) {
 	}
 	want(c.do(down, "GET", "/readyz", nil), 503, "readyz, PostgreSQL down")
 	want(c.do(down, "HEAD", "/readyz", nil), 503, "HEAD readyz, PostgreSQL down")
+	want(c.do(down, "GET", "/status", nil), 503, "status page not configured")
 
 	if m := c.missing(); len(m) > 0 {
 		t.Errorf("responses of the document never produced (add a request, or to notProduced with the reason):\n%s", strings.Join(m, "\n"))

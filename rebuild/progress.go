@@ -18,10 +18,36 @@ type Progress struct {
 	interval time.Duration
 	now      func() time.Time
 
-	mu           sync.Mutex
-	phase, unit  string
-	total, done  int64
-	start, drawn time.Time
+	// record, if set, receives each phase's counts (recording).
+	record func(stage, unit string, done, total int64)
+
+	mu                     sync.Mutex
+	phase, unit            string
+	total, done            int64
+	start, drawn, recorded time.Time
+}
+
+// recordEvery is how often a running phase's counts go to record.
+const recordEvery = time.Second
+
+// recording returns a Progress that shows what p shows (nothing when p is
+// nil) and hands each phase's counts to record: at its start, at most once
+// every recordEvery while it runs, and at its end. record is called with
+// the Progress locked, so its calls arrive in order.
+func (p *Progress) recording(record func(stage, unit string, done, total int64)) *Progress {
+	q := &Progress{w: io.Discard, interval: time.Hour, now: time.Now, record: record}
+	if p != nil {
+		q.w, q.tty, q.interval, q.now = p.w, p.tty, p.interval, p.now
+	}
+	return q
+}
+
+// recordNow hands the counts to record (p.mu held).
+func (p *Progress) recordNow() {
+	if p.record != nil {
+		p.recorded = p.now()
+		p.record(p.phase, p.unit, p.done, p.total)
+	}
 }
 
 // NewProgress writes to w (stderr): a bar when tty, lines otherwise.
@@ -44,6 +70,7 @@ func (p *Progress) Start(phase, unit string, total int64) {
 	p.start = p.now()
 	p.drawn = p.start
 	p.draw(false)
+	p.recordNow()
 }
 
 // started reports whether a phase was started (and not yet finished).
@@ -64,8 +91,12 @@ func (p *Progress) Add(n int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.done += int64(n)
-	if p.now().Sub(p.drawn) >= p.interval {
+	now := p.now()
+	if now.Sub(p.drawn) >= p.interval {
 		p.draw(false)
+	}
+	if p.record != nil && now.Sub(p.recorded) >= recordEvery {
+		p.recordNow()
 	}
 }
 
@@ -77,6 +108,7 @@ func (p *Progress) Finish() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.draw(true)
+	p.recordNow()
 	p.phase = ""
 }
 

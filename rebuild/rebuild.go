@@ -147,8 +147,17 @@ func New(cfg Config, pool *pgxpool.Pool, rdb redis.UniversalClient) (*Rebuilder,
 	if _, err := projections.New(cfg.Projections, pool, rdb, nil); err != nil {
 		return nil, fmt.Errorf("rebuild: %w", err)
 	}
-	return &Rebuilder{cfg: cfg, pool: pool, rdb: rdb, prefix: cfg.Projections.Keys.Prefix,
-		reg: readmodel.NewRegistry(cfg.Projections.Keys.Prefix)}, nil
+	r := &Rebuilder{cfg: cfg, pool: pool, rdb: rdb, prefix: cfg.Projections.Keys.Prefix,
+		reg: readmodel.NewRegistry(cfg.Projections.Keys.Prefix)}
+	// The build's counts also go to the rebuild's self-description, for
+	// `feed status` in any process (readmodel's projection:rebuild hash).
+	r.cfg.Progress = cfg.Progress.recording(func(stage, unit string, done, total int64) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = r.reg.SetRebuildInfo(ctx, r.rdb, "stage", stage, "unit", unit, "done", done, "total", total,
+			"updated", time.Now().UTC().Format(time.RFC3339))
+	})
+	return r, nil
 }
 
 // Names returns the projections name stands for, or ErrUnknown.
@@ -227,9 +236,11 @@ func describe(info map[string]string) string {
 	return fmt.Sprintf("%s to version %s, phase %s, started %s", info["projection"], info["version"], info["phase"], info["started"])
 }
 
-// phase records what the rebuild is doing, for `feed status`.
+// phase records what the rebuild is doing, for `feed status`; the
+// counts of the previous phase's stages and its catch-up lag are cleared.
 func (r *Rebuilder) phase(ctx context.Context, name string, version int, phase string) {
 	_ = r.reg.SetRebuildInfo(ctx, r.rdb, "projection", name, "version", version, "phase", phase,
+		"stage", "", "unit", "", "done", 0, "total", 0, "lag", -1,
 		"updated", time.Now().UTC().Format(time.RFC3339))
 	if r.cfg.OnPhase != nil {
 		r.cfg.OnPhase(name, phase)
@@ -465,6 +476,7 @@ func (r *Rebuilder) catchUp(ctx context.Context, group string, done chan error, 
 		lags, err := projections.ConsumerLag(ctx, r.cfg.Runner.Conn(), r.cfg.Runner.Topic, []string{group})
 		if err == nil {
 			lag := lags[group]
+			_ = r.reg.SetRebuildInfo(ctx, r.rdb, "lag", lag, "updated", time.Now().UTC().Format(time.RFC3339))
 			if time.Since(told) >= 2*time.Second || lag <= r.cfg.CatchUpLag {
 				prog.Printf("%s v%d catch-up: %d messages behind", name, next, lag)
 				told = time.Now()

@@ -116,7 +116,23 @@ if [ "${lp:-0}" -lt 1024 ]; then
 fi
 say "PostgreSQL (wal_level=logical, database $FEED_DB) and Redis are ready"
 
-# 6. The local 3-node Redis Cluster the cluster tests use (FEED_TEST_REDIS_CLUSTER_URL
+# 6. Headless Chromium for the status page's browser test (cmd/feed,
+#    TestStatusPageInChromium; docs/testing.md): Debian's chromium, installed
+#    when missing and this runs as root with apt-get. The test skips, saying
+#    why, where there is none.
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    say "installing chromium (the status page's browser test)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -q --no-install-recommends chromium fonts-dejavu-core >/dev/null 2>&1 ||
+      { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q --no-install-recommends chromium fonts-dejavu-core >/dev/null 2>&1; } ||
+      say "could not install chromium: the status page's browser test will be skipped"
+  else
+    say "chromium is not installed (apt-get install chromium as root): the status page's browser test will be skipped"
+  fi
+fi
+
+# 7. The local 3-node Redis Cluster the cluster tests use (FEED_TEST_REDIS_CLUSTER_URL
 #    points them elsewhere; scripts/redis-cluster.sh, idempotent).
 if [ -z "${FEED_TEST_REDIS_CLUSTER_URL:-}" ]; then
   "$(dirname "$0")/redis-cluster.sh" start

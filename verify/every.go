@@ -54,6 +54,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 }
 
 // Every runs Run every interval until ctx ends, recording each result in m
+// and in PostgreSQL (SaveResult, source SourcePeriodic, for `feed status`),
 // and logging the differences (at most maxLogged of them per run) as
 // warnings. A failed run is logged and counted; the next one runs on time.
 func Every(ctx context.Context, interval time.Duration, cfg Config, pool *pgxpool.Pool, rdb redis.UniversalClient, m *Metrics, log *slog.Logger) error {
@@ -73,8 +74,12 @@ func Every(ctx context.Context, interval time.Duration, cfg Config, pool *pgxpoo
 		if ctx.Err() != nil {
 			return nil
 		}
+		took := time.Since(start)
 		m.LastRun.SetToCurrentTime()
-		m.Duration.Set(time.Since(start).Seconds())
+		m.Duration.Set(took.Seconds())
+		if serr := SaveResult(ctx, pool, NewResult(SourcePeriodic, rep, err, time.Now(), took)); serr != nil && ctx.Err() == nil {
+			log.Warn("verify: could not record the result for `feed status`", "err", serr)
+		}
 		switch {
 		case err != nil:
 			m.Runs.WithLabelValues("error").Inc()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,6 +18,7 @@ import (
 	"github.com/feedco/feed/internal/auth"
 	"github.com/feedco/feed/internal/snowflake"
 	"github.com/feedco/feed/queries"
+	"github.com/feedco/feed/status"
 )
 
 func newAPICommand(c *cli) *cobra.Command {
@@ -24,7 +26,7 @@ func newAPICommand(c *cli) *cobra.Command {
 		Use:   "api",
 		Short: "The HTTP API: the write side and the query side",
 		Long: longHelp("The HTTP API: the write side (commands) and the query side (home feed, author timelines),\n"+
-			"with /healthz, /readyz and /metrics.", envPostgres, envRedis, envAPI),
+			"with /healthz, /readyz, /metrics and the operators' status page /status (which reads Kafka too).", envPostgres, envRedis, envKafka, envAPI, []string{"FEED_SLOT", "FEED_LAG_WARN_BYTES"}),
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, log, err := c.config()
@@ -125,6 +127,10 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiTask, func(), error
 		return apiTask{}, nil, fmt.Errorf("build the query side: %w", err)
 	}
 	deps.Feed = f
+	// The operators' page, GET /status: the model of `feed status`,
+	// gathered at most once a second.
+	deps.Status = status.NewCache(status.Config{Pool: p.Pool, Redis: p.Redis, Kafka: connOf(cfg), Topic: cfg.Topic,
+		Slot: cfg.Slot, LagWarnBytes: cfg.LagWarnBytes}, time.Second)
 	deps.AfterPostCreated = func(ctx context.Context, post feedcmd.Post) {
 		err := f.PostCreated(ctx, queries.NewPost{ID: post.ID, AuthorID: post.AuthorID, Content: post.Content, CreatedAt: post.CreatedAt})
 		if err != nil && !errors.Is(err, queries.ErrCircuitOpen) { // skipped while Redis is down: the circuit logs that once

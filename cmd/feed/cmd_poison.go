@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -231,38 +230,4 @@ func printPoisonEntry(w io.Writer, e projections.PoisonEntry) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(out)
-}
-
-// printPoisonStatus is `feed status`'s poison section: per consumer group
-// its records by state.
-func printPoisonStatus(ctx context.Context, a *App, w io.Writer) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	q, err := projections.NewPoisonQueue(connOf(a.Cfg), a.Cfg.Topic, a.Pool)
-	if err != nil {
-		return err
-	}
-	counts, err := q.Counts(ctx)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(w, "poison queue (%s; pending, replayed, discarded):\n", q.Topic())
-	if len(counts) == 0 {
-		fmt.Fprintln(w, "  empty")
-		return nil
-	}
-	groups := make([]string, 0, len(counts))
-	for g := range counts {
-		groups = append(groups, g)
-	}
-	sort.Strings(groups)
-	for _, g := range groups {
-		c := counts[g]
-		note := ""
-		if c.Pending > 0 {
-			note = "  <-- `feed poison list --group " + g + "`"
-		}
-		fmt.Fprintf(w, "  %-34s %d pending, %d replayed, %d discarded%s\n", g, c.Pending, c.Replayed, c.Discarded, note)
-	}
-	return nil
 }

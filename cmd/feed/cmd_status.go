@@ -2,105 +2,81 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
-	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/feedco/feed/cdc"
+	"github.com/feedco/feed/status"
 )
 
 func newStatusCommand(c *cli) *cobra.Command {
-	return &cobra.Command{
-		Use:   "status",
-		Short: "CDC slot lag and events published; per projection its version, consumer group and lag; poison counts; per Redis node its keys",
+	var output string
+	cmd := &cobra.Command{
+		Use:   "status [--output text|json]",
+		Short: "CDC slot lag and events published; per projection its version, policy, consumer group and lag, and a running rebuild's progress; poison counts; the last verification; per Redis node its keys",
 		Long: longHelp("Prints the CDC replication slot's state and lag (bytes, seconds) and the events published, then per projection\n"+
-			"its active version, consumer group and lag, and whether a rebuild is running, then the poison queue's\n"+
-			"records per consumer group (pending, replayed, discarded), then per Redis node (every master\n"+
-			"of a cluster) its keys, memory and commands processed. A section that fails does not hide the others.",
+			"its active version, the policy recorded with it, its consumer group and lag, and the running rebuild's phase\n"+
+			"and counts, then the poison queue's records per consumer group (pending, replayed, discarded), then the last\n"+
+			"result of `feed verify` and of FEED_VERIFY_EVERY, then per Redis node (every master of a cluster) its keys,\n"+
+			"memory and commands processed. A section that fails does not hide the others (exit 1 after printing them).\n"+
+			"--output json prints the same as one JSON object (docs/api.md, Status); the API's /status page shows it as HTML.",
 			envPostgres, envRedis, envKafka, []string{"FEED_SLOT", "FEED_LAG_WARN_BYTES"}),
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output != "text" && output != "json" {
+				return flagUsage("output", "want text or json, got %q", output)
+			}
 			cfg, log, err := c.config()
 			if err != nil {
 				return err
 			}
-			return runStatus(cmd.Context(), cfg, log, c.stdout)
+			return runStatus(cmd.Context(), cfg, log, output, c.stdout)
 		},
 	}
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
+	return cmd
 }
 
-// runStatus is `feed status`: its sections in order, each printed even
-// when another failed.
-func runStatus(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) error {
+// runStatus is `feed status`: every section gathered at once, then printed
+// as text or JSON, each one even when another failed.
+func runStatus(ctx context.Context, cfg Config, log *slog.Logger, output string, stdout io.Writer) error {
 	a, err := openApp(ctx, cfg, log, true, false)
 	if err != nil {
 		return err
 	}
 	defer a.Close()
-	sections := []struct {
-		name  string
-		print func(ctx context.Context, a *App, w io.Writer) error
-	}{
-		{"cdc", printCDCStatus},
-		{"projections", printProjectionStatus},
-		{"poison", printPoisonStatus},
-		{"redis", printRedisStatus},
-	}
-	var failed []string
-	for i, s := range sections {
-		if i > 0 {
-			fmt.Fprintln(stdout)
+	sc, done := a.statusConfig(ctx)
+	defer done()
+	r := status.Gather(ctx, sc)
+	if output == "json" {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(r); err != nil {
+			return err
 		}
-		if err := s.print(ctx, a, stdout); err != nil {
-			fmt.Fprintf(stdout, "%s: unavailable: %v\n", s.name, err)
-			failed = append(failed, s.name)
-		}
+	} else {
+		r.WriteText(stdout)
 	}
-	if len(failed) > 0 {
+	if failed := r.Failed(); len(failed) > 0 {
 		return fmt.Errorf("status incomplete: %v", failed)
 	}
 	return nil
 }
 
-// printCDCStatus shows the replication slot's lag in bytes and seconds and
-// the events CDC published.
-func printCDCStatus(ctx context.Context, a *App, w io.Writer) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	st, err := cdc.Status(ctx, a.Pool, a.Cfg.Slot)
+// statusConfig is where the App's status is read from: its PostgreSQL, its
+// Redis (or a small client of its own, which done closes; a Redis that
+// cannot be reached fails the sections that need it), the broker and
+// topic, the slot.
+func (a *App) statusConfig(ctx context.Context) (status.Config, func()) {
+	sc := status.Config{Pool: a.Pool, Kafka: connOf(a.Cfg), Topic: a.Cfg.Topic, Slot: a.Cfg.Slot, LagWarnBytes: a.Cfg.LagWarnBytes}
+	rdb, done, err := a.statusRedis(ctx)
 	if err != nil {
-		return err
+		sc.RedisErr = err
+		return sc, func() {}
 	}
-	fmt.Fprintf(w, "cdc (slot %s, topic %s):\n", st.Slot, a.Cfg.Topic)
-	fmt.Fprint(w, st.SlotLossLine())
-	if !st.Exists {
-		fmt.Fprintln(w, "  slot             missing: `feed cdc` creates it (events committed before that are not streamed)")
-		return nil
-	}
-	state := "active (a CDC process is streaming)"
-	if !st.Active {
-		state = "INACTIVE: no CDC process is streaming; PostgreSQL keeps WAL until one does"
-	}
-	fmt.Fprintf(w, "  state            %s\n", state)
-	fmt.Fprintf(w, "  confirmed LSN    %s (server at %s)\n", st.ConfirmedLSN, st.CurrentLSN)
-	warn := ""
-	if st.LagBytes > a.Cfg.LagWarnBytes {
-		warn = fmt.Sprintf("  <-- over FEED_LAG_WARN_BYTES (%d)", a.Cfg.LagWarnBytes)
-	}
-	fmt.Fprintf(w, "  lag              %d bytes, %.1f s%s\n", st.LagBytes, st.LagSeconds, warn)
-	if st.WALStatus != "" && st.WALStatus != "reserved" {
-		fmt.Fprintf(w, "  wal status       %s (see docs/cdc.md)\n", st.WALStatus)
-	}
-	published := "none recorded yet"
-	if !st.UpdatedAt.IsZero() {
-		published = fmt.Sprintf("%d (progress saved %s ago)", st.EventsPublished, time.Since(st.UpdatedAt).Round(time.Second))
-	}
-	fmt.Fprintf(w, "  events published %s\n", published)
-	if !st.LastCommitAt.IsZero() {
-		fmt.Fprintf(w, "  newest published commit %s\n", st.LastCommitAt.UTC().Format(time.RFC3339))
-	}
-	return nil
+	sc.Redis = rdb
+	return sc, done
 }

@@ -3,13 +3,16 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/feedco/feed/internal/testenv"
 	"github.com/feedco/feed/readmodel"
+	"github.com/feedco/feed/status"
 )
 
 // The CDC section of `feed status` says when the slot is missing, and
@@ -119,4 +122,31 @@ func TestOpenRedisClusterForm(t *testing.T) {
 	if _, err := openRedis(ctx, Config{RedisURL: "redis://127.0.0.1:17001?addr=127.0.0.1:17002&bogus=1"}, 4); err == nil {
 		t.Error("a cluster URL with an unknown option was accepted")
 	}
+}
+
+// printCDCStatus, printProjectionStatus, printPoisonStatus and
+// printRedisStatus write one section of `feed status` as the command
+// does, and return its error.
+func printCDCStatus(ctx context.Context, a *App, w io.Writer) error {
+	sc, done := a.statusConfig(ctx)
+	defer done()
+	return status.GatherCDC(ctx, sc).WriteText(w, time.Now())
+}
+
+func printProjectionStatus(ctx context.Context, a *App, w io.Writer) error {
+	sc, done := a.statusConfig(ctx)
+	defer done()
+	return status.GatherProjections(ctx, sc).WriteText(w, time.Now())
+}
+
+func printPoisonStatus(ctx context.Context, a *App, w io.Writer) error {
+	sc, done := a.statusConfig(ctx)
+	defer done()
+	return status.GatherPoison(ctx, sc).WriteText(w, time.Now())
+}
+
+func printRedisStatus(ctx context.Context, a *App, w io.Writer) error {
+	sc, done := a.statusConfig(ctx)
+	defer done()
+	return status.GatherRedis(ctx, sc).WriteText(w, time.Now())
 }

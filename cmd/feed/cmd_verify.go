@@ -81,7 +81,14 @@ func runVerify(ctx context.Context, cfg Config, log *slog.Logger, o verifyOption
 	defer a.Close()
 	vc := verifyConfig(cfg, log)
 	vc.Users, vc.User, vc.Depth, vc.SettleTimeout = o.users, o.user, o.depth, o.settle
+	start := time.Now()
 	rep, err := verify.Run(ctx, vc, a.Pool, a.Redis)
+	if ctx.Err() == nil {
+		// The last result, for `feed status` and the status page.
+		if serr := verify.SaveResult(ctx, a.Pool, verify.NewResult(verify.SourceCommand, rep, err, time.Now(), time.Since(start))); serr != nil {
+			log.Warn("verify: could not record the result for `feed status`", "err", serr)
+		}
+	}
 	if err != nil {
 		return err
 	}
