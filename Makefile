@@ -3,7 +3,7 @@
 GO ?= go
 TEST_FLAGS ?= -count=1 -timeout 15m
 
-.PHONY: dev test prepare build bench fuzz vet faults
+.PHONY: dev test prepare build bench fuzz vet faults status-screenshot
 
 prepare:
 	@scripts/prepare.sh
@@ -23,6 +23,11 @@ test: prepare
 # connections terminated, under a workload; prints the table.
 faults: prepare
 	$(GO) test -count=1 -timeout 30m -v -run '^TestFaults$$' ./faults -faults.full
+
+# The status page's screenshot, docs/status.png, from its browser test
+# (headless Chromium; docs/testing.md).
+status-screenshot: prepare
+	$(GO) test -count=1 -run '^TestStatusPageInChromium$$' ./cmd/feed -status.png $(CURDIR)/docs/status.png
 
 bench: prepare
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
