@@ -138,7 +138,7 @@ if [ -z "${FEED_TEST_REDIS_CLUSTER_URL:-}" ]; then
   "$(dirname "$0")/redis-cluster.sh" start
 fi
 
-# 7. promtool (Debian's prometheus package), for the suite's checks of the
+# 8. promtool (Debian's prometheus package), for the suite's checks of the
 #    alert rules in deploy/prometheus (TestPromtoolRules). RUNLEVEL=1 keeps
 #    the package's own Prometheus service from being started.
 if ! command -v promtool >/dev/null 2>&1; then
