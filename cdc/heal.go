@@ -292,7 +292,7 @@ func (c *CDC) heal(ctx context.Context, from uint64) error {
 		return err
 	}
 	began := time.Now()
-	n, err := c.republish(ctx, from, to, start)
+	n, err := c.republish(ctx, from, to, 0, start, nil)
 	if err != nil {
 		return err
 	}
@@ -311,18 +311,19 @@ func (c *CDC) heal(ctx context.Context, from uint64) error {
 	return nil
 }
 
-// republish hands the events with from <= tx_id < to to the lanes, in
-// position order (commit order for one key's events whenever each was
-// written by a transaction that saw the previous one, which is how the
-// write side orders an audience's changes), with start as their commit
-// LSN, and waits until Kafka acknowledged them all. It returns how many.
-func (c *CDC) republish(ctx context.Context, from, to uint64, start pglogrepl.LSN) (int64, error) {
+// republish hands the events with from <= tx_id < to and a position above
+// after to the lanes, in position order (commit order for one key's events
+// whenever each was written by a transaction that saw the previous one,
+// which is how the write side orders an audience's changes), with start as
+// their commit LSN, and waits until Kafka acknowledged them all. It
+// returns how many. onPage, when set, is called after each page is handed
+// to the lanes with the count so far and the last position handed.
+func (c *CDC) republish(ctx context.Context, from, to uint64, after int64, start pglogrepl.LSN, onPage func(n, last int64)) (int64, error) {
 	t := &txn{commitLSN: start, commitTime: time.Now(), receivedAt: time.Now()}
 	t.complete.Store(true)
 	cols := eventColumns{position: 0, eventID: 1, streamID: 2, streamVersion: 3, typ: 4, payload: 5, metadata: 6, recordedAt: 7}
 	fromS, toS := strconv.FormatUint(from, 10), strconv.FormatUint(to, 10)
 	var n int64
-	after := int64(0)
 	for {
 		// Text columns in the format pgoutput sends them (recorded_at as
 		// the replication session prints it: ISO, UTC).
@@ -368,6 +369,9 @@ func (c *CDC) republish(ctx context.Context, from, to uint64, start pglogrepl.LS
 				return n, ctx.Err()
 			}
 			n++
+		}
+		if onPage != nil && len(page) > 0 {
+			onPage(n, after)
 		}
 		if len(page) < republishPage {
 			break
