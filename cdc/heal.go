@@ -292,7 +292,7 @@ func (c *CDC) heal(ctx context.Context, from uint64) error {
 		return err
 	}
 	began := time.Now()
-	n, err := c.republish(ctx, from, to, 0, start, nil)
+	n, err := c.republish(ctx, c.pool, from, to, 0, start, nil)
 	if err != nil {
 		return err
 	}
@@ -311,14 +311,20 @@ func (c *CDC) heal(ctx context.Context, from uint64) error {
 	return nil
 }
 
+// querier is what republish reads the log through: the pool, or a
+// transaction whose one snapshot every page reads.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
 // republish hands the events with from <= tx_id < to and a position above
 // after to the lanes, in position order (commit order for one key's events
 // whenever each was written by a transaction that saw the previous one,
 // which is how the write side orders an audience's changes), with start as
 // their commit LSN, and waits until Kafka acknowledged them all. It
-// returns how many. onPage, when set, is called after each page is handed
+// returns how many. It reads through db. onPage, when set, is called after each page is handed
 // to the lanes with the count so far and the last position handed.
-func (c *CDC) republish(ctx context.Context, from, to uint64, after int64, start pglogrepl.LSN, onPage func(n, last int64)) (int64, error) {
+func (c *CDC) republish(ctx context.Context, db querier, from, to uint64, after int64, start pglogrepl.LSN, onPage func(n, last int64)) (int64, error) {
 	t := &txn{commitLSN: start, commitTime: time.Now(), receivedAt: time.Now()}
 	t.complete.Store(true)
 	cols := eventColumns{position: 0, eventID: 1, streamID: 2, streamVersion: 3, typ: 4, payload: 5, metadata: 6, recordedAt: 7}
@@ -327,7 +333,7 @@ func (c *CDC) republish(ctx context.Context, from, to uint64, after int64, start
 	for {
 		// Text columns in the format pgoutput sends them (recorded_at as
 		// the replication session prints it: ISO, UTC).
-		rows, err := c.pool.Query(ctx, `
+		rows, err := db.Query(ctx, `
 			SELECT position::text, event_id::text, stream_id, stream_version::text, type, payload::text, metadata::text,
 			       to_char(recorded_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US') || '+00'
 			FROM events WHERE tx_id >= $1::text::xid8 AND tx_id < $2::text::xid8 AND position > $3

@@ -51,10 +51,10 @@ type ReseedResult struct {
 	// last position published; 0 when none).
 	Events                   int64
 	FromPosition, ToPosition int64
-	// Below is the transaction id bound: every event published was written
-	// by a transaction with an id below it, all of them finished and
-	// visible before the first publish. CommitLSN is the commit LSN the
-	// events carry (the WAL insert position read before Below).
+	// Below is the xmax of the snapshot the log was read in: every event
+	// published was written by a transaction below it that the snapshot
+	// shows committed. CommitLSN is the commit LSN the events carry (the
+	// WAL insert position read before the snapshot).
 	Below     uint64
 	CommitLSN pglogrepl.LSN
 	Took      time.Duration
@@ -66,24 +66,26 @@ type ReseedResult struct {
 // It is the slot-loss heal's republication (republish) with a position
 // bound instead of a transaction-id one, and gives the same guarantees:
 //
-//   - Visibility: it reads W, the WAL insert position, then T, the next
-//     transaction id, and waits until every transaction below T finished;
-//     it publishes the events of transactions below T only, so each is
-//     visible to new snapshots before it is published (a rebuild that
-//     reads PostgreSQL after the topic's end offsets sees it).
+//   - Visibility: it reads W, the WAL insert position, waits until every
+//     transaction running at a snapshot taken after W has finished (so
+//     every transaction whose commit record lies before W is visible),
+//     then reads the log in one REPEATABLE READ snapshot: it publishes
+//     what that snapshot shows, each event visible to new snapshots
+//     before it is published (a rebuild that reads PostgreSQL after the
+//     topic's end offsets sees it).
 //   - Order: position order, which is commit order for one key's events
 //     (the write side orders an audience's changes on its users row), one
 //     key's events published one at a time in its lane.
 //   - Commit LSN: every event carries W, above the commit LSN of
-//     everything CDC published before and below that of every transaction
-//     it publishes after (those got their ids after T, hence committed
-//     after W): the celebrity set's order guard (readmodel.Order) ranks a
-//     reseeded event after what the projectors applied before and before
-//     what CDC streams next.
+//     everything CDC published before (it is stopped) and below that of
+//     every transaction the snapshot does not show (they committed after
+//     it, so after W), which CDC streams next: the celebrity set's order
+//     guard (readmodel.Order) ranks a reseeded event after what the
+//     projectors applied before and before what CDC streams next.
 //
 // Nothing is lost between a reseed and CDC: every transaction that
-// committed before CDC's slot position (CDC is stopped) has an id below
-// T, and CDC streams what commits after it when it starts again; events in
+// committed before CDC's slot position (CDC is stopped) is in the
+// snapshot, and CDC streams what commits after it when it starts again; events in
 // both are published twice, which the projectors absorb.
 //
 // Reseed requires CDC stopped: it refuses with ErrCDCRunning while a
@@ -126,8 +128,11 @@ func Reseed(ctx context.Context, cfg Config, pool *pgxpool.Pool, from ReseedFrom
 	if err != nil {
 		return res, err
 	}
-	// W before T: a transaction with an id at or above T got it after W
-	// was read, so its commit record lies after W.
+	// W first. Then every transaction running at a snapshot taken after
+	// it has finished, so every transaction whose commit record lies
+	// before W is visible; the log is read in one snapshot taken then.
+	// What it shows committed before it; what it does not show commits
+	// after it, so after W.
 	var ws string
 	if err := pool.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&ws); err != nil {
 		return res, fmt.Errorf("read WAL position: %w", err)
@@ -136,14 +141,26 @@ func Reseed(ctx context.Context, cfg Config, pool *pgxpool.Pool, from ReseedFrom
 	if err != nil {
 		return res, fmt.Errorf("parse WAL position %q: %w", ws, err)
 	}
-	below, err := c.waitFinished(ctx)
-	if err != nil {
+	if _, err := c.waitFinished(ctx); err != nil {
 		return res, err
+	}
+	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return res, fmt.Errorf("begin the reseed's snapshot: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	var bs string
+	if err := tx.QueryRow(ctx, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text`).Scan(&bs); err != nil {
+		return res, fmt.Errorf("read the reseed's snapshot: %w", err)
+	}
+	below, err := strconv.ParseUint(bs, 10, 64)
+	if err != nil {
+		return res, fmt.Errorf("read the reseed's snapshot %q: %w", bs, err)
 	}
 	res.Below, res.CommitLSN = below, w
 	var total int64
-	err = pool.QueryRow(ctx, `SELECT count(*), coalesce(min(position), 0), coalesce(max(position), 0) FROM events
-		WHERE position >= $1 AND tx_id < $2::text::xid8`, first, strconv.FormatUint(below, 10)).Scan(&total, &res.FromPosition, &res.ToPosition)
+	err = tx.QueryRow(ctx, `SELECT count(*), coalesce(min(position), 0), coalesce(max(position), 0) FROM events
+		WHERE position >= $1`, first).Scan(&total, &res.FromPosition, &res.ToPosition)
 	if err != nil {
 		return res, fmt.Errorf("count events to reseed: %w", err)
 	}
@@ -173,7 +190,7 @@ func Reseed(ctx context.Context, cfg Config, pool *pgxpool.Pool, from ReseedFrom
 			}
 		}
 	}()
-	n, err := c.republish(ctx, 0, below, first-1, w, func(n, pos int64) {
+	n, err := c.republish(ctx, tx, 0, below, first-1, w, func(n, pos int64) {
 		queued.Store(n)
 		last.Store(pos)
 	})
