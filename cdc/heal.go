@@ -407,23 +407,29 @@ func (c *CDC) waitFinished(ctx context.Context) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("read snapshot %q: %w", xs, err)
 	}
+	return target, c.waitXmin(ctx, target)
+}
+
+// waitXmin waits until every transaction with an id below target has
+// finished.
+func (c *CDC) waitXmin(ctx context.Context, target uint64) error {
 	began, told := time.Now(), false
 	wait := 5 * time.Millisecond
 	for {
 		xmin, err := c.snapshotXmin(ctx)
 		if err != nil {
-			return 0, err
+			return err
 		}
 		if xmin >= target {
-			return target, nil
+			return nil
 		}
 		if !told && time.Since(began) > 5*time.Second {
 			told = true
-			c.cfg.Logger.Warn("cdc: heal waits for older transactions to finish before republishing", "oldest_running_xid", xmin)
+			c.cfg.Logger.Warn("cdc: waiting for older transactions to finish before republishing", "oldest_running_xid", xmin)
 		}
 		select {
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return ctx.Err()
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, 200*time.Millisecond)

@@ -66,9 +66,10 @@ type ReseedResult struct {
 // It is the slot-loss heal's republication (republish) with a position
 // bound instead of a transaction-id one, and gives the same guarantees:
 //
-//   - Visibility: it reads W, the WAL insert position, waits until every
-//     transaction running at a snapshot taken after W has finished (so
-//     every transaction whose commit record lies before W is visible),
+//   - Visibility: it reads W, the WAL insert position, takes a
+//     transaction id X, waits until every transaction below X has
+//     finished (so every transaction whose commit record lies before W is
+//     visible),
 //     then reads the log in one REPEATABLE READ snapshot: it publishes
 //     what that snapshot shows, each event visible to new snapshots
 //     before it is published (a rebuild that reads PostgreSQL after the
@@ -128,9 +129,12 @@ func Reseed(ctx context.Context, cfg Config, pool *pgxpool.Pool, from ReseedFrom
 	if err != nil {
 		return res, err
 	}
-	// W first. Then every transaction running at a snapshot taken after
-	// it has finished, so every transaction whose commit record lies
-	// before W is visible; the log is read in one snapshot taken then.
+	// W first. Then a transaction id X assigned after it, and a wait
+	// until every transaction below X has finished: every transaction
+	// whose commit record lies before W had its id before X (a snapshot's
+	// xmax would not do: a transaction between writing its commit record
+	// and leaving the ProcArray may hold an id above it), so it is
+	// visible. The log is read in one snapshot taken then.
 	// What it shows committed before it; what it does not show commits
 	// after it, so after W.
 	var ws string
@@ -141,7 +145,15 @@ func Reseed(ctx context.Context, cfg Config, pool *pgxpool.Pool, from ReseedFrom
 	if err != nil {
 		return res, fmt.Errorf("parse WAL position %q: %w", ws, err)
 	}
-	if _, err := c.waitFinished(ctx); err != nil {
+	var xs string
+	if err := pool.QueryRow(ctx, `SELECT pg_current_xact_id()::text`).Scan(&xs); err != nil {
+		return res, fmt.Errorf("read a transaction id: %w", err)
+	}
+	x, err := strconv.ParseUint(xs, 10, 64)
+	if err != nil {
+		return res, fmt.Errorf("read a transaction id %q: %w", xs, err)
+	}
+	if err := c.waitXmin(ctx, x+1); err != nil {
 		return res, err
 	}
 	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
