@@ -321,9 +321,10 @@ type querier interface {
 // after to the lanes, in position order (commit order for one key's events
 // whenever each was written by a transaction that saw the previous one,
 // which is how the write side orders an audience's changes), with start as
-// their commit LSN, and waits until Kafka acknowledged them all. It
-// returns how many. It reads through db. onPage, when set, is called after each page is handed
-// to the lanes with the count so far and the last position handed.
+// their commit LSN, and waits until Kafka acknowledged them all. It reads
+// through db and returns how many. onPage, when set, is called after each
+// page is handed to the lanes with the count so far and the last position
+// handed.
 func (c *CDC) republish(ctx context.Context, db querier, from, to uint64, after int64, start pglogrepl.LSN, onPage func(n, last int64)) (int64, error) {
 	t := &txn{commitLSN: start, commitTime: time.Now(), receivedAt: time.Now()}
 	t.complete.Store(true)
