@@ -292,7 +292,7 @@ func (c *CDC) heal(ctx context.Context, from uint64) error {
 		return err
 	}
 	began := time.Now()
-	n, err := c.republish(ctx, from, to, start)
+	n, err := c.republish(ctx, c.pool, from, to, 0, start, nil)
 	if err != nil {
 		return err
 	}
@@ -311,22 +311,30 @@ func (c *CDC) heal(ctx context.Context, from uint64) error {
 	return nil
 }
 
-// republish hands the events with from <= tx_id < to to the lanes, in
-// position order (commit order for one key's events whenever each was
-// written by a transaction that saw the previous one, which is how the
-// write side orders an audience's changes), with start as their commit
-// LSN, and waits until Kafka acknowledged them all. It returns how many.
-func (c *CDC) republish(ctx context.Context, from, to uint64, start pglogrepl.LSN) (int64, error) {
+// querier is what republish reads the log through: the pool, or a
+// transaction whose one snapshot every page reads.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// republish hands the events with from <= tx_id < to and a position above
+// after to the lanes, in position order (commit order for one key's events
+// whenever each was written by a transaction that saw the previous one,
+// which is how the write side orders an audience's changes), with start as
+// their commit LSN, and waits until Kafka acknowledged them all. It reads
+// through db and returns how many. onPage, when set, is called after each
+// page is handed to the lanes with the count so far and the last position
+// handed.
+func (c *CDC) republish(ctx context.Context, db querier, from, to uint64, after int64, start pglogrepl.LSN, onPage func(n, last int64)) (int64, error) {
 	t := &txn{commitLSN: start, commitTime: time.Now(), receivedAt: time.Now()}
 	t.complete.Store(true)
 	cols := eventColumns{position: 0, eventID: 1, streamID: 2, streamVersion: 3, typ: 4, payload: 5, metadata: 6, recordedAt: 7}
 	fromS, toS := strconv.FormatUint(from, 10), strconv.FormatUint(to, 10)
 	var n int64
-	after := int64(0)
 	for {
 		// Text columns in the format pgoutput sends them (recorded_at as
 		// the replication session prints it: ISO, UTC).
-		rows, err := c.pool.Query(ctx, `
+		rows, err := db.Query(ctx, `
 			SELECT position::text, event_id::text, stream_id, stream_version::text, type, payload::text, metadata::text,
 			       to_char(recorded_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US') || '+00'
 			FROM events WHERE tx_id >= $1::text::xid8 AND tx_id < $2::text::xid8 AND position > $3
@@ -369,6 +377,9 @@ func (c *CDC) republish(ctx context.Context, from, to uint64, start pglogrepl.LS
 			}
 			n++
 		}
+		if onPage != nil && len(page) > 0 {
+			onPage(n, after)
+		}
 		if len(page) < republishPage {
 			break
 		}
@@ -397,23 +408,29 @@ func (c *CDC) waitFinished(ctx context.Context) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("read snapshot %q: %w", xs, err)
 	}
+	return target, c.waitXmin(ctx, target)
+}
+
+// waitXmin waits until every transaction with an id below target has
+// finished.
+func (c *CDC) waitXmin(ctx context.Context, target uint64) error {
 	began, told := time.Now(), false
 	wait := 5 * time.Millisecond
 	for {
 		xmin, err := c.snapshotXmin(ctx)
 		if err != nil {
-			return 0, err
+			return err
 		}
 		if xmin >= target {
-			return target, nil
+			return nil
 		}
 		if !told && time.Since(began) > 5*time.Second {
 			told = true
-			c.cfg.Logger.Warn("cdc: heal waits for older transactions to finish before republishing", "oldest_running_xid", xmin)
+			c.cfg.Logger.Warn("cdc: waiting for older transactions to finish before republishing", "oldest_running_xid", xmin)
 		}
 		select {
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return ctx.Err()
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, 200*time.Millisecond)

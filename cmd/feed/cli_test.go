@@ -32,6 +32,7 @@ func TestHelp(t *testing.T) {
 		"api":             nil,
 		"cdc":             {"--metrics-addr"},
 		"cdc drop-slot":   nil,
+		"cdc reseed":      {"--from", "--topic"},
 		"project":         {"--only", "--metrics-addr"},
 		"kafka":           {"--brokers", "--sasl-user", "--sasl-password", "--tls-cert", "--tls-key"},
 		"token":           {"--user", "--ttl"},
@@ -152,5 +153,29 @@ func TestExitCodes(t *testing.T) {
 	code, _, stderr := runCLI(t, cfg, "seed", "--dry-run", "--users", "10", "--end", "yesterday")
 	if code != exitUsage || !strings.HasPrefix(stderr, "feed seed: --end: ") {
 		t.Errorf("seed --end yesterday: exit %d, stderr %q", code, stderr)
+	}
+}
+
+// `feed cdc reseed --from` takes a position or an RFC 3339 time, and says
+// why it refuses anything else (a commit LSN included).
+func TestReseedFrom(t *testing.T) {
+	t.Parallel()
+	if f, err := parseReseedFrom("1"); err != nil || f.Position != 1 {
+		t.Fatalf("--from 1: %+v, %v", f, err)
+	}
+	if f, err := parseReseedFrom("2026-11-30T09:41:12Z"); err != nil || f.Time.IsZero() || f.Position != 0 {
+		t.Fatalf("--from a time: %+v, %v", f, err)
+	}
+	for in, want := range map[string]string{
+		"":            "required",
+		"0":           "positions start at 1",
+		"16/B374D848": "does not record commit LSNs",
+		"yesterday":   "neither a position nor an RFC 3339 time",
+	} {
+		_, err := parseReseedFrom(in)
+		var u usageError
+		if !errors.As(err, &u) || !strings.Contains(err.Error(), want) {
+			t.Errorf("--from %q: %v, want a usage error saying %q", in, err, want)
+		}
 	}
 }

@@ -37,7 +37,7 @@ func newCDCCommand(c *cli) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address (default: none)")
-	cmd.AddCommand(newDropSlotCommand(c))
+	cmd.AddCommand(newDropSlotCommand(c), newReseedCommand(c))
 	return cmd
 }
 

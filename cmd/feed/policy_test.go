@@ -15,7 +15,8 @@ import (
 // version recorded (after a switch to zset, 300 here); one with either
 // set to another value refuses to start (`feed project` and `feed api`),
 // saying which value differs and the rebuild that changes it; set to the
-// recorded values it starts.
+// recorded values it starts. FEED_CELEBRITY_THRESHOLD set to another value
+// than the recorded one is refused the same way.
 func TestPolicyAdoptOrRefuse(t *testing.T) {
 	db := testenv.NewDB(t)
 	ctx := context.Background()
@@ -55,6 +56,22 @@ func TestPolicyAdoptOrRefuse(t *testing.T) {
 	}
 	if _, err := resolvePolicy(ctx, load("zset", "300"), db.Pool, log); err != nil {
 		t.Fatalf("the recorded values set explicitly: %v", err)
+	}
+	// FEED_CELEBRITY_THRESHOLD against the recorded threshold (10000, the
+	// fresh deployment's): refused by both roles, naming both values.
+	t.Setenv("FEED_CELEBRITY_THRESHOLD", "5")
+	thr := load("", "")
+	t.Setenv("FEED_CELEBRITY_THRESHOLD", "")
+	for _, role := range []string{"project", "api"} {
+		code, _, stderr := runCLI(t, thr, role)
+		if code == 0 {
+			t.Fatalf("feed %s with FEED_CELEBRITY_THRESHOLD=5 started against a recorded 10000", role)
+		}
+		for _, w := range []string{"FEED_CELEBRITY_THRESHOLD=5", "celebrity threshold 10000", "unset FEED_CELEBRITY_THRESHOLD to adopt it"} {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("feed %s refused with %q, which does not say %q", role, stderr, w)
+			}
+		}
 	}
 	for _, tc := range []struct {
 		layout, max string

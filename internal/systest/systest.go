@@ -82,6 +82,95 @@ type System struct {
 	ProjectionMetrics *prometheus.Registry
 	// Log is the components' logger (warnings and errors to stderr).
 	Log *slog.Logger
+
+	pcfg       projections.Config
+	pm         *projections.Metrics
+	supervised bool
+	stopCDC    func()
+	stopProj   func()
+}
+
+// startCDC runs CDC from the system's slot to its topic until StopCDC or
+// the end of the test.
+func (s *System) startCDC(t testing.TB) {
+	t.Helper()
+	pub, err := kafka.NewPublisher(s.Broker.Conn(), watermill.NopLogger{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := cdc.New(s.CDCConfig(), s.DB.Pool, pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, "cdc", c.Run)
+	s.stopCDC = func() { stop(); _ = pub.Close() }
+	t.Cleanup(func() { _ = pub.Close() })
+}
+
+// CDCConfig is the configuration of the system's CDC: its slot and topic,
+// short intervals.
+func (s *System) CDCConfig() cdc.Config {
+	return cdc.Config{
+		DatabaseURL:     s.DB.URL,
+		Slot:            s.Slot,
+		Topic:           s.Topic,
+		ConfirmInterval: 100 * time.Millisecond,
+		StatusInterval:  time.Second,
+		StateInterval:   500 * time.Millisecond,
+		MinBackoff:      50 * time.Millisecond,
+		MaxBackoff:      time.Second,
+		Logger:          s.Log,
+	}
+}
+
+// startProjectors runs every projector on the system's topic until
+// StopProjectors or the end of the test.
+func (s *System) startProjectors(t testing.TB) {
+	t.Helper()
+	if s.supervised {
+		sup, err := projections.NewSupervisor(projections.SupervisorConfig{
+			Projections:  s.pcfg,
+			Runner:       s.RunnerConfig(),
+			PollInterval: 200 * time.Millisecond,
+		}, s.DB.Pool, s.Redis, s.pm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.stopProj = run(t, "projectors", sup.Run)
+		return
+	}
+	ps, err := projections.New(s.pcfg, s.DB.Pool, s.Redis, s.pm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := s.RunnerConfig()
+	rc.Metrics = s.pm
+	runner, err := projections.NewRunner(rc, ps...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Groups = runner.Groups()
+	s.stopProj = run(t, "projectors", runner.Run)
+}
+
+// StopCDC stops CDC (it confirms what Kafka acknowledged and leaves the
+// slot inactive), as an operator stops `feed cdc`.
+func (s *System) StopCDC() { s.stopCDC() }
+
+// StopProjectors stops the projectors (they drain and commit their
+// offsets).
+func (s *System) StopProjectors() { s.stopProj() }
+
+// MoveToTopic points the system at another topic of its broker and starts
+// CDC and the projectors again on it (stop them first): CDC streams from
+// its slot's position into it, and the projectors' groups, which have no
+// offsets there, read it from the start. As an operator restarts the
+// roles with another FEED_TOPIC.
+func (s *System) MoveToTopic(t testing.TB, topic string) {
+	t.Helper()
+	s.Topic = topic
+	s.startCDC(t)
+	s.startProjectors(t)
 }
 
 // Start starts the pipeline. The slot is created before anything is
@@ -106,64 +195,23 @@ func Start(t testing.TB, cfg Config) *System {
 	}
 
 	// CDC: the event log to the topic.
-	pub, err := kafka.NewPublisher(s.Broker.Conn(), watermill.NopLogger{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pub.Close() })
-	c, err := cdc.New(cdc.Config{
-		DatabaseURL:     s.DB.URL,
-		Slot:            s.Slot,
-		Topic:           s.Topic,
-		ConfirmInterval: 100 * time.Millisecond,
-		StatusInterval:  time.Second,
-		StateInterval:   500 * time.Millisecond,
-		MinBackoff:      50 * time.Millisecond,
-		MaxBackoff:      time.Second,
-		Logger:          s.Log,
-	}, s.DB.Pool, pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	run(t, "cdc", c.Run)
+	s.startCDC(t)
 
 	// Every projector, in consumer groups of this test's own, under the
 	// policy recorded with the active versions, as a process records it
 	// at its first start (readmodel.ResolvePolicy).
-	pcfg := cfg.Projections
-	pcfg.Keys = s.Keys
-	if err := readmodel.CheckPolicy(context.Background(), s.DB.Pool, pcfg.Policy()); err != nil {
+	s.pcfg = cfg.Projections
+	s.pcfg.Keys = s.Keys
+	s.supervised = cfg.Supervised
+	if err := readmodel.CheckPolicy(context.Background(), s.DB.Pool, s.pcfg.Policy()); err != nil {
 		t.Fatal(err)
 	}
 	s.ProjectionMetrics = prometheus.NewRegistry()
-	pm, err := projections.NewMetrics(s.ProjectionMetrics)
-	if err != nil {
+	var err error
+	if s.pm, err = projections.NewMetrics(s.ProjectionMetrics); err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Supervised {
-		sup, err := projections.NewSupervisor(projections.SupervisorConfig{
-			Projections:  pcfg,
-			Runner:       s.RunnerConfig(),
-			PollInterval: 200 * time.Millisecond,
-		}, s.DB.Pool, s.Redis, pm)
-		if err != nil {
-			t.Fatal(err)
-		}
-		run(t, "projectors", sup.Run)
-	} else {
-		ps, err := projections.New(pcfg, s.DB.Pool, s.Redis, pm)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rc := s.RunnerConfig()
-		rc.Metrics = pm
-		runner, err := projections.NewRunner(rc, ps...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.Groups = runner.Groups()
-		run(t, "projectors", runner.Run)
-	}
+	s.startProjectors(t)
 
 	// The query side and the command side.
 	s.Feed, err = queries.New(queries.Config{
@@ -192,8 +240,8 @@ func Start(t testing.TB, cfg Config) *System {
 
 // run runs fn until the test ends; an end other than the cancellation
 // fails the test.
-func run(t testing.TB, name string, fn func(context.Context) error) {
-	testenv.Go(t, name+" stopped with", func(ctx context.Context) error {
+func run(t testing.TB, name string, fn func(context.Context) error) (stop func()) {
+	return testenv.Go(t, name+" stopped with", func(ctx context.Context) error {
 		if err := fn(ctx); !errors.Is(err, context.Canceled) {
 			return err
 		}
