@@ -661,8 +661,8 @@ type scraped struct {
 
 // scrapeMetrics reads the API's /metrics (feed dev serves every role's
 // metrics there).
-func (r *Runner) scrapeMetrics(ctx context.Context) scraped {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+func (r *Runner) scrapeMetrics(parent context.Context) scraped {
+	ctx, cancel := context.WithTimeout(parent, 2*time.Second)
 	defer cancel()
 	none := scraped{entries: -1, cdcLag: -1, cpu: -1}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.cfg.BaseURL+"/metrics", nil)
@@ -671,7 +671,9 @@ func (r *Runner) scrapeMetrics(ctx context.Context) scraped {
 	}
 	resp, err := r.client.Do(req)
 	if err != nil {
-		fmt.Fprintf(r.deps.Log, "bench: reading %s/metrics: %v\n", r.cfg.BaseURL, err)
+		if parent.Err() == nil { // (a sampler stopped mid-scrape is no news)
+			fmt.Fprintf(r.deps.Log, "bench: reading %s/metrics: %v\n", r.cfg.BaseURL, err)
+		}
 		return none
 	}
 	defer resp.Body.Close()
