@@ -56,14 +56,8 @@ func runCDC(ctx context.Context, cfg Config, log *slog.Logger, metricsAddr strin
 		return err
 	}
 	defer pool.Close()
-	if err := checkKafka(ctx, cfg); err != nil {
+	if err := readyTopics(ctx, cfg); err != nil {
 		return err
-	}
-	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	err = kafka.EnsureTopics(tctx, connOf(cfg), topicsOf(cfg))
-	cancel()
-	if err != nil {
-		return fmt.Errorf("create topics: %w", err)
 	}
 	reg := newRoleRegistry()
 	tasks := []task{{name: "cdc", run: func(ctx context.Context) error { return streamCDC(ctx, cfg, pool, reg, log) }}}
@@ -145,5 +139,20 @@ func runDropSlot(ctx context.Context, cfg Config, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "cdc: dropped replication slot %s and its progress row; PostgreSQL no longer keeps WAL for it.\n"+
 		"A later `feed cdc` creates a new slot that starts at the WAL position of that moment: events committed in between are not streamed.\n", cfg.Slot)
+	return nil
+}
+
+// readyTopics checks that the brokers answer (a clear error, not a retry
+// loop) and creates the event topics that are missing, as CDC and reseed
+// need them before they publish.
+func readyTopics(ctx context.Context, cfg Config) error {
+	if err := checkKafka(ctx, cfg); err != nil {
+		return err
+	}
+	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := kafka.EnsureTopics(tctx, connOf(cfg), topicsOf(cfg)); err != nil {
+		return fmt.Errorf("create topics: %w", err)
+	}
 	return nil
 }

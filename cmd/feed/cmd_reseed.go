@@ -88,14 +88,8 @@ func runReseed(ctx context.Context, cfg Config, log *slog.Logger, from cdc.Resee
 		return err
 	}
 	defer pool.Close()
-	if err := checkKafka(ctx, cfg); err != nil {
+	if err := readyTopics(ctx, cfg); err != nil {
 		return err
-	}
-	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	err = kafka.EnsureTopics(tctx, connOf(cfg), topicsOf(cfg))
-	cancel()
-	if err != nil {
-		return fmt.Errorf("create topics: %w", err)
 	}
 	pub, err := kafka.NewPublisher(connOf(cfg), kafka.Logger(log))
 	if err != nil {
