@@ -26,48 +26,9 @@ import (
 // holds, and the periodic run inside `feed dev` counts a run with
 // differences in feed_verify_runs_total.
 func TestVerifyCommand(t *testing.T) {
-	db := testenv.NewDB(t)
-	rs := testenv.StartRedisServer(t)
-	redisURL := "redis://" + rs.Addr() + "/0"
-	t.Setenv("DATABASE_URL", fmt.Sprintf("host=127.0.0.1 port=5432 user=postgres dbname=%s sslmode=disable", db.Name))
-	t.Setenv("REDIS_URL", redisURL)
-	t.Setenv("KAFKA_BROKERS", "")
-	t.Setenv("HTTP_ADDR", "127.0.0.1:0")
-	t.Setenv("FEED_KAFKA_ADDR", "127.0.0.1:0")
-	t.Setenv("FEED_STATE_DIR", t.TempDir())
-	t.Setenv("FEED_JWT_SECRET", "")
-	t.Setenv("FEED_ALLOW_DEV_SECRET", "")
-	t.Setenv("FEED_VERIFY_EVERY", "10s")
-
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var stdout, stderr testenv.SyncBuffer
-	done := make(chan int, 1)
-	go func() { done <- execute(ctx, []string{"dev"}, &stdout, &stderr, LoadConfig) }()
-	defer func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(60 * time.Second):
-			t.Errorf("feed dev did not stop")
-		}
-		if t.Failed() {
-			t.Logf("feed dev stderr:\n%s", stderr.String())
-		}
-	}()
-	listening := regexp.MustCompile(`api: listening on (http://\S+)`)
-	var api string
-	testenv.Eventually(t, 60*time.Second, "feed dev listens", func() bool {
-		select {
-		case code := <-done:
-			t.Fatalf("feed dev exited with %d:\n%s", code, stderr.String())
-		default:
-		}
-		if m := listening.FindStringSubmatch(stdout.String()); m != nil {
-			api = m[1]
-		}
-		return api != ""
-	})
+	dev := startDev(t, "10s")
+	db, redisURL, api := dev.DB, dev.RedisURL, dev.API
+	ctx := context.Background()
 	get := func(path, token string) (int, string) {
 		req, _ := http.NewRequest(http.MethodGet, api+path, nil)
 		if token != "" {
@@ -107,11 +68,7 @@ func TestVerifyCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	// feed verify talks to feed dev's embedded broker.
-	m := regexp.MustCompile(`dev: starting.* kafka=\[(\S+)\]`).FindStringSubmatch(stderr.String())
-	if m == nil {
-		t.Fatalf("feed dev did not say where its broker is:\n%s", stderr.String())
-	}
-	cfg.KafkaBrokers = []string{m[1]}
+	cfg.KafkaBrokers = []string{dev.Broker}
 	code, tok, errOut := runCLI(t, cfg, "token", "--user", strconv.FormatInt(reader.ID, 10))
 	if code != 0 {
 		t.Fatalf("feed token: %d %s", code, errOut)

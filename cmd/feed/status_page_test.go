@@ -46,51 +46,9 @@ func TestStatusPageInChromium(t *testing.T) {
 	if err != nil {
 		t.Skip("chromium is not installed: `bash scripts/prepare.sh` installs Debian's chromium as root (apt-get install chromium)")
 	}
-	db := testenv.NewDB(t)
-	rs := testenv.StartRedisServer(t)
-	t.Setenv("DATABASE_URL", fmt.Sprintf("host=127.0.0.1 port=5432 user=postgres dbname=%s sslmode=disable", db.Name))
-	t.Setenv("REDIS_URL", "redis://"+rs.Addr()+"/0")
-	t.Setenv("KAFKA_BROKERS", "")
-	t.Setenv("HTTP_ADDR", "127.0.0.1:0")
-	t.Setenv("FEED_KAFKA_ADDR", "127.0.0.1:0")
-	t.Setenv("FEED_STATE_DIR", t.TempDir())
-	t.Setenv("FEED_JWT_SECRET", "")
-	t.Setenv("FEED_ALLOW_DEV_SECRET", "")
-	t.Setenv("FEED_VERIFY_EVERY", "")
-
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var stdout, stderr testenv.SyncBuffer
-	done := make(chan int, 1)
-	go func() { done <- execute(ctx, []string{"dev"}, &stdout, &stderr, LoadConfig) }()
-	defer func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(60 * time.Second):
-			t.Errorf("feed dev did not stop")
-		}
-		if t.Failed() {
-			t.Logf("feed dev stderr:\n%s", stderr.String())
-		}
-	}()
-	listening := regexp.MustCompile(`api: listening on (http://\S+)`)
-	broker := regexp.MustCompile(`dev: starting.* kafka=\[(\S+)\]`)
-	var api, brokerAddr string
-	testenv.Eventually(t, 60*time.Second, "feed dev starts", func() bool {
-		select {
-		case code := <-done:
-			t.Fatalf("feed dev exited with %d:\n%s", code, stderr.String())
-		default:
-		}
-		if m := listening.FindStringSubmatch(stdout.String()); m != nil {
-			api = m[1]
-		}
-		if m := broker.FindStringSubmatch(stderr.String()); m != nil {
-			brokerAddr = m[1]
-		}
-		return api != "" && brokerAddr != ""
-	})
+	dev := startDev(t, "")
+	db, api, brokerAddr := dev.DB, dev.API, dev.Broker
+	ctx := context.Background()
 	cfg, err := LoadConfig()
 	if err != nil {
 		t.Fatal(err)
