@@ -14,7 +14,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/feedco/feed/commands"
-	"github.com/feedco/feed/internal/snowflake"
 	"github.com/feedco/feed/internal/testenv"
 	"github.com/feedco/feed/readmodel"
 )
@@ -27,7 +26,7 @@ import (
 // differences in feed_verify_runs_total.
 func TestVerifyCommand(t *testing.T) {
 	dev := startDev(t, "10s")
-	db, redisURL, api := dev.DB, dev.RedisURL, dev.API
+	redisURL, api := dev.RedisURL, dev.API
 	ctx := context.Background()
 	get := func(path, token string) (int, string) {
 		req, _ := http.NewRequest(http.MethodGet, api+path, nil)
@@ -44,25 +43,7 @@ func TestVerifyCommand(t *testing.T) {
 	}
 
 	// Writes through the command side, streamed by feed dev's CDC.
-	ids, err := snowflake.New(7)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmds, err := commands.New(db.Pool, ids, commands.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	author, err := cmds.RegisterUser.Handle(ctx, commands.RegisterUser{Name: "author"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reader, err := cmds.RegisterUser.Handle(ctx, commands.RegisterUser{Name: "reader"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cmds.Follow.Handle(ctx, commands.Follow{FollowerID: reader.ID, FolloweeID: author.ID}); err != nil {
-		t.Fatal(err)
-	}
+	cmds, author, reader := dev.authorAndReader(t)
 	cfg, err := LoadConfig()
 	if err != nil {
 		t.Fatal(err)

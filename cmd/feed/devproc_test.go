@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/feedco/feed/commands"
+	"github.com/feedco/feed/internal/snowflake"
 	"github.com/feedco/feed/internal/testenv"
 )
 
@@ -71,4 +73,32 @@ func startDev(t *testing.T, verifyEvery string) *devProcess {
 		return d.API != "" && d.Broker != ""
 	})
 	return d
+}
+
+// authorAndReader registers two users through the command side on the
+// dev process's database, the reader following the author, and returns
+// the commands for more writes.
+func (d *devProcess) authorAndReader(t *testing.T) (*commands.Commands, commands.User, commands.User) {
+	t.Helper()
+	ctx := context.Background()
+	ids, err := snowflake.New(7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmds, err := commands.New(d.DB.Pool, ids, commands.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	author, err := cmds.RegisterUser.Handle(ctx, commands.RegisterUser{Name: "author"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader, err := cmds.RegisterUser.Handle(ctx, commands.RegisterUser{Name: "reader"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cmds.Follow.Handle(ctx, commands.Follow{FollowerID: reader.ID, FolloweeID: author.ID}); err != nil {
+		t.Fatal(err)
+	}
+	return cmds, author, reader
 }

@@ -22,7 +22,6 @@ import (
 
 	"github.com/feedco/feed/commands"
 	"github.com/feedco/feed/internal/kafka"
-	"github.com/feedco/feed/internal/snowflake"
 	"github.com/feedco/feed/internal/testenv"
 )
 
@@ -56,25 +55,7 @@ func TestStatusPageInChromium(t *testing.T) {
 	cfg.KafkaBrokers = []string{brokerAddr}
 
 	// Writes: two users, a follow, three posts.
-	ids, err := snowflake.New(7)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmds, err := commands.New(db.Pool, ids, commands.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	author, err := cmds.RegisterUser.Handle(ctx, commands.RegisterUser{Name: "author"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reader, err := cmds.RegisterUser.Handle(ctx, commands.RegisterUser{Name: "reader"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cmds.Follow.Handle(ctx, commands.Follow{FollowerID: reader.ID, FolloweeID: author.ID}); err != nil {
-		t.Fatal(err)
-	}
+	cmds, author, _ := dev.authorAndReader(t)
 	for i := range 3 {
 		if _, err := cmds.CreatePost.Handle(ctx, commands.CreatePost{AuthorID: author.ID, Content: fmt.Sprintf("post %d", i)}); err != nil {
 			t.Fatal(err)
