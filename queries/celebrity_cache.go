@@ -19,6 +19,14 @@ import (
 // read by millions of followers; caching them per process for a few seconds
 // turns that hot key into a few Redis reads per second per instance. Each
 // cache refresh is single-flight, so an expiry does not stampede Redis.
+//
+// Both caches hold what one version of their projection said (the
+// celebrity set the followers version's, a timeline head the timelines
+// version's): an entry keeps the version it was read at, and a read at
+// another version (after a switch) ignores it, so a switch reaches the
+// pull side at the reads that follow it, not a TTL later. Each flight
+// reads (and, for the celebrity set, rebuilds) the keys of one version,
+// fixed at its start.
 
 // celebrityCache holds the `celebrities` set, as an immutable snapshot
 // every read loads without a lock.
@@ -31,6 +39,7 @@ type celebrityCache struct {
 type celebSnapshot struct {
 	members []celeb
 	at      time.Time
+	version int // the followers version the set was read at
 }
 
 // celeb is one member of the celebrity set: its id, and as the decimal
@@ -42,13 +51,15 @@ type celeb struct {
 
 func (f *Feed) celebrities(ctx context.Context) ([]celeb, error) {
 	c := &f.celebs
-	if s := c.snap.Load(); s != nil && f.now().Sub(s.at) < c.ttl {
+	keys, ver := f.keysAt(readmodel.ProjectionFollowers) // one version for the check, the read and a rebuild
+	if s := c.snap.Load(); s != nil && s.version == ver && f.now().Sub(s.at) < c.ttl {
 		f.metrics.celebHit.Inc()
 		return s.members, nil
 	}
 	f.metrics.celebMiss.Inc()
-	v, err, _ := c.sf.Do("", func() (any, error) {
-		cs, built, err := f.celebSet.Members(ctx, f.rdb)
+	v, err, _ := c.sf.Do(strconv.Itoa(ver), func() (any, error) {
+		set := readmodel.NewCelebrities(keys)
+		cs, built, err := set.Members(ctx, f.rdb)
 		if err != nil {
 			return nil, err
 		}
@@ -57,11 +68,11 @@ func (f *Feed) celebrities(ctx context.Context) ([]celeb, error) {
 			m[i] = celeb{id: c.ID, s: c.Decimal}
 		}
 		if !built {
-			if m, err = f.rebuildCelebrities(ctx, m); err != nil {
+			if m, err = f.rebuildCelebrities(ctx, set, ver, m); err != nil {
 				return nil, err
 			}
 		}
-		c.snap.Store(&celebSnapshot{members: m, at: f.now()})
+		c.snap.Store(&celebSnapshot{members: m, at: f.now(), version: ver})
 		return m, nil
 	})
 	if err != nil {
@@ -70,11 +81,19 @@ func (f *Feed) celebrities(ctx context.Context) ([]celeb, error) {
 	return v.([]celeb), nil
 }
 
+// keysAt returns the keys of projection's active version, fixed, and
+// that version.
+func (f *Feed) keysAt(projection string) (readmodel.Keys, int) {
+	v := f.cfg.Keys.Version(projection)
+	return readmodel.Keys{Prefix: f.cfg.Keys.Prefix, Versions: readmodel.Versions{}.With(projection, v)}, v
+}
+
 // timelineHead is the newest part of one celebrity's timeline, as a source
 // complete above its bound.
 type timelineHead struct {
-	src source // keys newest first
-	at  time.Time
+	src     source // keys newest first
+	at      time.Time
+	version int // the timelines version it was read at
 }
 
 // timelineCache holds timeline heads by author.
@@ -111,12 +130,14 @@ func (h *timelineHead) usable(cur key, n int) bool {
 // readers).
 func (f *Feed) timelineHeads(ctx context.Context, authors []int64) (map[int64]*timelineHead, error) {
 	c := &f.timelines
+	keys, ver := f.keysAt(readmodel.ProjectionTimelines) // one version for every head of this read
+	tl := readmodel.NewTimelines(keys, readmodel.DefaultTimelineMax)
 	out := make(map[int64]*timelineHead, len(authors))
 	var missing []int64
 	now := f.now()
 	c.mu.RLock()
 	for _, a := range authors {
-		if h, ok := c.heads[a]; ok && now.Sub(h.at) < c.ttl {
+		if h, ok := c.heads[a]; ok && h.version == ver && now.Sub(h.at) < c.ttl {
 			out[a] = h
 		} else {
 			missing = append(missing, a)
@@ -130,12 +151,12 @@ func (f *Feed) timelineHeads(ctx context.Context, authors []int64) (map[int64]*t
 	f.metrics.timelineMiss.Add(float64(len(missing)))
 	chans := make([]<-chan singleflight.Result, len(missing))
 	for i, a := range missing {
-		chans[i] = c.sf.DoChan(strconv.FormatInt(a, 10), func() (any, error) {
+		chans[i] = c.sf.DoChan(strconv.Itoa(ver)+":"+strconv.FormatInt(a, 10), func() (any, error) {
 			// Detached from one reader's cancellation: other readers wait
 			// on this flight too.
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 			defer cancel()
-			return f.fetchTimelineHead(rctx, a)
+			return f.fetchTimelineHead(rctx, tl, ver, a)
 		})
 	}
 	var errs []error
@@ -154,10 +175,12 @@ func (f *Feed) timelineHeads(ctx context.Context, authors []int64) (map[int64]*t
 	return out, errors.Join(errs...)
 }
 
-func (f *Feed) fetchTimelineHead(ctx context.Context, author int64) (*timelineHead, error) {
+// fetchTimelineHead reads author's head from tl, the timelines of version
+// ver, and caches it.
+func (f *Feed) fetchTimelineHead(ctx context.Context, tl readmodel.Timelines, ver int, author int64) (*timelineHead, error) {
 	c := &f.timelines
 	pipe := f.rdb.Pipeline()
-	rr := f.tl.QueueRange(ctx, pipe, author, startKey.ms, c.size)
+	rr := tl.QueueRange(ctx, pipe, author, startKey.ms, c.size)
 	if err := readmodel.ExecReads(ctx, pipe); err != nil {
 		return nil, fmt.Errorf("read timeline of %d: %w", author, err)
 	}
@@ -168,19 +191,21 @@ func (f *Feed) fetchTimelineHead(ctx context.Context, author int64) (*timelineHe
 	if !built {
 		f.startRebuild(rebuildKey{rebuildTimelineKind, author})
 	}
-	h := &timelineHead{src: src, at: f.now()}
+	h := &timelineHead{src: src, at: f.now(), version: ver}
 	c.mu.Lock()
 	if c.heads == nil {
 		c.heads = make(map[int64]*timelineHead)
 	}
 	if len(c.heads) > 10000 {
 		for a, old := range c.heads {
-			if h.at.Sub(old.at) >= c.ttl {
+			if h.at.Sub(old.at) >= c.ttl || old.version != ver {
 				delete(c.heads, a)
 			}
 		}
 	}
-	c.heads[author] = h
+	if old := c.heads[author]; old == nil || old.version <= ver {
+		c.heads[author] = h // never replace a head of a newer version with a late flight's older one
+	}
 	c.mu.Unlock()
 	return h, nil
 }
@@ -191,17 +216,18 @@ func (f *Feed) fetchTimelineHead(ctx context.Context, author int64) (*timelineHe
 // and the marker it writes make it one per process at most).
 const celebritiesSQL = `SELECT id FROM users WHERE follower_count >= $1`
 
-// rebuildCelebrities rebuilds the celebrity set, found without its ~built
-// marker, from PostgreSQL, and returns the union of had (the set's members
-// now) and the snapshot's.
-func (f *Feed) rebuildCelebrities(ctx context.Context, had []celeb) ([]celeb, error) {
-	ids, err := f.ids(ctx, celebritiesSQL, f.cfg.CelebrityThreshold)
+// rebuildCelebrities rebuilds set, the celebrity set of followers version
+// ver, found without its ~built marker, from PostgreSQL by that version's
+// threshold, and returns the union of had (the set's members now) and the
+// snapshot's.
+func (f *Feed) rebuildCelebrities(ctx context.Context, set readmodel.Celebrities, ver int, had []celeb) ([]celeb, error) {
+	ids, err := f.ids(ctx, celebritiesSQL, f.celebrityThreshold(ver))
 	if err != nil {
 		f.metrics.Rebuilds.WithLabelValues("celebrities", "error").Inc()
 		return nil, fmt.Errorf("read celebrities from PostgreSQL: %w", err)
 	}
 	if !f.cfg.ReadOnly {
-		if err := f.celebSet.WriteRebuilt(ctx, f.rdb, ids); err != nil {
+		if err := set.WriteRebuilt(ctx, f.rdb, ids); err != nil {
 			f.metrics.Rebuilds.WithLabelValues("celebrities", "error").Inc()
 			return nil, err
 		}
@@ -217,6 +243,19 @@ func (f *Feed) rebuildCelebrities(ctx context.Context, had []celeb) ([]celeb, er
 		}
 	}
 	return had, nil
+}
+
+// celebrityThreshold is the threshold the followers version ver keeps the
+// celebrity set by: the one recorded with it when it is the active
+// version and has one (a `feed rebuild followers` records it), else the
+// process's (which ResolvePolicy met with the record at start).
+func (f *Feed) celebrityThreshold(ver int) int64 {
+	if f.live != nil {
+		if r := f.live.Active().Record(readmodel.ProjectionFollowers); r.Version == ver && r.CelebrityThreshold > 0 {
+			return r.CelebrityThreshold
+		}
+	}
+	return f.cfg.CelebrityThreshold
 }
 
 // ids runs a query of one bigint column.

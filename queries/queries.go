@@ -275,12 +275,11 @@ type Feed struct {
 	// the read models, under cfg.Keys (live versions); the inboxes
 	// through view (inboxes(), inbox_view.go), which follows the inbox
 	// version's layout and bound from live (nil with fixed versions)
-	live     *readmodel.LiveVersions
-	view     atomic.Pointer[inboxView]
-	tl       readmodel.Timelines
-	follows  readmodel.Follows
-	celebSet readmodel.Celebrities
-	bodies   readmodel.PostCache
+	live    *readmodel.LiveVersions
+	view    atomic.Pointer[inboxView]
+	tl      readmodel.Timelines
+	follows readmodel.Follows
+	bodies  readmodel.PostCache
 
 	log *slog.Logger
 	now func() time.Time
@@ -346,7 +345,7 @@ func New(cfg Config, db DB, rdb redis.UniversalClient) (*Feed, error) {
 	}
 	f := &Feed{cfg: cfg, db: db, rdb: rdb, metrics: m, log: cfg.Logger, now: time.Now, refreshScan: refreshScan, live: live,
 		tl:      readmodel.NewTimelines(cfg.Keys, readmodel.DefaultTimelineMax),
-		follows: readmodel.NewFollows(cfg.Keys), celebSet: readmodel.NewCelebrities(cfg.Keys), bodies: readmodel.NewPostCache(cfg.Keys)}
+		follows: readmodel.NewFollows(cfg.Keys), bodies: readmodel.NewPostCache(cfg.Keys)}
 	if live == nil {
 		f.view.Store(newInboxView(cfg.Keys, cfg.Keys.Version(readmodel.ProjectionInbox), readmodel.VersionRecord{}, cfg.Policy()))
 	}

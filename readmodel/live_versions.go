@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/singleflight"
 )
 
 // LiveVersionsConfig configures a LiveVersions. Zero fields take defaults.
@@ -23,6 +24,20 @@ type LiveVersionsConfig struct {
 	// even when the Redis registry agrees with them, in case a switch
 	// committed in PostgreSQL never reached Redis (default 30 s).
 	VerifyInterval time.Duration
+	// MaxStale is the age past which the versions in memory are not
+	// served without a refresh: a read that finds them last refreshed
+	// longer ago (a process that served nothing for a while) waits for a
+	// refresh, bounded by MaxStaleWait, instead of starting one in the
+	// background (default 2 × Interval). It bounds how long after a switch
+	// any read can still use the old version, which `feed rebuild`'s
+	// cleanup delay must exceed.
+	MaxStale time.Duration
+	// MaxStaleWait bounds that wait (default 1 s; a background refresh
+	// already in flight is waited for to its own end). When that refresh
+	// fails, the read uses the versions in memory, and the next reads
+	// refresh in the background again until one succeeds (a Redis or
+	// PostgreSQL that does not answer stalls one read, not one a second).
+	MaxStaleWait time.Duration
 	// Logger reports a restored registry and failed refreshes (nil:
 	// slog.Default()).
 	Logger *slog.Logger
@@ -31,7 +46,9 @@ type LiveVersionsConfig struct {
 // LiveVersions follows the active projection versions for the query side
 // and the projectors' supervisor. PostgreSQL (projection_versions) is the
 // truth and the Redis registry its cache: the versions are read from
-// PostgreSQL at start-up, then the Redis registry once per Interval; when
+// PostgreSQL at start-up, then the Redis registry once per Interval (in
+// the background of the reads, or synchronously by the first read after
+// MaxStale without a refresh: no read uses versions older than that); when
 // the registry lacks a projection or disagrees with the versions in use
 // (a switch, or a Redis that lost or rolled back the hash), and every
 // VerifyInterval, PostgreSQL is read again, its versions are used, and the
@@ -49,7 +66,10 @@ type LiveVersions struct {
 
 	cur        atomic.Pointer[Active]
 	next       atomic.Int64 // unix nanos of the next background refresh
+	fresh      atomic.Int64 // unix nanos of the last successful refresh
+	waitFailed atomic.Bool  // the last synchronous refresh failed; cleared by a success
 	refreshing atomic.Bool
+	stale      singleflight.Group // the synchronous refreshes of reads that found the versions stale
 }
 
 // NewLiveVersions reads the versions from PostgreSQL (after adopting, once,
@@ -64,6 +84,8 @@ func NewLiveVersions(ctx context.Context, cfg LiveVersionsConfig, rdb redis.Univ
 	}
 	cfg.Interval = cmp.Or(cfg.Interval, time.Second)
 	cfg.VerifyInterval = cmp.Or(cfg.VerifyInterval, 30*time.Second)
+	cfg.MaxStale = cmp.Or(cfg.MaxStale, 2*cfg.Interval)
+	cfg.MaxStaleWait = cmp.Or(cfg.MaxStaleWait, time.Second)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -88,22 +110,60 @@ func NewLiveVersions(ctx context.Context, cfg LiveVersionsConfig, rdb redis.Univ
 }
 
 // Version implements VersionSource. It answers from memory and, at most
-// once per Interval, starts a Refresh in the background: no read waits on
-// Redis or PostgreSQL for the versions.
+// once per Interval, starts a Refresh in the background: a read of a
+// process that reads often never waits on Redis or PostgreSQL for the
+// versions. Only when the versions were last refreshed more than MaxStale
+// ago (nothing read them since: an idle process, which a switch and the
+// old version's cleanup may have passed by) does the read wait for the
+// refresh (at most MaxStaleWait), so that it never reads the keys of a
+// version that was switched away from longer ago than MaxStale.
 func (l *LiveVersions) Version(projection string) int {
-	if time.Now().UnixNano() >= l.next.Load() && l.refreshing.CompareAndSwap(false, true) {
-		go l.refreshBackground()
-	}
+	l.follow()
 	return l.cur.Load().Versions.Version(projection)
 }
 
-// Current returns the versions in use now.
-func (l *LiveVersions) Current() Versions { return l.cur.Load().Versions }
+// follow refreshes the versions when due: in the background, or, when
+// they are stale, before it returns.
+func (l *LiveVersions) follow() {
+	now := time.Now().UnixNano()
+	if now < l.next.Load() {
+		return
+	}
+	if now-l.fresh.Load() > int64(l.cfg.MaxStale) && !l.waitFailed.Load() {
+		// One refresh for every read that found them stale at once.
+		_, _, _ = l.stale.Do("", func() (any, error) {
+			if time.Now().UnixNano() < l.next.Load() {
+				return nil, nil // a refresh ended meanwhile
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), l.cfg.MaxStaleWait)
+			defer cancel()
+			if !l.refresh(ctx) {
+				l.waitFailed.Store(true)
+			}
+			return nil, nil
+		})
+		return
+	}
+	if l.refreshing.CompareAndSwap(false, true) {
+		go l.refreshBackground()
+	}
+}
+
+// Current returns the versions in use now (refreshed first when stale, as
+// Version).
+func (l *LiveVersions) Current() Versions {
+	l.follow()
+	return l.cur.Load().Versions
+}
 
 // Active returns the versions in use now with their records (the policy
 // each was built with), read together: a reader that takes a version's
-// keys from it takes that version's layout too.
-func (l *LiveVersions) Active() Active { return *l.cur.Load() }
+// keys from it takes that version's layout too. Refreshed first when
+// stale, as Version.
+func (l *LiveVersions) Active() Active {
+	l.follow()
+	return *l.cur.Load()
+}
 
 // Active is every projection's active version with its row of
 // projection_versions, as read at once.
@@ -134,6 +194,7 @@ func (l *LiveVersions) Refresh(ctx context.Context) error {
 		return err
 	}
 	if cached == l.cur.Load().Versions && time.Now().Before(l.verifyAt) {
+		l.markFresh()
 		return nil
 	}
 	return l.resolve(ctx, cached)
@@ -152,6 +213,7 @@ func (l *LiveVersions) resolve(ctx context.Context, cached Versions) error {
 		truth = truth.With(r.Projection, r.Version)
 	}
 	l.cur.Store(&Active{Versions: truth, Records: recs})
+	l.markFresh()
 	l.verifyAt = time.Now().Add(l.cfg.VerifyInterval)
 	if cached == truth {
 		return nil
@@ -183,11 +245,25 @@ func (l *LiveVersions) switched(cached, truth Versions) bool {
 	return true
 }
 
+// markFresh records that the versions in use were just read.
+func (l *LiveVersions) markFresh() {
+	l.fresh.Store(time.Now().UnixNano())
+	l.waitFailed.Store(false)
+}
+
 func (l *LiveVersions) refreshBackground() {
 	defer l.refreshing.Store(false)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if err := l.Refresh(ctx); err != nil {
+	l.refresh(ctx)
+}
+
+// refresh runs Refresh for a read (in the background or not): it logs a
+// failure and schedules the next refresh an Interval later either way,
+// and reports whether it succeeded.
+func (l *LiveVersions) refresh(ctx context.Context) bool {
+	err := l.Refresh(ctx)
+	if err != nil {
 		// The old versions stay; try again after the interval. A missing
 		// row is worth a warning every time; an unreachable server is
 		// seen by every other read anyway.
@@ -198,4 +274,5 @@ func (l *LiveVersions) refreshBackground() {
 		l.cfg.Logger.Log(ctx, level, "projection versions: refresh", "err", err)
 	}
 	l.next.Store(time.Now().Add(l.cfg.Interval).UnixNano())
+	return err == nil
 }

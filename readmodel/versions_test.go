@@ -244,3 +244,36 @@ func TestLiveVersionsAdoptPreUpgradeRegistry(t *testing.T) {
 		t.Fatalf("registry %+v (%v), want it restored to %+v", c, err, want)
 	}
 }
+
+// TestLiveVersionsIdleReaderFollowsSwitch: a reader that read nothing
+// while a switch happened (an idle query side) gets the new version from
+// its first read after it, not the version it held before: it waits for
+// the refresh its stale versions call for. A reader that reads often
+// keeps answering from memory.
+func TestLiveVersionsIdleReaderFollowsSwitch(t *testing.T) {
+	t.Parallel()
+	db, r := testenv.NewDB(t), testenv.NewRedis(t)
+	ctx := context.Background()
+	lv, err := NewLiveVersions(ctx, LiveVersionsConfig{Prefix: r.Prefix, Interval: 50 * time.Millisecond, MaxStale: 100 * time.Millisecond}, r.Client, db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := lv.Version(ProjectionFollowers); v != 1 {
+		t.Fatalf("before the switch: followers at %d", v)
+	}
+	switchTo(t, db.Pool, r, ProjectionFollowers, 1, 2)
+	time.Sleep(300 * time.Millisecond) // no read: the versions in memory go stale
+	if v := lv.Version(ProjectionFollowers); v != 2 {
+		t.Fatalf("the first read after an idle switch used followers version %d, want 2", v)
+	}
+	if rec := lv.Active().Record(ProjectionFollowers); rec.Version != 2 || rec.CelebrityThreshold != 77 {
+		t.Errorf("record after the switch: %+v", rec)
+	}
+	// Reading every 10 ms keeps the versions fresh: the next switch is seen
+	// by a background refresh, within about an Interval.
+	switchTo(t, db.Pool, r, ProjectionFollowers, 2, 3)
+	testenv.Eventually(t, 5*time.Second, "a busy reader follows the switch", func() bool {
+		time.Sleep(10 * time.Millisecond)
+		return lv.Version(ProjectionFollowers) == 3
+	})
+}

@@ -56,8 +56,9 @@ type Config struct {
 	// second) have joined the new group (default 3 s).
 	Handover time.Duration
 	// CleanupDelay is how long after the switch the old keys are kept for
-	// readers still on the old version (default 3 s; readers refresh
-	// every second).
+	// readers still on the old version (default 3 s; a reader uses a
+	// version at most readmodel.LiveVersionsConfig.MaxStale, 2 s, after
+	// it was switched away from).
 	CleanupDelay time.Duration
 	// GroupEmptyTimeout bounds the wait for the old group's consumers to
 	// leave before the old keys are deleted (default 1 min).

@@ -24,8 +24,12 @@ import (
 // models they built from the old one, and CDC streams again what committed
 // since its slot's position: every event twice or more, and every feed
 // still equals the truth (the duplicates absorbed). Then `rebuild all`
-// from the new topic, under writes, and the oracle again (every feed
-// against the truth, and verify over every active user).
+// from the new topic, under writes, while the query side that has served
+// since before the reseed reads nothing; the celebrities post after the
+// switch (the pull path), and the oracle again: every feed through that
+// long-running query side against the truth, with no key of version 1
+// written back by its first reads; then through a query side started
+// now, and verify over every active user.
 func TestReseedNewTopicThenRebuildAll(t *testing.T) {
 	t.Parallel()
 	s := startSystem(t)
@@ -99,7 +103,11 @@ func TestReseedNewTopicThenRebuildAll(t *testing.T) {
 	if len(results) != 4 {
 		t.Fatalf("want 4 results, got %+v", results)
 	}
+	celebs := s.celebritiesPost(t, 3)
 	s.quiesce(t)
+	t.Logf("celebrities %v posted after the switch", celebs)
+	s.checkConverged(t) // the query side started before the reseed
+	s.checkOnlyVersion(t, 2)
 	// The oracle through a query side started now, as after the roles'
 	// restart on the new topic.
 	fresh, err := queries.New(queries.Config{Keys: readmodel.Keys{Prefix: s.Prefix}, InboxMax: policies.InboxMax,

@@ -215,14 +215,15 @@ func Start(t testing.TB, cfg Config) *System {
 
 	// The query side and the command side.
 	s.Feed, err = queries.New(queries.Config{
-		Keys:              s.Keys,
-		InboxMax:          cfg.Projections.InboxMax,
-		InboxLayout:       cfg.Projections.InboxLayout,
-		CelebrityCacheTTL: cfg.CacheTTL,
-		RefreshSettle:     cfg.RefreshSettle,
-		TimelineCacheSize: queries.MaxLimit + 1,
-		Registerer:        prometheus.NewRegistry(),
-		Logger:            s.Log,
+		Keys:               s.Keys,
+		InboxMax:           cfg.Projections.InboxMax,
+		CelebrityThreshold: cfg.Projections.CelebrityThreshold,
+		InboxLayout:        cfg.Projections.InboxLayout,
+		CelebrityCacheTTL:  cfg.CacheTTL,
+		RefreshSettle:      cfg.RefreshSettle,
+		TimelineCacheSize:  queries.MaxLimit + 1,
+		Registerer:         prometheus.NewRegistry(),
+		Logger:             s.Log,
 	}, s.DB.Pool, s.Redis)
 	if err != nil {
 		t.Fatal(err)
