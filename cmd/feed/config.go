@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/netip"
 	"os"
 	"strconv"
@@ -89,6 +90,11 @@ type Config struct {
 	// AllowDevSecret lets `feed api` start with the built-in development
 	// JWT secret (FEED_ALLOW_DEV_SECRET=1); `feed dev` always allows it.
 	AllowDevSecret bool
+	// KafkaFetchMinBytes (FEED_KAFKA_FETCH_MIN_BYTES) and KafkaFetchMaxWait
+	// (FEED_KAFKA_FETCH_MAX_WAIT) batch the consumer groups' fetches
+	// (kafka.SetFetch).
+	KafkaFetchMinBytes int32
+	KafkaFetchMaxWait  time.Duration
 	// LogFormat is text or json (FEED_LOG_FORMAT), LogLevel the lowest
 	// level logged (FEED_LOG_LEVEL: debug, info, warn or error).
 	LogFormat string
@@ -213,6 +219,7 @@ func LoadConfig() (Config, error) {
 		{"FEED_MAX_READS_IN_FLIGHT", api.DefaultMaxReadsInFlight, func(v int64) { c.MaxReadsInFlight = int(v) }},
 		{"FEED_MAX_WRITES_IN_FLIGHT", api.DefaultMaxWritesInFlight, func(v int64) { c.MaxWritesInFlight = int(v) }},
 		{"FEED_FULL_HOME_READS", api.DefaultFullHomeReads, func(v int64) { c.FullHomeReads = int(v) }},
+		{"FEED_KAFKA_FETCH_MIN_BYTES", kafka.FetchMinBytes, func(v int64) { c.KafkaFetchMinBytes = int32(min(v, math.MaxInt32)) }},
 	}
 	for _, i := range ints {
 		v, err := envInt(i.key, i.def)
@@ -235,6 +242,15 @@ func LoadConfig() (Config, error) {
 	}
 	if c.RefreshSettle, err = envDuration("FEED_REFRESH_SETTLE", 8*time.Second); err != nil {
 		return c, err
+	}
+	if c.KafkaFetchMaxWait, err = envDuration("FEED_KAFKA_FETCH_MAX_WAIT", kafka.FetchMaxWait); err != nil {
+		return c, err
+	}
+	if c.KafkaFetchMaxWait < time.Millisecond || c.KafkaFetchMaxWait > 10*time.Second {
+		return c, fmt.Errorf("FEED_KAFKA_FETCH_MAX_WAIT=%v: want 1ms..10s", c.KafkaFetchMaxWait)
+	}
+	if c.KafkaFetchMinBytes < 1 || c.KafkaFetchMinBytes > 1<<20 {
+		return c, fmt.Errorf("FEED_KAFKA_FETCH_MIN_BYTES=%d: want 1..1048576", c.KafkaFetchMinBytes)
 	}
 	if err := c.LogLevel.UnmarshalText([]byte(envOr("FEED_LOG_LEVEL", "info"))); err != nil {
 		return c, fmt.Errorf("FEED_LOG_LEVEL=%q: want debug, info, warn or error", os.Getenv("FEED_LOG_LEVEL"))

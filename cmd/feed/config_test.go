@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/feedco/feed/internal/kafka"
 	"github.com/feedco/feed/internal/testenv"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/readmodel"
@@ -260,5 +261,32 @@ func TestSheddingEnv(t *testing.T) {
 	t.Setenv("FEED_FULL_HOME_READS", "11")
 	if _, err := LoadConfig(); err == nil || !strings.Contains(err.Error(), "FEED_FULL_HOME_READS") {
 		t.Fatalf("a degrade point above the read bound: %v", err)
+	}
+}
+
+// FEED_KAFKA_FETCH_MIN_BYTES and FEED_KAFKA_FETCH_MAX_WAIT: unset are the
+// defaults; out of range or not a number is refused, naming the variable.
+func TestKafkaFetchEnv(t *testing.T) {
+	c, err := LoadConfig()
+	if err != nil || c.KafkaFetchMinBytes != kafka.FetchMinBytes || c.KafkaFetchMaxWait != kafka.FetchMaxWait {
+		t.Fatalf("unset: %d, %v, %v; want the defaults", c.KafkaFetchMinBytes, c.KafkaFetchMaxWait, err)
+	}
+	t.Setenv("FEED_KAFKA_FETCH_MIN_BYTES", "1")
+	t.Setenv("FEED_KAFKA_FETCH_MAX_WAIT", "250ms")
+	if c, err = LoadConfig(); err != nil || c.KafkaFetchMinBytes != 1 || c.KafkaFetchMaxWait != 250*time.Millisecond {
+		t.Fatalf("1, 250ms: %d, %v, %v", c.KafkaFetchMinBytes, c.KafkaFetchMaxWait, err)
+	}
+	for key, bads := range map[string][]string{
+		"FEED_KAFKA_FETCH_MIN_BYTES": {"0", "-5", "2000000", "lots"},
+		"FEED_KAFKA_FETCH_MAX_WAIT":  {"0s", "500us", "11s", "soon"},
+	} {
+		for _, bad := range bads {
+			t.Run(key+"="+bad, func(t *testing.T) {
+				t.Setenv(key, bad)
+				if _, err := LoadConfig(); err == nil || !strings.Contains(err.Error(), key) {
+					t.Errorf("%s=%q: %v; want a refusal naming it", key, bad, err)
+				}
+			})
+		}
 	}
 }

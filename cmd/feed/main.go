@@ -83,6 +83,7 @@ func (c *cli) config() (Config, *slog.Logger, error) {
 	if os.Getenv("FEED_KAFKA_CLIENT_METRICS") == "1" {
 		kafka.ClientMetrics(true)
 	}
+	kafka.SetFetch(cfg.KafkaFetchMinBytes, cfg.KafkaFetchMaxWait)
 	return cfg, log, nil
 }
 

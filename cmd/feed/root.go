@@ -172,6 +172,8 @@ var envDocs = map[string]string{
 	"FEED_LOG_FORMAT":                     "log lines as text (default) or json",
 	"FEED_LOG_LEVEL":                      "lowest level logged: debug, info (default), warn or error",
 	"FEED_KAFKA_CLIENT_METRICS":           "1 turns on sarama's go-metrics meters and histograms (default off: nothing reads them)",
+	"FEED_KAFKA_FETCH_MIN_BYTES":          "a consumer group's fetch waits for this many bytes (default 16384) ...",
+	"FEED_KAFKA_FETCH_MAX_WAIT":           "... or this long (default 20ms; longer: less CPU while idle, a lone event waits longer)",
 	"FEED_PPROF_ADDR":                     "serve Go's profiles (/debug/pprof/) on this address (default: off)",
 	"GOGC":                                "Go's GC target (feed cdc sets 400 unless set)",
 }
@@ -200,7 +202,7 @@ func envHelp(names ...string) string {
 var (
 	envPostgres = []string{"DATABASE_URL"}
 	envRedis    = []string{"REDIS_URL"}
-	envKafka    = []string{"KAFKA_BROKERS", "FEED_KAFKA_ADDR", "FEED_TOPIC", "FEED_KAFKA_CLIENT_METRICS", "FEED_KAFKA_TLS", "FEED_KAFKA_TLS_CA", "FEED_KAFKA_TLS_CERT", "FEED_KAFKA_TLS_KEY",
+	envKafka    = []string{"KAFKA_BROKERS", "FEED_KAFKA_ADDR", "FEED_TOPIC", "FEED_KAFKA_CLIENT_METRICS", "FEED_KAFKA_FETCH_MIN_BYTES", "FEED_KAFKA_FETCH_MAX_WAIT", "FEED_KAFKA_TLS", "FEED_KAFKA_TLS_CA", "FEED_KAFKA_TLS_CERT", "FEED_KAFKA_TLS_KEY",
 		"FEED_KAFKA_TLS_SERVER_NAME", "FEED_KAFKA_TLS_INSECURE_SKIP_VERIFY", "FEED_KAFKA_SASL_MECHANISM", "FEED_KAFKA_SASL_USER", "FEED_KAFKA_SASL_PASSWORD"}
 	envAPI = []string{"HTTP_ADDR", "FEED_AUTH", "FEED_GATEWAY_SECRET", "FEED_TRUSTED_NETWORKS", "FEED_JWT_SECRET", "FEED_JWT_PREVIOUS_SECRET", "FEED_JWT_ISSUER", "FEED_JWT_AUDIENCE",
 		"FEED_ALLOW_DEV_SECRET", "FEED_NODE_ID",

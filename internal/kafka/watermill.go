@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -86,16 +87,31 @@ func ClientMetrics(on bool) { metrics.UseNilMetrics = !on }
 // Sarama's defaults (1 byte, 500 ms) answer as soon as one message is
 // there, and each fetch costs the broker, sarama's fetch loop and its
 // decoding, per group. 16 KiB is about 25 event messages; a lone message
-// waits at most FetchMaxWait more.
+// waits at most FetchMaxWait more. An idle group still fetches once per
+// FetchMaxWait, each fetch handing every partition's empty block to that
+// partition's consumer goroutine: SetFetch trades that idle cost against
+// the wait of a lone message (docs/projections.md, "Consumption").
 const (
 	FetchMinBytes = 16 << 10
 	FetchMaxWait  = 20 * time.Millisecond
 )
 
+var fetch = struct {
+	minBytes int32
+	maxWait  time.Duration
+}{FetchMinBytes, FetchMaxWait}
+
+// SetFetch sets the fetch batching of the subscribers created after the
+// call (FEED_KAFKA_FETCH_MIN_BYTES, FEED_KAFKA_FETCH_MAX_WAIT); zero keeps
+// a default. Call it at start-up, before any subscriber exists.
+func SetFetch(minBytes int32, maxWait time.Duration) {
+	fetch.minBytes, fetch.maxWait = cmp.Or(minBytes, FetchMinBytes), cmp.Or(maxWait, FetchMaxWait)
+}
+
 // SubscriberSaramaConfig starts a new group at the oldest offset (the
 // watermill default, newest, would skip what was published before the group
 // existed), commits offsets every second, and batches fetches
-// (FetchMinBytes, FetchMaxWait).
+// (FetchMinBytes, FetchMaxWait, or what SetFetch set).
 func SubscriberSaramaConfig() *sarama.Config {
 	c := wk.DefaultSaramaSubscriberConfig()
 	c.Version = saramaVersion
@@ -106,8 +122,8 @@ func SubscriberSaramaConfig() *sarama.Config {
 	c.Consumer.Group.Session.Timeout = 10 * time.Second
 	c.Consumer.Group.Heartbeat.Interval = time.Second
 	c.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyRoundRobin()}
-	c.Consumer.Fetch.Min = FetchMinBytes
-	c.Consumer.MaxWaitTime = FetchMaxWait
+	c.Consumer.Fetch.Min = fetch.minBytes
+	c.Consumer.MaxWaitTime = fetch.maxWait
 	return c
 }
 
