@@ -537,3 +537,118 @@ func TestComposeSecretAndMetrics(t *testing.T) {
 		t.Fatalf("found %d feed services in compose.yaml, want migrate, cdc, projector, api and more", roles)
 	}
 }
+
+// composeService is what the compose tests read of a service.
+type composeService struct {
+	Build       any            `yaml:"build"`
+	Image       string         `yaml:"image"`
+	Command     []string       `yaml:"command"`
+	Environment map[string]any `yaml:"environment"`
+	Restart     string         `yaml:"restart"`
+	Profiles    []string       `yaml:"profiles"`
+	Volumes     []string       `yaml:"volumes"`
+	Healthcheck *struct {
+		Test []string `yaml:"test"`
+	} `yaml:"healthcheck"`
+	DependsOn map[string]struct {
+		Condition string `yaml:"condition"`
+	} `yaml:"depends_on"`
+}
+
+func readCompose(t *testing.T) map[string]composeService {
+	t.Helper()
+	var compose struct {
+		Services map[string]composeService `yaml:"services"`
+	}
+	readYAML(t, "../../compose.yaml", &compose)
+	if len(compose.Services) == 0 {
+		t.Fatal("compose.yaml: no services")
+	}
+	return compose.Services
+}
+
+// TestComposeHealthchecks parses compose.yaml: every long-running feed
+// service (one with a restart policy; the others are jobs such as migrate,
+// which the roles wait for to complete) has a healthcheck that runs `feed
+// healthcheck` from the image's path, against its own role's endpoint (the
+// API's /readyz on HTTP_ADDR, cdc's and project's /healthz on
+// --metrics-addr); every service_healthy dependency names a service that
+// has a healthcheck, and the stores every role needs have one.
+func TestComposeHealthchecks(t *testing.T) {
+	services := readCompose(t)
+	dockerfile, err := os.ReadFile("../../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const bin = "/usr/local/bin/feed"
+	if !strings.Contains(string(dockerfile), "COPY --from=build /out/feed "+bin) {
+		t.Fatalf("the Dockerfile does not install the binary at %s", bin)
+	}
+	roles := 0
+	for name, svc := range services {
+		if svc.Build == nil || len(svc.Command) == 0 {
+			continue
+		}
+		if svc.Restart == "" {
+			if svc.Healthcheck != nil || svc.Command[0] != "migrate" {
+				t.Errorf("service %s (%v): no restart policy, want a job (migrate) without a healthcheck", name, svc.Command)
+			}
+			continue
+		}
+		roles++
+		if svc.Healthcheck == nil {
+			t.Errorf("service %s (%v) has no healthcheck", name, svc.Command)
+			continue
+		}
+		test := svc.Healthcheck.Test
+		if len(test) < 3 || test[0] != "CMD" || test[1] != bin || test[2] != "healthcheck" {
+			t.Errorf("service %s: healthcheck %v, want [CMD %s healthcheck ...]", name, test, bin)
+			continue
+		}
+		var want string // the URL the role serves its health on, seen from inside the container
+		switch svc.Command[0] {
+		case "api":
+			addr, _ := svc.Environment["HTTP_ADDR"].(string)
+			want = readyzURL(addr)
+		case "cdc", "project":
+			i := slices.Index(svc.Command, "--metrics-addr")
+			if i < 0 || i+1 >= len(svc.Command) {
+				t.Errorf("service %s: %v serves no /healthz (want --metrics-addr)", name, svc.Command)
+				continue
+			}
+			_, port, _ := strings.Cut(svc.Command[i+1], ":")
+			want = "http://127.0.0.1:" + port + "/healthz"
+		default:
+			t.Errorf("service %s: a long-running %q the test does not know", name, svc.Command[0])
+			continue
+		}
+		got := want // no --url: the default, HTTP_ADDR's /readyz
+		if i := slices.Index(test, "--url"); i >= 0 && i+1 < len(test) {
+			got = test[i+1]
+		} else if svc.Command[0] != "api" {
+			t.Errorf("service %s: healthcheck %v has no --url (its default is the API's)", name, test)
+		}
+		if got != want {
+			t.Errorf("service %s: healthcheck asks %s, the role serves %s", name, got, want)
+		}
+	}
+	if roles < 6 {
+		t.Errorf("%d long-running feed services, want api, cdc, projector and the scale profile's", roles)
+	}
+	for name, svc := range services {
+		for dep, d := range svc.DependsOn {
+			target, ok := services[dep]
+			switch {
+			case !ok:
+				t.Errorf("service %s depends on %s, which is no service", name, dep)
+			case d.Condition == "service_healthy" && target.Healthcheck == nil:
+				t.Errorf("service %s waits for %s to be healthy, which has no healthcheck", name, dep)
+			}
+		}
+	}
+	for _, s := range []string{"postgres", "redis", "kafka"} {
+		if services[s].Healthcheck == nil {
+			t.Errorf("service %s has no healthcheck", s)
+		}
+	}
+}
