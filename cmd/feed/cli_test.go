@@ -48,6 +48,7 @@ func TestHelp(t *testing.T) {
 		"poison replay":   {"--group", "--id", "--all"},
 		"poison discard":  {"--group", "--id", "--all"},
 		"healthcheck":     {"--url", "--timeout"},
+		"config":          {"--output"},
 		"version":         nil,
 		"completion bash": nil,
 	}

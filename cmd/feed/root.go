@@ -65,6 +65,7 @@ func newRootCommand(c *cli) *cobra.Command {
 		newBenchCommand(c),
 		newStatusCommand(c),
 		newVerifyCommand(c),
+		newConfigCommand(c),
 		newHealthcheckCommand(c),
 		newVersionCommand(c),
 	)
