@@ -652,3 +652,171 @@ func TestComposeHealthchecks(t *testing.T) {
 		}
 	}
 }
+
+// bindMounts returns a service's bind mounts (a host path starting with
+// ./ or ../, relative to compose.yaml) as container path -> host path.
+func bindMounts(svc composeService) map[string]string {
+	out := map[string]string{}
+	for _, v := range svc.Volumes {
+		parts := strings.Split(v, ":")
+		if len(parts) < 2 || !strings.HasPrefix(parts[0], ".") {
+			continue
+		}
+		out[parts[1]] = filepath.Join("../..", parts[0])
+	}
+	return out
+}
+
+// mounted resolves a container path through the mounts: the host path it
+// shows, or "" when no mount covers it.
+func mounted(mounts map[string]string, path string) string {
+	best := ""
+	for target := range mounts {
+		if (path == target || strings.HasPrefix(path, target+"/")) && len(target) > len(best) {
+			best = target
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return filepath.Join(mounts[best], strings.TrimPrefix(path, best))
+}
+
+// TestComposeObservability parses compose.yaml's observability profile:
+// Prometheus runs on deploy/prometheus/prometheus.yml with the rule files
+// it names mounted beside it, and scrapes services compose has (outside
+// any profile, so the default stack has them) on the ports they serve
+// metrics on; Grafana's provisioning is deploy/grafana/provisioning, the
+// dashboards provider's path is where deploy/grafana/dashboards is
+// mounted, and its data source is the Prometheus service. Every bind
+// mount's host path exists.
+func TestComposeObservability(t *testing.T) {
+	services := readCompose(t)
+	for name, svc := range services {
+		for target, host := range bindMounts(svc) {
+			if _, err := os.Stat(host); err != nil {
+				t.Errorf("service %s mounts %s at %s: %v", name, host, target, err)
+			}
+		}
+	}
+	prom, ok := services["prometheus"]
+	graf, ok2 := services["grafana"]
+	if !ok || !ok2 {
+		t.Fatal("compose.yaml has no prometheus or grafana service")
+	}
+	for name, svc := range map[string]composeService{"prometheus": prom, "grafana": graf} {
+		if !slices.Equal(svc.Profiles, []string{"observability"}) {
+			t.Errorf("service %s: profiles %v, want [observability]", name, svc.Profiles)
+		}
+	}
+
+	// Prometheus: the configuration and the rules it loads.
+	promMounts := bindMounts(prom)
+	cfgPath := ""
+	for _, arg := range prom.Command {
+		if v, ok := strings.CutPrefix(arg, "--config.file="); ok {
+			cfgPath = v
+		}
+	}
+	if cfgPath == "" {
+		t.Fatalf("prometheus: command %v has no --config.file", prom.Command)
+	}
+	wantCfg := filepath.Join(deployDir, "prometheus", "prometheus.yml")
+	if got := mounted(promMounts, cfgPath); got != filepath.Clean(wantCfg) {
+		t.Fatalf("prometheus: %s is %q, want %s", cfgPath, got, wantCfg)
+	}
+	var promCfg struct {
+		RuleFiles     []string `yaml:"rule_files"`
+		ScrapeConfigs []struct {
+			JobName       string `yaml:"job_name"`
+			StaticConfigs []struct {
+				Targets []string `yaml:"targets"`
+			} `yaml:"static_configs"`
+		} `yaml:"scrape_configs"`
+	}
+	readYAML(t, wantCfg, &promCfg)
+	if len(promCfg.RuleFiles) == 0 {
+		t.Error("prometheus.yml loads no rule file")
+	}
+	for _, rf := range promCfg.RuleFiles {
+		inContainer := filepath.Join(filepath.Dir(cfgPath), rf)
+		want := filepath.Join(filepath.Dir(wantCfg), rf)
+		if got := mounted(promMounts, inContainer); got != filepath.Clean(want) {
+			t.Errorf("prometheus: rule file %s is %q in the container, want %s", inContainer, got, want)
+		}
+	}
+	scraped := 0
+	for _, sc := range promCfg.ScrapeConfigs {
+		for _, st := range sc.StaticConfigs {
+			for _, tg := range st.Targets {
+				host, port, _ := strings.Cut(tg, ":")
+				svc, ok := services[host]
+				switch {
+				case !ok:
+					t.Errorf("job %s scrapes %s: compose.yaml has no service %s", sc.JobName, tg, host)
+					continue
+				case len(svc.Profiles) > 0:
+					t.Errorf("job %s scrapes %s, which only runs in profiles %v", sc.JobName, tg, svc.Profiles)
+				}
+				scraped++
+				addr, _ := svc.Environment["HTTP_ADDR"].(string)
+				if i := slices.Index(svc.Command, "--metrics-addr"); i >= 0 && i+1 < len(svc.Command) {
+					addr = svc.Command[i+1]
+				}
+				if !strings.HasSuffix(addr, ":"+port) {
+					t.Errorf("job %s scrapes %s; the service serves metrics on %q", sc.JobName, tg, addr)
+				}
+			}
+		}
+	}
+	if scraped < 3 {
+		t.Errorf("prometheus.yml scrapes %d targets, want api, cdc and projector", scraped)
+	}
+
+	// Grafana: provisioning, the dashboards' path, the data source.
+	grafMounts := bindMounts(graf)
+	provisioning := filepath.Join(deployDir, "grafana", "provisioning")
+	if got := mounted(grafMounts, "/etc/grafana/provisioning"); got != filepath.Clean(provisioning) {
+		t.Errorf("grafana: /etc/grafana/provisioning is %q, want %s", got, provisioning)
+	}
+	providers, err := filepath.Glob(filepath.Join(provisioning, "dashboards", "*.yml"))
+	if err != nil || len(providers) == 0 {
+		t.Fatalf("no dashboard provider under %s (%v)", provisioning, err)
+	}
+	for _, p := range providers {
+		var f struct {
+			Providers []struct {
+				Options struct {
+					Path string `yaml:"path"`
+				} `yaml:"options"`
+			} `yaml:"providers"`
+		}
+		readYAML(t, p, &f)
+		for _, pr := range f.Providers {
+			want := filepath.Join(deployDir, "grafana", "dashboards")
+			if got := mounted(grafMounts, pr.Options.Path); got != filepath.Clean(want) {
+				t.Errorf("%s: dashboards path %s is %q in the container, want %s", p, pr.Options.Path, got, want)
+			}
+		}
+	}
+	if home, _ := graf.Environment["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"].(string); home != "" {
+		if got := mounted(grafMounts, home); got == "" {
+			t.Errorf("grafana: the home dashboard %s is not mounted", home)
+		} else if _, err := os.Stat(got); err != nil {
+			t.Errorf("grafana: the home dashboard %s: %v", home, err)
+		}
+	}
+	var ds struct {
+		Datasources []struct {
+			Type string `yaml:"type"`
+			URL  string `yaml:"url"`
+		} `yaml:"datasources"`
+	}
+	readYAML(t, filepath.Join(provisioning, "datasources", "prometheus.yml"), &ds)
+	if len(ds.Datasources) != 1 || ds.Datasources[0].Type != "prometheus" || ds.Datasources[0].URL != "http://prometheus:9090" {
+		t.Errorf("grafana's data source %+v, want the prometheus service at http://prometheus:9090", ds.Datasources)
+	}
+	if slices.ContainsFunc(prom.Command, func(a string) bool { return strings.HasPrefix(a, "--web.listen-address") }) {
+		t.Error("prometheus: the data source expects its default port 9090, not --web.listen-address")
+	}
+}
