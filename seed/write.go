@@ -94,11 +94,6 @@ func Write(ctx context.Context, db DB, d *Dataset, cfg WriteConfig) (Summary, er
 	phaseEvents := map[string]int64{"users": int64(len(d.InDegree)), "follows": int64(len(d.Edges)), "posts": int64(len(d.Posts))}
 	g.Go(func() error {
 		prog, phase := cfg.Progress, ""
-		defer func() {
-			if phase != "" {
-				prog.Finish()
-			}
-		}()
 		for b := range ch {
 			if b.phase != phase {
 				if phase != "" {
@@ -108,10 +103,16 @@ func Write(ctx context.Context, db DB, d *Dataset, cfg WriteConfig) (Summary, er
 				prog.Start("seed: "+phase, "events", phaseEvents[phase])
 			}
 			if err := pgx.BeginFunc(gctx, db, func(tx pgx.Tx) error { return writeBatch(gctx, tx, b) }); err != nil {
+				prog.Clear() // no final line for a phase that did not end
 				return fmt.Errorf("write %s batch: %w", b.phase, err)
 			}
 			sum.Transactions++
 			prog.Add(len(b.events))
+		}
+		if phase != "" && gctx.Err() == nil {
+			prog.Finish()
+		} else {
+			prog.Clear()
 		}
 		return nil
 	})
