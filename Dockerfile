@@ -4,7 +4,11 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/feed ./cmd/feed
+# .dockerignore leaves .git out: the revision `feed version` and
+# feed_build_info report comes from this argument,
+#   docker build --build-arg FEED_REVISION=$(git rev-parse HEAD) .
+ARG FEED_REVISION=unknown
+RUN CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags="-s -w -X main.stampedRevision=${FEED_REVISION}" -o /out/feed ./cmd/feed
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/feed /usr/local/bin/feed

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"image/png"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -204,8 +205,32 @@ func TestPostToVisibleFromThe201(t *testing.T) {
 	if err := json.Unmarshal(b, &back); err != nil || back.Mixed.PostToVisible != m.PostToVisible {
 		t.Fatalf("JSON round trip: %v", err)
 	}
+	// The chart, as PNG and SVG: its size, and in the SVG (text as text)
+	// the panels' titles and the series' names.
 	if err := rep.WriteChart(filepath.Join(dir, "r.png")); err != nil {
 		t.Fatal(err)
+	}
+	pf, err := os.Open(filepath.Join(dir, "r.png"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pngCfg, err := png.DecodeConfig(pf)
+	pf.Close()
+	if err != nil || pngCfg.Width != 1200 || pngCfg.Height != 940 {
+		t.Errorf("chart PNG: %dx%d (%v), want 1200x940", pngCfg.Width, pngCfg.Height, err)
+	}
+	if err := rep.WriteChart(filepath.Join(dir, "r.svg")); err != nil {
+		t.Fatal(err)
+	}
+	svg, err := os.ReadFile(filepath.Join(dir, "r.svg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"<svg", "Latency over time", "Latency distribution (CDF)", "feed read p50 / s", "feed read p99 / s",
+		"post to visible (each)", "CDC lag (reader)", "feed read (HTTP, mixed)", "Liberation"} {
+		if !strings.Contains(string(svg), want) {
+			t.Errorf("chart SVG lacks %q", want)
+		}
 	}
 	if out := os.Getenv("BENCH_CHART_OUT"); out != "" { // to look at the chart
 		if err := rep.WriteChart(out); err != nil {

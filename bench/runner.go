@@ -639,6 +639,11 @@ func (r *Runner) sample(ctx context.Context, start time.Time) []TimePoint {
 			}
 		}
 		cur, now := r.scrapeMetrics(ctx), time.Now()
+		if ctx.Err() != nil {
+			// The run ended while this sample was read: its reads were cut
+			// short, so it would show lags and metrics as missing.
+			return out
+		}
 		if cur.entries >= 0 && prev.entries >= 0 {
 			p.FanoutPerSec = (cur.entries - prev.entries) / now.Sub(prevAt).Seconds()
 		}

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/feedco/feed/api"
 	"github.com/feedco/feed/commands"
@@ -417,6 +420,29 @@ func TestOpenAPIResponses(t *testing.T) {
 	want(c.do(down, "GET", "/readyz", nil), 503, "readyz, PostgreSQL down")
 	want(c.do(down, "HEAD", "/readyz", nil), 503, "HEAD readyz, PostgreSQL down")
 	want(c.do(down, "GET", "/status", nil), 503, "status page not configured")
+	want(c.do(down, "HEAD", "/status", nil), 503, "HEAD status page not configured")
+
+	// 429s: a server at its bounds of one read and one write in flight,
+	// each held by a request waiting for a PostgreSQL that never answers,
+	// sheds every other read and write at once.
+	shed := shedServer(t)
+	for _, r := range []struct{ method, path string }{
+		{"POST", "/api/users"},
+		{"GET", "/api/users/" + ana}, {"GET", "/api/users/" + ana + "/posts"}, {"GET", "/api/feed"},
+		{"POST", "/api/posts"}, {"PATCH", "/api/posts/" + post}, {"DELETE", "/api/posts/" + post}, {"PUT", "/api/following/" + bob}, {"DELETE", "/api/following/" + bob},
+		{"PUT", "/api/muting/" + bob}, {"DELETE", "/api/muting/" + bob}, {"PUT", "/api/blocking/" + bob}, {"DELETE", "/api/blocking/" + bob},
+	} {
+		var body []byte
+		if r.method != "GET" && r.method != "DELETE" && r.method != "PUT" {
+			body = js(map[string]string{"content": "x", "name": "x"})
+		}
+		ex := want(c.do(shed, r.method, r.path, body, "Authorization", A), 429, r.method+" "+r.path+", shed")
+		if ex.header.Get("Retry-After") == "" {
+			t.Errorf("%s %s: 429 without Retry-After", r.method, r.path)
+		}
+	}
+	// Health, readiness and metrics are never shed.
+	want(c.do(shed, "GET", "/healthz", nil), 200, "healthz while shedding")
 
 	if m := c.missing(); len(m) > 0 {
 		t.Errorf("responses of the document never produced (add a request, or to notProduced with the reason):\n%s", strings.Join(m, "\n"))
@@ -455,5 +481,113 @@ func downServer(t *testing.T) string {
 	}
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
+	return hs.URL
+}
+
+// shedServer is an API bounded to one read and one write in flight, with
+// both slots taken until the test ends: a read and a write wait for a
+// PostgreSQL that accepts connections and never answers them.
+func shedServer(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c) // held open, never answered
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	pool, err := pgxpool.New(context.Background(), "postgres://postgres@"+l.Addr().String()+"/stuck?sslmode=disable&connect_timeout=30")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	ids, err := snowflake.New(6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmds, err := commands.New(pool, ids, commands.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := auth.NewSigner(jwtSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	users, err := auth.NewUsers(pool, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	srv, err := api.New(api.Config{MaxReadsInFlight: 1, MaxWritesInFlight: 1, RequestTimeout: time.Minute},
+		api.Deps{Commands: cmds, Tokens: signer, Users: users, Registry: reg,
+			Ready: map[string]func(context.Context) error{"postgres": pool.Ping}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	ctx, cancel := context.WithCancel(context.Background())
+	var held sync.WaitGroup
+	t.Cleanup(func() { cancel(); held.Wait(); hs.Close() })
+	hold := func(method, path string, body []byte) {
+		req, err := http.NewRequestWithContext(ctx, method, hs.URL+path, bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+signer.Sign(1, time.Hour))
+		held.Add(1)
+		go func() {
+			defer held.Done()
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}()
+	}
+	hold("POST", "/api/users", []byte(`{"name":"held"}`))
+	hold("GET", "/api/users/1", nil)
+	inFlight := func(class string) float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "feed_http_in_flight" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == "class" && lp.GetValue() == class {
+						return m.GetGauge().GetValue()
+					}
+				}
+			}
+		}
+		return 0
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for inFlight("read") != 1 || inFlight("write") != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the held requests are not in flight: read %v, write %v", inFlight("read"), inFlight("write"))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	return hs.URL
 }

@@ -152,7 +152,7 @@ func New(cfg Config, pool *pgxpool.Pool, rdb redis.UniversalClient) (*Rebuilder,
 		reg: readmodel.NewRegistry(cfg.Projections.Keys.Prefix)}
 	// The build's counts also go to the rebuild's self-description, for
 	// `feed status` in any process (readmodel's projection:rebuild hash).
-	r.cfg.Progress = cfg.Progress.recording(func(stage, unit string, done, total int64) {
+	r.cfg.Progress = cfg.Progress.Recording(func(stage, unit string, done, total int64) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		_ = r.reg.SetRebuildInfo(ctx, r.rdb, "stage", stage, "unit", unit, "done", done, "total", total,
@@ -460,7 +460,7 @@ type stages struct {
 }
 
 func (s stages) Stage(name, unit string, total int64) {
-	if s.prog.started() {
+	if s.prog.Started() {
 		s.prog.Finish()
 	}
 	s.prog.Start(s.label+": "+name, unit, total)

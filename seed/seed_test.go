@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/feedco/feed/events"
+	"github.com/feedco/feed/internal/progress"
 	"github.com/feedco/feed/internal/snowflake"
 	"github.com/feedco/feed/internal/testenv"
 )
@@ -106,8 +109,8 @@ func TestWriteConsistent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var progress bytes.Buffer
-	sum, err := Write(ctx, db.Pool, d, WriteConfig{BatchEvents: 1000, Progress: &progress, ProgressEvery: time.Nanosecond})
+	var out bytes.Buffer
+	sum, err := Write(ctx, db.Pool, d, WriteConfig{BatchEvents: 1000, Progress: progress.NewWith(&out, progress.Options{Interval: time.Nanosecond})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,8 +118,15 @@ func TestWriteConsistent(t *testing.T) {
 	if sum.Events != want || sum.Transactions < int(want/1000) {
 		t.Errorf("summary %+v, want %d events", sum, want)
 	}
-	if !bytes.Contains(progress.Bytes(), []byte("events/s")) {
-		t.Errorf("no progress lines: %q", progress.String())
+	// Each phase ends with a line of all its events.
+	for _, phase := range []string{
+		"seed: users 100% 400/400 events ",
+		fmt.Sprintf("seed: follows 100%% %d/%d events ", len(d.Edges), len(d.Edges)),
+		"seed: posts 100% 600/600 events ",
+	} {
+		if !strings.Contains(out.String(), phase) {
+			t.Errorf("no progress line %q:\n%s", phase, out.String())
+		}
 	}
 	var n int64
 	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&n); err != nil || n != want {

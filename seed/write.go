@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/feedco/feed/events"
+	"github.com/feedco/feed/internal/progress"
 )
 
 // ErrNotEmpty is returned when the database already has users or events and
@@ -35,15 +35,13 @@ type WriteConfig struct {
 	// so batches trade seeding speed against the burstiness downstream.
 	// Default 20,000.
 	BatchEvents int
-	// Progress, when set, receives a progress line about every second.
-	Progress io.Writer
-	// ProgressEvery is the progress interval. Default 1s.
-	ProgressEvery time.Duration
+	// Progress shows each phase (users, follows, posts) as its events are
+	// committed; nil shows nothing.
+	Progress *progress.Progress
 }
 
 func (c WriteConfig) withDefaults() WriteConfig {
 	c.BatchEvents = cmp.Or(c.BatchEvents, 20_000)
-	c.ProgressEvery = cmp.Or(c.ProgressEvery, time.Second)
 	return c
 }
 
@@ -91,23 +89,30 @@ func Write(ctx context.Context, db DB, d *Dataset, cfg WriteConfig) (Summary, er
 	})
 	sum := Summary{Events: total}
 	start := time.Now()
+	// The events of each phase: one user.registered per user, one
+	// follow per edge, one post.created per post.
+	phaseEvents := map[string]int64{"users": int64(len(d.InDegree)), "follows": int64(len(d.Edges)), "posts": int64(len(d.Posts))}
 	g.Go(func() error {
-		var done int64
-		last := time.Now()
+		prog, phase := cfg.Progress, ""
 		for b := range ch {
+			if b.phase != phase {
+				if phase != "" {
+					prog.Finish()
+				}
+				phase = b.phase
+				prog.Start("seed: "+phase, "events", phaseEvents[phase])
+			}
 			if err := pgx.BeginFunc(gctx, db, func(tx pgx.Tx) error { return writeBatch(gctx, tx, b) }); err != nil {
+				prog.Clear() // no final line for a phase that did not end
 				return fmt.Errorf("write %s batch: %w", b.phase, err)
 			}
-			done += int64(len(b.events))
 			sum.Transactions++
-			if cfg.Progress != nil && (time.Since(last) >= cfg.ProgressEvery || done == total) {
-				last = time.Now()
-				el := time.Since(start)
-				rate := float64(done) / el.Seconds()
-				eta := time.Duration(float64(total-done) / max(rate, 1) * float64(time.Second))
-				fmt.Fprintf(cfg.Progress, "seed: %-7s %d/%d events (%.1f%%), %.0f events/s, elapsed %s, ETA %s\n",
-					b.phase, done, total, 100*float64(done)/float64(max(total, 1)), rate, el.Round(time.Second), eta.Round(time.Second))
-			}
+			prog.Add(len(b.events))
+		}
+		if phase != "" && gctx.Err() == nil {
+			prog.Finish()
+		} else {
+			prog.Clear()
 		}
 		return nil
 	})

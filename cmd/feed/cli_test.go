@@ -47,10 +47,12 @@ func TestHelp(t *testing.T) {
 		"poison show":     nil,
 		"poison replay":   {"--group", "--id", "--all"},
 		"poison discard":  {"--group", "--id", "--all"},
+		"healthcheck":     {"--url", "--timeout"},
+		"config":          {"--output"},
 		"version":         nil,
 		"completion bash": nil,
 	}
-	envs := map[string]string{"api": "FEED_READ_CACHE_KEYS", "dev": "KAFKA_BROKERS", "cdc": "FEED_SLOT", "token": "FEED_JWT_SECRET", "status": "DATABASE_URL", "kafka": "FEED_KAFKA_ADDR", "verify": "FEED_SLOT", "project": "FEED_VERIFY_EVERY"}
+	envs := map[string]string{"api": "FEED_READ_CACHE_KEYS", "dev": "KAFKA_BROKERS", "cdc": "FEED_SLOT", "token": "FEED_JWT_SECRET", "status": "DATABASE_URL", "kafka": "FEED_KAFKA_ADDR", "verify": "FEED_SLOT", "project": "FEED_VERIFY_EVERY", "healthcheck": "HTTP_ADDR"}
 	for name, flags := range commands {
 		args := strings.Fields(name)
 		for _, form := range [][]string{append(append([]string{}, args...), "--help"), append([]string{"help"}, args...)} {
@@ -121,6 +123,9 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"verify", "--depth", "0"}, "feed verify: --depth: want 1..10000, got 0"},
 		{[]string{"verify", "extra"}, `feed verify: unexpected argument "extra"`},
 		{[]string{"rebuild", "--verify-users", "0", "inbox"}, "feed rebuild: --verify-users: want at least 1, got 0"},
+		{[]string{"healthcheck", "--timeout", "0s"}, "feed healthcheck: --timeout: must be positive"},
+		{[]string{"healthcheck", "--url", "localhost:8080"}, `feed healthcheck: --url: "localhost:8080": want an http:// or https:// URL`},
+		{[]string{"healthcheck", "extra"}, `feed healthcheck: unexpected argument "extra"`},
 	} {
 		code, out, stderr := runCLI(t, Config{}, tc.args...)
 		first, _, _ := strings.Cut(stderr, "\n")

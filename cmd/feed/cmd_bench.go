@@ -167,10 +167,12 @@ func runBench(ctx context.Context, cfg Config, log *slog.Logger, c bench.Config,
 	if err := rep.WriteJSON(o.out + ".json"); err != nil {
 		return err
 	}
-	if err := rep.WriteChart(o.out + ".png"); err != nil {
-		return err
+	for _, ext := range []string{".png", ".svg"} {
+		if err := rep.WriteChart(o.out + ext); err != nil {
+			return err
+		}
 	}
-	fmt.Fprintf(stdout, "\nreport: %s.json, chart: %s.png\n", o.out, o.out)
+	fmt.Fprintf(stdout, "\nreport: %s.json, chart: %s.png and %s.svg\n", o.out, o.out, o.out)
 	return nil
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/feedco/feed/internal/progress"
 	"github.com/feedco/feed/replay"
 )
 
@@ -181,7 +182,7 @@ func eventsTo(ctx context.Context, o eventsOptions, cfg Config, stdout, stderr i
 	start := time.Now()
 	stopProgress := func() {}
 	if tty {
-		stopProgress = progress(stderr, w, start)
+		stopProgress = showCount(progress.New(stderr, true), w)
 	}
 	var n int64
 	if o.checkpoint != "" {
@@ -236,8 +237,11 @@ func asUsage(err error) error {
 	return err
 }
 
-// progress prints the running count on a terminal once a second.
-func progress(stderr io.Writer, w *replay.Writer, start time.Time) (stop func()) {
+// showCount shows the count of events written on p (a terminal's bar;
+// the total is not known) until stop, which erases it: the command prints
+// its own summary line.
+func showCount(p *progress.Progress, w *replay.Writer) (stop func()) {
+	p.Start("events:", "events", 0)
 	done := make(chan struct{})
 	finished := make(chan struct{})
 	go func() {
@@ -247,11 +251,10 @@ func progress(stderr io.Writer, w *replay.Writer, start time.Time) (stop func())
 		for {
 			select {
 			case <-done:
-				fmt.Fprint(stderr, "\r\033[K")
+				p.Clear()
 				return
 			case <-t.C:
-				n := w.Count()
-				fmt.Fprintf(stderr, "\revents: %d (%s/s)\033[K", n, rate(n, time.Since(start)))
+				p.Set(w.Count())
 			}
 		}
 	}()
@@ -263,22 +266,8 @@ func rate(n int64, d time.Duration) string {
 	if d <= 0 {
 		return "-"
 	}
-	r := float64(n) / d.Seconds()
-	switch {
-	case r >= 1e6:
-		return fmt.Sprintf("%.2fM", r/1e6)
-	case r >= 1e3:
-		return fmt.Sprintf("%.1fk", r/1e3)
-	}
-	return fmt.Sprintf("%.0f", r)
+	return progress.Rate(float64(n) / d.Seconds())
 }
 
 // isTerminal says whether w is a terminal (for progress bars).
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
-}
+func isTerminal(w io.Writer) bool { return progress.IsTerminal(w) }

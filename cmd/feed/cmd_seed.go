@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/feedco/feed/cdc"
+	"github.com/feedco/feed/internal/progress"
 	"github.com/feedco/feed/seed"
 )
 
@@ -114,7 +115,7 @@ func runSeed(ctx context.Context, cfg Config, log *slog.Logger, o seedOptions, s
 	if o.dryRun {
 		return nil
 	}
-	sum, err := seed.Write(ctx, a.Pool, d, seed.WriteConfig{BatchEvents: o.batch, Progress: stderr})
+	sum, err := seed.Write(ctx, a.Pool, d, seed.WriteConfig{BatchEvents: o.batch, Progress: progress.New(stderr, progress.IsTerminal(stderr))})
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
 			fmt.Fprintln(stderr, "seed: interrupted; the committed transactions stay (the database is now non-empty)")

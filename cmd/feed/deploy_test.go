@@ -537,3 +537,286 @@ func TestComposeSecretAndMetrics(t *testing.T) {
 		t.Fatalf("found %d feed services in compose.yaml, want migrate, cdc, projector, api and more", roles)
 	}
 }
+
+// composeService is what the compose tests read of a service.
+type composeService struct {
+	Build       any            `yaml:"build"`
+	Image       string         `yaml:"image"`
+	Command     []string       `yaml:"command"`
+	Environment map[string]any `yaml:"environment"`
+	Restart     string         `yaml:"restart"`
+	Profiles    []string       `yaml:"profiles"`
+	Volumes     []string       `yaml:"volumes"`
+	Healthcheck *struct {
+		Test []string `yaml:"test"`
+	} `yaml:"healthcheck"`
+	DependsOn map[string]struct {
+		Condition string `yaml:"condition"`
+	} `yaml:"depends_on"`
+}
+
+func readCompose(t *testing.T) map[string]composeService {
+	t.Helper()
+	var compose struct {
+		Services map[string]composeService `yaml:"services"`
+	}
+	readYAML(t, "../../compose.yaml", &compose)
+	if len(compose.Services) == 0 {
+		t.Fatal("compose.yaml: no services")
+	}
+	return compose.Services
+}
+
+// TestComposeHealthchecks parses compose.yaml: every long-running feed
+// service (one with a restart policy; the others are jobs such as migrate,
+// which the roles wait for to complete) has a healthcheck that runs `feed
+// healthcheck` from the image's path, against its own role's endpoint (the
+// API's /readyz on HTTP_ADDR, cdc's and project's /healthz on
+// --metrics-addr); every service_healthy dependency names a service that
+// has a healthcheck, and the stores every role needs have one.
+func TestComposeHealthchecks(t *testing.T) {
+	services := readCompose(t)
+	dockerfile, err := os.ReadFile("../../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const bin = "/usr/local/bin/feed"
+	if !strings.Contains(string(dockerfile), "COPY --from=build /out/feed "+bin) {
+		t.Fatalf("the Dockerfile does not install the binary at %s", bin)
+	}
+	roles := 0
+	for name, svc := range services {
+		if svc.Build == nil || len(svc.Command) == 0 {
+			continue
+		}
+		if svc.Restart == "" {
+			if svc.Healthcheck != nil || svc.Command[0] != "migrate" {
+				t.Errorf("service %s (%v): no restart policy, want a job (migrate) without a healthcheck", name, svc.Command)
+			}
+			continue
+		}
+		roles++
+		if svc.Healthcheck == nil {
+			t.Errorf("service %s (%v) has no healthcheck", name, svc.Command)
+			continue
+		}
+		test := svc.Healthcheck.Test
+		if len(test) < 3 || test[0] != "CMD" || test[1] != bin || test[2] != "healthcheck" {
+			t.Errorf("service %s: healthcheck %v, want [CMD %s healthcheck ...]", name, test, bin)
+			continue
+		}
+		var want string // the URL the role serves its health on, seen from inside the container
+		switch svc.Command[0] {
+		case "api":
+			addr, _ := svc.Environment["HTTP_ADDR"].(string)
+			want = readyzURL(addr)
+		case "cdc", "project":
+			i := slices.Index(svc.Command, "--metrics-addr")
+			if i < 0 || i+1 >= len(svc.Command) {
+				t.Errorf("service %s: %v serves no /healthz (want --metrics-addr)", name, svc.Command)
+				continue
+			}
+			_, port, _ := strings.Cut(svc.Command[i+1], ":")
+			want = "http://127.0.0.1:" + port + "/healthz"
+		default:
+			t.Errorf("service %s: a long-running %q the test does not know", name, svc.Command[0])
+			continue
+		}
+		got := want // no --url: the default, HTTP_ADDR's /readyz
+		if i := slices.Index(test, "--url"); i >= 0 && i+1 < len(test) {
+			got = test[i+1]
+		} else if svc.Command[0] != "api" {
+			t.Errorf("service %s: healthcheck %v has no --url (its default is the API's)", name, test)
+		}
+		if got != want {
+			t.Errorf("service %s: healthcheck asks %s, the role serves %s", name, got, want)
+		}
+	}
+	if roles < 6 {
+		t.Errorf("%d long-running feed services, want api, cdc, projector and the scale profile's", roles)
+	}
+	for name, svc := range services {
+		for dep, d := range svc.DependsOn {
+			target, ok := services[dep]
+			switch {
+			case !ok:
+				t.Errorf("service %s depends on %s, which is no service", name, dep)
+			case d.Condition == "service_healthy" && target.Healthcheck == nil:
+				t.Errorf("service %s waits for %s to be healthy, which has no healthcheck", name, dep)
+			}
+		}
+	}
+	for _, s := range []string{"postgres", "redis", "kafka"} {
+		if services[s].Healthcheck == nil {
+			t.Errorf("service %s has no healthcheck", s)
+		}
+	}
+}
+
+// bindMounts returns a service's bind mounts (a host path starting with
+// ./ or ../, relative to compose.yaml) as container path -> host path.
+func bindMounts(svc composeService) map[string]string {
+	out := map[string]string{}
+	for _, v := range svc.Volumes {
+		parts := strings.Split(v, ":")
+		if len(parts) < 2 || !strings.HasPrefix(parts[0], ".") {
+			continue
+		}
+		out[parts[1]] = filepath.Join("../..", parts[0])
+	}
+	return out
+}
+
+// mounted resolves a container path through the mounts: the host path it
+// shows, or "" when no mount covers it.
+func mounted(mounts map[string]string, path string) string {
+	best := ""
+	for target := range mounts {
+		if (path == target || strings.HasPrefix(path, target+"/")) && len(target) > len(best) {
+			best = target
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return filepath.Join(mounts[best], strings.TrimPrefix(path, best))
+}
+
+// TestComposeObservability parses compose.yaml's observability profile:
+// Prometheus runs on deploy/prometheus/prometheus.yml with the rule files
+// it names mounted beside it, and scrapes services compose has (outside
+// any profile, so the default stack has them) on the ports they serve
+// metrics on; Grafana's provisioning is deploy/grafana/provisioning, the
+// dashboards provider's path is where deploy/grafana/dashboards is
+// mounted, and its data source is the Prometheus service. Every bind
+// mount's host path exists.
+func TestComposeObservability(t *testing.T) {
+	services := readCompose(t)
+	for name, svc := range services {
+		for target, host := range bindMounts(svc) {
+			if _, err := os.Stat(host); err != nil {
+				t.Errorf("service %s mounts %s at %s: %v", name, host, target, err)
+			}
+		}
+	}
+	prom, ok := services["prometheus"]
+	graf, ok2 := services["grafana"]
+	if !ok || !ok2 {
+		t.Fatal("compose.yaml has no prometheus or grafana service")
+	}
+	for name, svc := range map[string]composeService{"prometheus": prom, "grafana": graf} {
+		if !slices.Equal(svc.Profiles, []string{"observability"}) {
+			t.Errorf("service %s: profiles %v, want [observability]", name, svc.Profiles)
+		}
+	}
+
+	// Prometheus: the configuration and the rules it loads.
+	promMounts := bindMounts(prom)
+	cfgPath := ""
+	for _, arg := range prom.Command {
+		if v, ok := strings.CutPrefix(arg, "--config.file="); ok {
+			cfgPath = v
+		}
+	}
+	if cfgPath == "" {
+		t.Fatalf("prometheus: command %v has no --config.file", prom.Command)
+	}
+	wantCfg := filepath.Join(deployDir, "prometheus", "prometheus.yml")
+	if got := mounted(promMounts, cfgPath); got != filepath.Clean(wantCfg) {
+		t.Fatalf("prometheus: %s is %q, want %s", cfgPath, got, wantCfg)
+	}
+	var promCfg struct {
+		RuleFiles     []string `yaml:"rule_files"`
+		ScrapeConfigs []struct {
+			JobName       string `yaml:"job_name"`
+			StaticConfigs []struct {
+				Targets []string `yaml:"targets"`
+			} `yaml:"static_configs"`
+		} `yaml:"scrape_configs"`
+	}
+	readYAML(t, wantCfg, &promCfg)
+	if len(promCfg.RuleFiles) == 0 {
+		t.Error("prometheus.yml loads no rule file")
+	}
+	for _, rf := range promCfg.RuleFiles {
+		inContainer := filepath.Join(filepath.Dir(cfgPath), rf)
+		want := filepath.Join(filepath.Dir(wantCfg), rf)
+		if got := mounted(promMounts, inContainer); got != filepath.Clean(want) {
+			t.Errorf("prometheus: rule file %s is %q in the container, want %s", inContainer, got, want)
+		}
+	}
+	scraped := 0
+	for _, sc := range promCfg.ScrapeConfigs {
+		for _, st := range sc.StaticConfigs {
+			for _, tg := range st.Targets {
+				host, port, _ := strings.Cut(tg, ":")
+				svc, ok := services[host]
+				switch {
+				case !ok:
+					t.Errorf("job %s scrapes %s: compose.yaml has no service %s", sc.JobName, tg, host)
+					continue
+				case len(svc.Profiles) > 0:
+					t.Errorf("job %s scrapes %s, which only runs in profiles %v", sc.JobName, tg, svc.Profiles)
+				}
+				scraped++
+				addr, _ := svc.Environment["HTTP_ADDR"].(string)
+				if i := slices.Index(svc.Command, "--metrics-addr"); i >= 0 && i+1 < len(svc.Command) {
+					addr = svc.Command[i+1]
+				}
+				if !strings.HasSuffix(addr, ":"+port) {
+					t.Errorf("job %s scrapes %s; the service serves metrics on %q", sc.JobName, tg, addr)
+				}
+			}
+		}
+	}
+	if scraped < 3 {
+		t.Errorf("prometheus.yml scrapes %d targets, want api, cdc and projector", scraped)
+	}
+
+	// Grafana: provisioning, the dashboards' path, the data source.
+	grafMounts := bindMounts(graf)
+	provisioning := filepath.Join(deployDir, "grafana", "provisioning")
+	if got := mounted(grafMounts, "/etc/grafana/provisioning"); got != filepath.Clean(provisioning) {
+		t.Errorf("grafana: /etc/grafana/provisioning is %q, want %s", got, provisioning)
+	}
+	providers, err := filepath.Glob(filepath.Join(provisioning, "dashboards", "*.yml"))
+	if err != nil || len(providers) == 0 {
+		t.Fatalf("no dashboard provider under %s (%v)", provisioning, err)
+	}
+	for _, p := range providers {
+		var f struct {
+			Providers []struct {
+				Options struct {
+					Path string `yaml:"path"`
+				} `yaml:"options"`
+			} `yaml:"providers"`
+		}
+		readYAML(t, p, &f)
+		for _, pr := range f.Providers {
+			want := filepath.Join(deployDir, "grafana", "dashboards")
+			if got := mounted(grafMounts, pr.Options.Path); got != filepath.Clean(want) {
+				t.Errorf("%s: dashboards path %s is %q in the container, want %s", p, pr.Options.Path, got, want)
+			}
+		}
+	}
+	if home, _ := graf.Environment["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"].(string); home != "" {
+		if got := mounted(grafMounts, home); got == "" {
+			t.Errorf("grafana: the home dashboard %s is not mounted", home)
+		} else if _, err := os.Stat(got); err != nil {
+			t.Errorf("grafana: the home dashboard %s: %v", home, err)
+		}
+	}
+	var ds struct {
+		Datasources []struct {
+			Type string `yaml:"type"`
+			URL  string `yaml:"url"`
+		} `yaml:"datasources"`
+	}
+	readYAML(t, filepath.Join(provisioning, "datasources", "prometheus.yml"), &ds)
+	if len(ds.Datasources) != 1 || ds.Datasources[0].Type != "prometheus" || ds.Datasources[0].URL != "http://prometheus:9090" {
+		t.Errorf("grafana's data source %+v, want the prometheus service at http://prometheus:9090", ds.Datasources)
+	}
+	if slices.ContainsFunc(prom.Command, func(a string) bool { return strings.HasPrefix(a, "--web.listen-address") }) {
+		t.Error("prometheus: the data source expects its default port 9090, not --web.listen-address")
+	}
+}

@@ -18,6 +18,12 @@ type build struct {
 	GoVersion string
 }
 
+// stampedRevision is the VCS revision a build without the repository's
+// .git (the Dockerfile's: .dockerignore leaves it out) sets with
+// -ldflags "-X main.stampedRevision=REV"; the build information's own
+// vcs.revision wins when there is one.
+var stampedRevision string
+
 func readBuild() (build, bool) {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
@@ -34,6 +40,9 @@ func readBuild() (build, bool) {
 	b := build{Version: bi.Main.Version, Module: bi.Main.Path, Revision: setting("vcs.revision"), Time: setting("vcs.time"), GoVersion: bi.GoVersion}
 	if b.Version == "" {
 		b.Version = "unknown"
+	}
+	if b.Revision == "" {
+		b.Revision = stampedRevision
 	}
 	if b.Revision == "" {
 		b.Revision = "unknown"

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"os/exec"
+	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 )
 
@@ -40,5 +43,27 @@ func TestRoleRegistryBuildInfo(t *testing.T) {
 	}
 	if !found {
 		t.Fatal("no feed_build_info in a role's registry")
+	}
+}
+
+// A build without VCS information (the Dockerfile's: .dockerignore leaves
+// .git out, and it builds with -buildvcs=false) reports the revision
+// given with -X main.stampedRevision, as the Dockerfile's FEED_REVISION
+// argument sets it.
+func TestStampedRevision(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := filepath.Join(t.TempDir(), "feed")
+	build := exec.Command("go", "build", "-buildvcs=false", "-ldflags=-X main.stampedRevision=0123abcd", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "version").Output()
+	if err != nil {
+		t.Fatalf("feed version: %v", err)
+	}
+	if !strings.Contains(string(out), "revision 0123abcd\n") {
+		t.Errorf("feed version of a build stamped 0123abcd:\n%s", out)
 	}
 }

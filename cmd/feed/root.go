@@ -65,6 +65,8 @@ func newRootCommand(c *cli) *cobra.Command {
 		newBenchCommand(c),
 		newStatusCommand(c),
 		newVerifyCommand(c),
+		newConfigCommand(c),
+		newHealthcheckCommand(c),
 		newVersionCommand(c),
 	)
 	return root

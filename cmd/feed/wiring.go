@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -253,7 +254,7 @@ func runRole(ctx context.Context, log *slog.Logger, role, metricsAddr string, re
 			return err
 		}
 		tasks = append(tasks, metricsTask(l, reg))
-		served = append(served, "metrics", "http://"+l.Addr().String()+"/metrics")
+		served = append(served, "metrics", "http://"+l.Addr().String()+"/metrics", "health", "http://"+l.Addr().String()+"/healthz")
 	}
 	log.Info(role+": starting", served...)
 	return runTasks(ctx, log, role, tasks...)
@@ -284,10 +285,17 @@ func serveHTTP(ctx context.Context, l net.Listener, h http.Handler) error {
 }
 
 // metricsTask serves reg's /metrics on l for a role that has no HTTP API
-// of its own (`feed cdc`, `feed project`).
+// of its own (`feed cdc`, `feed project`), and GET /healthz: 200 while the
+// process serves (what `feed healthcheck` asks in compose.yaml; like the
+// API's /healthz it checks no dependency).
 func metricsTask(l net.Listener, reg *prometheus.Registry) task {
-	h := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
-	return task{name: "metrics", run: func(ctx context.Context) error { return serveHTTP(ctx, l, h) }}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"status":"ok"}`+"\n")
+	})
+	return task{name: "metrics", run: func(ctx context.Context) error { return serveHTTP(ctx, l, mux) }}
 }
 
 // statusRedis is the App's Redis client, or, when the App has none, a
