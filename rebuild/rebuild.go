@@ -76,7 +76,9 @@ type Config struct {
 	Progress *Progress
 	// OnPhase, if set, is called as each phase of a projection's rebuild
 	// begins (prepare, build, catch-up, verify, handover, cleanup), on the
-	// rebuild's goroutine: for tools and tests.
+	// rebuild's goroutine: for tools and tests. Projections that switch
+	// together (a threshold change) report as one, their names joined by
+	// "+" ("followers+inbox").
 	OnPhase func(projection, phase string)
 	// Logger receives warnings (nil: slog.Default()).
 	Logger *slog.Logger
