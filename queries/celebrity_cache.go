@@ -29,7 +29,9 @@ import (
 // fixed at its start.
 
 // celebrityCache holds the `celebrities` set, as an immutable snapshot
-// every read loads without a lock.
+// every read loads without a lock. A read takes the followers version from
+// its inboxView (the one its inboxes are merged at), not from the keys at
+// the time of the call.
 type celebrityCache struct {
 	ttl  time.Duration
 	sf   singleflight.Group
@@ -49,17 +51,16 @@ type celeb struct {
 	s  string
 }
 
-func (f *Feed) celebrities(ctx context.Context) ([]celeb, error) {
+// celebrities returns the celebrity set of iv's followers version.
+func (f *Feed) celebrities(ctx context.Context, iv *inboxView) ([]celeb, error) {
 	c := &f.celebs
-	keys, ver := f.keysAt(readmodel.ProjectionFollowers) // one version for the check, the read and a rebuild
-	if s := c.snap.Load(); s != nil && s.version == ver && f.now().Sub(s.at) < c.ttl {
+	if s := c.snap.Load(); s != nil && s.version == iv.followers && f.now().Sub(s.at) < c.ttl {
 		f.metrics.celebHit.Inc()
 		return s.members, nil
 	}
 	f.metrics.celebMiss.Inc()
-	v, err, _ := c.sf.Do(strconv.Itoa(ver), func() (any, error) {
-		set := readmodel.NewCelebrities(keys)
-		cs, built, err := set.Members(ctx, f.rdb)
+	v, err, _ := c.sf.Do(strconv.Itoa(iv.followers), func() (any, error) {
+		cs, built, err := iv.celebs.Members(ctx, f.rdb)
 		if err != nil {
 			return nil, err
 		}
@@ -68,11 +69,11 @@ func (f *Feed) celebrities(ctx context.Context) ([]celeb, error) {
 			m[i] = celeb{id: c.ID, s: c.Decimal}
 		}
 		if !built {
-			if m, err = f.rebuildCelebrities(ctx, set, ver, m); err != nil {
+			if m, err = f.rebuildCelebrities(ctx, iv, m); err != nil {
 				return nil, err
 			}
 		}
-		c.snap.Store(&celebSnapshot{members: m, at: f.now(), version: ver})
+		c.snap.Store(&celebSnapshot{members: m, at: f.now(), version: iv.followers})
 		return m, nil
 	})
 	if err != nil {
@@ -216,18 +217,18 @@ func (f *Feed) fetchTimelineHead(ctx context.Context, tl readmodel.Timelines, ve
 // and the marker it writes make it one per process at most).
 const celebritiesSQL = `SELECT id FROM users WHERE follower_count >= $1`
 
-// rebuildCelebrities rebuilds set, the celebrity set of followers version
-// ver, found without its ~built marker, from PostgreSQL by that version's
-// threshold, and returns the union of had (the set's members now) and the
-// snapshot's.
-func (f *Feed) rebuildCelebrities(ctx context.Context, set readmodel.Celebrities, ver int, had []celeb) ([]celeb, error) {
-	ids, err := f.ids(ctx, celebritiesSQL, f.celebrityThreshold(ver))
+// rebuildCelebrities rebuilds the celebrity set of iv's followers version,
+// found without its ~built marker, from PostgreSQL at the threshold that
+// version was built at, and returns the union of had (the set's members
+// now) and the snapshot's.
+func (f *Feed) rebuildCelebrities(ctx context.Context, iv *inboxView, had []celeb) ([]celeb, error) {
+	ids, err := f.ids(ctx, celebritiesSQL, iv.pol.CelebrityThreshold)
 	if err != nil {
 		f.metrics.Rebuilds.WithLabelValues("celebrities", "error").Inc()
 		return nil, fmt.Errorf("read celebrities from PostgreSQL: %w", err)
 	}
 	if !f.cfg.ReadOnly {
-		if err := set.WriteRebuilt(ctx, f.rdb, ids); err != nil {
+		if err := iv.celebs.WriteRebuilt(ctx, f.rdb, ids); err != nil {
 			f.metrics.Rebuilds.WithLabelValues("celebrities", "error").Inc()
 			return nil, err
 		}
@@ -243,19 +244,6 @@ func (f *Feed) rebuildCelebrities(ctx context.Context, set readmodel.Celebrities
 		}
 	}
 	return had, nil
-}
-
-// celebrityThreshold is the threshold the followers version ver keeps the
-// celebrity set by: the one recorded with it when it is the active
-// version and has one (a `feed rebuild followers` records it), else the
-// process's (which ResolvePolicy met with the record at start).
-func (f *Feed) celebrityThreshold(ver int) int64 {
-	if f.live != nil {
-		if r := f.live.Active().Record(readmodel.ProjectionFollowers); r.Version == ver && r.CelebrityThreshold > 0 {
-			return r.CelebrityThreshold
-		}
-	}
-	return f.cfg.CelebrityThreshold
 }
 
 // ids runs a query of one bigint column.

@@ -208,10 +208,14 @@ type homeRead struct {
 // listed nor read: the segment is the inbox and the own timeline alone.
 func (f *Feed) homeSegment(ctx context.Context, user int64, cur key, want int, pull bool) (homeRead, coldParts, error) {
 	n := want + want/4 + 2 // over-fetch: hidden posts and the ~floor member
+	// One view of the active versions for the whole segment: the inbox
+	// and the celebrity set it is merged with are of versions built at
+	// one celebrity threshold (inboxView).
+	iv := f.inboxes()
 	var celebs []celeb
 	if pull {
 		var err error
-		if celebs, err = f.celebrities(ctx); err != nil {
+		if celebs, err = f.celebrities(ctx, iv); err != nil {
 			return homeRead{}, coldParts{}, redisErr(err)
 		}
 	}
@@ -263,7 +267,7 @@ func (f *Feed) homeSegment(ctx context.Context, user int64, cur key, want int, p
 		}
 		asked = append(asked, a)
 	}
-	rr, err := f.readHome(ctx, user, cur, n, asked)
+	rr, err := f.readHome(ctx, iv, user, cur, n, asked)
 	var probe []item
 	if pr != nil {
 		pr.wg.Wait()

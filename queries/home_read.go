@@ -29,7 +29,7 @@ type setResult struct {
 // timeline from cur (n entries), whether their following state is built, and
 // whether it holds each of members. With the read cache on, whatever the
 // cache holds costs nothing, and a fully cached page costs no round trip.
-func (f *Feed) readHome(ctx context.Context, user int64, cur key, n int, members []int64) (homeReply, error) {
+func (f *Feed) readHome(ctx context.Context, iv *inboxView, user int64, cur key, n int, members []int64) (homeReply, error) {
 	var g *cacheGen
 	if f.cache != nil {
 		if f.cache.single != nil {
@@ -39,20 +39,19 @@ func (f *Feed) readHome(ctx context.Context, user int64, cur key, n int, members
 		}
 	}
 	if g == nil {
-		return f.readHomeDirect(ctx, user, cur, n, members)
+		return f.readHomeDirect(ctx, iv, user, cur, n, members)
 	}
-	r, err := f.readHomeCached(ctx, g, user, cur, n, members)
+	r, err := f.readHomeCached(ctx, iv, g, user, cur, n, members)
 	if err != nil && !g.live() {
 		// The generation ended under the read (its connections may be
 		// closing): read without the cache.
-		return f.readHomeDirect(ctx, user, cur, n, members)
+		return f.readHomeDirect(ctx, iv, user, cur, n, members)
 	}
 	return r, err
 }
 
 // readHomeDirect is the uncached read: one pipeline of four commands.
-func (f *Feed) readHomeDirect(ctx context.Context, user int64, cur key, n int, members []int64) (homeReply, error) {
-	iv := f.inboxes()
+func (f *Feed) readHomeDirect(ctx context.Context, iv *inboxView, user int64, cur key, n int, members []int64) (homeReply, error) {
 	pipe := f.rdb.Pipeline()
 	var inbox readmodel.SetRead
 	var packed readmodel.PackedRead
@@ -138,10 +137,9 @@ const builtSig = "b"
 // readHomeCached answers from the cache what it holds and reads the rest
 // in one pipeline through generation g's tracking connections, caching
 // each reply unless an invalidation raced it (see readCache).
-func (f *Feed) readHomeCached(ctx context.Context, g *cacheGen, user int64, cur key, n int, members []int64) (homeReply, error) {
+func (f *Feed) readHomeCached(ctx context.Context, iv *inboxView, g *cacheGen, user int64, cur key, n int, members []int64) (homeReply, error) {
 	c := f.cache
 	now := time.Now().UnixNano()
-	iv := f.inboxes()
 	kIn, kOwn := iv.zset.Key(user), f.tl.Key(user)
 	kF, kFV := f.follows.FollowingKeys(user)
 	var r homeReply

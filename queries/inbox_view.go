@@ -9,10 +9,22 @@ import (
 // (readmodel.LiveVersions.Active), so a read never takes one version's
 // keys in another version's layout. A `feed rebuild inbox` into another
 // layout or bound switches the view with the version.
+//
+// It also names the followers version of the same read, whose celebrity
+// set (celebs) is the pull side merged with these inboxes, and the
+// celebrity threshold that version was built at (pol.CelebrityThreshold,
+// what the PostgreSQL fallback of a lost set counts with): the threshold
+// decides whose posts an inbox holds, so a home read takes its inboxes
+// and its pull set from one view, and `feed rebuild inbox
+// --celebrity-threshold`, which switches both versions at once, switches
+// the view once.
 type inboxView struct {
-	version int
-	rec     readmodel.VersionRecord // the fields the view was built from
-	pol     readmodel.Policy
+	version   int
+	followers int                     // the followers version
+	rec       readmodel.VersionRecord // the fields the view was built from
+	frec      readmodel.VersionRecord // the followers version's
+	pol       readmodel.Policy
+	celebs    readmodel.Celebrities // the followers version's celebrity set
 	// store is the inboxes of the version's layout; zset (the sorted
 	// set) and packed (nil unless that layout) their page reads.
 	store  readmodel.InboxStore
@@ -20,18 +32,21 @@ type inboxView struct {
 	packed *readmodel.PackedInboxes
 }
 
-func newInboxView(keys readmodel.Keys, version int, rec readmodel.VersionRecord, pol readmodel.Policy) *inboxView {
-	v := &inboxView{version: version, rec: rec, pol: pol.WithDefaults(),
-		zset: readmodel.NewInboxes(keys, pol), store: readmodel.NewInboxStore(keys, pol)}
+func newInboxView(keys readmodel.Keys, followers int, frec readmodel.VersionRecord, pol readmodel.Policy) *inboxView {
+	version := keys.Version(readmodel.ProjectionInbox)
+	ckeys := readmodel.Keys{Prefix: keys.Prefix, Versions: readmodel.Versions{}.With(readmodel.ProjectionFollowers, followers)}
+	v := &inboxView{version: version, followers: followers, frec: frec, pol: pol.WithDefaults(),
+		celebs: readmodel.NewCelebrities(ckeys),
+		zset:   readmodel.NewInboxes(keys, pol), store: readmodel.NewInboxStore(keys, pol)}
 	if pk, ok := v.store.(readmodel.PackedInboxes); ok {
 		v.packed = &pk
 	}
 	return v
 }
 
-// inboxes returns the view of the active inbox version: the one built
-// last while the version and its recorded policy stay, a new one when a
-// switch changed them.
+// inboxes returns the view of the active inbox and followers versions:
+// the one built last while the versions and their recorded policies
+// stay, a new one when a switch changed them.
 func (f *Feed) inboxes() *inboxView {
 	cur := f.view.Load()
 	if f.live == nil {
@@ -40,14 +55,30 @@ func (f *Feed) inboxes() *inboxView {
 	f.live.Version(readmodel.ProjectionInbox) // starts the periodic refresh when due
 	act := f.live.Active()
 	v := act.Versions.Version(readmodel.ProjectionInbox)
+	fv := act.Versions.Version(readmodel.ProjectionFollowers)
 	rec := act.Record(readmodel.ProjectionInbox)
-	if cur != nil && cur.version == v && cur.rec.InboxLayout == rec.InboxLayout && cur.rec.InboxMax == rec.InboxMax {
+	frec := act.Record(readmodel.ProjectionFollowers)
+	if cur != nil && cur.version == v && cur.followers == fv && cur.rec.InboxLayout == rec.InboxLayout && cur.rec.InboxMax == rec.InboxMax &&
+		cur.rec.CelebrityThreshold == rec.CelebrityThreshold && cur.frec.CelebrityThreshold == frec.CelebrityThreshold {
 		return cur
 	}
 	keys := readmodel.Keys{Prefix: f.cfg.Keys.Prefix, Versions: readmodel.Versions{}.With(readmodel.ProjectionInbox, v)}
-	next := newInboxView(keys, v, rec, rec.Apply(f.cfg.Policy()))
-	if f.view.CompareAndSwap(cur, next) && cur != nil && cur.pol.InboxLayout != next.pol.InboxLayout {
-		f.log.Info("queries: the inbox version switched layout", "version", v, "from", cur.pol.InboxLayout, "to", next.pol.InboxLayout)
+	pol := rec.Apply(f.cfg.Policy())
+	if frec.CelebrityThreshold > 0 {
+		// The pull set's threshold is its own version's (equal to the
+		// inbox version's: they switch together).
+		pol.CelebrityThreshold = frec.CelebrityThreshold
+	}
+	next := newInboxView(keys, fv, frec, pol)
+	next.rec = rec
+	if f.view.CompareAndSwap(cur, next) && cur != nil {
+		if cur.pol.InboxLayout != next.pol.InboxLayout {
+			f.log.Info("queries: the inbox version switched layout", "version", v, "from", cur.pol.InboxLayout, "to", next.pol.InboxLayout)
+		}
+		if cur.pol.CelebrityThreshold != next.pol.CelebrityThreshold {
+			f.log.Info("queries: the followers and inbox versions switched celebrity threshold; adopting it",
+				"inbox", v, "followers", fv, "from", cur.pol.CelebrityThreshold, "to", next.pol.CelebrityThreshold)
+		}
 	}
 	return f.view.Load()
 }

@@ -347,7 +347,7 @@ func New(cfg Config, db DB, rdb redis.UniversalClient) (*Feed, error) {
 		tl:      readmodel.NewTimelines(cfg.Keys, readmodel.DefaultTimelineMax),
 		follows: readmodel.NewFollows(cfg.Keys), bodies: readmodel.NewPostCache(cfg.Keys)}
 	if live == nil {
-		f.view.Store(newInboxView(cfg.Keys, cfg.Keys.Version(readmodel.ProjectionInbox), readmodel.VersionRecord{}, cfg.Policy()))
+		f.view.Store(newInboxView(cfg.Keys, cfg.Keys.Version(readmodel.ProjectionFollowers), readmodel.VersionRecord{}, cfg.Policy()))
 	}
 	f.inboxes()
 	f.celebs.ttl = cfg.CelebrityCacheTTL

@@ -130,7 +130,19 @@ func (r Registry) ClearDirty(ctx context.Context, rdb redis.Cmdable, projection 
 // side's LiveVersions and the projectors' Supervisor see the registry
 // change and follow PostgreSQL's version.
 func (r Registry) Activate(ctx context.Context, rdb redis.Cmdable, projection string, version int) error {
-	return rdb.HSet(ctx, r.keys.VersionsKey(), projection, version).Err()
+	return r.ActivateAll(ctx, rdb, Switch{Projection: projection, To: version})
+}
+
+// ActivateAll mirrors the switches ActivateVersions committed together:
+// one HSET of every projection's field, so a reader of the registry sees
+// all the new versions or none (and LiveVersions then loads them from
+// PostgreSQL, where they were committed in one transaction).
+func (r Registry) ActivateAll(ctx context.Context, rdb redis.Cmdable, sw ...Switch) error {
+	fields := make([]any, 0, 2*len(sw))
+	for _, s := range sw {
+		fields = append(fields, s.Projection, s.To)
+	}
+	return rdb.HSet(ctx, r.keys.VersionsKey(), fields...).Err()
 }
 
 // RebuildInfo reads what the running rebuild says about itself

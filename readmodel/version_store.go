@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -106,35 +107,63 @@ func LoadVersions(ctx context.Context, db VersionQuerier) (Versions, error) {
 // than the one it was built from.
 var ErrVersionMoved = errors.New("active version moved")
 
+// Switch is one projection's move from version From to version To.
+type Switch struct {
+	Projection string
+	From, To   int
+}
+
 // ActivateVersion switches projection from version from to version to in
-// PostgreSQL, in one transaction that locks the projection's row first, and
-// records the policy the new version was built with (p, defaulted). It
-// fails with ErrNoVersion when the row is missing and ErrVersionMoved when
-// the active version is not from. The Redis mirror is the caller's next
-// step (Registry.Activate).
+// PostgreSQL and records the policy the new version was built with (p,
+// defaulted): ActivateVersions with one switch.
 func ActivateVersion(ctx context.Context, db VersionBeginner, projection string, from, to int, p Policy) error {
+	return ActivateVersions(ctx, db, p, Switch{Projection: projection, From: from, To: to})
+}
+
+// ActivateVersions switches every projection of sw in PostgreSQL in one
+// transaction, which locks their rows first (in the order of sw), and
+// records with each new version the policy it was built with (p,
+// defaulted): a reader loads either all the old versions or all the new
+// ones. It is how a celebrity threshold changes: the followers and the
+// inbox versions built at the new one switch together. It fails with
+// ErrNoVersion when a row is missing and ErrVersionMoved when a
+// projection's active version is not its From; then nothing is switched.
+// The Redis mirror is the caller's next step (Registry.Activate).
+func ActivateVersions(ctx context.Context, db VersionBeginner, p Policy, sw ...Switch) error {
 	p = p.WithDefaults()
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		var cur int
-		err := tx.QueryRow(ctx, `SELECT version FROM projection_versions WHERE projection = $1 FOR UPDATE`, projection).Scan(&cur)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("%s: %w", projection, ErrNoVersion)
-		}
-		if err != nil {
-			return err
-		}
-		if cur != from {
-			return fmt.Errorf("%s is at version %d, not %d: %w", projection, cur, from, ErrVersionMoved)
-		}
-		_, err = tx.Exec(ctx, `UPDATE projection_versions
+		for _, s := range sw {
+			var cur int
+			err := tx.QueryRow(ctx, `SELECT version FROM projection_versions WHERE projection = $1 FOR UPDATE`, s.Projection).Scan(&cur)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("%s: %w", s.Projection, ErrNoVersion)
+			}
+			if err != nil {
+				return err
+			}
+			if cur != s.From {
+				return fmt.Errorf("%s is at version %d, not %d: %w", s.Projection, cur, s.From, ErrVersionMoved)
+			}
+			if _, err = tx.Exec(ctx, `UPDATE projection_versions
 			SET version = $2, celebrity_threshold = $3, inbox_max = $4, inbox_layout = $5, activated_at = now(), seeded = false
-			WHERE projection = $1`, projection, to, p.CelebrityThreshold, p.InboxMax, p.InboxLayout)
-		return err
+			WHERE projection = $1`, s.Projection, s.To, p.CelebrityThreshold, p.InboxMax, p.InboxLayout); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("activate %s version %d: %w", projection, to, err)
+		return fmt.Errorf("activate %s: %w", describeSwitches(sw), err)
 	}
 	return nil
+}
+
+func describeSwitches(sw []Switch) string {
+	parts := make([]string, len(sw))
+	for i, s := range sw {
+		parts[i] = fmt.Sprintf("%s version %d", s.Projection, s.To)
+	}
+	return strings.Join(parts, " and ")
 }
 
 // adoptCached raises every seeded row of projection_versions (one no
@@ -258,9 +287,8 @@ func ResolvePolicy(ctx context.Context, db VersionExecQuerier, p Policy, explici
 	}
 	var errs []error
 	if followers.CelebrityThreshold != inbox.CelebrityThreshold {
-		// Only a rebuild with another threshold writes this, which `feed
-		// rebuild` does not offer: the two projections must change it
-		// together.
+		// A switch of both (ActivateVersions) never writes this: the two
+		// projections change their threshold together.
 		errs = append(errs, fmt.Errorf("the followers version %d has celebrity threshold %d, the inbox version %d has %d: %w",
 			followers.Version, followers.CelebrityThreshold, inbox.Version, inbox.CelebrityThreshold, ErrPolicyMismatch))
 	}
@@ -271,7 +299,7 @@ func ResolvePolicy(ctx context.Context, db VersionExecQuerier, p Policy, explici
 		}
 	}
 	check(explicit.CelebrityThreshold, "FEED_CELEBRITY_THRESHOLD", "celebrity threshold", p.CelebrityThreshold, inbox.CelebrityThreshold,
-		"change it with a rebuild of both the followers and the inbox projections (not offered by feed rebuild yet)")
+		fmt.Sprintf("change it blue/green (feed rebuild inbox --celebrity-threshold %d)", p.CelebrityThreshold))
 	check(explicit.InboxMax, "FEED_INBOX_MAX", "inbox bound", p.InboxMax, inbox.InboxMax,
 		fmt.Sprintf("build a version with the new one (feed rebuild inbox --inbox-max %d)", p.InboxMax))
 	check(explicit.InboxLayout, "FEED_INBOX_LAYOUT", "inbox layout", p.InboxLayout, inbox.InboxLayout,

@@ -277,3 +277,63 @@ func TestLiveVersionsIdleReaderFollowsSwitch(t *testing.T) {
 		return lv.Version(ProjectionFollowers) == 3
 	})
 }
+
+// TestActivateVersionsTogether switches the followers and inbox versions
+// in one transaction with one threshold, and mirrors them in one HSET; a
+// switch of the two where one has moved switches neither.
+func TestActivateVersionsTogether(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	r := testenv.NewRedis(t)
+	ctx := context.Background()
+	// The inbox moved on (another rebuild): the pair from 1 is refused as
+	// a whole, the followers row untouched.
+	if err := ActivateVersion(ctx, db.Pool, ProjectionInbox, 1, 2, Policy{CelebrityThreshold: 10}); err != nil {
+		t.Fatal(err)
+	}
+	err := ActivateVersions(ctx, db.Pool, Policy{CelebrityThreshold: 30},
+		Switch{Projection: ProjectionFollowers, From: 1, To: 2}, Switch{Projection: ProjectionInbox, From: 1, To: 2})
+	if !errors.Is(err, ErrVersionMoved) {
+		t.Fatalf("pair switch with the inbox moved: %v, want ErrVersionMoved", err)
+	}
+	recs, err := LoadVersionRecords(ctx, db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rec := range recs {
+		if rec.Projection == ProjectionFollowers && (rec.Version != 1 || rec.CelebrityThreshold != 0) {
+			t.Fatalf("a refused pair switch wrote the followers row: %+v", rec)
+		}
+	}
+	sw := []Switch{{Projection: ProjectionFollowers, From: 1, To: 2}, {Projection: ProjectionInbox, From: 2, To: 3}}
+	if err := ActivateVersions(ctx, db.Pool, Policy{CelebrityThreshold: 30}, sw...); err != nil {
+		t.Fatal(err)
+	}
+	if recs, err = LoadVersionRecords(ctx, db.Pool); err != nil {
+		t.Fatal(err)
+	}
+	for _, rec := range recs {
+		switch rec.Projection {
+		case ProjectionFollowers, ProjectionInbox:
+			want := map[string]int{ProjectionFollowers: 2, ProjectionInbox: 3}[rec.Projection]
+			if rec.Version != want || rec.CelebrityThreshold != 30 {
+				t.Errorf("%s after the pair switch: %+v, want version %d, threshold 30", rec.Projection, rec, want)
+			}
+		default:
+			if rec.Version != 1 {
+				t.Errorf("untouched row: %+v", rec)
+			}
+		}
+	}
+	reg := NewRegistry(r.Prefix)
+	if err := reg.ActivateAll(ctx, r.Client, sw...); err != nil {
+		t.Fatal(err)
+	}
+	cached, err := reg.cached(ctx, r.Client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cached.Get(ProjectionFollowers) != 2 || cached.Get(ProjectionInbox) != 3 {
+		t.Errorf("registry after ActivateAll: %+v", cached)
+	}
+}

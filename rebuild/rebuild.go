@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -75,7 +76,9 @@ type Config struct {
 	Progress *Progress
 	// OnPhase, if set, is called as each phase of a projection's rebuild
 	// begins (prepare, build, catch-up, verify, handover, cleanup), on the
-	// rebuild's goroutine: for tools and tests.
+	// rebuild's goroutine: for tools and tests. Projections that switch
+	// together (a threshold change) report as one, their names joined by
+	// "+" ("followers+inbox").
 	OnPhase func(projection, phase string)
 	// Logger receives warnings (nil: slog.Default()).
 	Logger *slog.Logger
@@ -177,6 +180,14 @@ func Names(name string) ([]string, error) {
 // the namespace is running. Cancelling ctx stops it: before a switch the
 // live version is untouched and the next run starts over; after a switch
 // the next run finishes the cleanup.
+//
+// When Projections' celebrity threshold is not the one the active
+// followers or inbox version recorded, a rebuild of either (or of all)
+// builds both at the new threshold and switches them together, in one
+// transaction (readmodel.ActivateVersions): the threshold decides both the
+// inbox contents (whose posts are pushed) and the celebrity set (whose
+// timelines readers pull), and a reader must never take one version's
+// pull set with the other's inboxes.
 func (r *Rebuilder) Run(ctx context.Context, name string) ([]Result, error) {
 	names, err := Names(name)
 	if err != nil {
@@ -191,6 +202,10 @@ func (r *Rebuilder) Run(ctx context.Context, name string) ([]Result, error) {
 		return nil, err
 	}
 	defer l.release(ctx)
+	groups, err := r.groups(ctx, names)
+	if err != nil {
+		return nil, err
+	}
 	adm, err := newAdmin(r.cfg.Runner.Conn())
 	if err != nil {
 		return nil, err
@@ -204,8 +219,8 @@ func (r *Rebuilder) Run(ctx context.Context, name string) ([]Result, error) {
 	)
 	defer wg.Wait() // cleanups finish before the lock is released
 	var out []Result
-	for _, n := range names {
-		res, err := r.one(ctx, adm, n, func(clean func(context.Context) error) {
+	for _, g := range groups {
+		res, err := r.group(ctx, adm, g, func(clean func(context.Context) error) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -219,12 +234,48 @@ func (r *Rebuilder) Run(ctx context.Context, name string) ([]Result, error) {
 		if err != nil {
 			return out, err
 		}
-		out = append(out, res)
+		out = append(out, res...)
 	}
 	wg.Wait()
 	_ = r.reg.ClearRebuildInfo(context.WithoutCancel(ctx), r.rdb)
 	if cleanErr != nil {
 		return out, fmt.Errorf("switched, but cleanup failed (the next rebuild finishes it): %w", cleanErr)
+	}
+	return out, nil
+}
+
+// groups splits names into the sets of projections that switch together:
+// one each, but the followers and the inbox projections together when the
+// rebuild's celebrity threshold is not the one an active version of
+// theirs recorded (see Run). The pair takes the place of the first of
+// them in names.
+func (r *Rebuilder) groups(ctx context.Context, names []string) ([][]string, error) {
+	recs, err := readmodel.LoadVersionRecords(ctx, r.pool)
+	if err != nil {
+		return nil, err
+	}
+	t := r.cfg.Projections.Policy().WithDefaults().CelebrityThreshold
+	pair := false
+	for _, rec := range recs {
+		// (0: nothing recorded yet, so nothing to disagree with: the
+		// switch records t.)
+		if (rec.Projection == readmodel.ProjectionInbox || rec.Projection == readmodel.ProjectionFollowers) &&
+			rec.CelebrityThreshold != 0 && rec.CelebrityThreshold != t {
+			pair = true
+		}
+	}
+	var out [][]string
+	paired := false
+	for _, n := range names {
+		isPair := n == readmodel.ProjectionInbox || n == readmodel.ProjectionFollowers
+		switch {
+		case pair && isPair && paired:
+		case pair && isPair:
+			out = append(out, []string{readmodel.ProjectionFollowers, readmodel.ProjectionInbox})
+			paired = true
+		default:
+			out = append(out, []string{n})
+		}
 	}
 	return out, nil
 }
@@ -248,71 +299,100 @@ func (r *Rebuilder) phase(ctx context.Context, name string, version int, phase s
 	}
 }
 
-// one rebuilds one projection up to the switch and hands its cleanup to
-// background.
-func (r *Rebuilder) one(ctx context.Context, adm *admin, name string, background func(func(context.Context) error)) (Result, error) {
+// pending is one projection of a group being rebuilt.
+type pending struct {
+	name      string
+	cur, next int
+	p         projections.Projector
+	group     string // the new version's consumer group
+	res       *Result
+}
+
+// group rebuilds the projections of names up to their switch, which
+// writes all of them at once, and hands their cleanups to background. A
+// group of several reports its phases under the names joined by "+"
+// ("followers+inbox"), with the last one's new version.
+func (r *Rebuilder) group(ctx context.Context, adm *admin, names []string, background func(func(context.Context) error)) ([]Result, error) {
 	start := time.Now()
 	prog := r.cfg.Progress
+	label := strings.Join(names, "+")
 	// PostgreSQL holds the active versions; the Redis registry is
 	// restored from it first, so that readers which lost it follow the
 	// same version this rebuild builds on.
 	lv, err := readmodel.NewLiveVersions(ctx, readmodel.LiveVersionsConfig{Prefix: r.prefix, Logger: r.cfg.Logger}, r.rdb, r.pool)
 	if err != nil {
-		return Result{}, err
+		return nil, err
 	}
 	vs := lv.Current()
-	cur := vs.Version(name)
-	next := cur + 1
-	res := Result{Projection: name, From: cur, To: next}
-	_ = r.reg.SetRebuildInfo(ctx, r.rdb, "started", start.UTC().Format(time.RFC3339))
-	r.phase(ctx, name, next, "prepare")
-
-	// A run killed before (or during the cleanup after) its switch left
-	// keys of versions other than the active one: delete them first.
-	dirty, err := r.reg.Dirty(ctx, r.rdb, name)
-	if err != nil {
-		return res, err
+	ps := make([]*pending, len(names))
+	results := make([]Result, len(names))
+	next := vs
+	for i, name := range names {
+		cur := vs.Version(name)
+		results[i] = Result{Projection: name, From: cur, To: cur + 1}
+		ps[i] = &pending{name: name, cur: cur, next: cur + 1, res: &results[i]}
+		next = next.With(name, cur+1)
 	}
-	if dirty {
-		prog.Printf("%s: deleting keys left by an earlier, interrupted rebuild (keeping version %d)", name, cur)
-		if err := r.reg.Sweep(ctx, r.rdb, name, cur); err != nil {
-			return res, err
+	last := ps[len(ps)-1].next
+	_ = r.reg.SetRebuildInfo(ctx, r.rdb, "started", start.UTC().Format(time.RFC3339))
+	r.phase(ctx, label, last, "prepare")
+
+	for _, x := range ps {
+		// A run killed before (or during the cleanup after) its switch left
+		// keys of versions other than the active one: delete them first.
+		dirty, err := r.reg.Dirty(ctx, r.rdb, x.name)
+		if err != nil {
+			return results, err
+		}
+		if dirty {
+			prog.Printf("%s: deleting keys left by an earlier, interrupted rebuild (keeping version %d)", x.name, x.cur)
+			if err := r.reg.Sweep(ctx, r.rdb, x.name, x.cur); err != nil {
+				return results, err
+			}
+		}
+		// From here on keys of version next exist until a cleanup ran.
+		if err := r.reg.MarkDirty(ctx, r.rdb, x.name, x.next); err != nil {
+			return results, fmt.Errorf("mark rebuild: %w", err)
 		}
 	}
-	// From here on keys of version next exist until a cleanup ran.
-	if err := r.reg.MarkDirty(ctx, r.rdb, name, next); err != nil {
-		return res, fmt.Errorf("mark rebuild: %w", err)
-	}
 
-	// T0: every event the build may miss is at or above these offsets.
+	// T0: every event the builds may miss is at or above these offsets.
 	t0, err := adm.endOffsets(ctx, r.cfg.Runner.Topic)
 	if err != nil {
-		return res, err
+		return results, err
 	}
 
-	pcfg := r.cfg.Projections
-	pcfg.Keys = readmodel.Keys{Prefix: r.prefix, Versions: readmodel.Versions{}.With(name, next)}
-	ps, err := projections.New(pcfg, r.pool, r.rdb, nil, name)
-	if err != nil {
-		return res, err
+	r.phase(ctx, label, last, "build")
+	var all []projections.Projector
+	for _, x := range ps {
+		pcfg := r.cfg.Projections
+		pcfg.Keys = readmodel.Keys{Prefix: r.prefix, Versions: readmodel.Versions{}.With(x.name, x.next)}
+		built, err := projections.New(pcfg, r.pool, r.rdb, nil, x.name)
+		if err != nil {
+			return results, err
+		}
+		x.p = built[0]
+		buildStart := time.Now()
+		if x.res.Built, x.res.Unit, err = r.build(ctx, x.p, prog, x.next); err != nil {
+			return results, fmt.Errorf("build %s version %d: %w", x.name, x.next, err)
+		}
+		x.res.BuildFor = time.Since(buildStart)
+		all = append(all, built...)
 	}
-	r.phase(ctx, name, next, "build")
-	buildStart := time.Now()
-	if res.Built, res.Unit, err = r.build(ctx, ps[0], prog, next); err != nil {
-		return res, fmt.Errorf("build %s version %d: %w", name, next, err)
-	}
-	res.BuildFor = time.Since(buildStart)
 
-	// Catch up from T0 in the new version's own group.
-	r.phase(ctx, name, next, "catch-up")
+	// Catch up from T0 in the new versions' own groups, one consumer for
+	// all of them.
+	r.phase(ctx, label, last, "catch-up")
 	catchStart := time.Now()
-	group := r.cfg.Runner.GroupPrefix + ps[0].Group()
-	if err := adm.seed(ctx, group, t0); err != nil {
-		return res, err
+	for _, x := range ps {
+		x.group = r.cfg.Runner.GroupPrefix + x.p.Group()
+		if err := adm.seed(ctx, x.group, t0); err != nil {
+			return results, err
+		}
 	}
-	runner, err := projections.NewRunner(r.cfg.Runner, ps...)
+	runner, err := projections.NewRunner(r.cfg.Runner, all...)
 	if err != nil {
-		return res, err
+		return results, err
 	}
 	rctx, stopRunner := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan error, 1)
@@ -321,80 +401,115 @@ func (r *Rebuilder) one(ctx context.Context, adm *admin, name string, background
 		stopRunner()
 		return <-done
 	}
-	if err := r.catchUp(ctx, group, done, prog, name, next); err != nil {
-		_ = stop()
-		return res, err
+	for _, x := range ps {
+		if err := r.catchUp(ctx, x.group, done, prog, x.name, x.next); err != nil {
+			_ = stop()
+			return results, err
+		}
 	}
-	res.CatchUpFor = time.Since(catchStart)
+	for _, x := range ps {
+		x.res.CatchUpFor = time.Since(catchStart)
+	}
 	if r.cfg.Verify != nil {
-		r.phase(ctx, name, next, "verify")
-		rep, err := r.verify(ctx, vs.With(name, next))
+		r.phase(ctx, label, last, "verify")
+		rep, err := r.verify(ctx, next)
 		if err != nil {
 			_ = stop()
-			return res, fmt.Errorf("verify %s version %d: %w", name, next, err)
+			return results, fmt.Errorf("verify %s: %w", describeNext(ps), err)
 		}
-		res.Verify = &rep
-		prog.Printf("%s v%d verify: %s", name, next, rep.Summary())
+		for _, x := range ps {
+			x.res.Verify = &rep
+		}
+		prog.Printf("%s verify: %s", describeNext(ps), rep.Summary())
 		if !rep.OK() {
 			if !r.cfg.Force {
 				_ = stop()
-				return res, fmt.Errorf("%w: %s version %d has %d differences, not switched (version %d stays active; the next rebuild deletes version %d's keys; --force switches anyway); the first: %s",
-					ErrVerify, name, next, len(rep.Differences), cur, next, rep.Differences[0])
+				return results, fmt.Errorf("%w: %s has %d differences, not switched (the active versions stay; the next rebuild deletes the new version's keys; --force switches anyway); the first: %s",
+					ErrVerify, describeNext(ps), len(rep.Differences), rep.Differences[0])
 			}
-			prog.Printf("%s v%d: %d differences, switching anyway (forced)", name, next, len(rep.Differences))
+			prog.Printf("%s: %d differences, switching anyway (forced)", describeNext(ps), len(rep.Differences))
 		}
 	}
 
 	// The switch: PostgreSQL first (the truth, with the policy the
-	// version was built with), then its mirror in the Redis registry,
-	// which readers and projectors follow.
-	if err := readmodel.ActivateVersion(ctx, r.pool, name, cur, next, r.cfg.Projections.Policy()); err != nil {
-		_ = stop()
-		return res, fmt.Errorf("switch %s to version %d: %w", name, next, err)
+	// versions were built with, all of them in one transaction), then its
+	// mirror in the Redis registry (one HSET), which readers and
+	// projectors follow.
+	sw := make([]readmodel.Switch, len(ps))
+	for i, x := range ps {
+		sw[i] = readmodel.Switch{Projection: x.name, From: x.cur, To: x.next}
 	}
-	if err := r.reg.Activate(context.WithoutCancel(ctx), r.rdb, name, next); err != nil {
+	if err := readmodel.ActivateVersions(ctx, r.pool, r.cfg.Projections.Policy(), sw...); err != nil {
+		_ = stop()
+		return results, fmt.Errorf("switch to %s: %w", describeNext(ps), err)
+	}
+	if err := r.reg.ActivateAll(context.WithoutCancel(ctx), r.rdb, sw...); err != nil {
 		// PostgreSQL switched: readers see it at their next verification
 		// against PostgreSQL (LiveVersionsConfig.VerifyInterval).
 		r.cfg.Logger.Warn("rebuild: switched in PostgreSQL, but the Redis registry was not updated; readers follow within their verification interval",
-			"projection", name, "version", next, "err", err)
+			"projection", label, "version", last, "err", err)
 	}
-	res.Total = time.Since(start)
-	prog.Printf("%s: switched to version %d (build %v, catch-up %v)", name, next,
-		res.BuildFor.Round(time.Millisecond), res.CatchUpFor.Round(time.Millisecond))
-	r.phase(ctx, name, next, "handover")
+	for _, x := range ps {
+		x.res.Total = time.Since(start)
+		prog.Printf("%s: switched to version %d (build %v, catch-up %v)", x.name, x.next,
+			x.res.BuildFor.Round(time.Millisecond), x.res.CatchUpFor.Round(time.Millisecond))
+	}
+	r.phase(ctx, label, last, "handover")
 	select {
 	case <-time.After(r.cfg.Handover):
 	case <-ctx.Done():
 	}
 	if err := stop(); err != nil {
-		r.cfg.Logger.Warn("rebuild: catch-up consumer", "projection", name, "err", err)
+		r.cfg.Logger.Warn("rebuild: catch-up consumer", "projection", label, "err", err)
 	}
 
-	oldGroup := r.cfg.Runner.GroupPrefix + projections.GroupFor(name, cur)
 	background(func(ctx context.Context) error {
-		r.phase(ctx, name, next, "cleanup")
+		r.phase(ctx, label, last, "cleanup")
 		select {
 		case <-time.After(r.cfg.CleanupDelay):
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		if !adm.waitEmpty(ctx, oldGroup, r.cfg.GroupEmptyTimeout) {
-			r.cfg.Logger.Warn("rebuild: consumers of the old group are still running; deleting its keys anyway (restart them: they write keys nobody reads)",
-				"group", oldGroup)
+		var errs []error
+		for _, x := range ps {
+			if err := r.cleanup(ctx, adm, x); err != nil {
+				errs = append(errs, err)
+			}
 		}
-		if err := r.reg.Sweep(ctx, r.rdb, name, next); err != nil {
-			return err
-		}
-		if err := adm.deleteGroup(ctx, oldGroup); err != nil {
-			r.cfg.Logger.Warn("rebuild: delete old consumer group", "group", oldGroup, "err", err)
-		}
-		if err := r.reg.ClearDirty(ctx, r.rdb, name); err != nil {
-			return fmt.Errorf("unmark rebuild of %s: %w", name, err)
-		}
-		prog.Printf("%s: deleted version %d", name, cur)
-		return nil
+		return errors.Join(errs...)
 	})
-	return res, nil
+	return results, nil
+}
+
+// cleanup deletes x's old version: its keys, once its consumer group is
+// empty, and the group.
+func (r *Rebuilder) cleanup(ctx context.Context, adm *admin, x *pending) error {
+	oldGroup := r.cfg.Runner.GroupPrefix + projections.GroupFor(x.name, x.cur)
+	if !adm.waitEmpty(ctx, oldGroup, r.cfg.GroupEmptyTimeout) {
+		r.cfg.Logger.Warn("rebuild: consumers of the old group are still running; deleting its keys anyway (restart them: they write keys nobody reads)",
+			"group", oldGroup)
+	}
+	if err := r.reg.Sweep(ctx, r.rdb, x.name, x.next); err != nil {
+		return err
+	}
+	if err := adm.deleteGroup(ctx, oldGroup); err != nil {
+		r.cfg.Logger.Warn("rebuild: delete old consumer group", "group", oldGroup, "err", err)
+	}
+	if err := r.reg.ClearDirty(ctx, r.rdb, x.name); err != nil {
+		return fmt.Errorf("unmark rebuild of %s: %w", x.name, err)
+	}
+	r.cfg.Progress.Printf("%s: deleted version %d", x.name, x.cur)
+	return nil
+}
+
+// describeNext names the new versions of a group ("followers version 3
+// and inbox version 2").
+func describeNext(ps []*pending) string {
+	parts := make([]string, len(ps))
+	for i, x := range ps {
+		parts[i] = fmt.Sprintf("%s version %d", x.name, x.next)
+	}
+	return strings.Join(parts, " and ")
 }
 
 // verify runs the verification on versions vs (the active ones with the

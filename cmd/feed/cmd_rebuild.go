@@ -20,9 +20,11 @@ type rebuildOptions struct {
 	catchUpLag int64
 	handover   time.Duration
 	// inboxLayout and inboxMax are the new inbox version's policy (""
-	// and 0: the active version's).
-	inboxLayout string
-	inboxMax    int
+	// and 0: the active version's); celebrityThreshold the new followers
+	// and inbox versions' (0: the active versions').
+	inboxLayout        string
+	inboxMax           int
+	celebrityThreshold int64
 	// verifyUsers is how many active users are verified on the new
 	// version before the switch; force switches despite differences.
 	verifyUsers int
@@ -38,6 +40,8 @@ func newRebuildCommand(c *cli) *cobra.Command {
 			"switches the active version in one write and deletes the old keys (docs/rebuild.md).\n"+
 			"--inbox-layout and --inbox-max build the new inbox version in another layout or bound: the switch records them,\n"+
 			"and the running projectors and readers move to them with the version.\n"+
+			"--celebrity-threshold builds new followers and inbox versions at another celebrity threshold and switches both\n"+
+			"at once (rebuild inbox, followers or all); the running projectors and readers adopt it with the versions.\n"+
 			"Before the switch it verifies --verify-users sampled users on the new version (as `feed verify` does) and refuses\n"+
 			"to switch on a difference; --force switches anyway.",
 			envPostgres, envRedis, envKafka, envProjections),
@@ -57,6 +61,12 @@ func newRebuildCommand(c *cli) *cobra.Command {
 			}
 			if (o.inboxLayout != "" || o.inboxMax != 0) && args[0] != "inbox" && args[0] != rebuild.All {
 				return usageError{"--inbox-layout and --inbox-max are the inbox projection's: rebuild inbox (or all)"}
+			}
+			if o.celebrityThreshold != 0 && args[0] != "inbox" && args[0] != "followers" && args[0] != rebuild.All {
+				return usageError{"--celebrity-threshold is the followers and inbox projections': rebuild inbox, followers or all"}
+			}
+			if o.celebrityThreshold < 0 {
+				return flagUsage("celebrity-threshold", "want at least 1, got %d", o.celebrityThreshold)
 			}
 			if o.verifyUsers < 1 {
 				return flagUsage("verify-users", "want at least 1, got %d", o.verifyUsers)
@@ -80,15 +90,18 @@ func newRebuildCommand(c *cli) *cobra.Command {
 	cmd.Flags().IntVar(&o.verifyUsers, "verify-users", 20, "how many active users to verify on the new version before the switch")
 	cmd.Flags().BoolVar(&o.force, "force", false, "switch even when the verification of the new version finds differences")
 	cmd.Flags().IntVar(&o.inboxMax, "inbox-max", 0, "build the new inbox version with this bound (default: the active version's)")
+	cmd.Flags().Int64Var(&o.celebrityThreshold, "celebrity-threshold", 0,
+		"build new followers and inbox versions with this celebrity threshold and switch them together (default: the active versions')")
 	return cmd
 }
 
-// rebuildPolicy returns cfg with the new inbox version's layout and bound
-// from o's flags (the trim slack and band derived again for a new bound).
+// rebuildPolicy returns cfg with the new versions' layout, bound and
+// celebrity threshold from o's flags (the trim slack and band derived
+// again for a new bound).
 func rebuildPolicy(cfg Config, o rebuildOptions) Config {
-	rec := readmodel.VersionRecord{InboxLayout: o.inboxLayout, InboxMax: o.inboxMax}
+	rec := readmodel.VersionRecord{InboxLayout: o.inboxLayout, InboxMax: o.inboxMax, CelebrityThreshold: o.celebrityThreshold}
 	cfg.Policy = rec.Apply(cfg.Policy).WithDefaults()
-	cfg.InboxMax, cfg.InboxLayout = cfg.Policy.InboxMax, cfg.Policy.InboxLayout
+	cfg.InboxMax, cfg.InboxLayout, cfg.CelebrityThreshold = cfg.Policy.InboxMax, cfg.Policy.InboxLayout, cfg.Policy.CelebrityThreshold
 	return cfg
 }
 
@@ -99,12 +112,15 @@ func runRebuild(ctx context.Context, cfg Config, log *slog.Logger, name string, 
 		return err
 	}
 	defer a.Close()
-	// The new inbox version's policy: the active one's, with the flags'
+	// The new versions' policy: the active one's, with the flags'
 	// changes; the switch records it, and the projectors and readers
-	// adopt it with the version.
-	if o.inboxLayout != "" || o.inboxMax != 0 {
+	// adopt it with the versions. A new celebrity threshold makes the
+	// rebuild build and switch the followers and the inbox versions
+	// together (rebuild.Rebuilder.Run).
+	if o.inboxLayout != "" || o.inboxMax != 0 || o.celebrityThreshold != 0 {
 		cfg = rebuildPolicy(cfg, o)
-		fmt.Fprintf(stderr, "rebuild: the new inbox version: layout %s, inbox max %d\n", cfg.Policy.InboxLayout, cfg.Policy.InboxMax)
+		fmt.Fprintf(stderr, "rebuild: the new versions' policy: layout %s, inbox max %d, celebrity threshold %d\n",
+			cfg.Policy.InboxLayout, cfg.Policy.InboxMax, cfg.Policy.CelebrityThreshold)
 	}
 	vc := verifyConfig(cfg, log)
 	vc.Users = o.verifyUsers

@@ -67,7 +67,8 @@ func TestPolicyAdoptOrRefuse(t *testing.T) {
 		if code == 0 {
 			t.Fatalf("feed %s with FEED_CELEBRITY_THRESHOLD=5 started against a recorded 10000", role)
 		}
-		for _, w := range []string{"FEED_CELEBRITY_THRESHOLD=5", "celebrity threshold 10000", "unset FEED_CELEBRITY_THRESHOLD to adopt it"} {
+		for _, w := range []string{"FEED_CELEBRITY_THRESHOLD=5", "celebrity threshold 10000", "unset FEED_CELEBRITY_THRESHOLD to adopt it",
+			"feed rebuild inbox --celebrity-threshold 5"} {
 			if !strings.Contains(stderr, w) {
 				t.Errorf("feed %s refused with %q, which does not say %q", role, stderr, w)
 			}
@@ -106,5 +107,15 @@ func TestRebuildPolicyFlags(t *testing.T) {
 	}
 	if p := rebuildPolicy(cfg, rebuildOptions{}).Policy; p != cfg.Policy {
 		t.Fatalf("no flag changed the policy to %+v", p)
+	}
+	got = rebuildPolicy(cfg, rebuildOptions{celebrityThreshold: 20})
+	if p := got.Policy; p.CelebrityThreshold != 20 || got.CelebrityThreshold != 20 || p.InboxLayout != readmodel.InboxLayoutZset || p.InboxMax != 500 {
+		t.Fatalf("rebuild policy %+v (config threshold %d), want threshold 20, the rest unchanged", p, got.CelebrityThreshold)
+	}
+	// The threshold is the followers and inbox projections': refused for
+	// the others before anything is opened.
+	code, _, stderr := runCLI(t, cfg, "rebuild", "timelines", "--celebrity-threshold", "20")
+	if code == 0 || !strings.Contains(stderr, "--celebrity-threshold is the followers and inbox projections'") {
+		t.Fatalf("feed rebuild timelines --celebrity-threshold 20: exit %d, %q", code, stderr)
 	}
 }

@@ -1,0 +1,255 @@
+package rebuild
+
+import (
+	"context"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/feedco/feed/commands"
+	"github.com/feedco/feed/internal/systest"
+	"github.com/feedco/feed/readmodel"
+)
+
+// TestRebuildCelebrityThresholdUnderLoad changes the celebrity threshold
+// blue/green (`feed rebuild inbox --celebrity-threshold`) twice with the
+// supervised projectors running and writes and reads going on: down from
+// 8 to 2 (through a rebuild of the inbox), then up to 12 (through a
+// rebuild of the followers). Each time the followers and inbox versions
+// are built at the new threshold and switched together; no read fails,
+// readers of frozen feeds read the truth throughout, the new versions
+// record the threshold, the celebrity set of the new followers version is
+// PostgreSQL's at the new threshold, the running projectors push (or
+// not) by it, and once quiet every feed equals the source of truth (the
+// oracle, zero differences).
+func TestRebuildCelebrityThresholdUnderLoad(t *testing.T) {
+	t.Parallel()
+	s := &system{
+		System: systest.Start(t, systest.Config{Name: "rbt", Partitions: 6, Projections: policies,
+			CacheTTL: 300 * time.Millisecond, Supervised: true}),
+		keep: map[int64]bool{},
+		rnd:  rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 13)),
+	}
+	ctx := context.Background()
+	s.seed(t, 20, 4, 80)
+	// Frozen readers follow frozen authors (3 followers each: below 8 and
+	// 12, at or over 2): nobody writes to them during the switches.
+	var frozen, frozenAuthors []int64
+	for i := range 6 {
+		u, err := s.Commands.RegisterUser.Handle(ctx, commands.RegisterUser{Name: "frozen" + string(rune('a'+i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i < 3 {
+			frozenAuthors = append(frozenAuthors, u.ID)
+		} else {
+			frozen = append(frozen, u.ID)
+		}
+	}
+	for _, r := range frozen {
+		for _, a := range frozenAuthors {
+			if _, err := s.Commands.Follow.Handle(ctx, commands.Follow{FollowerID: r, FolloweeID: a}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := s.Feed.Home(ctx, r, "", 10); err != nil { // active: fan-out reaches them
+			t.Fatal(err)
+		}
+	}
+	for i := range 12 {
+		if _, err := s.Commands.CreatePost.Handle(ctx, commands.CreatePost{AuthorID: frozenAuthors[i%3], Content: "frozen post"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.quiesce(t)
+	s.checkConverged(t)
+
+	for i, step := range []struct {
+		name      string
+		threshold int64
+		versions  int // the followers and inbox versions after the switch
+	}{
+		{readmodel.ProjectionInbox, 2, 2},
+		{readmodel.ProjectionFollowers, 12, 3},
+	} {
+		res := s.switchThresholdUnderLoad(t, step.name, step.threshold, frozen)
+		if len(res) != 2 || res[0].Projection != readmodel.ProjectionFollowers || res[1].Projection != readmodel.ProjectionInbox ||
+			res[0].To != step.versions || res[1].To != step.versions {
+			t.Fatalf("step %d: rebuild %s at threshold %d: want followers and inbox to version %d, got %+v", i, step.name, step.threshold, step.versions, res)
+		}
+		recs, err := readmodel.LoadVersionRecords(ctx, s.DB.Pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, rec := range recs {
+			switch rec.Projection {
+			case readmodel.ProjectionInbox, readmodel.ProjectionFollowers:
+				if rec.Version != step.versions || rec.CelebrityThreshold != step.threshold {
+					t.Fatalf("step %d: %s record %+v, want version %d, threshold %d", i, rec.Projection, rec, step.versions, step.threshold)
+				}
+			default:
+				if rec.Version != 1 {
+					t.Fatalf("step %d: %s moved to version %d", i, rec.Projection, rec.Version)
+				}
+			}
+		}
+		keys := readmodel.Keys{Prefix: s.Prefix, Versions: readmodel.Versions{}.
+			With(readmodel.ProjectionInbox, step.versions).With(readmodel.ProjectionFollowers, step.versions)}
+		pol := policies.Policy()
+		pol.CelebrityThreshold = step.threshold
+
+		// The running projectors adopted the threshold: a frozen author
+		// (3 followers) is a celebrity at 2, their new post is not pushed
+		// and is read from their timeline; at 12 it is pushed.
+		p, err := s.Commands.CreatePost.Handle(ctx, commands.CreatePost{AuthorID: frozenAuthors[0], Content: "after the switch"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.quiesce(t)
+		inbox, err := readmodel.NewPackedInboxes(keys, pol).Posts(ctx, s.Redis, frozen[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pushed := slices.Contains(inbox, p.ID); pushed != (step.threshold > 3) {
+			t.Errorf("step %d: threshold %d: the post of an author with 3 followers pushed: %v, want %v", i, step.threshold, pushed, step.threshold > 3)
+		}
+		// The new celebrity set is PostgreSQL's at the new threshold.
+		members, built, err := readmodel.NewCelebrities(keys).Members(ctx, s.Redis)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []int64
+		for _, m := range members {
+			got = append(got, m.ID)
+		}
+		slices.Sort(got)
+		rows, err := s.DB.Pool.Query(ctx, `SELECT id FROM users WHERE follower_count >= $1 ORDER BY id`, step.threshold)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !built || !slices.Equal(got, want) {
+			t.Errorf("step %d: celebrities of followers version %d (built %v): %v, want %v", i, step.versions, built, got, want)
+		}
+		if step.threshold == 2 && len(want) < 4 {
+			t.Errorf("step %d: only %d celebrities at threshold 2: the test does not reach the pull side", i, len(want))
+		}
+		s.checkConverged(t)
+		if kv := s.keyVersions(t); kv["inbox/v"+itoa(step.versions-1)] != 0 || kv["followers/v"+itoa(step.versions-1)] != 0 {
+			t.Errorf("step %d: keys of the old versions left after the cleanup: %v", i, kv)
+		}
+	}
+}
+
+func itoa(n int) string { return string(rune('0' + n)) }
+
+// switchThresholdUnderLoad runs `feed rebuild name --celebrity-threshold
+// threshold` under writes and reads, and fails the test on a failed read
+// or write, an empty page, or a frozen reader's feed unlike its truth.
+func (s *system) switchThresholdUnderLoad(t *testing.T, name string, threshold int64, frozen []int64) []Result {
+	t.Helper()
+	ctx := context.Background()
+	want := map[int64][]string{}
+	for _, r := range frozen {
+		w, err := s.truth(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[r] = w
+	}
+	loadCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var writes, reads, frozenReads, readErrs, empties atomic.Int64
+	var firstErr, mismatch atomic.Value
+	fail := func(err error) { firstErr.CompareAndSwap(nil, err) }
+	wg.Add(1)
+	go func() { // writer, on the seeded users only
+		defer wg.Done()
+		for loadCtx.Err() == nil {
+			if err := s.step(ctx); err != nil {
+				fail(err)
+			}
+			writes.Add(1)
+			time.Sleep(3 * time.Millisecond)
+		}
+	}()
+	for range 2 { // readers of the seeded users
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for loadCtx.Err() == nil {
+				p, err := s.Feed.Home(ctx, s.pick(), "", 20)
+				reads.Add(1)
+				switch {
+				case err != nil:
+					readErrs.Add(1)
+					fail(err)
+				case len(p.Items) == 0:
+					empties.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() { // readers of the frozen feeds, whole feeds page by page
+		defer wg.Done()
+		for i := 0; loadCtx.Err() == nil; i++ {
+			r := frozen[i%len(frozen)]
+			got, err := s.read(ctx, r)
+			frozenReads.Add(1)
+			if err != nil {
+				readErrs.Add(1)
+				fail(err)
+				continue
+			}
+			if !slices.Equal(got, want[r]) {
+				mismatch.CompareAndSwap(nil, []any{r, got})
+			}
+		}
+	}()
+
+	pcfg := policies
+	pcfg.CelebrityThreshold = threshold
+	pcfg.Keys = readmodel.Keys{Prefix: s.Prefix}
+	r, err := New(Config{
+		Projections: pcfg, Runner: s.RunnerConfig(),
+		CatchUpLag: 0, Handover: time.Second, CleanupDelay: 1500 * time.Millisecond,
+		GroupEmptyTimeout: 20 * time.Second, Logger: s.Log,
+	}, s.DB.Pool, s.Redis)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.Run(ctx, name)
+	if err != nil {
+		stop()
+		wg.Wait()
+		t.Fatalf("rebuild %s at celebrity threshold %d: %v", name, threshold, err)
+	}
+	// Past the cleanup of the old versions, so the readers cross the
+	// switch and the deletion of the old keys.
+	time.Sleep(3 * time.Second)
+	stop()
+	wg.Wait()
+	t.Logf("threshold %d: %d writes, %d reads, %d whole frozen feeds read, %d read errors, %d empty pages during the switch",
+		threshold, writes.Load(), reads.Load(), frozenReads.Load(), readErrs.Load(), empties.Load())
+	if e := firstErr.Load(); e != nil {
+		t.Fatalf("a write or read failed during the switch: %v", e)
+	}
+	if readErrs.Load() > 0 || empties.Load() > 0 || frozenReads.Load() == 0 {
+		t.Fatalf("%d reads failed, %d were empty, %d frozen feeds read during the switch", readErrs.Load(), empties.Load(), frozenReads.Load())
+	}
+	if m := mismatch.Load(); m != nil {
+		v := m.([]any)
+		t.Fatalf("frozen reader %d read %v during the switch, want %v", v[0], v[1], want[v[0].(int64)])
+	}
+	s.quiesce(t)
+	return res
+}
