@@ -107,10 +107,14 @@ type tracker struct {
 	done    chan struct{}
 
 	// Pings of the invalidation connection, in the order they were sent,
-	// and the pongs received: sync() waits for its own ping's pong.
+	// and the pongs received: sync() waits for its own ping's pong, a
+	// barrier() for the pong of the first ping sent after it began.
+	// barrierSeq is the ping a barrier waits for that is not sent yet
+	// (one is in flight: it goes out with the next pong).
 	pingMu     sync.Mutex
 	ps         *redis.PubSub
 	sent, recv uint64
+	barrierSeq uint64
 	waiters    []waiter
 }
 
@@ -480,7 +484,7 @@ func (t *tracker) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		ps := t.inval.Subscribe(ctx, invalidationChannel)
 		t.pingMu.Lock()
-		t.ps, t.sent, t.recv = ps, 0, 0
+		t.ps, t.sent, t.recv, t.barrierSeq = ps, 0, 0, 0
 		t.pingMu.Unlock()
 		gens := t.gens.Load()
 		err := t.receive(ctx, ps)
@@ -1015,6 +1019,48 @@ func (t *tracker) sync(ctx context.Context) error {
 	}
 }
 
+// barrier returns once every invalidation Redis had sent to t's
+// invalidation connection when barrier was called has been applied (or
+// the generation ended: nothing cached is left to be stale), like sync,
+// but concurrent barriers share their pings: one is sent at once when no
+// ping is in flight, else with the next pong, for every barrier that
+// began meanwhile. So a node's invalidation connection carries at most
+// about one barrier ping per round trip, however many reads wait.
+//
+// Why it is enough for a read that must see every write Redis
+// acknowledged before the read began (read-your-writes through another
+// API instance): Redis queues a key's invalidation on this connection
+// while it executes the write, before it answers the writer; the ping
+// is sent after the read began, so after that answer, and Redis queues
+// its pong behind the invalidation on the same connection; the receive
+// loop applies messages in order.
+func (t *tracker) barrier(ctx context.Context) error {
+	ch := make(chan struct{})
+	t.pingMu.Lock()
+	if t.ps == nil {
+		t.pingMu.Unlock()
+		return nil // no connection: no generation either
+	}
+	seq := t.sent + 1 // the first ping sent from now on
+	t.waiters = append(t.waiters, waiter{seq: seq, ch: ch})
+	if t.sent == t.recv {
+		t.sent++
+		// Not cancelled with the read: go-redis's write timeout bounds it.
+		// On an error the connection is going: the receive loop fails,
+		// ends the generation and wakes every waiter (down).
+		_ = t.ps.Ping(context.WithoutCancel(ctx))
+	} else {
+		t.barrierSeq = seq
+	}
+	t.pingMu.Unlock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // ping sends a keep-alive ping on the invalidation connection.
 func (t *tracker) ping(ctx context.Context) (uint64, error) {
 	t.pingMu.Lock()
@@ -1041,6 +1087,11 @@ func (t *tracker) pong() {
 		}
 	}
 	t.waiters = kept
+	if t.barrierSeq > t.sent && t.ps != nil {
+		t.sent++ // == barrierSeq: no ping was sent since it was asked
+		t.barrierSeq = 0
+		_ = t.ps.Ping(context.Background())
+	}
 }
 
 func (t *tracker) wakeAll() {

@@ -218,3 +218,41 @@ func TestReadCacheInvalidationConnectionSilent(t *testing.T) {
 	}
 	t.Logf("silent connection replaced after %v", took)
 }
+
+// A read that begins after another client's write was acknowledged sees
+// it, even while the write's invalidation is still on its way (held back
+// here for 0.4 ping intervals, as a descheduled receive loop or a slow
+// network would): the read's barrier waits for the pong of a ping sent
+// after it began, which Redis queues behind the invalidation. The cache
+// stays on (no flush, no new generation), and the read waited for the
+// held bytes.
+func TestReadCacheReadWaitsForInvalidationInFlight(t *testing.T) {
+	t.Parallel()
+	d := &slowDialer{}
+	b, u, a := cachedFeedWith(t, Config{invalDial: d.dial})
+	key := b.inboxKey(u)
+	if b.packed() {
+		key += "+" // addToInbox appends to the buffer
+	}
+	for i := range 3 {
+		gens, flushes := b.feed.cache.stats.generations.Load(), b.feed.cache.stats.flushes.Load()
+		if _, err := b.feed.Home(b.ctx, u, "", 20); err != nil { // cached again after the previous round's write
+			t.Fatal(err)
+		}
+		hold := readCachePing * 2 / 5
+		d.of(b, u).holdFrom([]byte("$"+strconv.Itoa(len(key))+"\r\n"+key+"\r\n"), hold)
+		k := addToInbox(b, otherClient(b), u, a, base+10+int64(i))
+		start := time.Now()
+		got, n := firstItem(b, u)
+		took := time.Since(start)
+		if got != k || n != 4+i {
+			t.Fatalf("round %d: first item %v of %d, want the new post %v of %d: the read served the cached inbox before its invalidation arrived", i, got, n, k, 4+i)
+		}
+		if g, f := b.feed.cache.stats.generations.Load()-gens, b.feed.cache.stats.flushes.Load()-flushes; g != 0 || f != 0 {
+			t.Fatalf("round %d: %d new generations and %d flushes: the test shows nothing", i, g, f)
+		}
+		if took < hold/2 {
+			t.Fatalf("round %d: the read took %v, less than the invalidation was held back (%v): it did not wait for it", i, took, hold)
+		}
+	}
+}
