@@ -109,12 +109,13 @@ type tracker struct {
 	// Pings of the invalidation connection, in the order they were sent,
 	// and the pongs received: sync() waits for its own ping's pong, a
 	// barrier() for the pong of the first ping sent after it began.
-	// barrierSeq is the ping a barrier waits for that is not sent yet
-	// (one is in flight: it goes out with the next pong).
+	// next is the channel of the barriers waiting for a ping not sent yet
+	// (one was in flight when they began: it goes out with the next pong);
+	// nil when none waits.
 	pingMu     sync.Mutex
 	ps         *redis.PubSub
 	sent, recv uint64
-	barrierSeq uint64
+	next       chan struct{}
 	waiters    []waiter
 }
 
@@ -484,7 +485,7 @@ func (t *tracker) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		ps := t.inval.Subscribe(ctx, invalidationChannel)
 		t.pingMu.Lock()
-		t.ps, t.sent, t.recv, t.barrierSeq = ps, 0, 0, 0
+		t.ps, t.sent, t.recv = ps, 0, 0
 		t.pingMu.Unlock()
 		gens := t.gens.Load()
 		err := t.receive(ctx, ps)
@@ -1035,22 +1036,25 @@ func (t *tracker) sync(ctx context.Context) error {
 // its pong behind the invalidation on the same connection; the receive
 // loop applies messages in order.
 func (t *tracker) barrier(ctx context.Context) error {
-	ch := make(chan struct{})
 	t.pingMu.Lock()
 	if t.ps == nil {
 		t.pingMu.Unlock()
 		return nil // no connection: no generation either
 	}
-	seq := t.sent + 1 // the first ping sent from now on
-	t.waiters = append(t.waiters, waiter{seq: seq, ch: ch})
+	var ch chan struct{}
 	if t.sent == t.recv {
+		ch = make(chan struct{})
 		t.sent++
+		t.waiters = append(t.waiters, waiter{seq: t.sent, ch: ch})
 		// Not cancelled with the read: go-redis's write timeout bounds it.
 		// On an error the connection is going: the receive loop fails,
 		// ends the generation and wakes every waiter (down).
 		_ = t.ps.Ping(context.WithoutCancel(ctx))
 	} else {
-		t.barrierSeq = seq
+		if t.next == nil {
+			t.next = make(chan struct{})
+		}
+		ch = t.next
 	}
 	t.pingMu.Unlock()
 	select {
@@ -1087,9 +1091,10 @@ func (t *tracker) pong() {
 		}
 	}
 	t.waiters = kept
-	if t.barrierSeq > t.sent && t.ps != nil {
-		t.sent++ // == barrierSeq: no ping was sent since it was asked
-		t.barrierSeq = 0
+	if t.next != nil && t.ps != nil {
+		t.sent++
+		t.waiters = append(t.waiters, waiter{seq: t.sent, ch: t.next})
+		t.next = nil
 		_ = t.ps.Ping(context.Background())
 	}
 }
@@ -1101,4 +1106,8 @@ func (t *tracker) wakeAll() {
 		close(w.ch)
 	}
 	t.waiters = nil
+	if t.next != nil {
+		close(t.next)
+		t.next = nil
+	}
 }
