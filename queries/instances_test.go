@@ -39,7 +39,8 @@ func (b *bundle) instance(rdb redis.UniversalClient, hints bool, cfg Config) *Fe
 // logged: the one race left, docs/queries.md). Every instance has the
 // read cache on (the default), and the reader reads the author's feed
 // before every post, so its cache holds the author's own timeline range
-// when the post is written (checked each time): only the read's barrier
+// when the post is written (checked each time, read again until it does):
+// only the read's barrier
 // (tracker.barrier) makes it wait for the invalidation of that range,
 // which Redis sends before it answers the writer. An instance without the
 // hints misses the post whose write failed: the gap the hints close. With
@@ -81,7 +82,14 @@ func TestOwnPostThroughAnotherInstance(t *testing.T) {
 				t.Fatal(err)
 			}
 			if !via.fails && !reader.cache.holds(kOwn) {
-				uncached++ // the read after the post could not be stale: it shows nothing
+				// Not cached (a generation ended under load, its cache
+				// flushed): the read after the post could not be stale.
+				// Read until it is.
+				uncached++
+				testenv.Eventually(t, 10*time.Second, "the reader's cache holds the author's timeline", func() bool {
+					_, err := reader.Home(b.ctx, u, "", 20)
+					return err == nil && reader.cache.holds(kOwn)
+				})
 			}
 			mine := b.post(u, ms+int64(2*i+j))
 			err := via.f.PostCreated(b.ctx, NewPost{ID: mine.id, AuthorID: u, Content: fmt.Sprint("post ", mine.id), CreatedAt: time.UnixMilli(mine.ms)})
@@ -106,9 +114,7 @@ func TestOwnPostThroughAnotherInstance(t *testing.T) {
 			}
 		}
 	}
-	if uncached > 0 {
-		t.Errorf("the reader's cache did not hold the author's own timeline before %d of 100 written-through posts", uncached)
-	}
+	t.Logf("reads again until the reader's cache held the author's timeline (its generation had ended): %d of 100", uncached)
 	for name, n := range misses {
 		t.Errorf("%s: the post was not in the author's next read through another instance %d times of 100", name, n)
 	}

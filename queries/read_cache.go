@@ -8,6 +8,7 @@ import (
 	"hash/maphash"
 	"log/slog"
 	"net"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -116,6 +117,7 @@ type tracker struct {
 	ps         *redis.PubSub
 	sent, recv uint64
 	next       chan struct{}
+	leading    bool // a barrier is about to send next's ping
 	waiters    []waiter
 }
 
@@ -1041,28 +1043,44 @@ func (t *tracker) barrier(ctx context.Context) error {
 		t.pingMu.Unlock()
 		return nil // no connection: no generation either
 	}
-	var ch chan struct{}
-	if t.sent == t.recv {
-		ch = make(chan struct{})
-		t.sent++
-		t.waiters = append(t.waiters, waiter{seq: t.sent, ch: ch})
-		// Not cancelled with the read: go-redis's write timeout bounds it.
-		// On an error the connection is going: the receive loop fails,
-		// ends the generation and wakes every waiter (down).
-		_ = t.ps.Ping(context.WithoutCancel(ctx))
-	} else {
-		if t.next == nil {
-			t.next = make(chan struct{})
-		}
-		ch = t.next
+	if t.next == nil {
+		t.next = make(chan struct{})
+	}
+	ch := t.next
+	lead := t.sent == t.recv && !t.leading
+	if lead {
+		t.leading = true
 	}
 	t.pingMu.Unlock()
+	if lead {
+		// Let the reads that are ready to run reach their barrier first:
+		// they share this ping.
+		runtime.Gosched()
+		t.pingMu.Lock()
+		t.leading = false
+		t.sendNextLocked()
+		t.pingMu.Unlock()
+	}
 	select {
 	case <-ch:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// sendNextLocked sends the ping of the barriers waiting for one, if any.
+// Not cancelled with a read: go-redis's write timeout bounds it. On an
+// error the connection is going: the receive loop fails, ends the
+// generation and wakes every waiter (down).
+func (t *tracker) sendNextLocked() {
+	if t.next == nil || t.ps == nil {
+		return
+	}
+	t.sent++
+	t.waiters = append(t.waiters, waiter{seq: t.sent, ch: t.next})
+	t.next = nil
+	_ = t.ps.Ping(context.Background())
 }
 
 // ping sends a keep-alive ping on the invalidation connection.
@@ -1091,11 +1109,8 @@ func (t *tracker) pong() {
 		}
 	}
 	t.waiters = kept
-	if t.next != nil && t.ps != nil {
-		t.sent++
-		t.waiters = append(t.waiters, waiter{seq: t.sent, ch: t.next})
-		t.next = nil
-		_ = t.ps.Ping(context.Background())
+	if !t.leading {
+		t.sendNextLocked()
 	}
 }
 
