@@ -111,7 +111,7 @@ type tracker struct {
 	// and the pongs received: sync() waits for its own ping's pong, a
 	// barrier() for the pong of the first ping sent after it began.
 	// next is the channel of the barriers waiting for a ping not sent yet
-	// (one was in flight when they began: it goes out with the next pong);
+	// (it goes out with the next pong, or from the barrier leading it);
 	// nil when none waits.
 	pingMu     sync.Mutex
 	ps         *redis.PubSub
@@ -1025,10 +1025,12 @@ func (t *tracker) sync(ctx context.Context) error {
 // barrier returns once every invalidation Redis had sent to t's
 // invalidation connection when barrier was called has been applied (or
 // the generation ended: nothing cached is left to be stale), like sync,
-// but concurrent barriers share their pings: one is sent at once when no
-// ping is in flight, else with the next pong, for every barrier that
-// began meanwhile. So a node's invalidation connection carries at most
-// about one barrier ping per round trip, however many reads wait.
+// but concurrent barriers share their pings. Every barrier joins the
+// group of the next ping; a barrier that finds no ping in flight leads
+// it (yields once, so that the reads ready to run join, then sends it),
+// otherwise the next pong sends it. So a node's invalidation connection
+// carries about one barrier ping per round trip at most, however many
+// reads wait.
 //
 // Why it is enough for a read that must see every write Redis
 // acknowledged before the read began (read-your-writes through another
