@@ -40,9 +40,9 @@ func (b *bundle) instance(rdb redis.UniversalClient, hints bool, cfg Config) *Fe
 // read cache on (the default), and the reader reads the author's feed
 // before every post, so its cache holds the author's own timeline range
 // when the post is written (checked each time, read again until it does):
-// only the read's barrier
-// (tracker.barrier) makes it wait for the invalidation of that range,
-// which Redis sends before it answers the writer. An instance without the
+// only the read's barrier (tracker.barrier) makes it wait for the
+// invalidation of that range, which Redis sends before it answers the
+// writer. An instance without the
 // hints misses the post whose write failed: the gap the hints close. With
 // FEED_TEST_REDIS=cluster the same runs on the cluster, through the
 // tracker of the author's node.
