@@ -35,8 +35,8 @@ type setResult struct {
 // invalidated. A post written through by another API instance (its 201
 // sent after Redis answered that write) is then in its author's next read
 // through this one, as without the cache. A fully cached page costs that
-// ping's round trip (about a PING's Redis CPU, not the four reads'); one
-// with misses, the barrier and then one pipeline.
+// ping's round trip (a share of one PING, not the four reads); one with
+// misses, the barrier and then one pipeline.
 func (f *Feed) readHome(ctx context.Context, user int64, cur key, n int, members []int64) (homeReply, error) {
 	var g *cacheGen
 	if f.cache != nil {
