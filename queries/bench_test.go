@@ -129,7 +129,8 @@ ORDER BY p.created_at DESC, p.id DESC LIMIT 20`, next())
 // adds a post to a random reader's inbox after every 10th read (through
 // the main client: invalidations, as the projectors' writes). Reported
 // per read: this process's CPU (user+sys, µs), the Redis CPU of every
-// master (µs), and the cache's hit ratio (hits/lookups).
+// master (µs), the cache's hit ratio (hits/lookups), and the pings sent
+// on the invalidation connections (the reads' barriers share them).
 func BenchmarkHomeReadCache(b *testing.B) {
 	on, readers, rdb, keys, pool := benchData(b)
 	off, err := New(Config{Keys: keys, InboxLayout: readmodel.InboxLayoutZset, ReadCacheKeys: -1}, pool, rdb)
@@ -193,6 +194,17 @@ func BenchmarkHomeReadCache(b *testing.B) {
 					}
 				}
 				hits, misses := int64(0), int64(0)
+				pings := func() (n uint64) {
+					if f.cache != nil {
+						for _, t := range f.cache.trackers() {
+							t.pingMu.Lock()
+							n += t.sent
+							t.pingMu.Unlock()
+						}
+					}
+					return n
+				}
+				pings0 := pings()
 				if f.cache != nil {
 					hits, misses = f.cache.stats.hits.Load(), f.cache.stats.misses.Load()
 				}
@@ -225,6 +237,7 @@ func BenchmarkHomeReadCache(b *testing.B) {
 				if f.cache != nil {
 					h, m := f.cache.stats.hits.Load()-hits, f.cache.stats.misses.Load()-misses
 					b.ReportMetric(float64(h)/float64(max(h+m, 1)), "hit-ratio")
+					b.ReportMetric(float64(pings()-pings0)/float64(b.N), "pings/read")
 				}
 			})
 		}

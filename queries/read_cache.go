@@ -8,6 +8,7 @@ import (
 	"hash/maphash"
 	"log/slog"
 	"net"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -107,10 +108,16 @@ type tracker struct {
 	done    chan struct{}
 
 	// Pings of the invalidation connection, in the order they were sent,
-	// and the pongs received: sync() waits for its own ping's pong.
+	// and the pongs received: sync() waits for its own ping's pong, a
+	// barrier() for the pong of the first ping sent after it began.
+	// next is the channel of the barriers waiting for a ping not sent yet
+	// (it goes out with the next pong, or from the barrier leading it);
+	// nil when none waits.
 	pingMu     sync.Mutex
 	ps         *redis.PubSub
 	sent, recv uint64
+	next       chan struct{}
+	leading    bool // a barrier is about to send next's ping
 	waiters    []waiter
 }
 
@@ -1015,6 +1022,69 @@ func (t *tracker) sync(ctx context.Context) error {
 	}
 }
 
+// barrier returns once every invalidation Redis had sent to t's
+// invalidation connection when barrier was called has been applied (or
+// the generation ended: nothing cached is left to be stale), like sync,
+// but concurrent barriers share their pings. Every barrier joins the
+// group of the next ping; a barrier that finds no ping in flight leads
+// it (yields once, so that the reads ready to run join, then sends it),
+// otherwise the next pong sends it. So a node's invalidation connection
+// carries about one barrier ping per round trip at most, however many
+// reads wait.
+//
+// Why it is enough for a read that must see every write Redis
+// acknowledged before the read began (read-your-writes through another
+// API instance): Redis queues a key's invalidation on this connection
+// while it executes the write, before it answers the writer; the ping
+// is sent after the read began, so after that answer, and Redis queues
+// its pong behind the invalidation on the same connection; the receive
+// loop applies messages in order.
+func (t *tracker) barrier(ctx context.Context) error {
+	t.pingMu.Lock()
+	if t.ps == nil {
+		t.pingMu.Unlock()
+		return nil // no connection: no generation either
+	}
+	if t.next == nil {
+		t.next = make(chan struct{})
+	}
+	ch := t.next
+	lead := t.sent == t.recv && !t.leading
+	if lead {
+		t.leading = true
+	}
+	t.pingMu.Unlock()
+	if lead {
+		// Let the reads that are ready to run reach their barrier first:
+		// they share this ping.
+		runtime.Gosched()
+		t.pingMu.Lock()
+		t.leading = false
+		t.sendNextLocked()
+		t.pingMu.Unlock()
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// sendNextLocked sends the ping of the barriers waiting for one, if any.
+// Not cancelled with a read: go-redis's write timeout bounds it. On an
+// error the connection is going: the receive loop fails, ends the
+// generation and wakes every waiter (down).
+func (t *tracker) sendNextLocked() {
+	if t.next == nil || t.ps == nil {
+		return
+	}
+	t.sent++
+	t.waiters = append(t.waiters, waiter{seq: t.sent, ch: t.next})
+	t.next = nil
+	_ = t.ps.Ping(context.Background())
+}
+
 // ping sends a keep-alive ping on the invalidation connection.
 func (t *tracker) ping(ctx context.Context) (uint64, error) {
 	t.pingMu.Lock()
@@ -1041,6 +1111,9 @@ func (t *tracker) pong() {
 		}
 	}
 	t.waiters = kept
+	if !t.leading {
+		t.sendNextLocked()
+	}
 }
 
 func (t *tracker) wakeAll() {
@@ -1050,4 +1123,8 @@ func (t *tracker) wakeAll() {
 		close(w.ch)
 	}
 	t.waiters = nil
+	if t.next != nil {
+		close(t.next)
+		t.next = nil
+	}
 }

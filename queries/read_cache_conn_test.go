@@ -218,3 +218,51 @@ func TestReadCacheInvalidationConnectionSilent(t *testing.T) {
 	}
 	t.Logf("silent connection replaced after %v", took)
 }
+
+// A read that begins after another client's write was acknowledged sees
+// it, even while the write's invalidation is still on its way (held back
+// here for 0.4 ping intervals, as a descheduled receive loop or a slow
+// network would): the read's barrier waits for the pong of a ping sent
+// after it began, which Redis queues behind the invalidation. The read
+// waited for the held bytes, and the cache stayed on: a round in which a
+// generation ended (a flush: on a loaded machine a pong can be late)
+// shows nothing and is run again, up to five times.
+func TestReadCacheReadWaitsForInvalidationInFlight(t *testing.T) {
+	t.Parallel()
+	d := &slowDialer{}
+	b, u, a := cachedFeedWith(t, Config{invalDial: d.dial})
+	key := b.inboxKey(u)
+	if b.packed() {
+		key += "+" // addToInbox appends to the buffer
+	}
+	items := 3
+	for round := range 3 {
+		for attempt := 1; ; attempt++ {
+			gens, flushes := b.feed.cache.stats.generations.Load(), b.feed.cache.stats.flushes.Load()
+			if _, err := b.feed.Home(b.ctx, u, "", 20); err != nil { // cached again after the previous write
+				t.Fatal(err)
+			}
+			hold := readCachePing * 2 / 5
+			d.of(b, u).holdFrom([]byte("$"+strconv.Itoa(len(key))+"\r\n"+key+"\r\n"), hold)
+			k := addToInbox(b, otherClient(b), u, a, base+10+int64(items))
+			items++
+			start := time.Now()
+			got, n := firstItem(b, u)
+			took := time.Since(start)
+			if g, f := b.feed.cache.stats.generations.Load()-gens, b.feed.cache.stats.flushes.Load()-flushes; g != 0 || f != 0 {
+				if attempt == 5 {
+					t.Fatalf("round %d: a generation ended in each of 5 attempts: the test shows nothing", round)
+				}
+				t.Logf("round %d, attempt %d: %d new generations and %d flushes; again", round, attempt, g, f)
+				continue
+			}
+			if got != k || n != items {
+				t.Fatalf("round %d: first item %v of %d, want the new post %v of %d: the read served the cached inbox before its invalidation arrived", round, got, n, k, items)
+			}
+			if took < hold/2 {
+				t.Fatalf("round %d: the read took %v, less than the invalidation was held back (%v): it did not wait for it", round, took, hold)
+			}
+			break
+		}
+	}
+}

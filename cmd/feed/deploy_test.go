@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"github.com/redis/go-redis/v9"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -818,5 +821,249 @@ func TestComposeObservability(t *testing.T) {
 	}
 	if slices.ContainsFunc(prom.Command, func(a string) bool { return strings.HasPrefix(a, "--web.listen-address") }) {
 		t.Error("prometheus: the data source expects its default port 9090, not --web.listen-address")
+	}
+}
+
+// scaleService is what TestComposeScaleProfile reads of a service of
+// compose.yaml (merge keys resolved by the YAML decoder, as compose does).
+type scaleService struct {
+	Image       string         `yaml:"image"`
+	Build       any            `yaml:"build"`
+	Profiles    []string       `yaml:"profiles"`
+	Entrypoint  any            `yaml:"entrypoint"`
+	Command     any            `yaml:"command"`
+	Environment map[string]any `yaml:"environment"`
+	DependsOn   any            `yaml:"depends_on"`
+	Healthcheck *struct {
+		Test any `yaml:"test"`
+	} `yaml:"healthcheck"`
+	Deploy struct {
+		Replicas int `yaml:"replicas"`
+	} `yaml:"deploy"`
+	Ports   []string `yaml:"ports"`
+	Configs []struct {
+		Source string `yaml:"source"`
+		Target string `yaml:"target"`
+	} `yaml:"configs"`
+}
+
+// words returns a command or entrypoint (a list, or a string compose
+// splits) as its words.
+func words(v any) []string {
+	switch c := v.(type) {
+	case string:
+		return strings.Fields(c)
+	case []any:
+		var out []string
+		for _, w := range c {
+			out = append(out, fmt.Sprint(w))
+		}
+		return out
+	}
+	return nil
+}
+
+// dependsOn returns the services s depends on, with their conditions
+// ("" for the list form: service_started).
+func (s scaleService) dependsOn() map[string]string {
+	out := map[string]string{}
+	switch d := s.DependsOn.(type) {
+	case []any:
+		for _, n := range d {
+			out[fmt.Sprint(n)] = ""
+		}
+	case map[string]any:
+		for n, c := range d {
+			cond := ""
+			if m, ok := c.(map[string]any); ok {
+				cond, _ = m["condition"].(string)
+			}
+			out[n] = cond
+		}
+	}
+	return out
+}
+
+func (s scaleService) inProfile(p string) bool { return slices.Contains(s.Profiles, p) }
+
+// TestComposeScaleProfile checks compose.yaml's scale profile without a
+// Docker engine: its Redis nodes are cluster nodes that one one-shot
+// service joins into one cluster (every node named, no replicas, IP
+// addresses for CLUSTER MEET) after each is healthy; every feed role of
+// the profile that reads Redis has REDIS_URL in go-redis's cluster form
+// naming exactly those nodes, and starts after the cluster is made; the
+// projector runs at least two processes; the APIs are at least two, each
+// with its own FEED_NODE_ID and host port, and the balancer names each of
+// them at its port; and every depends_on of every service names a
+// service that exists and runs in the same profiles.
+func TestComposeScaleProfile(t *testing.T) {
+	var compose struct {
+		Services map[string]scaleService `yaml:"services"`
+		Configs  map[string]struct {
+			Content string `yaml:"content"`
+		} `yaml:"configs"`
+	}
+	readYAML(t, "../../compose.yaml", &compose)
+	svcs := compose.Services
+
+	for name, s := range svcs {
+		for dep := range s.dependsOn() {
+			d, ok := svcs[dep]
+			if !ok {
+				t.Errorf("service %s depends on %s, which compose.yaml does not have", name, dep)
+				continue
+			}
+			for _, p := range d.Profiles {
+				if !s.inProfile(p) {
+					t.Errorf("service %s depends on %s, which runs only in profile %s (%s does not)", name, dep, p, name)
+				}
+			}
+		}
+	}
+
+	// The cluster's nodes, and the one-shot service that joins them.
+	nodes := map[string]bool{}
+	for name, s := range svcs {
+		cmd := words(s.Command)
+		if !s.inProfile("scale") || len(cmd) == 0 || cmd[0] != "redis-server" {
+			continue
+		}
+		i := slices.Index(cmd, "--cluster-enabled")
+		if i < 0 || i+1 >= len(cmd) || cmd[i+1] != "yes" {
+			t.Errorf("service %s: redis-server without --cluster-enabled yes: %v", name, cmd)
+			continue
+		}
+		if j := slices.Index(cmd, "--cluster-announce-hostname"); j >= 0 && (j+1 >= len(cmd) || cmd[j+1] != name) {
+			t.Errorf("service %s announces another hostname: %v", name, cmd)
+		}
+		if s.Healthcheck == nil {
+			t.Errorf("cluster node %s has no healthcheck: the cluster's creation cannot wait for it", name)
+		}
+		nodes[name] = true
+	}
+	if len(nodes) != 3 {
+		t.Fatalf("the scale profile has %d Redis Cluster nodes, want 3", len(nodes))
+	}
+	var init string
+	for name, s := range svcs {
+		script := strings.Join(append(words(s.Entrypoint), words(s.Command)...), " ")
+		if !s.inProfile("scale") || !strings.Contains(script, "--cluster create") {
+			continue
+		}
+		if init != "" {
+			t.Errorf("two services create the cluster: %s and %s", init, name)
+		}
+		init = name
+		create := script[strings.Index(script, "--cluster create"):]
+		for n := range nodes {
+			// CLUSTER MEET takes IP addresses: a node is named by the
+			// lookup of its hostname.
+			if !strings.Contains(create, "getent hosts "+n+" ") {
+				t.Errorf("the cluster's creation (%s) does not name node %s by its address: %s", name, n, create)
+			}
+		}
+		for _, w := range []string{"--cluster-replicas 0", "--cluster-yes", "cluster_state:ok"} {
+			if !strings.Contains(create, w) {
+				t.Errorf("the cluster's creation (%s) lacks %q: %s", name, w, create)
+			}
+		}
+		deps := s.dependsOn()
+		for n := range nodes {
+			if deps[n] != "service_healthy" {
+				t.Errorf("the cluster's creation (%s) does not wait for node %s to be healthy (depends_on: %v)", name, n, deps)
+			}
+		}
+	}
+	if init == "" {
+		t.Fatal("no service of the scale profile creates the cluster (redis-cli --cluster create)")
+	}
+
+	// The feed roles of the profile.
+	var apis []string
+	projectors := 0
+	nodeIDs := map[string]string{}
+	hostPorts := map[string]string{}
+	for name, s := range svcs {
+		cmd := words(s.Command)
+		if !s.inProfile("scale") || s.Build == nil || len(cmd) == 0 {
+			continue
+		}
+		switch cmd[0] {
+		case "api", "project":
+		default:
+			continue
+		}
+		raw, _ := s.Environment["REDIS_URL"].(string)
+		if !isClusterURL(raw) {
+			t.Errorf("service %s: REDIS_URL %q is not the cluster form", name, raw)
+		} else if opt, err := redis.ParseClusterURL(raw); err != nil {
+			t.Errorf("service %s: REDIS_URL %q: %v", name, raw, err)
+		} else {
+			got := map[string]bool{}
+			for _, a := range opt.Addrs {
+				got[a] = true
+			}
+			want := map[string]bool{}
+			for n := range nodes {
+				want[n+":6379"] = true
+			}
+			if !maps.Equal(got, want) {
+				t.Errorf("service %s: REDIS_URL names %v, want every cluster node: %v", name, slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want)))
+			}
+		}
+		if c := s.dependsOn()[init]; c != "service_completed_successfully" {
+			t.Errorf("service %s does not wait for the cluster's creation (%s: %q)", name, init, c)
+		}
+		if cmd[0] == "project" {
+			projectors += max(s.Deploy.Replicas, 1)
+			continue
+		}
+		apis = append(apis, name)
+		id := fmt.Sprint(s.Environment["FEED_NODE_ID"])
+		if s.Environment["FEED_NODE_ID"] == nil || s.Deploy.Replicas > 1 {
+			t.Errorf("API %s has no FEED_NODE_ID of its own (replicas %d): two instances could mint the same post id", name, s.Deploy.Replicas)
+		} else if other, ok := nodeIDs[id]; ok {
+			t.Errorf("APIs %s and %s have the same FEED_NODE_ID %s", name, other, id)
+		}
+		nodeIDs[id] = name
+		for _, p := range s.Ports {
+			host, _, _ := strings.Cut(p, ":")
+			if other, ok := hostPorts[host]; ok {
+				t.Errorf("APIs %s and %s publish the same host port %s", name, other, host)
+			}
+			hostPorts[host] = name
+		}
+	}
+	if projectors < 2 {
+		t.Errorf("the scale profile runs %d projector processes, want 2 or more", projectors)
+	}
+	if len(apis) < 2 {
+		t.Fatalf("the scale profile has %d API services, want 2 or more", len(apis))
+	}
+
+	// The balancer: a service of the profile depending on every API, whose
+	// configuration names each at its port.
+	balancers := 0
+	for name, s := range svcs {
+		if !s.inProfile("scale") || s.Build != nil || !strings.HasPrefix(s.Image, "nginx") {
+			continue
+		}
+		balancers++
+		var conf string
+		for _, c := range s.Configs {
+			conf += compose.Configs[c.Source].Content
+		}
+		for _, a := range apis {
+			_, port, _ := strings.Cut(fmt.Sprint(svcs[a].Environment["HTTP_ADDR"]), ":")
+			if !regexp.MustCompile(`(?m)^\s*server\s+` + regexp.QuoteMeta(a+":"+port) + `\s*;`).MatchString(conf) {
+				t.Errorf("balancer %s does not name API %s at %s:%s: %q", name, a, a, port, conf)
+			}
+			if _, ok := s.dependsOn()[a]; !ok {
+				t.Errorf("balancer %s does not depend on API %s", name, a)
+			}
+		}
+	}
+	if balancers != 1 {
+		t.Errorf("the scale profile has %d balancers (nginx) in front of its APIs, want 1", balancers)
 	}
 }
