@@ -322,7 +322,7 @@ func (c *cluster) tryStart(name string, retry bool) bool {
 		if node == "" {
 			node = "1"
 		}
-		env = append(slices.Clip(env), "HTTP_ADDR="+strings.TrimPrefix(c.apiURL(name), "http://"), "FEED_NODE_ID="+node)
+		env = append(slices.Clip(env), "HTTP_ADDR="+strings.TrimPrefix(c.apiURL(name), "http://"), "FEED_NODE_ID="+node, "FEED_READ_CACHE_BARRIER=1")
 	}
 	cmd := exec.Command(c.bin, args...)
 	cmd.Env, cmd.Stdout, cmd.Stderr = env, f, f

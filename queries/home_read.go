@@ -28,7 +28,8 @@ type setResult struct {
 // readHome reads, in one round trip at most, the reader's inbox and own
 // timeline from cur (n entries), whether their following state is built, and
 // whether it holds each of members. With the read cache on, whatever the
-// cache holds costs nothing but the barrier: the read first waits for the
+// cache holds costs nothing, and with Config.ReadCacheBarrier a share of
+// the barrier: the read first waits for the
 // pong of a ping on the node's invalidation connection (shared by the
 // reads that wait at the same time, tracker.barrier), so it answers from
 // the cache only what no write acknowledged before the read began has
@@ -49,12 +50,14 @@ func (f *Feed) readHome(ctx context.Context, iv *inboxView, user int64, cur key,
 	if g == nil {
 		return f.readHomeDirect(ctx, iv, user, cur, n, members)
 	}
-	if err := g.t.barrier(ctx); err != nil {
-		return homeReply{}, fmt.Errorf("read inbox of %d: %w", user, err)
-	}
-	if !g.live() {
-		// Ended while the read waited (flushed): read without the cache.
-		return f.readHomeDirect(ctx, iv, user, cur, n, members)
+	if f.cfg.ReadCacheBarrier {
+		if err := g.t.barrier(ctx); err != nil {
+			return homeReply{}, fmt.Errorf("read inbox of %d: %w", user, err)
+		}
+		if !g.live() {
+			// Ended while the read waited (flushed): read without the cache.
+			return f.readHomeDirect(ctx, iv, user, cur, n, members)
+		}
 	}
 	r, err := f.readHomeCached(ctx, iv, g, user, cur, n, members)
 	if err != nil && !g.live() {

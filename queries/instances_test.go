@@ -61,10 +61,10 @@ func TestOwnPostThroughAnotherInstance(t *testing.T) {
 	}
 	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
 	t.Cleanup(func() { _ = dead.Close() })
-	writer := b.instance(open(), true, Config{})
-	failing := b.instance(dead, true, Config{RedisBreakerFailures: 1 << 30})
-	reader := b.instance(open(), true, Config{})
-	unhinted := b.instance(open(), false, Config{})
+	writer := b.instance(open(), true, Config{ReadCacheBarrier: true})
+	failing := b.instance(dead, true, Config{ReadCacheBarrier: true, RedisBreakerFailures: 1 << 30})
+	reader := b.instance(open(), true, Config{ReadCacheBarrier: true})
+	unhinted := b.instance(open(), false, Config{ReadCacheBarrier: true})
 	kOwn := reader.tl.Key(u)
 	testenv.Eventually(t, 10*time.Second, "the reader's read cache is on for the author's node", func() bool {
 		return reader.cache.currentFor(kOwn) != nil

@@ -126,6 +126,15 @@ type Config struct {
 	// *redis.Client or a *redis.ClusterClient (a tracker per master) gets
 	// the cache.
 	ReadCacheKeys int
+	// ReadCacheBarrier makes a read that the cache would answer first wait
+	// for a barrier ping on its node's invalidation connection (see
+	// readHome), so that a write another API instance had acknowledged
+	// before the read began is never answered stale: read-your-writes
+	// across instances behind a balancer without affinity. One instance
+	// does not need it (its own write-through drops its own cached
+	// ranges). It costs a shared round trip per cached read
+	// (FEED_READ_CACHE_BARRIER; docs/queries.md, Read cache).
+	ReadCacheBarrier bool
 	// RedisBreakerFailures is how many consecutive Redis connection
 	// failures open a circuit (reads and the write-through each have one;
 	// default 3).

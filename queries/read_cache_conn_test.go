@@ -230,7 +230,7 @@ func TestReadCacheInvalidationConnectionSilent(t *testing.T) {
 func TestReadCacheReadWaitsForInvalidationInFlight(t *testing.T) {
 	t.Parallel()
 	d := &slowDialer{}
-	b, u, a := cachedFeedWith(t, Config{invalDial: d.dial})
+	b, u, a := cachedFeedWith(t, Config{invalDial: d.dial, ReadCacheBarrier: true})
 	key := b.inboxKey(u)
 	if b.packed() {
 		key += "+" // addToInbox appends to the buffer

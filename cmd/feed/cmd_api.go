@@ -118,6 +118,7 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiTask, func(), error
 		CelebrityCacheTTL:  cfg.CelebrityCacheTTL,
 		RefreshSettle:      cfg.RefreshSettle,
 		ReadCacheKeys:      readCacheKeys(cfg.ReadCacheKeys),
+		ReadCacheBarrier:   cfg.ReadCacheBarrier,
 		RebuildConcurrency: cfg.RebuildConcurrency,
 		OwnPostsHints:      p.Pool, // read-your-writes across API instances when a write-through fails
 		Registerer:         p.Registry,

@@ -115,6 +115,7 @@ var configSettings = []configSetting{
 	{"FEED_MAX_READS_IN_FLIGHT", func(c Config, _ func(string) string) string { return strconv.Itoa(c.MaxReadsInFlight) }, ""},
 	{"FEED_MAX_WRITES_IN_FLIGHT", func(c Config, _ func(string) string) string { return strconv.Itoa(c.MaxWritesInFlight) }, ""},
 	{"FEED_FULL_HOME_READS", func(c Config, _ func(string) string) string { return strconv.Itoa(c.FullHomeReads) }, ""},
+	{"FEED_READ_CACHE_BARRIER", func(c Config, _ func(string) string) string { return strconv.FormatBool(c.ReadCacheBarrier) }, ""},
 	{"FEED_READ_CACHE_KEYS", func(c Config, _ func(string) string) string { return strconv.Itoa(c.ReadCacheKeys) }, ""},
 	{"FEED_REBUILD_CONCURRENCY", func(c Config, _ func(string) string) string { return strconv.Itoa(c.RebuildConcurrency) }, ""},
 	{"FEED_CELEBRITY_CACHE_TTL", func(c Config, _ func(string) string) string { return c.CelebrityCacheTTL.String() }, ""},

@@ -84,6 +84,9 @@ type Config struct {
 	// ReadCacheKeys bounds the API's client-side read cache, in Redis keys
 	// (FEED_READ_CACHE_KEYS); 0 turns it off.
 	ReadCacheKeys int
+	// ReadCacheBarrier (FEED_READ_CACHE_BARRIER=1) is queries.Config's:
+	// read-your-writes across API instances with the read cache on.
+	ReadCacheBarrier bool
 	// RebuildConcurrency is FEED_REBUILD_CONCURRENCY: how many read models
 	// the query side rebuilds from PostgreSQL at once.
 	RebuildConcurrency int
@@ -186,7 +189,8 @@ func LoadConfig() (Config, error) {
 		OnSlotLoss:        os.Getenv("FEED_CDC_ON_SLOT_LOSS"),
 		InboxLayout:       os.Getenv("FEED_INBOX_LAYOUT"),
 
-		AllowDevSecret: os.Getenv("FEED_ALLOW_DEV_SECRET") == "1",
+		AllowDevSecret:   os.Getenv("FEED_ALLOW_DEV_SECRET") == "1",
+		ReadCacheBarrier: os.Getenv("FEED_READ_CACHE_BARRIER") == "1",
 	}
 	if b := strings.TrimSpace(os.Getenv("KAFKA_BROKERS")); b != "" {
 		for _, s := range strings.Split(b, ",") {

@@ -1019,6 +1019,9 @@ func TestComposeScaleProfile(t *testing.T) {
 			continue
 		}
 		apis = append(apis, name)
+		if fmt.Sprint(s.Environment["FEED_READ_CACHE_BARRIER"]) != "1" {
+			t.Errorf("API %s behind the balancer has no FEED_READ_CACHE_BARRIER=1: a post through the other instance could be missing from its author's next read", name)
+		}
 		id := fmt.Sprint(s.Environment["FEED_NODE_ID"])
 		if s.Environment["FEED_NODE_ID"] == nil || s.Deploy.Replicas > 1 {
 			t.Errorf("API %s has no FEED_NODE_ID of its own (replicas %d): two instances could mint the same post id", name, s.Deploy.Replicas)
