@@ -38,28 +38,7 @@ func TestRebuildInboxIntoPackedUnderLoad(t *testing.T) {
 	ctx := context.Background()
 	s.seed(t, 20, 4, 100)
 	// Frozen readers follow frozen authors: nobody writes to them below.
-	var frozen, frozenAuthors []int64
-	for i := range 6 {
-		u, err := s.Commands.RegisterUser.Handle(ctx, commands.RegisterUser{Name: "frozen" + string(rune('a'+i))})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if i < 3 {
-			frozenAuthors = append(frozenAuthors, u.ID)
-		} else {
-			frozen = append(frozen, u.ID)
-		}
-	}
-	for _, r := range frozen {
-		for _, a := range frozenAuthors {
-			if _, err := s.Commands.Follow.Handle(ctx, commands.Follow{FollowerID: r, FolloweeID: a}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if _, err := s.Feed.Home(ctx, r, "", 10); err != nil { // active: fan-out reaches them
-			t.Fatal(err)
-		}
-	}
+	frozen, frozenAuthors := s.frozenReaders(t)
 	for i := range 30 {
 		a := frozenAuthors[i%len(frozenAuthors)]
 		if _, err := s.Commands.CreatePost.Handle(ctx, commands.CreatePost{AuthorID: a, Content: "frozen post"}); err != nil {

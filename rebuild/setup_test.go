@@ -335,3 +335,33 @@ func (s *system) keyVersions(t *testing.T) map[string]int {
 	}
 	return out
 }
+
+// frozenReaders registers three authors and three readers who follow each
+// of them and have read their feed once (active: fan-out reaches them),
+// for a test that writes nothing to them while it switches versions.
+func (s *system) frozenReaders(t *testing.T) (readers, authors []int64) {
+	t.Helper()
+	ctx := context.Background()
+	for i := range 6 {
+		u, err := s.Commands.RegisterUser.Handle(ctx, commands.RegisterUser{Name: "frozen" + string(rune('a'+i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i < 3 {
+			authors = append(authors, u.ID)
+		} else {
+			readers = append(readers, u.ID)
+		}
+	}
+	for _, r := range readers {
+		for _, a := range authors {
+			if _, err := s.Commands.Follow.Handle(ctx, commands.Follow{FollowerID: r, FolloweeID: a}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := s.Feed.Home(ctx, r, "", 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return readers, authors
+}

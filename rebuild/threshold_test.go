@@ -39,28 +39,7 @@ func TestRebuildCelebrityThresholdUnderLoad(t *testing.T) {
 	s.seed(t, 20, 4, 80)
 	// Frozen readers follow frozen authors (3 followers each: below 8 and
 	// 12, at or over 2): nobody writes to them during the switches.
-	var frozen, frozenAuthors []int64
-	for i := range 6 {
-		u, err := s.Commands.RegisterUser.Handle(ctx, commands.RegisterUser{Name: "frozen" + string(rune('a'+i))})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if i < 3 {
-			frozenAuthors = append(frozenAuthors, u.ID)
-		} else {
-			frozen = append(frozen, u.ID)
-		}
-	}
-	for _, r := range frozen {
-		for _, a := range frozenAuthors {
-			if _, err := s.Commands.Follow.Handle(ctx, commands.Follow{FollowerID: r, FolloweeID: a}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if _, err := s.Feed.Home(ctx, r, "", 10); err != nil { // active: fan-out reaches them
-			t.Fatal(err)
-		}
-	}
+	frozen, frozenAuthors := s.frozenReaders(t)
 	for i := range 12 {
 		if _, err := s.Commands.CreatePost.Handle(ctx, commands.CreatePost{AuthorID: frozenAuthors[i%3], Content: "frozen post"}); err != nil {
 			t.Fatal(err)
