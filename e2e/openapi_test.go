@@ -453,27 +453,7 @@ func TestOpenAPIResponses(t *testing.T) {
 // on its port) and that has no query side.
 func downServer(t *testing.T) string {
 	t.Helper()
-	pool, err := pgxpool.New(context.Background(), "postgres://postgres@127.0.0.1:1/none?sslmode=disable&connect_timeout=1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	ids, err := snowflake.New(5)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmds, err := commands.New(pool, ids, commands.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	signer, err := auth.NewSigner(jwtSecret)
-	if err != nil {
-		t.Fatal(err)
-	}
-	users, err := auth.NewUsers(pool, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool, cmds, signer, users := writeSideOn(t, "postgres://postgres@127.0.0.1:1/none?sslmode=disable&connect_timeout=1", 5)
 	srv, err := api.New(api.Config{}, api.Deps{Commands: cmds, Tokens: signer, Users: users,
 		Ready: map[string]func(context.Context) error{"postgres": pool.Ping}})
 	if err != nil {
@@ -514,27 +494,7 @@ func shedServer(t *testing.T) string {
 			_ = c.Close()
 		}
 	})
-	pool, err := pgxpool.New(context.Background(), "postgres://postgres@"+l.Addr().String()+"/stuck?sslmode=disable&connect_timeout=30")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	ids, err := snowflake.New(6)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmds, err := commands.New(pool, ids, commands.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	signer, err := auth.NewSigner(jwtSecret)
-	if err != nil {
-		t.Fatal(err)
-	}
-	users, err := auth.NewUsers(pool, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool, cmds, signer, users := writeSideOn(t, "postgres://postgres@"+l.Addr().String()+"/stuck?sslmode=disable&connect_timeout=30", 6)
 	reg := prometheus.NewRegistry()
 	srv, err := api.New(api.Config{MaxReadsInFlight: 1, MaxWritesInFlight: 1, RequestTimeout: time.Minute},
 		api.Deps{Commands: cmds, Tokens: signer, Users: users, Registry: reg,
@@ -590,4 +550,33 @@ func shedServer(t *testing.T) string {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return hs.URL
+}
+
+// writeSideOn is the pool, commands, token signer and user check of an API
+// on the PostgreSQL at dsn, with Snowflake node id node; the pool closes
+// when the test ends.
+func writeSideOn(t *testing.T, dsn string, node int64) (*pgxpool.Pool, *commands.Commands, *auth.Signer, *auth.Users) {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	ids, err := snowflake.New(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmds, err := commands.New(pool, ids, commands.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := auth.NewSigner(jwtSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	users, err := auth.NewUsers(pool, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pool, cmds, signer, users
 }
