@@ -541,21 +541,83 @@ func TestComposeSecretAndMetrics(t *testing.T) {
 	}
 }
 
-// composeService is what the compose tests read of a service.
+// composeService is what the compose tests read of a service (merge keys
+// resolved by the YAML decoder, as compose does). Commands, entrypoints,
+// healthcheck tests and depends_on take every form compose accepts.
 type composeService struct {
 	Build       any            `yaml:"build"`
 	Image       string         `yaml:"image"`
-	Command     []string       `yaml:"command"`
+	Entrypoint  words          `yaml:"entrypoint"`
+	Command     words          `yaml:"command"`
 	Environment map[string]any `yaml:"environment"`
 	Restart     string         `yaml:"restart"`
 	Profiles    []string       `yaml:"profiles"`
 	Volumes     []string       `yaml:"volumes"`
 	Healthcheck *struct {
-		Test []string `yaml:"test"`
+		Test words `yaml:"test"`
 	} `yaml:"healthcheck"`
-	DependsOn map[string]struct {
+	DependsOn dependencies `yaml:"depends_on"`
+	Deploy    struct {
+		Replicas int `yaml:"replicas"`
+	} `yaml:"deploy"`
+	Ports   []string `yaml:"ports"`
+	Configs []struct {
+		Source string `yaml:"source"`
+		Target string `yaml:"target"`
+	} `yaml:"configs"`
+}
+
+func (s composeService) inProfile(p string) bool { return slices.Contains(s.Profiles, p) }
+
+// words is a command, an entrypoint or a healthcheck test: a list, or a
+// string that compose splits into words.
+type words []string
+
+func (w *words) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode {
+		var s string
+		if err := n.Decode(&s); err != nil {
+			return err
+		}
+		*w = strings.Fields(s)
+		return nil
+	}
+	var l []string
+	if err := n.Decode(&l); err != nil {
+		return err
+	}
+	*w = l
+	return nil
+}
+
+// dependencies is a depends_on: the services depended on, with their
+// conditions ("" for the list form, which means service_started).
+type dependencies map[string]string
+
+func (d *dependencies) UnmarshalYAML(n *yaml.Node) error {
+	out := dependencies{}
+	if n.Kind == yaml.SequenceNode {
+		var l []string
+		if err := n.Decode(&l); err != nil {
+			return err
+		}
+		for _, s := range l {
+			out[s] = ""
+		}
+		*d = out
+		return nil
+	}
+	var m map[string]struct {
 		Condition string `yaml:"condition"`
-	} `yaml:"depends_on"`
+	}
+	if err := n.Decode(&m); err != nil {
+		return err
+	}
+	for s, c := range m {
+		out[s] = c.Condition
+	}
+	*d = out
+	return nil
 }
 
 func readCompose(t *testing.T) map[string]composeService {
@@ -644,7 +706,7 @@ func TestComposeHealthchecks(t *testing.T) {
 			switch {
 			case !ok:
 				t.Errorf("service %s depends on %s, which is no service", name, dep)
-			case d.Condition == "service_healthy" && target.Healthcheck == nil:
+			case d == "service_healthy" && target.Healthcheck == nil:
 				t.Errorf("service %s waits for %s to be healthy, which has no healthcheck", name, dep)
 			}
 		}
@@ -824,68 +886,6 @@ func TestComposeObservability(t *testing.T) {
 	}
 }
 
-// scaleService is what TestComposeScaleProfile reads of a service of
-// compose.yaml (merge keys resolved by the YAML decoder, as compose does).
-type scaleService struct {
-	Image       string         `yaml:"image"`
-	Build       any            `yaml:"build"`
-	Profiles    []string       `yaml:"profiles"`
-	Entrypoint  any            `yaml:"entrypoint"`
-	Command     any            `yaml:"command"`
-	Environment map[string]any `yaml:"environment"`
-	DependsOn   any            `yaml:"depends_on"`
-	Healthcheck *struct {
-		Test any `yaml:"test"`
-	} `yaml:"healthcheck"`
-	Deploy struct {
-		Replicas int `yaml:"replicas"`
-	} `yaml:"deploy"`
-	Ports   []string `yaml:"ports"`
-	Configs []struct {
-		Source string `yaml:"source"`
-		Target string `yaml:"target"`
-	} `yaml:"configs"`
-}
-
-// words returns a command or entrypoint (a list, or a string compose
-// splits) as its words.
-func words(v any) []string {
-	switch c := v.(type) {
-	case string:
-		return strings.Fields(c)
-	case []any:
-		var out []string
-		for _, w := range c {
-			out = append(out, fmt.Sprint(w))
-		}
-		return out
-	}
-	return nil
-}
-
-// dependsOn returns the services s depends on, with their conditions
-// ("" for the list form: service_started).
-func (s scaleService) dependsOn() map[string]string {
-	out := map[string]string{}
-	switch d := s.DependsOn.(type) {
-	case []any:
-		for _, n := range d {
-			out[fmt.Sprint(n)] = ""
-		}
-	case map[string]any:
-		for n, c := range d {
-			cond := ""
-			if m, ok := c.(map[string]any); ok {
-				cond, _ = m["condition"].(string)
-			}
-			out[n] = cond
-		}
-	}
-	return out
-}
-
-func (s scaleService) inProfile(p string) bool { return slices.Contains(s.Profiles, p) }
-
 // TestComposeScaleProfile checks compose.yaml's scale profile without a
 // Docker engine: its Redis nodes are cluster nodes that one one-shot
 // service joins into one cluster (every node named, no replicas, IP
@@ -898,7 +898,7 @@ func (s scaleService) inProfile(p string) bool { return slices.Contains(s.Profil
 // service that exists and runs in the same profiles.
 func TestComposeScaleProfile(t *testing.T) {
 	var compose struct {
-		Services map[string]scaleService `yaml:"services"`
+		Services map[string]composeService `yaml:"services"`
 		Configs  map[string]struct {
 			Content string `yaml:"content"`
 		} `yaml:"configs"`
@@ -907,7 +907,7 @@ func TestComposeScaleProfile(t *testing.T) {
 	svcs := compose.Services
 
 	for name, s := range svcs {
-		for dep := range s.dependsOn() {
+		for dep := range s.DependsOn {
 			d, ok := svcs[dep]
 			if !ok {
 				t.Errorf("service %s depends on %s, which compose.yaml does not have", name, dep)
@@ -924,7 +924,7 @@ func TestComposeScaleProfile(t *testing.T) {
 	// The cluster's nodes, and the one-shot service that joins them.
 	nodes := map[string]bool{}
 	for name, s := range svcs {
-		cmd := words(s.Command)
+		cmd := s.Command
 		if !s.inProfile("scale") || len(cmd) == 0 || cmd[0] != "redis-server" {
 			continue
 		}
@@ -946,7 +946,7 @@ func TestComposeScaleProfile(t *testing.T) {
 	}
 	var init string
 	for name, s := range svcs {
-		script := strings.Join(append(words(s.Entrypoint), words(s.Command)...), " ")
+		script := strings.Join(slices.Concat(s.Entrypoint, s.Command), " ")
 		if !s.inProfile("scale") || !strings.Contains(script, "--cluster create") {
 			continue
 		}
@@ -967,7 +967,7 @@ func TestComposeScaleProfile(t *testing.T) {
 				t.Errorf("the cluster's creation (%s) lacks %q: %s", name, w, create)
 			}
 		}
-		deps := s.dependsOn()
+		deps := s.DependsOn
 		for n := range nodes {
 			if deps[n] != "service_healthy" {
 				t.Errorf("the cluster's creation (%s) does not wait for node %s to be healthy (depends_on: %v)", name, n, deps)
@@ -984,7 +984,7 @@ func TestComposeScaleProfile(t *testing.T) {
 	nodeIDs := map[string]string{}
 	hostPorts := map[string]string{}
 	for name, s := range svcs {
-		cmd := words(s.Command)
+		cmd := s.Command
 		if !s.inProfile("scale") || s.Build == nil || len(cmd) == 0 {
 			continue
 		}
@@ -1011,7 +1011,7 @@ func TestComposeScaleProfile(t *testing.T) {
 				t.Errorf("service %s: REDIS_URL names %v, want every cluster node: %v", name, slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want)))
 			}
 		}
-		if c := s.dependsOn()[init]; c != "service_completed_successfully" {
+		if c := s.DependsOn[init]; c != "service_completed_successfully" {
 			t.Errorf("service %s does not wait for the cluster's creation (%s: %q)", name, init, c)
 		}
 		if cmd[0] == "project" {
@@ -1061,7 +1061,7 @@ func TestComposeScaleProfile(t *testing.T) {
 			if !regexp.MustCompile(`(?m)^\s*server\s+` + regexp.QuoteMeta(a+":"+port) + `\s*;`).MatchString(conf) {
 				t.Errorf("balancer %s does not name API %s at %s:%s: %q", name, a, a, port, conf)
 			}
-			if _, ok := s.dependsOn()[a]; !ok {
+			if _, ok := s.DependsOn[a]; !ok {
 				t.Errorf("balancer %s does not depend on API %s", name, a)
 			}
 		}
