@@ -14,6 +14,7 @@ import (
 
 	"github.com/feedco/feed/cdc"
 	"github.com/feedco/feed/internal/kafka"
+	"github.com/feedco/feed/internal/progress"
 )
 
 // reseedOptions are `feed cdc reseed`'s flags.
@@ -97,22 +98,16 @@ func runReseed(ctx context.Context, cfg Config, log *slog.Logger, from cdc.Resee
 	}
 	defer pub.Close()
 	fmt.Fprintf(stderr, "reseed: republishing the event log from %s to topic %s\n", from, cfg.Topic)
-	term := isTerminal(stderr)
-	var lastLine time.Time
-	progress := func(p cdc.ReseedProgress) {
-		line := fmt.Sprintf("reseed: %d of %d events acknowledged (%d queued, at position %d)", p.Acked, p.Total, p.Queued, p.Position)
-		if term {
-			fmt.Fprintf(stderr, "\r%s\033[K", line)
-			return
+	bar := progress.New(stderr, isTerminal(stderr))
+	show := func(p cdc.ReseedProgress) {
+		if !bar.Started() {
+			bar.Start("reseed", "events acknowledged", p.Total)
 		}
-		if time.Since(lastLine) >= 5*time.Second || p.Acked == p.Total {
-			lastLine = time.Now()
-			fmt.Fprintln(stderr, line)
-		}
+		bar.Set(p.Acked)
 	}
-	res, err := cdc.Reseed(ctx, cdcConfig(cfg, nil, log), pool, from, progress, pub)
-	if term {
-		fmt.Fprintln(stderr)
+	res, err := cdc.Reseed(ctx, cdcConfig(cfg, nil, log), pool, from, show, pub)
+	if bar.Started() {
+		bar.Finish()
 	}
 	switch {
 	case errors.Is(err, cdc.ErrCDCRunning), errors.Is(err, cdc.ErrUnknownPosition):

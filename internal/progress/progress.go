@@ -1,5 +1,5 @@
 // Package progress is the one progress renderer of the command line
-// (`feed seed`, `feed events`, `feed rebuild`): a phase of units counted
+// (`feed seed`, `feed events`, `feed rebuild`, `feed cdc reseed`): a phase of units counted
 // as they are done, shown with its count, percentage of a known total,
 // rate and ETA. On a terminal it is one bar redrawn in place every
 // Options.Interval (100 ms); otherwise a plain line every interval (5 s)
