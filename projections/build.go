@@ -289,7 +289,13 @@ func (p *Followers) ApplyBatch(ctx context.Context, batch []Decoded) error {
 				continue
 			}
 			p.follows.QueueApply(ctx, pipe, follower, followee, d.Env.StreamVersion, follow)
-			p.celebs.QueueSetOrdered(ctx, pipe, followee, p.pol.IsCelebrity(after), readmodel.OrderOf(d.Env.CommitLSN, d.Env.Position))
+			// An event whose count lies inside the celebrity band decides
+			// nothing (the state before it holds): the set is what the
+			// followee's newest event outside the band decided, in log
+			// order, as the inbox projector's readmodel.CelebrityAt reads it.
+			if celeb, ok := p.pol.Decided(after); ok {
+				p.celebs.QueueSetOrdered(ctx, pipe, followee, celeb, readmodel.OrderOf(d.Env.CommitLSN, d.Env.Position))
+			}
 		}
 	})
 	if err != nil && !errors.Is(err, ErrPermanent) {

@@ -20,7 +20,10 @@ import (
 // event. For each follow pair only its newest event counts (the highest
 // stream version: the scripts' version guard makes every older one a
 // no-op in the end); for the celebrity set only each followee's newest
-// event by position (ApplyBatch moves the set on every event).
+// event by position whose count is outside the celebrity band (ApplyBatch
+// moves the set on every such event, and on no other: inside the band the
+// state before holds), so a count inside the band at the horizon gives
+// the state its history decided, not the count's.
 //
 // horizon is a pg_snapshot xmax below which every transaction has
 // finished; events of later transactions are the catch-up's. The keys of
@@ -34,7 +37,7 @@ func (p *Followers) BuildFollowers(ctx context.Context, pg Querier, horizon uint
 		progress = noProgress{}
 	}
 	progress.Stage("read follow events", "events", 0)
-	edges, last, err := readFollowEdges(ctx, pg, horizon, progress)
+	edges, last, err := p.readFollowEdges(ctx, pg, horizon, progress)
 	if err != nil {
 		return 0, err
 	}
@@ -69,8 +72,9 @@ type followEdge struct {
 func (e followEdge) version() int64 { return e.vf >> 1 }
 func (e followEdge) follows() bool  { return e.vf&1 == 1 }
 
-// lastEvent is a followee's newest follow event by position: its
-// followee-follower count decides celebrity membership.
+// lastEvent is a followee's newest follow event by position whose count
+// lies outside the celebrity band: that count decides celebrity
+// membership (Policy.Decided).
 type lastEvent struct{ position, after int64 }
 
 const followEdgesSQL = `SELECT position, stream_version, type = 'user.followed.v1',
@@ -122,7 +126,7 @@ func readMutes(ctx context.Context, pg Querier, horizon uint64) (map[int64]map[i
 // grown by appends instead, it held about four times its contents at its
 // peak (the arrays it outgrew, and the garbage collector's headroom over
 // them).
-func readFollowEdges(ctx context.Context, pg Querier, horizon uint64, progress BuildProgress) ([]followEdge, map[int64]lastEvent, error) {
+func (p *Followers) readFollowEdges(ctx context.Context, pg Querier, horizon uint64, progress BuildProgress) ([]followEdge, map[int64]lastEvent, error) {
 	var count int64
 	if err := pg.QueryRow(ctx, followEventCountSQL).Scan(&count); err != nil {
 		return nil, nil, fmt.Errorf("build followers: count follow events: %w", err)
@@ -150,8 +154,10 @@ func readFollowEdges(ctx context.Context, pg Querier, horizon uint64, progress B
 			e.vf |= 1
 		}
 		edges = append(edges, e)
-		if l, ok := last[e.followee]; !ok || pos > l.position {
-			last[e.followee] = lastEvent{pos, after}
+		if _, decides := p.pol.Decided(after); decides {
+			if l, ok := last[e.followee]; !ok || pos > l.position {
+				last[e.followee] = lastEvent{pos, after}
+			}
 		}
 		if len(edges)%tick == 0 {
 			progress.Add(tick)
@@ -269,7 +275,7 @@ func (p *Followers) writeFollowerHashes(ctx context.Context, edges []followEdge,
 	})
 	var celebs []any
 	for a, l := range last {
-		if p.pol.IsCelebrity(l.after) {
+		if celeb, _ := p.pol.Decided(l.after); celeb {
 			celebs = append(celebs, a)
 		}
 	}

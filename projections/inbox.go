@@ -17,7 +17,9 @@ import (
 // Inbox projects home feeds (`feed:{u}`): it pushes the posts of
 // non-celebrity authors to their active followers, backfills on follow and
 // on the downward celebrity crossing, removes an author's posts on unfollow,
-// and cleans deleted posts out of inboxes.
+// and cleans deleted posts out of inboxes. Who is a celebrity at an event
+// is celebrityAt's answer: the count the event carries, or inside the
+// celebrity band the state the log decided before it.
 type Inbox struct {
 	cfg Config
 	pol readmodel.Policy
@@ -69,7 +71,7 @@ func (*Inbox) Name() string { return NameInbox }
 func (p *Inbox) Group() string { return GroupFor(NameInbox, p.cfg.Keys.Version(NameInbox)) }
 
 // Apply implements Projector.
-func (p *Inbox) Apply(ctx context.Context, _ events.Envelope, ev events.Event) error {
+func (p *Inbox) Apply(ctx context.Context, env events.Envelope, ev events.Event) error {
 	if d, ok := deliveryFrom(ctx); ok {
 		p.cache.observe(d)
 	}
@@ -85,15 +87,17 @@ func (p *Inbox) Apply(ctx context.Context, _ events.Envelope, ev events.Event) e
 	}
 	switch e := ev.(type) {
 	case events.PostCreated:
-		if p.pol.IsCelebrity(e.AuthorFollowers) {
-			return nil // pulled at read time from the author's timeline
+		celeb, err := p.celebrityAt(ctx, e.AuthorID, e.AuthorFollowers, env.Position)
+		if err != nil || celeb {
+			return err // a celebrity's post is pulled at read time from the author's timeline
 		}
 		return p.push(ctx, e)
 	case events.PostDeleted:
 		return p.cleanDeleted(ctx, e)
 	case events.Followed:
-		if p.pol.IsCelebrity(e.FolloweeFollowers) {
-			return nil // a celebrity's posts are pulled, not pushed
+		celeb, err := p.celebrityAt(ctx, e.FolloweeID, e.FolloweeFollowers, env.Position)
+		if err != nil || celeb {
+			return err // a celebrity's posts are pulled, not pushed
 		}
 		bf, err := p.loadBackfill(ctx, e.FolloweeID)
 		if err != nil {
@@ -117,7 +121,16 @@ func (p *Inbox) Apply(ctx context.Context, _ events.Envelope, ev events.Event) e
 			}
 		}
 		if p.pol.CrossedDown(e.FolloweeFollowers) {
-			return p.crossDown(ctx, e.FolloweeID)
+			was := true // without a band, the count before was the threshold
+			if p.pol.CelebrityBand > 0 {
+				var err error
+				if was, err = readmodel.CelebrityBefore(ctx, p.pg, p.pol, e.FolloweeID, env.Position); err != nil {
+					return err
+				}
+			}
+			if was {
+				return p.crossDown(ctx, e.FolloweeID)
+			}
 		}
 	case events.Muted:
 		// The read hides the muted author at once (following:{u}); this
@@ -129,8 +142,12 @@ func (p *Inbox) Apply(ctx context.Context, _ events.Envelope, ev events.Event) e
 		// The author's posts of the mute's time were not pushed to the
 		// muter (the fan-out skips muters): bring the recent ones back as
 		// a follow does.
-		if !e.Following || p.pol.IsCelebrity(e.MutedFollowers) {
+		if !e.Following {
 			return nil
+		}
+		celeb, err := p.celebrityAt(ctx, e.MutedID, e.MutedFollowers, env.Position)
+		if err != nil || celeb {
+			return err
 		}
 		bf, err := p.loadBackfill(ctx, e.MutedID)
 		if err != nil {
@@ -139,6 +156,18 @@ func (p *Inbox) Apply(ctx context.Context, _ events.Envelope, ev events.Event) e
 		return p.backfill(ctx, []int64{e.MuterID}, bf, true)
 	}
 	return nil
+}
+
+// celebrityAt reports whether author is a celebrity at the event at
+// position carrying their follower count followers: by the count alone
+// outside the celebrity band, by the log inside it (readmodel.CelebrityAt,
+// one indexed read; the followers projector's set follows the same rule).
+func (p *Inbox) celebrityAt(ctx context.Context, author, followers, position int64) (bool, error) {
+	if celeb, ok := p.pol.Decided(followers); ok {
+		return celeb, nil
+	}
+	p.m.bandRead(NameInbox)
+	return readmodel.CelebrityBefore(ctx, p.pg, p.pol, author, position)
 }
 
 // Follower queries. The active one is a keyset-paged query: only
@@ -618,10 +647,12 @@ func (p *Inbox) backfillPacked(ctx context.Context, users []int64, bf backfillSe
 	return nil
 }
 
-// crossDown handles an author falling below the celebrity threshold: their
-// recent posts were never pushed, so every active follower gets a backfill,
-// exactly as on a follow.
+// crossDown handles an author falling out of the celebrities (below the
+// threshold, or with a band below threshold - band): their recent posts
+// were never pushed, so every active follower gets a backfill, exactly as
+// on a follow.
 func (p *Inbox) crossDown(ctx context.Context, author int64) error {
+	p.m.crossedDown(NameInbox)
 	bf, err := p.loadBackfill(ctx, author)
 	if err != nil {
 		return err

@@ -23,7 +23,10 @@ type Metrics struct {
 	retries    *prometheus.CounterVec
 	lag        *prometheus.GaugeVec
 	poison     *prometheus.GaugeVec
+	crossings  *prometheus.CounterVec
+	bandReads  *prometheus.CounterVec
 	written    atomic.Int64
+	downs      atomic.Int64
 }
 
 // NewMetrics creates the metrics and registers them on reg (nil: not
@@ -55,9 +58,17 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "feed_poison_messages",
 			Help: "Records of the poison topic per consumer group and state (pending, replayed, discarded), refreshed with the lag.",
 		}, []string{"group", "state"}),
+		crossings: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "feed_projection_celebrity_crossdowns_total",
+			Help: "Authors the inbox projector found out of the celebrities (below the threshold, less the band), each a backfill of their recent posts into every active follower's inbox; redeliveries included.",
+		}, []string{"projector"}),
+		bandReads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "feed_projection_celebrity_band_reads_total",
+			Help: "Events whose author's follower count lay inside the celebrity band, so the state was read from the log (one indexed PostgreSQL read each).",
+		}, []string{"projector"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.messages, m.duration, m.entriesVec, m.retries, m.lag, m.poison} {
+		for _, c := range []prometheus.Collector{m.messages, m.duration, m.entriesVec, m.retries, m.lag, m.poison, m.crossings, m.bandReads} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register projection metrics: %w", err)
 			}
@@ -92,6 +103,29 @@ func (m *Metrics) EntriesWritten() int64 {
 		return 0
 	}
 	return m.written.Load()
+}
+
+func (m *Metrics) crossedDown(projector string) {
+	if m != nil {
+		m.crossings.WithLabelValues(projector).Inc()
+		m.downs.Add(1)
+	}
+}
+
+// CrossDowns returns how many downward celebrity crossings (each a
+// backfill of every active follower) the inbox projector has handled since
+// the metrics were created, redeliveries included (tests read it).
+func (m *Metrics) CrossDowns() int64 {
+	if m == nil {
+		return 0
+	}
+	return m.downs.Load()
+}
+
+func (m *Metrics) bandRead(projector string) {
+	if m != nil {
+		m.bandReads.WithLabelValues(projector).Inc()
+	}
 }
 
 func (m *Metrics) retried(projector string) {

@@ -93,12 +93,13 @@ type Querier interface {
 type Config struct {
 	// Keys names the Redis keys (a prefix in tests and rebuilds).
 	Keys readmodel.Keys
-	// CelebrityThreshold, InboxMax, InboxTrimSlack, InboxTrimBand,
-	// InboxTrimEvery, InactiveAfter and InboxTTLMargin are the feed
+	// CelebrityThreshold, CelebrityBand, InboxMax, InboxTrimSlack,
+	// InboxTrimBand, InboxTrimEvery, InactiveAfter and InboxTTLMargin are the feed
 	// policy (readmodel.Policy documents each, and defaults them): set
 	// them with WithPolicy from the one policy the process built, or
 	// field by field in tests.
 	CelebrityThreshold int64
+	CelebrityBand      int64
 	InboxMax           int
 	InboxTrimSlack     int
 	InboxTrimBand      int
@@ -154,6 +155,7 @@ func DefaultConfig() Config {
 func (c Config) Policy() readmodel.Policy {
 	return readmodel.Policy{
 		CelebrityThreshold: c.CelebrityThreshold,
+		CelebrityBand:      c.CelebrityBand,
 		InboxMax:           c.InboxMax,
 		InboxTrimSlack:     c.InboxTrimSlack,
 		InboxTrimBand:      c.InboxTrimBand,
@@ -168,6 +170,7 @@ func (c Config) Policy() readmodel.Policy {
 // apply the same policy as every other component given p.
 func (c Config) WithPolicy(p readmodel.Policy) Config {
 	c.CelebrityThreshold = p.CelebrityThreshold
+	c.CelebrityBand = p.CelebrityBand
 	c.InboxMax = p.InboxMax
 	c.InboxTrimSlack = p.InboxTrimSlack
 	c.InboxTrimBand = p.InboxTrimBand

@@ -183,16 +183,20 @@ func (s *Supervisor) follow(ctx context.Context, lv *readmodel.LiveVersions, nam
 
 // policyAt is the policy projector name runs by at the active version
 // act: base with what that version recorded in place (the inbox version's
-// threshold, bound and layout for the inbox projector, the followers
-// version's threshold for the followers projector; the others use no
+// threshold, band, bound and layout for the inbox projector, the followers
+// version's threshold and band for the followers projector; the others use no
 // recorded field).
 func policyAt(act readmodel.Active, name string, base readmodel.Policy) readmodel.Policy {
 	switch name {
 	case NameInbox:
 		return act.Record(readmodel.ProjectionInbox).Apply(base)
 	case NameFollowers:
-		if t := act.Record(readmodel.ProjectionFollowers).CelebrityThreshold; t > 0 {
+		rec := act.Record(readmodel.ProjectionFollowers)
+		if t := rec.CelebrityThreshold; t > 0 {
 			base.CelebrityThreshold = t
+		}
+		if rec.BandRecorded {
+			base.CelebrityBand = rec.CelebrityBand
 		}
 	}
 	return base
@@ -201,7 +205,7 @@ func policyAt(act readmodel.Active, name string, base readmodel.Policy) readmode
 // describePolicy renders the recorded fields of p for a log line.
 func describePolicy(p readmodel.Policy) string {
 	p = p.WithDefaults()
-	return fmt.Sprintf("layout %s, inbox max %d, celebrity threshold %d", p.InboxLayout, p.InboxMax, p.CelebrityThreshold)
+	return fmt.Sprintf("layout %s, inbox max %d, celebrity threshold %d, band %d", p.InboxLayout, p.InboxMax, p.CelebrityThreshold, p.CelebrityBand)
 }
 
 // watch refreshes the versions every PollInterval until the projection's

@@ -211,18 +211,15 @@ func (f *Feed) fetchTimelineHead(ctx context.Context, tl readmodel.Timelines, ve
 	return h, nil
 }
 
-// celebritiesSQL is the celebrities as PostgreSQL's follower counts have
-// them: what the followers projector's moves of the set converge to. A
-// sequential scan of users, once per loss of the set (the flight above
-// and the marker it writes make it one per process at most).
-const celebritiesSQL = `SELECT id FROM users WHERE follower_count >= $1`
-
 // rebuildCelebrities rebuilds the celebrity set of iv's followers version,
 // found without its ~built marker, from PostgreSQL at the threshold that
-// version was built at, and returns the union of had (the set's members
-// now) and the snapshot's.
+// version was built at (and its band: readmodel.LoadCelebrities, what the
+// followers projector's moves of the set converge to; a sequential scan of
+// users, once per loss of the set, the flight above and the marker it
+// writes making it one per process at most), and returns the union of had
+// (the set's members now) and the snapshot's.
 func (f *Feed) rebuildCelebrities(ctx context.Context, iv *inboxView, had []celeb) ([]celeb, error) {
-	ids, err := f.ids(ctx, celebritiesSQL, iv.pol.CelebrityThreshold)
+	ids, err := readmodel.LoadCelebrities(ctx, f.db, iv.pol)
 	if err != nil {
 		f.metrics.Rebuilds.WithLabelValues("celebrities", "error").Inc()
 		return nil, fmt.Errorf("read celebrities from PostgreSQL: %w", err)

@@ -59,7 +59,8 @@ func (f *Feed) inboxes() *inboxView {
 	rec := act.Record(readmodel.ProjectionInbox)
 	frec := act.Record(readmodel.ProjectionFollowers)
 	if cur != nil && cur.version == v && cur.followers == fv && cur.rec.InboxLayout == rec.InboxLayout && cur.rec.InboxMax == rec.InboxMax &&
-		cur.rec.CelebrityThreshold == rec.CelebrityThreshold && cur.frec.CelebrityThreshold == frec.CelebrityThreshold {
+		cur.rec.CelebrityThreshold == rec.CelebrityThreshold && cur.frec.CelebrityThreshold == frec.CelebrityThreshold &&
+		cur.rec.CelebrityBand == rec.CelebrityBand && cur.frec.CelebrityBand == frec.CelebrityBand {
 		return cur
 	}
 	keys := readmodel.Keys{Prefix: f.cfg.Keys.Prefix, Versions: readmodel.Versions{}.With(readmodel.ProjectionInbox, v)}
@@ -69,15 +70,19 @@ func (f *Feed) inboxes() *inboxView {
 		// inbox version's: they switch together).
 		pol.CelebrityThreshold = frec.CelebrityThreshold
 	}
+	if frec.BandRecorded {
+		pol.CelebrityBand = frec.CelebrityBand
+	}
 	next := newInboxView(keys, fv, frec, pol)
 	next.rec = rec
 	if f.view.CompareAndSwap(cur, next) && cur != nil {
 		if cur.pol.InboxLayout != next.pol.InboxLayout {
 			f.log.Info("queries: the inbox version switched layout", "version", v, "from", cur.pol.InboxLayout, "to", next.pol.InboxLayout)
 		}
-		if cur.pol.CelebrityThreshold != next.pol.CelebrityThreshold {
-			f.log.Info("queries: the followers and inbox versions switched celebrity threshold; adopting it",
-				"inbox", v, "followers", fv, "from", cur.pol.CelebrityThreshold, "to", next.pol.CelebrityThreshold)
+		if cur.pol.CelebrityThreshold != next.pol.CelebrityThreshold || cur.pol.CelebrityBand != next.pol.CelebrityBand {
+			f.log.Info("queries: the followers and inbox versions switched celebrity threshold or band; adopting it",
+				"inbox", v, "followers", fv, "from", cur.pol.CelebrityThreshold, "to", next.pol.CelebrityThreshold,
+				"band_from", cur.pol.CelebrityBand, "band_to", next.pol.CelebrityBand)
 		}
 	}
 	return f.view.Load()

@@ -119,6 +119,10 @@ type Config struct {
 	// follower count from which the celebrity set, when the query side
 	// rebuilds it from PostgreSQL, holds an author.
 	CelebrityThreshold int64
+	// CelebrityBand is the feed policy's too: with it, the rebuilt set
+	// also holds the authors inside the band whose follow events last
+	// left it at the threshold (readmodel.LoadCelebrities).
+	CelebrityBand int64
 	// ReadCacheKeys bounds the server-assisted client-side cache of the
 	// per-reader Redis reads of home pages (Redis CLIENT TRACKING, see
 	// read_cache.go and docs/queries.md "Read cache"), in Redis keys. Zero
@@ -165,6 +169,7 @@ type Config struct {
 func (c Config) Policy() readmodel.Policy {
 	return readmodel.Policy{
 		CelebrityThreshold:    c.CelebrityThreshold,
+		CelebrityBand:         c.CelebrityBand,
 		InboxMax:              c.InboxMax,
 		ActivityWriteInterval: c.ActivityWriteInterval,
 		InactiveAfter:         c.InactiveAfter,
@@ -178,6 +183,7 @@ func (c Config) Policy() readmodel.Policy {
 // them by.
 func (c Config) WithPolicy(p readmodel.Policy) Config {
 	c.CelebrityThreshold = p.CelebrityThreshold
+	c.CelebrityBand = p.CelebrityBand
 	c.InboxMax = p.InboxMax
 	c.ActivityWriteInterval = p.ActivityWriteInterval
 	c.InactiveAfter = p.InactiveAfter

@@ -10,13 +10,14 @@ import (
 )
 
 // Celebrities is the `celebrities` set: the authors whose follower count
-// is at or over Policy.CelebrityThreshold, kept by the followers projector
-// from the counts the follow events carry. The query side pulls the
+// is at or over Policy.CelebrityThreshold, or inside the celebrity band
+// after it was (Policy.Decided, CelebrityBefore), kept by the followers
+// projector from the counts the follow events carry. The query side pulls the
 // timelines of the celebrities a reader follows.
 //
 // The set is complete only with its ~built member, which only a build
 // writes (the bulk build of `feed rebuild followers`, or WriteRebuilt from
-// PostgreSQL's follower counts when a reader found it missing). The
+// PostgreSQL (LoadCelebrities) when a reader found it missing). The
 // projector's moves never create it: a set lost with Redis and recreated
 // by the next follow names one author, and must not read as "no other
 // celebrity". A rebuild only adds: an author it adds from a snapshot

@@ -18,6 +18,17 @@ type Policy struct {
 	// followers than this when it was created (FEED_CELEBRITY_THRESHOLD);
 	// the followers projector keeps the celebrity set by the same rule.
 	CelebrityThreshold int64
+	// CelebrityBand is the hysteresis under the threshold
+	// (FEED_CELEBRITY_BAND, default 0: none): an author becomes a
+	// celebrity when their follower count reaches CelebrityThreshold and
+	// stops being one only when it falls below CelebrityThreshold -
+	// CelebrityBand. Inside the band [threshold - band, threshold) the
+	// state the author's newest follow event outside it decided holds
+	// (Decided, CelebrityBefore), so an author hovering at the threshold
+	// no longer flips between push and pull, with a backfill of every
+	// follower on each way down, on every follow. 0 <= band < threshold;
+	// it belongs to the followers and inbox versions with the threshold.
+	CelebrityBand int64
 	// InboxMax bounds every inbox (FEED_INBOX_MAX); a cold rebuild and the
 	// bulk build write at most this many posts into one.
 	InboxMax int
@@ -139,6 +150,8 @@ func (p Policy) Validate() error {
 	switch {
 	case p.CelebrityThreshold < 1:
 		return fmt.Errorf("celebrity threshold %d: want at least 1", p.CelebrityThreshold)
+	case p.CelebrityBand < 0 || p.CelebrityBand >= p.CelebrityThreshold:
+		return fmt.Errorf("celebrity band %d: want 0..threshold-1 (%d); a celebrity stops being one below threshold - band", p.CelebrityBand, p.CelebrityThreshold-1)
 	case p.InboxMax < 1:
 		return fmt.Errorf("inbox max %d: want at least 1", p.InboxMax)
 	case p.InboxTrimSlack >= p.InboxMax:
@@ -177,10 +190,33 @@ func (p Policy) InboxTrimOver() int { return p.InboxKeep() + p.InboxTrimBand }
 func (p Policy) InboxTTL() time.Duration { return p.InactiveAfter - p.InboxTTLMargin }
 
 // IsCelebrity reports whether an author with this many followers is a
-// celebrity: their posts are pulled at read time, not pushed.
+// celebrity by the count alone: at or over the threshold. With a band, an
+// author under it may still be one (Decided).
 func (p Policy) IsCelebrity(followers int64) bool { return followers >= p.CelebrityThreshold }
 
+// Decided reports the state an author's follower count decides by itself:
+// a celebrity at or over the threshold, not one below threshold - band
+// (their posts are pushed). Inside the band ok is false: the state is the
+// one the author's newest follow event outside the band decided
+// (CelebrityBefore). Without a band every count decides.
+func (p Policy) Decided(followers int64) (celebrity, ok bool) {
+	switch {
+	case followers >= p.CelebrityThreshold:
+		return true, true
+	case followers < p.CelebrityThreshold-p.CelebrityBand:
+		return false, true
+	}
+	return false, false
+}
+
 // CrossedDown reports whether an Unfollowed that leaves the followee this
-// many followers took them below the threshold: their recent posts were
-// never pushed, so their active followers get a backfill.
-func (p Policy) CrossedDown(followers int64) bool { return followers == p.CelebrityThreshold-1 }
+// many followers may have taken them out of the celebrities: the count
+// fell to threshold - band - 1 (counts move by one per follow event).
+// Without a band it did (the count before was the threshold); with one
+// only when the author was a celebrity before the event
+// (CelebrityBefore), as an author that came up into the band from below
+// and went back never was. Their recent posts were never pushed, so their
+// active followers get a backfill.
+func (p Policy) CrossedDown(followers int64) bool {
+	return followers == p.CelebrityThreshold-p.CelebrityBand-1
+}

@@ -41,6 +41,10 @@ type VersionRecord struct {
 	// time).
 	CelebrityThreshold int64
 	InboxMax           int
+	// CelebrityBand is the celebrity band the version was built with,
+	// when BandRecorded (migration 014; 0 is a band: none).
+	CelebrityBand int64
+	BandRecorded  bool
 	// InboxLayout is the inbox layout the version was built in ("" when
 	// none was recorded; migration 007).
 	InboxLayout string
@@ -51,7 +55,7 @@ type VersionRecord struct {
 // order of Projections; a projection without a row is an ErrNoVersion that
 // names it.
 func LoadVersionRecords(ctx context.Context, db VersionQuerier) ([]VersionRecord, error) {
-	rows, err := db.Query(ctx, `SELECT projection, version, celebrity_threshold, inbox_max, coalesce(inbox_layout, ''), activated_at
+	rows, err := db.Query(ctx, `SELECT projection, version, celebrity_threshold, inbox_max, celebrity_band, coalesce(inbox_layout, ''), activated_at
 		FROM projection_versions`)
 	if err != nil {
 		return nil, fmt.Errorf("read projection versions: %w", err)
@@ -62,8 +66,9 @@ func LoadVersionRecords(ctx context.Context, db VersionQuerier) ([]VersionRecord
 			r         VersionRecord
 			threshold *int64
 			inboxMax  *int32
+			band      *int64
 		)
-		if err := rows.Scan(&r.Projection, &r.Version, &threshold, &inboxMax, &r.InboxLayout, &r.ActivatedAt); err != nil {
+		if err := rows.Scan(&r.Projection, &r.Version, &threshold, &inboxMax, &band, &r.InboxLayout, &r.ActivatedAt); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("read projection versions: %w", err)
 		}
@@ -72,6 +77,9 @@ func LoadVersionRecords(ctx context.Context, db VersionQuerier) ([]VersionRecord
 		}
 		if inboxMax != nil {
 			r.InboxMax = int(*inboxMax)
+		}
+		if band != nil {
+			r.CelebrityBand, r.BandRecorded = *band, true
 		}
 		byName[r.Projection] = r
 	}
@@ -124,8 +132,8 @@ func ActivateVersion(ctx context.Context, db VersionBeginner, projection string,
 // transaction, which locks their rows first (in the order of sw), and
 // records with each new version the policy it was built with (p,
 // defaulted): a reader loads either all the old versions or all the new
-// ones. It is how a celebrity threshold changes: the followers and the
-// inbox versions built at the new one switch together. It fails with
+// ones. It is how a celebrity threshold or band changes: the followers and
+// the inbox versions built at the new one switch together. It fails with
 // ErrNoVersion when a row is missing and ErrVersionMoved when a
 // projection's active version is not its From; then nothing is switched.
 // The Redis mirror is the caller's next step (Registry.Activate).
@@ -145,8 +153,8 @@ func ActivateVersions(ctx context.Context, db VersionBeginner, p Policy, sw ...S
 				return fmt.Errorf("%s is at version %d, not %d: %w", s.Projection, cur, s.From, ErrVersionMoved)
 			}
 			if _, err = tx.Exec(ctx, `UPDATE projection_versions
-			SET version = $2, celebrity_threshold = $3, inbox_max = $4, inbox_layout = $5, activated_at = now(), seeded = false
-			WHERE projection = $1`, s.Projection, s.To, p.CelebrityThreshold, p.InboxMax, p.InboxLayout); err != nil {
+			SET version = $2, celebrity_threshold = $3, inbox_max = $4, inbox_layout = $5, celebrity_band = $6, activated_at = now(), seeded = false
+			WHERE projection = $1`, s.Projection, s.To, p.CelebrityThreshold, p.InboxMax, p.InboxLayout, p.CelebrityBand); err != nil {
 				return err
 			}
 		}
@@ -213,13 +221,16 @@ type VersionExecQuerier interface {
 var ErrPolicyMismatch = errors.New("fan-out policy differs from the active version's")
 
 // Apply returns p with the policy r recorded in place of p's: the
-// celebrity threshold, the inbox bound and the inbox layout, each where
+// celebrity threshold and band, the inbox bound and the inbox layout, each where
 // recorded (a field r has not recorded keeps p's). A new bound resets
 // trim fields that held the old bound's defaults, so WithDefaults derives
 // them again.
 func (r VersionRecord) Apply(p Policy) Policy {
 	if r.CelebrityThreshold > 0 {
 		p.CelebrityThreshold = r.CelebrityThreshold
+	}
+	if r.BandRecorded {
+		p.CelebrityBand = r.CelebrityBand
 	}
 	if r.InboxMax > 0 && r.InboxMax != p.InboxMax {
 		// The trim slack and band default from the bound: defaulted for
@@ -240,12 +251,12 @@ func (r VersionRecord) Apply(p Policy) Policy {
 // given explicitly (cmd/feed: the variable is set in the environment);
 // ResolvePolicy adopts the recorded value of every other one.
 type PolicyExplicit struct {
-	CelebrityThreshold, InboxMax, InboxLayout bool
+	CelebrityThreshold, CelebrityBand, InboxMax, InboxLayout bool
 }
 
 // ResolvePolicy is the one rule by which a process's fan-out policy meets
-// the one recorded with the active versions: the celebrity threshold (of
-// the followers and inbox versions), the inbox bound and the inbox layout
+// the one recorded with the active versions: the celebrity threshold and
+// band (of the followers and inbox versions), the inbox bound and the inbox layout
 // (of the inbox version). Two projectors with different thresholds would
 // push and pull by different rules and drop posts between them, silently;
 // a writer and a reader with different layouts or bounds would not see
@@ -267,6 +278,10 @@ func ResolvePolicy(ctx context.Context, db VersionExecQuerier, p Policy, explici
 	if _, err := db.Exec(ctx, `UPDATE projection_versions SET celebrity_threshold = $2, inbox_max = $3
 		WHERE projection = ANY($1) AND celebrity_threshold IS NULL`, recorded, p.CelebrityThreshold, p.InboxMax); err != nil {
 		return p, fmt.Errorf("record the fan-out policy: %w", err)
+	}
+	if _, err := db.Exec(ctx, `UPDATE projection_versions SET celebrity_band = $2
+		WHERE projection = ANY($1) AND celebrity_band IS NULL`, recorded, p.CelebrityBand); err != nil {
+		return p, fmt.Errorf("record the celebrity band: %w", err)
 	}
 	if _, err := db.Exec(ctx, `UPDATE projection_versions SET inbox_layout = $2
 		WHERE projection = $1 AND inbox_layout IS NULL`, ProjectionInbox, p.InboxLayout); err != nil {
@@ -292,6 +307,10 @@ func ResolvePolicy(ctx context.Context, db VersionExecQuerier, p Policy, explici
 		errs = append(errs, fmt.Errorf("the followers version %d has celebrity threshold %d, the inbox version %d has %d: %w",
 			followers.Version, followers.CelebrityThreshold, inbox.Version, inbox.CelebrityThreshold, ErrPolicyMismatch))
 	}
+	if followers.CelebrityBand != inbox.CelebrityBand {
+		errs = append(errs, fmt.Errorf("the followers version %d has celebrity band %d, the inbox version %d has %d: %w",
+			followers.Version, followers.CelebrityBand, inbox.Version, inbox.CelebrityBand, ErrPolicyMismatch))
+	}
 	check := func(set bool, env, field string, have, want any, how string) {
 		if set && have != want {
 			errs = append(errs, fmt.Errorf("%s=%v, but the active inbox version %d was built with %s %v: unset %s to adopt it, or %s: %w",
@@ -300,6 +319,8 @@ func ResolvePolicy(ctx context.Context, db VersionExecQuerier, p Policy, explici
 	}
 	check(explicit.CelebrityThreshold, "FEED_CELEBRITY_THRESHOLD", "celebrity threshold", p.CelebrityThreshold, inbox.CelebrityThreshold,
 		fmt.Sprintf("change it blue/green (feed rebuild inbox --celebrity-threshold %d)", p.CelebrityThreshold))
+	check(explicit.CelebrityBand, "FEED_CELEBRITY_BAND", "celebrity band", p.CelebrityBand, inbox.CelebrityBand,
+		fmt.Sprintf("change it blue/green (feed rebuild inbox --celebrity-band %d)", p.CelebrityBand))
 	check(explicit.InboxMax, "FEED_INBOX_MAX", "inbox bound", p.InboxMax, inbox.InboxMax,
 		fmt.Sprintf("build a version with the new one (feed rebuild inbox --inbox-max %d)", p.InboxMax))
 	check(explicit.InboxLayout, "FEED_INBOX_LAYOUT", "inbox layout", p.InboxLayout, inbox.InboxLayout,
@@ -313,6 +334,6 @@ func ResolvePolicy(ctx context.Context, db VersionExecQuerier, p Policy, explici
 // CheckPolicy is ResolvePolicy with every field explicit: it records p
 // where nothing is recorded and refuses any other recorded value.
 func CheckPolicy(ctx context.Context, db VersionExecQuerier, p Policy) error {
-	_, err := ResolvePolicy(ctx, db, p, PolicyExplicit{CelebrityThreshold: true, InboxMax: true, InboxLayout: true})
+	_, err := ResolvePolicy(ctx, db, p, PolicyExplicit{CelebrityThreshold: true, CelebrityBand: true, InboxMax: true, InboxLayout: true})
 	return err
 }

@@ -181,10 +181,10 @@ func Names(name string) ([]string, error) {
 // live version is untouched and the next run starts over; after a switch
 // the next run finishes the cleanup.
 //
-// When Projections' celebrity threshold is not the one the active
+// When Projections' celebrity threshold or band is not the one the active
 // followers or inbox version recorded, a rebuild of either (or of all)
-// builds both at the new threshold and switches them together, in one
-// transaction (readmodel.ActivateVersions): the threshold decides both the
+// builds both at the new one and switches them together, in one
+// transaction (readmodel.ActivateVersions): the two decide both the
 // inbox contents (whose posts are pushed) and the celebrity set (whose
 // timelines readers pull), and a reader must never take one version's
 // pull set with the other's inboxes.
@@ -246,21 +246,22 @@ func (r *Rebuilder) Run(ctx context.Context, name string) ([]Result, error) {
 
 // groups splits names into the sets of projections that switch together:
 // one each, but the followers and the inbox projections together when the
-// rebuild's celebrity threshold is not the one an active version of
-// theirs recorded (see Run). The pair takes the place of the first of
+// rebuild's celebrity threshold or band is not the one an active version
+// of theirs recorded (see Run). The pair takes the place of the first of
 // them in names.
 func (r *Rebuilder) groups(ctx context.Context, names []string) ([][]string, error) {
 	recs, err := readmodel.LoadVersionRecords(ctx, r.pool)
 	if err != nil {
 		return nil, err
 	}
-	t := r.cfg.Projections.Policy().WithDefaults().CelebrityThreshold
+	pol := r.cfg.Projections.Policy().WithDefaults()
 	pair := false
 	for _, rec := range recs {
-		// (0: nothing recorded yet, so nothing to disagree with: the
-		// switch records t.)
+		// (0 or not recorded: nothing recorded yet, so nothing to
+		// disagree with: the switch records the rebuild's.)
 		if (rec.Projection == readmodel.ProjectionInbox || rec.Projection == readmodel.ProjectionFollowers) &&
-			rec.CelebrityThreshold != 0 && rec.CelebrityThreshold != t {
+			(rec.CelebrityThreshold != 0 && rec.CelebrityThreshold != pol.CelebrityThreshold ||
+				rec.BandRecorded && rec.CelebrityBand != pol.CelebrityBand) {
 			pair = true
 		}
 	}

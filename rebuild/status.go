@@ -22,6 +22,9 @@ type ProjectionStatus struct {
 	// was built with (0: not recorded).
 	CelebrityThreshold int64
 	InboxMax           int
+	// CelebrityBand is the celebrity band the version was built with (0
+	// also when not recorded).
+	CelebrityBand int64
 	// InboxLayout is the inbox layout the version was built in ("": not
 	// recorded).
 	InboxLayout string
@@ -66,7 +69,7 @@ func ReadStatus(ctx context.Context, pool *pgxpool.Pool, rdb redis.UniversalClie
 		n := rec.Projection
 		g := rc.GroupPrefix + projections.GroupFor(n, rec.Version)
 		st.Projections = append(st.Projections, ProjectionStatus{Name: n, Version: rec.Version, Cached: cached.Get(n),
-			CelebrityThreshold: rec.CelebrityThreshold, InboxMax: rec.InboxMax, InboxLayout: rec.InboxLayout, Group: g, Lag: -1, Dirty: dirtyAll[n]})
+			CelebrityThreshold: rec.CelebrityThreshold, CelebrityBand: rec.CelebrityBand, InboxMax: rec.InboxMax, InboxLayout: rec.InboxLayout, Group: g, Lag: -1, Dirty: dirtyAll[n]})
 		groups = append(groups, g)
 	}
 	if st.Running, err = Locked(ctx, pool, prefix); err != nil {

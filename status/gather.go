@@ -123,7 +123,7 @@ func GatherProjections(ctx context.Context, cfg Config) Projections {
 	}
 	for _, p := range st.Projections {
 		v := Projection{Name: p.Name, Version: p.Version, RegistryVersion: p.Cached, Group: p.Group, Dirty: p.Dirty,
-			Policy: Policy{CelebrityThreshold: p.CelebrityThreshold, InboxMax: p.InboxMax, InboxLayout: p.InboxLayout}}
+			Policy: Policy{CelebrityThreshold: p.CelebrityThreshold, CelebrityBand: p.CelebrityBand, InboxMax: p.InboxMax, InboxLayout: p.InboxLayout}}
 		if p.Lag >= 0 {
 			lag := p.Lag
 			v.Lag = &lag

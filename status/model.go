@@ -103,6 +103,7 @@ type Projection struct {
 // Policy is the fan-out policy recorded with a version.
 type Policy struct {
 	CelebrityThreshold int64  `json:"celebrityThreshold"`
+	CelebrityBand      int64  `json:"celebrityBand"`
 	InboxMax           int    `json:"inboxMax"`
 	InboxLayout        string `json:"inboxLayout"`
 }

@@ -91,9 +91,10 @@ func (p Projections) writeText(w io.Writer, _ time.Time) error {
 		}
 		switch {
 		case v.Name == "inbox" && v.Policy.InboxLayout != "":
-			note += fmt.Sprintf("  (layout %s, inbox max %d, celebrity threshold %d)", v.Policy.InboxLayout, v.Policy.InboxMax, v.Policy.CelebrityThreshold)
+			note += fmt.Sprintf("  (layout %s, inbox max %d, celebrity threshold %d, band %d)", v.Policy.InboxLayout, v.Policy.InboxMax,
+				v.Policy.CelebrityThreshold, v.Policy.CelebrityBand)
 		case v.Name == "followers" && v.Policy.CelebrityThreshold > 0:
-			note += fmt.Sprintf("  (celebrity threshold %d)", v.Policy.CelebrityThreshold)
+			note += fmt.Sprintf("  (celebrity threshold %d, band %d)", v.Policy.CelebrityThreshold, v.Policy.CelebrityBand)
 		}
 		if v.RegistryVersion != v.Version {
 			note += fmt.Sprintf("  (the Redis registry says v%d, 0 = missing: the projectors and the query side restore it from PostgreSQL)", v.RegistryVersion)

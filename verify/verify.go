@@ -162,7 +162,8 @@ func describeVersions(v readmodel.Versions, p readmodel.Policy) string {
 	for _, n := range readmodel.Projections() {
 		parts = append(parts, fmt.Sprintf("%s v%d", n, v.Version(n)))
 	}
-	return fmt.Sprintf("%s (inbox layout %s, inbox max %d, celebrity threshold %d)", strings.Join(parts, ", "), p.InboxLayout, p.InboxMax, p.CelebrityThreshold)
+	return fmt.Sprintf("%s (inbox layout %s, inbox max %d, celebrity threshold %d, band %d)", strings.Join(parts, ", "), p.InboxLayout, p.InboxMax,
+		p.CelebrityThreshold, p.CelebrityBand)
 }
 
 // Run verifies a sample of users once. An error is a failure to verify
@@ -706,7 +707,8 @@ func (v *verifier) where(ctx context.Context, t *Truth, d *Difference) error {
 		if err := v.pool.QueryRow(ctx, `SELECT follower_count FROM users WHERE id = $1`, a).Scan(&n); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
-		parts = append(parts, fmt.Sprintf("SQL: %d follows %d: %v; %d has %d followers (threshold %d)", u, a, slices.Contains(t.Following[u], a), a, n, v.pol.CelebrityThreshold))
+		parts = append(parts, fmt.Sprintf("SQL: %d follows %d: %v; %d has %d followers (threshold %d, band %d)", u, a, slices.Contains(t.Following[u], a), a, n,
+			v.pol.CelebrityThreshold, v.pol.CelebrityBand))
 	}
 	d.Where = strings.Join(parts, "; ")
 	return nil

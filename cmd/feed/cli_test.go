@@ -37,7 +37,7 @@ func TestHelp(t *testing.T) {
 		"kafka":           {"--brokers", "--sasl-user", "--sasl-password", "--tls-cert", "--tls-key"},
 		"token":           {"--user", "--ttl"},
 		"events":          {"--source", "--format", "--from", "--to", "--type", "--stream", "--author", "--limit", "--follow", "--with-lsn", "--checkpoint", "--checkpoint-every", "--resume"},
-		"rebuild":         {"--catch-up-lag", "--handover", "--verify-users", "--force"},
+		"rebuild":         {"--catch-up-lag", "--handover", "--verify-users", "--force", "--inbox-layout", "--inbox-max", "--celebrity-threshold", "--celebrity-band"},
 		"verify":          {"--users", "--user", "--depth", "--settle-timeout"},
 		"seed":            {"--users", "--seed", "--avg-follows", "--posts", "--celebrities", "--days", "--end", "--batch", "--force", "--no-slot-check", "--dry-run"},
 		"bench":           {"--duration", "--rate", "--closed-loop", "--clients", "--read-ratio", "--post-share", "--readers", "--churners", "--visible-rate", "--poll", "--baseline", "--activate", "--seed", "--out", "--url"},

@@ -123,6 +123,9 @@ var configSettings = []configSetting{
 	{"FEED_CELEBRITY_THRESHOLD", func(c Config, _ func(string) string) string {
 		return strconv.FormatInt(c.Policy.CelebrityThreshold, 10)
 	}, ""},
+	{"FEED_CELEBRITY_BAND", func(c Config, _ func(string) string) string {
+		return strconv.FormatInt(c.Policy.CelebrityBand, 10)
+	}, ""},
 	{"FEED_INBOX_MAX", func(c Config, _ func(string) string) string { return strconv.Itoa(c.Policy.InboxMax) }, ""},
 	{"FEED_INBOX_LAYOUT", func(c Config, _ func(string) string) string { return c.Policy.InboxLayout }, ""},
 	{"FEED_INACTIVE_AFTER", func(c Config, _ func(string) string) string { return c.Policy.InactiveAfter.String() }, ""},

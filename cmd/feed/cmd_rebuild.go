@@ -25,6 +25,11 @@ type rebuildOptions struct {
 	inboxLayout        string
 	inboxMax           int
 	celebrityThreshold int64
+	// celebrityBand is the new followers and inbox versions' celebrity
+	// band when bandSet (--celebrity-band given; else the active
+	// versions').
+	celebrityBand int64
+	bandSet       bool
 	// verifyUsers is how many active users are verified on the new
 	// version before the switch; force switches despite differences.
 	verifyUsers int
@@ -42,6 +47,7 @@ func newRebuildCommand(c *cli) *cobra.Command {
 			"and the running projectors and readers move to them with the version.\n"+
 			"--celebrity-threshold builds new followers and inbox versions at another celebrity threshold and switches both\n"+
 			"at once (rebuild inbox, followers or all); the running projectors and readers adopt it with the versions.\n"+
+			"--celebrity-band does the same for the celebrity band (an author stops being a celebrity only below threshold - band).\n"+
 			"Before the switch it verifies --verify-users sampled users on the new version (as `feed verify` does) and refuses\n"+
 			"to switch on a difference; --force switches anyway.",
 			envPostgres, envRedis, envKafka, envProjections),
@@ -68,6 +74,13 @@ func newRebuildCommand(c *cli) *cobra.Command {
 			if o.celebrityThreshold < 0 {
 				return flagUsage("celebrity-threshold", "want at least 1, got %d", o.celebrityThreshold)
 			}
+			o.bandSet = cmd.Flags().Changed("celebrity-band")
+			if o.bandSet && args[0] != "inbox" && args[0] != "followers" && args[0] != rebuild.All {
+				return usageError{"--celebrity-band is the followers and inbox projections': rebuild inbox, followers or all"}
+			}
+			if o.celebrityBand < 0 {
+				return flagUsage("celebrity-band", "want at least 0, got %d", o.celebrityBand)
+			}
 			if o.verifyUsers < 1 {
 				return flagUsage("verify-users", "want at least 1, got %d", o.verifyUsers)
 			}
@@ -92,16 +105,20 @@ func newRebuildCommand(c *cli) *cobra.Command {
 	cmd.Flags().IntVar(&o.inboxMax, "inbox-max", 0, "build the new inbox version with this bound (default: the active version's)")
 	cmd.Flags().Int64Var(&o.celebrityThreshold, "celebrity-threshold", 0,
 		"build new followers and inbox versions with this celebrity threshold and switch them together (default: the active versions')")
+	cmd.Flags().Int64Var(&o.celebrityBand, "celebrity-band", 0,
+		"build new followers and inbox versions with this celebrity band and switch them together (default: the active versions')")
 	return cmd
 }
 
-// rebuildPolicy returns cfg with the new versions' layout, bound and
-// celebrity threshold from o's flags (the trim slack and band derived
-// again for a new bound).
+// rebuildPolicy returns cfg with the new versions' layout, bound,
+// celebrity threshold and band from o's flags (the trim slack and band
+// derived again for a new bound).
 func rebuildPolicy(cfg Config, o rebuildOptions) Config {
-	rec := readmodel.VersionRecord{InboxLayout: o.inboxLayout, InboxMax: o.inboxMax, CelebrityThreshold: o.celebrityThreshold}
+	rec := readmodel.VersionRecord{InboxLayout: o.inboxLayout, InboxMax: o.inboxMax, CelebrityThreshold: o.celebrityThreshold,
+		CelebrityBand: o.celebrityBand, BandRecorded: o.bandSet}
 	cfg.Policy = rec.Apply(cfg.Policy).WithDefaults()
 	cfg.InboxMax, cfg.InboxLayout, cfg.CelebrityThreshold = cfg.Policy.InboxMax, cfg.Policy.InboxLayout, cfg.Policy.CelebrityThreshold
+	cfg.CelebrityBand = cfg.Policy.CelebrityBand
 	return cfg
 }
 
@@ -117,10 +134,13 @@ func runRebuild(ctx context.Context, cfg Config, log *slog.Logger, name string, 
 	// adopt it with the versions. A new celebrity threshold makes the
 	// rebuild build and switch the followers and the inbox versions
 	// together (rebuild.Rebuilder.Run).
-	if o.inboxLayout != "" || o.inboxMax != 0 || o.celebrityThreshold != 0 {
+	if o.inboxLayout != "" || o.inboxMax != 0 || o.celebrityThreshold != 0 || o.bandSet {
 		cfg = rebuildPolicy(cfg, o)
-		fmt.Fprintf(stderr, "rebuild: the new versions' policy: layout %s, inbox max %d, celebrity threshold %d\n",
-			cfg.Policy.InboxLayout, cfg.Policy.InboxMax, cfg.Policy.CelebrityThreshold)
+		if err := cfg.Policy.Validate(); err != nil {
+			return usageError{err.Error()}
+		}
+		fmt.Fprintf(stderr, "rebuild: the new versions' policy: layout %s, inbox max %d, celebrity threshold %d, band %d\n",
+			cfg.Policy.InboxLayout, cfg.Policy.InboxMax, cfg.Policy.CelebrityThreshold, cfg.Policy.CelebrityBand)
 	}
 	vc := verifyConfig(cfg, log)
 	vc.Users = o.verifyUsers

@@ -50,12 +50,15 @@ type Config struct {
 	Topic              string
 	Partitions         int
 	CelebrityThreshold int64
-	InboxMax           int
+	// CelebrityBand is FEED_CELEBRITY_BAND (readmodel.Policy.CelebrityBand,
+	// default 0).
+	CelebrityBand int64
+	InboxMax      int
 	// InboxLayout is FEED_INBOX_LAYOUT: "packed" (the default) or "zset"
 	// (readmodel.Policy.InboxLayout).
 	InboxLayout string
-	// PolicyExplicit says which of FEED_CELEBRITY_THRESHOLD, FEED_INBOX_MAX
-	// and FEED_INBOX_LAYOUT are set: the others adopt the active
+	// PolicyExplicit says which of FEED_CELEBRITY_THRESHOLD,
+	// FEED_CELEBRITY_BAND, FEED_INBOX_MAX and FEED_INBOX_LAYOUT are set: the others adopt the active
 	// version's recorded values (resolvePolicy).
 	PolicyExplicit    readmodel.PolicyExplicit
 	FollowerCacheRows int
@@ -119,12 +122,14 @@ func resolvePolicy(ctx context.Context, cfg Config, db readmodel.VersionExecQuer
 	if err != nil {
 		return cfg, fmt.Errorf("feed policy: %w", err)
 	}
-	if p.InboxLayout != cfg.Policy.InboxLayout || p.InboxMax != cfg.Policy.InboxMax || p.CelebrityThreshold != cfg.Policy.CelebrityThreshold {
+	if p.InboxLayout != cfg.Policy.InboxLayout || p.InboxMax != cfg.Policy.InboxMax || p.CelebrityThreshold != cfg.Policy.CelebrityThreshold ||
+		p.CelebrityBand != cfg.Policy.CelebrityBand {
 		log.Info("feed policy: adopted the active version's", "inbox_layout", p.InboxLayout, "inbox_max", p.InboxMax,
-			"celebrity_threshold", p.CelebrityThreshold)
+			"celebrity_threshold", p.CelebrityThreshold, "celebrity_band", p.CelebrityBand)
 	}
 	cfg.Policy = p
 	cfg.CelebrityThreshold, cfg.InboxMax, cfg.InboxLayout = p.CelebrityThreshold, p.InboxMax, p.InboxLayout
+	cfg.CelebrityBand = p.CelebrityBand
 	return cfg, nil
 }
 
@@ -213,6 +218,7 @@ func LoadConfig() (Config, error) {
 	}{
 		{"FEED_PARTITIONS", 12, func(v int64) { c.Partitions = int(v) }},
 		{"FEED_CELEBRITY_THRESHOLD", 10000, func(v int64) { c.CelebrityThreshold = v }},
+		{"FEED_CELEBRITY_BAND", 0, func(v int64) { c.CelebrityBand = v }},
 		{"FEED_INBOX_MAX", 500, func(v int64) { c.InboxMax = int(v) }},
 		{"FEED_FOLLOWER_CACHE_ROWS", int64(projections.DefaultConfig().FollowerCacheRows), func(v int64) { c.FollowerCacheRows = int(v) }},
 		{"FEED_NODE_ID", 0, func(v int64) { c.NodeID = v }},
@@ -261,11 +267,13 @@ func LoadConfig() (Config, error) {
 	}
 	c.PolicyExplicit = readmodel.PolicyExplicit{
 		CelebrityThreshold: os.Getenv("FEED_CELEBRITY_THRESHOLD") != "",
+		CelebrityBand:      os.Getenv("FEED_CELEBRITY_BAND") != "",
 		InboxMax:           os.Getenv("FEED_INBOX_MAX") != "",
 		InboxLayout:        c.InboxLayout != "",
 	}
 	c.Policy = readmodel.Policy{
 		CelebrityThreshold: c.CelebrityThreshold,
+		CelebrityBand:      c.CelebrityBand,
 		InboxMax:           c.InboxMax,
 		InactiveAfter:      c.InactiveAfter,
 		InboxLayout:        c.InboxLayout,
@@ -314,6 +322,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("FEED_PARTITIONS=%d: want 1..1000", c.Partitions)
 	case c.CelebrityThreshold < 1:
 		return fmt.Errorf("FEED_CELEBRITY_THRESHOLD=%d: want at least 1", c.CelebrityThreshold)
+	case c.CelebrityBand < 0 || c.CelebrityBand >= c.CelebrityThreshold:
+		return fmt.Errorf("FEED_CELEBRITY_BAND=%d: want 0..FEED_CELEBRITY_THRESHOLD-1 (%d)", c.CelebrityBand, c.CelebrityThreshold-1)
 	case c.InboxMax < 20:
 		return fmt.Errorf("FEED_INBOX_MAX=%d: want at least 20", c.InboxMax)
 	case c.NodeID < 0 || c.NodeID > 1023:

@@ -15,8 +15,9 @@ import (
 // version recorded (after a switch to zset, 300 here); one with either
 // set to another value refuses to start (`feed project` and `feed api`),
 // saying which value differs and the rebuild that changes it; set to the
-// recorded values it starts. FEED_CELEBRITY_THRESHOLD set to another value
-// than the recorded one is refused the same way.
+// recorded values it starts. FEED_CELEBRITY_THRESHOLD and
+// FEED_CELEBRITY_BAND set to another value than the recorded one are
+// refused the same way.
 func TestPolicyAdoptOrRefuse(t *testing.T) {
 	db := testenv.NewDB(t)
 	ctx := context.Background()
@@ -74,6 +75,26 @@ func TestPolicyAdoptOrRefuse(t *testing.T) {
 			}
 		}
 	}
+	// FEED_CELEBRITY_BAND against the recorded band (0, the fresh
+	// deployment's).
+	t.Setenv("FEED_CELEBRITY_BAND", "2")
+	band := load("", "")
+	t.Setenv("FEED_CELEBRITY_BAND", "")
+	if band.Policy.CelebrityBand != 2 {
+		t.Fatalf("FEED_CELEBRITY_BAND=2 read as %d", band.Policy.CelebrityBand)
+	}
+	for _, role := range []string{"project", "api"} {
+		code, _, stderr := runCLI(t, band, role)
+		if code == 0 {
+			t.Fatalf("feed %s with FEED_CELEBRITY_BAND=2 started against a recorded 0", role)
+		}
+		for _, w := range []string{"FEED_CELEBRITY_BAND=2", "celebrity band 0", "unset FEED_CELEBRITY_BAND to adopt it",
+			"feed rebuild inbox --celebrity-band 2"} {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("feed %s refused with %q, which does not say %q", role, stderr, w)
+			}
+		}
+	}
 	for _, tc := range []struct {
 		layout, max string
 		want        []string
@@ -112,10 +133,27 @@ func TestRebuildPolicyFlags(t *testing.T) {
 	if p := got.Policy; p.CelebrityThreshold != 20 || got.CelebrityThreshold != 20 || p.InboxLayout != readmodel.InboxLayoutZset || p.InboxMax != 500 {
 		t.Fatalf("rebuild policy %+v (config threshold %d), want threshold 20, the rest unchanged", p, got.CelebrityThreshold)
 	}
-	// The threshold is the followers and inbox projections': refused for
-	// the others before anything is opened.
+	got = rebuildPolicy(cfg, rebuildOptions{celebrityBand: 3, bandSet: true})
+	if p := got.Policy; p.CelebrityBand != 3 || got.CelebrityBand != 3 || p.CelebrityThreshold != cfg.Policy.CelebrityThreshold {
+		t.Fatalf("rebuild policy %+v (config band %d), want band 3, the rest unchanged", p, got.CelebrityBand)
+	}
+	banded := cfg
+	banded.Policy.CelebrityBand = 5
+	if p := rebuildPolicy(banded, rebuildOptions{celebrityBand: 0, bandSet: true}).Policy; p.CelebrityBand != 0 {
+		t.Fatalf("--celebrity-band 0 over band 5: band %d, want 0", p.CelebrityBand)
+	}
+	// The threshold and the band are the followers and inbox projections':
+	// refused for the others before anything is opened.
 	code, _, stderr := runCLI(t, cfg, "rebuild", "timelines", "--celebrity-threshold", "20")
 	if code == 0 || !strings.Contains(stderr, "--celebrity-threshold is the followers and inbox projections'") {
 		t.Fatalf("feed rebuild timelines --celebrity-threshold 20: exit %d, %q", code, stderr)
+	}
+	code, _, stderr = runCLI(t, cfg, "rebuild", "posts", "--celebrity-band", "0")
+	if code == 0 || !strings.Contains(stderr, "--celebrity-band is the followers and inbox projections'") {
+		t.Fatalf("feed rebuild posts --celebrity-band 0: exit %d, %q", code, stderr)
+	}
+	code, _, stderr = runCLI(t, cfg, "rebuild", "all", "--celebrity-band", "-1")
+	if code == 0 || !strings.Contains(stderr, "celebrity-band") {
+		t.Fatalf("feed rebuild all --celebrity-band -1: exit %d, %q", code, stderr)
 	}
 }

@@ -161,6 +161,14 @@ func (s *System) StopCDC() { s.stopCDC() }
 // offsets).
 func (s *System) StopProjectors() { s.stopProj() }
 
+// StartProjectors starts the projectors again after StopProjectors, as an
+// operator restarts `feed project`: each group resumes at its committed
+// offsets.
+func (s *System) StartProjectors(t testing.TB) { s.startProjectors(t) }
+
+// ProjectorMetrics are the projectors' metrics (counters the tests read).
+func (s *System) ProjectorMetrics() *projections.Metrics { return s.pm }
+
 // MoveToTopic points the system at another topic of its broker and starts
 // CDC and the projectors again on it (stop them first): CDC streams from
 // its slot's position into it, and the projectors' groups, which have no
@@ -218,6 +226,7 @@ func Start(t testing.TB, cfg Config) *System {
 		Keys:               s.Keys,
 		InboxMax:           cfg.Projections.InboxMax,
 		CelebrityThreshold: cfg.Projections.CelebrityThreshold,
+		CelebrityBand:      cfg.Projections.CelebrityBand,
 		InboxLayout:        cfg.Projections.InboxLayout,
 		CelebrityCacheTTL:  cfg.CacheTTL,
 		RefreshSettle:      cfg.RefreshSettle,
