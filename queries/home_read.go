@@ -48,6 +48,9 @@ func (f *Feed) readHome(ctx context.Context, iv *inboxView, user int64, cur key,
 		}
 	}
 	if g == nil {
+		if f.cache != nil {
+			f.cache.stats.direct.Add(1)
+		}
 		return f.readHomeDirect(ctx, iv, user, cur, n, members)
 	}
 	if f.cfg.ReadCacheBarrier {
@@ -222,6 +225,7 @@ func (f *Feed) readHomeCached(ctx context.Context, iv *inboxView, g *cacheGen, u
 	if pipe == nil {
 		return r, nil // all cached: no round trip
 	}
+	c.stats.trips.Add(1)
 	if err := g.pick().do(pipe.Cmds()); err != nil {
 		// The connection may be gone, and with it what Redis tracked for
 		// it: the generation ends (the caller reads without the cache).

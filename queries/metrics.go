@@ -100,7 +100,9 @@ func newMetrics(reg prometheus.Registerer) (*Metrics, error) {
 // registerReadCache exports the read cache's counters
 // (feed_query_read_cache_total{event}): hit, miss, stored, dropped (a
 // reply raced an invalidation or a reconnect and was not cached),
-// invalidated (keys), flush and generation (invalidation connections).
+// invalidated (keys), flush and generation (invalidation connections),
+// roundtrip (home reads through the cache that still needed Redis) and
+// uncached (home reads while the cache was off: no generation).
 func (m *Metrics) registerReadCache(reg prometheus.Registerer, c *readCache) error {
 	if reg == nil || c == nil {
 		return nil
@@ -109,7 +111,8 @@ func (m *Metrics) registerReadCache(reg prometheus.Registerer, c *readCache) err
 		name string
 		v    *atomic.Int64
 	}{{"hit", &c.stats.hits}, {"miss", &c.stats.misses}, {"stored", &c.stats.stored}, {"dropped", &c.stats.dropped},
-		{"invalidated", &c.stats.invalidated}, {"flush", &c.stats.flushes}, {"generation", &c.stats.generations}} {
+		{"invalidated", &c.stats.invalidated}, {"flush", &c.stats.flushes}, {"generation", &c.stats.generations},
+		{"roundtrip", &c.stats.trips}, {"uncached", &c.stats.direct}} {
 		v := e.v
 		cf := prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name:        "feed_query_read_cache_total",

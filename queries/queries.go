@@ -153,6 +153,8 @@ type Config struct {
 	// invalDial, when set (tests), dials the read cache's invalidation
 	// connection.
 	invalDial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// dataDial, when set (tests), dials the read cache's data connections.
+	dataDial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// ReadOnly makes the Feed change nothing, for `feed verify`: no
 	// activity write (a verified user does not become active), no rebuild
 	// of a read model found incomplete (the page is served from
@@ -378,7 +380,7 @@ func New(cfg Config, db DB, rdb redis.UniversalClient) (*Feed, error) {
 	f.writeCircuit = newBreaker("writes", cfg.RedisBreakerFailures, cfg.RedisBreakerOpen, writeFailed, cfg.Logger, m.Circuits)
 	f.fallback = newFallback(cfg.FallbackReads)
 	f.rebuildSlots = semaphore.NewWeighted(int64(cfg.RebuildConcurrency))
-	f.cache = newReadCache(rdb, cacheKeys, cfg.Logger, cfg.invalDial)
+	f.cache = newReadCache(rdb, cacheKeys, cfg.Logger, cfg.invalDial, cfg.dataDial)
 	if err := m.registerReadCache(cfg.Registerer, f.cache); err != nil {
 		f.cache.close()
 		return nil, err

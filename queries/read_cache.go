@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
+	"math"
 	"net"
 	"runtime"
 	"slices"
@@ -71,12 +72,13 @@ import (
 // Bounded: at most maxKeys Redis keys, in two generations of half each per
 // shard (as the post cache), and at most maxSigs cached replies per key.
 type readCache struct {
-	log    *slog.Logger
-	maxAge int64 // nanos
-	shards []rcShard
-	seed   maphash.Seed
-	stats  cacheStats
-	dial   func(ctx context.Context, network, addr string) (net.Conn, error) // the invalidation connections' (tests); nil: go-redis's
+	log      *slog.Logger
+	maxAge   int64 // nanos
+	shards   []rcShard
+	seed     maphash.Seed
+	stats    cacheStats
+	dial     func(ctx context.Context, network, addr string) (net.Conn, error) // the invalidation connections' (tests); nil: go-redis's
+	dataDial func(ctx context.Context, network, addr string) (net.Conn, error) // the data connections' (tests); nil: the client's
 
 	// One node: its tracker. A cluster: a tracker per master (by address),
 	// started for the masters of the slot map topology last read.
@@ -129,6 +131,7 @@ type waiter struct {
 // cacheStats are the cache's counters (also exported as metrics).
 type cacheStats struct {
 	hits, misses, stored, dropped, invalidated, flushes, generations atomic.Int64
+	trips, direct                                                    atomic.Int64 // home reads through the cache that needed a round trip; home reads without it (no generation)
 }
 
 // cacheGen is one life of the invalidation connection and of the data
@@ -299,11 +302,11 @@ const defaultReadCacheKeys = 40_000
 // (*redis.Client), or one per master of a cluster client
 // (*redis.ClusterClient). Other clients get no cache (nil). dial, if not
 // nil, dials the invalidation connections (tests).
-func newReadCache(rdb redis.UniversalClient, maxKeys int, log *slog.Logger, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *readCache {
+func newReadCache(rdb redis.UniversalClient, maxKeys int, log *slog.Logger, dial, dataDial func(ctx context.Context, network, addr string) (net.Conn, error)) *readCache {
 	if maxKeys <= 0 {
 		return nil
 	}
-	rc := &readCache{log: log, maxAge: int64(readCacheMaxAge), seed: maphash.MakeSeed(), dial: dial}
+	rc := &readCache{log: log, maxAge: int64(readCacheMaxAge), seed: maphash.MakeSeed(), dial: dial, dataDial: dataDial}
 	rc.shards = make([]rcShard, readCacheShards)
 	for i := range rc.shards {
 		half := max(maxKeys/2/readCacheShards, 1)
@@ -524,17 +527,27 @@ func (t *tracker) run(ctx context.Context) {
 // an invalidation lost without a trace. keepAlive, beside it, notices a
 // silent connection instead, and closes it.
 func (t *tracker) receive(ctx context.Context, ps *redis.PubSub) error {
-	var last atomic.Int64 // unix nanos of the last message received
+	var last atomic.Int64 // unix nanos of the last message received; busy while a generation starts
 	last.Store(time.Now().UnixNano())
 	kctx, stop := context.WithCancel(ctx)
 	silent := make(chan error, 1)
 	go t.keepAlive(kctx, ps, &last, silent)
 	defer stop()
+	// up connects the data connections (a round trip each, longer on a
+	// loaded machine) while nothing reads this connection: keepAlive
+	// must not take that time for silence, or it would close the
+	// connection the data connections are redirecting to.
+	up := func() error {
+		last.Store(busy)
+		err := t.up(ctx, t.pending.Load())
+		last.Store(time.Now().UnixNano())
+		return err
+	}
 	subscribed := false
 	for {
 		if subscribed && t.gen.Load() == nil {
 			// A data connection ended the generation: start the next one.
-			if err := t.up(ctx, t.pending.Load()); err != nil {
+			if err := up(); err != nil {
 				return err
 			}
 		}
@@ -561,7 +574,7 @@ func (t *tracker) receive(ctx context.Context, ps *redis.PubSub) error {
 		case *redis.Subscription:
 			if m.Kind == "subscribe" && m.Channel == invalidationChannel {
 				subscribed = true
-				if err := t.up(ctx, t.pending.Load()); err != nil {
+				if err := up(); err != nil {
 					return err
 				}
 			}
@@ -591,6 +604,10 @@ func (t *tracker) receive(ctx context.Context, ps *redis.PubSub) error {
 func isFlushInvalidation(err error) bool {
 	return strings.HasSuffix(err.Error(), "unsupported pubsub message payload: <nil>")
 }
+
+// busy is receive's last-message time while it starts a generation:
+// later than any time, so keepAlive neither pings nor gives up meanwhile.
+const busy = math.MaxInt64
 
 // keepAlive pings the invalidation connection once it has been quiet for
 // readCachePing, and closes it (after saying why on silent) when nothing
@@ -647,6 +664,9 @@ func (t *tracker) up(ctx context.Context, id int64) error {
 	o.ConnMaxIdleTime = -1 // (dedicated connections are never idle in the pool anyway)
 	o.ConnMaxLifetime = 0
 	g := &cacheGen{t: t, id: id}
+	if t.c.dataDial != nil {
+		o.Dialer = t.c.dataDial
+	}
 	next := t.base.OnConnect
 	o.OnConnect = func(ctx context.Context, cn *redis.Conn) error {
 		if g.connects.Add(1) > readCacheConns {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -264,5 +265,59 @@ func TestReadCacheReadWaitsForInvalidationInFlight(t *testing.T) {
 			}
 			break
 		}
+	}
+}
+
+// A generation whose data connections take longer to connect than two
+// ping intervals (each of the eight dialled 1.2 intervals late here, as
+// on a loaded machine) still starts, and keeps its invalidation
+// connection: the time the receive loop spends connecting them is not
+// silence of that connection. (Taken for silence, the keep-alive closed
+// the connection the data connections were redirecting to, and every
+// attempt failed with Redis's "client ID you want redirect to does not
+// exist".) The cache then serves a repeated read without a round trip.
+func TestReadCacheSlowDataConnectionsStartAGeneration(t *testing.T) {
+	t.Parallel()
+	delay := readCachePing * 6 / 5
+	var dials atomic.Int64
+	slow := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		var nd net.Dialer
+		return nd.DialContext(ctx, network, addr)
+	}
+	b := setup(t, Config{dataDial: slow})
+	u, a := b.user(), b.user()
+	b.follow(u, a)
+	b.post(a, base)
+	b.projectAll(nil, []int64{u}, 500, 500)
+	g := cacheUp(b, u, 1)
+	if got := g.t.gens.Load(); got != 1 {
+		t.Fatalf("%d generations before the first was up, want 1: a slow start ended its own invalidation connection", got)
+	}
+	if got := dials.Load(); got < readCacheConns {
+		t.Fatalf("%d slow dials, want at least %d: the data connections were not dialled through the test's dialer", got, readCacheConns)
+	}
+	// A pong missed later on a loaded machine ends a generation like any
+	// silence: inOneGeneration measures again then.
+	var trips int64
+	inOneGeneration(b, u, func() {
+		for range 2 {
+			if _, err := b.feed.Home(b.ctx, u, "", 20); err != nil {
+				t.Fatal(err)
+			}
+		}
+		before := b.feed.cache.stats.trips.Load()
+		if _, err := b.feed.Home(b.ctx, u, "", 20); err != nil {
+			t.Fatal(err)
+		}
+		trips = b.feed.cache.stats.trips.Load() - before
+	})
+	if trips != 0 {
+		t.Fatalf("a repeated read needed %d round trips through the cache, want 0", trips)
 	}
 }
