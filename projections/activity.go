@@ -33,8 +33,10 @@ type activityIndex struct {
 	refreshMu sync.Mutex // held by the one refresh in progress
 	next      time.Time  // our clock: no refresh before this
 	high      time.Time  // the greatest last_seen_at read so far
+	read      time.Time  // PostgreSQL's now() at the last refresh's first query
 	refreshes atomic.Int64
 	rechecked atomic.Int64 // followers asked about again (recheckSQL)
+	rowsRead  atomic.Int64 // user_activity rows read by refreshes
 }
 
 const (
@@ -53,8 +55,9 @@ const (
 
 // activitySinceSQL reads the activity written since $1 (and within
 // InactiveAfter, $3: the first refresh reads every active user), oldest
-// first, a page at a time.
-const activitySinceSQL = `SELECT user_id, last_seen_at FROM user_activity
+// first, a page at a time, with PostgreSQL's now() (the statement's
+// snapshot sees every transaction committed before it).
+const activitySinceSQL = `SELECT user_id, last_seen_at, now() FROM user_activity
 WHERE last_seen_at > greatest($1::timestamptz, now() - $3::interval)
 ORDER BY last_seen_at LIMIT $2`
 
@@ -76,20 +79,28 @@ func (a *activityIndex) refresh(ctx context.Context, pg Querier, inactiveAfter t
 	if now.Before(a.next) {
 		return nil
 	}
+	// The margin is taken from the later of the newest stamp read and the
+	// last read's now(): a row stamped before that now() minus the margin
+	// and not seen then belongs to a transaction that committed more than
+	// the margin after its stamp, the case the margin already leaves to
+	// rechecks. Counting from the stamp alone would read the rows of the
+	// last margin again on every refresh while no newer activity comes
+	// (every user stamped at once: all of them, once a second).
 	var since any // nil: every active user (greatest ignores a NULL)
-	if !a.high.IsZero() {
-		since = a.high.Add(-activityMargin)
+	if from := later(a.high, a.read); !from.IsZero() {
+		since = from.Add(-activityMargin)
 	}
+	var read time.Time
 	for {
 		rows, err := pg.Query(ctx, activitySinceSQL, since, activityPage, inactiveAfter)
 		if err != nil {
 			return fmt.Errorf("read user activity: %w", err)
 		}
 		var ids, seen []int64
-		var last time.Time
+		var last, pgNow time.Time
 		for rows.Next() {
 			var id int64
-			if err := rows.Scan(&id, &last); err != nil {
+			if err := rows.Scan(&id, &last, &pgNow); err != nil {
 				rows.Close()
 				return fmt.Errorf("scan user activity: %w", err)
 			}
@@ -101,6 +112,10 @@ func (a *activityIndex) refresh(ctx context.Context, pg Querier, inactiveAfter t
 			return fmt.Errorf("read user activity: %w", err)
 		}
 		a.raise(ids, seen)
+		a.rowsRead.Add(int64(len(ids)))
+		if read.IsZero() {
+			read = pgNow // zero when the page is empty: the next refresh counts from high
+		}
 		if last.After(a.high) {
 			a.high = last
 		}
@@ -116,8 +131,16 @@ func (a *activityIndex) refresh(ctx context.Context, pg Querier, inactiveAfter t
 		since = last
 	}
 	a.refreshes.Add(1)
+	a.read = later(a.read, read)
 	a.next = now.Add(activityRefreshEvery)
 	return nil
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // lookup fills seen[i] with the held lower bound of ids[i]'s last_seen_at
