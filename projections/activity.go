@@ -23,8 +23,8 @@ import (
 // uncached query would. Every other follower (not held, inactive or near
 // the TTL by the held value) is asked again from PostgreSQL (recheckSQL),
 // whose answer raises the held value. A row the refresh misses (a
-// transaction that commits after a later-stamped one was read, beyond
-// activityMargin) therefore only costs a recheck, never a push.
+// transaction that commits more than activityMargin after its stamp)
+// therefore only costs a recheck, never a push.
 type activityIndex struct {
 	mu       sync.RWMutex
 	seen     map[int64]int64 // user -> last_seen_at lower bound, Unix µs
@@ -44,10 +44,11 @@ const (
 	// user_activity.
 	activityRefreshEvery = time.Second
 	// activityMargin re-reads the rows stamped this long before the
-	// newest one read, for transactions that commit after others stamped
-	// later (an activity write is one statement: milliseconds). Each row
-	// is read about activityMargin/activityRefreshEvery + 1 times; one
-	// missed costs rechecks until the user's next activity write.
+	// later of the newest one read and the last read's now(), for
+	// transactions that commit after their stamp (an activity write is one
+	// statement: milliseconds). A row is read up to
+	// activityMargin/activityRefreshEvery + 1 times; one missed costs
+	// rechecks until the user's next activity write.
 	activityMargin = 2 * time.Second
 	// activityPage bounds the rows of one query of a refresh.
 	activityPage = 10000
