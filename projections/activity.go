@@ -23,8 +23,8 @@ import (
 // uncached query would. Every other follower (not held, inactive or near
 // the TTL by the held value) is asked again from PostgreSQL (recheckSQL),
 // whose answer raises the held value. A row the refresh misses (a
-// transaction that commits after a later-stamped one was read, beyond
-// activityMargin) therefore only costs a recheck, never a push.
+// transaction that commits more than activityMargin after its stamp)
+// therefore only costs a recheck, never a push.
 type activityIndex struct {
 	mu       sync.RWMutex
 	seen     map[int64]int64 // user -> last_seen_at lower bound, Unix µs
@@ -33,8 +33,10 @@ type activityIndex struct {
 	refreshMu sync.Mutex // held by the one refresh in progress
 	next      time.Time  // our clock: no refresh before this
 	high      time.Time  // the greatest last_seen_at read so far
+	read      time.Time  // PostgreSQL's now() at the last refresh's first query
 	refreshes atomic.Int64
 	rechecked atomic.Int64 // followers asked about again (recheckSQL)
+	rowsRead  atomic.Int64 // user_activity rows read by refreshes
 }
 
 const (
@@ -42,10 +44,11 @@ const (
 	// user_activity.
 	activityRefreshEvery = time.Second
 	// activityMargin re-reads the rows stamped this long before the
-	// newest one read, for transactions that commit after others stamped
-	// later (an activity write is one statement: milliseconds). Each row
-	// is read about activityMargin/activityRefreshEvery + 1 times; one
-	// missed costs rechecks until the user's next activity write.
+	// later of the newest one read and the last read's now(), for
+	// transactions that commit after their stamp (an activity write is one
+	// statement: milliseconds). A row is read up to
+	// activityMargin/activityRefreshEvery + 1 times; one missed costs
+	// rechecks until the user's next activity write.
 	activityMargin = 2 * time.Second
 	// activityPage bounds the rows of one query of a refresh.
 	activityPage = 10000
@@ -53,8 +56,9 @@ const (
 
 // activitySinceSQL reads the activity written since $1 (and within
 // InactiveAfter, $3: the first refresh reads every active user), oldest
-// first, a page at a time.
-const activitySinceSQL = `SELECT user_id, last_seen_at FROM user_activity
+// first, a page at a time, with PostgreSQL's now() (the statement's
+// snapshot sees every transaction committed before it).
+const activitySinceSQL = `SELECT user_id, last_seen_at, now() FROM user_activity
 WHERE last_seen_at > greatest($1::timestamptz, now() - $3::interval)
 ORDER BY last_seen_at LIMIT $2`
 
@@ -76,20 +80,28 @@ func (a *activityIndex) refresh(ctx context.Context, pg Querier, inactiveAfter t
 	if now.Before(a.next) {
 		return nil
 	}
+	// The margin is taken from the later of the newest stamp read and the
+	// last read's now(): a row stamped before that now() minus the margin
+	// and not seen then belongs to a transaction that committed more than
+	// the margin after its stamp, the case the margin already leaves to
+	// rechecks. Counting from the stamp alone would read the rows of the
+	// last margin again on every refresh while no newer activity comes
+	// (every user stamped at once: all of them, once a second).
 	var since any // nil: every active user (greatest ignores a NULL)
-	if !a.high.IsZero() {
-		since = a.high.Add(-activityMargin)
+	if from := later(a.high, a.read); !from.IsZero() {
+		since = from.Add(-activityMargin)
 	}
+	var read time.Time
 	for {
 		rows, err := pg.Query(ctx, activitySinceSQL, since, activityPage, inactiveAfter)
 		if err != nil {
 			return fmt.Errorf("read user activity: %w", err)
 		}
 		var ids, seen []int64
-		var last time.Time
+		var last, pgNow time.Time
 		for rows.Next() {
 			var id int64
-			if err := rows.Scan(&id, &last); err != nil {
+			if err := rows.Scan(&id, &last, &pgNow); err != nil {
 				rows.Close()
 				return fmt.Errorf("scan user activity: %w", err)
 			}
@@ -101,6 +113,10 @@ func (a *activityIndex) refresh(ctx context.Context, pg Querier, inactiveAfter t
 			return fmt.Errorf("read user activity: %w", err)
 		}
 		a.raise(ids, seen)
+		a.rowsRead.Add(int64(len(ids)))
+		if read.IsZero() {
+			read = pgNow // zero when the page is empty: the next refresh counts from high
+		}
 		if last.After(a.high) {
 			a.high = last
 		}
@@ -116,8 +132,16 @@ func (a *activityIndex) refresh(ctx context.Context, pg Querier, inactiveAfter t
 		since = last
 	}
 	a.refreshes.Add(1)
+	a.read = later(a.read, read)
 	a.next = now.Add(activityRefreshEvery)
 	return nil
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // lookup fills seen[i] with the held lower bound of ids[i]'s last_seen_at

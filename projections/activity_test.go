@@ -1,6 +1,7 @@
 package projections_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/feedco/feed/projections"
@@ -63,5 +64,47 @@ func TestActivityIndexDecidesWhoGetsThePush(t *testing.T) {
 	rechecked(5, "third post")
 	if got := inbox.FollowerLoads(); got != 1 {
 		t.Fatalf("%d follower lists read, want 1 (the activity changes are no events)", got)
+	}
+}
+
+// A refresh reads only the activity written since the last one (with the
+// margin for late commits), also when no newer activity came meanwhile:
+// every user stamped at once (a bulk activation) is read once, not on
+// every refresh within the margin of that stamp. What the index decides
+// stays the same: both followers get every post, nobody is asked again.
+func TestActivityRefreshReadsEachRowOnce(t *testing.T) {
+	t.Parallel()
+	h := newCacheHarness(t, 0, projections.Config{CelebrityThreshold: 100})
+	w, inbox, apply, has := h.w, h.inbox, h.apply, h.has
+	author, a, b := w.user(true), w.user(true), w.user(true)
+	w.follow(a, author)
+	w.follow(b, author)
+	apply()
+	w.exec(`UPDATE user_activity SET last_seen_at = now() - interval '10 seconds'`)
+	var users int64
+	if err := w.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM user_activity`).Scan(&users); err != nil {
+		t.Fatal(err)
+	}
+
+	post := func(when string, wantRows int64) {
+		t.Helper()
+		before := inbox.ActivityRowsRead()
+		inbox.RefreshActivityNow()
+		p := w.post(author)
+		apply()
+		if !has(a, p) || !has(b, p) {
+			t.Fatalf("%s: a %v, b %v, want both", when, has(a, p), has(b, p))
+		}
+		if got := inbox.ActivityRowsRead() - before; got != wantRows {
+			t.Fatalf("%s: the refresh read %d activity rows, want %d", when, got, wantRows)
+		}
+	}
+	post("first post: every active user", users)
+	post("second post: nothing written since", 0)
+	post("third post: nothing written since", 0)
+	w.exec(`UPDATE user_activity SET last_seen_at = now() WHERE user_id = $1`, a)
+	post("after a's read: a's row", 1)
+	if got := inbox.ActivityRechecked(); got != 0 {
+		t.Fatalf("%d followers asked about again, want 0", got)
 	}
 }

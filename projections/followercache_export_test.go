@@ -25,6 +25,10 @@ func (p *Inbox) FollowerRows() int { return p.cache.rowsHeld() }
 // PostgreSQL about again because its activity index could not decide them.
 func (p *Inbox) ActivityRechecked() int64 { return p.activity.rechecked.Load() }
 
+// ActivityRowsRead is how many user_activity rows the activity index's
+// refreshes read.
+func (p *Inbox) ActivityRowsRead() int64 { return p.activity.rowsRead.Load() }
+
 // RefreshActivityNow lets the next push read user_activity again at once
 // (refreshes otherwise wait activityRefreshEvery).
 func (p *Inbox) RefreshActivityNow() {
