@@ -278,7 +278,7 @@ func (c *client) do(kind opKind, i int) error {
 		if err != nil {
 			return err
 		}
-		again, err := c.post(author, fmt.Sprintf("replayed post %d", i), key)
+		again, _, err := c.send(author, fmt.Sprintf("replayed post %d", i), key)
 		if err != nil {
 			return err
 		}
@@ -369,14 +369,11 @@ func (c *client) do(kind opKind, i int) error {
 	return fmt.Errorf("unknown operation kind %d", kind)
 }
 
+// post creates a post and records it as live.
 func (c *client) post(author int64, content, key string) (apiPost, error) {
-	var p apiPost
-	if err := c.s.call(c.ctx, http.MethodPost, "/api/posts", c.tokens[author], key, map[string]string{"content": content}, &p, http.StatusCreated, &c.st.retries); err != nil {
+	p, id, err := c.send(author, content, key)
+	if err != nil {
 		return p, err
-	}
-	id, err := strconv.ParseInt(p.ID, 10, 64)
-	if err != nil || p.AuthorID != itoa(author) {
-		return p, fmt.Errorf("create post: got %+v for author %d", p, author)
 	}
 	c.mu.Lock()
 	if !slices.Contains(c.live[author], id) {
@@ -385,6 +382,22 @@ func (c *client) post(author int64, content, key string) (apiPost, error) {
 	}
 	c.mu.Unlock()
 	return p, nil
+}
+
+// send is the POST of a post, checked, without recording it: a replay of
+// an Idempotency-Key answers the first post's id even when another
+// client deleted or is editing it meanwhile, so only the first call may
+// put it among the live posts.
+func (c *client) send(author int64, content, key string) (apiPost, int64, error) {
+	var p apiPost
+	if err := c.s.call(c.ctx, http.MethodPost, "/api/posts", c.tokens[author], key, map[string]string{"content": content}, &p, http.StatusCreated, &c.st.retries); err != nil {
+		return p, 0, err
+	}
+	id, err := strconv.ParseInt(p.ID, 10, 64)
+	if err != nil || p.AuthorID != itoa(author) {
+		return p, 0, fmt.Errorf("create post: got %+v for author %d", p, author)
+	}
+	return p, id, nil
 }
 
 // pairCall is a PUT or DELETE of path+b as a, which must be 204; a pair
