@@ -3,7 +3,6 @@ package rebuild
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -189,12 +188,7 @@ func (s *system) logEvents(t *testing.T, types ...string) []projections.Decoded 
 // restart.
 func TestCelebrityBandHovering(t *testing.T) {
 	t.Parallel()
-	s := &system{
-		System: systest.Start(t, systest.Config{Name: "rbb", Partitions: 4, Projections: bandPolicies,
-			CacheTTL: 300 * time.Millisecond, Supervised: true}),
-		keep: map[int64]bool{},
-		rnd:  rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 17)),
-	}
+	s := startSystemWith(t, systest.Config{Name: "rbb", Partitions: 4, Projections: bandPolicies}, 17)
 	ctx := context.Background()
 	s.seed(t, 10, 2, 20)
 	h := newHoverer(t, s, bandPolicies.Policy())
@@ -347,12 +341,7 @@ func TestCelebrityBandHovering(t *testing.T) {
 // the old band, explicitly, refuses and says why.
 func TestCelebrityBandByRebuild(t *testing.T) {
 	t.Parallel()
-	s := &system{
-		System: systest.Start(t, systest.Config{Name: "rbc", Partitions: 4, Projections: policies,
-			CacheTTL: 300 * time.Millisecond, Supervised: true}),
-		keep: map[int64]bool{},
-		rnd:  rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 19)),
-	}
+	s := startSystemWith(t, systest.Config{Name: "rbc", Partitions: 4, Projections: policies}, 19)
 	ctx := context.Background()
 	s.seed(t, 10, 2, 20)
 	h := newHoverer(t, s, policies.Policy())

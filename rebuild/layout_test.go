@@ -2,7 +2,6 @@ package rebuild
 
 import (
 	"context"
-	"math/rand/v2"
 	"regexp"
 	"slices"
 	"strings"
@@ -29,12 +28,7 @@ func TestRebuildInboxIntoPackedUnderLoad(t *testing.T) {
 	t.Parallel()
 	zset := policies
 	zset.InboxLayout = readmodel.InboxLayoutZset
-	s := &system{
-		System: systest.Start(t, systest.Config{Name: "rbl", Partitions: 6, Projections: zset,
-			CacheTTL: 300 * time.Millisecond, Supervised: true}),
-		keep: map[int64]bool{},
-		rnd:  rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 11)),
-	}
+	s := startSystemWith(t, systest.Config{Name: "rbl", Partitions: 6, Projections: zset}, 11)
 	ctx := context.Background()
 	s.seed(t, 20, 4, 100)
 	// Frozen readers follow frozen authors: nobody writes to them below.

@@ -56,13 +56,19 @@ func startSystem(t *testing.T) *system {
 // of testenv.NewRedisCluster when cluster.
 func startSystemOn(t *testing.T, cluster bool) *system {
 	t.Helper()
+	return startSystemWith(t, systest.Config{Name: "rb", Partitions: 6, Projections: policies, RedisCluster: cluster}, 7)
+}
+
+// startSystemWith starts a system of cfg with the tests' cache TTL and
+// supervised projectors; stream tells apart the random streams of the
+// tests that run in parallel.
+func startSystemWith(t *testing.T, cfg systest.Config, stream uint64) *system {
+	t.Helper()
+	cfg.CacheTTL, cfg.Supervised = 300*time.Millisecond, true
 	return &system{
-		System: systest.Start(t, systest.Config{
-			Name: "rb", Partitions: 6, Projections: policies,
-			CacheTTL: 300 * time.Millisecond, Supervised: true, RedisCluster: cluster,
-		}),
-		keep: map[int64]bool{},
-		rnd:  rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7)),
+		System: systest.Start(t, cfg),
+		keep:   map[int64]bool{},
+		rnd:    rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), stream)),
 	}
 }
 

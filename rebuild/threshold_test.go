@@ -2,7 +2,6 @@ package rebuild
 
 import (
 	"context"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -29,12 +28,7 @@ import (
 // oracle, zero differences).
 func TestRebuildCelebrityThresholdUnderLoad(t *testing.T) {
 	t.Parallel()
-	s := &system{
-		System: systest.Start(t, systest.Config{Name: "rbt", Partitions: 6, Projections: policies,
-			CacheTTL: 300 * time.Millisecond, Supervised: true}),
-		keep: map[int64]bool{},
-		rnd:  rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 13)),
-	}
+	s := startSystemWith(t, systest.Config{Name: "rbt", Partitions: 6, Projections: policies}, 13)
 	ctx := context.Background()
 	s.seed(t, 20, 4, 80)
 	// Frozen readers follow frozen authors (3 followers each: below 8 and
