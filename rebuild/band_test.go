@@ -257,14 +257,7 @@ func TestCelebrityBandHovering(t *testing.T) {
 			post, _ = h.move(t, up)
 		}
 		h.check(t, step.name+" (live)", post)
-		r, err := New(Config{
-			Projections: cfg, Runner: s.RunnerConfig(),
-			CatchUpLag: 0, Handover: time.Second, CleanupDelay: 1500 * time.Millisecond,
-			GroupEmptyTimeout: 20 * time.Second, Logger: s.Log,
-		}, s.DB.Pool, s.Redis)
-		if err != nil {
-			t.Fatal(err)
-		}
+		r := s.rebuilderWith(t, cfg, nil)
 		res, err := r.Run(ctx, readmodel.ProjectionFollowers)
 		if err != nil {
 			t.Fatal(err)
@@ -355,16 +348,7 @@ func TestCelebrityBandByRebuild(t *testing.T) {
 		t.Fatal("6 followers without a band: a celebrity")
 	}
 
-	cfg := bandPolicies
-	cfg.Keys = readmodel.Keys{Prefix: s.Prefix}
-	r, err := New(Config{
-		Projections: cfg, Runner: s.RunnerConfig(),
-		CatchUpLag: 0, Handover: time.Second, CleanupDelay: 1500 * time.Millisecond,
-		GroupEmptyTimeout: 20 * time.Second, Logger: s.Log,
-	}, s.DB.Pool, s.Redis)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := s.rebuilderWith(t, bandPolicies, nil)
 	res, err := r.Run(ctx, All)
 	if err != nil {
 		t.Fatal(err)

@@ -110,15 +110,7 @@ func TestRebuildInboxIntoPackedUnderLoad(t *testing.T) {
 
 	pcfg := policies
 	pcfg.InboxLayout = readmodel.InboxLayoutPacked
-	pcfg.Keys = readmodel.Keys{Prefix: s.Prefix}
-	r, err := New(Config{
-		Projections: pcfg, Runner: s.RunnerConfig(),
-		CatchUpLag: 0, Handover: time.Second, CleanupDelay: 1500 * time.Millisecond,
-		GroupEmptyTimeout: 20 * time.Second, Logger: s.Log,
-	}, s.DB.Pool, s.Redis)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := s.rebuilderWith(t, pcfg, nil)
 	res, err := r.Run(ctx, readmodel.ProjectionInbox)
 	if err != nil {
 		stop()

@@ -75,7 +75,13 @@ func startSystemWith(t *testing.T, cfg systest.Config, stream uint64) *system {
 // rebuilder returns a Rebuilder for this system with short pauses.
 func (s *system) rebuilder(t *testing.T, onPhase func(projection, phase string)) *Rebuilder {
 	t.Helper()
-	pcfg := policies
+	return s.rebuilderWith(t, policies, onPhase)
+}
+
+// rebuilderWith is rebuilder building by pcfg's policy (its keys are the
+// system's).
+func (s *system) rebuilderWith(t *testing.T, pcfg projections.Config, onPhase func(projection, phase string)) *Rebuilder {
+	t.Helper()
 	pcfg.Keys = readmodel.Keys{Prefix: s.Prefix}
 	r, err := New(Config{
 		Projections: pcfg, Runner: s.RunnerConfig(),

@@ -191,15 +191,7 @@ func (s *system) switchThresholdUnderLoad(t *testing.T, name string, threshold i
 
 	pcfg := policies
 	pcfg.CelebrityThreshold = threshold
-	pcfg.Keys = readmodel.Keys{Prefix: s.Prefix}
-	r, err := New(Config{
-		Projections: pcfg, Runner: s.RunnerConfig(),
-		CatchUpLag: 0, Handover: time.Second, CleanupDelay: 1500 * time.Millisecond,
-		GroupEmptyTimeout: 20 * time.Second, Logger: s.Log,
-	}, s.DB.Pool, s.Redis)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := s.rebuilderWith(t, pcfg, nil)
 	res, err := r.Run(ctx, name)
 	if err != nil {
 		stop()
