@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -58,23 +59,29 @@ func TestPolicyAdoptOrRefuse(t *testing.T) {
 	if _, err := resolvePolicy(ctx, load("zset", "300"), db.Pool, log); err != nil {
 		t.Fatalf("the recorded values set explicitly: %v", err)
 	}
+	// refused runs both roles with cfg: each must refuse to start, saying
+	// every one of want; what names the settings in a failure.
+	refused := func(cfg Config, what string, want ...string) {
+		t.Helper()
+		for _, role := range []string{"project", "api"} {
+			code, _, stderr := runCLI(t, cfg, role)
+			if code == 0 {
+				t.Fatalf("feed %s with %s started", role, what)
+			}
+			for _, w := range want {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("feed %s refused with %q, which does not say %q", role, stderr, w)
+				}
+			}
+		}
+	}
 	// FEED_CELEBRITY_THRESHOLD against the recorded threshold (10000, the
 	// fresh deployment's): refused by both roles, naming both values.
 	t.Setenv("FEED_CELEBRITY_THRESHOLD", "5")
 	thr := load("", "")
 	t.Setenv("FEED_CELEBRITY_THRESHOLD", "")
-	for _, role := range []string{"project", "api"} {
-		code, _, stderr := runCLI(t, thr, role)
-		if code == 0 {
-			t.Fatalf("feed %s with FEED_CELEBRITY_THRESHOLD=5 started against a recorded 10000", role)
-		}
-		for _, w := range []string{"FEED_CELEBRITY_THRESHOLD=5", "celebrity threshold 10000", "unset FEED_CELEBRITY_THRESHOLD to adopt it",
-			"feed rebuild inbox --celebrity-threshold 5"} {
-			if !strings.Contains(stderr, w) {
-				t.Errorf("feed %s refused with %q, which does not say %q", role, stderr, w)
-			}
-		}
-	}
+	refused(thr, "FEED_CELEBRITY_THRESHOLD=5 against a recorded 10000", "FEED_CELEBRITY_THRESHOLD=5", "celebrity threshold 10000",
+		"unset FEED_CELEBRITY_THRESHOLD to adopt it", "feed rebuild inbox --celebrity-threshold 5")
 	// FEED_CELEBRITY_BAND against the recorded band (0, the fresh
 	// deployment's).
 	t.Setenv("FEED_CELEBRITY_BAND", "2")
@@ -83,18 +90,8 @@ func TestPolicyAdoptOrRefuse(t *testing.T) {
 	if band.Policy.CelebrityBand != 2 {
 		t.Fatalf("FEED_CELEBRITY_BAND=2 read as %d", band.Policy.CelebrityBand)
 	}
-	for _, role := range []string{"project", "api"} {
-		code, _, stderr := runCLI(t, band, role)
-		if code == 0 {
-			t.Fatalf("feed %s with FEED_CELEBRITY_BAND=2 started against a recorded 0", role)
-		}
-		for _, w := range []string{"FEED_CELEBRITY_BAND=2", "celebrity band 0", "unset FEED_CELEBRITY_BAND to adopt it",
-			"feed rebuild inbox --celebrity-band 2"} {
-			if !strings.Contains(stderr, w) {
-				t.Errorf("feed %s refused with %q, which does not say %q", role, stderr, w)
-			}
-		}
-	}
+	refused(band, "FEED_CELEBRITY_BAND=2 against a recorded 0", "FEED_CELEBRITY_BAND=2", "celebrity band 0",
+		"unset FEED_CELEBRITY_BAND to adopt it", "feed rebuild inbox --celebrity-band 2")
 	for _, tc := range []struct {
 		layout, max string
 		want        []string
@@ -102,18 +99,7 @@ func TestPolicyAdoptOrRefuse(t *testing.T) {
 		{"packed", "", []string{"FEED_INBOX_LAYOUT=packed", "inbox layout zset", "feed rebuild inbox --inbox-layout packed"}},
 		{"", "500", []string{"FEED_INBOX_MAX=500", "inbox bound 300", "feed rebuild inbox --inbox-max 500"}},
 	} {
-		cfg := load(tc.layout, tc.max)
-		for _, role := range []string{"project", "api"} {
-			code, _, stderr := runCLI(t, cfg, role)
-			if code == 0 {
-				t.Fatalf("feed %s with FEED_INBOX_LAYOUT=%q FEED_INBOX_MAX=%q started", role, tc.layout, tc.max)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(stderr, w) {
-					t.Errorf("feed %s refused with %q, which does not say %q", role, stderr, w)
-				}
-			}
-		}
+		refused(load(tc.layout, tc.max), fmt.Sprintf("FEED_INBOX_LAYOUT=%q FEED_INBOX_MAX=%q", tc.layout, tc.max), tc.want...)
 	}
 }
 
