@@ -344,11 +344,7 @@ func registered(t *testing.T, reg *prometheus.Registry, name string) bool {
 // are the metric's (for the metrics that have series at start), and each
 // job is one Prometheus scrapes.
 func TestDeployMetricNames(t *testing.T) {
-	var promCfg struct {
-		ScrapeConfigs []struct {
-			JobName string `yaml:"job_name"`
-		} `yaml:"scrape_configs"`
-	}
+	var promCfg prometheusConfig
 	readYAML(t, filepath.Join(deployDir, "prometheus", "prometheus.yml"), &promCfg)
 	regs := roleRegistries(t)
 	var jobs []string
@@ -485,14 +481,7 @@ func TestComposeSecretAndMetrics(t *testing.T) {
 		} `yaml:"services"`
 	}
 	readYAML(t, "../../compose.yaml", &compose)
-	var promCfg struct {
-		ScrapeConfigs []struct {
-			JobName       string `yaml:"job_name"`
-			StaticConfigs []struct {
-				Targets []string `yaml:"targets"`
-			} `yaml:"static_configs"`
-		} `yaml:"scrape_configs"`
-	}
+	var promCfg prometheusConfig
 	readYAML(t, filepath.Join(deployDir, "prometheus", "prometheus.yml"), &promCfg)
 	targets := map[string]string{} // service -> port scraped
 	for _, sc := range promCfg.ScrapeConfigs {
@@ -539,6 +528,18 @@ func TestComposeSecretAndMetrics(t *testing.T) {
 	if roles < 4 {
 		t.Fatalf("found %d feed services in compose.yaml, want migrate, cdc, projector, api and more", roles)
 	}
+}
+
+// prometheusConfig is what the deploy tests read of a Prometheus
+// configuration (deploy/prometheus/prometheus.yml).
+type prometheusConfig struct {
+	RuleFiles     []string `yaml:"rule_files"`
+	ScrapeConfigs []struct {
+		JobName       string `yaml:"job_name"`
+		StaticConfigs []struct {
+			Targets []string `yaml:"targets"`
+		} `yaml:"static_configs"`
+	} `yaml:"scrape_configs"`
 }
 
 // composeService is what the compose tests read of a service (merge keys
@@ -790,15 +791,7 @@ func TestComposeObservability(t *testing.T) {
 	if got := mounted(promMounts, cfgPath); got != filepath.Clean(wantCfg) {
 		t.Fatalf("prometheus: %s is %q, want %s", cfgPath, got, wantCfg)
 	}
-	var promCfg struct {
-		RuleFiles     []string `yaml:"rule_files"`
-		ScrapeConfigs []struct {
-			JobName       string `yaml:"job_name"`
-			StaticConfigs []struct {
-				Targets []string `yaml:"targets"`
-			} `yaml:"static_configs"`
-		} `yaml:"scrape_configs"`
-	}
+	var promCfg prometheusConfig
 	readYAML(t, wantCfg, &promCfg)
 	if len(promCfg.RuleFiles) == 0 {
 		t.Error("prometheus.yml loads no rule file")
