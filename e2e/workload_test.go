@@ -222,6 +222,13 @@ func runWorkload(t *testing.T, s *system, w workload) *world {
 		if err := cl.burstDown(len(kinds), false); err != nil {
 			fail(fmt.Errorf("last burst: %w", err))
 		}
+		// A celebrity at the end, whatever the bursts left (the last one
+		// may have taken the only one below), other than the last burst's.
+		if firstErr == nil {
+			if err := cl.liftCelebrity(cl.burst); err != nil {
+				fail(fmt.Errorf("last lift: %w", err))
+			}
+		}
 		// A last mute, of a followed account, so that one stands at the
 		// end whatever the mix and the interleaving left.
 		if f, e, ok := cl.existingFollow(); ok && firstErr == nil {
@@ -257,6 +264,9 @@ type client struct {
 	*world
 	rng  *rand.Rand
 	zipf *rand.Zipf
+	// burst is the celebrity this client's last burstDown took below the
+	// threshold.
+	burst int64
 }
 
 func (c *client) uniform() int64 { return c.users[c.rng.IntN(len(c.users))] }
@@ -601,6 +611,37 @@ func (c *client) read() error {
 	return nil
 }
 
+// liftCelebrity makes sure some account other than skip has at least
+// the threshold's followers: when none has, the most followed one gets
+// follows until it has.
+func (c *client) liftCelebrity(skip int64) error {
+	thr := int(c.s.pol.CelebrityThreshold)
+	c.mu.Lock()
+	var top int64
+	best := -1
+	for _, u := range c.users {
+		if n := len(c.followers[u]); u != skip && n > best {
+			top, best = u, n
+		}
+	}
+	c.mu.Unlock()
+	for _, f := range c.users {
+		c.mu.Lock()
+		n, has := len(c.followers[top]), c.followers[top][f]
+		c.mu.Unlock()
+		if n >= thr {
+			return nil
+		}
+		if f == top || has {
+			continue
+		}
+		if err := c.follow(f, top); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // burstDown lets the least followed celebrity post, takes it below the
 // threshold by unfollows, lets it post while it is pushed, and with comeBack
 // takes it back over the threshold with follows and lets it post again
@@ -623,6 +664,7 @@ func (c *client) burstDown(i int, comeBack bool) error {
 	if celeb == 0 {
 		return nil
 	}
+	c.burst = celeb
 	c.st.bursts.Add(1)
 	// Posts of a celebrity are pulled, never pushed: when it falls below
 	// the threshold, its remaining followers' inboxes must get them.
