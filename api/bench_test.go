@@ -11,12 +11,16 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/feedco/feed/api"
+	"github.com/feedco/feed/bench"
 	"github.com/feedco/feed/commands"
 	"github.com/feedco/feed/internal/auth"
 	"github.com/feedco/feed/internal/snowflake"
