@@ -38,7 +38,9 @@ const benchClients = 16
 // Between them, direct-posts/s is CreatePost called in-process by 16
 // goroutines (the write path without HTTP). Each phase does b.N operations; posts/insert is their ratio, i.e. how much of the
 // database's bare insert rate the write path keeps. ns/op is suppressed (it
-// would mix the two phases). On a shared machine compare the ratio, not the
+// would mix the two phases). cpu-µs/post is the CPU of the direct phase
+// per post: this process's (go-cpu-µs/post, getrusage) plus the database's
+// PostgreSQL backends' (pg-cpu-µs/post, /proc, 10 ms ticks). On a shared machine compare the ratio, not the
 // absolute numbers, across runs:
 //
 //	go test -run '^$' -bench Write -benchtime 3s -count 5 ./api/
