@@ -11,12 +11,16 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/feedco/feed/api"
+	"github.com/feedco/feed/bench"
 	"github.com/feedco/feed/commands"
 	"github.com/feedco/feed/internal/auth"
 	"github.com/feedco/feed/internal/snowflake"
@@ -34,7 +38,9 @@ const benchClients = 16
 // Between them, direct-posts/s is CreatePost called in-process by 16
 // goroutines (the write path without HTTP). Each phase does b.N operations; posts/insert is their ratio, i.e. how much of the
 // database's bare insert rate the write path keeps. ns/op is suppressed (it
-// would mix the two phases). On a shared machine compare the ratio, not the
+// would mix the two phases). cpu-µs/post is the CPU of the direct phase
+// per post: this process's (go-cpu-µs/post, getrusage) plus the database's
+// PostgreSQL backends' (pg-cpu-µs/post, /proc, 10 ms ticks). On a shared machine compare the ratio, not the
 // absolute numbers, across runs:
 //
 //	go test -run '^$' -bench Write -benchtime 3s -count 5 ./api/
@@ -88,10 +94,14 @@ func BenchmarkWrite(b *testing.B) {
 	for i, tok := range tokens {
 		authors[i], _ = signer.Verify(strings.TrimPrefix(tok, "Bearer "))
 	}
+	cpu0 := writeCPU(b, db.Pool, nil)
 	direct := runClients(b, func(c int) error {
 		_, err := cmds.CreatePost.Handle(ctx, commands.CreatePost{AuthorID: authors[c], Content: content})
 		return err
 	})
+	cpu1 := writeCPU(b, db.Pool, cpu0.backends)
+	cpuPerPost := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(b.N) }
+	pgCPU := cpu1.pg - cpu0.pg
 	var seq atomic.Int64
 	inserts := runClients(b, func(int) error {
 		_, err := db.Pool.Exec(ctx, `INSERT INTO bench_events (event_id, stream_id, stream_version, type, payload, metadata) VALUES ($1, $2, 1, 'post.created.v1', $3, '{}')`,
@@ -103,6 +113,44 @@ func BenchmarkWrite(b *testing.B) {
 	b.ReportMetric(direct, "direct-posts/s")
 	b.ReportMetric(inserts, "inserts/s")
 	b.ReportMetric(posts/inserts, "posts/insert")
+	b.ReportMetric(cpuPerPost(cpu1.self-cpu0.self), "go-cpu-µs/post")
+	b.ReportMetric(cpuPerPost(pgCPU), "pg-cpu-µs/post")
+	b.ReportMetric(cpuPerPost(cpu1.self-cpu0.self+pgCPU), "cpu-µs/post")
+}
+
+// writeCPUSample is the CPU used so far by this process (getrusage) and by
+// the PostgreSQL backends of the benchmark's database (/proc, in 10 ms
+// ticks): backends are those connected now plus those of an earlier
+// sample, so that a backend that connects in between counts from zero.
+type writeCPUSample struct {
+	self, pg time.Duration
+	backends []int
+}
+
+func writeCPU(b *testing.B, pool *pgxpool.Pool, earlier []int) writeCPUSample {
+	b.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	s := writeCPUSample{self: time.Duration(ru.Utime.Nano() + ru.Stime.Nano())}
+	rows, err := pool.Query(context.Background(), `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		b.Fatal(err)
+	}
+	s.backends = append(pids, earlier...)
+	cpu, err := bench.ProcessCPU(s.backends)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, d := range cpu {
+		s.pg += d
+	}
+	return s
 }
 
 // runClients runs op b.N times in total from benchClients goroutines and

@@ -127,7 +127,7 @@ func New(db DB, ids *snowflake.Generator, cfg Config) (*Commands, error) {
 	return &Commands{
 		Tx:           tx,
 		RegisterUser: newHandler(tx, "register-user", registerUser(cfg)),
-		CreatePost:   newHandler(tx, "create-post", createPost(cfg, ids)),
+		CreatePost:   newHandler(tx, "create-post", createPost(cfg, ids)).withStatement(createPostStatement(cfg, ids)),
 		DeletePost:   newHandler(tx, "delete-post", deletePost),
 		EditPost:     newHandler(tx, "edit-post", editPost(cfg)),
 		Follow:       newHandler(tx, "follow", follow),

@@ -2,10 +2,12 @@ package commands
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/feedco/feed/events"
@@ -45,18 +47,14 @@ type Post struct {
 // count recorded in PostCreated agrees with the commit order of the log.
 func createPost(cfg Config, ids *snowflake.Generator) TxHandler[CreatePost, Post] {
 	return func(ctx context.Context, tx pgx.Tx, cmd CreatePost) (Post, error) {
-		if err := validateID("authorId", cmd.AuthorID); err != nil {
+		p, err := newPost(cfg, ids, cmd)
+		if err != nil {
 			return Post{}, err
 		}
-		if err := validateText("content", cmd.Content, cfg.MaxContentChars); err != nil {
-			return Post{}, err
-		}
-		id, at := ids.Next()
-		p := Post{ID: id, AuthorID: cmd.AuthorID, Content: cmd.Content, CreatedAt: at, Version: 1}
 		// One round trip: lock the author's row, insert the post only if
 		// the author exists, and read the follower count under the lock.
 		var followers int64
-		err := tx.QueryRow(ctx, `
+		err = tx.QueryRow(ctx, `
 			WITH author AS (SELECT follower_count FROM users WHERE id = $2 FOR SHARE),
 			     post AS (INSERT INTO posts (id, author_id, content, created_at)
 			              SELECT $1, $2, $3, $4 FROM author RETURNING id)
@@ -72,6 +70,72 @@ func createPost(cfg Config, ids *snowflake.Generator) TxHandler[CreatePost, Post
 		ev := events.PostCreated{PostID: p.ID, AuthorID: p.AuthorID, Content: p.Content, CreatedAt: p.CreatedAt, AuthorFollowers: followers}
 		if err := Append(ctx, tx, 0, meta, ev); err != nil {
 			return Post{}, err
+		}
+		return p, nil
+	}
+}
+
+// newPost validates cmd and gives the post its id and time.
+func newPost(cfg Config, ids *snowflake.Generator, cmd CreatePost) (Post, error) {
+	if err := validateID("authorId", cmd.AuthorID); err != nil {
+		return Post{}, err
+	}
+	if err := validateText("content", cmd.Content, cfg.MaxContentChars); err != nil {
+		return Post{}, err
+	}
+	id, at := ids.Next()
+	return Post{ID: id, AuthorID: cmd.AuthorID, Content: cmd.Content, CreatedAt: at, Version: 1}, nil
+}
+
+// createPostStatement is createPost as one autocommitted statement: it
+// locks the author's row FOR SHARE, inserts the post only if the author
+// exists, and appends PostCreated at version 1 of the new post's stream
+// with the follower count read under that lock, all or nothing. The
+// payload is events.Encode's with authorFollowers set in SQL: payload is
+// jsonb, so the stored value is the same as createPost's. Append's guard
+// against a stale head is not needed at version 1: a stream that has any
+// event has a version 1, so the unique (stream_id, stream_version)
+// constraint fails the whole statement instead of leaving a post without
+// its event.
+func createPostStatement(cfg Config, ids *snowflake.Generator) StmtHandler[CreatePost, Post] {
+	return func(ctx context.Context, db DB, cmd CreatePost) (Post, error) {
+		p, err := newPost(cfg, ids, cmd)
+		if err != nil {
+			return Post{}, err
+		}
+		ev := events.PostCreated{PostID: p.ID, AuthorID: p.AuthorID, Content: p.Content, CreatedAt: p.CreatedAt}
+		payload, err := events.Encode(ev)
+		if err != nil {
+			return Post{}, fmt.Errorf("append: %w", err)
+		}
+		meta, err := json.Marshal(cmd.Trace.metadata(cmd.AuthorID))
+		if err != nil {
+			return Post{}, fmt.Errorf("append: encode metadata: %w", err)
+		}
+		eventID, err := uuid.NewV7()
+		if err != nil {
+			return Post{}, fmt.Errorf("append: new event id: %w", err)
+		}
+		stream := ev.StreamID()
+		var followers int64
+		err = db.QueryRow(ctx, `
+			WITH author AS (SELECT follower_count FROM users WHERE id = $2 FOR SHARE),
+			     post AS (INSERT INTO posts (id, author_id, content, created_at)
+			              SELECT $1, $2, $3, $4 FROM author RETURNING id),
+			     ev AS (INSERT INTO events (event_id, stream_id, stream_version, type, payload, metadata)
+			            SELECT $5, $6, 1, $7, $8::jsonb || jsonb_build_object('authorFollowers', author.follower_count), $9
+			            FROM author, post
+			            RETURNING 1)
+			SELECT author.follower_count FROM author, ev`,
+			p.ID, p.AuthorID, p.Content, p.CreatedAt, eventID, stream, ev.EventType(), string(payload), meta).Scan(&followers)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return Post{}, fmt.Errorf("author %d: %w", cmd.AuthorID, ErrNotFound)
+		}
+		if err != nil {
+			if isVersionConflict(err) {
+				return Post{}, fmt.Errorf("append to %s at version 0: %w", stream, ErrVersionConflict)
+			}
+			return Post{}, fmt.Errorf("create post: %w", err)
 		}
 		return p, nil
 	}

@@ -19,6 +19,11 @@ type Command interface {
 // command's events, and return the command's domain result.
 type TxHandler[C, R any] func(ctx context.Context, tx pgx.Tx, cmd C) (R, error)
 
+// StmtHandler is one command's whole work as a single autocommitted
+// statement on db, for a command whose transaction fits in one: one round
+// trip instead of BEGIN, the statements and COMMIT.
+type StmtHandler[C, R any] func(ctx context.Context, db DB, cmd C) (R, error)
+
 // Handler is the entry point of one kind of command. It runs the whole
 // thing: the command's transaction, that transaction again when it loses a
 // concurrency race (see Runner), and idempotency when given a key (see
@@ -27,12 +32,22 @@ type Handler[C Command, R any] struct {
 	tx   *Runner
 	exec TxHandler[C, R]
 	idem KeyedTxHandler[C, R]
+	// stmt, when set, runs the command without an idempotency key; it must
+	// write exactly what exec writes.
+	stmt StmtHandler[C, R]
 }
 
 // newHandler builds the entry point of the command called name (the name
 // scopes its idempotency fingerprints) whose work is exec.
 func newHandler[C Command, R any](tx *Runner, name string, exec TxHandler[C, R]) *Handler[C, R] {
 	return &Handler[C, R]{tx: tx, exec: exec, idem: Idempotent(name, exec)}
+}
+
+// withStatement makes h run a command without an idempotency key as the
+// single statement stmt.
+func (h *Handler[C, R]) withStatement(stmt StmtHandler[C, R]) *Handler[C, R] {
+	h.stmt = stmt
+	return h
 }
 
 // Do runs cmd in its own transaction and returns its result. With a
@@ -43,8 +58,21 @@ func newHandler[C Command, R any](tx *Runner, name string, exec TxHandler[C, R])
 // unconditionally. A connection to PostgreSQL lost before COMMIT is
 // retried either way; one lost during COMMIT is retried only under a key
 // (the retry replays the first run if it committed), else it is
-// ErrOutcomeUnknown.
+// ErrOutcomeUnknown. A command with a single-statement form runs without a
+// key as that one autocommitted statement (see Runner.RunStatement).
 func (h *Handler[C, R]) Do(ctx context.Context, cmd C, idempotencyKey string) (res R, replayed bool, err error) {
+	if idempotencyKey == "" && h.stmt != nil {
+		err = h.tx.RunStatement(ctx, func(ctx context.Context, db DB) error {
+			var err error
+			res, err = h.stmt(ctx, db, cmd)
+			return err
+		})
+		if err != nil {
+			var zero R
+			return zero, false, err
+		}
+		return res, false, nil
+	}
 	run := h.tx.Run
 	if idempotencyKey != "" {
 		// A second run under the key replays the first if it committed.

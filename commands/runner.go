@@ -75,6 +75,66 @@ func (r *Runner) run(ctx context.Context, fn TxFunc, replaySafe bool) error {
 	return fmt.Errorf("%w: %w", ErrVersionConflict, err)
 }
 
+// StmtFunc is one attempt of a command's work as a single autocommitted
+// statement on db: the statement is the whole transaction.
+type StmtFunc func(ctx context.Context, db DB) error
+
+// RunStatement runs fn, a single autocommitted statement, retrying on
+// version conflicts, deadlocks and serialization failures (PostgreSQL
+// rolled the statement back) and on a connection lost before the
+// statement was sent. Any other failure without a statement error from
+// PostgreSQL (a connection lost, the backend terminated, the attempt's
+// timeout) may have come after the implicit commit, so it is
+// ErrOutcomeUnknown and not run again.
+func (r *Runner) RunStatement(ctx context.Context, fn StmtFunc) error {
+	var err error
+	for attempt := 0; attempt < r.cfg.MaxAttempts; attempt++ {
+		if attempt > 0 {
+			if werr := sleepJitter(ctx, attempt); werr != nil {
+				return werr
+			}
+		}
+		err = r.onceStatement(ctx, fn)
+		switch {
+		case err == nil:
+			return nil
+		case pgconn.SafeToRetry(err):
+			if ctx.Err() != nil {
+				return err
+			}
+			continue // never reached PostgreSQL
+		case !statementFailed(err):
+			return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+		case !isRetryable(err):
+			return err
+		}
+	}
+	if pgerr.ConnectionLost(err) {
+		return err
+	}
+	if errors.Is(err, ErrVersionConflict) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrVersionConflict, err)
+}
+
+func (r *Runner) onceStatement(ctx context.Context, fn StmtFunc) error {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.TxTimeout)
+	defer cancel()
+	return fn(ctx, r.db)
+}
+
+// statementFailed reports an error of an autocommitted statement that
+// PostgreSQL rolled back: an error it reported (or one the command derived
+// from the statement's answer, such as ErrNotFound), as opposed to a lost
+// connection or a terminated backend, whose report can follow the commit.
+func statementFailed(err error) bool {
+	if pgerr.ConnectionLost(err) || pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return false
+	}
+	return true
+}
+
 // once runs one attempt; atCommit reports that err came from the COMMIT
 // (fn had succeeded), the only point where a lost connection leaves the
 // outcome unknown.

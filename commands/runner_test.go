@@ -96,12 +96,25 @@ func postCount(t *testing.T, pool *pgxpool.Pool, author int64) (posts, events in
 	return posts, events
 }
 
+// createPostInTx runs CreatePost without a key as a transaction (Run and
+// Exec), the path a key-less create-post took before it became one
+// statement.
+func createPostInTx(ctx context.Context, c *commands.Commands, cmd commands.CreatePost) (commands.Post, error) {
+	var p commands.Post
+	err := c.Tx.Run(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		var err error
+		p, err = c.CreatePost.Exec(ctx, tx, cmd)
+		return err
+	})
+	return p, err
+}
+
 // A backend terminated under a command's statements (57P01: nothing
 // committed) is retried on a new connection: the post exists once.
 func TestRunnerRetriesTerminatedConnection(t *testing.T) {
 	t.Parallel()
 	c, pool := setupKilling(t, "begin", 2)
-	p, err := c.CreatePost.Handle(context.Background(), commands.CreatePost{AuthorID: 1, Content: "survives two kills"})
+	p, err := createPostInTx(context.Background(), c, commands.CreatePost{AuthorID: 1, Content: "survives two kills"})
 	if err != nil {
 		t.Fatalf("create post after terminated connections: %v", err)
 	}
@@ -118,7 +131,7 @@ func TestRunnerConnectionLostAtCommit(t *testing.T) {
 	t.Run("no key", func(t *testing.T) {
 		t.Parallel()
 		c, pool := setupKilling(t, "commit", 1)
-		_, err := c.CreatePost.Handle(context.Background(), commands.CreatePost{AuthorID: 1, Content: "maybe"})
+		_, err := createPostInTx(context.Background(), c, commands.CreatePost{AuthorID: 1, Content: "maybe"})
 		if !errors.Is(err, commands.ErrOutcomeUnknown) {
 			t.Fatalf("want ErrOutcomeUnknown, got %v", err)
 		}
