@@ -3,7 +3,9 @@ package readmodel
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -36,16 +38,22 @@ import (
 //   - zset-skiplist-pair: the raw ZADD + ZREMRANGEBYRANK pair per push.
 //   - packed: APPEND to the buffer, the merge script when the reply says so
 //     (packed.go).
+//   - packed-interleaved: the same, the posts pushed in a shuffled order
+//     within windows of benchInterleave posts, as the inbox projector's
+//     consumers of several partitions deliver them: most merges then find
+//     their buffer out of order.
 func BenchmarkInboxLayouts(b *testing.B) {
 	for _, l := range []struct {
-		name     string
-		listpack int
-		push     func(benchCtx, []int64, int64, int64)
+		name       string
+		listpack   int
+		push       func(benchCtx, []int64, int64, int64)
+		interleave int
 	}{
-		{"zset-listpack", 1024, benchZsetPush},
-		{"zset-skiplist", 128, benchZsetPush},
-		{"zset-skiplist-pair", 128, benchZsetPair},
-		{"packed", 1024, benchPackedPush},
+		{"zset-listpack", 1024, benchZsetPush, 1},
+		{"zset-skiplist", 128, benchZsetPush, 1},
+		{"zset-skiplist-pair", 128, benchZsetPair, 1},
+		{"packed", 1024, benchPackedPush, 1},
+		{"packed-interleaved", 1024, benchPackedPush, benchInterleave},
 	} {
 		b.Run(l.name, func(b *testing.B) {
 			srv := testenv.StartRedisServer(b)
@@ -56,7 +64,7 @@ func BenchmarkInboxLayouts(b *testing.B) {
 				b.Fatal(err)
 			}
 			for range b.N {
-				benchLayout(b, ctx, rdb, l.name, l.push)
+				benchLayout(b, ctx, rdb, l.name, l.push, l.interleave)
 			}
 		})
 	}
@@ -69,6 +77,8 @@ const (
 	benchReadN   = 27 // the home read's over-fetch for a page of 20
 	// posts removed, each from about benchFanout inboxes
 	benchRemovals = 20
+	// posts a window of packed-interleaved's shuffled delivery
+	benchInterleave = 8
 )
 
 type benchCtx struct {
@@ -80,7 +90,8 @@ type benchCtx struct {
 	b   *testing.B
 }
 
-func benchLayout(b *testing.B, ctx context.Context, rdb *redis.Client, name string, push func(benchCtx, []int64, int64, int64)) {
+func benchLayout(b *testing.B, ctx context.Context, rdb *redis.Client, name string, push func(benchCtx, []int64, int64, int64), interleave int) {
+	packed := strings.HasPrefix(name, "packed")
 	if err := rdb.FlushAll(ctx).Err(); err != nil { // the benchmark's own server
 		b.Fatal(err)
 	}
@@ -89,7 +100,7 @@ func benchLayout(b *testing.B, ctx context.Context, rdb *redis.Client, name stri
 	c := benchCtx{ctx: ctx, rdb: rdb, zs: NewInboxes(keys, pol), pk: NewPackedInboxes(keys, pol), pol: pol, b: b}
 	for u := int64(1); u <= benchInboxes; u++ { // built, empty inboxes
 		var err error
-		if name == "packed" {
+		if packed {
 			err = c.pk.WriteRebuilt(ctx, rdb, u, nil)
 		} else {
 			err = c.zs.WriteRebuilt(ctx, rdb, u, nil)
@@ -106,17 +117,29 @@ func benchLayout(b *testing.B, ctx context.Context, rdb *redis.Client, name stri
 	fillPosts := benchInboxes * pol.InboxMax / benchFanout
 	steadyPosts := fillPosts / 2
 	k := int64(0)
+	type delivery struct {
+		users  []int64
+		id, ms int64
+	}
+	var window []delivery
 	run := func(posts int) (redisUs, clientUs float64) {
 		r0, c0 := redisCPU(b, ctx, rdb), clientCPU()
-		for range posts {
+		for p := range posts {
 			// benchFanout distinct followers (a partial shuffle)
 			for i := range benchFanout {
 				j := i + rng.IntN(len(users)-i)
 				users[i], users[j] = users[j], users[i]
 			}
 			ms := testBaseMs + k
-			push(c, users[:benchFanout], snow(ms, k), ms)
+			window = append(window, delivery{slices.Clone(users[:benchFanout]), snow(ms, k), ms})
 			k++
+			if len(window) == interleave || p == posts-1 {
+				rng.Shuffle(len(window), func(i, j int) { window[i], window[j] = window[j], window[i] })
+				for _, d := range window {
+					push(c, d.users, d.id, d.ms)
+				}
+				window = window[:0]
+			}
 		}
 		n := float64(posts * benchFanout)
 		return (redisCPU(b, ctx, rdb) - r0).Seconds() * 1e6 / n, (clientCPU() - c0).Seconds() * 1e6 / n
@@ -128,7 +151,7 @@ func benchLayout(b *testing.B, ctx context.Context, rdb *redis.Client, name stri
 		var usage []*redis.IntCmd
 		var cards []*redis.IntCmd
 		for u := int64(1); u <= benchInboxes; u++ {
-			if name == "packed" {
+			if packed {
 				s, bk := c.pk.Keys(u)
 				usage = append(usage, pipe.MemoryUsage(ctx, s, 0), pipe.MemoryUsage(ctx, bk, 0))
 			} else {
@@ -145,7 +168,7 @@ func benchLayout(b *testing.B, ctx context.Context, rdb *redis.Client, name stri
 		for _, cc := range cards {
 			entries += cc.Val() - 1 // ~built
 		}
-		if name == "packed" {
+		if packed {
 			for u := int64(1); u <= benchInboxes; u++ {
 				ids, err := c.pk.Posts(ctx, rdb, u)
 				if err != nil {
@@ -192,7 +215,7 @@ func benchLayout(b *testing.B, ctx context.Context, rdb *redis.Client, name stri
 			u := int64(1 + rng.IntN(benchInboxes))
 			pipe := rdb.Pipeline()
 			var err error
-			if name == "packed" {
+			if packed {
 				r := c.pk.QueueRead(ctx, pipe, u, from, benchReadN)
 				if err = ExecReads(ctx, pipe); err == nil {
 					var p PackedPage
@@ -224,7 +247,7 @@ func benchLayout(b *testing.B, ctx context.Context, rdb *redis.Client, name stri
 		post := snow(testBaseMs+k-1-int64(i), k-1-int64(i))
 		if err := Exec(ctx, rdb, func(pipe redis.Pipeliner) {
 			for u := int64(1); u <= benchInboxes; u += benchInboxes / benchFanout {
-				if name == "packed" {
+				if packed {
 					c.pk.QueueRemove(ctx, pipe, u, []int64{post})
 				} else {
 					c.zs.QueueRemove(ctx, pipe, u, post)
@@ -238,7 +261,7 @@ func benchLayout(b *testing.B, ctx context.Context, rdb *redis.Client, name stri
 	removeRedis := (redisCPU(b, ctx, rdb) - r0).Seconds() * 1e6 / float64(removals)
 
 	enc := ""
-	if name != "packed" {
+	if !packed {
 		enc = rdb.ObjectEncoding(ctx, c.zs.Key(1)).Val()
 	}
 	b.ReportMetric(float64(mem)/float64(entries), "B/entry")

@@ -62,19 +62,43 @@ func maxIDAt(ms int64) int64 { return (ms-snowEpochMs+1)<<22 - 1 }
 // ARGV[3] raise the floor to this ms (” none; it only grows);
 // ARGV[4] '1' to set ~built; ARGV[5] TTL seconds ('0' none), ARGV[6]
 // 'nx' (only when the key has none) or 'set' (always);
-// ARGV[7] ids to add, 8 bytes big-endian each, any order.
+// ARGV[7] ids to add, 8 bytes big-endian each, any order;
+// ARGV[8] (optional) the buffer as the client read it, whose ids it sent
+// sorted and deduplicated as ARGV[7] (QueueBufferMerge): when the buffer
+// still starts with it, that prefix is taken out of the buffer and
+// ARGV[7] merged in its place, else ARGV[7] is dropped and the buffer
+// merged as it is.
 //
 // Ids are compared as two 32-bit halves: Lua's string '<' is strcoll, not
 // memcmp, and a double holds 53 bits. The common case, new ids ascending
-// and above the sealed ones, is appended without sorting. Returns {ids added (new and above
-// the floor), real entries after}.
+// and above the sealed ones, is appended without sorting: pushes from
+// several partitions interleave in a buffer, so the client sorts it
+// before the merge (sorting 64 ids here costs as much as the rest of the
+// merge). Returns {ids added (new and above the floor), real entries
+// after}.
 var packedMergeScript = redis.NewScript(`
 local sk, bk = KEYS[1], KEYS[2]
 local keep, over = tonumber(ARGV[1]), tonumber(ARGV[2])
 local E = ` + itoa(snowEpochMs) + `
 local b = redis.call('GET', bk)
-if b then redis.call('DEL', bk) else b = '' end
-local add = b .. ARGV[7]
+local add
+local seen = ARGV[8]
+if b and seen and #seen > 0 and string.sub(b, 1, #seen) == seen then
+  -- the buffer still starts with what the client read, sorted and
+  -- deduplicated into ARGV[7]; what landed since stays in the buffer
+  if #b == #seen then redis.call('DEL', bk) else redis.call('SET', bk, string.sub(b, #seen + 1), 'KEEPTTL') end
+  add = ARGV[7]
+else
+  if b then redis.call('DEL', bk) else b = '' end
+  if seen and #seen > 0 then
+    -- the buffer changed since the client read it (another merge took
+    -- it, or a removal took an id from it): ARGV[7] may hold ids no
+    -- longer wanted, and every id it held is in the buffer or merged
+    add = b
+  else
+    add = b .. ARGV[7]
+  end
+end
 -- the lowest id strictly above floor ms f, (f + 1 - E) << 22, as halves
 local function bound(f)
   local x = f + 1 - E
@@ -347,28 +371,61 @@ func (m PackedInboxes) QueuePush(ctx context.Context, pipe redis.Pipeliner, user
 // FollowUp queues what a push's APPEND reply asks for on a later
 // pipeline: the fallback TTL of a buffer the push created (it is deleted
 // at the next merge; this only bounds a buffer whose owner went away), and
-// the merge once the buffer holds PackedMergeAt ids. It reports whether it
-// queued anything. A lost follow-up (the process died between the two
-// pipelines) is done by the next push's.
-func (m PackedInboxes) FollowUp(ctx context.Context, pipe redis.Pipeliner, user int64, reply *redis.IntCmd) bool {
+// once the buffer holds PackedMergeAt ids, the GET of the buffer, returned
+// as merge, whose reply QueueBufferMerge takes on the pipeline after. It
+// reports whether it queued anything. A lost follow-up (the process died
+// between two pipelines) is done by the next push's.
+func (m PackedInboxes) FollowUp(ctx context.Context, pipe redis.Pipeliner, user int64, reply *redis.IntCmd) (merge *redis.StringCmd, queued bool) {
 	n := reply.Val()
 	switch {
 	case n >= 8*PackedMergeAt:
-		m.QueueMerge(ctx, pipe, user)
-		return true
+		_, buf := m.Keys(user)
+		return pipe.Get(ctx, buf), true
 	case n == 8:
 		_, buf := m.Keys(user)
 		pipe.ExpireNX(ctx, buf, m.pol.InboxTTL())
-		return true
+		return nil, true
 	}
-	return false
+	return nil, false
+}
+
+// QueueBufferMerge queues the merge of user's buffer as read (the reply of
+// FollowUp's GET), its ids sorted and deduplicated here: the script then
+// appends them without sorting when they are all newer than the sealed
+// ones, the common case, and checks that the buffer still starts with
+// what was read (packedMergeScript, ARGV[8]). A buffer gone meanwhile (an
+// earlier merge took it) queues nothing.
+func (m PackedInboxes) QueueBufferMerge(ctx context.Context, pipe redis.Pipeliner, user int64, read *redis.StringCmd) bool {
+	seen, err := read.Bytes()
+	if err != nil || len(seen) == 0 {
+		return false
+	}
+	args := m.mergeArgs(sortedIDs(seen), "", false, "nx")
+	m.queueMergeScript(ctx, pipe, user, append(args, seen))
+	return true
+}
+
+// sortedIDs returns the 8-byte ids of b, ascending and distinct.
+func sortedIDs(b []byte) []byte {
+	ids := make([]uint64, len(b)/8)
+	for i := range ids {
+		ids[i] = binary.BigEndian.Uint64(b[8*i:])
+	}
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	out := make([]byte, 0, 8*len(ids))
+	for _, id := range ids {
+		out = binary.BigEndian.AppendUint64(out, id)
+	}
+	return out
 }
 
 // PushAll pushes p into the inboxes of users: one pipeline of APPENDs,
 // then, when any reply asks for one, one pipeline of the follow-ups
-// (FollowUp). It returns the number of merges run. Every step is
-// idempotent up to duplicates in a buffer, which the merge and the
-// readers drop, so a failed call can be retried whole.
+// (FollowUp), and when any of those read a buffer to merge, one pipeline
+// of the merges (QueueBufferMerge). It returns the number of merges run.
+// Every step is idempotent up to duplicates in a buffer, which the merge
+// and the readers drop, so a failed call can be retried whole.
 func (m PackedInboxes) PushAll(ctx context.Context, rdb redis.UniversalClient, users []int64, p PackedPush) (int, error) {
 	replies := make([]*redis.IntCmd, len(users))
 	pipe := rdb.Pipeline()
@@ -378,17 +435,37 @@ func (m PackedInboxes) PushAll(ctx context.Context, rdb redis.UniversalClient, u
 	if _, err := pipe.Exec(ctx); err != nil {
 		return 0, fmt.Errorf("push: %w", err)
 	}
+	var toMerge []int64
+	var reads []*redis.StringCmd
+	followUps := false
+	pipe = rdb.Pipeline()
+	for i, u := range users {
+		r, queued := m.FollowUp(ctx, pipe, u, replies[i])
+		followUps = followUps || queued
+		if r != nil {
+			toMerge, reads = append(toMerge, u), append(reads, r)
+		}
+	}
+	if !followUps {
+		return 0, nil
+	}
+	if err := ExecReads(ctx, pipe); err != nil { // a buffer merged meanwhile is redis.Nil
+		return 0, fmt.Errorf("push follow-ups: %w", err)
+	}
+	if len(toMerge) == 0 {
+		return 0, nil
+	}
 	merges := 0
 	err := Exec(ctx, rdb, func(pipe redis.Pipeliner) {
 		merges = 0
-		for i, u := range users {
-			if m.FollowUp(ctx, pipe, u, replies[i]) && replies[i].Val() >= 8*PackedMergeAt {
+		for i, u := range toMerge {
+			if m.QueueBufferMerge(ctx, pipe, u, reads[i]) {
 				merges++
 			}
 		}
 	})
 	if err != nil {
-		return 0, fmt.Errorf("push follow-ups: %w", err)
+		return 0, fmt.Errorf("push merges: %w", err)
 	}
 	return merges, nil
 }

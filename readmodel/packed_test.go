@@ -2,6 +2,7 @@ package readmodel
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -19,24 +20,17 @@ const testBaseMs = 1764498000000
 // snow is a post id of millisecond ms with low bits lo.
 func snow(ms, lo int64) int64 { return (ms-snowEpochMs)<<22 | lo&(1<<22-1) }
 
-// pushPacked pushes posts to user one pipeline each, with the follow-ups,
-// and reports how many merges ran.
+// pushPacked pushes posts to user one pipeline each, with the follow-ups
+// and the merges they ask for, and reports how many merges ran.
 func pushPacked(t testing.TB, ctx context.Context, rdb redis.UniversalClient, m PackedInboxes, user int64, posts ...int64) int {
 	t.Helper()
 	merges := 0
 	for _, post := range posts {
-		var c *redis.IntCmd
-		if err := Exec(ctx, rdb, func(pipe redis.Pipeliner) { c = m.QueuePush(ctx, pipe, user, m.NewPush(post)) }); err != nil {
+		n, err := m.PushAll(ctx, rdb, []int64{user}, m.NewPush(post))
+		if err != nil {
 			t.Fatal(err)
 		}
-		if err := Exec(ctx, rdb, func(pipe redis.Pipeliner) {
-			if c.Val() >= 8*PackedMergeAt {
-				merges++
-			}
-			m.FollowUp(ctx, pipe, user, c)
-		}); err != nil {
-			t.Fatal(err)
-		}
+		merges += n
 	}
 	return merges
 }
@@ -459,8 +453,9 @@ func deref(p *int64) any {
 
 // Merges agree with the bound rule computed here, on runs of pushes
 // mostly in order (the script's in-place path, its trim window, and the
-// fallback when more than the window share the cut's millisecond) and
-// sometimes out of order or redelivered (the sorting path).
+// fallback when more than the window share the cut's millisecond),
+// sometimes out of order or redelivered (the sorting path), and shuffled
+// (the buffers sorted by the client before their merges).
 func TestPackedMergeModel(t *testing.T) {
 	t.Parallel()
 	rd := testenv.NewRedis(t)
@@ -495,6 +490,9 @@ func TestPackedMergeModel(t *testing.T) {
 				}
 				seq++
 				batch = append(batch, snow(ms, seq))
+			}
+			if user%4 == 3 { // interleaved partitions: the buffer's merges sort it (QueueBufferMerge)
+				rng.Shuffle(len(batch), func(i, j int) { batch[i], batch[j] = batch[j], batch[i] })
 			}
 			pushPacked(t, ctx, rd.Client, m, user, batch...)
 			mergeNow(t, ctx, rd.Client, m, user)
@@ -660,4 +658,115 @@ func TestPackedBuildWriter(t *testing.T) {
 	if p := readPacked(t, ctx, rd.Client, m, 100, MaxScoreMs, 1); p.Entries[0].ID != post || !p.Built {
 		t.Fatalf("after a merge: %v", p.Entries)
 	}
+}
+
+// The merge of a buffer the client read and sorted (QueueBufferMerge)
+// against what can happen to the buffer between the read and the merge:
+// nothing (the sorted ids appended, the buffer gone), a push landing (it
+// stays in the buffer, with its TTL), another merge taking the buffer (the
+// stale read adds nothing twice), a removal taking an id from it (the
+// stale read does not bring the removed post back).
+func TestPackedBufferMerge(t *testing.T) {
+	t.Parallel()
+	rd := testenv.NewRedis(t)
+	ctx := context.Background()
+	m := NewPackedInboxes(Keys{Prefix: rd.Prefix}, Policy{})
+	shuffledPosts := func(from int64) (posts, shuffled []int64) {
+		for i := range int64(10) {
+			posts = append(posts, snow(testBaseMs+from+i, from+i))
+		}
+		shuffled = slices.Clone(posts)
+		rand.New(rand.NewPCG(uint64(from), 2)).Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+		return posts, append(shuffled, shuffled[2]) // and a redelivery
+	}
+	// fill writes the shuffled posts to user's buffer, over sealed posts
+	// older than them, and reads the buffer as FollowUp does.
+	fill := func(user int64) (posts []int64, read *redis.StringCmd) {
+		t.Helper()
+		old := []Entry{{ID: snow(testBaseMs, 0), Ms: testBaseMs}}
+		if err := m.WriteRebuilt(ctx, rd.Client, user, old); err != nil {
+			t.Fatal(err)
+		}
+		posts, shuffled := shuffledPosts(100 * user)
+		_, b := m.Keys(user)
+		if err := rd.Client.Set(ctx, b, packIDs(shuffled), time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+		read = rd.Client.Get(ctx, b)
+		if read.Err() != nil {
+			t.Fatal(read.Err())
+		}
+		return append([]int64{old[0].ID}, posts...), read
+	}
+	merge := func(user int64, read *redis.StringCmd) {
+		t.Helper()
+		if err := Exec(ctx, rd.Client, func(pipe redis.Pipeliner) {
+			if !m.QueueBufferMerge(ctx, pipe, user, read) {
+				t.Fatal("nothing queued for a buffer read")
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expect := func(user int64, sealed, buffered []int64) {
+		t.Helper()
+		s, b := m.Keys(user)
+		raw := rd.Client.Get(ctx, s).Val()
+		var got []int64
+		for i := 0; i+8 <= len(raw)-packedHeader; i += 8 {
+			got = append(got, int64(binary.BigEndian.Uint64([]byte(raw[i:]))))
+		}
+		if !slices.Equal(got, sealed) {
+			t.Fatalf("inbox %d sealed %v, want %v", user, got, sealed)
+		}
+		buf := rd.Client.Get(ctx, b).Val()
+		if want := string(packIDs(buffered)); buf != want {
+			t.Fatalf("inbox %d buffer %x, want %x", user, buf, want)
+		}
+		if len(buffered) > 0 && rd.Client.TTL(ctx, b).Val() <= 0 {
+			t.Fatalf("inbox %d: the buffer kept after the merge lost its TTL", user)
+		}
+		all, err := m.Posts(ctx, rd.Client, user)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := slices.Clone(sealed)
+		for _, id := range buffered {
+			if !slices.Contains(want, id) {
+				want = append(want, id)
+			}
+		}
+		slices.Sort(want)
+		slices.Reverse(want)
+		if !slices.Equal(all, want) {
+			t.Fatalf("inbox %d reads %v, want %v", user, all, want)
+		}
+	}
+
+	posts, read := fill(1) // nothing between
+	merge(1, read)
+	expect(1, posts, nil)
+
+	posts, read = fill(2) // a push lands between
+	late := snow(testBaseMs+500, 1)
+	pushPacked(t, ctx, rd.Client, m, 2, late)
+	merge(2, read)
+	expect(2, posts, []int64{late})
+
+	posts, read = fill(3) // another merge takes the buffer between
+	mergeNow(t, ctx, rd.Client, m, 3)
+	expect(3, posts, nil)
+	merge(3, read)
+	expect(3, posts, nil)
+	pushPacked(t, ctx, rd.Client, m, 3, late) // and a new buffer starts
+	merge(3, read)
+	expect(3, append(slices.Clone(posts), late), nil)
+
+	posts, read = fill(4) // a removal takes an id from the buffer between
+	gone := posts[4]
+	if err := m.Remove(ctx, rd.Client, 4, []int64{gone}); err != nil {
+		t.Fatal(err)
+	}
+	merge(4, read)
+	expect(4, slices.DeleteFunc(slices.Clone(posts), func(id int64) bool { return id == gone }), nil)
 }
