@@ -2,12 +2,10 @@ package commands
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/feedco/feed/events"
@@ -104,17 +102,13 @@ func createPostStatement(cfg Config, ids *snowflake.Generator) StmtHandler[Creat
 			return Post{}, err
 		}
 		ev := events.PostCreated{PostID: p.ID, AuthorID: p.AuthorID, Content: p.Content, CreatedAt: p.CreatedAt}
-		payload, err := events.Encode(ev)
+		eventID, payload, err := newEventRow(ev)
 		if err != nil {
-			return Post{}, fmt.Errorf("append: %w", err)
+			return Post{}, err
 		}
-		meta, err := json.Marshal(cmd.Trace.metadata(cmd.AuthorID))
+		meta, err := encodeMetadata(cmd.Trace.metadata(cmd.AuthorID))
 		if err != nil {
-			return Post{}, fmt.Errorf("append: encode metadata: %w", err)
-		}
-		eventID, err := uuid.NewV7()
-		if err != nil {
-			return Post{}, fmt.Errorf("append: new event id: %w", err)
+			return Post{}, err
 		}
 		stream := ev.StreamID()
 		var followers int64
@@ -127,7 +121,7 @@ func createPostStatement(cfg Config, ids *snowflake.Generator) StmtHandler[Creat
 			            FROM author, post
 			            RETURNING 1)
 			SELECT author.follower_count FROM author, ev`,
-			p.ID, p.AuthorID, p.Content, p.CreatedAt, eventID, stream, ev.EventType(), string(payload), meta).Scan(&followers)
+			p.ID, p.AuthorID, p.Content, p.CreatedAt, eventID, stream, ev.EventType(), payload, meta).Scan(&followers)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return Post{}, fmt.Errorf("author %d: %w", cmd.AuthorID, ErrNotFound)
 		}

@@ -37,19 +37,15 @@ func Append(ctx context.Context, tx pgx.Tx, expectedVersion int64, meta events.M
 		if e.StreamID() != stream {
 			return fmt.Errorf("append: events of streams %s and %s in one append", stream, e.StreamID())
 		}
-		id, err := uuid.NewV7()
+		id, p, err := newEventRow(e)
 		if err != nil {
-			return fmt.Errorf("append: new event id: %w", err)
+			return err
 		}
-		p, err := events.Encode(e)
-		if err != nil {
-			return fmt.Errorf("append: %w", err)
-		}
-		ids[i], types[i], payloads[i] = id, e.EventType(), string(p)
+		ids[i], types[i], payloads[i] = id, e.EventType(), p
 	}
-	mb, err := json.Marshal(meta)
+	mb, err := encodeMetadata(meta)
 	if err != nil {
-		return fmt.Errorf("append: encode metadata: %w", err)
+		return err
 	}
 	// The WHERE guard rejects a stale or future expected version against the
 	// committed head; the unique constraint catches the race the guard
@@ -70,6 +66,29 @@ func Append(ctx context.Context, tx pgx.Tx, expectedVersion int64, meta events.M
 		return fmt.Errorf("append to %s at version %d: stream is at another version: %w", stream, expectedVersion, ErrVersionConflict)
 	}
 	return nil
+}
+
+// newEventRow is e's row of the log but its stream and version: a new
+// UUIDv7 event id and the encoded payload.
+func newEventRow(e events.Event) (uuid.UUID, string, error) {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return uuid.UUID{}, "", fmt.Errorf("append: new event id: %w", err)
+	}
+	p, err := events.Encode(e)
+	if err != nil {
+		return uuid.UUID{}, "", fmt.Errorf("append: %w", err)
+	}
+	return id, string(p), nil
+}
+
+// encodeMetadata is an event row's metadata column.
+func encodeMetadata(meta events.Metadata) ([]byte, error) {
+	mb, err := json.Marshal(meta)
+	if err != nil {
+		return nil, fmt.Errorf("append: encode metadata: %w", err)
+	}
+	return mb, nil
 }
 
 // StreamVersion returns the committed head version of a stream (0 when it
