@@ -485,12 +485,6 @@ func (m PackedInboxes) queueMergeScript(ctx context.Context, pipe redis.Pipeline
 	return packedMergeScript.EvalSha(ctx, pipe, []string{s, b}, args...)
 }
 
-// QueueMerge queues the merge of user's buffer into the sealed string,
-// with the trim and the fallback TTL. Its reply is {added, entries}.
-func (m PackedInboxes) QueueMerge(ctx context.Context, pipe redis.Pipeliner, user int64) *redis.Cmd {
-	return m.queueMergeScript(ctx, pipe, user, m.mergeArgs(nil, "", false, "nx"))
-}
-
 // QueueBackfill queues the copy of posts (a followee's newest) into user's
 // inbox and, when raise is set, the floor raise to floorMs (see
 // Inboxes.NewBackfill), with the buffer's merge.

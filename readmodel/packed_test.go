@@ -59,7 +59,10 @@ func ids(es []Entry) []int64 {
 
 func mergeNow(t testing.TB, ctx context.Context, rdb redis.UniversalClient, m PackedInboxes, user int64) {
 	t.Helper()
-	if err := Exec(ctx, rdb, func(pipe redis.Pipeliner) { m.QueueMerge(ctx, pipe, user) }); err != nil {
+	// the merge of the buffer as it is, with the trim and the fallback TTL
+	if err := Exec(ctx, rdb, func(pipe redis.Pipeliner) {
+		m.queueMergeScript(ctx, pipe, user, m.mergeArgs(nil, "", false, "nx"))
+	}); err != nil {
 		t.Fatal(err)
 	}
 }
