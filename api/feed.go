@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"net/http"
-	"strconv"
 	"sync"
 
 	"github.com/gorilla/mux"
@@ -119,10 +118,7 @@ func (s *Server) page(w http.ResponseWriter, r *http.Request, read func(ctx cont
 	}
 	buf := pageBuffers.Get().(*[]byte)
 	b := p.AppendJSON((*buf)[:0])
-	// A length, not chunks: a page is larger than net/http's 2 KB buffer
-	// that would otherwise decide it.
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-	writeRaw(w, http.StatusOK, b)
+	writeOneShot(w, r, http.StatusOK, b)
 	if cap(b) <= 64<<10 { // do not keep a rare huge page's buffer
 		*buf = b
 		pageBuffers.Put(buf)

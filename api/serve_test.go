@@ -2,13 +2,19 @@ package api_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/feedco/feed/api"
+	"github.com/feedco/feed/queries"
 )
 
 func TestGracefulShutdown(t *testing.T) {
@@ -53,5 +59,102 @@ func TestGracefulShutdown(t *testing.T) {
 	}
 	if _, err := http.Get(url + "/healthz"); err == nil {
 		t.Fatal("server still accepts connections after shutdown")
+	}
+}
+
+// countingListener counts the write calls its connections make on the
+// socket, to show how many write syscalls a response costs.
+type countingListener struct {
+	net.Listener
+	writes atomic.Int64
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &countingConn{Conn: c, l: l}, nil
+}
+
+type countingConn struct {
+	net.Conn
+	l *countingListener
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	c.l.writes.Add(1)
+	return c.Conn.Write(p)
+}
+
+// A page larger than net/http's 4 KiB write buffer goes out in one write,
+// whole, and the keep-alive connection serves the next request.
+func TestLargePageOneWrite(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		content int // bytes of each post's content
+	}{{"small", 10}, {"4 KiB", 180}, {"12 KiB", 580}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var page queries.Page
+			for i := range 20 {
+				page.Items = append(page.Items, queries.Post{
+					ID: strconv.Itoa(1000 + i), AuthorID: "7",
+					Content:   strings.Repeat(string(rune('a'+i)), tc.content),
+					CreatedAt: "2026-12-01T10:00:00.000Z",
+				})
+			}
+			want, err := json.Marshal(page)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := setup(t, options{tweak: func(d *api.Deps) { d.Feed = staticFeed{page} }})
+			e.user(t, 1)
+			inner, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ln := &countingListener{Listener: inner}
+			ctx, cancel := context.WithCancel(context.Background())
+			served := make(chan error, 1)
+			go func() { served <- e.srv.Serve(ctx, ln) }()
+			t.Cleanup(func() {
+				cancel()
+				if err := <-served; err != nil {
+					t.Errorf("serve: %v", err)
+				}
+			})
+			client := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 1}}
+			defer client.CloseIdleConnections()
+			const reads = 3
+			for range reads {
+				req, _ := http.NewRequest("GET", "http://"+inner.Addr().String()+"/api/feed", nil)
+				req.Header.Set("Authorization", e.bearer(1))
+				resp, err := client.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if resp.StatusCode != 200 || resp.ContentLength != int64(len(want)) {
+					t.Fatalf("status %d, length %d; want 200, %d", resp.StatusCode, resp.ContentLength, len(want))
+				}
+				var got, exp any
+				if err := json.Unmarshal(body, &got); err != nil {
+					t.Fatalf("body: %v", err)
+				}
+				_ = json.Unmarshal(want, &exp)
+				if !reflect.DeepEqual(got, exp) {
+					t.Fatalf("body of %d bytes differs from the page of %d", len(body), len(want))
+				}
+			}
+			if n := ln.writes.Load(); n != reads {
+				t.Fatalf("%d responses of %d bytes took %d writes, want one each", reads, len(want), n)
+			}
+		})
 	}
 }

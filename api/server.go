@@ -362,7 +362,8 @@ func (s *Server) ListenAndServe(ctx context.Context, onListen func(addr net.Addr
 
 // Serve serves on ln until ctx is done, then shuts down gracefully: it stops
 // accepting, lets requests in flight finish for up to ShutdownTimeout, and
-// returns nil (or the shutdown's error if they did not finish).
+// returns nil (or the shutdown's error if they did not finish). A page
+// larger than net/http's write buffer goes out in one write (oneshot.go).
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs := &http.Server{
 		Handler:           s.handler,
@@ -372,9 +373,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		IdleTimeout:       s.cfg.IdleTimeout,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+		ConnContext:       oneShotContext,
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	go func() { errc <- hs.Serve(oneShotListener{ln}) }()
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve http: %w", err)
