@@ -131,42 +131,35 @@ func TestCreatePostStatementConcurrentFollow(t *testing.T) {
 	ctx := context.Background()
 	author, fan1, fan2 := register(t, c, "author"), register(t, c, "fan1"), register(t, c, "fan2")
 
-	tx := openFollow(t, c, b.pool, fan1, author)
-	done := make(chan commands.Post, 1)
-	errc := make(chan error, 1)
-	go func() {
-		p, err := c.CreatePost.Handle(ctx, commands.CreatePost{AuthorID: author, Content: "after the follow"})
-		errc <- err
-		done <- p
-	}()
-	waitingPost(t, b.pool)
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
+	// postBehind writes a post while fan's follow of author is open, then
+	// ends the follow with end and returns the followers the post recorded.
+	postBehind := func(fan int64, content string, end func(pgx.Tx, context.Context) error) int64 {
+		t.Helper()
+		tx := openFollow(t, c, b.pool, fan, author)
+		type result struct {
+			p   commands.Post
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			p, err := c.CreatePost.Handle(ctx, commands.CreatePost{AuthorID: author, Content: content})
+			done <- result{p, err}
+		}()
+		waitingPost(t, b.pool)
+		if err := end(tx, ctx); err != nil {
+			t.Fatal(err)
+		}
+		r := <-done
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		return streamEvents(t, b.pool, events.PostStream(r.p.ID))[0].Event.(events.PostCreated).AuthorFollowers
 	}
-	if err := <-errc; err != nil {
-		t.Fatal(err)
-	}
-	p := <-done
-	if got := streamEvents(t, b.pool, events.PostStream(p.ID))[0].Event.(events.PostCreated).AuthorFollowers; got != 1 {
+	if got := postBehind(fan1, "after the follow", pgx.Tx.Commit); got != 1 {
 		t.Fatalf("post after a committed follow records %d followers, want 1", got)
 	}
-
 	// A follow that rolls back leaves the count as it was.
-	tx = openFollow(t, c, b.pool, fan2, author)
-	go func() {
-		p, err := c.CreatePost.Handle(ctx, commands.CreatePost{AuthorID: author, Content: "after a rolled back follow"})
-		errc <- err
-		done <- p
-	}()
-	waitingPost(t, b.pool)
-	if err := tx.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-errc; err != nil {
-		t.Fatal(err)
-	}
-	p = <-done
-	if got := streamEvents(t, b.pool, events.PostStream(p.ID))[0].Event.(events.PostCreated).AuthorFollowers; got != 1 {
+	if got := postBehind(fan2, "after a rolled back follow", pgx.Tx.Rollback); got != 1 {
 		t.Fatalf("post after a rolled back follow records %d followers, want 1", got)
 	}
 }
