@@ -1017,16 +1017,22 @@ func serveForBench(b *testing.B, srv *api.Server) string {
 	if err != nil {
 		b.Fatal(err)
 	}
+	serveOn(b, srv, ln)
+	return ln.Addr().String()
+}
+
+// serveOn serves srv on ln until the test or benchmark ends, and reports
+// Serve's error.
+func serveOn(tb testing.TB, srv *api.Server, ln net.Listener) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, ln) }()
-	b.Cleanup(func() {
+	tb.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
-			b.Errorf("serve: %v", err)
+			tb.Errorf("serve: %v", err)
 		}
 	})
-	return ln.Addr().String()
 }
 
 // rawConn is the benchmark's lean HTTP/1.1 client: one keep-alive

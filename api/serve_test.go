@@ -116,15 +116,7 @@ func TestLargePageOneWrite(t *testing.T) {
 				t.Fatal(err)
 			}
 			ln := &countingListener{Listener: inner}
-			ctx, cancel := context.WithCancel(context.Background())
-			served := make(chan error, 1)
-			go func() { served <- e.srv.Serve(ctx, ln) }()
-			t.Cleanup(func() {
-				cancel()
-				if err := <-served; err != nil {
-					t.Errorf("serve: %v", err)
-				}
-			})
+			serveOn(t, e.srv, ln)
 			client := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 1}}
 			defer client.CloseIdleConnections()
 			const reads = 3
