@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -772,4 +774,42 @@ func TestPackedBufferMerge(t *testing.T) {
 	}
 	merge(4, read)
 	expect(4, slices.DeleteFunc(slices.Clone(posts), func(id int64) bool { return id == gone }), nil)
+}
+
+// TestPushBufferKey checks that the push's key builder names the buffer
+// Keys names, at every version and prefix, for ids of every length
+// (including a prefix past the builder's stack buffer).
+func TestPushBufferKey(t *testing.T) {
+	for _, prefix := range []string{"", "t9:", strings.Repeat("p", 60) + ":"} {
+		for _, v := range []int{1, 2, 12} {
+			m := NewPackedInboxes(Keys{Prefix: prefix, Versions: Versions{Inbox: v}}, Policy{})
+			p := m.NewPush(42)
+			for _, u := range []int64{0, 7, 1 << 40, math.MaxInt64} {
+				_, want := m.Keys(u)
+				if got := bufferKey(p.ns, u); got != want {
+					t.Errorf("prefix %q v%d user %d: bufferKey %q, Keys %q", prefix, v, u, got, want)
+				}
+			}
+			if p.id != string(packID(42)) {
+				t.Errorf("push value %q", p.id)
+			}
+		}
+	}
+}
+
+// TestPushAllocations checks a follower's push costs the four
+// allocations QueuePush's comment counts: it is paid once per delivered
+// inbox entry.
+func TestPushAllocations(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // only queued, never sent
+	defer rdb.Close()
+	m := NewPackedInboxes(Keys{Prefix: "t9:", Versions: Versions{Inbox: 2}}, Policy{})
+	p, ctx := m.NewPush(1234567), context.Background()
+	pipe := rdb.Pipeline()
+	for range 2000 { // grow the pipeline's slice first
+		m.QueuePush(ctx, pipe, 123456, p)
+	}
+	if n := testing.AllocsPerRun(1000, func() { m.QueuePush(ctx, pipe, 123456, p) }); n > 4 {
+		t.Errorf("QueuePush: %v allocations, want at most 4", n)
+	}
 }
