@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -30,7 +31,21 @@ type Migration struct {
 	Version int
 	Name    string
 	SQL     string
+	// NoTx: the file starts with the line noTxMarker and runs outside a
+	// transaction, for statements PostgreSQL refuses in one (CREATE INDEX
+	// CONCURRENTLY, which builds an index on the event log without
+	// blocking its appends). Such a file holds one statement: a failure
+	// part way must leave nothing a second run cannot redo.
+	NoTx bool
 }
+
+// noTxMarker is a migration file's first line when it must run outside a
+// transaction (Migration.NoTx).
+const noTxMarker = "-- feed:no-transaction"
+
+// concurrentIndex names the index of a CREATE INDEX CONCURRENTLY IF NOT
+// EXISTS statement.
+var concurrentIndex = regexp.MustCompile(`(?i)\bCREATE\s+(?:UNIQUE\s+)?INDEX\s+CONCURRENTLY\s+IF\s+NOT\s+EXISTS\s+([a-z_][a-z0-9_]*)`)
 
 // ErrPending means the database is behind the binary: run `feed migrate`.
 var ErrPending = errors.New("database schema is behind: run `feed migrate`")
@@ -54,7 +69,8 @@ func All() ([]Migration, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read migration %s: %w", e.Name(), err)
 		}
-		out = append(out, Migration{Version: v, Name: m[2], SQL: string(b)})
+		sql := string(b)
+		out = append(out, Migration{Version: v, Name: m[2], SQL: sql, NoTx: strings.HasPrefix(sql, noTxMarker+"\n")})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
 	for i, m := range out {
@@ -67,8 +83,8 @@ func All() ([]Migration, error) {
 
 // Up applies every pending migration (every version not recorded in
 // schema_migrations, in version order, so one that filled a gap below the
-// newest applied version is applied too), each in its own transaction,
-// under a session advisory lock so two processes never migrate at once. It
+// newest applied version is applied too), each in its own transaction
+// (or none, Migration.NoTx), under a session advisory lock so two processes never migrate at once. It
 // returns the versions it applied.
 func Up(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
 	all, err := All()
@@ -102,19 +118,52 @@ func Up(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
 		if done[m.Version] {
 			continue
 		}
-		err := pgx.BeginFunc(ctx, conn.Conn(), func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, m.SQL); err != nil {
+		var err error
+		if m.NoTx {
+			err = applyNoTx(ctx, conn.Conn(), m)
+		} else {
+			err = pgx.BeginFunc(ctx, conn.Conn(), func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, m.SQL); err != nil {
+					return err
+				}
+				_, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name)
 				return err
-			}
-			_, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name)
-			return err
-		})
+			})
+		}
 		if err != nil {
 			return applied, fmt.Errorf("apply migration %03d_%s: %w", m.Version, m.Name, err)
 		}
 		applied = append(applied, m.Version)
 	}
 	return applied, nil
+}
+
+// applyNoTx runs a NoTx migration, then records it. A CREATE INDEX
+// CONCURRENTLY that failed or was interrupted (the process killed, the
+// connection lost) leaves its index behind, marked invalid: IF NOT EXISTS
+// would then skip it and record the migration over an index the planner
+// never uses, so such an index is dropped first and built again. The
+// migration is recorded only after its statement succeeded; a crash in
+// between runs it again, which IF NOT EXISTS makes a no-op.
+func applyNoTx(ctx context.Context, conn *pgx.Conn, m Migration) error {
+	for _, match := range concurrentIndex.FindAllStringSubmatch(m.SQL, -1) {
+		name := match[1]
+		var invalid bool
+		err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass($1) AND NOT indisvalid)`, name).Scan(&invalid)
+		if err != nil {
+			return fmt.Errorf("check index %s: %w", name, err)
+		}
+		if invalid {
+			if _, err := conn.Exec(ctx, `DROP INDEX CONCURRENTLY IF EXISTS `+pgx.Identifier{name}.Sanitize()); err != nil {
+				return fmt.Errorf("drop invalid index %s left by an interrupted build: %w", name, err)
+			}
+		}
+	}
+	if _, err := conn.Exec(ctx, m.SQL); err != nil {
+		return err
+	}
+	_, err := conn.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name)
+	return err
 }
 
 // Check returns ErrPending when the database lacks migrations this binary

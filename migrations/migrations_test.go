@@ -88,3 +88,66 @@ func deref(s *string) string {
 	}
 	return *s
 }
+
+// A migration marked to run outside a transaction builds the event log's
+// follow index concurrently; when such a build was interrupted, its index
+// is left invalid, and the next Up drops and builds it again instead of
+// recording the migration over it.
+func TestNoTxMigrationRedoesInvalidIndex(t *testing.T) {
+	all, err := migrations.All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m migrations.Migration
+	for _, x := range all {
+		if x.Name == "events_followee_index" {
+			m = x
+		}
+	}
+	if !m.NoTx {
+		t.Fatalf("migration %03d_events_followee_index: NoTx false, want true", m.Version)
+	}
+	db := testenv.NewDB(t)
+	ctx := context.Background()
+	valid := func() (exists, valid bool) {
+		t.Helper()
+		err := db.Pool.QueryRow(ctx, `SELECT count(*) > 0, coalesce(bool_and(indisvalid), false) FROM pg_index
+			WHERE indexrelid = to_regclass('events_followee_position_idx')`).Scan(&exists, &valid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return exists, valid
+	}
+	if e, v := valid(); !e || !v {
+		t.Fatalf("after Up: index exists %v, valid %v", e, v)
+	}
+	// What an interrupted CREATE INDEX CONCURRENTLY leaves: the index,
+	// invalid, and the migration not recorded.
+	if _, err := db.Pool.Exec(ctx, `UPDATE pg_index SET indisvalid = false WHERE indexrelid = 'events_followee_position_idx'::regclass`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `DELETE FROM schema_migrations WHERE version = $1`, m.Version); err != nil {
+		t.Fatal(err)
+	}
+	applied, err := migrations.Up(ctx, db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(applied) != 1 || applied[0] != m.Version {
+		t.Fatalf("Up applied %v, want [%d]", applied, m.Version)
+	}
+	if e, v := valid(); !e || !v {
+		t.Fatalf("after the second Up: index exists %v, valid %v", e, v)
+	}
+	// Run again over a valid index (a crash after the build, before the
+	// record): a no-op that records it.
+	if _, err := db.Pool.Exec(ctx, `DELETE FROM schema_migrations WHERE version = $1`, m.Version); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := migrations.Up(ctx, db.Pool); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.Check(ctx, db.Pool); err != nil {
+		t.Fatal(err)
+	}
+}
