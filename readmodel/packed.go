@@ -83,12 +83,13 @@ local keep, over = tonumber(ARGV[1]), tonumber(ARGV[2])
 local E = ` + itoa(snowEpochMs) + `
 local b = redis.call('GET', bk)
 local add
+local sorted = false -- add is ascending and distinct (the client sorted it)
 local seen = ARGV[8]
 if b and seen and #seen > 0 and string.sub(b, 1, #seen) == seen then
   -- the buffer still starts with what the client read, sorted and
   -- deduplicated into ARGV[7]; what landed since stays in the buffer
   if #b == #seen then redis.call('DEL', bk) else redis.call('SET', bk, string.sub(b, #seen + 1), 'KEEPTTL') end
-  add = ARGV[7]
+  add, sorted = ARGV[7], true
 else
   if b then redis.call('DEL', bk) else b = '' end
   if seen and #seen > 0 then
@@ -129,8 +130,12 @@ if #tail >= 8 and ARGV[3] == '' and ARGV[4] ~= '1' and #add > 0 then
     local h, l = struct.unpack('>I4I4', tail, 1)
     if h > ph or (h == ph and l > pl) then ph, pl = h, l end
   end
+  -- ascending ids are all above the floor and the newest sealed id when
+  -- the first is: only an unsorted add is walked
   local fast = true
-  for p = 1, #add - 7, 8 do
+  local last = #add - 7
+  if sorted then last = 1 end
+  for p = 1, last, 8 do
     local h, l = struct.unpack('>I4I4', add, p)
     if h > ph or (h == ph and l > pl) then ph, pl = h, l else fast = false break end
   end
