@@ -84,8 +84,8 @@ func All() ([]Migration, error) {
 // Up applies every pending migration (every version not recorded in
 // schema_migrations, in version order, so one that filled a gap below the
 // newest applied version is applied too), each in its own transaction
-// (or none, Migration.NoTx), under a session advisory lock so two processes never migrate at once. It
-// returns the versions it applied.
+// (or none, Migration.NoTx), under a session advisory lock so two
+// processes never migrate at once. It returns the versions it applied.
 func Up(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
 	all, err := All()
 	if err != nil {
