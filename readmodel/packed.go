@@ -341,8 +341,8 @@ func NewPackedInboxes(keys Keys, pol Policy) PackedInboxes {
 
 // Keys returns user's sealed and buffer keys.
 func (m PackedInboxes) Keys(user int64) (sealed, buf string) {
-	k := m.keys.PackedInbox(user)
-	return k, k + "+"
+	buf = m.keys.tagged(ProjectionInbox, "pfeed:", user, "+") // one allocation for both
+	return buf[:len(buf)-1], buf
 }
 
 func packID(id int64) []byte { return binary.BigEndian.AppendUint64(nil, uint64(id)) }
