@@ -161,7 +161,7 @@ const builtSig = "b"
 func (f *Feed) readHomeCached(ctx context.Context, iv *inboxView, g *cacheGen, user int64, cur key, n int, members []int64) (homeReply, error) {
 	c := f.cache
 	now := time.Now().UnixNano()
-	kIn, kOwn := iv.zset.Key(user), f.tl.Key(user)
+	kOwn := f.tl.Key(user)
 	kF, kFV := f.follows.FollowingKeys(user)
 	var r homeReply
 	var pipe redis.Pipeliner // made for the first miss; it only queues: the commands go out in the connection's next batch
@@ -182,9 +182,11 @@ func (f *Feed) readHomeCached(ctx context.Context, iv *inboxView, g *cacheGen, u
 	// buffer's, each stored only if no invalidation of its key raced the
 	// read. A hit needs both, so a write to either key (an invalidation
 	// drops that key's entry) makes the next read go to Redis.
-	kBuf := ""
+	var kIn, kBuf string
 	if iv.packed != nil {
 		kIn, kBuf = iv.packed.Keys(user)
+	} else {
+		kIn = iv.zset.Key(user)
 	}
 	inHit, ownHit := false, false
 	if v, ok := c.lookup(kIn, sigIn, now); ok && (kBuf == "" || c.hasMarker(kBuf, sigIn, now)) {
