@@ -183,7 +183,7 @@ func (s *Server) prepare(w http.ResponseWriter, r *http.Request) (*http.Request,
 	if r.Body != http.NoBody { // net/http's body of a request without one: nothing to bound
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+	ctx, cancel := withTimeout(r.Context(), s.cfg.RequestTimeout)
 	return r.WithContext(ctx), cancel
 }
 
