@@ -161,8 +161,21 @@ const builtSig = "b"
 func (f *Feed) readHomeCached(ctx context.Context, iv *inboxView, g *cacheGen, user int64, cur key, n int, members []int64) (homeReply, error) {
 	c := f.cache
 	now := time.Now().UnixNano()
-	kOwn := f.tl.Key(user)
-	kF, kFV := f.follows.FollowingKeys(user)
+	// The reader's keys, in one string: own timeline, following set and
+	// versions, inbox (the packed buffer's, whose sealed key is the same
+	// but its last byte).
+	var kb [192]byte
+	b := f.tl.AppendKey(kb[:0], user)
+	endOwn := len(b)
+	b, endF := f.follows.AppendFollowingKeys(b, user)
+	endFV := len(b)
+	if iv.packed != nil {
+		b = iv.packed.AppendBufferKey(b, user)
+	} else {
+		b = iv.zset.AppendKey(b, user)
+	}
+	ks := string(b)
+	kOwn, kF, kFV := ks[:endOwn], ks[endOwn:endF], ks[endF:endFV]
 	var r homeReply
 	var pipe redis.Pipeliner // made for the first miss; it only queues: the commands go out in the connection's next batch
 	queue := func() redis.Pipeliner {
@@ -182,11 +195,9 @@ func (f *Feed) readHomeCached(ctx context.Context, iv *inboxView, g *cacheGen, u
 	// buffer's, each stored only if no invalidation of its key raced the
 	// read. A hit needs both, so a write to either key (an invalidation
 	// drops that key's entry) makes the next read go to Redis.
-	var kIn, kBuf string
+	kIn, kBuf := ks[endFV:], ""
 	if iv.packed != nil {
-		kIn, kBuf = iv.packed.Keys(user)
-	} else {
-		kIn = iv.zset.Key(user)
+		kBuf, kIn = kIn, kIn[:len(kIn)-1]
 	}
 	inHit, ownHit := false, false
 	if v, ok := c.lookup(kIn, sigIn, now); ok && (kBuf == "" || c.hasMarker(kBuf, sigIn, now)) {

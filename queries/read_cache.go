@@ -963,7 +963,7 @@ func (sh *rcShard) putLocked(k string, e *rcEntry) {
 	if _, ok := sh.cur[k]; !ok && len(sh.cur) >= sh.half {
 		sh.old, sh.cur = sh.cur, make(map[string]*rcEntry, sh.half)
 	}
-	sh.cur[k] = e
+	sh.cur[strings.Clone(k)] = e // k may be part of a larger string (readHomeCached's keys)
 	delete(sh.old, k)
 }
 

@@ -57,13 +57,17 @@ func (k Keys) appendNS(b []byte, projection string) []byte {
 // allocation: the read path builds several keys per request.
 func (k Keys) tagged(projection, name string, v int64, suffix string) string {
 	var a [96]byte
-	b := k.appendNS(a[:0], projection)
+	return string(k.appendTagged(a[:0], projection, name, v, suffix))
+}
+
+// appendTagged appends tagged(projection, name, v, suffix) to b.
+func (k Keys) appendTagged(b []byte, projection, name string, v int64, suffix string) []byte {
+	b = k.appendNS(b, projection)
 	b = append(b, name...)
 	b = append(b, '{')
 	b = strconv.AppendInt(b, v, 10)
 	b = append(b, '}')
-	b = append(b, suffix...)
-	return string(b)
+	return append(b, suffix...)
 }
 
 // Inbox is a user's home-feed sorted set: member post id, score created_at ms.

@@ -41,3 +41,24 @@ func BenchmarkKeys(b *testing.B) {
 		_ = k.Following(1234567890123456789)
 	}
 }
+
+func TestAppendKeys(t *testing.T) {
+	k := Keys{Prefix: "p:", Versions: Versions{}.With(ProjectionInbox, 2).With(ProjectionFollowers, 3).With(ProjectionTimelines, 4)}
+	b := NewTimelines(k, 10).AppendKey([]byte("x"), 7)
+	t0 := len(b)
+	b, n := NewFollows(k).AppendFollowingKeys(b, 7)
+	m := len(b)
+	b = NewPackedInboxes(k, Policy{}).AppendBufferKey(b, 7)
+	l := len(b)
+	b = NewInboxes(k, Policy{}).AppendKey(b, 7)
+	s := string(b)
+	set, vers := NewFollows(k).FollowingKeys(7)
+	_, buf := NewPackedInboxes(k, Policy{}).Keys(7)
+	for _, c := range []struct{ got, want string }{
+		{s[:t0], "xp:v4:timeline:{7}"}, {s[t0:n], set}, {s[n:m], vers}, {s[m:l], buf}, {s[l:], k.Inbox(7)},
+	} {
+		if c.got != c.want {
+			t.Errorf("appended %q, want %q", c.got, c.want)
+		}
+	}
+}

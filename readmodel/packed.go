@@ -345,6 +345,11 @@ func (m PackedInboxes) Keys(user int64) (sealed, buf string) {
 	return buf[:len(buf)-1], buf
 }
 
+// AppendBufferKey appends user's buffer key to b: the sealed key and "+".
+func (m PackedInboxes) AppendBufferKey(b []byte, user int64) []byte {
+	return m.keys.appendTagged(b, ProjectionInbox, "pfeed:", user, "+")
+}
+
 func packID(id int64) []byte { return binary.BigEndian.AppendUint64(nil, uint64(id)) }
 
 func packIDs(ids []int64) []byte {
