@@ -200,7 +200,8 @@ func (f *Feed) readHomeCached(ctx context.Context, iv *inboxView, g *cacheGen, u
 		kBuf, kIn = kIn, kIn[:len(kIn)-1]
 	}
 	inHit, ownHit := false, false
-	if v, ok := c.lookup(kIn, sigIn, now); ok && (kBuf == "" || c.hasMarker(kBuf, sigIn, now)) {
+	var t tally
+	if v, ok := c.lookupTally(kIn, sigIn, now, &t); ok && (kBuf == "" || c.hasMarker(kBuf, sigIn, now, &t)) {
 		r.inbox, inHit = v.(setResult), true
 	} else {
 		inT = c.begin(g, kIn)
@@ -211,21 +212,22 @@ func (f *Feed) readHomeCached(ctx context.Context, iv *inboxView, g *cacheGen, u
 			inbox = iv.zset.QueueRead(ctx, queue(), user, cur.ms, n)
 		}
 	}
-	if v, ok := c.lookup(kOwn, sigOwn, now); ok {
+	if v, ok := c.lookupTally(kOwn, sigOwn, now, &t); ok {
 		r.own, ownHit = v.(setResult), true
 	} else {
 		ownT = c.begin(g, kOwn)
 		own = f.tl.QueueRead(ctx, queue(), user, cur.ms, n)
 	}
 	var fvB *redis.BoolCmd
-	if v, ok := c.lookup(kFV, builtSig, now); ok {
+	if v, ok := c.lookupTally(kFV, builtSig, now, &t); ok {
 		r.followBuilt = v.(bool)
 	} else {
 		fvT = c.begin(g, kFV)
 		fvB = f.follows.QueueFollowingBuilt(ctx, queue(), user)
 	}
 	r.member = make([]bool, len(members))
-	ask := c.lookupMembers(kF, members, r.member, now) // indexes of members not cached
+	ask := c.lookupMembers(kF, members, r.member, now, &t) // indexes of members not cached
+	c.count(t)
 	var isMember *redis.BoolSliceCmd
 	if len(ask) > 0 {
 		fT = c.begin(g, kF)
