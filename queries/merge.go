@@ -112,21 +112,11 @@ func mergeDesc(cur, bound key, srcs []source) []key {
 		ks := s.keys
 		// The first key at or below cur's millisecond, and the first
 		// below bound's: the keys outside are out of range.
-		lo, _ := slices.BinarySearchFunc(ks, cur.ms, func(k key, ms int64) int {
-			if k.ms > ms {
-				return -1
-			}
-			return 1
-		})
-		hi, _ := slices.BinarySearchFunc(ks[lo:], bound.ms, func(k key, ms int64) int {
-			if k.ms >= ms {
-				return -1
-			}
-			return 1
-		})
-		if hi > 0 {
-			wins = append(wins, ks[lo:lo+hi])
-			n += hi
+		lo := firstBelow(ks, cur.ms, true)
+		hi := lo + firstBelow(ks[lo:], bound.ms, false)
+		if hi > lo {
+			wins = append(wins, ks[lo:hi])
+			n += hi - lo
 		}
 	}
 	keys := make([]key, 0, n)
@@ -154,6 +144,22 @@ func mergeDesc(cur, bound key, srcs []source) []key {
 		}
 	}
 	return keys
+}
+
+// firstBelow returns the index of the first key of ks (in descending
+// millisecond order) whose millisecond is below ms, or at ms too with
+// orAt; len(ks) if none.
+func firstBelow(ks []key, ms int64, orAt bool) int {
+	lo, hi := 0, len(ks)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if k := ks[m].ms; k > ms || k == ms && !orAt {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
 }
 
 // lower returns the older of two keys: where a page continues after a
