@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
@@ -32,6 +33,7 @@ type requestIDs struct {
 type idContext struct {
 	context.Context
 	ids requestIDs
+	hdr [1]string // the X-Request-Id header's value, in the same allocation
 }
 
 // Value implements context.Context.
@@ -64,15 +66,28 @@ func (s *Server) withRequestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.Header.Get("X-Request-Id")
 		if !saneID(id) {
-			id = uuid.NewString()
+			id = newRequestID()
 		}
 		corr := r.Header.Get("X-Correlation-Id")
 		if !saneID(corr) {
 			corr = id
 		}
-		w.Header().Set("X-Request-Id", id)
-		next.ServeHTTP(w, r.WithContext(&idContext{Context: r.Context(), ids: requestIDs{request: id, correlation: corr}}))
+		ctx := &idContext{Context: r.Context(), ids: requestIDs{request: id, correlation: corr}, hdr: [1]string{id}}
+		w.Header()["X-Request-Id"] = ctx.hdr[:] // Set, without allocating the value's slice
+		next.ServeHTTP(w, r.WithContext(ctx))
 	})
+}
+
+// newRequestID is a new random (version 4) UUID, as uuid.NewString, in one
+// allocation (the string).
+func newRequestID() string {
+	var u uuid.UUID
+	if _, err := rand.Read(u[:]); err != nil {
+		return uuid.NewString()
+	}
+	u[6] = u[6]&0x0f | 0x40 // version 4
+	u[8] = u[8]&0x3f | 0x80 // variant RFC 4122
+	return u.String()
 }
 
 func saneID(s string) bool {
@@ -183,7 +198,7 @@ func (s *Server) prepare(w http.ResponseWriter, r *http.Request) (*http.Request,
 	if r.Body != http.NoBody { // net/http's body of a request without one: nothing to bound
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+	ctx, cancel := withTimeout(r.Context(), s.cfg.RequestTimeout)
 	return r.WithContext(ctx), cancel
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/gorilla/mux"
 
@@ -89,13 +90,37 @@ func writeRaw(w http.ResponseWriter, status int, body []byte) {
 	if len(body) > 0 {
 		// With its length known, net/http sends the body as it is, not
 		// chunked (a page is larger than its 2 KiB pre-chunking buffer).
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		// The values are shared, never modified slices (Header.Set
+		// replaces a value and Add appends past their capacity): no
+		// allocation per response.
+		h := w.Header()
+		h["Content-Type"] = jsonContentType
+		h["Content-Length"] = contentLength(len(body))
 	}
 	w.WriteHeader(status)
 	if len(body) > 0 {
 		_, _ = w.Write(body)
 	}
+}
+
+var jsonContentType = []string{"application/json"}
+
+// contentLengths are the Content-Length values of bodies below 16 KiB,
+// each made the first time a body of that length is written.
+var contentLengths [16 << 10]atomic.Pointer[[]string]
+
+// contentLength returns the header value of a body of n bytes: the same
+// slice for every body of n bytes below 16 KiB, which no one may modify.
+func contentLength(n int) []string {
+	if n >= len(contentLengths) {
+		return []string{strconv.Itoa(n)}
+	}
+	if v := contentLengths[n].Load(); v != nil {
+		return *v
+	}
+	v := []string{strconv.Itoa(n)}
+	contentLengths[n].Store(&v)
+	return v
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -82,13 +83,6 @@ func (f *Feed) celebrities(ctx context.Context, iv *inboxView) ([]celeb, error) 
 	return v.([]celeb), nil
 }
 
-// keysAt returns the keys of projection's active version, fixed, and
-// that version.
-func (f *Feed) keysAt(projection string) (readmodel.Keys, int) {
-	v := f.cfg.Keys.Version(projection)
-	return readmodel.Keys{Prefix: f.cfg.Keys.Prefix, Versions: readmodel.Versions{}.With(projection, v)}, v
-}
-
 // timelineHead is the newest part of one celebrity's timeline, as a source
 // complete above its bound.
 type timelineHead struct {
@@ -126,32 +120,34 @@ func (h *timelineHead) usable(cur key, n int) bool {
 	return count >= n
 }
 
-// timelineHeads returns the cached heads of authors, refreshing expired ones
-// concurrently (one Redis read per author and TTL, whatever the number of
-// readers).
-func (f *Feed) timelineHeads(ctx context.Context, authors []int64) (map[int64]*timelineHead, error) {
+// timelineHeads returns the cached heads of authors, by index, in out
+// (reused when it has room), refreshing expired ones concurrently (one
+// Redis read per author and TTL, whatever the number of readers).
+func (f *Feed) timelineHeads(ctx context.Context, authors []int64, out []*timelineHead) ([]*timelineHead, error) {
 	c := &f.timelines
-	keys, ver := f.keysAt(readmodel.ProjectionTimelines) // one version for every head of this read
-	tl := readmodel.NewTimelines(keys, readmodel.DefaultTimelineMax)
-	out := make(map[int64]*timelineHead, len(authors))
-	var missing []int64
+	ver := f.cfg.Keys.Version(readmodel.ProjectionTimelines) // one version for every head of this read
+	out = slices.Grow(out[:0], len(authors))[:len(authors)]
+	var missing []int // indexes in authors
 	now := f.now()
 	c.mu.RLock()
-	for _, a := range authors {
+	for i, a := range authors {
 		if h, ok := c.heads[a]; ok && h.version == ver && now.Sub(h.at) < c.ttl {
-			out[a] = h
+			out[i] = h
 		} else {
-			missing = append(missing, a)
+			missing = append(missing, i)
 		}
 	}
 	c.mu.RUnlock()
-	f.metrics.timelineHit.Add(float64(len(out)))
+	f.metrics.timelineHit.Add(float64(len(authors) - len(missing)))
 	if len(missing) == 0 {
 		return out, nil
 	}
 	f.metrics.timelineMiss.Add(float64(len(missing)))
+	keys := readmodel.Keys{Prefix: f.cfg.Keys.Prefix, Versions: readmodel.Versions{}.With(readmodel.ProjectionTimelines, ver)}
+	tl := readmodel.NewTimelines(keys, readmodel.DefaultTimelineMax)
 	chans := make([]<-chan singleflight.Result, len(missing))
-	for i, a := range missing {
+	for i, ai := range missing {
+		a := authors[ai]
 		chans[i] = c.sf.DoChan(strconv.Itoa(ver)+":"+strconv.FormatInt(a, 10), func() (any, error) {
 			// Detached from one reader's cancellation: other readers wait
 			// on this flight too.

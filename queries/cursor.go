@@ -49,11 +49,20 @@ var cursorEncoding = base64.RawURLEncoding.Strict()
 // encodeCursor returns the opaque cursor of the page that continues strictly
 // after k.
 func encodeCursor(k key) string {
+	var b [cursorV1EncLen]byte
+	return string(appendCursor(b[:0], k))
+}
+
+// cursorV1EncLen is the length of a version 1 cursor (unpadded base64).
+const cursorV1EncLen = (cursorV1Len*8 + 5) / 6
+
+// appendCursor appends encodeCursor(k) to dst.
+func appendCursor(dst []byte, k key) []byte {
 	var b [cursorV1Len]byte
 	b[0] = cursorV1
 	binary.BigEndian.PutUint64(b[1:9], uint64(k.ms))
 	binary.BigEndian.PutUint64(b[9:17], uint64(k.id))
-	return cursorEncoding.EncodeToString(b[:])
+	return cursorEncoding.AppendEncode(dst, b[:])
 }
 
 // parseCursor decodes a cursor of author pages (version 1 only); "" is

@@ -182,3 +182,12 @@ func FuzzParseHomeCursor(f *testing.F) {
 		}
 	})
 }
+
+func TestCursorV1EncLen(t *testing.T) {
+	if n := cursorEncoding.EncodedLen(cursorV1Len); n != cursorV1EncLen {
+		t.Fatalf("cursorV1EncLen %d, the encoding makes %d", cursorV1EncLen, n)
+	}
+	if c := encodeCursor(key{ms: -1, id: -1}); len(c) != cursorV1EncLen {
+		t.Fatalf("cursor %q of length %d", c, len(c))
+	}
+}

@@ -283,7 +283,7 @@ func (f *Feed) homeSegment(ctx context.Context, user int64, cur key, want int, p
 		return homeRead{}, cold, nil
 	}
 	inboxSrc, ownSrc := rr.inbox.src, rr.own.src
-	srcs := make([]source, 0, 4)
+	srcs := make([]source, 0, 8) // and the probe's and the celebrities'
 	srcs = append(srcs, inboxSrc, ownSrc)
 	var pre map[int64]item
 	if len(probe) > 0 {
@@ -302,17 +302,16 @@ func (f *Feed) homeSegment(ctx context.Context, user int64, cur key, want int, p
 	follows := newFollowAnswers(asked, rr.member)
 	if len(asked) > 0 {
 		is := rr.member
-		var fc []int64
+		var fcBuf [8]int64 // a reader follows a few celebrities
+		fc := fcBuf[:0]
 		for i, a := range asked[:nCeleb] {
 			if ok := i < len(is) && is[i]; ok {
 				fc = append(fc, a)
 			}
 		}
-		cs, err := f.celebritySources(ctx, fc, cur, n)
-		if err != nil {
+		if srcs, err = f.celebritySources(ctx, fc, cur, n, srcs); err != nil {
 			return homeRead{}, coldParts{}, err
 		}
-		srcs = append(srcs, cs...)
 	}
 	return homeRead{
 		seg: mergeSegment(cur, srcs),
@@ -320,23 +319,23 @@ func (f *Feed) homeSegment(ctx context.Context, user int64, cur key, want int, p
 	}, coldParts{}, nil
 }
 
-// celebritySources returns the timelines of the followed celebrities from
-// cur: the cached head when it covers the range, else a direct read, all
-// direct reads in one pipeline.
-func (f *Feed) celebritySources(ctx context.Context, celebs []int64, cur key, n int) ([]source, error) {
+// celebritySources appends to srcs the timelines of the followed
+// celebrities from cur: the cached head when it covers the range, else a
+// direct read, all direct reads in one pipeline.
+func (f *Feed) celebritySources(ctx context.Context, celebs []int64, cur key, n int, srcs []source) ([]source, error) {
 	if len(celebs) == 0 {
-		return nil, nil
+		return srcs, nil
 	}
-	heads, err := f.timelineHeads(ctx, celebs)
+	var headBuf [8]*timelineHead
+	heads, err := f.timelineHeads(ctx, celebs, headBuf[:0])
 	if err != nil {
 		return nil, redisErr(err)
 	}
-	srcs := make([]source, 0, len(celebs))
 	var directs []readmodel.RangeRead
 	var directAuthors []int64
 	var pipe redis.Pipeliner // made for the first direct read only
-	for _, c := range celebs {
-		if h := heads[c]; h != nil && h.usable(cur, n) {
+	for i, c := range celebs {
+		if h := heads[i]; h != nil && h.usable(cur, n) {
 			srcs = append(srcs, h.src)
 			continue
 		}

@@ -161,8 +161,21 @@ const builtSig = "b"
 func (f *Feed) readHomeCached(ctx context.Context, iv *inboxView, g *cacheGen, user int64, cur key, n int, members []int64) (homeReply, error) {
 	c := f.cache
 	now := time.Now().UnixNano()
-	kIn, kOwn := iv.zset.Key(user), f.tl.Key(user)
-	kF, kFV := f.follows.FollowingKeys(user)
+	// The reader's keys, in one string: own timeline, following set and
+	// versions, inbox (the packed buffer's, whose sealed key is the same
+	// but its last byte).
+	var kb [192]byte
+	b := f.tl.AppendKey(kb[:0], user)
+	endOwn := len(b)
+	b, endF := f.follows.AppendFollowingKeys(b, user)
+	endFV := len(b)
+	if iv.packed != nil {
+		b = iv.packed.AppendBufferKey(b, user)
+	} else {
+		b = iv.zset.AppendKey(b, user)
+	}
+	ks := string(b)
+	kOwn, kF, kFV := ks[:endOwn], ks[endOwn:endF], ks[endF:endFV]
 	var r homeReply
 	var pipe redis.Pipeliner // made for the first miss; it only queues: the commands go out in the connection's next batch
 	queue := func() redis.Pipeliner {
@@ -182,12 +195,13 @@ func (f *Feed) readHomeCached(ctx context.Context, iv *inboxView, g *cacheGen, u
 	// buffer's, each stored only if no invalidation of its key raced the
 	// read. A hit needs both, so a write to either key (an invalidation
 	// drops that key's entry) makes the next read go to Redis.
-	kBuf := ""
+	kIn, kBuf := ks[endFV:], ""
 	if iv.packed != nil {
-		kIn, kBuf = iv.packed.Keys(user)
+		kBuf, kIn = kIn, kIn[:len(kIn)-1]
 	}
 	inHit, ownHit := false, false
-	if v, ok := c.lookup(kIn, sigIn, now); ok && (kBuf == "" || c.hasMarker(kBuf, sigIn, now)) {
+	var t tally
+	if v, ok := c.lookupTally(kIn, sigIn, now, &t); ok && (kBuf == "" || c.hasMarker(kBuf, sigIn, now, &t)) {
 		r.inbox, inHit = v.(setResult), true
 	} else {
 		inT = c.begin(g, kIn)
@@ -198,21 +212,22 @@ func (f *Feed) readHomeCached(ctx context.Context, iv *inboxView, g *cacheGen, u
 			inbox = iv.zset.QueueRead(ctx, queue(), user, cur.ms, n)
 		}
 	}
-	if v, ok := c.lookup(kOwn, sigOwn, now); ok {
+	if v, ok := c.lookupTally(kOwn, sigOwn, now, &t); ok {
 		r.own, ownHit = v.(setResult), true
 	} else {
 		ownT = c.begin(g, kOwn)
 		own = f.tl.QueueRead(ctx, queue(), user, cur.ms, n)
 	}
 	var fvB *redis.BoolCmd
-	if v, ok := c.lookup(kFV, builtSig, now); ok {
+	if v, ok := c.lookupTally(kFV, builtSig, now, &t); ok {
 		r.followBuilt = v.(bool)
 	} else {
 		fvT = c.begin(g, kFV)
 		fvB = f.follows.QueueFollowingBuilt(ctx, queue(), user)
 	}
 	r.member = make([]bool, len(members))
-	ask := c.lookupMembers(kF, members, r.member, now) // indexes of members not cached
+	ask := c.lookupMembers(kF, members, r.member, now, &t) // indexes of members not cached
+	c.count(t)
 	var isMember *redis.BoolSliceCmd
 	if len(ask) > 0 {
 		fT = c.begin(g, kF)

@@ -54,27 +54,36 @@ func mergeSegment(cur key, srcs []source) segment {
 			floor = floor || s.floor
 		}
 	}
-	// The keys in range: a descending source (a celebrity's cached head
-	// holds 200) is cut at the first millisecond below the bound.
-	inRange := func(s source, add func(key)) {
-		for _, k := range s.keys {
-			if s.desc && k.ms < seg.bound.ms {
-				break // every later key is older still
-			}
-			if k.less(cur) && seg.bound.less(k) {
-				add(k)
+	allDesc := true
+	for _, s := range srcs {
+		allDesc = allDesc && s.desc
+	}
+	var keys []key
+	if allDesc {
+		keys = mergeDesc(cur, seg.bound, srcs) // every Redis source is: no sort
+	} else {
+		// The keys in range: a descending source (a celebrity's cached
+		// head holds 200) is cut at the first millisecond below the bound.
+		inRange := func(s source, add func(key)) {
+			for _, k := range s.keys {
+				if s.desc && k.ms < seg.bound.ms {
+					break // every later key is older still
+				}
+				if k.less(cur) && seg.bound.less(k) {
+					add(k)
+				}
 			}
 		}
+		n := 0
+		for _, s := range srcs {
+			inRange(s, func(key) { n++ })
+		}
+		keys = make([]key, 0, n)
+		for _, s := range srcs {
+			inRange(s, func(k key) { keys = append(keys, k) })
+		}
+		sortNewestFirst(keys)
 	}
-	n := 0
-	for _, s := range srcs {
-		inRange(s, func(key) { n++ })
-	}
-	keys := make([]key, 0, n)
-	for _, s := range srcs {
-		inRange(s, func(k key) { keys = append(keys, k) })
-	}
-	sortNewestFirst(keys)
 	seg.keys = slices.Compact(keys)
 	switch {
 	case seg.bound == minKey:
@@ -88,6 +97,69 @@ func mergeSegment(cur key, srcs []source) segment {
 		seg.next = stepRedis
 	}
 	return seg
+}
+
+// mergeDesc returns the keys of descending sources strictly between bound
+// and cur, newest first (duplicates adjacent): each source's window of
+// milliseconds from cur's down to bound's is found by binary search, the
+// windows are merged by millisecond, and the keys of one millisecond (in
+// any order within a source) are then sorted by id.
+func mergeDesc(cur, bound key, srcs []source) []key {
+	var winBuf [8][]key
+	wins := winBuf[:0]
+	n := 0
+	for _, s := range srcs {
+		ks := s.keys
+		// The first key at or below cur's millisecond, and the first
+		// below bound's: the keys outside are out of range.
+		lo := firstBelow(ks, cur.ms, true)
+		hi := lo + firstBelow(ks[lo:], bound.ms, false)
+		if hi > lo {
+			wins = append(wins, ks[lo:hi])
+			n += hi - lo
+		}
+	}
+	keys := make([]key, 0, n)
+	for len(wins) > 0 {
+		best := 0
+		for i := 1; i < len(wins); i++ {
+			if wins[i][0].ms > wins[best][0].ms {
+				best = i
+			}
+		}
+		k := wins[best][0]
+		if wins[best] = wins[best][1:]; len(wins[best]) == 0 {
+			wins[best] = wins[len(wins)-1]
+			wins = wins[:len(wins)-1]
+		}
+		if k.less(cur) && bound.less(k) { // cur's and bound's own millisecond hold keys on both sides
+			keys = append(keys, k)
+		}
+	}
+	// Within one millisecond: by id, newest first (insertion sort: ties
+	// are few).
+	for i := 1; i < len(keys); i++ {
+		for j := i; j > 0 && keys[j].ms == keys[j-1].ms && keys[j-1].id < keys[j].id; j-- {
+			keys[j], keys[j-1] = keys[j-1], keys[j]
+		}
+	}
+	return keys
+}
+
+// firstBelow returns the index of the first key of ks (in descending
+// millisecond order) whose millisecond is below ms, or at ms too with
+// orAt; len(ks) if none.
+func firstBelow(ks []key, ms int64, orAt bool) int {
+	lo, hi := 0, len(ks)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if k := ks[m].ms; k > ms || k == ms && !orAt {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
 }
 
 // lower returns the older of two keys: where a page continues after a

@@ -308,3 +308,77 @@ func TestFollowAnswers(t *testing.T) {
 		}
 	}
 }
+
+// Descending sources that share posts (a post in the inbox and in a
+// celebrity's timeline), with many posts per millisecond, merge to what
+// sorting their keys makes.
+func TestMergeSegmentDescendingSharedKeys(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(11, 3))
+	for range 2000 {
+		var all []key
+		ms := int64(100)
+		for range rng.IntN(60) {
+			ms -= rng.Int64N(2)
+			all = append(all, key{ms: ms, id: 1 + rng.Int64N(8)})
+		}
+		all = slices.Compact(all)
+		var srcs, plain []source
+		for range 1 + rng.IntN(6) {
+			var ks []key
+			for _, k := range all {
+				if rng.IntN(2) == 0 {
+					ks = append(ks, k)
+				}
+			}
+			// ties in any order within a millisecond
+			for i := 0; i < len(ks); {
+				j := i + 1
+				for j < len(ks) && ks[j].ms == ks[i].ms {
+					j++
+				}
+				rng.Shuffle(j-i, func(a, b int) { ks[i+a], ks[i+b] = ks[i+b], ks[i+a] })
+				i = j
+			}
+			bound := minKey
+			if rng.IntN(3) > 0 {
+				bound = key{ms: 100 - rng.Int64N(40), id: rng.Int64N(10)}
+			}
+			srcs = append(srcs, source{keys: ks, bound: bound, desc: true})
+			plain = append(plain, source{keys: slices.Clone(ks), bound: bound})
+		}
+		cur := startKey
+		if rng.IntN(2) == 0 {
+			cur = key{ms: 100 - rng.Int64N(20), id: rng.Int64N(10)}
+		}
+		got, want := mergeSegment(cur, srcs), mergeSegment(cur, plain)
+		if !slices.Equal(got.keys, want.keys) || got.bound != want.bound || got.next != want.next {
+			t.Fatalf("cur %v\ndesc %+v\nplain %+v", cur, got, want)
+		}
+	}
+}
+
+func BenchmarkMergeSegment(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	desc := func(n int, step int64) []key {
+		ks := make([]key, n)
+		ms := int64(1_000_000)
+		for i := range ks {
+			ms -= 1 + rng.Int64N(step)
+			ks[i] = key{ms: ms, id: ms*10 + rng.Int64N(10)}
+		}
+		return ks
+	}
+	inbox, own := desc(27, 1000), desc(27, 50000)
+	srcs := []source{
+		{keys: inbox, bound: below(inbox[len(inbox)-1].ms), desc: true},
+		{keys: own, bound: below(own[len(own)-1].ms), desc: true},
+	}
+	for range 3 {
+		srcs = append(srcs, source{keys: desc(200, 5000), bound: minKey, floor: true, desc: true})
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = mergeSegment(startKey, srcs)
+	}
+}

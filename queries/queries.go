@@ -444,13 +444,22 @@ func makePage(items []item, limit int) Page {
 	for i := 0; i < len(items) && i < limit; i++ {
 		p.Items = append(p.Items, items[i].post)
 	}
-	if len(items) > limit {
-		c := encodeCursor(items[limit-1].key)
-		p.NextCursor = &c
+	if len(items) == 0 {
+		return p
 	}
-	if len(items) > 0 {
-		c := encodeCursor(items[0].key)
-		p.PrevCursor = &c
+	// Both cursors are made in two allocations: their bytes in one string,
+	// and the two strings the pointers point to.
+	var b [2 * cursorV1EncLen]byte
+	buf := appendCursor(b[:0], items[0].key)
+	prevLen := len(buf)
+	if len(items) > limit {
+		buf = appendCursor(buf, items[limit-1].key)
+	}
+	s := string(buf)
+	cs := &[2]string{s[:prevLen], s[prevLen:]}
+	p.PrevCursor = &cs[0]
+	if len(items) > limit {
+		p.NextCursor = &cs[1]
 	}
 	return p
 }

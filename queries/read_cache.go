@@ -800,6 +800,28 @@ func (c *readCache) shard(k string) *rcShard {
 
 // lookup returns the cached reply of sig on k.
 func (c *readCache) lookup(k, sig string, now int64) (any, bool) {
+	var t tally
+	v, ok := c.lookupTally(k, sig, now, &t)
+	c.count(t)
+	return v, ok
+}
+
+// tally counts one read's hits and misses, added to the shared stats once
+// (count) rather than by each lookup.
+type tally struct{ hits, misses int64 }
+
+// count adds t to the stats.
+func (c *readCache) count(t tally) {
+	if t.hits > 0 {
+		c.stats.hits.Add(t.hits)
+	}
+	if t.misses > 0 {
+		c.stats.misses.Add(t.misses)
+	}
+}
+
+// lookupTally is lookup counted in t.
+func (c *readCache) lookupTally(k, sig string, now int64, t *tally) (any, bool) {
 	sh := c.shard(k)
 	var v rcVal
 	ok := false
@@ -818,10 +840,10 @@ func (c *readCache) lookup(k, sig string, now int64) (any, bool) {
 	}
 	ok = ok && now-v.at <= c.maxAge // an expired reply is replaced by the next store
 	if ok {
-		c.stats.hits.Add(1)
+		t.hits++
 		return v.v, true
 	}
-	c.stats.misses.Add(1)
+	t.misses++
 	return nil, false
 }
 
@@ -845,9 +867,9 @@ func (c *readCache) begin(g *cacheGen, k string) ticket {
 // for a reply cached under its sealed key (readHomeCached).
 type packedMarker struct{}
 
-// hasMarker reports whether k holds a packedMarker for sig.
-func (c *readCache) hasMarker(k, sig string, now int64) bool {
-	v, ok := c.lookup(k, sig, now)
+// hasMarker reports whether k holds a packedMarker for sig (counted in t).
+func (c *readCache) hasMarker(k, sig string, now int64, t *tally) bool {
+	v, ok := c.lookupTally(k, sig, now, t)
 	if !ok {
 		return false
 	}
@@ -892,8 +914,9 @@ func (c *readCache) entryLocked(sh *rcShard, k string) *rcEntry {
 }
 
 // lookupMembers fills is with the cached membership answers of members in
-// set k and returns the indexes of those not cached, in one lock.
-func (c *readCache) lookupMembers(k string, members []int64, is []bool, now int64) []int {
+// set k and returns the indexes of those not cached, in one lock (counted
+// in t).
+func (c *readCache) lookupMembers(k string, members []int64, is []bool, now int64, t *tally) []int {
 	sh := c.shard(k)
 	sh.mu.RLock()
 	e := sh.cur[k]
@@ -922,8 +945,8 @@ func (c *readCache) lookupMembers(k string, members []int64, is []bool, now int6
 		is[i] = v.is
 	}
 	sh.mu.RUnlock()
-	c.stats.hits.Add(int64(len(members) - len(ask)))
-	c.stats.misses.Add(int64(len(ask)))
+	t.hits += int64(len(members) - len(ask))
+	t.misses += int64(len(ask))
 	return ask
 }
 
@@ -963,7 +986,7 @@ func (sh *rcShard) putLocked(k string, e *rcEntry) {
 	if _, ok := sh.cur[k]; !ok && len(sh.cur) >= sh.half {
 		sh.old, sh.cur = sh.cur, make(map[string]*rcEntry, sh.half)
 	}
-	sh.cur[k] = e
+	sh.cur[strings.Clone(k)] = e // k may be part of a larger string (readHomeCached's keys)
 	delete(sh.old, k)
 }
 

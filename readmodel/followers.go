@@ -124,6 +124,14 @@ func (m Follows) FollowingKeys(user int64) (set, versions string) {
 	return m.keys.Following(user), m.keys.FollowingVersions(user)
 }
 
+// AppendFollowingKeys appends FollowingKeys(user), the set's then the
+// versions', to b, and returns where the set's ends.
+func (m Follows) AppendFollowingKeys(b []byte, user int64) ([]byte, int) {
+	b = m.keys.appendTagged(b, ProjectionFollowers, "following:", user, "")
+	n := len(b)
+	return m.keys.appendTagged(b, ProjectionFollowers, "following_v:", user, ""), n
+}
+
 // QueueFollowingBuilt queues whether user's following state is complete:
 // following_v:{u} has ~built. following_v:{u} outlives the set (a user
 // who unfollowed their last account has no following:{u}), and a user

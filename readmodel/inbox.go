@@ -29,6 +29,11 @@ func NewInboxes(keys Keys, pol Policy) Inboxes {
 // tracks replies by key.
 func (m Inboxes) Key(user int64) string { return m.keys.Inbox(user) }
 
+// AppendKey appends Key(user) to b.
+func (m Inboxes) AppendKey(b []byte, user int64) []byte {
+	return m.keys.appendTagged(b, ProjectionInbox, "feed:", user, "")
+}
+
 // InboxPush is one post's fan-out, prepared once per post and queued once
 // per follower.
 type InboxPush struct {

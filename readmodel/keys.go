@@ -42,38 +42,66 @@ func (k Keys) ns(projection string) string {
 	return k.Prefix + "v" + strconv.Itoa(v) + ":"
 }
 
+// appendNS appends projection's namespace (ns) to b.
+func (k Keys) appendNS(b []byte, projection string) []byte {
+	b = append(b, k.Prefix...)
+	if v := k.Version(projection); v != 1 {
+		b = append(b, 'v')
+		b = strconv.AppendInt(b, int64(v), 10)
+		b = append(b, ':')
+	}
+	return b
+}
+
+// tagged is ns(projection) + name + "{" + v + "}" + suffix, built in one
+// allocation: the read path builds several keys per request.
+func (k Keys) tagged(projection, name string, v int64, suffix string) string {
+	var a [96]byte
+	return string(k.appendTagged(a[:0], projection, name, v, suffix))
+}
+
+// appendTagged appends tagged(projection, name, v, suffix) to b.
+func (k Keys) appendTagged(b []byte, projection, name string, v int64, suffix string) []byte {
+	b = k.appendNS(b, projection)
+	b = append(b, name...)
+	b = append(b, '{')
+	b = strconv.AppendInt(b, v, 10)
+	b = append(b, '}')
+	return append(b, suffix...)
+}
+
 // Inbox is a user's home-feed sorted set: member post id, score created_at ms.
-func (k Keys) Inbox(userID int64) string { return k.ns(ProjectionInbox) + "feed:{" + id(userID) + "}" }
+func (k Keys) Inbox(userID int64) string { return k.tagged(ProjectionInbox, "feed:", userID, "") }
 
 // PackedInbox is a user's inbox in the packed layout (packed.go): the
 // sealed string; its append buffer is the same name plus "+".
 func (k Keys) PackedInbox(userID int64) string {
-	return k.ns(ProjectionInbox) + "pfeed:{" + id(userID) + "}"
+	return k.tagged(ProjectionInbox, "pfeed:", userID, "")
 }
 
 // Timeline is an author's recent posts, same member and score as the inbox.
 func (k Keys) Timeline(authorID int64) string {
-	return k.ns(ProjectionTimelines) + "timeline:{" + id(authorID) + "}"
+	return k.tagged(ProjectionTimelines, "timeline:", authorID, "")
 }
 
 // Post is the cached post body (JSON) used to hydrate feed pages.
-func (k Keys) Post(postID int64) string { return k.ns(ProjectionPosts) + "post:{" + id(postID) + "}" }
+func (k Keys) Post(postID int64) string { return k.tagged(ProjectionPosts, "post:", postID, "") }
 
 // Followers holds an account's follower count and its idempotency state.
 func (k Keys) Followers(userID int64) string {
-	return k.ns(ProjectionFollowers) + "followers:{" + id(userID) + "}"
+	return k.tagged(ProjectionFollowers, "followers:", userID, "")
 }
 
 // Following is the set of accounts a user follows.
 func (k Keys) Following(userID int64) string {
-	return k.ns(ProjectionFollowers) + "following:{" + id(userID) + "}"
+	return k.tagged(ProjectionFollowers, "following:", userID, "")
 }
 
 // FollowingVersions is the followers projector's idempotency state for
 // Following: per followee, the last applied stream version of the pair. It
 // shares the user's hash tag so one script updates both atomically.
 func (k Keys) FollowingVersions(userID int64) string {
-	return k.ns(ProjectionFollowers) + "following_v:{" + id(userID) + "}"
+	return k.tagged(ProjectionFollowers, "following_v:", userID, "")
 }
 
 // Celebrities is the set of authors at or over the celebrity threshold.

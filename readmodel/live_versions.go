@@ -65,8 +65,9 @@ type LiveVersions struct {
 	verifyAt time.Time  // guarded by mu
 
 	cur        atomic.Pointer[Active]
-	next       atomic.Int64 // unix nanos of the next background refresh
-	fresh      atomic.Int64 // unix nanos of the last successful refresh
+	base       time.Time    // when l was made: next and fresh are monotonic nanos since
+	next       atomic.Int64 // of the next background refresh
+	fresh      atomic.Int64 // of the last successful refresh
 	waitFailed atomic.Bool  // the last synchronous refresh failed; cleared by a success
 	refreshing atomic.Bool
 	stale      singleflight.Group // the synchronous refreshes of reads that found the versions stale
@@ -89,7 +90,7 @@ func NewLiveVersions(ctx context.Context, cfg LiveVersionsConfig, rdb redis.Univ
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	l := &LiveVersions{cfg: cfg, rdb: rdb, db: db, reg: NewRegistry(cfg.Prefix)}
+	l := &LiveVersions{cfg: cfg, rdb: rdb, db: db, reg: NewRegistry(cfg.Prefix), base: time.Now()}
 	cached, err := l.reg.cached(ctx, rdb)
 	if err != nil {
 		return nil, err
@@ -105,9 +106,13 @@ func NewLiveVersions(ctx context.Context, cfg LiveVersionsConfig, rdb redis.Univ
 	if err := l.resolve(ctx, cached); err != nil {
 		return nil, err
 	}
-	l.next.Store(time.Now().Add(cfg.Interval).UnixNano())
+	l.next.Store(l.clock() + int64(cfg.Interval))
 	return l, nil
 }
+
+// clock is the monotonic time since l was made, in nanos: cheaper than
+// the wall clock, and every read asks it (follow).
+func (l *LiveVersions) clock() int64 { return int64(time.Since(l.base)) }
 
 // Version implements VersionSource. It answers from memory and, at most
 // once per Interval, starts a Refresh in the background: a read of a
@@ -125,14 +130,14 @@ func (l *LiveVersions) Version(projection string) int {
 // follow refreshes the versions when due: in the background, or, when
 // they are stale, before it returns.
 func (l *LiveVersions) follow() {
-	now := time.Now().UnixNano()
+	now := l.clock()
 	if now < l.next.Load() {
 		return
 	}
 	if now-l.fresh.Load() > int64(l.cfg.MaxStale) && !l.waitFailed.Load() {
 		// One refresh for every read that found them stale at once.
 		_, _, _ = l.stale.Do("", func() (any, error) {
-			if time.Now().UnixNano() < l.next.Load() {
+			if l.clock() < l.next.Load() {
 				return nil, nil // a refresh ended meanwhile
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), l.cfg.MaxStaleWait)
@@ -247,7 +252,7 @@ func (l *LiveVersions) switched(cached, truth Versions) bool {
 
 // markFresh records that the versions in use were just read.
 func (l *LiveVersions) markFresh() {
-	l.fresh.Store(time.Now().UnixNano())
+	l.fresh.Store(l.clock())
 	l.waitFailed.Store(false)
 }
 
@@ -273,6 +278,6 @@ func (l *LiveVersions) refresh(ctx context.Context) bool {
 		}
 		l.cfg.Logger.Log(ctx, level, "projection versions: refresh", "err", err)
 	}
-	l.next.Store(time.Now().Add(l.cfg.Interval).UnixNano())
+	l.next.Store(l.clock() + int64(l.cfg.Interval))
 	return err == nil
 }

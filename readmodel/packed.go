@@ -347,8 +347,13 @@ func NewPackedInboxes(keys Keys, pol Policy) PackedInboxes {
 
 // Keys returns user's sealed and buffer keys.
 func (m PackedInboxes) Keys(user int64) (sealed, buf string) {
-	k := m.keys.PackedInbox(user)
-	return k, k + "+"
+	buf = m.keys.tagged(ProjectionInbox, "pfeed:", user, "+") // one allocation for both
+	return buf[:len(buf)-1], buf
+}
+
+// AppendBufferKey appends user's buffer key to b: the sealed key and "+".
+func (m PackedInboxes) AppendBufferKey(b []byte, user int64) []byte {
+	return m.keys.appendTagged(b, ProjectionInbox, "pfeed:", user, "+")
 }
 
 func packID(id int64) []byte { return binary.BigEndian.AppendUint64(nil, uint64(id)) }

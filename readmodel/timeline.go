@@ -34,6 +34,11 @@ func NewTimelines(keys Keys, max int) Timelines { return Timelines{keys: keys, m
 // Key is the timeline's key name, for the query side's read cache.
 func (m Timelines) Key(author int64) string { return m.keys.Timeline(author) }
 
+// AppendKey appends Key(author) to b.
+func (m Timelines) AppendKey(b []byte, author int64) []byte {
+	return m.keys.appendTagged(b, ProjectionTimelines, "timeline:", author, "")
+}
+
 // Add adds a post exactly (no trim slack: one write per post is cheap), so
 // the result does not depend on the order. It leaves ~built as it is.
 func (m Timelines) Add(ctx context.Context, rdb redis.UniversalClient, author, post, ms int64) error {
