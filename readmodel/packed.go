@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -367,37 +366,25 @@ func packIDs(ids []int64) []byte {
 }
 
 // PackedPush is one post's fan-out, prepared once and queued per follower:
-// the APPEND's value, boxed once, and the namespace of the inbox keys, so
-// that a follower's push builds its key in one allocation.
+// the APPEND's value, boxed once.
 type PackedPush struct {
-	id any    // the post's 8 bytes, as a string
-	ns string // Keys.PackedInbox's namespace when the push was prepared
+	id any // the post's 8 bytes, as a string
 }
 
 // NewPush prepares the fan-out of post.
 func (m PackedInboxes) NewPush(post int64) PackedPush {
-	return PackedPush{id: string(packID(post)), ns: m.keys.ns(ProjectionInbox)}
+	return PackedPush{id: string(packID(post))}
 }
 
 // QueuePush queues the APPEND of the post to user's buffer. Give its
-// reply to FollowUp after the pipeline ran. It costs four allocations
-// (the key, its interface value, the arguments, the command), where
-// pipe.Append with Keys costs eight (TestPushAllocations;
-// BenchmarkInboxLayouts' "client µs/push" is the CPU).
+// reply to FollowUp after the pipeline ran. It is paid once per
+// delivered entry: four allocations (both keys in one string, its
+// interface value, the arguments, the command; TestPushAllocations).
 func (m PackedInboxes) QueuePush(ctx context.Context, pipe redis.Pipeliner, user int64, p PackedPush) *redis.IntCmd {
-	cmd := redis.NewIntCmd(ctx, "append", bufferKey(p.ns, user), p.id)
+	_, buf := m.Keys(user)
+	cmd := redis.NewIntCmd(ctx, "append", buf, p.id)
 	_ = pipe.Process(ctx, cmd) // a pipeline only queues: its error is Exec's
 	return cmd
-}
-
-// bufferKey is Keys.PackedInbox(user) + "+" under namespace ns, built in
-// one allocation.
-func bufferKey(ns string, user int64) string {
-	var a [48]byte
-	b := append(a[:0], ns...)
-	b = append(b, "pfeed:{"...)
-	b = strconv.AppendInt(b, user, 10)
-	return string(append(b, "}+"...))
 }
 
 // FollowUp queues what a push's APPEND reply asks for on a later

@@ -4,11 +4,9 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -774,27 +772,6 @@ func TestPackedBufferMerge(t *testing.T) {
 	}
 	merge(4, read)
 	expect(4, slices.DeleteFunc(slices.Clone(posts), func(id int64) bool { return id == gone }), nil)
-}
-
-// TestPushBufferKey checks that the push's key builder names the buffer
-// Keys names, at every version and prefix, for ids of every length
-// (including a prefix past the builder's stack buffer).
-func TestPushBufferKey(t *testing.T) {
-	for _, prefix := range []string{"", "t9:", strings.Repeat("p", 60) + ":"} {
-		for _, v := range []int{1, 2, 12} {
-			m := NewPackedInboxes(Keys{Prefix: prefix, Versions: Versions{Inbox: v}}, Policy{})
-			p := m.NewPush(42)
-			for _, u := range []int64{0, 7, 1 << 40, math.MaxInt64} {
-				_, want := m.Keys(u)
-				if got := bufferKey(p.ns, u); got != want {
-					t.Errorf("prefix %q v%d user %d: bufferKey %q, Keys %q", prefix, v, u, got, want)
-				}
-			}
-			if p.id != string(packID(42)) {
-				t.Errorf("push value %q", p.id)
-			}
-		}
-	}
 }
 
 // TestPushAllocations checks a follower's push costs the four
