@@ -17,7 +17,10 @@ import (
 // Once made, the inner context.WithDeadline answers everything, Value
 // included: a child context (context.WithCancel of this one) then finds the
 // inner's cancelCtx and is cancelled with it like any child, with no
-// goroutine.
+// goroutine. Before that, Value answers from the parent, so
+// context.Cause of a deadlineCtx whose Done was never asked for reports
+// the parent's cause (nil while the parent lives) where Err already says
+// DeadlineExceeded: nothing in feed asks Cause without waiting first.
 type deadlineCtx struct {
 	parent   context.Context
 	deadline time.Time
