@@ -39,11 +39,7 @@ func TestDeadlineCtx(t *testing.T) {
 			if done == nil {
 				done = ctx.Done()
 			}
-			select {
-			case <-done:
-			case <-time.After(time.Second):
-				t.Fatal("Done not closed after the deadline")
-			}
+			waitDone(t, done, "after the deadline")
 			stop()
 			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				t.Fatalf("err %v after stop past the deadline", ctx.Err())
@@ -68,13 +64,8 @@ func TestDeadlineCtx(t *testing.T) {
 			if done == nil {
 				done = ctx.Done()
 			}
-			for _, d := range []<-chan struct{}{done, child.Done()} {
-				select {
-				case <-d:
-				case <-time.After(time.Second):
-					t.Fatal("Done not closed after stop")
-				}
-			}
+			waitDone(t, done, "after stop")
+			waitDone(t, child.Done(), "of the child after stop")
 			if !errors.Is(child.Err(), context.Canceled) || !errors.Is(context.Cause(ctx), context.Canceled) {
 				t.Fatalf("child err %v, cause %v", child.Err(), context.Cause(ctx))
 			}
@@ -94,11 +85,7 @@ func TestDeadlineCtx(t *testing.T) {
 			if done == nil {
 				done = ctx.Done()
 			}
-			select {
-			case <-done:
-			case <-time.After(time.Second):
-				t.Fatal("Done not closed after the parent's cancel")
-			}
+			waitDone(t, done, "after the parent's cancel")
 		})
 	}
 	// A parent with a sooner deadline bounds it.
@@ -108,6 +95,16 @@ func TestDeadlineCtx(t *testing.T) {
 	defer stop()
 	if d, _ := ctx.Deadline(); time.Until(d) > time.Millisecond {
 		t.Fatalf("deadline %v beyond the parent's", d)
+	}
+}
+
+// waitDone fails t unless done is closed within a second.
+func waitDone(t *testing.T, done <-chan struct{}, when string) {
+	t.Helper()
+	select {
+	case <-done:
+	case <-time.After(time.Second):
+		t.Fatal("Done not closed " + when)
 	}
 }
 
