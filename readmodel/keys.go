@@ -18,8 +18,6 @@ type Keys struct {
 	Versions VersionSource
 }
 
-func id(v int64) string { return strconv.FormatInt(v, 10) }
-
 // Pattern is the SCAN MATCH pattern of every key under k.Prefix (its glob
 // characters quoted).
 func (k Keys) Pattern() string { return escapeGlob(k.Prefix) + "*" }
