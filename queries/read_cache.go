@@ -798,14 +798,6 @@ func (c *readCache) shard(k string) *rcShard {
 	return &c.shards[maphash.String(c.seed, k)%readCacheShards]
 }
 
-// lookup returns the cached reply of sig on k.
-func (c *readCache) lookup(k, sig string, now int64) (any, bool) {
-	var t tally
-	v, ok := c.lookupTally(k, sig, now, &t)
-	c.count(t)
-	return v, ok
-}
-
 // tally counts one read's hits and misses, added to the shared stats once
 // (count) rather than by each lookup.
 type tally struct{ hits, misses int64 }
@@ -820,7 +812,8 @@ func (c *readCache) count(t tally) {
 	}
 }
 
-// lookupTally is lookup counted in t.
+// lookupTally returns the cached reply of sig on k, counting the hit or
+// miss in t (added to the stats by count, once per read).
 func (c *readCache) lookupTally(k, sig string, now int64, t *tally) (any, bool) {
 	sh := c.shard(k)
 	var v rcVal

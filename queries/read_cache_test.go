@@ -435,3 +435,11 @@ func TestFirstPageSigs(t *testing.T) {
 		t.Fatalf("a deeper page's signature %q (want %q) must differ from the first page's", a, b)
 	}
 }
+
+// lookup is one lookupTally counted at once, as a read counts its own.
+func (c *readCache) lookup(k, sig string, now int64) (any, bool) {
+	var t tally
+	v, ok := c.lookupTally(k, sig, now, &t)
+	c.count(t)
+	return v, ok
+}
