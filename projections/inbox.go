@@ -211,8 +211,15 @@ ORDER BY f.follower_id LIMIT $2`
 FROM unnest($1::bigint[]) WITH ORDINALITY t(id, i) JOIN user_activity a ON a.user_id = t.id
 WHERE a.last_seen_at > now() - $2::interval`
 	// authorPostsAmongSQL picks the author's posts out of an inbox's
-	// members, deleted ones included: they may still sit in inboxes.
-	authorPostsAmongSQL = `SELECT id FROM posts WHERE id = ANY($2::bigint[]) AND author_id = $1`
+	// members, deleted ones included: they may still sit in inboxes. It
+	// scans the author's range of posts_author_time_idx (index-only) and
+	// filters by the members: `id + 0` keeps posts_pkey out of the plan.
+	// The generic plan a prepared statement settles on estimates a few
+	// elements for the array and would probe posts_pkey once per member
+	// instead, up to 500 descents (about 2,000 buffer hits and 1.8 ms
+	// against 20-50 hits and 0.2-0.6 ms, EXPLAIN under
+	// plan_cache_mode = force_generic_plan; TestAuthorPostsAmongPlan).
+	authorPostsAmongSQL = `SELECT id FROM posts WHERE author_id = $1 AND id + 0 = ANY($2::bigint[])`
 )
 
 // eachFollowerPage calls fn with keyset-paged batches of the author's

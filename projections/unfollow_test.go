@@ -1,8 +1,12 @@
 package projections_test
 
 import (
+	"context"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/feedco/feed/internal/testenv"
 	"github.com/feedco/feed/projections"
@@ -61,5 +65,55 @@ func testUnfollowRemovesOlderPushedPosts(t *testing.T, layout string) {
 	}
 	if !slices.Contains(ids, idstr(kept)) {
 		t.Errorf("the unfollow removed another author's post %d: %v", kept, ids)
+	}
+}
+
+// removeAuthor's query scans the author's posts, not the primary key once
+// per inbox member, under the generic plan a prepared statement settles
+// on (seq scans off: the test database is small).
+func TestAuthorPostsAmongPlan(t *testing.T) {
+	w := newWorld(t)
+	author := w.user(true)
+	var ids []int64
+	for range 5 {
+		ids = append(ids, w.post(author))
+	}
+	// Authors with thousands of posts each, as in a real log: the
+	// generic plan's estimate for author_id = $1 is then above its
+	// guess for the array.
+	other := w.user(true)
+	w.exec(`INSERT INTO posts (id, author_id, content, created_at)
+		SELECT $1::bigint + g, CASE WHEN g % 2 = 0 THEN $2::bigint ELSE $3::bigint END, 'filler', now() FROM generate_series(1, 20000) g`,
+		ids[4]+1_000_000, author, other)
+	ctx := context.Background()
+	conn, err := w.db.Pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	for _, q := range []string{"SET plan_cache_mode = force_generic_plan", "SET enable_seqscan = off", "ANALYZE posts"} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer conn.Exec(ctx, "RESET ALL")
+	var plan string
+	if err := conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+projections.AuthorPostsAmongSQL, author, ids).Scan(&plan); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(plan, `"posts_pkey"`) || !strings.Contains(plan, `"posts_author_time_idx"`) {
+		t.Fatalf("plan does not scan posts_author_time_idx alone:\n%s", plan)
+	}
+	rows, err := conn.Query(ctx, projections.AuthorPostsAmongSQL, author, append(ids[:3:3], ids[4]+1000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, ids[:3]) {
+		t.Fatalf("posts of %d among the members: %v, want %v", author, got, ids[:3])
 	}
 }

@@ -315,7 +315,7 @@ func (f *Feed) homeSegment(ctx context.Context, user int64, cur key, want int, p
 	}
 	return homeRead{
 		seg: mergeSegment(cur, srcs),
-		vis: visibility{viewer: user, follows: follows, checkFollow: true, pre: pre},
+		vis: visibility{viewer: user, follows: follows, checkFollow: true, pre: pre, gen: rr.gen},
 	}, coldParts{}, nil
 }
 

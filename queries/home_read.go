@@ -16,6 +16,10 @@ type homeReply struct {
 	inbox, own  setResult
 	followBuilt bool   // following_v:{u} has ~built: following:{u} is complete
 	member      []bool // following:{u} membership of each asked member
+	// gen is the read-cache generation the read went through (nil:
+	// directly): the page's later follow questions go through it too
+	// (followsThrough).
+	gen *cacheGen
 }
 
 // setResult is a read sorted set (see setRead.result). Cached replies are
@@ -68,7 +72,71 @@ func (f *Feed) readHome(ctx context.Context, iv *inboxView, user int64, cur key,
 		// closing): read without the cache.
 		return f.readHomeDirect(ctx, iv, user, cur, n, members)
 	}
+	r.gen = g
 	return r, err
+}
+
+// followsThrough answers whether viewer follows each of authors, as
+// readHomeCached answers its members: what the read-cache generation g
+// holds costs nothing, the rest is one SMISMEMBER over g's tracked
+// connections, whose answers are cached for the next reads. Hydration asks
+// it about the authors a page shows that its first pipeline did not
+// (posts pushed since the reader's last page), so that a busy inbox's new
+// authors cost a round trip once, not on every read. g is the generation
+// of the page's segment read (homeReply.gen), whose barrier, when
+// Config.ReadCacheBarrier is set, the page has passed already; nil, or a
+// generation that ended, asks Redis directly.
+func (f *Feed) followsThrough(ctx context.Context, g *cacheGen, viewer int64, authors []int64) ([]bool, error) {
+	if g == nil || !g.live() {
+		return f.followsDirect(ctx, viewer, authors)
+	}
+	c := f.cache
+	var kb [96]byte
+	b, endF := f.follows.AppendFollowingKeys(kb[:0], viewer)
+	kF := string(b[:endF])
+	is := make([]bool, len(authors))
+	var t tally
+	ask := c.lookupMembers(kF, authors, is, time.Now().UnixNano(), &t)
+	c.count(t)
+	if len(ask) == 0 {
+		return is, nil
+	}
+	tk := c.begin(g, kF)
+	missed := make([]int64, len(ask))
+	for j, i := range ask {
+		missed[j] = authors[i]
+	}
+	pipe := g.client.Pipeline()
+	cmd := f.follows.QueueFollows(ctx, pipe, viewer, memberArgs(missed)...)
+	c.stats.trips.Add(1)
+	if err := g.pick().do(pipe.Cmds()); err != nil {
+		g.t.endGen(g) // as readHomeCached: the connection may be gone
+		return f.followsDirect(ctx, viewer, authors)
+	}
+	got, err := cmd.Result()
+	if err != nil || len(got) != len(ask) {
+		if err != nil {
+			return nil, fmt.Errorf("check follows of %d: %w", viewer, redisErr(err))
+		}
+		return nil, fmt.Errorf("check follows of %d: %d answers for %d", viewer, len(got), len(ask))
+	}
+	for j, i := range ask {
+		is[i] = got[j]
+	}
+	c.storeMembers(tk, kF, authors, ask, got, time.Now().UnixNano())
+	return is, nil
+}
+
+// followsDirect is followsThrough without the cache.
+func (f *Feed) followsDirect(ctx context.Context, viewer int64, authors []int64) ([]bool, error) {
+	is, err := f.follows.FollowsEach(ctx, f.rdb, viewer, memberArgs(authors)...)
+	if err != nil {
+		return nil, fmt.Errorf("check follows of %d: %w", viewer, redisErr(err))
+	}
+	if len(is) != len(authors) {
+		return nil, fmt.Errorf("check follows of %d: %d answers for %d", viewer, len(is), len(authors))
+	}
+	return is, nil
 }
 
 // readHomeDirect is the uncached read: one pipeline of four commands.

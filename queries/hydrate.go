@@ -21,6 +21,7 @@ type visibility struct {
 	pre         map[int64]item // posts already read from PostgreSQL
 	fresh       bool           // the deletion feed vouches for cached bodies (postCache.lookup)
 	authors     *[]int64       // if set, receives the authors of the hydrated posts (follow hints)
+	gen         *cacheGen      // the read-cache generation of the page's segment read (homeReply.gen): followsThrough
 }
 
 // hydrate appends to out the segment's keys, newest first, as up to want
@@ -84,12 +85,14 @@ func (f *Feed) hydrateBatch(ctx context.Context, batch []key, vis visibility, ou
 	}
 	follows := map[int64]bool{}
 	// authors of cached bodies whose follow is not known yet
-	if askF, authors := followQuestions(res, vis, nil); len(get) > 0 || len(askF) > 0 { // a warm page needs no pipeline
+	authors := followQuestions(res, vis, nil)
+	switch {
+	case len(get) > 0: // bodies to read: the follow questions ride along
 		pipe := f.rdb.Pipeline()
 		bodies := f.queueBodies(ctx, pipe, batch, get)
 		var known followCheck
-		if len(askF) > 0 {
-			known = followCheck{cmd: f.follows.QueueFollows(ctx, pipe, vis.viewer, askF...), authors: authors}
+		if len(authors) > 0 {
+			known = followCheck{cmd: f.follows.QueueFollows(ctx, pipe, vis.viewer, memberArgs(authors)...), authors: authors}
 		}
 		if err := readmodel.ExecReads(ctx, pipe); err != nil {
 			return nil, fmt.Errorf("hydrate posts: %w", redisErr(err))
@@ -99,6 +102,14 @@ func (f *Feed) hydrateBatch(ctx context.Context, batch []key, vis visibility, ou
 		}
 		if err := f.hydrateRead(ctx, batch, res, get, bodies); err != nil {
 			return nil, err
+		}
+	case len(authors) > 0: // every body cached: the read cache may know the follows too
+		is, err := f.followsThrough(ctx, vis.gen, vis.viewer, authors)
+		if err != nil {
+			return nil, err
+		}
+		for i, a := range authors {
+			follows[a] = is[i]
 		}
 	}
 	f.metrics.hydProcess.Add(float64(len(batch) - len(ask)))
@@ -263,11 +274,10 @@ func (c followCheck) into(follows map[int64]bool) error {
 // followQuestions lists the authors of shown-candidate posts whose follow
 // is neither known from the page (the viewer, answers of its first
 // pipeline) nor already answered.
-func followQuestions(res []hydrated, vis visibility, answered map[int64]bool) ([]any, []int64) {
+func followQuestions(res []hydrated, vis visibility, answered map[int64]bool) []int64 {
 	if !vis.checkFollow {
-		return nil, nil
+		return nil
 	}
-	var ask []any
 	var authors []int64
 	for _, h := range res {
 		a := h.author
@@ -280,27 +290,35 @@ func followQuestions(res []hydrated, vis visibility, answered map[int64]bool) ([
 		if _, ok := answered[a]; ok {
 			continue
 		}
-		ask = append(ask, strconv.FormatInt(a, 10))
 		authors = append(authors, a)
 	}
-	return ask, authors
+	return authors
+}
+
+// memberArgs is the SMISMEMBER arguments of ids.
+func memberArgs(ids []int64) []any {
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = strconv.FormatInt(id, 10)
+	}
+	return args
 }
 
 // followsOf asks following:{viewer} about the authors whose follow is not
 // known yet: an author unfollowed since a post was pushed is hidden at once,
 // before the inbox projector removes the post.
 func (f *Feed) followsOf(ctx context.Context, res []hydrated, vis visibility, answered map[int64]bool) (map[int64]bool, error) {
-	ask, authors := followQuestions(res, vis, answered)
-	if len(ask) == 0 {
+	authors := followQuestions(res, vis, answered)
+	if len(authors) == 0 {
 		return nil, nil
 	}
-	is, err := f.follows.FollowsEach(ctx, f.rdb, vis.viewer, ask...)
+	is, err := f.followsThrough(ctx, vis.gen, vis.viewer, authors)
 	if err != nil {
-		return nil, fmt.Errorf("check follows: %w", redisErr(err))
+		return nil, err
 	}
 	out := make(map[int64]bool, len(authors))
 	for i, a := range authors {
-		out[a] = i < len(is) && is[i]
+		out[a] = is[i]
 	}
 	return out, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"hash/maphash"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -214,6 +215,50 @@ func TestReadCacheInboxWriteVisible(t *testing.T) {
 			t.Fatalf("after the sealed write: first item %v of %d, want the new post %v of 5", got, n, k2)
 		}
 	})
+}
+
+// An author a page shows that its first pipeline did not ask about (a post
+// pushed since the reader's last page) is asked once, through the read
+// cache: the next read, which asks about that author with its follow hint,
+// costs no round trip. An unfollow by another process hides the author
+// on the first read after its invalidation.
+func TestReadCacheHydrationFollows(t *testing.T) {
+	t.Parallel()
+	b, u, _ := cachedFeed(t)
+	c := b.user()
+	b.follow(u, c) // following:{u} written: its cached answers are dropped
+	other := otherClient(b)
+	k := addToInbox(b, other, u, c, base+10)
+	if err := b.feed.cache.sync(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	inOneGeneration(b, u, func() {
+		if got, n := firstItem(b, u); got != k || n != 4 {
+			t.Fatalf("first item %v of %d, want c's post %v of 4", got, n, k)
+		}
+		b.feed.bg.Wait()
+		if h := b.feed.hints.get(u); !slices.Contains(h, c) {
+			t.Fatalf("follow hint %v lacks %d", h, c)
+		}
+		rt := countRoundTrips(b)
+		if got, n := firstItem(b, u); got != k || n != 4 {
+			t.Fatalf("read again: first item %v of %d, want %v of 4", got, n, k)
+		}
+		n = rt.n.Load()
+	})
+	if n != 0 {
+		t.Fatalf("the read after the one that asked about %d took %d round trips, want 0", c, n)
+	}
+	if err := other.SRem(b.ctx, b.keys.Following(u), strconv.FormatInt(c, 10)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.feed.cache.sync(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, n := firstItem(b, u); got == k || n != 3 {
+		t.Fatalf("after the unfollow: first item %v of %d, want a's posts alone (3)", got, n)
+	}
 }
 
 // A reply read before a write whose invalidation arrives before the reply
