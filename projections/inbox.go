@@ -214,6 +214,9 @@ WHERE a.last_seen_at > now() - $2::interval`
 	// members, deleted ones included: they may still sit in inboxes. It
 	// scans the author's range of posts_author_time_idx (index-only) and
 	// filters by the members: `id + 0` keeps posts_pkey out of the plan.
+	// Its cost is the author's post count in index entries (a few hundred
+	// per leaf page), below the members' probes for any author under
+	// about 100,000 posts.
 	// The generic plan a prepared statement settles on estimates a few
 	// elements for the array and would probe posts_pkey once per member
 	// instead, up to 500 descents (about 2,000 buffer hits and 1.8 ms
