@@ -25,21 +25,12 @@ func TestDeadlineCtx(t *testing.T) {
 			if ctx.Value(ctxKeyTest{}) != "v" {
 				t.Fatal("value of the parent lost")
 			}
-			var done <-chan struct{}
-			if early {
-				done = ctx.Done()
-			}
-			if ctx.Err() != nil {
-				t.Fatalf("err %v before the deadline", ctx.Err())
-			}
-			time.Sleep(30 * time.Millisecond)
-			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				t.Fatalf("err %v after the deadline", ctx.Err())
-			}
-			if done == nil {
-				done = ctx.Done()
-			}
-			waitDone(t, done, "after the deadline")
+			endsWith(t, ctx, early, context.DeadlineExceeded, func() {
+				if ctx.Err() != nil {
+					t.Fatalf("err %v before the deadline", ctx.Err())
+				}
+				time.Sleep(30 * time.Millisecond)
+			}, "after the deadline")
 			stop()
 			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				t.Fatalf("err %v after stop past the deadline", ctx.Err())
@@ -50,21 +41,14 @@ func TestDeadlineCtx(t *testing.T) {
 		})
 		t.Run("stopped", func(t *testing.T) {
 			ctx, stop := withTimeout(parent, time.Hour)
-			var done <-chan struct{}
-			if early {
-				done = ctx.Done()
-			}
-			child, cancelChild := context.WithCancel(ctx)
-			defer cancelChild()
-			stop()
-			stop()
-			if !errors.Is(ctx.Err(), context.Canceled) {
-				t.Fatalf("err %v after stop", ctx.Err())
-			}
-			if done == nil {
-				done = ctx.Done()
-			}
-			waitDone(t, done, "after stop")
+			var child context.Context
+			cancelChild := func() {}
+			defer func() { cancelChild() }()
+			endsWith(t, ctx, early, context.Canceled, func() {
+				child, cancelChild = context.WithCancel(ctx)
+				stop()
+				stop()
+			}, "after stop")
 			waitDone(t, child.Done(), "of the child after stop")
 			if !errors.Is(child.Err(), context.Canceled) || !errors.Is(context.Cause(ctx), context.Canceled) {
 				t.Fatalf("child err %v, cause %v", child.Err(), context.Cause(ctx))
@@ -74,18 +58,7 @@ func TestDeadlineCtx(t *testing.T) {
 			p, cancel := context.WithCancel(parent)
 			ctx, stop := withTimeout(p, time.Hour)
 			defer stop()
-			var done <-chan struct{}
-			if early {
-				done = ctx.Done()
-			}
-			cancel()
-			if !errors.Is(ctx.Err(), context.Canceled) {
-				t.Fatalf("err %v after the parent's cancel", ctx.Err())
-			}
-			if done == nil {
-				done = ctx.Done()
-			}
-			waitDone(t, done, "after the parent's cancel")
+			endsWith(t, ctx, early, context.Canceled, cancel, "after the parent's cancel")
 		})
 	}
 	// A parent with a sooner deadline bounds it.
@@ -99,6 +72,24 @@ func TestDeadlineCtx(t *testing.T) {
 }
 
 // waitDone fails t unless done is closed within a second.
+// endsWith calls end, then checks that ctx reports want and that its Done
+// channel closes: Done asked for before end when early, else after it.
+func endsWith(t *testing.T, ctx context.Context, early bool, want error, end func(), when string) {
+	t.Helper()
+	var done <-chan struct{}
+	if early {
+		done = ctx.Done()
+	}
+	end()
+	if !errors.Is(ctx.Err(), want) {
+		t.Fatalf("err %v %s", ctx.Err(), when)
+	}
+	if done == nil {
+		done = ctx.Done()
+	}
+	waitDone(t, done, when)
+}
+
 func waitDone(t *testing.T, done <-chan struct{}, when string) {
 	t.Helper()
 	select {
