@@ -163,6 +163,16 @@ func (p *Inbox) buildInboxes(ctx context.Context, db Beginner, progress BuildPro
 	if progress == nil {
 		progress = noProgress{}
 	}
+	// The downward crossings the followers version has recorded before the
+	// snapshot: their events are visible to it (CDC publishes an event only
+	// once it is), so these inboxes hold their authors' posts, and the
+	// version starts with them backfilled (readmodel.Backfilled). One the
+	// followers projector records later is pulled until that author's next
+	// crossing: a pull the inbox duplicates, never a missing post.
+	leaving, err := readmodel.NewCelebrities(p.cfg.Keys).Leaving(ctx, p.rdb)
+	if err != nil {
+		return 0, fmt.Errorf("build inboxes: %w", err)
+	}
 	tx, err := db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return 0, fmt.Errorf("build inboxes: begin snapshot: %w", err)
@@ -233,6 +243,9 @@ func (p *Inbox) buildInboxes(ctx context.Context, db Beginner, progress BuildPro
 	}
 	if readErr != nil {
 		return 0, fmt.Errorf("build inboxes: %w", readErr)
+	}
+	if err := readmodel.NewBackfilled(p.cfg.Keys).Record(ctx, p.rdb, leaving); err != nil {
+		return 0, fmt.Errorf("build inboxes: %w", err)
 	}
 	return int64(len(users)), ctx.Err()
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -129,7 +130,7 @@ func (p *Inbox) Apply(ctx context.Context, env events.Envelope, ev events.Event)
 				}
 			}
 			if was {
-				return p.crossDown(ctx, e.FolloweeID)
+				return p.crossDown(ctx, e.FolloweeID, readmodel.OrderOf(env.CommitLSN, env.Position))
 			}
 		}
 	case events.Muted:
@@ -660,16 +661,25 @@ func (p *Inbox) backfillPacked(ctx context.Context, users []int64, bf backfillSe
 // crossDown handles an author falling out of the celebrities (below the
 // threshold, or with a band below threshold - band): their recent posts
 // were never pushed, so every active follower gets a backfill, exactly as
-// on a follow.
-func (p *Inbox) crossDown(ctx context.Context, author int64) error {
+// on a follow. Once the last follower has it, the crossing (order, the
+// event's place in the log) is recorded as backfilled: until then the
+// query side pulls the author as a celebrity (readmodel.Celebrities), so
+// the posts are never in neither place. A crash before the record leaves
+// the pull on; the redelivery backfills again (ZADDs of present members
+// change nothing) and records it.
+func (p *Inbox) crossDown(ctx context.Context, author int64, order readmodel.Order) error {
 	p.m.crossedDown(NameInbox)
 	bf, err := p.loadBackfill(ctx, author)
 	if err != nil {
 		return err
 	}
-	return p.eachFollowerPage(ctx, author, true, func(ids []int64, _ []bool) error {
+	err = p.eachFollowerPage(ctx, author, true, func(ids []int64, _ []bool) error {
 		return p.backfill(ctx, ids, bf, false)
 	})
+	if err != nil {
+		return err
+	}
+	return readmodel.NewBackfilled(p.cfg.Keys).Record(ctx, p.rdb, map[string]string{strconv.FormatInt(author, 10): string(order)})
 }
 
 // followsNow reports whether follower follows author in PostgreSQL now.

@@ -30,9 +30,11 @@ import (
 // fixed at its start.
 
 // celebrityCache holds the `celebrities` set, as an immutable snapshot
-// every read loads without a lock. A read takes the followers version from
-// its inboxView (the one its inboxes are merged at), not from the keys at
-// the time of the call.
+// every read loads without a lock, with the authors whose downward
+// crossing the inboxes have not finished backfilling (pulled until then:
+// readmodel.Celebrities). A read takes the followers and inbox versions
+// from its inboxView (the ones its inboxes are merged at), not from the
+// keys at the time of the call.
 type celebrityCache struct {
 	ttl  time.Duration
 	sf   singleflight.Group
@@ -43,6 +45,7 @@ type celebSnapshot struct {
 	members []celeb
 	at      time.Time
 	version int // the followers version the set was read at
+	inbox   int // the inbox version whose backfills it was read against
 }
 
 // celeb is one member of the celebrity set: its id, and as the decimal
@@ -52,20 +55,27 @@ type celeb struct {
 	s  string
 }
 
-// celebrities returns the celebrity set of iv's followers version.
+// celebrities returns the authors a read of iv pulls: the celebrity set
+// of its followers version, and the authors that version removed from it
+// whose backfill iv's inbox version has not finished.
 func (f *Feed) celebrities(ctx context.Context, iv *inboxView) ([]celeb, error) {
 	c := &f.celebs
-	if s := c.snap.Load(); s != nil && s.version == iv.followers && f.now().Sub(s.at) < c.ttl {
+	if s := c.snap.Load(); s != nil && s.version == iv.followers && s.inbox == iv.version && f.now().Sub(s.at) < c.ttl {
 		f.metrics.celebHit.Inc()
 		return s.members, nil
 	}
 	f.metrics.celebMiss.Inc()
-	v, err, _ := c.sf.Do(strconv.Itoa(iv.followers), func() (any, error) {
-		cs, built, err := iv.celebs.Members(ctx, f.rdb)
+	v, err, _ := c.sf.Do(strconv.Itoa(iv.followers)+":"+strconv.Itoa(iv.version), func() (any, error) {
+		pipe := f.rdb.Pipeline()
+		read := iv.celebs.QueueMembers(ctx, pipe, iv.backfilled)
+		if err := readmodel.ExecReads(ctx, pipe); err != nil {
+			return nil, fmt.Errorf("read celebrities: %w", err)
+		}
+		cs, built, pending, err := read()
 		if err != nil {
 			return nil, err
 		}
-		m := make([]celeb, len(cs))
+		m := make([]celeb, len(cs), len(cs)+len(pending))
 		for i, c := range cs {
 			m[i] = celeb{id: c.ID, s: c.Decimal}
 		}
@@ -74,7 +84,9 @@ func (f *Feed) celebrities(ctx context.Context, iv *inboxView) ([]celeb, error) 
 				return nil, err
 			}
 		}
-		c.snap.Store(&celebSnapshot{members: m, at: f.now(), version: iv.followers})
+		f.metrics.CrossingsPending.Set(float64(len(pending)))
+		m = unionCelebs(m, pending)
+		c.snap.Store(&celebSnapshot{members: m, at: f.now(), version: iv.followers, inbox: iv.version})
 		return m, nil
 	})
 	if err != nil {
@@ -227,16 +239,28 @@ func (f *Feed) rebuildCelebrities(ctx context.Context, iv *inboxView, had []cele
 		}
 		f.metrics.Rebuilds.WithLabelValues("celebrities", "ok").Inc()
 	}
-	seen := make(map[int64]bool, len(had))
-	for _, c := range had {
+	add := make([]readmodel.Celebrity, len(ids))
+	for i, id := range ids {
+		add[i] = readmodel.Celebrity{ID: id, Decimal: strconv.FormatInt(id, 10)}
+	}
+	return unionCelebs(had, add), nil
+}
+
+// unionCelebs appends to m the authors of add it does not hold.
+func unionCelebs(m []celeb, add []readmodel.Celebrity) []celeb {
+	if len(add) == 0 {
+		return m
+	}
+	seen := make(map[int64]bool, len(m))
+	for _, c := range m {
 		seen[c.id] = true
 	}
-	for _, id := range ids {
-		if !seen[id] {
-			had = append(had, celeb{id: id, s: strconv.FormatInt(id, 10)})
+	for _, c := range add {
+		if !seen[c.ID] {
+			m = append(m, celeb{id: c.ID, s: c.Decimal})
 		}
 	}
-	return had, nil
+	return m
 }
 
 // ids runs a query of one bigint column.

@@ -135,10 +135,24 @@ func TestPostCreatedCircuitOpensWhileRedisDown(t *testing.T) {
 	sameFeed(t, "own posts while Redis is down", b.readHome(reader, 4), b.truth(reader))
 
 	srv.Start()
-	time.Sleep(250 * time.Millisecond) // past RedisBreakerOpen: the next call is the probe
-	k = b.post(reader, base+20)
-	if err := b.feed.PostCreated(b.ctx, NewPost{ID: k.id, AuthorID: reader, Content: fmt.Sprint("post ", k.id), CreatedAt: time.UnixMilli(k.ms)}); err != nil {
-		t.Fatalf("probe write-through with Redis back: %v", err)
+	// Past RedisBreakerOpen the next call is the probe. go-redis's pool,
+	// after PoolSize failed dials, returns the last dial error until its
+	// own background dial (once a second) succeeds: a probe in that second
+	// fails and opens the circuit again, and a later one closes it.
+	deadline := time.Now().Add(10 * time.Second)
+	for ms := base + 20; ; ms++ {
+		time.Sleep(250 * time.Millisecond)
+		k = b.post(reader, ms)
+		err := b.feed.PostCreated(b.ctx, NewPost{ID: k.id, AuthorID: reader, Content: fmt.Sprint("post ", k.id), CreatedAt: time.UnixMilli(k.ms)})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ErrRedisUnavailable) && !errors.Is(err, ErrCircuitOpen) {
+			t.Fatalf("probe write-through with Redis back: %v", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("probe write-through still failing 10 s after Redis came back: %v", err)
+		}
 	}
 	if s := b.feed.Circuits().Writes; s != "closed" {
 		t.Fatalf("write circuit %s after a successful probe, want closed", s)

@@ -25,6 +25,9 @@ type inboxView struct {
 	frec      readmodel.VersionRecord // the followers version's
 	pol       readmodel.Policy
 	celebs    readmodel.Celebrities // the followers version's celebrity set
+	// backfilled is the inbox version's record of the downward crossings
+	// it has backfilled (pulled until then).
+	backfilled readmodel.Backfilled
 	// store is the inboxes of the version's layout; zset (the sorted
 	// set) and packed (nil unless that layout) their page reads.
 	store  readmodel.InboxStore
@@ -36,8 +39,9 @@ func newInboxView(keys readmodel.Keys, followers int, frec readmodel.VersionReco
 	version := keys.Version(readmodel.ProjectionInbox)
 	ckeys := readmodel.Keys{Prefix: keys.Prefix, Versions: readmodel.Versions{}.With(readmodel.ProjectionFollowers, followers)}
 	v := &inboxView{version: version, followers: followers, frec: frec, pol: pol.WithDefaults(),
-		celebs: readmodel.NewCelebrities(ckeys),
-		zset:   readmodel.NewInboxes(keys, pol), store: readmodel.NewInboxStore(keys, pol)}
+		celebs:     readmodel.NewCelebrities(ckeys),
+		backfilled: readmodel.NewBackfilled(readmodel.Keys{Prefix: keys.Prefix, Versions: readmodel.Versions{}.With(readmodel.ProjectionInbox, version)}),
+		zset:       readmodel.NewInboxes(keys, pol), store: readmodel.NewInboxStore(keys, pol)}
 	if pk, ok := v.store.(readmodel.PackedInboxes); ok {
 		v.packed = &pk
 	}

@@ -40,6 +40,10 @@ type Metrics struct {
 	// Circuits is the state of each Redis circuit ("reads", "writes"):
 	// 0 closed, 1 half-open, 2 open.
 	Circuits *prometheus.GaugeVec
+	// CrossingsPending is, at the last read of the celebrity set, the
+	// number of authors pulled because their downward celebrity crossing
+	// is not yet backfilled into every inbox (readmodel.Celebrities).
+	CrossingsPending prometheus.Gauge
 
 	// The per-page counters, resolved once (WithLabelValues hashes its
 	// labels on every call).
@@ -75,6 +79,10 @@ func newMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "feed_query_redis_circuit_state",
 			Help: "State of the read side's Redis circuits (0 closed, 1 half-open, 2 open), by calls (reads, writes).",
 		}, []string{"calls"}),
+		CrossingsPending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "feed_query_celebrity_crossings_pending",
+			Help: "Authors pulled as celebrities because their downward crossing is not yet backfilled into the inboxes, at the last read of the celebrity set.",
+		}),
 	}
 	m.hydProcess = m.Hydrations.WithLabelValues("process")
 	m.hydRedis = m.Hydrations.WithLabelValues("redis")
@@ -89,7 +97,7 @@ func newMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.CacheLookups, m.Sources, m.Hydrations, m.Rebuilds, m.WriteThroughs, m.Circuits} {
+	for _, c := range []prometheus.Collector{m.CacheLookups, m.Sources, m.Hydrations, m.Rebuilds, m.WriteThroughs, m.Circuits, m.CrossingsPending} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register query metrics (one Feed per registry): %w", err)
 		}

@@ -115,3 +115,17 @@ func (k Keys) CelebritiesOrder() string {
 	c := k.Celebrities()
 	return c + ":order{" + c + "}"
 }
+
+// CelebritiesLeaving is the followers projector's record of downward
+// celebrity crossings: per author it removed from Celebrities, the Order
+// of the event that removed it (Celebrities.Leaving). Same slot as the
+// set, for the same script.
+func (k Keys) CelebritiesLeaving() string {
+	c := k.Celebrities()
+	return c + ":leaving{" + c + "}"
+}
+
+// InboxBackfilled is the inbox projector's record of the downward
+// crossings it has backfilled: per author, the Order of the crossing
+// whose backfill of every active follower finished (Backfilled).
+func (k Keys) InboxBackfilled() string { return k.ns(ProjectionInbox) + "inbox:backfilled" }

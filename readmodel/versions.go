@@ -117,14 +117,16 @@ func (k Keys) Classify(key string) (projection string, version int, ok bool) {
 		}
 	}
 	switch {
-	case strings.HasPrefix(rest, "feed:{"), strings.HasPrefix(rest, "pfeed:{"): // the packed layout's sealed string and buffer
+	case strings.HasPrefix(rest, "feed:{"), strings.HasPrefix(rest, "pfeed:{"), // the packed layout's sealed string and buffer
+		rest == "inbox:backfilled":
 		return ProjectionInbox, version, true
 	case strings.HasPrefix(rest, "timeline:{"):
 		return ProjectionTimelines, version, true
 	case strings.HasPrefix(rest, "post:{"):
 		return ProjectionPosts, version, true
 	case strings.HasPrefix(rest, "followers:{"), strings.HasPrefix(rest, "following:{"),
-		strings.HasPrefix(rest, "following_v:{"), rest == "celebrities":
+		strings.HasPrefix(rest, "following_v:{"), rest == "celebrities",
+		strings.HasPrefix(rest, "celebrities:"): // its order and leaving hashes
 		return ProjectionFollowers, version, true
 	}
 	return "", 0, false

@@ -25,6 +25,8 @@ func TestVersionedNamesClassify(t *testing.T) {
 				k.Timeline(7): ProjectionTimelines, k.Post(7): ProjectionPosts,
 				k.Followers(7): ProjectionFollowers, k.Following(7): ProjectionFollowers,
 				k.FollowingVersions(7): ProjectionFollowers, k.Celebrities(): ProjectionFollowers,
+				k.CelebritiesOrder(): ProjectionFollowers, k.CelebritiesLeaving(): ProjectionFollowers,
+				k.InboxBackfilled(): ProjectionInbox,
 			}
 			for name, want := range cases {
 				p, got, ok := Keys{Prefix: prefix}.Classify(name)

@@ -367,7 +367,10 @@ func (r *Rebuilder) group(ctx context.Context, adm *admin, names []string, backg
 	var all []projections.Projector
 	for _, x := range ps {
 		pcfg := r.cfg.Projections
-		pcfg.Keys = readmodel.Keys{Prefix: r.prefix, Versions: readmodel.Versions{}.With(x.name, x.next)}
+		// The versions after the switch: x at its new version, the others
+		// as they will be (the inbox build reads the followers version's
+		// downward crossings, readmodel.Backfilled).
+		pcfg.Keys = readmodel.Keys{Prefix: r.prefix, Versions: next}
 		built, err := projections.New(pcfg, r.pool, r.rdb, nil, x.name)
 		if err != nil {
 			return results, err

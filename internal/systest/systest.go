@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -125,9 +126,12 @@ func (s *System) CDCConfig() cdc.Config {
 
 // startProjectors runs every projector on the system's topic until
 // StopProjectors or the end of the test.
-func (s *System) startProjectors(t testing.TB) {
+func (s *System) startProjectors(t testing.TB, except ...string) {
 	t.Helper()
 	if s.supervised {
+		if len(except) > 0 {
+			t.Fatal("systest: StartProjectorsExcept with Supervised")
+		}
 		sup, err := projections.NewSupervisor(projections.SupervisorConfig{
 			Projections:  s.pcfg,
 			Runner:       s.RunnerConfig(),
@@ -150,6 +154,12 @@ func (s *System) startProjectors(t testing.TB) {
 		t.Fatal(err)
 	}
 	s.Groups = runner.Groups()
+	if len(except) > 0 {
+		ps = slices.DeleteFunc(ps, func(p projections.Projector) bool { return slices.Contains(except, p.Name()) })
+		if runner, err = projections.NewRunner(rc, ps...); err != nil {
+			t.Fatal(err)
+		}
+	}
 	s.stopProj = run(t, "projectors", runner.Run)
 }
 
@@ -165,6 +175,12 @@ func (s *System) StopProjectors() { s.stopProj() }
 // operator restarts `feed project`: each group resumes at its committed
 // offsets.
 func (s *System) StartProjectors(t testing.TB) { s.startProjectors(t) }
+
+// StartProjectorsExcept starts, after StopProjectors, every projector but
+// the named ones (projections.NameInbox, ...): their groups stay at the
+// offsets they committed, as a projector process that is down. Groups
+// still lists every group, so WaitConsumed waits for them too.
+func (s *System) StartProjectorsExcept(t testing.TB, names ...string) { s.startProjectors(t, names...) }
 
 // ProjectorMetrics are the projectors' metrics (counters the tests read).
 func (s *System) ProjectorMetrics() *projections.Metrics { return s.pm }

@@ -2,9 +2,12 @@ package testenv
 
 import (
 	"context"
+	"math/rand/v2"
 	"net"
 	"os/exec"
+	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,6 +21,7 @@ import (
 type RedisServer struct {
 	t    testing.TB
 	port int
+	dir  string
 	cmd  *exec.Cmd
 }
 
@@ -28,12 +32,7 @@ func StartRedisServer(t testing.TB) *RedisServer {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Skip("redis-server is not installed")
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &RedisServer{t: t, port: l.Addr().(*net.TCPAddr).Port}
-	_ = l.Close()
+	r := &RedisServer{t: t, port: serverPort(t), dir: t.TempDir()}
 	r.Start()
 	t.Cleanup(r.Stop)
 	return r
@@ -42,11 +41,45 @@ func StartRedisServer(t testing.TB) *RedisServer {
 // Addr is the server's host:port.
 func (r *RedisServer) Addr() string { return "127.0.0.1:" + strconv.Itoa(r.port) }
 
-// Start runs an empty server on the port and waits until it answers.
+// The ports of the servers of this process, kept while a server is
+// stopped so that no other test takes its port.
+var (
+	serverPortsMu sync.Mutex
+	serverPorts   = map[int]bool{}
+)
+
+// serverPort picks a free port below the kernel's ephemeral range
+// (32768-60999 by default): a port from Listen(":0") is an ephemeral one,
+// which, while its server is stopped, another listener of any process or
+// the source port of an outgoing connection may take, and the server
+// restarted on it would not be the one the test's client reaches.
+func serverPort(t testing.TB) int {
+	t.Helper()
+	serverPortsMu.Lock()
+	defer serverPortsMu.Unlock()
+	for range 200 {
+		p := 20000 + rand.IntN(12000)
+		if serverPorts[p] {
+			continue
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			continue
+		}
+		_ = l.Close()
+		serverPorts[p] = true
+		return p
+	}
+	t.Fatal("no free port for a redis-server in 20000-31999")
+	return 0
+}
+
+// Start runs an empty server on the port and waits until it answers, and
+// checks that the server answering is this one (its --dir).
 func (r *RedisServer) Start() {
 	r.t.Helper()
 	r.cmd = exec.Command("redis-server", "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", r.t.TempDir())
+		"--save", "", "--appendonly", "no", "--dir", r.dir)
 	if err := r.cmd.Start(); err != nil {
 		r.t.Fatal(err)
 	}
@@ -55,6 +88,13 @@ func (r *RedisServer) Start() {
 	Eventually(r.t, 10*time.Second, "own redis-server up", func() bool {
 		return c.Ping(context.Background()).Err() == nil
 	})
+	dir, err := c.ConfigGet(context.Background(), "dir").Result()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if want, _ := filepath.EvalSymlinks(r.dir); dir["dir"] != r.dir && dir["dir"] != want {
+		r.t.Fatalf("port %d answers for another redis-server (dir %q, want %q)", r.port, dir["dir"], r.dir)
+	}
 }
 
 // Freeze stops the server's process (SIGSTOP): its connections stay open
