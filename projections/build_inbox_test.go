@@ -379,7 +379,6 @@ func TestBuildInboxesMatchesProjectorReplay(t *testing.T) {
 
 func testBuildInboxesMatchesProjectorReplay(t *testing.T, layout string) {
 	w := newWorld(t)
-	ctx := context.Background()
 	rd := testenv.NewRedis(t)
 	live := readmodel.Keys{Prefix: rd.Prefix + "live:"}
 	built := readmodel.Keys{Prefix: rd.Prefix + "built:"}
@@ -436,15 +435,7 @@ func testBuildInboxesMatchesProjectorReplay(t *testing.T, layout string) {
 	w.unfollow(r2, a3)
 	sync()
 
-	bc := cfg
-	bc.Keys = built
-	p, err := projections.NewInbox(bc, w.db.Pool, rd.Client, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.BuildInboxes(ctx, w.db.Pool, nil); err != nil {
-		t.Fatal(err)
-	}
+	buildInboxesAt(t, w, rd.Client, cfg, built)
 	if layout == readmodel.InboxLayoutPacked {
 		comparePackedBuild(t, rd.Client, live, built, cfg.InboxMax, []int64{r1, r2, r3, r5})
 		if ids, _, _ := inboxView(t, rd.Client, built, layout, r2); len(ids) != 3 {
@@ -524,5 +515,18 @@ func comparePackedBuild(t *testing.T, rdb redis.UniversalClient, live, built rea
 	}
 	if floors != 2 { // r1 and r3 went over the bound
 		t.Errorf("%d inboxes with a floor, want 2", floors)
+	}
+}
+
+// buildInboxesAt runs the inbox bulk build of cfg's policies into keys.
+func buildInboxesAt(t *testing.T, w *world, rdb redis.UniversalClient, cfg projections.Config, keys readmodel.Keys) {
+	t.Helper()
+	cfg.Keys = keys
+	p, err := projections.NewInbox(cfg, w.db.Pool, rdb, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.BuildInboxes(context.Background(), w.db.Pool, nil); err != nil {
+		t.Fatal(err)
 	}
 }

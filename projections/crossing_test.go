@@ -243,15 +243,7 @@ func TestInboxBuildRecordsCrossings(t *testing.T) {
 	}
 
 	built := readmodel.Keys{Prefix: rd.Prefix, Versions: readmodel.Versions{}.With(readmodel.ProjectionInbox, 2)}
-	bc := cfg
-	bc.Keys = built
-	p, err := projections.NewInbox(bc, w.db.Pool, rd.Client, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.BuildInboxes(ctx, w.db.Pool, nil); err != nil {
-		t.Fatal(err)
-	}
+	buildInboxesAt(t, w, rd.Client, cfg, built)
 	if ids, _, _ := inboxView(t, rd.Client, built, readmodel.InboxLayoutZset, bob); !slices.Contains(ids, idstr(s1)) {
 		t.Fatalf("built inbox of bob %v without the star's post %d", ids, s1)
 	}
