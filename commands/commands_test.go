@@ -294,13 +294,7 @@ func TestFollowUnfollow(t *testing.T) {
 		if e.Version != int64(i+1) || e.Type != wantTypes[i] {
 			t.Fatalf("event %d: %+v", i, e)
 		}
-		var n int64
-		switch ev := e.Event.(type) {
-		case events.Followed:
-			n = ev.FolloweeFollowers
-		case events.Unfollowed:
-			n = ev.FolloweeFollowers
-		}
+		n := followeeFollowers(e.Event)
 		if n != wantCounts[i] {
 			t.Fatalf("event %d followeeFollowers %d, want %d", i, n, wantCounts[i])
 		}
@@ -351,13 +345,7 @@ func TestConcurrentFollowUnfollowOfOnePair(t *testing.T) {
 		if i%2 == 1 {
 			want, count = events.TypeUnfollowed, 0
 		}
-		var n int64
-		switch ev := e.Event.(type) {
-		case events.Followed:
-			n = ev.FolloweeFollowers
-		case events.Unfollowed:
-			n = ev.FolloweeFollowers
-		}
+		n := followeeFollowers(e.Event)
 		if e.Version != int64(i+1) || e.Type != want || n != count {
 			t.Fatalf("event %d: version %d, %s, followeeFollowers %d; want version %d, %s, %d", i, e.Version, e.Type, n, i+1, want, count)
 		}
@@ -536,4 +524,15 @@ func TestConcurrentAppendsAtOneVersion(t *testing.T) {
 	if evs := streamEvents(t, b.pool, events.FollowStream(5, 6)); len(evs) != 1 {
 		t.Fatalf("stream has %d events", len(evs))
 	}
+}
+
+// followeeFollowers is the count a Followed or Unfollowed carries.
+func followeeFollowers(ev events.Event) int64 {
+	switch ev := ev.(type) {
+	case events.Followed:
+		return ev.FolloweeFollowers
+	case events.Unfollowed:
+		return ev.FolloweeFollowers
+	}
+	return -1
 }
