@@ -185,3 +185,55 @@ func newHTTPServer(b *testing.B, h http.Handler) string {
 	b.Cleanup(hs.Close)
 	return hs.URL
 }
+
+// BenchmarkFollow measures the follow commands called in process by 16
+// goroutines, each alternating Follow and Unfollow of its own pair (every
+// call changes something: a row, two counts, one event), and their CPU per
+// command: this process's (go-cpu-µs/op) and the database's backends'
+// (pg-cpu-µs/op), as BenchmarkWrite's direct phase:
+//
+//	go test -run '^$' -bench Follow -benchtime 2000x -count 3 ./api/
+func BenchmarkFollow(b *testing.B) {
+	ctx := context.Background()
+	db := testenv.NewDB(b)
+	ids, _ := snowflake.New(5)
+	cmds, err := commands.New(db.Pool, ids, commands.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	pairs := make([][2]int64, benchClients)
+	for i := range pairs {
+		for j := range 2 {
+			u, err := cmds.RegisterUser.Handle(ctx, commands.RegisterUser{Name: fmt.Sprintf("u%d-%d", i, j)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			pairs[i][j] = u.ID
+		}
+	}
+	var following [benchClients]bool
+	b.ResetTimer()
+	cpu0 := writeCPU(b, db.Pool, nil)
+	rate := runClients(b, func(c int) error {
+		p := pairs[c]
+		var changed bool
+		var err error
+		if following[c] {
+			changed, err = cmds.Unfollow.Handle(ctx, commands.Unfollow{FollowerID: p[0], FolloweeID: p[1]})
+		} else {
+			changed, err = cmds.Follow.Handle(ctx, commands.Follow{FollowerID: p[0], FolloweeID: p[1]})
+		}
+		if err == nil && !changed {
+			err = fmt.Errorf("pair %d: nothing changed", c)
+		}
+		following[c] = !following[c]
+		return err
+	})
+	cpu1 := writeCPU(b, db.Pool, cpu0.backends)
+	perOp := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(b.N) }
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(rate, "commands/s")
+	b.ReportMetric(perOp(cpu1.self-cpu0.self), "go-cpu-µs/op")
+	b.ReportMetric(perOp(cpu1.pg-cpu0.pg), "pg-cpu-µs/op")
+	b.ReportMetric(perOp(cpu1.self-cpu0.self+cpu1.pg-cpu0.pg), "cpu-µs/op")
+}

@@ -294,13 +294,7 @@ func TestFollowUnfollow(t *testing.T) {
 		if e.Version != int64(i+1) || e.Type != wantTypes[i] {
 			t.Fatalf("event %d: %+v", i, e)
 		}
-		var n int64
-		switch ev := e.Event.(type) {
-		case events.Followed:
-			n = ev.FolloweeFollowers
-		case events.Unfollowed:
-			n = ev.FolloweeFollowers
-		}
+		n := followeeFollowers(e.Event)
 		if n != wantCounts[i] {
 			t.Fatalf("event %d followeeFollowers %d, want %d", i, n, wantCounts[i])
 		}
@@ -309,6 +303,57 @@ func TestFollowUnfollow(t *testing.T) {
 	au, _ := c.GetUser(ctx, a)
 	if zu.FollowerCount != 2 || zu.FollowingCount != 0 || au.FollowingCount != 1 || au.FollowerCount != 0 {
 		t.Fatalf("counts: z=%+v a=%+v", zu, au)
+	}
+}
+
+// Follows and unfollows of one pair racing each other: the pair's events
+// are at versions 1..n without a gap, alternate Followed and Unfollowed,
+// and each carries the followee's count after exactly that change; the
+// counts end where the last event says. The follow's row change, counts
+// and event are one statement after the users' locks, which computes the
+// stream's next version itself.
+func TestConcurrentFollowUnfollowOfOnePair(t *testing.T) {
+	t.Parallel()
+	c, b := setup(t, commands.Config{})
+	ctx := context.Background()
+	a, z := register(t, c, "a"), register(t, c, "z")
+	var wg sync.WaitGroup
+	errs := make(chan error, 200)
+	for range 8 {
+		wg.Go(func() {
+			for range 10 {
+				if _, err := c.Follow.Handle(ctx, commands.Follow{FollowerID: a, FolloweeID: z}); err != nil {
+					errs <- err
+				}
+				if _, err := c.Unfollow.Handle(ctx, commands.Unfollow{FollowerID: a, FolloweeID: z}); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("follow or unfollow failed: %v", err)
+	}
+	evs := streamEvents(t, b.pool, events.FollowStream(a, z))
+	if len(evs) == 0 || len(evs)%2 != 0 {
+		t.Fatalf("%d events, want an even number > 0 (each follow undone)", len(evs))
+	}
+	for i, e := range evs {
+		want, count := events.TypeFollowed, int64(1)
+		if i%2 == 1 {
+			want, count = events.TypeUnfollowed, 0
+		}
+		n := followeeFollowers(e.Event)
+		if e.Version != int64(i+1) || e.Type != want || n != count {
+			t.Fatalf("event %d: version %d, %s, followeeFollowers %d; want version %d, %s, %d", i, e.Version, e.Type, n, i+1, want, count)
+		}
+	}
+	zu, _ := c.GetUser(ctx, z)
+	au, _ := c.GetUser(ctx, a)
+	if zu.FollowerCount != 0 || au.FollowingCount != 0 {
+		t.Fatalf("counts after every follow was undone: z has %d followers, a follows %d", zu.FollowerCount, au.FollowingCount)
 	}
 }
 
@@ -479,4 +524,15 @@ func TestConcurrentAppendsAtOneVersion(t *testing.T) {
 	if evs := streamEvents(t, b.pool, events.FollowStream(5, 6)); len(evs) != 1 {
 		t.Fatalf("stream has %d events", len(evs))
 	}
+}
+
+// followeeFollowers is the count a Followed or Unfollowed carries.
+func followeeFollowers(ev events.Event) int64 {
+	switch ev := ev.(type) {
+	case events.Followed:
+		return ev.FolloweeFollowers
+	case events.Unfollowed:
+		return ev.FolloweeFollowers
+	}
+	return -1
 }

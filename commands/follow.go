@@ -50,34 +50,67 @@ func changeFollow(ctx context.Context, tx pgx.Tx, follower, followee int64, trac
 			return false, fmt.Errorf("follow %d -> %d: %w", follower, followee, ErrBlocked)
 		}
 	}
-	sql, delta := `DELETE FROM follows WHERE follower_id = $1 AND followee_id = $2`, int64(-1)
+	return applyFollow(ctx, tx, follower, followee, trace, follow)
+}
+
+// The change of a follows row, both counts and the pair's event, in one
+// statement (changeFollowSQL's CTEs): taken after lockUsers, so its
+// snapshot sees every change of the pair committed before (they all hold
+// both users' locks), and the stream's next version computed in it is the
+// head's. A data-modifying CTE runs whether or not it is read, so the
+// counts and the event depend on `changed` returning a row: a follow of a
+// pair already following (or an unfollow of one that is not) changes
+// nothing. The payload is events.Encode's with followeeFollowers set from
+// the count the same statement wrote.
+const (
+	followChangedSQL   = `INSERT INTO follows (follower_id, followee_id) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING 1`
+	unfollowChangedSQL = `DELETE FROM follows WHERE follower_id = $1 AND followee_id = $2 RETURNING 1`
+	changeFollowSQL    = `
+		WITH changed AS (%s),
+		     counts AS (UPDATE users
+		                SET follower_count = follower_count + CASE WHEN id = $2 THEN $3::bigint ELSE 0 END,
+		                    following_count = following_count + CASE WHEN id = $1 THEN $3::bigint ELSE 0 END
+		                WHERE id IN ($1, $2) AND EXISTS (SELECT 1 FROM changed)
+		                RETURNING id, follower_count),
+		     ev AS (INSERT INTO events (event_id, stream_id, stream_version, type, payload, metadata)
+		            SELECT $4, $5, (SELECT coalesce(max(stream_version), 0) + 1 FROM events WHERE stream_id = $5),
+		                   $6, $7::jsonb || jsonb_build_object('followeeFollowers', counts.follower_count), $8
+		            FROM counts WHERE counts.id = $2
+		            RETURNING 1)
+		SELECT count(*) FROM ev`
+)
+
+var (
+	followSQL   = fmt.Sprintf(changeFollowSQL, followChangedSQL)
+	unfollowSQL = fmt.Sprintf(changeFollowSQL, unfollowChangedSQL)
+)
+
+// applyFollow runs changeFollowSQL for the pair (the users already
+// locked) and reports whether it changed anything.
+func applyFollow(ctx context.Context, tx pgx.Tx, follower, followee int64, trace Trace, follow bool) (bool, error) {
+	sql, delta := unfollowSQL, int64(-1)
+	var ev events.Event = events.Unfollowed{FollowerID: follower, FolloweeID: followee}
 	if follow {
-		sql, delta = `INSERT INTO follows (follower_id, followee_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`, +1
+		sql, delta = followSQL, +1
+		ev = events.Followed{FollowerID: follower, FolloweeID: followee}
 	}
-	tag, err := tx.Exec(ctx, sql, follower, followee)
+	eventID, payload, err := newEventRow(ev)
 	if err != nil {
+		return false, err
+	}
+	meta, err := encodeMetadata(trace.metadata(follower))
+	if err != nil {
+		return false, err
+	}
+	stream := ev.StreamID()
+	var n int
+	if err := tx.QueryRow(ctx, sql, follower, followee, delta, eventID, stream, ev.EventType(), payload, meta).Scan(&n); err != nil {
+		if isVersionConflict(err) {
+			return false, fmt.Errorf("append to %s: %w", stream, ErrVersionConflict)
+		}
 		return false, fmt.Errorf("change follow %d -> %d: %w", follower, followee, err)
 	}
-	if tag.RowsAffected() == 0 {
-		return false, nil
-	}
-	followers, err := bumpCounts(ctx, tx, follower, followee, delta)
-	if err != nil {
-		return false, err
-	}
-	v, err := StreamVersion(ctx, tx, events.FollowStream(follower, followee))
-	if err != nil {
-		return false, err
-	}
-	meta := trace.metadata(follower)
-	var ev events.Event = events.Unfollowed{FollowerID: follower, FolloweeID: followee, FolloweeFollowers: followers}
-	if follow {
-		ev = events.Followed{FollowerID: follower, FolloweeID: followee, FolloweeFollowers: followers}
-	}
-	if err := Append(ctx, tx, v, meta, ev); err != nil {
-		return false, err
-	}
-	return true, nil
+	return n == 1, nil
 }
 
 func validatePair(follower, followee int64) error {
@@ -91,18 +124,4 @@ func validatePair(follower, followee int64) error {
 		return invalid("userId", "a user cannot follow themselves")
 	}
 	return nil
-}
-
-// bumpCounts adds delta to the followee's follower count and the follower's
-// following count, and returns the followee's count after the change.
-func bumpCounts(ctx context.Context, tx pgx.Tx, follower, followee, delta int64) (int64, error) {
-	var followers int64
-	if err := tx.QueryRow(ctx, `UPDATE users SET follower_count = follower_count + $2 WHERE id = $1 RETURNING follower_count`,
-		followee, delta).Scan(&followers); err != nil {
-		return 0, fmt.Errorf("update follower count of %d: %w", followee, err)
-	}
-	if _, err := tx.Exec(ctx, `UPDATE users SET following_count = following_count + $2 WHERE id = $1`, follower, delta); err != nil {
-		return 0, fmt.Errorf("update following count of %d: %w", follower, err)
-	}
-	return followers, nil
 }
