@@ -248,8 +248,9 @@ type Backfilled struct{ keys Keys }
 // keys.
 func NewBackfilled(keys Keys) Backfilled { return Backfilled{keys: keys} }
 
-// backfilledScript raises an author's backfilled Order, never lowers it
-// (a late crossing's backfill must not bring back an older one's pull).
+// backfilledScript raises an author's backfilled Order, never lowers it:
+// a late backfill of an older crossing must not mark a newer, finished
+// one pending again.
 //
 // KEYS[1] the hash; ARGV pairs of author id and Order.
 var backfilledScript = redis.NewScript(`
