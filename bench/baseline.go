@@ -61,9 +61,9 @@ func (r *Runner) runBaselines(ctx context.Context) *Baselines {
 		}
 		return true
 	})
-	fmt.Fprintf(r.deps.Log, "bench: baseline raw Redis (ZREVRANGEBYSCORE 21 + MGET 20), %s, %d clients\n", r.cfg.BaselineDuration, r.cfg.Clients)
+	fmt.Fprintf(r.deps.Log, "bench: baseline raw Redis (%s + MGET 20), %s, %d clients\n", rawInboxRead(r.deps.inboxes()), r.cfg.BaselineDuration, r.cfg.Clients)
 	b.redisMs, b.RawRedis = r.closedLoop(ctx, func(ctx context.Context, u int64) bool {
-		if err := RawRead(ctx, r.deps.Redis, r.deps.Keys, u); err != nil {
+		if err := RawRead(ctx, r.deps.Redis, r.deps.Keys, r.deps.inboxes(), u); err != nil {
 			fail("raw redis: " + err.Error())
 			return false
 		}
@@ -72,32 +72,50 @@ func (r *Runner) runBaselines(ctx context.Context) *Baselines {
 	return b
 }
 
-// RawRead is the least a Redis read of a first page costs: the newest 21
-// inbox members (one more, to know if a next page exists) and one MGET of
-// the 20 posts' cached bodies (on a cluster, a pipeline of GETs, split per
-// node: the post keys are of many slots).
-func RawRead(ctx context.Context, rdb redis.UniversalClient, keys readmodel.Keys, user int64) error {
-	m, err := rdb.ZRevRangeByScore(ctx, keys.Inbox(user), &redis.ZRangeBy{Max: "(+inf", Min: "-inf", Count: 21}).Result()
-	if err != nil {
-		return err
-	}
-	ids := make([]int64, 0, 20)
-	for _, s := range m {
-		if readmodel.IsSentinel(s) || len(ids) == 20 {
-			continue
+// RawRead is the least a Redis read of a first page costs in the inbox
+// layout of store: the newest 21 inbox entries (one more, to know if a
+// next page exists), then one MGET of the 20 posts' cached bodies (on a
+// cluster, a pipeline of GETs, split per node: the post keys are of many
+// slots). The entries are one ZREVRANGEBYSCORE of the sorted set, or the
+// packed layout's first-page pipeline as the query side sends it (GET of
+// the buffer, GETRANGE of the sealed string's newest ids and header).
+func RawRead(ctx context.Context, rdb redis.UniversalClient, keys readmodel.Keys, store readmodel.InboxStore, user int64) error {
+	ids := make([]int64, 0, 21)
+	if packed, ok := store.(readmodel.PackedInboxes); ok {
+		pipe := rdb.Pipeline()
+		rd := packed.QueueRead(ctx, pipe, user, readmodel.MaxScoreMs, 21)
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return err
 		}
-		id, err := strconv.ParseInt(s, 10, 64)
+		p, err := rd.Result()
 		if err != nil {
-			continue
+			return err
 		}
-		ids = append(ids, id)
+		for _, e := range p.Entries[:min(len(p.Entries), 20)] {
+			ids = append(ids, e.ID)
+		}
+	} else {
+		m, err := rdb.ZRevRangeByScore(ctx, keys.Inbox(user), &redis.ZRangeBy{Max: "(+inf", Min: "-inf", Count: 21}).Result()
+		if err != nil {
+			return err
+		}
+		for _, s := range m {
+			if readmodel.IsSentinel(s) || len(ids) == 20 {
+				continue
+			}
+			id, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				continue
+			}
+			ids = append(ids, id)
+		}
 	}
 	if len(ids) == 0 {
 		return nil
 	}
 	pipe := rdb.Pipeline()
 	readmodel.NewPostCache(keys).QueueGet(ctx, pipe, ids, !readmodel.IsCluster(rdb))
-	_, err = pipe.Exec(ctx)
+	_, err := pipe.Exec(ctx)
 	if errors.Is(err, redis.Nil) {
 		return nil
 	}

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/feedco/feed/readmodel"
 )
 
 // Report is everything a run measured; it is written as JSON as is.
@@ -183,8 +185,16 @@ func (rep *Report) WriteTable(w io.Writer) {
 		if e.ZsetMaxListpackEntries >= 0 {
 			limit = strconv.Itoa(e.ZsetMaxListpackEntries)
 		}
-		fmt.Fprintf(w, "inboxes: %d of %d sampled listpack, %d skiplist (zset-max-listpack-entries %s)\n",
-			e.Listpack, e.Sampled, e.Skiplist, limit)
+		per := "unknown bytes per entry"
+		if b := e.BytesPerEntry(); b > 0 {
+			per = fmt.Sprintf("%.1f bytes per entry", b)
+		}
+		if e.Layout == readmodel.InboxLayoutPacked {
+			fmt.Fprintf(w, "inboxes: packed, %d sampled, %s\n", e.Sampled, per)
+		} else {
+			fmt.Fprintf(w, "inboxes: %d of %d sampled listpack, %d skiplist (zset-max-listpack-entries %s), %s\n",
+				e.Listpack, e.Sampled, e.Skiplist, limit, per)
+		}
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "%-34s %10s %9s %9s %9s %9s %9s\n", "measure", "count", "per s", "p50 ms", "p99 ms", "p99.9 ms", "max ms")

@@ -48,6 +48,9 @@ type Deps struct {
 	DB      Querier
 	Redis   redis.UniversalClient
 	Keys    readmodel.Keys
+	// Inboxes are the inbox operations of the active layout, for the raw
+	// Redis baseline and the inbox sample; nil: the sorted set under Keys.
+	Inboxes readmodel.InboxStore
 	Sampler Sampler
 	// Log receives progress lines; nil discards them.
 	Log io.Writer
@@ -55,6 +58,22 @@ type Deps struct {
 	// benchmark's lean HTTP/1.1 client (httpc.go) for the API's requests
 	// and a net/http client sized for Clients for /metrics.
 	HTTP *http.Client
+}
+
+// inboxes returns Inboxes, or the sorted-set layout under Keys.
+func (d Deps) inboxes() readmodel.InboxStore {
+	if d.Inboxes != nil {
+		return d.Inboxes
+	}
+	return readmodel.NewInboxes(d.Keys, readmodel.Policy{})
+}
+
+// rawInboxRead names the raw baseline's inbox read in store's layout.
+func rawInboxRead(store readmodel.InboxStore) string {
+	if store.Layout() == readmodel.InboxLayoutPacked {
+		return "GET + GETRANGE 21"
+	}
+	return "ZREVRANGEBYSCORE 21"
 }
 
 // Runner runs one benchmark.
@@ -200,7 +219,7 @@ func (r *Runner) Run(ctx context.Context) (*Report, error) {
 	}
 	rep.WarmUp = warm
 	if r.deps.Redis != nil {
-		enc, err := inboxEncoding(ctx, r.deps.Redis, r.deps.Keys, r.pop.Readers)
+		enc, err := inboxEncoding(ctx, r.deps.Redis, r.deps.Keys, r.deps.inboxes(), r.pop.Readers)
 		if err != nil {
 			return nil, fmt.Errorf("inbox encodings: %w", err)
 		}

@@ -104,12 +104,14 @@ func rawHTTPServer(ctx context.Context, page string) *exec.Cmd {
 
 // runBench is `feed bench`; command is its command line, for the report.
 func runBench(ctx context.Context, cfg Config, log *slog.Logger, c bench.Config, o benchOptions, command string, stdout, stderr io.Writer) error {
-	a, err := openApp(ctx, cfg, log, true, true)
+	// The feed policy of the active versions: the inbox layout the raw
+	// baseline reads and the celebrity threshold the report gives.
+	a, cfg, err := openResolvedApp(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
 	defer a.Close()
-	c.CelebrityThreshold = a.Cfg.CelebrityThreshold
+	c.CelebrityThreshold = cfg.CelebrityThreshold
 	c.RawHTTPServer = rawHTTPServer
 	c.BaseURL = strings.TrimRight(o.url, "/")
 	if c.BaseURL == "" {
@@ -135,6 +137,7 @@ func runBench(ctx context.Context, cfg Config, log *slog.Logger, c bench.Config,
 	if err != nil {
 		return err
 	}
+	keys := readmodel.Keys{Versions: vs}
 	pop, err := bench.LoadPopulation(ctx, a.Pool, c.Readers, c.Churners, c.Seed)
 	if err != nil {
 		return err
@@ -154,7 +157,7 @@ func runBench(ctx context.Context, cfg Config, log *slog.Logger, c bench.Config,
 		}
 		return s, err
 	}
-	r, err := bench.New(c, pop, tokens, bench.Deps{DB: a.Pool, Redis: a.Redis, Keys: readmodel.Keys{Versions: vs}, Sampler: sampler, Log: stderr})
+	r, err := bench.New(c, pop, tokens, bench.Deps{DB: a.Pool, Redis: a.Redis, Keys: keys, Inboxes: readmodel.NewInboxStore(keys, cfg.Policy), Sampler: sampler, Log: stderr})
 	if err != nil {
 		return usageError{err.Error()}
 	}
