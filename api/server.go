@@ -73,7 +73,7 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// MaxReadsInFlight bounds the reads (GET of feeds, author posts and
 	// users) served at once; a read beyond it is 429 at once (shed.go).
-	// Default 128; negative: no bound.
+	// Default 256; negative: no bound.
 	MaxReadsInFlight int
 	// MaxWritesInFlight bounds the writes (POST, PUT, DELETE) served at
 	// once; a write beyond it is 429 at once, having done nothing.
@@ -81,7 +81,7 @@ type Config struct {
 	MaxWritesInFlight int
 	// FullHomeReads bounds the home feed reads that do the full merge
 	// (inbox, celebrity pull, PostgreSQL below the floor) at once; a home
-	// read beyond it is degraded (FeedReader.HomeDegraded). Default 32;
+	// read beyond it is degraded (FeedReader.HomeDegraded). Default 128;
 	// negative: never degraded.
 	FullHomeReads int
 }
@@ -102,14 +102,20 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// The defaults of the load-shedding bounds, for a 2-core machine: a
-// read costs about 0.15 ms of CPU, so 128 reads in flight are about 10 ms
-// of queueing when the cores are saturated; a write holds one of the
-// pool's 64 PostgreSQL connections for a few milliseconds.
+// The defaults of the load-shedding bounds, for a 2-core machine: a read
+// costs 40-80 µs of CPU (the first at saturation, the second at a
+// quarter of it, docs/benchmarks.md), so 256 reads in flight are 5-10 ms
+// of queueing when the cores are saturated. Half of them may do the full
+// merge before home reads degrade: a momentary stall of the full mix (a
+// GC cycle, Redis descheduled) holds up to about a hundred reads at
+// 5,000 reads/s, and degrading those gives up posts without saving work,
+// since the celebrity pull it skips is answered from memory. A write
+// holds one of the pool's 64 PostgreSQL connections for a few
+// milliseconds.
 const (
-	DefaultMaxReadsInFlight  = 128
+	DefaultMaxReadsInFlight  = 256
 	DefaultMaxWritesInFlight = 32
-	DefaultFullHomeReads     = 32
+	DefaultFullHomeReads     = 128
 )
 
 // Validate reports the first setting that cannot work.

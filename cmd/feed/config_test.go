@@ -235,7 +235,7 @@ func TestSheddingEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.MaxReadsInFlight != 128 || c.MaxWritesInFlight != 32 || c.FullHomeReads != 32 {
+	if c.MaxReadsInFlight != 256 || c.MaxWritesInFlight != 32 || c.FullHomeReads != 128 {
 		t.Fatalf("defaults: reads %d writes %d full home reads %d", c.MaxReadsInFlight, c.MaxWritesInFlight, c.FullHomeReads)
 	}
 	t.Setenv("FEED_MAX_READS_IN_FLIGHT", "0")
