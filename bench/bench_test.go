@@ -423,3 +423,47 @@ func TestPickHonoursNone(t *testing.T) {
 		t.Error("NaN read ratio accepted")
 	}
 }
+
+// TestActivateLeavesRecentRows: activation writes the users without a
+// row or with one older than an hour, and leaves rows stamped within the
+// hour untouched (same row version), so runs back to back leave no dead
+// versions behind.
+func TestActivateLeavesRecentRows(t *testing.T) {
+	ctx := context.Background()
+	db := testenv.NewDB(t)
+	for _, id := range []int64{1, 2, 3} {
+		if _, err := db.Pool.Exec(ctx, `INSERT INTO users (id, name) VALUES ($1, $2)`, id, fmt.Sprint("u", id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO user_activity (user_id, last_seen_at) VALUES
+		(1, now() - interval '10 minutes'), (2, now() - interval '2 hours')`); err != nil {
+		t.Fatal(err)
+	}
+	version := func(id int64) (xmin string, seen time.Time) {
+		t.Helper()
+		if err := db.Pool.QueryRow(ctx, `SELECT xmin::text, last_seen_at FROM user_activity WHERE user_id = $1`, id).Scan(&xmin, &seen); err != nil {
+			t.Fatalf("user %d: %v", id, err)
+		}
+		return xmin, seen
+	}
+	x1, s1 := version(1)
+	n, err := Activate(ctx, db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 {
+		t.Fatalf("wrote %d rows, want 2 (user 2 stale, user 3 missing)", n)
+	}
+	if x, s := version(1); x != x1 || !s.Equal(s1) {
+		t.Fatalf("user 1 seen 10 minutes ago was rewritten: xmin %s -> %s, %v -> %v", x1, x, s1, s)
+	}
+	for _, id := range []int64{2, 3} {
+		if _, s := version(id); time.Since(s) > time.Minute {
+			t.Fatalf("user %d last seen %v, want now", id, s)
+		}
+	}
+	if n, err := Activate(ctx, db.Pool); err != nil || n != 0 {
+		t.Fatalf("second activation wrote %d rows (err %v), want 0", n, err)
+	}
+}

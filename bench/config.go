@@ -61,7 +61,7 @@ type Config struct {
 	CelebrityThreshold int64
 	// Activate marks every user active (user_activity = now) before the
 	// run, so fan-out pushes to all followers, as for a population that
-	// reads daily.
+	// reads daily (Activate).
 	Activate bool
 	// SampleEvery is the lag sampling interval. Default 1s.
 	SampleEvery time.Duration
