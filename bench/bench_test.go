@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -465,5 +466,69 @@ func TestActivateLeavesRecentRows(t *testing.T) {
 	}
 	if n, err := Activate(ctx, db.Pool); err != nil || n != 0 {
 		t.Fatalf("second activation wrote %d rows (err %v), want 0", n, err)
+	}
+}
+
+// TestVacuumIfOff: where autovacuum is off, the tables a run changes are
+// vacuumed (the follows' pages all-visible again, so the follower-list
+// load is index-only); where it is on, nothing is done.
+func TestVacuumIfOff(t *testing.T) {
+	ctx := context.Background()
+	db := testenv.NewDB(t)
+	for id := int64(1); id <= 400; id++ {
+		if _, err := db.Pool.Exec(ctx, `INSERT INTO users (id, name) VALUES ($1, $2)`, id, fmt.Sprint("u", id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO follows (follower_id, followee_id) SELECT a, b FROM generate_series(1, 400) a, generate_series(1, 30) b WHERE a <> b`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `DELETE FROM follows WHERE follower_id % 7 = 0`); err != nil {
+		t.Fatal(err)
+	}
+	var autovacuum string
+	if err := db.Pool.QueryRow(ctx, `SHOW autovacuum`).Scan(&autovacuum); err != nil {
+		t.Fatal(err)
+	}
+	tables, err := VacuumIfOff(ctx, db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if autovacuum == "on" {
+		if tables != nil {
+			t.Fatalf("autovacuum is on, yet vacuumed %v", tables)
+		}
+		return
+	}
+	if !slices.Equal(tables, churnedTables) {
+		t.Fatalf("vacuumed %v, want %v", tables, churnedTables)
+	}
+	var pages, visible int
+	if err := db.Pool.QueryRow(ctx, `SELECT relpages, relallvisible FROM pg_class WHERE relname = 'follows'`).Scan(&pages, &visible); err != nil {
+		t.Fatal(err)
+	}
+	if pages == 0 || visible != pages {
+		t.Fatalf("follows after the vacuum: %d of %d pages all-visible", visible, pages)
+	}
+	// The follower-list load's scan, forced to the index (the table is
+	// small enough for the planner to prefer reading it whole).
+	conn, err := db.Pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SET enable_seqscan = off; SET enable_bitmapscan = off`); err != nil {
+		t.Fatal(err)
+	}
+	var plan string
+	if err := conn.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) SELECT follower_id FROM follows WHERE followee_id = 3`).Scan(&plan); err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`"Heap Fetches": (\d+)`).FindStringSubmatch(plan)
+	if m == nil {
+		t.Fatalf("no index-only scan: %s", plan)
+	}
+	if fetches, _ := strconv.Atoi(m[1]); fetches != 0 {
+		t.Fatalf("the follower list fetched %d heap tuples after the vacuum", fetches)
 	}
 }

@@ -63,6 +63,9 @@ type Config struct {
 	// run, so fan-out pushes to all followers, as for a population that
 	// reads daily (Activate).
 	Activate bool
+	// Vacuum runs VACUUM (ANALYZE) on the tables the runs change before
+	// the warm-up, when the server's autovacuum is off (VacuumIfOff).
+	Vacuum bool
 	// SampleEvery is the lag sampling interval. Default 1s.
 	SampleEvery time.Duration
 	// Seed makes the choice of readers and operations repeatable. Default 1.

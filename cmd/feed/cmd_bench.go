@@ -25,6 +25,7 @@ import (
 // benchOptions are `feed bench`'s flags besides bench.Config's.
 type benchOptions struct {
 	activate bool
+	vacuum   bool
 	out, url string
 }
 
@@ -48,6 +49,7 @@ func newBenchCommand(c *cli) *cobra.Command {
 				return err
 			}
 			bc.Activate = o.activate
+			bc.Vacuum = o.vacuum
 			command := []string{cmd.CommandPath()}
 			cmd.Flags().Visit(func(f *pflag.Flag) { command = append(command, "--"+f.Name+"="+f.Value.String()) })
 			return runBench(cmd.Context(), cfg, log, bc, o, strings.Join(command, " "), c.stdout, c.stderr)
@@ -66,6 +68,7 @@ func newBenchCommand(c *cli) *cobra.Command {
 	f.DurationVar(&bc.PollInterval, "poll", 10*time.Millisecond, "probe poll interval")
 	f.DurationVar(&bc.BaselineDuration, "baseline", 10*time.Second, "length of each baseline phase, before and after (negative: none)")
 	f.BoolVar(&o.activate, "activate", true, "mark every user active before the run, so fan-out pushes to all followers")
+	f.BoolVar(&o.vacuum, "vacuum", true, "VACUUM (ANALYZE) the tables runs change before the run, when the server's autovacuum is off")
 	f.Uint64Var(&bc.Seed, "seed", 1, "choice of readers, churners and operations")
 	f.StringVar(&o.out, "out", "bench-report", "report files: OUT.json and OUT.png")
 	f.StringVar(&o.url, "url", "", "API base URL (default http://HTTP_ADDR)")
