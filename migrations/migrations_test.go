@@ -3,6 +3,7 @@ package migrations_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/feedco/feed/internal/testenv"
@@ -149,5 +150,20 @@ func TestNoTxMigrationRedoesInvalidIndex(t *testing.T) {
 	}
 	if err := migrations.Check(ctx, db.Pool); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Migration 016 lowers follows' autovacuum thresholds, so that the
+// follower-list loads stay index-only under follow churn.
+func TestFollowsAutovacuumThresholds(t *testing.T) {
+	db := testenv.NewDB(t)
+	var opts []string
+	if err := db.Pool.QueryRow(context.Background(), `SELECT coalesce(reloptions, '{}') FROM pg_class WHERE oid = 'follows'::regclass`).Scan(&opts); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"autovacuum_vacuum_scale_factor=0.001", "autovacuum_vacuum_threshold=1000",
+		"autovacuum_vacuum_insert_scale_factor=0.001", "autovacuum_vacuum_insert_threshold=1000"}
+	if !slices.Equal(opts, want) {
+		t.Fatalf("follows' reloptions %v, want %v", opts, want)
 	}
 }
