@@ -44,7 +44,8 @@ type Sampler func(ctx context.Context) (LagSample, error)
 type Tokens func(userID int64) string
 
 // Deps are the runner's optional collaborators: without DB and Redis the
-// baselines and the activation are skipped; without Sampler no lags.
+// baselines, the activation and the vacuum are skipped; without Sampler
+// no lags.
 type Deps struct {
 	DB    Querier
 	Redis redis.UniversalClient
