@@ -40,7 +40,7 @@ func TestHelp(t *testing.T) {
 		"rebuild":         {"--catch-up-lag", "--handover", "--verify-users", "--force", "--inbox-layout", "--inbox-max", "--celebrity-threshold", "--celebrity-band"},
 		"verify":          {"--users", "--user", "--depth", "--settle-timeout"},
 		"seed":            {"--users", "--seed", "--avg-follows", "--posts", "--celebrities", "--days", "--end", "--batch", "--force", "--no-slot-check", "--dry-run"},
-		"bench":           {"--duration", "--rate", "--closed-loop", "--clients", "--read-ratio", "--post-share", "--readers", "--churners", "--visible-rate", "--poll", "--baseline", "--activate", "--seed", "--out", "--url"},
+		"bench":           {"--duration", "--rate", "--closed-loop", "--clients", "--read-ratio", "--post-share", "--readers", "--churners", "--visible-rate", "--poll", "--baseline", "--activate", "--vacuum", "--seed", "--out", "--url"},
 		"status":          nil,
 		"poison":          nil,
 		"poison list":     {"--group", "--all"},
