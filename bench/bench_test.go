@@ -432,11 +432,7 @@ func TestPickHonoursNone(t *testing.T) {
 func TestActivateLeavesRecentRows(t *testing.T) {
 	ctx := context.Background()
 	db := testenv.NewDB(t)
-	for _, id := range []int64{1, 2, 3} {
-		if _, err := db.Pool.Exec(ctx, `INSERT INTO users (id, name) VALUES ($1, $2)`, id, fmt.Sprint("u", id)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	addUsers(t, db.Pool, 3)
 	if _, err := db.Pool.Exec(ctx, `INSERT INTO user_activity (user_id, last_seen_at) VALUES
 		(1, now() - interval '10 minutes'), (2, now() - interval '2 hours')`); err != nil {
 		t.Fatal(err)
@@ -475,11 +471,7 @@ func TestActivateLeavesRecentRows(t *testing.T) {
 func TestVacuumIfOff(t *testing.T) {
 	ctx := context.Background()
 	db := testenv.NewDB(t)
-	for id := int64(1); id <= 400; id++ {
-		if _, err := db.Pool.Exec(ctx, `INSERT INTO users (id, name) VALUES ($1, $2)`, id, fmt.Sprint("u", id)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	addUsers(t, db.Pool, 400)
 	if _, err := db.Pool.Exec(ctx, `INSERT INTO follows (follower_id, followee_id) SELECT a, b FROM generate_series(1, 400) a, generate_series(1, 30) b WHERE a <> b`); err != nil {
 		t.Fatal(err)
 	}
@@ -530,5 +522,13 @@ func TestVacuumIfOff(t *testing.T) {
 	}
 	if fetches, _ := strconv.Atoi(m[1]); fetches != 0 {
 		t.Fatalf("the follower list fetched %d heap tuples after the vacuum", fetches)
+	}
+}
+
+// addUsers inserts users 1..n.
+func addUsers(t *testing.T, db Querier, n int) {
+	t.Helper()
+	if _, err := db.Exec(context.Background(), `INSERT INTO users (id, name) SELECT g, 'user' || g FROM generate_series(1, $1::int) g`, n); err != nil {
+		t.Fatal(err)
 	}
 }
