@@ -566,9 +566,11 @@ func (t pgTicks) since(t0 pgTicks) float64 {
 // BenchmarkFollowerTargets is the cost of finding a post's push targets
 // when the author's follower list is not cached (the common case: most
 // authors post seldom): "join" loads the list with each follower's
-// last_seen_at (an index probe into user_activity per follower), "index"
-// loads the follower ids alone (an index-only scan) and asks the activity
-// index (activity.go). 300 followers per author, every one active.
+// last_seen_at (an index probe into user_activity per follower), "rows"
+// loads the follower ids alone (an index-only scan), a row per follower,
+// and asks the activity index (activity.go), "index" is "rows" with the ids
+// in one int8[] row (followerIDsSQL). 300 followers per author, every one
+// active.
 // Reports PostgreSQL's CPU per list and per follower, and this process's.
 func BenchmarkFollowerTargets(b *testing.B) {
 	ctx := context.Background()
@@ -598,7 +600,7 @@ func BenchmarkFollowerTargets(b *testing.B) {
 	for _, c := range []struct {
 		name string
 		fn   func(context.Context, int64) (int, error)
-	}{{"join", inbox.JoinTargets}, {"index", inbox.ColdTargets}} {
+	}{{"join", inbox.JoinTargets}, {"rows", inbox.RowTargets}, {"index", inbox.ColdTargets}} {
 		b.Run(c.name, func(b *testing.B) {
 			if _, err := c.fn(ctx, first); err != nil { // the activity index's first read
 				b.Fatal(err)

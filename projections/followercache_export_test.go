@@ -76,3 +76,38 @@ func (p *Inbox) JoinTargets(ctx context.Context, author int64) (int, error) {
 	}
 	return n, rows.Err()
 }
+
+// followerRowsSQL is the list load the one-row array replaced: a row per
+// follower. BenchmarkFollowerTargets measures it beside followerIDsSQL.
+const followerRowsSQL = `SELECT f.follower_id, now() FROM follows f
+WHERE f.followee_id = $1
+  AND NOT EXISTS (SELECT 1 FROM mutes m WHERE m.muted_id = f.followee_id AND m.muter_id = f.follower_id)
+ORDER BY f.follower_id LIMIT $2`
+
+// RowTargets is ColdTargets with the list read a row per follower
+// (followerRowsSQL), the activity index asked the same way.
+func (p *Inbox) RowTargets(ctx context.Context, author int64) (int, error) {
+	rows, err := p.pg.Query(ctx, followerRowsSQL, author, p.cache.maxList+1)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	var ids []int64
+	var now time.Time
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id, &now); err != nil {
+			return 0, err
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	before := time.Now()
+	d := delivery{topic: "bench"}
+	p.cache.drop(author)
+	p.cache.put(d, author, &followerList{ids: ids, loaded: before, skew: now.Sub(before)})
+	targets, _, _, err := p.cachedTargets(ctx, d, author)
+	return len(targets), err
+}
