@@ -61,8 +61,8 @@ func cpuGroup(comm string, self bool) string {
 	switch {
 	case self:
 		return cpuBench
-	case comm == "feed":
-		return cpuFeed
+	case comm == "feed" || strings.HasPrefix(comm, "feed.") || strings.HasPrefix(comm, "feed-"):
+		return cpuFeed // a build under another name, as when two builds are compared
 	case comm == "postgres" || strings.HasPrefix(comm, "postgres:"):
 		return cpuPostgres
 	case strings.HasPrefix(comm, "redis-server"):

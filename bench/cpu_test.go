@@ -78,6 +78,8 @@ func TestCPUGroup(t *testing.T) {
 		{"feed", true, cpuBench},
 		{"postgres", false, cpuPostgres},
 		{"redis-server", false, cpuRedis},
+		{"feed.new", false, cpuFeed}, // the binary under another name
+		{"feed-fc3f87c", false, cpuFeed},
 		{"feedbench", false, cpuOther}, // not the feed binary
 		{"kworker/0:1", false, cpuOther},
 	} {
