@@ -250,12 +250,16 @@ func TestPostToVisibleFromThe201(t *testing.T) {
 		t.Errorf("JSON lacks the CDC reader's lag")
 	}
 	// The phase's CPU: this process served and drove it, so its own
-	// group used some; the line is on the terminal and in the JSON.
+	// group used some; the line is on the terminal and in the JSON, with
+	// the machine's steal time.
 	if _, err := os.Stat("/proc/self/stat"); err == nil {
 		if m.CPU == nil || m.CPU.Percent[cpuBench] <= 0 || m.CPU.Seconds < 1.9 {
 			t.Errorf("mixed phase CPU %+v, want this process's share over the 2 s phase", m.CPU)
 		} else if !strings.Contains(sb.String(), "cpu (% of one core, mixed phase): feed ") || back.Mixed.CPU == nil || back.Mixed.CPU.Total != m.CPU.Total {
 			t.Errorf("CPU line or JSON missing:\n%s", sb.String())
+		} else if m.CPU.Steal < 0 || !strings.Contains(sb.String(), "; steal ") || back.Mixed.CPU.Steal != m.CPU.Steal {
+			// Linux's /proc/stat has had the steal column since 2.6.11.
+			t.Errorf("steal %v: want it measured, on the line and in the JSON:\n%s", m.CPU.Steal, sb.String())
 		}
 	}
 }

@@ -19,11 +19,19 @@ import (
 // test runs there too (`feed dev` beside its PostgreSQL and Redis, as in
 // docs/bench.md). A process that ended during the phase is not counted;
 // one that started during it counts from its start.
+//
+// Steal is the time the hypervisor ran something else while this
+// machine's CPUs had work (/proc/stat's steal, all CPUs), in percent of
+// one core over the same window; -1 when /proc/stat could not be read. On
+// a shared virtual machine it is what makes runs of the same code differ:
+// the processes' CPU times above do not include it, but their work is
+// slowed by the cache and the cycles they lose to it.
 type CPU struct {
 	Cores   int                `json:"cores"`
 	Seconds float64            `json:"seconds"`
 	Percent map[string]float64 `json:"percent"` // group -> % of one core
 	Total   float64            `json:"total"`
+	Steal   float64            `json:"steal"`
 }
 
 // CPU groups, by the process's name (/proc/<pid>/comm).
@@ -85,6 +93,7 @@ type procTime struct {
 type cpuSnapshot struct {
 	at    time.Time
 	procs map[int]procTime
+	steal float64 // seconds of steal time of all CPUs so far (/proc/stat); -1 unknown
 }
 
 // procCPU returns comm and utime+stime (in clock ticks) from a process's
@@ -110,7 +119,10 @@ func readCPUSnapshot(proc string, self int) (cpuSnapshot, error) {
 	if err != nil {
 		return cpuSnapshot{}, fmt.Errorf("list %s: %w", proc, err)
 	}
-	snap := cpuSnapshot{at: time.Now(), procs: make(map[int]procTime, len(procs))}
+	snap := cpuSnapshot{at: time.Now(), procs: make(map[int]procTime, len(procs)), steal: -1}
+	if st, err := pfs.Stat(); err == nil {
+		snap.steal = st.CPUTotal.Steal
+	}
 	for _, p := range procs {
 		comm, ticks, gone, err := procCPU(p)
 		if gone {
@@ -132,9 +144,12 @@ func readCPUSnapshot(proc string, self int) (cpuSnapshot, error) {
 // zero (it started in between); a pid whose group changed (reused) too.
 func cpuBetween(a, b cpuSnapshot, cores int) CPU {
 	secs := b.at.Sub(a.at).Seconds()
-	c := CPU{Cores: cores, Seconds: secs, Percent: map[string]float64{}}
+	c := CPU{Cores: cores, Seconds: secs, Percent: map[string]float64{}, Steal: -1}
 	if secs <= 0 {
 		return c
+	}
+	if a.steal >= 0 && b.steal >= a.steal {
+		c.Steal = (b.steal - a.steal) / secs * 100
 	}
 	for pid, pb := range b.procs {
 		var t0 uint64
@@ -151,13 +166,18 @@ func cpuBetween(a, b cpuSnapshot, cores int) CPU {
 	return c
 }
 
-// String is the report's line: "feed 89, redis 68, ... = 191% of 200%".
+// String is the report's line: "feed 89, redis 68, ... = 191% of 200%
+// (2 cores, 30 s); steal 4".
 func (c CPU) String() string {
 	parts := make([]string, 0, len(cpuGroupOrder))
 	for _, g := range cpuGroupOrder {
 		parts = append(parts, fmt.Sprintf("%s %.0f", g, c.Percent[g]))
 	}
-	return fmt.Sprintf("%s = %.0f%% of %d%% (%d cores, %.0f s)", strings.Join(parts, ", "), c.Total, 100*c.Cores, c.Cores, c.Seconds)
+	s := fmt.Sprintf("%s = %.0f%% of %d%% (%d cores, %.0f s)", strings.Join(parts, ", "), c.Total, 100*c.Cores, c.Cores, c.Seconds)
+	if c.Steal >= 0 {
+		s += fmt.Sprintf("; steal %.1f", c.Steal)
+	}
+	return s
 }
 
 // cpuMeter takes the snapshot at the start of the phase; end returns the

@@ -112,10 +112,23 @@ func writeProc(t *testing.T, dir string, procs map[int]procTime) {
 	}
 }
 
+// writeStat writes a /proc/stat whose cpu line has steal ticks of steal
+// (the 8th number; USER_HZ 100) and whatever else a kernel writes there.
+func writeStat(t *testing.T, dir string, steal int) {
+	t.Helper()
+	body := "cpu  1000 0 500 90000 10 0 5 " + strconv.Itoa(steal) + " 0 0\n" +
+		"cpu0 500 0 250 45000 5 0 3 " + strconv.Itoa(steal/2) + " 0 0\n" +
+		"intr 1 0\nctxt 100\nbtime 1700000000\nprocesses 10\nprocs_running 1\nprocs_blocked 0\nsoftirq 1 0 0 0 0 0 0 0 0 0 0\n"
+	if err := os.WriteFile(filepath.Join(dir, "stat"), []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // The groups' shares over a window: a process that ran throughout counts
 // its difference, one that started in the window counts from zero, one
 // that ended is not counted, a reused pid (another program) counts from
-// zero; the groups add up to the total.
+// zero; the groups add up to the total. The machine's steal time over
+// the window comes from /proc/stat, and is unknown (-1) without it.
 func TestCPUBetween(t *testing.T) {
 	dir := t.TempDir()
 	const self = 10
@@ -132,6 +145,16 @@ func TestCPUBetween(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if a.steal != -1 {
+		t.Errorf("steal %v without a /proc/stat, want -1 (unknown)", a.steal)
+	}
+	noStat := cpuBetween(a, a, 2)
+	writeStat(t, dir, 700) // the machine's steal so far: 7 s
+	a2, err := readCPUSnapshot(dir, self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.steal = a2.steal
 	writeProc(t, dir, map[int]procTime{
 		self: {group: "feed", ticks: 1050},        // +50
 		11:   {group: "feed", ticks: 5180},        // +180
@@ -140,6 +163,7 @@ func TestCPUBetween(t *testing.T) {
 		15:   {group: "postgres", ticks: 44},      // another program: 44, not 44 - 40
 		16:   {group: "postgres", ticks: 6},       // new process: 6
 	})
+	writeStat(t, dir, 709) // +9 ticks: 4.5% of one core over 2 s
 	b, err := readCPUSnapshot(dir, self)
 	if err != nil {
 		t.Fatal(err)
@@ -156,8 +180,17 @@ func TestCPUBetween(t *testing.T) {
 	if len(c.Percent) != len(want) || math.Abs(c.Total-215) > 1e-9 || c.Cores != 2 || c.Seconds != 2 {
 		t.Errorf("got %+v, want the groups above, total 215, 2 cores, 2 s", c)
 	}
-	if s := c.String(); s != "feed 90, redis 60, postgres 40, bench 25, other 0 = 215% of 200% (2 cores, 2 s)" {
+	if math.Abs(c.Steal-4.5) > 1e-9 {
+		t.Errorf("steal %.3f%%, want 4.5%%", c.Steal)
+	}
+	if s := c.String(); s != "feed 90, redis 60, postgres 40, bench 25, other 0 = 215% of 200% (2 cores, 2 s); steal 4.5" {
 		t.Errorf("line %q", s)
+	}
+	if noStat.Steal != -1 || strings.Contains(noStat.String(), "steal") {
+		t.Errorf("without /proc/stat: steal %v, line %q; want -1 and no steal in the line", noStat.Steal, noStat.String())
+	}
+	if c := cpuBetween(b, a, 2); c.Steal != -1 {
+		t.Errorf("steal going backwards (another boot) gave %v, want -1", c.Steal)
 	}
 	if _, err := readCPUSnapshot(t.TempDir(), self); err == nil {
 		t.Error("an empty procfs gave a snapshot")
