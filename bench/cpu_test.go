@@ -148,7 +148,9 @@ func TestCPUBetween(t *testing.T) {
 	if a.steal != -1 {
 		t.Errorf("steal %v without a /proc/stat, want -1 (unknown)", a.steal)
 	}
-	noStat := cpuBetween(a, a, 2)
+	later := a
+	later.at = a.at.Add(time.Second)
+	noStat := cpuBetween(a, later, 2)
 	writeStat(t, dir, 700) // the machine's steal so far: 7 s
 	a2, err := readCPUSnapshot(dir, self)
 	if err != nil {
