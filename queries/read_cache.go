@@ -239,8 +239,13 @@ func (tc *trackConn) send(batch []*batchReq) {
 }
 
 // readCacheConns is the number of tracking connections of a generation:
-// only cache misses use them.
-const readCacheConns = 8
+// only cache misses use them. One: the misses of concurrent reads then
+// share its batches (one write and one read on each side for all of
+// them), and the busier the process, the larger the batch. Spread over
+// several connections they went out in more, smaller batches, which cost
+// Redis more CPU per read in the full mix (docs/benchmarks.md, "End to
+// end": one connection against eight, alternated `feed bench` runs).
+const readCacheConns = 1
 
 // pick returns the connection of the next read (round robin: each
 // batches what its readers queue).
