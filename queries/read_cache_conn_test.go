@@ -269,8 +269,8 @@ func TestReadCacheReadWaitsForInvalidationInFlight(t *testing.T) {
 }
 
 // A generation whose data connections take longer to connect than two
-// ping intervals (each of the eight dialled 1.2 intervals late here, as
-// on a loaded machine) still starts, and keeps its invalidation
+// ping intervals (each dialled 3 intervals late here, as on a loaded
+// machine) still starts, and keeps its invalidation
 // connection: the time the receive loop spends connecting them is not
 // silence of that connection. (Taken for silence, the keep-alive closed
 // the connection the data connections were redirecting to, and every
@@ -278,7 +278,7 @@ func TestReadCacheReadWaitsForInvalidationInFlight(t *testing.T) {
 // exist".) The cache then serves a repeated read without a round trip.
 func TestReadCacheSlowDataConnectionsStartAGeneration(t *testing.T) {
 	t.Parallel()
-	delay := readCachePing * 6 / 5
+	delay := readCachePing * 3
 	var dials atomic.Int64
 	slow := func(ctx context.Context, network, addr string) (net.Conn, error) {
 		dials.Add(1)
