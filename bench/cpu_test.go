@@ -189,7 +189,9 @@ func TestCPUBetween(t *testing.T) {
 	if noStat.Steal != -1 || strings.Contains(noStat.String(), "steal") {
 		t.Errorf("without /proc/stat: steal %v, line %q; want -1 and no steal in the line", noStat.Steal, noStat.String())
 	}
-	if c := cpuBetween(b, a, 2); c.Steal != -1 {
+	rewound := b // later, but with less steal than at a: another boot
+	rewound.steal = a.steal - 0.01
+	if c := cpuBetween(a, rewound, 2); c.Steal != -1 {
 		t.Errorf("steal going backwards (another boot) gave %v, want -1", c.Steal)
 	}
 	if _, err := readCPUSnapshot(t.TempDir(), self); err == nil {
