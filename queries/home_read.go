@@ -78,7 +78,9 @@ func (f *Feed) readHome(ctx context.Context, iv *inboxView, user int64, cur key,
 
 // followsThrough answers whether viewer follows each of authors, as
 // readHomeCached answers its members: what the read-cache generation g
-// holds costs nothing, the rest is one SMISMEMBER over g's tracked
+// holds costs nothing (all of them when it holds following:{viewer}
+// whole, which the page's segment read made sure of for a compact set),
+// the rest is one SMISMEMBER over g's tracked
 // connections, whose answers are cached for the next reads. Hydration asks
 // it about the authors a page shows that its first pipeline did not
 // (posts pushed since the reader's last page), so that a busy inbox's new
@@ -96,7 +98,7 @@ func (f *Feed) followsThrough(ctx context.Context, g *cacheGen, viewer int64, au
 	kF := string(b[:endF])
 	is := make([]bool, len(authors))
 	var t tally
-	ask := c.lookupMembers(kF, authors, is, time.Now().UnixNano(), &t)
+	ask, _ := c.lookupMembers(kF, authors, is, time.Now().UnixNano(), &t)
 	c.count(t)
 	if len(ask) == 0 {
 		return is, nil
@@ -293,12 +295,23 @@ func (f *Feed) readHomeCached(ctx context.Context, iv *inboxView, g *cacheGen, u
 		fvT = c.begin(g, kFV)
 		fvB = f.follows.QueueFollowingBuilt(ctx, queue(), user)
 	}
+	// following:{u}: a compact set is read whole (one SSCAN step) when
+	// the cache does not hold it, so that the page's later follow
+	// questions (authors new to the inbox, followsThrough) are answered
+	// in process; the members not answered are asked too, for a set that
+	// turns out large.
 	r.member = make([]bool, len(members))
-	ask := c.lookupMembers(kF, members, r.member, now, &t) // indexes of members not cached
+	ask, whole := c.lookupMembers(kF, members, r.member, now, &t) // indexes of members not cached
 	c.count(t)
 	var isMember *redis.BoolSliceCmd
-	if len(ask) > 0 {
+	var scan *redis.ScanCmd
+	if whole == wholeUnknown || len(ask) > 0 {
 		fT = c.begin(g, kF)
+	}
+	if whole == wholeUnknown {
+		scan = f.follows.QueueFollowingScan(ctx, queue(), user)
+	}
+	if len(ask) > 0 {
 		args := make([]any, len(ask))
 		for j, i := range ask {
 			args[j] = strconv.FormatInt(members[i], 10)
@@ -345,6 +358,15 @@ func (f *Feed) readHomeCached(ctx context.Context, iv *inboxView, g *cacheGen, u
 		r.followBuilt = v
 		c.store(fvT, kFV, builtSig, v, now)
 	}
+	var set memberSet
+	if scan != nil {
+		v, err := memberSetOf(scan)
+		if err != nil {
+			return homeReply{}, fmt.Errorf("read follows of %d: %w", user, err)
+		}
+		c.store(fT, kF, wholeSig, v, now)
+		set, _ = v.(memberSet)
+	}
 	if isMember != nil {
 		is, err := isMember.Result()
 		if err != nil || len(is) != len(ask) {
@@ -353,7 +375,9 @@ func (f *Feed) readHomeCached(ctx context.Context, iv *inboxView, g *cacheGen, u
 		for j, i := range ask {
 			r.member[i] = is[j]
 		}
-		c.storeMembers(fT, kF, members, ask, is, now)
+		if set == nil { // a whole set answers the next reads: no answers per member beside it
+			c.storeMembers(fT, kF, members, ask, is, now)
+		}
 	}
 	return r, nil
 }

@@ -11,6 +11,7 @@ import (
 	"net"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -911,10 +912,62 @@ func (c *readCache) entryLocked(sh *rcShard, k string) *rcEntry {
 	return e
 }
 
+// wholeSig is the signature under which a set's whole membership is
+// cached (a memberSet), or that it is too large to be read whole (a
+// largeSet).
+const wholeSig = "s"
+
+// memberSet is a set's whole membership, sorted: every membership
+// question about it is answered in process, whoever the member. Read by
+// one SSCAN step when the set is compact (readHomeCached).
+type memberSet []int64
+
+func (s memberSet) has(m int64) bool {
+	_, ok := slices.BinarySearch(s, m)
+	return ok
+}
+
+// largeSet marks a set whose first SSCAN step did not return it whole:
+// its membership is asked and cached per member.
+type largeSet struct{}
+
+// wholeState is what the cache knows of a set's whole membership.
+type wholeState uint8
+
+const (
+	wholeUnknown wholeState = iota // not read whole since its last change: read it (readHomeCached)
+	wholeKnown                     // a memberSet answered every member
+	wholeLarge                     // too large: answers per member
+)
+
+// memberSetOf is the cache value of an SSCAN step from cursor 0 over a
+// set of ids (readmodel.Follows.QueueFollowingScan): a memberSet when the
+// step returned the whole set, else largeSet{}.
+func memberSetOf(cmd *redis.ScanCmd) (any, error) {
+	ms, cursor, err := cmd.Result()
+	if err != nil {
+		return nil, err
+	}
+	if cursor != 0 {
+		return largeSet{}, nil
+	}
+	s := make(memberSet, len(ms))
+	for i, m := range ms {
+		id, err := strconv.ParseInt(m, 10, 64)
+		if err != nil {
+			return largeSet{}, nil // not ids: answered per member
+		}
+		s[i] = id
+	}
+	slices.Sort(s) // an intset comes sorted already
+	return s, nil
+}
+
 // lookupMembers fills is with the cached membership answers of members in
 // set k and returns the indexes of those not cached, in one lock (counted
-// in t).
-func (c *readCache) lookupMembers(k string, members []int64, is []bool, now int64, t *tally) []int {
+// in t), and what the cache knows of the set's whole membership: when it
+// holds the whole set, it answers every member.
+func (c *readCache) lookupMembers(k string, members []int64, is []bool, now int64, t *tally) ([]int, wholeState) {
 	sh := c.shard(k)
 	sh.mu.RLock()
 	e := sh.cur[k]
@@ -926,6 +979,22 @@ func (c *readCache) lookupMembers(k string, members []int64, is []bool, now int6
 		sh.mu.RLock()
 		if e != nil && sh.cur[k] != e {
 			e = nil // invalidated in between
+		}
+	}
+	whole := wholeUnknown
+	if e != nil {
+		if v, ok := e.vals[wholeSig]; ok && now-v.at <= c.maxAge {
+			switch set := v.v.(type) {
+			case memberSet:
+				for i, m := range members {
+					is[i] = set.has(m)
+				}
+				sh.mu.RUnlock()
+				t.hits += int64(len(members))
+				return nil, wholeKnown
+			case largeSet:
+				whole = wholeLarge
+			}
 		}
 	}
 	var ask []int
@@ -945,7 +1014,7 @@ func (c *readCache) lookupMembers(k string, members []int64, is []bool, now int6
 	sh.mu.RUnlock()
 	t.hits += int64(len(members) - len(ask))
 	t.misses += int64(len(ask))
-	return ask
+	return ask, whole
 }
 
 // storeMembers caches the answers is[j] of members[ask[j]] in set k (as

@@ -261,6 +261,155 @@ func TestReadCacheHydrationFollows(t *testing.T) {
 	}
 }
 
+// A compact following set is read whole into the cache: a post of an author
+// new to the reader (not in the follow hint, never asked about) costs the
+// page no round trip beyond its inbox's, and a write to the set (an
+// unfollow) makes the next read ask again.
+func TestReadCacheFollowSetAnswersNewAuthors(t *testing.T) {
+	t.Parallel()
+	b, u, _ := cachedFeed(t)
+	g := genOf(b, u)
+	kF := b.keys.Following(u)
+	if _, ok := cachedVal(b, kF, wholeSig).(memberSet); !ok {
+		t.Fatalf("following:{%d} not cached whole after the reads: %#v", u, cachedVal(b, kF, wholeSig))
+	}
+	c, d := b.user(), b.user()
+	b.follow(u, c) // following:{u} changes: read whole again by the next page
+	if err := b.feed.cache.sync(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, n := firstItem(b, u); n != 3 {
+		t.Fatalf("page of %d, want a's 3 posts", n)
+	}
+	b.feed.bg.Wait()
+	if h := b.feed.hints.get(u); slices.Contains(h, c) {
+		t.Fatalf("follow hint %v has %d before any post of theirs", h, c)
+	}
+	other := otherClient(b)
+	kc := addToInbox(b, other, u, c, base+10)
+	addToInbox(b, other, u, d, base+11) // d is not followed: hidden
+	if err := b.feed.cache.sync(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The posts' bodies are new to the process: their MGET is a round
+	// trip of the main client; the read cache's own are counted.
+	var trips int64
+	inOneGeneration(b, u, func() {
+		before := b.feed.cache.stats.trips.Load()
+		if got, n := firstItem(b, u); got != kc || n != 4 {
+			t.Fatalf("first item %v of %d, want c's post %v of 4 (d's hidden)", got, n, kc)
+		}
+		trips = b.feed.cache.stats.trips.Load() - before
+	})
+	if genOf(b, u) == g && trips != 1 {
+		t.Fatalf("the page showing a new author took %d round trips through the read cache, want 1 (the inbox's)", trips)
+	}
+	b.unfollow(u, c)
+	if err := b.feed.cache.sync(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, n := firstItem(b, u); got == kc || n != 3 {
+		t.Fatalf("after the unfollow: first item %v of %d, want a's posts alone (3)", got, n)
+	}
+}
+
+// A following set too large to come whole in one SSCAN step is marked so,
+// and its members are asked and cached one by one, as before: followed
+// authors shown, others hidden.
+func TestReadCacheLargeFollowSetAnswersPerMember(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	b.useClock(newClock(time.Now()))
+	u, a, _ := b.projectedFollow(3)
+	kF := b.keys.Following(u)
+	filler := make([]any, 0, 3*readmodel.FollowingScanCount)
+	for i := range cap(filler) {
+		filler = append(filler, strconv.Itoa(1_000_000_000+i)) // accounts that post nothing here
+	}
+	other := otherClient(b)
+	if err := other.SAdd(b.ctx, kF, filler...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	c, d := b.user(), b.user()
+	b.follow(u, c)
+	kc := addToInbox(b, other, u, c, base+10)
+	addToInbox(b, other, u, d, base+11)
+	if err := b.feed.cache.sync(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	cacheUp(b, u, 1)
+	for range 2 {
+		if got, n := firstItem(b, u); got != kc || n != 4 {
+			t.Fatalf("first item %v of %d, want c's post %v of 4 (a's 3; d's hidden)", got, n, kc)
+		}
+		b.feed.bg.Wait()
+	}
+	if v := cachedVal(b, kF, wholeSig); v != (largeSet{}) {
+		t.Fatalf("following:{%d} of %d members cached as %#v, want largeSet", u, cap(filler)+2, v)
+	}
+	is := make([]bool, 3)
+	var tl tally
+	ask, whole := b.feed.cache.lookupMembers(kF, []int64{a, c, d}, is, time.Now().UnixNano(), &tl)
+	if whole != wholeLarge || len(ask) != 0 || !slices.Equal(is, []bool{true, true, false}) {
+		t.Fatalf("cached answers for a, c, d: ask %v whole %d is %v, want each cached, a and c followed", ask, whole, is)
+	}
+}
+
+// An unfollow whose invalidation arrives after Redis read the set whole
+// but before the reply is stored: the set is not cached, and the next
+// read hides the unfollowed author.
+func TestReadCacheFollowSetRacedByUnfollow(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	b.useClock(newClock(time.Now()))
+	u, a, _ := b.projectedFollow(3)
+	c := b.user()
+	b.follow(u, c)
+	other := otherClient(b)
+	kc := addToInbox(b, other, u, c, base+10)
+	g := cacheUp(b, u, 1)
+	var armed atomic.Bool
+	hook := raceHook{after: func() {
+		if armed.CompareAndSwap(true, false) {
+			if err := other.SRem(context.Background(), b.keys.Following(u), strconv.FormatInt(c, 10)).Err(); err != nil {
+				t.Error(err)
+			}
+			if err := b.feed.cache.sync(context.Background()); err != nil {
+				t.Error(err)
+			}
+		}
+	}}
+	for _, tc := range g.conns {
+		tc.cn.AddHook(hook)
+	}
+	dropped := b.feed.cache.stats.dropped.Load()
+	armed.Store(true)
+	// The raced read's set had c, but it asks about c's post after the
+	// unfollow (the set was not cached): either answer is right for it.
+	if _, n := firstItem(b, u); n != 3 && n != 4 {
+		t.Fatalf("the raced read: page of %d, want a's 3 posts, and c's read before the unfollow or not", n)
+	}
+	if armed.Load() {
+		t.Fatal("the read did not go through the tracking connections")
+	}
+	if got := b.feed.cache.stats.dropped.Load() - dropped; got < 1 {
+		t.Fatalf("%d replies dropped, want the raced set", got)
+	}
+	if v := cachedVal(b, b.keys.Following(u), wholeSig); v != nil {
+		t.Fatalf("the raced set was cached: %#v", v)
+	}
+	if got, n := firstItem(b, u); got == kc || n != 3 {
+		t.Fatalf("next read: first %v of %d, want %d's 3 posts alone (a stale set was cached)", got, n, a)
+	}
+}
+
+// cachedVal is what the read cache holds for sig on k (nil: nothing).
+func cachedVal(b *bundle, k, sig string) any {
+	var t tally
+	v, _ := b.feed.cache.lookupTally(k, sig, time.Now().UnixNano(), &t)
+	return v
+}
+
 // A reply read before a write whose invalidation arrives before the reply
 // is stored is never cached: the read itself may show the old inbox (it
 // was read before the write), the next one shows the new.

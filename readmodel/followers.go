@@ -213,6 +213,20 @@ func (m Follows) QueueFollows(ctx context.Context, pipe redis.Pipeliner, user in
 	return pipe.SMIsMember(ctx, m.keys.Following(user), authors...)
 }
 
+// FollowingScanCount is the COUNT of QueueFollowingScan: Redis's default
+// set-max-intset-entries, the largest set of ids kept compact.
+const FollowingScanCount = 512
+
+// QueueFollowingScan queues the first SSCAN step of user's following set.
+// A compact set (an intset: up to set-max-intset-entries ids) comes whole
+// in it, with cursor 0; a larger one (a hash table) comes in part, with a
+// cursor that is not 0 unless the step happened to cover every bucket.
+// SSCAN is a read command: a tracking connection is told when the set
+// changes after it.
+func (m Follows) QueueFollowingScan(ctx context.Context, pipe redis.Pipeliner, user int64) *redis.ScanCmd {
+	return pipe.SScan(ctx, m.keys.Following(user), 0, "", FollowingScanCount)
+}
+
 // FollowsEach reports whether user follows each of authors (decimal ids).
 func (m Follows) FollowsEach(ctx context.Context, rdb redis.Cmdable, user int64, authors ...any) ([]bool, error) {
 	return rdb.SMIsMember(ctx, m.keys.Following(user), authors...).Result()
