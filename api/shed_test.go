@@ -519,6 +519,10 @@ func TestPostgresDownWritesAre503AndNothingIsLost(t *testing.T) {
 	if during != 10 || refused != 10 || len(created) != 20 {
 		t.Fatalf("%d posts created before the outage's end (want 10), %d refused (want 10), %d in all (want 20)", during, refused, len(created))
 	}
+	// The outage terminated this pool's idle connections too, and a
+	// killed one fails its next query unless the pool pings it first
+	// (only after a second idle): check on fresh connections.
+	e.pool.Reset()
 	rows, err := e.pool.Query(ctx, `SELECT id::text FROM posts WHERE author_id = $1`, ana)
 	if err != nil {
 		t.Fatal(err)
