@@ -268,11 +268,7 @@ func TestReadCacheHydrationFollows(t *testing.T) {
 func TestReadCacheFollowSetAnswersNewAuthors(t *testing.T) {
 	t.Parallel()
 	b, u, _ := cachedFeed(t)
-	g := genOf(b, u)
 	kF := b.keys.Following(u)
-	if _, ok := cachedVal(b, kF, wholeSig).(memberSet); !ok {
-		t.Fatalf("following:{%d} not cached whole after the reads: %#v", u, cachedVal(b, kF, wholeSig))
-	}
 	c, d := b.user(), b.user()
 	b.follow(u, c) // following:{u} changes: read whole again by the next page
 	if err := b.feed.cache.sync(b.ctx); err != nil {
@@ -292,17 +288,24 @@ func TestReadCacheFollowSetAnswersNewAuthors(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The posts' bodies are new to the process: their MGET is a round
-	// trip of the main client; the read cache's own are counted.
+	// trip of the main client; the read cache's own are counted. (A
+	// generation that ended before the measured read only makes its one
+	// round trip read the set again.)
 	var trips int64
+	var whole any
 	inOneGeneration(b, u, func() {
 		before := b.feed.cache.stats.trips.Load()
 		if got, n := firstItem(b, u); got != kc || n != 4 {
 			t.Fatalf("first item %v of %d, want c's post %v of 4 (d's hidden)", got, n, kc)
 		}
 		trips = b.feed.cache.stats.trips.Load() - before
+		whole = cachedVal(b, kF, wholeSig)
 	})
-	if genOf(b, u) == g && trips != 1 {
+	if trips != 1 {
 		t.Fatalf("the page showing a new author took %d round trips through the read cache, want 1 (the inbox's)", trips)
+	}
+	if _, ok := whole.(memberSet); !ok {
+		t.Fatalf("following:{%d} not cached whole after the read: %#v", u, whole)
 	}
 	b.unfollow(u, c)
 	if err := b.feed.cache.sync(b.ctx); err != nil {
@@ -337,19 +340,24 @@ func TestReadCacheLargeFollowSetAnswersPerMember(t *testing.T) {
 	if err := b.feed.cache.sync(b.ctx); err != nil {
 		t.Fatal(err)
 	}
-	cacheUp(b, u, 1)
-	for range 2 {
-		if got, n := firstItem(b, u); got != kc || n != 4 {
-			t.Fatalf("first item %v of %d, want c's post %v of 4 (a's 3; d's hidden)", got, n, kc)
+	var v any
+	var ask []int
+	var whole wholeState
+	is := make([]bool, 3)
+	inOneGeneration(b, u, func() {
+		for range 2 {
+			if got, n := firstItem(b, u); got != kc || n != 4 {
+				t.Fatalf("first item %v of %d, want c's post %v of 4 (a's 3; d's hidden)", got, n, kc)
+			}
+			b.feed.bg.Wait()
 		}
-		b.feed.bg.Wait()
-	}
-	if v := cachedVal(b, kF, wholeSig); v != (largeSet{}) {
+		v = cachedVal(b, kF, wholeSig)
+		var tl tally
+		ask, whole = b.feed.cache.lookupMembers(kF, []int64{a, c, d}, is, time.Now().UnixNano(), &tl)
+	})
+	if v != (largeSet{}) {
 		t.Fatalf("following:{%d} of %d members cached as %#v, want largeSet", u, cap(filler)+2, v)
 	}
-	is := make([]bool, 3)
-	var tl tally
-	ask, whole := b.feed.cache.lookupMembers(kF, []int64{a, c, d}, is, time.Now().UnixNano(), &tl)
 	if whole != wholeLarge || len(ask) != 0 || !slices.Equal(is, []bool{true, true, false}) {
 		t.Fatalf("cached answers for a, c, d: ask %v whole %d is %v, want each cached, a and c followed", ask, whole, is)
 	}
