@@ -267,7 +267,7 @@ func (f *Feed) homeSegment(ctx context.Context, user int64, cur key, want int, p
 		}
 		asked = append(asked, a)
 	}
-	rr, err := f.readHome(ctx, iv, user, cur, n, asked)
+	rr, err := f.readHome(ctx, iv, user, cur, n, asked, nCeleb)
 	var probe []item
 	if pr != nil {
 		pr.wg.Wait()
@@ -300,6 +300,7 @@ func (f *Feed) homeSegment(ctx context.Context, user int64, cur key, want int, p
 	}
 
 	follows := newFollowAnswers(asked, rr.member)
+	follows.set = rr.set
 	if len(asked) > 0 {
 		is := rr.member
 		var fcBuf [8]int64 // a reader follows a few celebrities

@@ -15,7 +15,10 @@ import (
 type homeReply struct {
 	inbox, own  setResult
 	followBuilt bool   // following_v:{u} has ~built: following:{u} is complete
-	member      []bool // following:{u} membership of each asked member
+	member      []bool // following:{u} membership of each asked member (of members[:needed] alone when set is not nil)
+	// set is following:{u} whole, sorted, when the read cache holds it (or
+	// read it now): it answers any follow question of the page.
+	set memberSet
 	// gen is the read-cache generation the read went through (nil:
 	// directly): the page's later follow questions go through it too
 	// (followsThrough).
@@ -31,7 +34,10 @@ type setResult struct {
 
 // readHome reads, in one round trip at most, the reader's inbox and own
 // timeline from cur (n entries), whether their following state is built, and
-// whether it holds each of members. With the read cache on, whatever the
+// whether it holds each of members. When the read cache holds the
+// following set whole (homeReply.set), only members[:needed] are answered
+// in homeReply.member: the rest were asked for hydration, which the set
+// answers. With the read cache on, whatever the
 // cache holds costs nothing, and with Config.ReadCacheBarrier a share of
 // the barrier: the read first waits for the
 // pong of a ping on the node's invalidation connection (shared by the
@@ -42,7 +48,7 @@ type setResult struct {
 // through this one, as without the cache. A fully cached page costs that
 // ping's round trip (a share of one PING, not the four reads); one with
 // misses, the barrier and then one pipeline.
-func (f *Feed) readHome(ctx context.Context, iv *inboxView, user int64, cur key, n int, members []int64) (homeReply, error) {
+func (f *Feed) readHome(ctx context.Context, iv *inboxView, user int64, cur key, n int, members []int64, needed int) (homeReply, error) {
 	var g *cacheGen
 	if f.cache != nil {
 		if f.cache.single != nil {
@@ -66,7 +72,7 @@ func (f *Feed) readHome(ctx context.Context, iv *inboxView, user int64, cur key,
 			return f.readHomeDirect(ctx, iv, user, cur, n, members)
 		}
 	}
-	r, err := f.readHomeCached(ctx, iv, g, user, cur, n, members)
+	r, err := f.readHomeCached(ctx, iv, g, user, cur, n, members, needed)
 	if err != nil && !g.live() {
 		// The generation ended under the read (its connections may be
 		// closing): read without the cache.
@@ -228,7 +234,7 @@ const builtSig = "b"
 // readHomeCached answers from the cache what it holds and reads the rest
 // in one pipeline through generation g's tracking connections, caching
 // each reply unless an invalidation raced it (see readCache).
-func (f *Feed) readHomeCached(ctx context.Context, iv *inboxView, g *cacheGen, user int64, cur key, n int, members []int64) (homeReply, error) {
+func (f *Feed) readHomeCached(ctx context.Context, iv *inboxView, g *cacheGen, user int64, cur key, n int, members []int64, needed int) (homeReply, error) {
 	c := f.cache
 	now := time.Now().UnixNano()
 	// The reader's keys, in one string: own timeline, following set and
@@ -301,7 +307,15 @@ func (f *Feed) readHomeCached(ctx context.Context, iv *inboxView, g *cacheGen, u
 	// in process; the members not answered are asked too, for a set that
 	// turns out large.
 	r.member = make([]bool, len(members))
-	ask, whole := c.lookupMembers(kF, members, r.member, now, &t) // indexes of members not cached
+	var ask []int // indexes of members not cached
+	whole := wholeKnown
+	if r.set = c.lookupSet(kF, now, &t); r.set != nil {
+		for i, m := range members[:needed] {
+			r.member[i] = r.set.has(m)
+		}
+	} else {
+		ask, whole = c.lookupMembers(kF, members, r.member, now, &t)
+	}
 	c.count(t)
 	var isMember *redis.BoolSliceCmd
 	var scan *redis.ScanCmd
@@ -358,14 +372,13 @@ func (f *Feed) readHomeCached(ctx context.Context, iv *inboxView, g *cacheGen, u
 		r.followBuilt = v
 		c.store(fvT, kFV, builtSig, v, now)
 	}
-	var set memberSet
 	if scan != nil {
 		v, err := memberSetOf(scan)
 		if err != nil {
 			return homeReply{}, fmt.Errorf("read follows of %d: %w", user, err)
 		}
 		c.store(fT, kF, wholeSig, v, now)
-		set, _ = v.(memberSet)
+		r.set, _ = v.(memberSet)
 	}
 	if isMember != nil {
 		is, err := isMember.Result()
@@ -375,7 +388,7 @@ func (f *Feed) readHomeCached(ctx context.Context, iv *inboxView, g *cacheGen, u
 		for j, i := range ask {
 			r.member[i] = is[j]
 		}
-		if set == nil { // a whole set answers the next reads: no answers per member beside it
+		if r.set == nil { // a whole set answers the next reads: no answers per member beside it
 			c.storeMembers(fT, kF, members, ask, is, now)
 		}
 	}

@@ -213,6 +213,7 @@ type followAnswers struct {
 	authors []int64
 	is      []bool
 	index   map[int64]int // nil: scan
+	set     memberSet     // not nil: following:{viewer} whole (homeReply.set), which answers every author
 }
 
 const maxScannedAuthors = 96
@@ -241,11 +242,15 @@ func (f followAnswers) at(a int64) int {
 	return slices.Index(f.authors, a)
 }
 
-// known reports whether a was asked.
-func (f followAnswers) known(a int64) bool { return f.at(a) >= 0 }
+// known reports whether a was asked (every author is known with the
+// whole set).
+func (f followAnswers) known(a int64) bool { return f.set != nil || f.at(a) >= 0 }
 
 // follows reports whether a was asked and the answer was yes.
 func (f followAnswers) follows(a int64) bool {
+	if f.set != nil {
+		return f.set.has(a)
+	}
 	i := f.at(a)
 	return i >= 0 && i < len(f.is) && f.is[i]
 }

@@ -963,6 +963,26 @@ func memberSetOf(cmd *redis.ScanCmd) (any, error) {
 	return s, nil
 }
 
+// lookupSet returns set k's whole membership when the cache holds it
+// (counted in t as one hit), else nil.
+func (c *readCache) lookupSet(k string, now int64, t *tally) memberSet {
+	v, ok := c.peek(k, wholeSig, now)
+	if !ok {
+		return nil
+	}
+	set, _ := v.(memberSet)
+	if set != nil {
+		t.hits++
+	}
+	return set
+}
+
+// peek returns the cached reply of sig on k without counting it.
+func (c *readCache) peek(k, sig string, now int64) (any, bool) {
+	var t tally
+	return c.lookupTally(k, sig, now, &t)
+}
+
 // lookupMembers fills is with the cached membership answers of members in
 // set k and returns the indexes of those not cached, in one lock (counted
 // in t), and what the cache knows of the set's whole membership: when it

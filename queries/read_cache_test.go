@@ -411,6 +411,38 @@ func TestReadCacheFollowSetRacedByUnfollow(t *testing.T) {
 	}
 }
 
+// memberSetOf keeps an SSCAN step's reply as a sorted set of ids only when
+// the step returned the whole set (cursor 0) and every member is an id;
+// followAnswers backed by it know every author.
+func TestMemberSetOf(t *testing.T) {
+	step := func(members []string, cursor uint64) *redis.ScanCmd {
+		cmd := redis.NewScanCmd(context.Background(), nil)
+		cmd.SetVal(members, cursor)
+		return cmd
+	}
+	v, err := memberSetOf(step([]string{"30", "7", "12"}, 0))
+	if err != nil || !slices.Equal(v.(memberSet), memberSet{7, 12, 30}) {
+		t.Fatalf("whole step: %#v %v, want memberSet{7, 12, 30}", v, err)
+	}
+	set := v.(memberSet)
+	if v, _ := memberSetOf(step([]string{"1", "2"}, 17)); v != (largeSet{}) {
+		t.Fatalf("partial step: %#v, want largeSet", v)
+	}
+	if v, _ := memberSetOf(step([]string{"1", "x"}, 0)); v != (largeSet{}) {
+		t.Fatalf("a member that is not an id: %#v, want largeSet", v)
+	}
+	if v, _ := memberSetOf(step(nil, 0)); v == nil || len(v.(memberSet)) != 0 {
+		t.Fatalf("empty set: %#v, want an empty memberSet (known: follows nobody)", v)
+	}
+	f := newFollowAnswers([]int64{99}, []bool{false}) // a hinted author left unanswered
+	f.set = set
+	for a, want := range map[int64]bool{7: true, 12: true, 30: true, 99: false, 8: false} {
+		if !f.known(a) || f.follows(a) != want {
+			t.Errorf("author %d: known %v follows %v, want known, follows %v", a, f.known(a), f.follows(a), want)
+		}
+	}
+}
+
 // cachedVal is what the read cache holds for sig on k (nil: nothing).
 func cachedVal(b *bundle, k, sig string) any {
 	var t tally
