@@ -253,11 +253,19 @@ func TestReadCacheHydrationFollows(t *testing.T) {
 	if err := other.SRem(b.ctx, b.keys.Following(u), strconv.FormatInt(c, 10)).Err(); err != nil {
 		t.Fatal(err)
 	}
+	hiddenAfterUnfollow(b, u, k)
+}
+
+// hiddenAfterUnfollow waits for the invalidations of the writes made so
+// far and checks that u's first page is a's 3 posts alone, without k (a
+// post of the author u unfollowed).
+func hiddenAfterUnfollow(b *bundle, u int64, k key) {
+	b.t.Helper()
 	if err := b.feed.cache.sync(b.ctx); err != nil {
-		t.Fatal(err)
+		b.t.Fatal(err)
 	}
 	if got, n := firstItem(b, u); got == k || n != 3 {
-		t.Fatalf("after the unfollow: first item %v of %d, want a's posts alone (3)", got, n)
+		b.t.Fatalf("after the unfollow: first item %v of %d, want a's posts alone (3)", got, n)
 	}
 }
 
@@ -308,12 +316,7 @@ func TestReadCacheFollowSetAnswersNewAuthors(t *testing.T) {
 		t.Fatalf("following:{%d} not cached whole after the read: %#v", u, whole)
 	}
 	b.unfollow(u, c)
-	if err := b.feed.cache.sync(b.ctx); err != nil {
-		t.Fatal(err)
-	}
-	if got, n := firstItem(b, u); got == kc || n != 3 {
-		t.Fatalf("after the unfollow: first item %v of %d, want a's posts alone (3)", got, n)
-	}
+	hiddenAfterUnfollow(b, u, kc)
 }
 
 // A following set too large to come whole in one SSCAN step is marked so,
@@ -375,21 +378,11 @@ func TestReadCacheFollowSetRacedByUnfollow(t *testing.T) {
 	b.follow(u, c)
 	other := otherClient(b)
 	kc := addToInbox(b, other, u, c, base+10)
-	g := cacheUp(b, u, 1)
-	var armed atomic.Bool
-	hook := raceHook{after: func() {
-		if armed.CompareAndSwap(true, false) {
-			if err := other.SRem(context.Background(), b.keys.Following(u), strconv.FormatInt(c, 10)).Err(); err != nil {
-				t.Error(err)
-			}
-			if err := b.feed.cache.sync(context.Background()); err != nil {
-				t.Error(err)
-			}
+	armed := raceOnce(b, cacheUp(b, u, 1), func() {
+		if err := other.SRem(context.Background(), b.keys.Following(u), strconv.FormatInt(c, 10)).Err(); err != nil {
+			t.Error(err)
 		}
-	}}
-	for _, tc := range g.conns {
-		tc.cn.AddHook(hook)
-	}
+	})
 	dropped := b.feed.cache.stats.dropped.Load()
 	armed.Store(true)
 	// The raced read's set had c, but it asks about c's post after the
@@ -460,21 +453,10 @@ func TestReadCacheInvalidationDuringRead(t *testing.T) {
 	u, a, _ := b.projectedFollow(3)
 	g := cacheUp(b, u, 1)
 	other := otherClient(b)
-	var armed atomic.Bool
 	var written key
-	hook := raceHook{after: func() {
-		if armed.CompareAndSwap(true, false) {
-			// The reply is read, not yet stored: a write lands and its
-			// invalidation is applied now.
-			written = addToInbox(b, other, u, a, base+10)
-			if err := b.feed.cache.sync(context.Background()); err != nil {
-				t.Error(err)
-			}
-		}
-	}}
-	for _, tc := range g.conns {
-		tc.cn.AddHook(hook)
-	}
+	// The reply is read, not yet stored: a write lands and its
+	// invalidation is applied now.
+	armed := raceOnce(b, g, func() { written = addToInbox(b, other, u, a, base+10) })
 	dropped := b.feed.cache.stats.dropped.Load()
 	armed.Store(true)
 	if got, n := firstItem(b, u); n != 3 {
@@ -489,6 +471,26 @@ func TestReadCacheInvalidationDuringRead(t *testing.T) {
 	if got, n := firstItem(b, u); got != written || n != 4 {
 		t.Fatalf("next read: first %v of %d, want the new post %v of 4 (a stale reply was cached)", got, n, written)
 	}
+}
+
+// raceOnce hooks generation g's tracking connections so that, once armed
+// (the flag returned), the next pipeline's replies are read and then,
+// before the read path stores them, write runs and its invalidation is
+// applied; the flag is false again once write ran.
+func raceOnce(b *bundle, g *cacheGen, write func()) *atomic.Bool {
+	armed := new(atomic.Bool)
+	hook := raceHook{after: func() {
+		if armed.CompareAndSwap(true, false) {
+			write()
+			if err := b.feed.cache.sync(context.Background()); err != nil {
+				b.t.Error(err)
+			}
+		}
+	}}
+	for _, tc := range g.conns {
+		tc.cn.AddHook(hook)
+	}
+	return armed
 }
 
 // raceHook runs after() when a pipeline's replies are read, before the
