@@ -13,8 +13,9 @@ import (
 // needs no second round trip for the follow check: its answers are as
 // fresh as today's (read from Redis in the same page), only asked earlier.
 // An author the hint misses (a new post in the inbox) is asked afterwards,
-// as before. Bounded like the other caches (genmap): two generations of at
-// most half entries each.
+// as before. Pages whose reader's following set the read cache holds whole
+// keep no hint: the set answers every author (homeItems). Bounded like the
+// other caches (genmap): two generations of at most half entries each.
 type followHints struct {
 	shards [hintShards]hintShard
 }

@@ -117,10 +117,7 @@ func (f *Feed) homeItems(ctx context.Context, userID int64, cur key, need int, i
 	now := f.now()
 	fresh := f.useDeletionFeed(now)
 	first := cur.ms >= maxCursorMs
-	var hint []int64
-	if first {
-		hint = make([]int64, 0, need+need/2+4) // the authors this page hydrates: the next read's hint
-	}
+	var hint []int64 // the authors a first page hydrates: the next read's hint
 	var used [3]bool // redis, pg, cold
 	mode := stepRedis
 	for round := 0; len(items) < need && mode != stepEnd; round++ {
@@ -137,7 +134,14 @@ func (f *Feed) homeItems(ctx context.Context, userID int64, cur key, need int, i
 			}
 			used[0] = true
 			hr.vis.fresh = fresh
-			if first {
+			if first && hr.vis.follows.set == nil {
+				// The authors this page shows are the next read's hint,
+				// unless the read cache holds the reader's following set
+				// whole: that answers any author, and is read whole again
+				// after it changes.
+				if hint == nil {
+					hint = make([]int64, 0, need+need/2+4)
+				}
 				hr.vis.authors = &hint
 			}
 			items, err = f.hydrate(ctx, hr.seg.keys, hr.vis, need-len(items), items)
