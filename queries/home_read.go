@@ -104,7 +104,7 @@ func (f *Feed) followsThrough(ctx context.Context, g *cacheGen, viewer int64, au
 	kF := string(b[:endF])
 	is := make([]bool, len(authors))
 	var t tally
-	ask, _ := c.lookupMembers(kF, authors, is, time.Now().UnixNano(), &t)
+	ask, _, _ := c.lookupMembers(kF, authors, len(authors), is, time.Now().UnixNano(), &t)
 	c.count(t)
 	if len(ask) == 0 {
 		return is, nil
@@ -307,22 +307,16 @@ func (f *Feed) readHomeCached(ctx context.Context, iv *inboxView, g *cacheGen, u
 	// in process; the members not answered are asked too, for a set that
 	// turns out large.
 	r.member = make([]bool, len(members))
-	var ask []int // indexes of members not cached
-	whole := wholeKnown
-	if r.set = c.lookupSet(kF, now, &t); r.set != nil {
-		for i, m := range members[:needed] {
-			r.member[i] = r.set.has(m)
-		}
-	} else {
-		ask, whole = c.lookupMembers(kF, members, r.member, now, &t)
-	}
+	ask, set, large := c.lookupMembers(kF, members, needed, r.member, now, &t) // ask: indexes of members not cached
+	r.set = set
 	c.count(t)
 	var isMember *redis.BoolSliceCmd
 	var scan *redis.ScanCmd
-	if whole == wholeUnknown || len(ask) > 0 {
+	readWhole := set == nil && !large
+	if readWhole || len(ask) > 0 {
 		fT = c.begin(g, kF)
 	}
-	if whole == wholeUnknown {
+	if readWhole {
 		scan = f.follows.QueueFollowingScan(ctx, queue(), user)
 	}
 	if len(ask) > 0 {

@@ -931,15 +931,6 @@ func (s memberSet) has(m int64) bool {
 // its membership is asked and cached per member.
 type largeSet struct{}
 
-// wholeState is what the cache knows of a set's whole membership.
-type wholeState uint8
-
-const (
-	wholeUnknown wholeState = iota // not read whole since its last change: read it (readHomeCached)
-	wholeKnown                     // a memberSet answered every member
-	wholeLarge                     // too large: answers per member
-)
-
 // memberSetOf is the cache value of an SSCAN step from cursor 0 over a
 // set of ids (readmodel.Follows.QueueFollowingScan): a memberSet when the
 // step returned the whole set, else largeSet{}.
@@ -963,31 +954,14 @@ func memberSetOf(cmd *redis.ScanCmd) (any, error) {
 	return s, nil
 }
 
-// lookupSet returns set k's whole membership when the cache holds it
-// (counted in t as one hit), else nil.
-func (c *readCache) lookupSet(k string, now int64, t *tally) memberSet {
-	v, ok := c.peek(k, wholeSig, now)
-	if !ok {
-		return nil
-	}
-	set, _ := v.(memberSet)
-	if set != nil {
-		t.hits++
-	}
-	return set
-}
-
-// peek returns the cached reply of sig on k without counting it.
-func (c *readCache) peek(k, sig string, now int64) (any, bool) {
-	var t tally
-	return c.lookupTally(k, sig, now, &t)
-}
-
-// lookupMembers fills is with the cached membership answers of members in
-// set k and returns the indexes of those not cached, in one lock (counted
-// in t), and what the cache knows of the set's whole membership: when it
-// holds the whole set, it answers every member.
-func (c *readCache) lookupMembers(k string, members []int64, is []bool, now int64, t *tally) ([]int, wholeState) {
+// lookupMembers answers, in one lock, what the cache holds of the
+// membership of members in set k (counted in t). When it holds the set
+// whole, it returns it (set) with members[:needed] answered in is and
+// nothing to ask (the set counts as one answer). Else it fills is with
+// the answers it holds one by one and returns the indexes of the members
+// not cached (ask), and large when the set is known to be too large to
+// be held whole (its first SSCAN step was not all of it).
+func (c *readCache) lookupMembers(k string, members []int64, needed int, is []bool, now int64, t *tally) (ask []int, set memberSet, large bool) {
 	sh := c.shard(k)
 	sh.mu.RLock()
 	e := sh.cur[k]
@@ -1001,23 +975,21 @@ func (c *readCache) lookupMembers(k string, members []int64, is []bool, now int6
 			e = nil // invalidated in between
 		}
 	}
-	whole := wholeUnknown
 	if e != nil {
 		if v, ok := e.vals[wholeSig]; ok && now-v.at <= c.maxAge {
-			switch set := v.v.(type) {
+			switch w := v.v.(type) {
 			case memberSet:
-				for i, m := range members {
-					is[i] = set.has(m)
-				}
 				sh.mu.RUnlock()
-				t.hits += int64(len(members))
-				return nil, wholeKnown
+				for i, m := range members[:needed] {
+					is[i] = w.has(m)
+				}
+				t.hits++
+				return nil, w, false
 			case largeSet:
-				whole = wholeLarge
+				large = true
 			}
 		}
 	}
-	var ask []int
 	for i, m := range members {
 		var v rcMember
 		ok := false
@@ -1034,7 +1006,7 @@ func (c *readCache) lookupMembers(k string, members []int64, is []bool, now int6
 	sh.mu.RUnlock()
 	t.hits += int64(len(members) - len(ask))
 	t.misses += int64(len(ask))
-	return ask, whole
+	return ask, nil, large
 }
 
 // storeMembers caches the answers is[j] of members[ask[j]] in set k (as

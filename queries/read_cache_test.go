@@ -347,7 +347,8 @@ func TestReadCacheLargeFollowSetAnswersPerMember(t *testing.T) {
 	}
 	var v any
 	var ask []int
-	var whole wholeState
+	var set memberSet
+	var large bool
 	is := make([]bool, 3)
 	inOneGeneration(b, u, func() {
 		for range 2 {
@@ -358,13 +359,13 @@ func TestReadCacheLargeFollowSetAnswersPerMember(t *testing.T) {
 		}
 		v = cachedVal(b, kF, wholeSig)
 		var tl tally
-		ask, whole = b.feed.cache.lookupMembers(kF, []int64{a, c, d}, is, time.Now().UnixNano(), &tl)
+		ask, set, large = b.feed.cache.lookupMembers(kF, []int64{a, c, d}, 3, is, time.Now().UnixNano(), &tl)
 	})
 	if v != (largeSet{}) {
 		t.Fatalf("following:{%d} of %d members cached as %#v, want largeSet", u, n+2, v)
 	}
-	if whole != wholeLarge || len(ask) != 0 || !slices.Equal(is, []bool{true, true, false}) {
-		t.Fatalf("cached answers for a, c, d: ask %v whole %d is %v, want each cached, a and c followed", ask, whole, is)
+	if !large || set != nil || len(ask) != 0 || !slices.Equal(is, []bool{true, true, false}) {
+		t.Fatalf("cached answers for a, c, d: ask %v set %v large %v is %v, want each cached, a and c followed", ask, set, large, is)
 	}
 }
 
