@@ -131,3 +131,28 @@ func TestConsumerLagSeriesSurvivesVersionSwitch(t *testing.T) {
 		t.Fatalf("consumer-lag series after the switch: %v, want only {%s}", got, want)
 	}
 }
+
+// TestEntriesWrittenExportedFromZero: the inbox's entry counter is a
+// series before anything is written, so that a scrape right after a start
+// has it (feed bench divides CPU by its difference).
+func TestEntriesWrittenExportedFromZero(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if _, err := projections.NewMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "feed_projection_entries_written_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if labelString(m.GetLabel()) == `projector="inbox",` && m.GetCounter().GetValue() == 0 {
+				return
+			}
+		}
+	}
+	t.Fatal(`no feed_projection_entries_written_total{projector="inbox"} 0 before any write`)
+}
