@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -534,5 +535,71 @@ func addUsers(t *testing.T, db Querier, n int) {
 	t.Helper()
 	if _, err := db.Exec(context.Background(), `INSERT INTO users (id, name) SELECT g, 'user' || g FROM generate_series(1, $1::int) g`, n); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// procsAPI serves fakeAPI and records the GOMAXPROCS of the process at
+// each feed read.
+type procsAPI struct {
+	fakeAPI
+	mu   sync.Mutex
+	seen map[int]int
+}
+
+func (p *procsAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if strings.HasPrefix(r.URL.Path, "/api/feed") {
+		p.mu.Lock()
+		p.seen[runtime.GOMAXPROCS(0)]++
+		p.mu.Unlock()
+	}
+	p.fakeAPI.ServeHTTP(w, r)
+}
+
+// TestOpenLoopProcs: the open loop's mixed phase runs at Procs
+// GOMAXPROCS, and the process has its own back after the run. Not
+// parallel: GOMAXPROCS is the process's.
+func TestOpenLoopProcs(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(3))
+	api := &procsAPI{seen: map[int]int{}}
+	srv := httptest.NewServer(api)
+	t.Cleanup(srv.Close)
+	pop := &Population{
+		Authors:   []int64{1, 2},
+		Followers: map[int64]int64{1: 1, 2: 1},
+		Readers:   []int64{10},
+		Watchers:  map[int64][]int64{},
+		Churners:  []int64{20},
+		Following: map[int64][]int64{},
+	}
+	cfg := Config{BaseURL: srv.URL, Duration: 500 * time.Millisecond, Rate: 40, Clients: 4, ReadRatio: 1000, PostShare: 1,
+		BaselineDuration: -1, SampleEvery: 100 * time.Millisecond}
+	r, err := New(cfg, pop, func(int64) string { return "token" }, Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	if api.seen[1] < 10 {
+		t.Errorf("feed reads by GOMAXPROCS: %v; want the mixed phase's (20 at 40/s over 0.5 s) at the default 1", api.seen)
+	}
+	if n := runtime.GOMAXPROCS(0); n != 3 {
+		t.Errorf("GOMAXPROCS %d after the run, want the process's 3 back", n)
+	}
+}
+
+func TestLimitProcsOverlapping(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(3))
+	a := limitProcs(1)
+	b := limitProcs(1)
+	a()
+	if n := runtime.GOMAXPROCS(0); n != 1 {
+		t.Fatalf("GOMAXPROCS %d while a second phase still runs, want 1", n)
+	}
+	b()
+	if n := runtime.GOMAXPROCS(0); n != 3 {
+		t.Fatalf("GOMAXPROCS %d after both phases, want the process's 3", n)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -392,14 +393,46 @@ func (r *Runner) pick(rng *rand.Rand) opKind {
 	return opUnfollow
 }
 
+// procs is the GOMAXPROCS of the process before the mixed phases that
+// limit it, while any runs (held of them).
+var procs struct {
+	sync.Mutex
+	held, prev int
+}
+
+// limitProcs sets GOMAXPROCS to n and returns the function that gives
+// the process back its own once every mixed phase that limits it is done
+// (runs in one process, as the tests', may overlap).
+func limitProcs(n int) (restore func()) {
+	procs.Lock()
+	defer procs.Unlock()
+	if p := runtime.GOMAXPROCS(n); procs.held == 0 {
+		procs.prev = p
+	}
+	procs.held++
+	return func() {
+		procs.Lock()
+		defer procs.Unlock()
+		if procs.held--; procs.held == 0 {
+			runtime.GOMAXPROCS(procs.prev)
+		}
+	}
+}
+
 // mixed runs the mixed phase and returns its measurements.
 func (r *Runner) mixed(ctx context.Context) (*Mixed, error) {
 	rec := &recorder{errs: map[string]int64{}}
 	mode := fmt.Sprintf("open loop at %.0f ops/s, %d workers", r.cfg.Rate, r.cfg.Clients)
+	if r.cfg.Procs > 0 {
+		mode += fmt.Sprintf(", GOMAXPROCS %d", r.cfg.Procs)
+	}
 	if r.cfg.ClosedLoop {
 		mode = fmt.Sprintf("closed loop, %d clients", r.cfg.Clients)
 	}
 	fmt.Fprintf(r.deps.Log, "bench: mixed phase %s, %s, %g reads per write\n", r.cfg.Duration, mode, r.cfg.readRatio())
+	if n := r.cfg.Procs; n > 0 && !r.cfg.ClosedLoop {
+		defer limitProcs(n)()
+	}
 	start := time.Now()
 	end := start.Add(r.cfg.Duration)
 	var probes sync.WaitGroup
