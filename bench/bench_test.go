@@ -555,10 +555,10 @@ func (p *procsAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.fakeAPI.ServeHTTP(w, r)
 }
 
-// TestOpenLoopProcs: the open loop's mixed phase runs at Procs
-// GOMAXPROCS, and the process has its own back after the run. Not
-// parallel: GOMAXPROCS is the process's.
-func TestOpenLoopProcs(t *testing.T) {
+// TestMixedPhaseProcs: the mixed phase runs at Procs GOMAXPROCS (default
+// 1), and the process has its own back after the run. Not parallel:
+// GOMAXPROCS is the process's.
+func TestMixedPhaseProcs(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(3))
 	api := &procsAPI{seen: map[int]int{}}
 	srv := httptest.NewServer(api)

@@ -31,13 +31,12 @@ type Config struct {
 	// too) and the concurrency of the baselines. Default 64 (open loop) or
 	// 16 (closed loop).
 	Clients int
-	// Procs is the load generator's GOMAXPROCS through the open loop's
-	// mixed phase (its probes included); the baselines and the closed loop
-	// keep the process's. Default 1: the open loop's workers mostly wait
-	// on the network, and with a second P the runtime spends more on
-	// waking and parking threads than on the requests (in the full mix at
-	// 5,250 ops/s, about 7 points of a core of the machine's 200, which the
-	// system under test then has). Negative keeps the process's.
+	// Procs is the load generator's GOMAXPROCS through the mixed phase
+	// (its probes included); the baselines keep the process's. Default 1:
+	// the workers mostly wait on the network, and with a second P the
+	// runtime spends more on waking and parking threads than on the
+	// requests, CPU the system under test on the same machine then lacks
+	// (docs/bench.md). Negative keeps the process's.
 	Procs int
 	// ReadRatio is how many feed reads per write. Default 20; negative for
 	// none (writes only), since 0 is the default.
@@ -91,8 +90,8 @@ func (c Config) withDefaults() Config {
 	if !c.ClosedLoop {
 		c.Rate = cmp.Or(c.Rate, 1000)
 		c.Clients = cmp.Or(c.Clients, 64)
-		c.Procs = cmp.Or(c.Procs, 1)
 	}
+	c.Procs = cmp.Or(c.Procs, 1)
 	c.Clients = cmp.Or(c.Clients, 16)
 	c.ReadRatio = cmp.Or(c.ReadRatio, 20)
 	c.PostShare = cmp.Or(c.PostShare, 0.8)

@@ -423,14 +423,14 @@ func limitProcs(n int) (restore func()) {
 func (r *Runner) mixed(ctx context.Context) (*Mixed, error) {
 	rec := &recorder{errs: map[string]int64{}}
 	mode := fmt.Sprintf("open loop at %.0f ops/s, %d workers", r.cfg.Rate, r.cfg.Clients)
-	if r.cfg.Procs > 0 {
-		mode += fmt.Sprintf(", GOMAXPROCS %d", r.cfg.Procs)
-	}
 	if r.cfg.ClosedLoop {
 		mode = fmt.Sprintf("closed loop, %d clients", r.cfg.Clients)
 	}
+	if r.cfg.Procs > 0 {
+		mode += fmt.Sprintf(", GOMAXPROCS %d", r.cfg.Procs)
+	}
 	fmt.Fprintf(r.deps.Log, "bench: mixed phase %s, %s, %g reads per write\n", r.cfg.Duration, mode, r.cfg.readRatio())
-	if n := r.cfg.Procs; n > 0 && !r.cfg.ClosedLoop {
+	if n := r.cfg.Procs; n > 0 {
 		defer limitProcs(n)()
 	}
 	start := time.Now()
