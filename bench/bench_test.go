@@ -603,3 +603,59 @@ func TestLimitProcsOverlapping(t *testing.T) {
 		t.Fatalf("GOMAXPROCS %d after both phases, want the process's 3", n)
 	}
 }
+
+// TestServerReads: the API's own histogram of feed reads is read from
+// /metrics (the GET /api/feed series only), taken as the difference of two
+// scrapes, and summarized as histogram_quantile would.
+func TestServerReads(t *testing.T) {
+	t.Parallel()
+	scrape := func(b1, b10, b25, inf, other int) *serverHist {
+		text := fmt.Sprintf(`# TYPE feed_http_request_duration_seconds histogram
+feed_http_request_duration_seconds_bucket{method="GET",route="/api/feed",le="0.001"} %d
+feed_http_request_duration_seconds_bucket{method="GET",route="/api/feed",le="0.01"} %d
+feed_http_request_duration_seconds_bucket{method="GET",route="/api/feed",le="0.025"} %d
+feed_http_request_duration_seconds_bucket{method="GET",route="/api/feed",le="+Inf"} %d
+feed_http_request_duration_seconds_sum{method="GET",route="/api/feed"} 1
+feed_http_request_duration_seconds_count{method="GET",route="/api/feed"} %d
+feed_http_request_duration_seconds_bucket{method="POST",route="/api/posts",le="0.001"} 0
+feed_http_request_duration_seconds_bucket{method="POST",route="/api/posts",le="0.01"} 0
+feed_http_request_duration_seconds_bucket{method="POST",route="/api/posts",le="0.025"} 0
+feed_http_request_duration_seconds_bucket{method="POST",route="/api/posts",le="+Inf"} %d
+feed_http_request_duration_seconds_sum{method="POST",route="/api/posts"} 1
+feed_http_request_duration_seconds_count{method="POST",route="/api/posts"} %d
+`, b1, b10, b25, inf, inf, other, other)
+		return parseMetrics(strings.NewReader(text)).reads
+	}
+	before := scrape(100, 100, 100, 100, 7)
+	// Then 1,000 reads: 500 within 1 ms, 480 in (1, 10], 10 in (10, 25], 10 over.
+	after := scrape(600, 1080, 1090, 1100, 5000)
+	sr := after.since(before).summary()
+	if sr == nil || sr.Count != 1000 {
+		t.Fatalf("summary %+v, want 1000 reads (the POST series left out)", sr)
+	}
+	// p50: rank 500, the last of the first bucket: 1 ms.
+	if math.Abs(sr.P50Ms-1) > 1e-9 {
+		t.Errorf("p50 %.4f ms, want 1", sr.P50Ms)
+	}
+	// p99: rank 990, the 10th of 10 in (10, 25]: 25 ms.
+	if math.Abs(sr.P99Ms-25) > 1e-9 {
+		t.Errorf("p99 %.4f ms, want 25", sr.P99Ms)
+	}
+	if math.Abs(sr.Within10ms-0.98) > 1e-9 {
+		t.Errorf("within 10 ms %.4f, want 0.98", sr.Within10ms)
+	}
+	// p99.9 falls in +Inf: the highest finite bound.
+	if q := after.since(before).quantile(0.999); q != 0.025 {
+		t.Errorf("p99.9 %.4f s, want the highest finite bound 0.025", q)
+	}
+	// A quantile inside a bucket is linear: rank 740 is the 240th of 480 in (1, 10].
+	if q := after.since(before).quantile(0.74); math.Abs(q-0.0055) > 1e-12 {
+		t.Errorf("p74 %.6f s, want 0.0055", q)
+	}
+	if parseMetrics(strings.NewReader("other 1\n")).reads != nil {
+		t.Error("a scrape without the histogram has one")
+	}
+	if got := scrape(0, 0, 0, 0, 0).since(nil); got != nil {
+		t.Errorf("since nil = %+v, want nil", got)
+	}
+}

@@ -88,6 +88,9 @@ type Mixed struct {
 	// what an entry costs with every per-write cost included (nil
 	// without entries).
 	CPUPerEntry map[string]float64 `json:"cpuUsPerDeliveredEntry,omitempty"`
+	// ServerReads is the API's own latency of the phase's feed reads
+	// (its /metrics histogram; nil when it has none).
+	ServerReads *ServerReads `json:"serverReads,omitempty"`
 
 	readMs, visibleMs []float64
 }
@@ -241,6 +244,10 @@ func (rep *Report) WriteTable(w io.Writer) {
 		slices.Sort(live)
 		fmt.Fprintf(w, "CDC reader's lag (commit to Kafka ack, %d samples): p50 %.1f ms, max %.1f ms\n",
 			len(live), Percentile(live, 0.5), live[len(live)-1])
+	}
+	if sr := m.ServerReads; sr != nil {
+		fmt.Fprintf(w, "the API's own feed reads (its latency histogram, probes included, %d reads): p50 %.2f ms, p99 %.2f ms (within buckets), %.2f%% within 10 ms\n",
+			sr.Count, sr.P50Ms, sr.P99Ms, sr.Within10ms*100)
 	}
 	if m.CPU != nil {
 		fmt.Fprintf(w, "cpu (%% of one core, mixed phase): %s\n", m.CPU)

@@ -572,6 +572,7 @@ func (r *Runner) mixed(ctx context.Context) (*Mixed, error) {
 	}
 	m := r.summarizeMixed(rec, elapsed, timeline)
 	m.CPU = used
+	m.ServerReads = sutAfter.reads.since(sutBefore.reads).summary()
 	if sutBefore.entries >= 0 && sutAfter.entries >= 0 {
 		m.Delivered = int64(sutAfter.entries - sutBefore.entries)
 		m.SystemCPU = sutAfter.since(sutBefore)
@@ -771,9 +772,10 @@ func (r *Runner) sample(ctx context.Context, start time.Time) []TimePoint {
 // scraped is what the benchmark reads from the API's /metrics; -1 where a
 // metric is absent (or /metrics is unreachable).
 type scraped struct {
-	entries float64 // feed_projection_entries_written_total of the inbox projector
-	cdcLag  float64 // feed_cdc_lag_seconds: present when CDC runs in the API's process (feed dev)
-	cpu     float64 // process_cpu_seconds_total of the API's process
+	entries float64     // feed_projection_entries_written_total of the inbox projector
+	cdcLag  float64     // feed_cdc_lag_seconds: present when CDC runs in the API's process (feed dev)
+	cpu     float64     // process_cpu_seconds_total of the API's process
+	reads   *serverHist // the API's latency histogram of feed reads; nil when absent
 }
 
 // scrapeMetrics reads the API's /metrics (feed dev serves every role's
@@ -829,6 +831,7 @@ func parseMetrics(rd io.Reader) scraped {
 	if mf, ok := families["feed_cdc_lag_seconds"]; ok && len(mf.GetMetric()) > 0 {
 		out.cdcLag = sampleValue(mf.GetMetric()[len(mf.GetMetric())-1])
 	}
+	out.reads = feedReadHist(families)
 	return out
 }
 

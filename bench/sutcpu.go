@@ -18,6 +18,8 @@ type sutSnapshot struct {
 	redis   float64 // seconds: INFO cpu; -1 unknown
 	// pg is CPU ticks per backend of the benchmark's database.
 	pg map[int]uint64
+	// reads is the API's latency histogram of feed reads (nil: absent).
+	reads *serverHist
 }
 
 // backendsSQL lists the PostgreSQL backends of the benchmark's database:
@@ -29,7 +31,7 @@ const backendsSQL = `SELECT pid FROM pg_stat_activity WHERE datname = current_da
 // sutCPU takes a snapshot; a part it cannot read is -1 (nil for pg).
 func (r *Runner) sutCPU(ctx context.Context) sutSnapshot {
 	m := r.scrapeMetrics(ctx)
-	s := sutSnapshot{at: time.Now(), entries: m.entries, feed: m.cpu, redis: -1}
+	s := sutSnapshot{at: time.Now(), entries: m.entries, feed: m.cpu, redis: -1, reads: m.reads}
 	if r.deps.Redis != nil {
 		if d, err := redisinfo.CPU(ctx, r.deps.Redis); err == nil {
 			s.redis = d.Seconds()
