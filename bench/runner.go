@@ -393,8 +393,8 @@ func (r *Runner) pick(rng *rand.Rand) opKind {
 	return opUnfollow
 }
 
-// procs is the GOMAXPROCS of the process before the mixed phases that
-// limit it, while any runs (held of them).
+// procs keeps the process's own GOMAXPROCS (prev) while mixed phases
+// that limit it run (held of them).
 var procs struct {
 	sync.Mutex
 	held, prev int
