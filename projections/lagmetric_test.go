@@ -45,17 +45,28 @@ func (p *versioned) Apply(ctx context.Context, _ events.Envelope, _ events.Event
 // label set -> value.
 func lagSeries(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	t.Helper()
+	return series(t, reg, "feed_projection_consumer_lag")
+}
+
+// series returns the series of the gauge or counter name in reg, as label
+// set -> value.
+func series(t *testing.T, reg *prometheus.Registry, name string) map[string]float64 {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]float64{}
 	for _, mf := range mfs {
-		if mf.GetName() != "feed_projection_consumer_lag" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
-			out[labelString(m.GetLabel())] = m.GetGauge().GetValue()
+			v := m.GetGauge().GetValue()
+			if m.Counter != nil {
+				v = m.GetCounter().GetValue()
+			}
+			out[labelString(m.GetLabel())] = v
 		}
 	}
 	return out
@@ -140,19 +151,8 @@ func TestEntriesWrittenExportedFromZero(t *testing.T) {
 	if _, err := projections.NewMetrics(reg); err != nil {
 		t.Fatal(err)
 	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+	v, ok := series(t, reg, "feed_projection_entries_written_total")[`projector="inbox",`]
+	if !ok || v != 0 {
+		t.Fatalf(`feed_projection_entries_written_total{projector="inbox"}: %v (present %v) before any write, want 0`, v, ok)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != "feed_projection_entries_written_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if labelString(m.GetLabel()) == `projector="inbox",` && m.GetCounter().GetValue() == 0 {
-				return
-			}
-		}
-	}
-	t.Fatal(`no feed_projection_entries_written_total{projector="inbox"} 0 before any write`)
 }
