@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/feedco/feed/internal/schedlat"
 )
 
 type metrics struct {
@@ -58,7 +60,11 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 		}
 	}
 	// The runtime collectors may already be in a shared registry.
-	for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+	rt := []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})}
+	if c := schedlat.New(); c != nil {
+		rt = append(rt, c)
+	}
+	for _, c := range rt {
 		var are prometheus.AlreadyRegisteredError
 		if err := reg.Register(c); err != nil && !errors.As(err, &are) {
 			return nil, fmt.Errorf("register runtime metrics: %w", err)

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -20,7 +21,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+
 	"github.com/feedco/feed/events"
+	"github.com/feedco/feed/internal/schedlat"
 	"github.com/feedco/feed/internal/testenv"
 	"github.com/feedco/feed/seed"
 )
@@ -657,5 +662,70 @@ feed_http_request_duration_seconds_count{method="POST",route="/api/posts"} %d
 	}
 	if got := scrape(0, 0, 0, 0, 0).since(nil); got != nil {
 		t.Errorf("since nil = %+v, want nil", got)
+	}
+}
+
+// TestServerSched reads the API's scheduling latency as the API exports
+// it (the schedlat collector through promhttp), then summarizes a known
+// difference of two scrapes.
+func TestServerSched(t *testing.T) {
+	t.Parallel()
+	c := schedlat.New()
+	if c == nil {
+		t.Skip("the runtime has no /sched/latencies:seconds")
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	var buf bytes.Buffer
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if _, err := expfmt.MetricFamilyToText(&buf, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := parseMetrics(&buf).sched
+	if h == nil || len(h.le) != len(schedlat.Buckets)+1 || !math.IsInf(h.le[len(h.le)-1], 1) {
+		t.Fatalf("parsed %+v, want the %d buckets of schedlat and +Inf", h, len(schedlat.Buckets))
+	}
+	if h.total() <= 0 {
+		t.Fatalf("no waits sampled in a running test binary: %+v", h)
+	}
+
+	scrape := func(b100us, b1ms, b10ms, inf int) *serverHist {
+		text := fmt.Sprintf(`# TYPE feed_go_sched_latency_seconds histogram
+feed_go_sched_latency_seconds_bucket{le="0.0001"} %d
+feed_go_sched_latency_seconds_bucket{le="0.001"} %d
+feed_go_sched_latency_seconds_bucket{le="0.01"} %d
+feed_go_sched_latency_seconds_bucket{le="+Inf"} %d
+feed_go_sched_latency_seconds_sum 1
+feed_go_sched_latency_seconds_count %d
+`, b100us, b1ms, b10ms, inf, inf)
+		return parseMetrics(strings.NewReader(text)).sched
+	}
+	// Then 10,000 waits: 9,000 within 100 µs, 800 in (0.1, 1] ms, 190 in (1, 10] ms, 10 over.
+	ss := scrape(19000, 19800, 19990, 20000).since(scrape(10000, 10000, 10000, 10000)).schedSummary()
+	if ss == nil || ss.Samples != 10000 {
+		t.Fatalf("summary %+v, want 10000 samples", ss)
+	}
+	// p50: rank 5,000 of 9,000 in (0, 100 µs].
+	if want := 100.0 * 5000 / 9000; math.Abs(ss.P50Us-want) > 1e-9 {
+		t.Errorf("p50 %.3f µs, want %.3f", ss.P50Us, want)
+	}
+	// p99: rank 9,900, the 100th of 190 in (1, 10] ms.
+	if want := 1 + 9*100.0/190; math.Abs(ss.P99Ms-want) > 1e-9 {
+		t.Errorf("p99 %.4f ms, want %.4f", ss.P99Ms, want)
+	}
+	// p99.9: rank 9,990, the last in (1, 10] ms.
+	if math.Abs(ss.P999Ms-10) > 1e-9 {
+		t.Errorf("p99.9 %.4f ms, want 10", ss.P999Ms)
+	}
+	if math.Abs(ss.Over1ms-0.02) > 1e-9 {
+		t.Errorf("over 1 ms %.4f, want 0.02", ss.Over1ms)
+	}
+	if got := scrape(0, 0, 0, 0).since(scrape(0, 0, 0, 0)).schedSummary(); got != nil {
+		t.Errorf("summary of no waits = %+v, want nil", got)
 	}
 }

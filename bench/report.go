@@ -91,6 +91,9 @@ type Mixed struct {
 	// ServerReads is the API's own latency of the phase's feed reads
 	// (its /metrics histogram; nil when it has none).
 	ServerReads *ServerReads `json:"serverReads,omitempty"`
+	// ServerSched is how long the API's goroutines waited for a core
+	// over the phase (its /metrics; nil when it has none).
+	ServerSched *ServerSched `json:"serverSched,omitempty"`
 
 	readMs, visibleMs []float64
 }
@@ -248,6 +251,10 @@ func (rep *Report) WriteTable(w io.Writer) {
 	if sr := m.ServerReads; sr != nil {
 		fmt.Fprintf(w, "the API's own feed reads (its latency histogram, probes included, %d reads): p50 %.2f ms, p99 %.2f ms (within buckets), %.2f%% within 10 ms\n",
 			sr.Count, sr.P50Ms, sr.P99Ms, sr.Within10ms*100)
+	}
+	if ss := m.ServerSched; ss != nil {
+		fmt.Fprintf(w, "the API's goroutines waiting for a core (Go's scheduling latency, %d sampled waits): p50 %.1f µs, p99 %.2f ms, p99.9 %.2f ms, %.2f%% over 1 ms\n",
+			ss.Samples, ss.P50Us, ss.P99Ms, ss.P999Ms, ss.Over1ms*100)
 	}
 	if m.CPU != nil {
 		fmt.Fprintf(w, "cpu (%% of one core, mixed phase): %s\n", m.CPU)

@@ -573,6 +573,7 @@ func (r *Runner) mixed(ctx context.Context) (*Mixed, error) {
 	m := r.summarizeMixed(rec, elapsed, timeline)
 	m.CPU = used
 	m.ServerReads = sutAfter.reads.since(sutBefore.reads).summary()
+	m.ServerSched = sutAfter.sched.since(sutBefore.sched).schedSummary()
 	if sutBefore.entries >= 0 && sutAfter.entries >= 0 {
 		m.Delivered = int64(sutAfter.entries - sutBefore.entries)
 		m.SystemCPU = sutAfter.since(sutBefore)
@@ -776,6 +777,7 @@ type scraped struct {
 	cdcLag  float64     // feed_cdc_lag_seconds: present when CDC runs in the API's process (feed dev)
 	cpu     float64     // process_cpu_seconds_total of the API's process
 	reads   *serverHist // the API's latency histogram of feed reads; nil when absent
+	sched   *serverHist // the API's Go scheduling latency histogram; nil when absent
 }
 
 // scrapeMetrics reads the API's /metrics (feed dev serves every role's
@@ -832,6 +834,7 @@ func parseMetrics(rd io.Reader) scraped {
 		out.cdcLag = sampleValue(mf.GetMetric()[len(mf.GetMetric())-1])
 	}
 	out.reads = feedReadHist(families)
+	out.sched = schedHist(families)
 	return out
 }
 

@@ -5,11 +5,15 @@ import (
 	"slices"
 
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/feedco/feed/internal/schedlat"
 )
 
-// serverHist is the API's own latency histogram of feed reads,
-// feed_http_request_duration_seconds{route="/api/feed",method="GET"}:
-// cumulative counts by upper bound (seconds, ascending, +Inf last).
+// serverHist is a histogram of the API's /metrics: cumulative counts by
+// upper bound (seconds, ascending, +Inf last). Two are read: the latency
+// of feed reads, feed_http_request_duration_seconds{route="/api/feed",
+// method="GET"} (feedReadHist), and Go's scheduling latency of the
+// process, feed_go_sched_latency_seconds (schedHist).
 type serverHist struct {
 	le     []float64
 	counts []float64
@@ -29,14 +33,25 @@ type ServerReads struct {
 	Within10ms float64 `json:"within10ms"`
 }
 
+// ServerSched is how long the API process's goroutines waited for a core
+// during the mixed phase: Go's scheduling latency (the runtime samples
+// it), from the API's feed_go_sched_latency_seconds. A read whose
+// goroutines wait milliseconds here is slow for want of CPU, not for
+// its own work: beside ServerReads it tells a saturated machine from a
+// slow handler.
+type ServerSched struct {
+	Samples int64   `json:"samples"`
+	P50Us   float64 `json:"p50Us"`
+	P99Ms   float64 `json:"p99Ms"`
+	P999Ms  float64 `json:"p999Ms"`
+	// Over1ms is the share of waits longer than 1 ms (0-1).
+	Over1ms float64 `json:"over1ms"`
+}
+
 // feedReadHist reads the histogram of GET /api/feed from a scrape's
 // families; nil when it is not there.
 func feedReadHist(families map[string]*dto.MetricFamily) *serverHist {
-	mf, ok := families["feed_http_request_duration_seconds"]
-	if !ok {
-		return nil
-	}
-	for _, m := range mf.GetMetric() {
+	return histOf(families, "feed_http_request_duration_seconds", func(m *dto.Metric) bool {
 		route, method := "", ""
 		for _, l := range m.GetLabel() {
 			switch l.GetName() {
@@ -46,8 +61,26 @@ func feedReadHist(families map[string]*dto.MetricFamily) *serverHist {
 				method = l.GetValue()
 			}
 		}
+		return route == "/api/feed" && method == "GET"
+	})
+}
+
+// schedHist reads the API's scheduling latency histogram; nil when it is
+// not there.
+func schedHist(families map[string]*dto.MetricFamily) *serverHist {
+	return histOf(families, schedlat.Name, func(*dto.Metric) bool { return true })
+}
+
+// histOf is the first histogram of family name that match accepts; nil
+// when there is none.
+func histOf(families map[string]*dto.MetricFamily, name string, match func(*dto.Metric) bool) *serverHist {
+	mf, ok := families[name]
+	if !ok {
+		return nil
+	}
+	for _, m := range mf.GetMetric() {
 		h := m.GetHistogram()
-		if route != "/api/feed" || method != "GET" || h == nil {
+		if h == nil || !match(m) {
 			continue
 		}
 		out := &serverHist{}
@@ -134,5 +167,19 @@ func (h *serverHist) summary() *ServerReads {
 		P50Ms:      h.quantile(0.5) * 1000,
 		P99Ms:      h.quantile(0.99) * 1000,
 		Within10ms: h.within(0.010),
+	}
+}
+
+// schedSummary is h as ServerSched; nil without observations.
+func (h *serverHist) schedSummary() *ServerSched {
+	if h == nil || h.total() <= 0 {
+		return nil
+	}
+	return &ServerSched{
+		Samples: int64(h.total()),
+		P50Us:   h.quantile(0.5) * 1e6,
+		P99Ms:   h.quantile(0.99) * 1000,
+		P999Ms:  h.quantile(0.999) * 1000,
+		Over1ms: 1 - h.within(0.001),
 	}
 }

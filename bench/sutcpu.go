@@ -18,8 +18,9 @@ type sutSnapshot struct {
 	redis   float64 // seconds: INFO cpu; -1 unknown
 	// pg is CPU ticks per backend of the benchmark's database.
 	pg map[int]uint64
-	// reads is the API's latency histogram of feed reads (nil: absent).
-	reads *serverHist
+	// reads is the API's latency histogram of feed reads, sched its Go
+	// scheduling latency (nil: absent).
+	reads, sched *serverHist
 }
 
 // backendsSQL lists the PostgreSQL backends of the benchmark's database:
@@ -31,7 +32,7 @@ const backendsSQL = `SELECT pid FROM pg_stat_activity WHERE datname = current_da
 // sutCPU takes a snapshot; a part it cannot read is -1 (nil for pg).
 func (r *Runner) sutCPU(ctx context.Context) sutSnapshot {
 	m := r.scrapeMetrics(ctx)
-	s := sutSnapshot{at: time.Now(), entries: m.entries, feed: m.cpu, redis: -1, reads: m.reads}
+	s := sutSnapshot{at: time.Now(), entries: m.entries, feed: m.cpu, redis: -1, reads: m.reads, sched: m.sched}
 	if r.deps.Redis != nil {
 		if d, err := redisinfo.CPU(ctx, r.deps.Redis); err == nil {
 			s.redis = d.Seconds()

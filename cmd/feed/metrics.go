@@ -5,6 +5,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/feedco/feed/internal/schedlat"
 )
 
 // build is what the binary knows of its own build (runtime/debug's
@@ -69,5 +71,8 @@ func newRoleRegistry() *prometheus.Registry {
 	})
 	info.Set(1)
 	reg.MustRegister(info, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if c := schedlat.New(); c != nil {
+		reg.MustRegister(c)
+	}
 	return reg
 }
