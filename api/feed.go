@@ -80,13 +80,13 @@ func (s *Server) page(w http.ResponseWriter, r *http.Request, read func(ctx cont
 	var limitArg, cursor string
 	after := false
 	if r.URL.RawQuery != "" { // the first page with the default limit parses nothing
-		q := r.URL.Query()
-		limitArg, cursor = q.Get("limit"), q.Get("cursor")
-		if _, after = q["after"]; after {
-			if _, both := q["cursor"]; both {
+		q := parsePageArgs(r.URL.RawQuery)
+		limitArg, cursor = q.limit, q.cursor
+		if after = q.hasAfter; after {
+			if q.hasCursor {
 				return &badInput{"cursor and after are exclusive: page down with cursor or refresh up with after"}
 			}
-			cursor = q.Get("after")
+			cursor = q.after
 		}
 	}
 	limit, err := parseLimit(limitArg)
