@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/feedco/feed/internal/procio"
 	"github.com/feedco/feed/internal/schedlat"
 )
 
@@ -62,6 +63,9 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 	// The runtime collectors may already be in a shared registry.
 	rt := []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})}
 	if c := schedlat.New(); c != nil {
+		rt = append(rt, c)
+	}
+	if c := procio.New(); c != nil {
 		rt = append(rt, c)
 	}
 	for _, c := range rt {

@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/feedco/feed/events"
+	"github.com/feedco/feed/internal/procio"
 	"github.com/feedco/feed/internal/schedlat"
 	"github.com/feedco/feed/internal/testenv"
 	"github.com/feedco/feed/seed"
@@ -297,13 +298,13 @@ other_metric 3
 # TYPE process_cpu_seconds_total counter
 process_cpu_seconds_total 42.5
 `
-	if got := parseMetrics(strings.NewReader(text)); got != (scraped{entries: 1.5e6, cdcLag: 0.0125, cpu: 42.5}) {
+	if got := parseMetrics(strings.NewReader(text)); got != (scraped{entries: 1.5e6, cdcLag: 0.0125, cpu: 42.5, io: noIO}) {
 		t.Errorf("parseMetrics = %+v, want entries 1.5e6, cdcLag 0.0125, cpu 42.5", got)
 	}
-	if got := parseMetrics(strings.NewReader("other 1\nfeed_cdc_lag_seconds 0\n")); got != (scraped{entries: -1, cdcLag: 0, cpu: -1}) {
+	if got := parseMetrics(strings.NewReader("other 1\nfeed_cdc_lag_seconds 0\n")); got != (scraped{entries: -1, cdcLag: 0, cpu: -1, io: noIO}) {
 		t.Errorf("parseMetrics without the counter = %+v, want entries -1, cdcLag 0 (caught up)", got)
 	}
-	if got := parseMetrics(strings.NewReader("")); got != (scraped{entries: -1, cdcLag: -1, cpu: -1}) {
+	if got := parseMetrics(strings.NewReader("")); got != (scraped{entries: -1, cdcLag: -1, cpu: -1, io: noIO}) {
 		t.Errorf("parseMetrics of nothing = %+v, want both absent (-1)", got)
 	}
 }
@@ -727,5 +728,69 @@ feed_go_sched_latency_seconds_count %d
 	}
 	if got := scrape(0, 0, 0, 0).since(scrape(0, 0, 0, 0)).schedSummary(); got != nil {
 		t.Errorf("summary of no waits = %+v, want nil", got)
+	}
+}
+
+// TestIOCalls: the API's read and write calls are read from its /metrics
+// (procio's own exposition), and the phase's calls are the difference of
+// two snapshots, per request and per entry, with PostgreSQL's backends
+// counted from their start when they started in between and left out
+// when they ended.
+func TestIOCalls(t *testing.T) {
+	t.Parallel()
+	c := procio.New()
+	if c == nil {
+		t.Skip("/proc/self/io is not readable here")
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	var buf bytes.Buffer
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if _, err := expfmt.MetricFamilyToText(&buf, mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := parseMetrics(&buf).io
+	if !got.known() || got.read <= 0 || got.write < 0 {
+		t.Fatalf("io from the collector's exposition = %+v, want both counters", got)
+	}
+	text := "# TYPE feed_process_io_syscalls_total counter\n" +
+		"feed_process_io_syscalls_total{op=\"read\"} 1000\nfeed_process_io_syscalls_total{op=\"write\"} 400\n"
+	if got := parseMetrics(strings.NewReader(text)).io; got != (ioCount{1000, 400}) {
+		t.Fatalf("io = %+v, want read 1000, write 400", got)
+	}
+
+	before := sutSnapshot{feedIO: ioCount{1000, 400}, redisIO: ioCount{50, 60},
+		pgIO: map[int]ioCount{1: {10, 10}, 2: {5, 5}}}
+	after := sutSnapshot{feedIO: ioCount{4000, 1400}, redisIO: ioCount{2050, 2060},
+		pgIO: map[int]ioCount{1: {110, 60}, 3: {20, 30}}} // 2 ended, 3 started
+	io := after.ioSince(before, 1000, 50000)
+	if io == nil || io.Requests != 1000 || io.Delivered != 50000 {
+		t.Fatalf("ioSince = %+v", io)
+	}
+	want := map[string]IOPart{
+		cpuFeed:     {Read: 3000, Write: 1000, PerRequest: 4, PerEntry: 0.08},
+		cpuRedis:    {Read: 2000, Write: 2000, PerRequest: 4, PerEntry: 0.08},
+		cpuPostgres: {Read: 120, Write: 80, PerRequest: 0.2, PerEntry: 0.004},
+	}
+	for k, w := range want {
+		g := io.Parts[k]
+		if g.Read != w.Read || g.Write != w.Write || math.Abs(g.PerRequest-w.PerRequest) > 1e-9 || math.Abs(g.PerEntry-w.PerEntry) > 1e-9 {
+			t.Errorf("%s: %+v, want %+v", k, g, w)
+		}
+	}
+	var out bytes.Buffer
+	writeIOCalls(&out, io)
+	if line := out.String(); !strings.Contains(line, "feed 4.0 (3000 reads + 1000 writes), 0.080 an entry") ||
+		!strings.Contains(line, "postgres 0.2 (120 reads + 80 writes)") {
+		t.Errorf("report line %q", line)
+	}
+	// Nothing known at one end: no figures rather than wrong ones.
+	if io := (sutSnapshot{feedIO: noIO, redisIO: noIO}).ioSince(before, 10, 0); io != nil {
+		t.Errorf("ioSince with nothing known after = %+v, want nil", io)
 	}
 }

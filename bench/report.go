@@ -94,6 +94,9 @@ type Mixed struct {
 	// ServerSched is how long the API's goroutines waited for a core
 	// over the phase (its /metrics; nil when it has none).
 	ServerSched *ServerSched `json:"serverSched,omitempty"`
+	// IOCalls is the system under test's read and write calls over the
+	// same window as SystemCPU (iocalls.go; nil when none could be read).
+	IOCalls *IOCalls `json:"ioCalls,omitempty"`
 
 	readMs, visibleMs []float64
 }
@@ -266,6 +269,7 @@ func (rep *Report) WriteTable(w io.Writer) {
 		fmt.Fprintf(w, "cpu per delivered entry (µs, %d entries): feed %.2f, redis %.2f, postgres %.2f = %.2f\n",
 			m.Delivered, e[cpuFeed], e[cpuRedis], e[cpuPostgres], e[cpuSystem])
 	}
+	writeIOCalls(w, m.IOCalls)
 	if h := rep.RawHTTP; h != nil {
 		fmt.Fprintf(w, "raw HTTP (net/http serving the API's %d-byte page, open loop, %d requests at %.0f/s, %d errors): server %.1f µs/request",
 			h.BodyBytes, h.Requests, h.Rate, h.Errors, h.ServerUsPer)

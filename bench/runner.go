@@ -579,6 +579,7 @@ func (r *Runner) mixed(ctx context.Context) (*Mixed, error) {
 		m.SystemCPU = sutAfter.since(sutBefore)
 		m.CPUPerEntry = m.SystemCPU.perEntry(m.Delivered)
 	}
+	m.IOCalls = sutAfter.ioSince(sutBefore, m.requests(), m.Delivered)
 	return m, nil
 }
 
@@ -778,6 +779,7 @@ type scraped struct {
 	cpu     float64     // process_cpu_seconds_total of the API's process
 	reads   *serverHist // the API's latency histogram of feed reads; nil when absent
 	sched   *serverHist // the API's Go scheduling latency histogram; nil when absent
+	io      ioCount     // feed_process_io_syscalls_total of the API's process
 }
 
 // scrapeMetrics reads the API's /metrics (feed dev serves every role's
@@ -785,7 +787,7 @@ type scraped struct {
 func (r *Runner) scrapeMetrics(parent context.Context) scraped {
 	ctx, cancel := context.WithTimeout(parent, 2*time.Second)
 	defer cancel()
-	none := scraped{entries: -1, cdcLag: -1, cpu: -1}
+	none := scraped{entries: -1, cdcLag: -1, cpu: -1, io: noIO}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.cfg.BaseURL+"/metrics", nil)
 	if err != nil {
 		return none
@@ -815,7 +817,7 @@ func (r *Runner) scrapeMetrics(parent context.Context) scraped {
 // transaction Kafka has not yet acknowledged, updated every second). What
 // the text holds before a syntax error still counts.
 func parseMetrics(rd io.Reader) scraped {
-	out := scraped{entries: -1, cdcLag: -1, cpu: -1}
+	out := scraped{entries: -1, cdcLag: -1, cpu: -1, io: noIO}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, _ := parser.TextToMetricFamilies(rd)
 	if mf, ok := families["feed_projection_entries_written_total"]; ok {
@@ -835,6 +837,7 @@ func parseMetrics(rd io.Reader) scraped {
 	}
 	out.reads = feedReadHist(families)
 	out.sched = schedHist(families)
+	out.io = ioCountOf(families)
 	return out
 }
 

@@ -21,6 +21,11 @@ type sutSnapshot struct {
 	// reads is the API's latency histogram of feed reads, sched its Go
 	// scheduling latency (nil: absent).
 	reads, sched *serverHist
+	// I/O calls so far: the API's process (its /metrics), Redis (INFO
+	// stats) and each backend of the benchmark's database (/proc/<pid>/io,
+	// readable only by the backends' owner or root).
+	feedIO, redisIO ioCount
+	pgIO            map[int]ioCount
 }
 
 // backendsSQL lists the PostgreSQL backends of the benchmark's database:
@@ -32,10 +37,14 @@ const backendsSQL = `SELECT pid FROM pg_stat_activity WHERE datname = current_da
 // sutCPU takes a snapshot; a part it cannot read is -1 (nil for pg).
 func (r *Runner) sutCPU(ctx context.Context) sutSnapshot {
 	m := r.scrapeMetrics(ctx)
-	s := sutSnapshot{at: time.Now(), entries: m.entries, feed: m.cpu, redis: -1, reads: m.reads, sched: m.sched}
+	s := sutSnapshot{at: time.Now(), entries: m.entries, feed: m.cpu, redis: -1, reads: m.reads, sched: m.sched,
+		feedIO: m.io, redisIO: noIO}
 	if r.deps.Redis != nil {
 		if d, err := redisinfo.CPU(ctx, r.deps.Redis); err == nil {
 			s.redis = d.Seconds()
+		}
+		if rd, wr, err := redisinfo.IOCalls(ctx, r.deps.Redis); err == nil {
+			s.redisIO = ioCount{float64(rd), float64(wr)}
 		}
 	}
 	if r.deps.DB == nil {
@@ -50,7 +59,7 @@ func (r *Runner) sutCPU(ctx context.Context) sutSnapshot {
 		return s
 	}
 	defer rows.Close()
-	s.pg = map[int]uint64{}
+	s.pg, s.pgIO = map[int]uint64{}, map[int]ioCount{}
 	for rows.Next() {
 		var pid int
 		if rows.Scan(&pid) != nil {
@@ -62,6 +71,9 @@ func (r *Runner) sutCPU(ctx context.Context) sutSnapshot {
 		}
 		if _, ticks, _, err := procCPU(p); err == nil {
 			s.pg[pid] = ticks
+		}
+		if io, err := p.IO(); err == nil {
+			s.pgIO[pid] = ioCount{float64(io.SyscR), float64(io.SyscW)}
 		}
 	}
 	return s

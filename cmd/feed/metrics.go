@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/feedco/feed/internal/procio"
 	"github.com/feedco/feed/internal/schedlat"
 )
 
@@ -59,8 +60,9 @@ func readBuild() (build, bool) {
 }
 
 // newRoleRegistry is the Prometheus registry of a role (api, cdc, project,
-// dev): feed_build_info and the Go runtime and process collectors, beside
-// what the role's parts register.
+// dev): feed_build_info, the Go runtime and process collectors, and the
+// process's scheduling latency and I/O calls, beside what the role's parts
+// register.
 func newRoleRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	b, _ := readBuild()
@@ -72,6 +74,9 @@ func newRoleRegistry() *prometheus.Registry {
 	info.Set(1)
 	reg.MustRegister(info, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if c := schedlat.New(); c != nil {
+		reg.MustRegister(c)
+	}
+	if c := procio.New(); c != nil {
 		reg.MustRegister(c)
 	}
 	return reg

@@ -1,0 +1,133 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/feedco/feed/internal/procio"
+)
+
+// ioCount is a process's read and write calls so far; -1 unknown.
+type ioCount struct{ read, write float64 }
+
+var noIO = ioCount{-1, -1}
+
+func (c ioCount) known() bool { return c.read >= 0 && c.write >= 0 }
+
+// ioCountOf reads the API's feed_process_io_syscalls_total from a scrape.
+func ioCountOf(families map[string]*dto.MetricFamily) ioCount {
+	mf, ok := families[procio.Name]
+	if !ok {
+		return noIO
+	}
+	c := noIO
+	for _, m := range mf.GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() != "op" {
+				continue
+			}
+			switch l.GetValue() {
+			case "read":
+				c.read = sampleValue(m)
+			case "write":
+				c.write = sampleValue(m)
+			}
+		}
+	}
+	return c
+}
+
+// IOCalls is the system under test's I/O calls over the mixed phase, by
+// part (feed, redis, postgres): read and write system calls (Redis: the
+// reads and writes of client connections it processed), and their sum
+// per request the benchmark sent and per delivered inbox entry. Unlike CPU
+// time, a count per unit of work does not depend on the machine's speed:
+// two runs on different days compare directly.
+type IOCalls struct {
+	Parts map[string]IOPart `json:"parts"`
+	// Requests is the HTTP requests of the phase: reads, writes and the
+	// visibility probes' reads.
+	Requests  int64 `json:"requests"`
+	Delivered int64 `json:"deliveredEntries"`
+}
+
+// IOPart is one part's calls over the phase.
+type IOPart struct {
+	Read  float64 `json:"read"`
+	Write float64 `json:"write"`
+	// PerRequest and PerEntry are (Read+Write) per request and per
+	// delivered entry (0: no requests, no entries).
+	PerRequest float64 `json:"perRequest"`
+	PerEntry   float64 `json:"perEntry"`
+}
+
+// ioSince is the calls from b to s; nil when no part is known at both
+// ends. A backend that started in between counts from its start; one that
+// ended in between is not counted.
+func (s sutSnapshot) ioSince(b sutSnapshot, requests, delivered int64) *IOCalls {
+	out := &IOCalls{Parts: map[string]IOPart{}, Requests: requests, Delivered: delivered}
+	add := func(part string, d ioCount) {
+		p := IOPart{Read: d.read, Write: d.write}
+		if requests > 0 {
+			p.PerRequest = (d.read + d.write) / float64(requests)
+		}
+		if delivered > 0 {
+			p.PerEntry = (d.read + d.write) / float64(delivered)
+		}
+		out.Parts[part] = p
+	}
+	if s.feedIO.known() && b.feedIO.known() {
+		add(cpuFeed, ioCount{s.feedIO.read - b.feedIO.read, s.feedIO.write - b.feedIO.write})
+	}
+	if s.redisIO.known() && b.redisIO.known() {
+		add(cpuRedis, ioCount{s.redisIO.read - b.redisIO.read, s.redisIO.write - b.redisIO.write})
+	}
+	if len(s.pgIO) > 0 && len(b.pgIO) > 0 {
+		var d ioCount
+		for pid, c := range s.pgIO {
+			c0, ok := b.pgIO[pid]
+			if !ok {
+				c0 = ioCount{}
+			}
+			if c0.read <= c.read && c0.write <= c.write {
+				d.read += c.read - c0.read
+				d.write += c.write - c0.write
+			}
+		}
+		add(cpuPostgres, d)
+	}
+	if len(out.Parts) == 0 {
+		return nil
+	}
+	return out
+}
+
+// requests is the phase's HTTP requests: reads, writes and probe reads.
+func (m *Mixed) requests() int64 {
+	n := int64(m.Reads.Count + m.Posts.Count + m.Follows.Count + m.Unfollows.Count)
+	return n + int64(m.ProbeReadsPerSec*m.Seconds+0.5)
+}
+
+// writeIOCalls prints the phase's I/O calls per request and per entry.
+func writeIOCalls(w io.Writer, c *IOCalls) {
+	if c == nil {
+		return
+	}
+	var parts []string
+	for _, name := range []string{cpuFeed, cpuRedis, cpuPostgres} {
+		p, ok := c.Parts[name]
+		if !ok {
+			continue
+		}
+		s := fmt.Sprintf("%s %.1f (%.0f reads + %.0f writes)", name, p.PerRequest, p.Read, p.Write)
+		if c.Delivered > 0 {
+			s += fmt.Sprintf(", %.3f an entry", p.PerEntry)
+		}
+		parts = append(parts, s)
+	}
+	fmt.Fprintf(w, "I/O calls per request (%d requests, %d entries; read and write system calls, Redis's reads and writes processed): %s\n",
+		c.Requests, c.Delivered, strings.Join(parts, "; "))
+}
