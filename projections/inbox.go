@@ -30,10 +30,13 @@ type Inbox struct {
 	store  readmodel.InboxStore
 	inbox  readmodel.Inboxes
 	packed *readmodel.PackedInboxes
-	pg     Querier
-	rdb    redis.UniversalClient
-	m      *Metrics
-	cache  *followerCache // nil when FollowerCacheRows < 0
+	// followUps carries the packed pushes' follow-ups to the next push's
+	// pipeline (readmodel.PackedFollowUps); nil unless packed.
+	followUps *readmodel.PackedFollowUps
+	pg        Querier
+	rdb       redis.UniversalClient
+	m         *Metrics
+	cache     *followerCache // nil when FollowerCacheRows < 0
 	// activity is who of the cached followers is active (activity.go);
 	// nil with the cache.
 	activity *activityIndex
@@ -60,7 +63,7 @@ func NewInbox(cfg Config, pg Querier, rdb redis.UniversalClient, m *Metrics) (*I
 	}
 	p.store = readmodel.NewInboxStore(cfg.Keys, p.pol)
 	if pk, ok := p.store.(readmodel.PackedInboxes); ok {
-		p.packed = &pk
+		p.packed, p.followUps = &pk, readmodel.NewPackedFollowUps()
 	}
 	return p, nil
 }
@@ -328,7 +331,7 @@ type postPush struct {
 // pushPage writes one page of a post's fan-out (see push).
 func (p *Inbox) pushPage(ctx context.Context, pp postPush, ids []int64, expiring []bool) error {
 	if p.packed != nil {
-		return p.pushPagePacked(ctx, pp, ids)
+		return p.pushPagePacked(ctx, pp, ids, expiring)
 	}
 	adds := make([]*redis.IntCmd, 0, len(ids))
 	var scripts []*redis.Cmd
@@ -380,19 +383,23 @@ func (p *Inbox) pushPage(ctx context.Context, pp postPush, ids []int64, expiring
 }
 
 // pushPagePacked writes one page of a post's fan-out to packed inboxes:
-// an APPEND per inbox, then the follow-ups their replies ask for (the
-// buffer's fallback TTL, the merge with its trim: PackedInboxes.PushAll).
-// Every follower gets the same APPEND, expiring or not: the merge gives
-// the sealed string the TTL when it has none. The entries metric counts
+// an APPEND per inbox, in one pipeline with the follow-ups earlier pushes'
+// replies asked for (a buffer's fallback TTL, the merge with its trim),
+// leaving those of this push's replies to the next push
+// (PackedInboxes.PushCarried).
+// Every follower gets the same APPEND; an expiring follower's buffer (the
+// inbox may be gone: the buffer is then all of it) gets its TTL in the
+// same pipeline, and the merge gives the sealed string the TTL when it
+// has none. The entries metric counts
 // the APPENDs, redeliveries included (the reply does not tell a
 // duplicate, which the merge and the readers drop).
-func (p *Inbox) pushPagePacked(ctx context.Context, pp postPush, ids []int64) error {
+func (p *Inbox) pushPagePacked(ctx context.Context, pp postPush, ids []int64, expiring []bool) error {
 	select {
 	case p.inflight <- struct{}{}:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	_, err := p.packed.PushAll(ctx, p.rdb, ids, pp.packed)
+	err := p.packed.PushCarried(ctx, p.rdb, ids, expiring, pp.packed, p.followUps)
 	<-p.inflight
 	if err != nil {
 		return fmt.Errorf("push post %d: %w", pp.post, err)
