@@ -39,19 +39,14 @@ import (
 // every partition.
 type PackedFollowUps struct {
 	mu      sync.Mutex
-	expire  []int64          // users whose buffer a push created: its fallback TTL
-	read    []int64          // users whose buffer is due for a merge: its GET
-	merge   []packedMerge    // buffers read, to merge
-	pending map[int64]bool   // users with a read or a merge carried
-	timer   *time.Timer      // the flush armed after a push that left work
-	flush   func()           // what the timer runs (set by the first push)
-	after   time.Duration    // the timer's delay: packedFlushAfter
-	ops     followUpCounters // for tests and metrics
-}
-
-// followUpCounters are what a PackedFollowUps ran.
-type followUpCounters struct {
-	merges, flushes int64
+	expire  []int64        // users whose buffer a push created: its fallback TTL
+	read    []int64        // users whose buffer is due for a merge: its GET
+	merge   []packedMerge  // buffers read, to merge
+	pending map[int64]bool // users with a read or a merge carried
+	timer   *time.Timer    // the flush armed after a push that left work
+	flush   func()         // what the timer runs (set by the first push)
+	after   time.Duration  // the timer's delay: packedFlushAfter
+	merges  int64          // merges run (Merges)
 }
 
 type packedMerge struct {
@@ -79,7 +74,7 @@ func (c *PackedFollowUps) Pending() int {
 func (c *PackedFollowUps) Merges() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.ops.merges
+	return c.merges
 }
 
 // take empties c, returning what it held.
@@ -100,18 +95,25 @@ func (c *PackedFollowUps) putBack(expire, read []int64, merge []packedMerge) {
 	c.merge = append(c.merge, merge...)
 }
 
-// carried is what one pipeline ran of c's follow-ups, queued by queue.
+// carried is what one pipeline runs of c's follow-ups (takeCarried).
 type carried struct {
 	expire, read []int64
 	merge        []packedMerge
 	gets         []*redis.StringCmd
 }
 
-// queue queues the follow-ups c holds on pipe: the merges first (their
-// buffers were read by an earlier pipeline), then the TTLs and the reads.
-func (m PackedInboxes) queueCarried(ctx context.Context, pipe redis.Pipeliner, c *PackedFollowUps) carried {
+// takeCarried empties c into what one pipeline runs.
+func takeCarried(c *PackedFollowUps) carried {
 	var k carried
 	k.expire, k.read, k.merge = c.take()
+	k.gets = make([]*redis.StringCmd, len(k.read))
+	return k
+}
+
+// queueCarried queues k on pipe (again on Exec's retry): the merges first
+// (their buffers were read by an earlier pipeline), then the TTLs and the
+// reads.
+func (m PackedInboxes) queueCarried(ctx context.Context, pipe redis.Pipeliner, k *carried) {
 	for _, x := range k.merge {
 		args := m.mergeArgs(sortedIDs(x.seen), "", false, "nx")
 		m.queueMergeScript(ctx, pipe, x.user, append(args, x.seen))
@@ -120,12 +122,10 @@ func (m PackedInboxes) queueCarried(ctx context.Context, pipe redis.Pipeliner, c
 		_, buf := m.Keys(u)
 		pipe.ExpireNX(ctx, buf, m.pol.InboxTTL())
 	}
-	k.gets = make([]*redis.StringCmd, len(k.read))
 	for i, u := range k.read {
 		_, buf := m.Keys(u)
 		k.gets[i] = pipe.Get(ctx, buf)
 	}
-	return k
 }
 
 // settle records in c what k's pipeline did: the merges are done, each
@@ -137,7 +137,7 @@ func (c *PackedFollowUps) settle(k carried, users []int64, replies []*redis.IntC
 	for _, x := range k.merge {
 		delete(c.pending, x.user)
 	}
-	c.ops.merges += int64(len(k.merge))
+	c.merges += int64(len(k.merge))
 	for i, u := range k.read {
 		seen, err := k.gets[i].Bytes()
 		if err != nil || len(seen) == 0 {
@@ -167,14 +167,10 @@ func (c *PackedFollowUps) settle(k carried, users []int64, replies []*redis.IntC
 // pipeline, not a push later. A failed call can be retried whole, as
 // PushAll.
 func (m PackedInboxes) PushCarried(ctx context.Context, rdb redis.UniversalClient, users []int64, expiring []bool, p PackedPush, c *PackedFollowUps) error {
-	var k carried
+	k := takeCarried(c)
 	replies := make([]*redis.IntCmd, len(users))
 	err := Exec(ctx, rdb, func(pipe redis.Pipeliner) {
-		if k.gets == nil && k.expire == nil && k.merge == nil {
-			k = m.queueCarried(ctx, pipe, c)
-		} else { // Exec's retry after loading the scripts: the same commands again
-			k = m.requeue(ctx, pipe, k)
-		}
+		m.queueCarried(ctx, pipe, &k)
 		for i, u := range users {
 			replies[i] = m.QueuePush(ctx, pipe, u, p)
 			if expiring != nil && expiring[i] {
@@ -203,23 +199,6 @@ func (m PackedInboxes) PushCarried(ctx context.Context, rdb redis.UniversalClien
 	return nil
 }
 
-// requeue queues k's follow-ups again on pipe (Exec's retry).
-func (m PackedInboxes) requeue(ctx context.Context, pipe redis.Pipeliner, k carried) carried {
-	for _, x := range k.merge {
-		args := m.mergeArgs(sortedIDs(x.seen), "", false, "nx")
-		m.queueMergeScript(ctx, pipe, x.user, append(args, x.seen))
-	}
-	for _, u := range k.expire {
-		_, buf := m.Keys(u)
-		pipe.ExpireNX(ctx, buf, m.pol.InboxTTL())
-	}
-	for i, u := range k.read {
-		_, buf := m.Keys(u)
-		k.gets[i] = pipe.Get(ctx, buf)
-	}
-	return k
-}
-
 // FlushFollowUps runs what c carries, without a push: the TTLs and reads,
 // then the merges of the buffers read (at most two pipelines).
 func (m PackedInboxes) FlushFollowUps(ctx context.Context, rdb redis.UniversalClient, c *PackedFollowUps) error {
@@ -227,14 +206,8 @@ func (m PackedInboxes) FlushFollowUps(ctx context.Context, rdb redis.UniversalCl
 		if c.Pending() == 0 {
 			return nil
 		}
-		var k carried
-		err := Exec(ctx, rdb, func(pipe redis.Pipeliner) {
-			if k.gets == nil && k.expire == nil && k.merge == nil {
-				k = m.queueCarried(ctx, pipe, c)
-			} else {
-				k = m.requeue(ctx, pipe, k)
-			}
-		})
+		k := takeCarried(c)
+		err := Exec(ctx, rdb, func(pipe redis.Pipeliner) { m.queueCarried(ctx, pipe, &k) })
 		if err != nil && !errors.Is(err, redis.Nil) {
 			c.putBack(k.expire, k.read, k.merge)
 			return fmt.Errorf("push follow-ups: %w", err)
@@ -257,9 +230,6 @@ func (m PackedInboxes) armFlush(rdb redis.UniversalClient, c *PackedFollowUps) {
 		c.flush = func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			c.mu.Lock()
-			c.ops.flushes++
-			c.mu.Unlock()
 			// An error leaves the follow-ups in c for the next push.
 			_ = m.FlushFollowUps(ctx, rdb, c)
 		}
