@@ -26,8 +26,8 @@ import (
 // merge the buffer with the sealed string whatever its length, and every
 // follow-up is idempotent. A merge runs at most two pushes (or
 // packedFlushAfter) after the push whose reply asked for it, on the bytes
-// its GET read; the merge script checks that the buffer still starts with
-// them and does nothing otherwise. Follow-ups lost with the process (it
+// its GET read; the merge script takes them out of the buffer only if it
+// still starts with them, and merges the buffer as it is otherwise. Follow-ups lost with the process (it
 // died between two pushes) are redone by later pushes as PushAll's are: a
 // buffer past PackedMergeAt asks for its merge again on its next APPEND;
 // the fallback TTL of a buffer the push created is asked for on the
