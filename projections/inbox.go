@@ -383,16 +383,15 @@ func (p *Inbox) pushPage(ctx context.Context, pp postPush, ids []int64, expiring
 }
 
 // pushPagePacked writes one page of a post's fan-out to packed inboxes:
-// an APPEND per inbox, in one pipeline with the follow-ups earlier pushes'
-// replies asked for (a buffer's fallback TTL, the merge with its trim),
-// leaving those of this push's replies to the next push
-// (PackedInboxes.PushCarried).
-// Every follower gets the same APPEND; an expiring follower's buffer (the
-// inbox may be gone: the buffer is then all of it) gets its TTL in the
-// same pipeline, and the merge gives the sealed string the TTL when it
-// has none. The entries metric counts
-// the APPENDs, redeliveries included (the reply does not tell a
-// duplicate, which the merge and the readers drop).
+// an APPEND per inbox, in one pipeline with the follow-ups earlier
+// pushes' replies asked for (a buffer's fallback TTL, the merge with its
+// trim), leaving those of this push's replies to the next push
+// (PackedInboxes.PushCarried). Every follower gets the same APPEND; an
+// expiring follower's buffer (the inbox may be gone: the buffer is then
+// all of it) gets its TTL in the same pipeline, and the merge gives the
+// sealed string the TTL when it has none. The entries metric counts the
+// APPENDs, redeliveries included (the reply does not tell a duplicate,
+// which the merge and the readers drop).
 func (p *Inbox) pushPagePacked(ctx context.Context, pp postPush, ids []int64, expiring []bool) error {
 	select {
 	case p.inflight <- struct{}{}:

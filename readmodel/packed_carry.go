@@ -27,12 +27,13 @@ import (
 // follow-up is idempotent. A merge runs at most two pushes (or
 // packedFlushAfter) after the push whose reply asked for it, on the bytes
 // its GET read; the merge script takes them out of the buffer only if it
-// still starts with them, and merges the buffer as it is otherwise. Follow-ups lost with the process (it
-// died between two pushes) are redone by later pushes as PushAll's are: a
-// buffer past PackedMergeAt asks for its merge again on its next APPEND;
-// the fallback TTL of a buffer the push created is asked for on the
-// buffer's second APPEND too (settle), so that one lost with the process
-// is set by the next push. A pipeline that fails puts back what it took.
+// still starts with them, and merges the buffer as it is otherwise.
+// Follow-ups lost with the process (it died between two pushes) are
+// redone by later pushes as PushAll's are: a buffer past PackedMergeAt
+// asks for its merge again on its next APPEND; the fallback TTL of a
+// buffer the push created is asked for on the buffer's second APPEND too
+// (settle), so that one lost with the process is set by the next push. A
+// pipeline that fails puts back what it took.
 //
 // When pushes stop, what is left runs packedFlushAfter after the last one
 // (a timer; FlushFollowUps). Safe for concurrent use by the pushes of
