@@ -78,22 +78,13 @@ func (c *PackedFollowUps) Merges() int64 {
 	return c.merges
 }
 
-// take empties c, returning what it held.
-func (c *PackedFollowUps) take() (expire, read []int64, merge []packedMerge) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	expire, read, merge = c.expire, c.read, c.merge
-	c.expire, c.read, c.merge = nil, nil, nil
-	return expire, read, merge
-}
-
 // putBack returns what a failed pipeline took.
-func (c *PackedFollowUps) putBack(expire, read []int64, merge []packedMerge) {
+func (c *PackedFollowUps) putBack(k carried) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.expire = append(c.expire, expire...)
-	c.read = append(c.read, read...)
-	c.merge = append(c.merge, merge...)
+	c.expire = append(c.expire, k.expire...)
+	c.read = append(c.read, k.read...)
+	c.merge = append(c.merge, k.merge...)
 }
 
 // carried is what one pipeline runs of c's follow-ups (takeCarried).
@@ -105,9 +96,10 @@ type carried struct {
 
 // takeCarried empties c into what one pipeline runs.
 func takeCarried(c *PackedFollowUps) carried {
-	var k carried
-	k.expire, k.read, k.merge = c.take()
-	k.gets = make([]*redis.StringCmd, len(k.read))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := carried{expire: c.expire, read: c.read, merge: c.merge, gets: make([]*redis.StringCmd, len(c.read))}
+	c.expire, c.read, c.merge = nil, nil, nil
 	return k
 }
 
@@ -192,7 +184,7 @@ func (m PackedInboxes) PushCarried(ctx context.Context, rdb redis.UniversalClien
 		}
 	}
 	if err != nil {
-		c.putBack(k.expire, k.read, k.merge)
+		c.putBack(k)
 		return fmt.Errorf("push: %w", err)
 	}
 	c.settle(k, users, replies)
@@ -210,7 +202,7 @@ func (m PackedInboxes) FlushFollowUps(ctx context.Context, rdb redis.UniversalCl
 		k := takeCarried(c)
 		err := Exec(ctx, rdb, func(pipe redis.Pipeliner) { m.queueCarried(ctx, pipe, &k) })
 		if err != nil && !errors.Is(err, redis.Nil) {
-			c.putBack(k.expire, k.read, k.merge)
+			c.putBack(k)
 			return fmt.Errorf("push follow-ups: %w", err)
 		}
 		c.settle(k, nil, nil)

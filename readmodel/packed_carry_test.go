@@ -179,8 +179,7 @@ func TestPackedFollowUpsLostWithTheProcess(t *testing.T) {
 	rd := testenv.NewRedis(t)
 	ctx := context.Background()
 	m := NewPackedInboxes(Keys{Prefix: rd.Prefix}, Policy{})
-	dead := NewPackedFollowUps()
-	dead.after = time.Hour // the process dies before its timer would fire
+	dead := newTestFollowUps() // the process dies before its timer would fire
 	var want []int64
 	for i := range PackedMergeAt + 3 {
 		post := snow(testBaseMs+int64(i), 1)
