@@ -3,6 +3,7 @@ package projections
 import (
 	"context"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -10,9 +11,9 @@ import (
 )
 
 // The follower cache saves the push path its PostgreSQL query: an author's
-// followers (every follower, with their last_seen_at) are read once and
-// reused for the author's next posts. Why that stays correct
-// (docs/projections.md, "Follower cache"):
+// followers and muters are read once and reused for the author's next
+// posts, and kept up to date by the author's follow and mute events. Why
+// that stays correct (docs/projections.md, "Follower cache"):
 //
 //   - Follows and mutes change only with a Followed/Unfollowed or
 //     Muted/Unmuted event, in the same transaction, and that event is
@@ -22,12 +23,16 @@ import (
 //     before the load, which includes every change whose event is at or
 //     before o (CDC publishes an event only once its transaction is
 //     visible, docs/cdc.md "Visibility"); any later change has its event
-//     after o. The inbox projector drops an author's list when it handles
-//     a follow or mute event of that author, so a list used for a post at offset
-//     p has seen every follow change whose event lies before p; the
-//     changes it lacks have their events after p, exactly the case of a
-//     fresh query that ran before they committed (the follow backfill or
-//     the unfollow removal that comes later fixes the inbox either way).
+//     after o. The inbox projector applies each follow and mute event of
+//     the author to the list as it handles it (change): a set insert or
+//     removal, idempotent, so an event whose change the load already saw
+//     changes nothing, and a pair's state is that of its last event
+//     applied, or of the load when no event of the pair came after o. A
+//     list used for a post at offset p thus has every follow change whose
+//     event lies before p; a change it may show early (committed before
+//     the load, its event after p) is the case of a fresh query that ran
+//     after it committed, which the later event fixes either way (the
+//     follow backfill or the unfollow removal).
 //   - That argument needs every message between o and p to have passed
 //     through this projector. Each partition's offsets are tracked
 //     (observe): any offset other than the last one again (a retry) or the
@@ -55,6 +60,7 @@ type followerCache struct {
 	parts   map[partKey]*partFollowers
 	now     func() time.Time
 	loads   atomic.Int64 // lists read from PostgreSQL (tests)
+	changes atomic.Int64 // follow and mute events applied to a held list (tests)
 }
 
 const (
@@ -79,13 +85,32 @@ type partFollowers struct {
 	lists map[int64]*followerList
 }
 
-// followerList is one author's followers in follower-id order; nothing
-// in it changes after the load.
+// followerList is one author's followers and muters, each in id order.
+// Nothing in a list changes once it is in the cache: change replaces it
+// with an updated copy, so a push may go on reading the one it got.
 type followerList struct {
-	ids    []int64
+	ids    []int64 // every follower
+	muters []int64 // every account that mutes the author: not pushed to
 	skew   time.Duration // PostgreSQL's clock minus ours, at the load
 	loaded time.Time
 	used   time.Time
+}
+
+// rows is what the list counts against FollowerCacheRows.
+func (l *followerList) rows() int { return len(l.ids) + len(l.muters) }
+
+// targets is the followers who do not mute the author.
+func (l *followerList) targets() []int64 {
+	if len(l.muters) == 0 {
+		return l.ids
+	}
+	out := make([]int64, 0, len(l.ids))
+	for _, id := range l.ids {
+		if _, muted := slices.BinarySearch(l.muters, id); !muted {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 func newFollowerCache(maxRows, maxList int) *followerCache {
@@ -135,15 +160,66 @@ func (c *followerCache) drop(author int64) {
 	defer c.mu.Unlock()
 	for _, pf := range c.parts {
 		if l := pf.lists[author]; l != nil {
-			c.rows -= len(l.ids)
+			c.rows -= l.rows()
 			delete(pf.lists, author)
 		}
 	}
 }
 
+// change applies a follow (mute false) or mute (mute true) event of the
+// author to the author's list, in whichever partition holds it: member
+// joins (on) or leaves the followers or the muters. The list is replaced
+// by an updated copy; one that grows past the length bound is dropped.
+func (c *followerCache) change(author, member int64, mute, on bool) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, pf := range c.parts {
+		l := pf.lists[author]
+		if l == nil {
+			continue
+		}
+		nl := *l
+		if mute {
+			nl.muters = withMember(l.muters, member, on)
+		} else {
+			nl.ids = withMember(l.ids, member, on)
+		}
+		c.rows += nl.rows() - l.rows()
+		if nl.rows() > c.maxList {
+			c.rows -= nl.rows()
+			delete(pf.lists, author)
+			continue
+		}
+		c.changes.Add(1)
+		pf.lists[author] = &nl
+	}
+	if c.rows > c.maxRows {
+		c.evictLocked(c.maxRows * 3 / 4)
+	}
+}
+
+// withMember is the ascending set s with id in it (on) or not, as a new
+// slice when that changes s, else s itself.
+func withMember(s []int64, id int64, on bool) []int64 {
+	i, found := slices.BinarySearch(s, id)
+	if found == on {
+		return s
+	}
+	out := make([]int64, 0, len(s)+1)
+	out = append(out, s[:i]...)
+	if on {
+		out = append(out, id)
+		return append(out, s[i:]...)
+	}
+	return append(out, s[i+1:]...)
+}
+
 func (c *followerCache) clearLocked(pf *partFollowers) {
 	for _, l := range pf.lists {
-		c.rows -= len(l.ids)
+		c.rows -= l.rows()
 	}
 	clear(pf.lists)
 }
@@ -165,7 +241,7 @@ func (c *followerCache) get(d delivery, author int64) *followerList {
 	}
 	now := c.now()
 	if now.Sub(l.loaded) > followerCacheMaxAge {
-		c.rows -= len(l.ids)
+		c.rows -= l.rows()
 		delete(pf.lists, author)
 		return nil
 	}
@@ -176,18 +252,18 @@ func (c *followerCache) get(d delivery, author int64) *followerList {
 // put keeps l as the author's list in d's partition, evicting the least
 // recently used lists when over the bound.
 func (c *followerCache) put(d delivery, author int64, l *followerList) {
-	if c == nil || len(l.ids) > c.maxList {
+	if c == nil || l.rows() > c.maxList {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	pf, _ := c.partLocked(d)
 	if old := pf.lists[author]; old != nil {
-		c.rows -= len(old.ids)
+		c.rows -= old.rows()
 	}
 	l.used = c.now()
 	pf.lists[author] = l
-	c.rows += len(l.ids)
+	c.rows += l.rows()
 	if c.rows > c.maxRows {
 		c.evictLocked(c.maxRows * 3 / 4)
 	}
@@ -212,7 +288,7 @@ func (c *followerCache) evictLocked(keep int) {
 		if c.rows <= keep {
 			return
 		}
-		c.rows -= len(r.l.ids)
+		c.rows -= r.l.rows()
 		delete(r.pf.lists, r.author)
 	}
 }

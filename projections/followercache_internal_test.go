@@ -1,6 +1,7 @@
 package projections
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -78,5 +79,58 @@ func TestFollowerCacheBookkeeping(t *testing.T) {
 	c.drop(10)
 	if c.get(p0, 10) != nil || c.rowsHeld() != 30 {
 		t.Fatalf("drop: list kept or rows %d, want 30", c.rowsHeld())
+	}
+}
+
+// change applies follow and mute events to a held list as set operations:
+// idempotent, in id order, counted in the row bound, on a copy (a push
+// holding the old list reads it unchanged), and a list that grows past
+// the length bound is dropped.
+func TestFollowerCacheChange(t *testing.T) {
+	now := time.Now()
+	c := newFollowerCache(100, 6)
+	c.now = func() time.Time { return now }
+	d := delivery{topic: "feed", partition: 2, offset: 1}
+	c.observe(d)
+	c.put(d, 7, &followerList{ids: []int64{10, 20, 30}, loaded: now})
+	held := c.get(d, 7)
+	check := func(when string, ids, muters, targets []int64) {
+		t.Helper()
+		l := c.get(d, 7)
+		if l == nil {
+			t.Fatalf("%s: the list was dropped", when)
+		}
+		if !slices.Equal(l.ids, ids) || !slices.Equal(l.muters, muters) || !slices.Equal(l.targets(), targets) {
+			t.Fatalf("%s: followers %v, muters %v, targets %v; want %v, %v, %v", when, l.ids, l.muters, l.targets(), ids, muters, targets)
+		}
+		if c.rowsHeld() != len(ids)+len(muters) {
+			t.Fatalf("%s: %d rows held, want %d", when, c.rowsHeld(), len(ids)+len(muters))
+		}
+	}
+	c.change(7, 15, false, true)
+	check("a follow", []int64{10, 15, 20, 30}, nil, []int64{10, 15, 20, 30})
+	c.change(7, 15, false, true)
+	check("the same follow again", []int64{10, 15, 20, 30}, nil, []int64{10, 15, 20, 30})
+	c.change(7, 30, false, false)
+	c.change(7, 99, false, false)
+	check("an unfollow, and one of a non-follower", []int64{10, 15, 20}, nil, []int64{10, 15, 20})
+	c.change(7, 20, true, true)
+	c.change(7, 5, true, true)
+	check("two mutes (one by a non-follower)", []int64{10, 15, 20}, []int64{5, 20}, []int64{10, 15})
+	c.change(7, 5, false, true)
+	check("a muter follows", []int64{5, 10, 15, 20}, []int64{5, 20}, []int64{10, 15})
+	c.change(7, 20, true, false)
+	check("an unmute", []int64{5, 10, 15, 20}, []int64{5}, []int64{10, 15, 20})
+	if !slices.Equal(held.ids, []int64{10, 20, 30}) || held.muters != nil {
+		t.Fatalf("the list a push held changed under it: %v, %v", held.ids, held.muters)
+	}
+	c.change(8, 1, false, true) // an author whose list is not held
+	if c.get(d, 8) != nil {
+		t.Fatal("a follow of an author not held created a list")
+	}
+	c.change(7, 40, false, true) // 5 followers + 1 muter: at the bound
+	c.change(7, 50, false, true) // past it
+	if c.get(d, 7) != nil || c.rowsHeld() != 0 {
+		t.Fatalf("a list grown past the length bound was kept (rows %d)", c.rowsHeld())
 	}
 }

@@ -79,15 +79,17 @@ func (p *Inbox) Apply(ctx context.Context, env events.Envelope, ev events.Event)
 	if d, ok := deliveryFrom(ctx); ok {
 		p.cache.observe(d)
 	}
+	// First, before anything can fail: a poisoned follow event changes
+	// the cached list too (followercache.go).
 	switch e := ev.(type) {
 	case events.Followed:
-		p.cache.drop(e.FolloweeID)
+		p.cache.change(e.FolloweeID, e.FollowerID, false, true)
 	case events.Unfollowed:
-		p.cache.drop(e.FolloweeID)
+		p.cache.change(e.FolloweeID, e.FollowerID, false, false)
 	case events.Muted:
-		p.cache.drop(e.MutedID)
+		p.cache.change(e.MutedID, e.MuterID, true, true)
 	case events.Unmuted:
-		p.cache.drop(e.MutedID)
+		p.cache.change(e.MutedID, e.MuterID, true, false)
 	}
 	switch e := ev.(type) {
 	case events.PostCreated:
@@ -198,18 +200,18 @@ ORDER BY follower_id LIMIT $4`
 	// posts exist below the copied ones.
 	newestPostsSQL = `SELECT id, created_at FROM posts WHERE author_id = $1 AND NOT deleted
 ORDER BY created_at DESC, id DESC LIMIT $2`
-	// followerIDsSQL loads an author's follower list for the cache: the
-	// ids of the followers who do not mute the author (an index-only scan
-	// of follows_followee_idx, anti-joined with mutes_muted_idx), one more
-	// than kept, as one int8[] in follower-id order, and PostgreSQL's
-	// clock. One row instead of a row per follower: PostgreSQL sends and
-	// pgx decodes one message (BenchmarkFollowerTargets, "rows" against
-	// "index"). Who of them is active comes from the activity index
-	// (activity.go).
-	followerIDsSQL = `SELECT ARRAY(SELECT f.follower_id FROM follows f
-WHERE f.followee_id = $1
-  AND NOT EXISTS (SELECT 1 FROM mutes m WHERE m.muted_id = f.followee_id AND m.muter_id = f.follower_id)
-ORDER BY f.follower_id LIMIT $2), now()`
+	// followerIDsSQL loads an author's list for the cache: the ids of
+	// every follower (an index-only scan of follows_followee_idx) and of
+	// every account that mutes the author (of mutes_muted_idx), each one
+	// more than kept, as two int8[] in id order, and PostgreSQL's clock.
+	// One row instead of a row per follower: PostgreSQL sends and pgx
+	// decodes one message (BenchmarkFollowerTargets, "rows" against
+	// "index"). The muters are kept apart, not anti-joined, so that the
+	// author's follow and mute events can be applied to the list as they
+	// come (followercache.go). Who of the followers is active comes from
+	// the activity index (activity.go).
+	followerIDsSQL = `SELECT ARRAY(SELECT follower_id FROM follows WHERE followee_id = $1 ORDER BY follower_id LIMIT $2),
+  ARRAY(SELECT muter_id FROM mutes WHERE muted_id = $1 ORDER BY muter_id LIMIT $2), now()`
 	// recheckSQL asks about the cached followers the cache cannot decide:
 	// which of them ($1, by ordinal) are active, their last_seen_at, and
 	// whether their inbox is past its TTL: the conditions of
@@ -415,6 +417,7 @@ func (p *Inbox) pushPagePacked(ctx context.Context, pp postPush, ids []int64, ex
 func (p *Inbox) eachPushPage(ctx context.Context, author int64, fn func(ids []int64, expiring []bool) error) error {
 	d, ok := deliveryFrom(ctx)
 	if !ok || p.cache == nil {
+		p.m.followerList("uncached")
 		return p.eachFollowerPage(ctx, author, true, fn)
 	}
 	ids, expiring, ok, err := p.cachedTargets(ctx, d, author)
@@ -422,6 +425,7 @@ func (p *Inbox) eachPushPage(ctx context.Context, author int64, fn func(ids []in
 		return err
 	}
 	if !ok {
+		p.m.followerList("uncached")
 		return p.eachFollowerPage(ctx, author, true, fn)
 	}
 	for lo := 0; lo < len(ids); lo += p.cfg.FanoutBatch {
@@ -447,18 +451,22 @@ func (p *Inbox) cachedTargets(ctx context.Context, d delivery, author int64) (id
 			return nil, nil, false, err
 		}
 		p.cache.put(d, author, l)
+		p.m.followerList("database")
+	} else {
+		p.m.followerList("cache")
 	}
 	if err := p.activity.refresh(ctx, p.pg, p.cfg.InactiveAfter); err != nil {
 		return nil, nil, false, err
 	}
 	ttl := p.cfg.inboxTTL()
 	fresh := time.Now().Add(l.skew - ttl + clockMargin).UnixMicro()
-	seen := make([]int64, len(l.ids))
-	p.activity.lookup(l.ids, seen)
-	ids = make([]int64, 0, len(l.ids))
-	expiring = make([]bool, 0, len(l.ids))
+	targets := l.targets()
+	seen := make([]int64, len(targets))
+	p.activity.lookup(targets, seen)
+	ids = make([]int64, 0, len(targets))
+	expiring = make([]bool, 0, len(targets))
 	var unsure []int64
-	for i, id := range l.ids {
+	for i, id := range targets {
 		if seen[i] > fresh {
 			ids = append(ids, id)
 			expiring = append(expiring, false)
@@ -502,17 +510,18 @@ func (p *Inbox) cachedTargets(ctx context.Context, d delivery, author int64) (id
 func (p *Inbox) loadFollowers(ctx context.Context, author int64) (*followerList, error) {
 	before := time.Now()
 	p.cache.loads.Add(1)
-	var ids []int64
+	var ids, muters []int64
 	var pgNow time.Time
-	if err := p.pg.QueryRow(ctx, followerIDsSQL, author, p.cache.maxList+1).Scan(&ids, &pgNow); err != nil {
+	if err := p.pg.QueryRow(ctx, followerIDsSQL, author, p.cache.maxList+1).Scan(&ids, &muters, &pgNow); err != nil {
 		return nil, fmt.Errorf("query followers of %d: %w", author, err)
 	}
-	if len(ids) > p.cache.maxList {
+	l := &followerList{ids: ids, muters: muters, loaded: before, skew: pgNow.Sub(before)}
+	if l.rows() > p.cache.maxList {
 		return nil, nil
 	}
 	// now() is the query's start, after `before`: the estimate runs
 	// ahead, which only sends more followers to recheckSQL.
-	return &followerList{ids: ids, loaded: before, skew: pgNow.Sub(before)}, nil
+	return l, nil
 }
 
 // trim trims every user's inbox (readmodel.Inboxes.QueueTrim), in one

@@ -25,6 +25,7 @@ type Metrics struct {
 	poison     *prometheus.GaugeVec
 	crossings  *prometheus.CounterVec
 	bandReads  *prometheus.CounterVec
+	lists      *prometheus.CounterVec
 	written    atomic.Int64
 	downs      atomic.Int64
 }
@@ -66,12 +67,19 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "feed_projection_celebrity_band_reads_total",
 			Help: "Events whose author's follower count lay inside the celebrity band, so the state was read from the log (one indexed PostgreSQL read each).",
 		}, []string{"projector"}),
+		lists: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "feed_projection_follower_lists_total",
+			Help: "Follower lists the inbox projector used for a push, by source: cache (the follower cache held it), database (read from PostgreSQL and cached), uncached (read from PostgreSQL page by page: no delivery offset, the cache off, or more followers than it keeps).",
+		}, []string{"source"}),
 	}
 	// Exported from zero on, so that a scrape right after a start (a
 	// benchmark's first, dividing CPU by entries delivered) finds it.
 	m.entriesVec.WithLabelValues(NameInbox)
+	for _, s := range []string{"cache", "database", "uncached"} {
+		m.lists.WithLabelValues(s)
+	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.messages, m.duration, m.entriesVec, m.retries, m.lag, m.poison, m.crossings, m.bandReads} {
+		for _, c := range []prometheus.Collector{m.messages, m.duration, m.entriesVec, m.retries, m.lag, m.poison, m.crossings, m.bandReads, m.lists} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register projection metrics: %w", err)
 			}
@@ -128,6 +136,13 @@ func (m *Metrics) CrossDowns() int64 {
 func (m *Metrics) bandRead(projector string) {
 	if m != nil {
 		m.bandReads.WithLabelValues(projector).Inc()
+	}
+}
+
+// followerList counts a push's follower list by where it came from.
+func (m *Metrics) followerList(source string) {
+	if m != nil {
+		m.lists.WithLabelValues(source).Inc()
 	}
 }
 
