@@ -568,9 +568,11 @@ func (t pgTicks) since(t0 pgTicks) float64 {
 // authors post seldom): "join" loads the list with each follower's
 // last_seen_at (an index probe into user_activity per follower), "rows"
 // loads the follower ids alone (an index-only scan), a row per follower,
-// and asks the activity index (activity.go), "index" is "rows" with the ids
-// in one int8[] row (followerIDsSQL). 300 followers per author, every one
-// active.
+// and asks the activity index (activity.go), "antijoin" is "rows" with the
+// ids in one int8[] row, muters anti-joined (an index probe into mutes per
+// follower), "index" is the load the cache makes (followerIDsSQL: the
+// followers' array, and the muters' apart from a range of mutes_muted_idx).
+// 300 followers per author, every one active.
 // Reports PostgreSQL's CPU per list and per follower, and this process's.
 func BenchmarkFollowerTargets(b *testing.B) {
 	ctx := context.Background()
@@ -600,7 +602,7 @@ func BenchmarkFollowerTargets(b *testing.B) {
 	for _, c := range []struct {
 		name string
 		fn   func(context.Context, int64) (int, error)
-	}{{"join", inbox.JoinTargets}, {"rows", inbox.RowTargets}, {"index", inbox.ColdTargets}} {
+	}{{"join", inbox.JoinTargets}, {"rows", inbox.RowTargets}, {"antijoin", inbox.AntiJoinTargets}, {"index", inbox.ColdTargets}} {
 		b.Run(c.name, func(b *testing.B) {
 			if _, err := c.fn(ctx, first); err != nil { // the activity index's first read
 				b.Fatal(err)
