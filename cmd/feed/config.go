@@ -24,7 +24,13 @@ import (
 // Config is everything the binary reads from the environment. Only cmd/
 // reads the environment; components take typed configs built from this.
 type Config struct {
-	DatabaseURL  string
+	DatabaseURL string
+	// AppName is the PostgreSQL application_name of the command's
+	// connections ("feed api", "feed dev", ...), so that pg_stat_activity
+	// and pg_stat_statements tell the roles apart; DATABASE_URL's own
+	// application_name, when it has one, wins. Not from the environment:
+	// the command that runs sets it.
+	AppName      string
 	RedisURL     string
 	KafkaBrokers []string // empty: the embedded development broker
 	// KafkaSecurity is TLS and SASL for every Kafka client, from

@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"io"
 	"strings"
 	"testing"
+
+	"github.com/feedco/feed/internal/testenv"
 )
 
 // redactDSN hides every password, in URL and keyword form, and keeps the
@@ -104,5 +107,54 @@ func TestConnectErrorsRedacted(t *testing.T) {
 		if err == nil || !strings.HasPrefix(err.Error(), tc.want) || strings.Contains(err.Error(), "s3cr3tpw") {
 			t.Errorf("openPostgres(%s): %v; want %q... without the password", tc.dsn, err, tc.want)
 		}
+	}
+}
+
+// A command's PostgreSQL connections carry its name as application_name
+// ("feed api"), so pg_stat_activity tells the roles apart, unless
+// DATABASE_URL names one itself.
+func TestPostgresApplicationName(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.NewDB(t)
+	name := func(cfg Config) string {
+		t.Helper()
+		pool, err := openPostgres(ctx, cfg, 1, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pool.Close()
+		var s string
+		if err := pool.QueryRow(ctx, `SELECT application_name FROM pg_stat_activity WHERE pid = pg_backend_pid()`).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	if got := name(Config{DatabaseURL: db.URL, AppName: "feed api"}); got != "feed api" {
+		t.Errorf("application_name %q, want the command's %q", got, "feed api")
+	}
+	sep := "?"
+	if strings.Contains(db.URL, "?") {
+		sep = "&"
+	}
+	if got := name(Config{DatabaseURL: db.URL + sep + "application_name=ops-console", AppName: "feed api"}); got != "ops-console" {
+		t.Errorf("application_name %q, want DATABASE_URL's %q", got, "ops-console")
+	}
+
+	// The command that runs is the name.
+	c := &cli{stdout: io.Discard, stderr: io.Discard, loadConfig: func() (Config, error) {
+		return Config{JWTSecret: "application-name-secret-0123"}, nil
+	}}
+	root := newRootCommand(c)
+	root.SetArgs([]string{"token", "--user", "7"})
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	cfg, _, err := c.config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.AppName != "feed token" {
+		t.Errorf("Config.AppName %q after `feed token`, want %q", cfg.AppName, "feed token")
 	}
 }

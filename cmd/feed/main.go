@@ -63,6 +63,7 @@ func execute(ctx context.Context, args []string, stdout, stderr io.Writer, loadC
 type cli struct {
 	stdout, stderr io.Writer
 	loadConfig     func() (Config, error)
+	command        string // the running command's path ("feed api"): Config.AppName
 }
 
 // config loads the configuration (a failure is a usage error) and the
@@ -72,6 +73,7 @@ func (c *cli) config() (Config, *slog.Logger, error) {
 	if err != nil {
 		return cfg, nil, usageError{err.Error()}
 	}
+	cfg.AppName = c.command
 	log := newLogger(c.stderr, cfg.LogFormat, cfg.LogLevel)
 	// For the libraries that log to the default logger, and go-redis's
 	// connection pool.

@@ -24,6 +24,8 @@ func newRootCommand(c *cli) *cobra.Command {
 			return usageError{"a command is required"}
 		},
 		SuggestionsMinimumDistance: 2,
+		// Every command's PostgreSQL connections carry its name.
+		PersistentPreRun: func(cmd *cobra.Command, _ []string) { c.command = cmd.CommandPath() },
 	}
 	cobra.AddTemplateFunc("description", func(long string) string { d, _, _ := strings.Cut(long, envHeading); return d })
 	cobra.AddTemplateFunc("environment", func(long string) string {

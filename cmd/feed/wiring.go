@@ -92,6 +92,9 @@ func openPostgres(ctx context.Context, cfg Config, maxConns int32, checkSchema b
 	if maxConns > 0 {
 		pc.MaxConns = maxConns
 	}
+	if _, set := pc.ConnConfig.RuntimeParams["application_name"]; !set && cfg.AppName != "" {
+		pc.ConnConfig.RuntimeParams["application_name"] = cfg.AppName
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("connect to PostgreSQL at %s: %s", redactDSN(cfg.DatabaseURL), dsnReason(cfg.DatabaseURL, err))
