@@ -60,7 +60,6 @@ type followerCache struct {
 	parts   map[partKey]*partFollowers
 	now     func() time.Time
 	loads   atomic.Int64 // lists read from PostgreSQL (tests)
-	changes atomic.Int64 // follow and mute events applied to a held list (tests)
 }
 
 const (
@@ -89,8 +88,8 @@ type partFollowers struct {
 // Nothing in a list changes once it is in the cache: change replaces it
 // with an updated copy, so a push may go on reading the one it got.
 type followerList struct {
-	ids    []int64 // every follower
-	muters []int64 // every account that mutes the author: not pushed to
+	ids    []int64       // every follower
+	muters []int64       // every account that mutes the author: not pushed to
 	skew   time.Duration // PostgreSQL's clock minus ours, at the load
 	loaded time.Time
 	used   time.Time
@@ -187,13 +186,15 @@ func (c *followerCache) change(author, member int64, mute, on bool) {
 		} else {
 			nl.ids = withMember(l.ids, member, on)
 		}
+		if nl.rows() == l.rows() {
+			continue // the list had the event's change already
+		}
 		c.rows += nl.rows() - l.rows()
 		if nl.rows() > c.maxList {
 			c.rows -= nl.rows()
 			delete(pf.lists, author)
 			continue
 		}
-		c.changes.Add(1)
 		pf.lists[author] = &nl
 	}
 	if c.rows > c.maxRows {
