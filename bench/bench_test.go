@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"runtime"
 	"slices"
@@ -28,6 +29,7 @@ import (
 	"github.com/feedco/feed/internal/procio"
 	"github.com/feedco/feed/internal/schedlat"
 	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/seed"
 )
 
@@ -298,13 +300,13 @@ other_metric 3
 # TYPE process_cpu_seconds_total counter
 process_cpu_seconds_total 42.5
 `
-	if got := parseMetrics(strings.NewReader(text)); got != (scraped{entries: 1.5e6, cdcLag: 0.0125, cpu: 42.5, io: noIO}) {
+	if got := parseMetrics(strings.NewReader(text)); !reflect.DeepEqual(got, scraped{entries: 1.5e6, cdcLag: 0.0125, cpu: 42.5, io: noIO}) {
 		t.Errorf("parseMetrics = %+v, want entries 1.5e6, cdcLag 0.0125, cpu 42.5", got)
 	}
-	if got := parseMetrics(strings.NewReader("other 1\nfeed_cdc_lag_seconds 0\n")); got != (scraped{entries: -1, cdcLag: 0, cpu: -1, io: noIO}) {
+	if got := parseMetrics(strings.NewReader("other 1\nfeed_cdc_lag_seconds 0\n")); !reflect.DeepEqual(got, scraped{entries: -1, cdcLag: 0, cpu: -1, io: noIO}) {
 		t.Errorf("parseMetrics without the counter = %+v, want entries -1, cdcLag 0 (caught up)", got)
 	}
-	if got := parseMetrics(strings.NewReader("")); got != (scraped{entries: -1, cdcLag: -1, cpu: -1, io: noIO}) {
+	if got := parseMetrics(strings.NewReader("")); !reflect.DeepEqual(got, scraped{entries: -1, cdcLag: -1, cpu: -1, io: noIO}) {
 		t.Errorf("parseMetrics of nothing = %+v, want both absent (-1)", got)
 	}
 }
@@ -792,5 +794,52 @@ func TestIOCalls(t *testing.T) {
 	// Nothing known at one end: no figures rather than wrong ones.
 	if io := (sutSnapshot{feedIO: noIO, redisIO: noIO}).ioSince(before, 10, 0); io != nil {
 		t.Errorf("ioSince with nothing known after = %+v, want nil", io)
+	}
+}
+
+// The follower lists of the pushes are read from the inbox projector's
+// own counter (its exposition, every source exported from zero) and
+// counted over the phase; without the counter there is no figure.
+func TestFollowerLists(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewPedanticRegistry()
+	if _, err := projections.NewMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	for _, mf := range mfs {
+		if _, err := expfmt.MetricFamilyToText(&buf, mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	zero := parseMetrics(&buf).lists
+	if len(zero) != 3 || zero["cache"] != 0 || zero["database"] != 0 || zero["uncached"] != 0 {
+		t.Fatalf("lists from the projector's exposition = %v, want cache, database and uncached at 0", zero)
+	}
+	text := "# TYPE feed_projection_follower_lists_total counter\n" +
+		"feed_projection_follower_lists_total{source=\"cache\"} 900\n" +
+		"feed_projection_follower_lists_total{source=\"database\"} 250\n" +
+		"feed_projection_follower_lists_total{source=\"uncached\"} 10\n"
+	after := parseMetrics(strings.NewReader(text)).lists
+	f := after.since(listCount{"cache": 300, "database": 150, "uncached": 4})
+	if f == nil || f.Cache != 600 || f.Database != 100 || f.Uncached != 6 || f.FromPostgres != 106.0/706 {
+		t.Fatalf("since = %+v, want 600 from the cache, 100 read and 6 paged from PostgreSQL (106/706)", f)
+	}
+	var out bytes.Buffer
+	writeFollowerLists(&out, f)
+	if want := "600 from its cache, 100 read from PostgreSQL, 6 paged uncached: 15.0% from PostgreSQL"; !strings.Contains(out.String(), want) {
+		t.Fatalf("printed %q, want it to hold %q", out.String(), want)
+	}
+	if parseMetrics(strings.NewReader("")).lists.since(zero) != nil || after.since(nil) != nil {
+		t.Fatal("a figure without the counter at both ends")
+	}
+	out.Reset()
+	writeFollowerLists(&out, nil)
+	if out.Len() != 0 {
+		t.Fatalf("printed %q without figures", out.String())
 	}
 }

@@ -97,6 +97,10 @@ type Mixed struct {
 	// IOCalls is the system under test's read and write calls over the
 	// same window as SystemCPU (iocalls.go; nil when none could be read).
 	IOCalls *IOCalls `json:"ioCalls,omitempty"`
+	// FollowerLists is where the inbox projector's pushes found their
+	// follower lists over the same window (followerlists.go; nil when the
+	// API's /metrics has no such counter).
+	FollowerLists *FollowerLists `json:"followerLists,omitempty"`
 
 	readMs, visibleMs []float64
 }
@@ -270,6 +274,7 @@ func (rep *Report) WriteTable(w io.Writer) {
 			m.Delivered, e[cpuFeed], e[cpuRedis], e[cpuPostgres], e[cpuSystem])
 	}
 	writeIOCalls(w, m.IOCalls)
+	writeFollowerLists(w, m.FollowerLists)
 	if h := rep.RawHTTP; h != nil {
 		fmt.Fprintf(w, "raw HTTP (net/http serving the API's %d-byte page, open loop, %d requests at %.0f/s, %d errors): server %.1f µs/request",
 			h.BodyBytes, h.Requests, h.Rate, h.Errors, h.ServerUsPer)

@@ -580,6 +580,7 @@ func (r *Runner) mixed(ctx context.Context) (*Mixed, error) {
 		m.CPUPerEntry = m.SystemCPU.perEntry(m.Delivered)
 	}
 	m.IOCalls = sutAfter.ioSince(sutBefore, m.requests(), m.Delivered)
+	m.FollowerLists = sutAfter.lists.since(sutBefore.lists)
 	return m, nil
 }
 
@@ -780,6 +781,7 @@ type scraped struct {
 	reads   *serverHist // the API's latency histogram of feed reads; nil when absent
 	sched   *serverHist // the API's Go scheduling latency histogram; nil when absent
 	io      ioCount     // feed_process_io_syscalls_total of the API's process
+	lists   listCount   // feed_projection_follower_lists_total by source; nil when absent
 }
 
 // scrapeMetrics reads the API's /metrics (feed dev serves every role's
@@ -838,6 +840,7 @@ func parseMetrics(rd io.Reader) scraped {
 	out.reads = feedReadHist(families)
 	out.sched = schedHist(families)
 	out.io = ioCountOf(families)
+	out.lists = listCountOf(families)
 	return out
 }
 

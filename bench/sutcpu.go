@@ -26,6 +26,9 @@ type sutSnapshot struct {
 	// readable only by the backends' owner or root).
 	feedIO, redisIO ioCount
 	pgIO            map[int]ioCount
+	// lists is the inbox projector's follower lists by source so far (the
+	// API's /metrics; nil: absent).
+	lists listCount
 }
 
 // backendsSQL lists the PostgreSQL backends of the benchmark's database:
@@ -38,7 +41,7 @@ const backendsSQL = `SELECT pid FROM pg_stat_activity WHERE datname = current_da
 func (r *Runner) sutCPU(ctx context.Context) sutSnapshot {
 	m := r.scrapeMetrics(ctx)
 	s := sutSnapshot{at: time.Now(), entries: m.entries, feed: m.cpu, redis: -1, reads: m.reads, sched: m.sched,
-		feedIO: m.io, redisIO: noIO}
+		feedIO: m.io, redisIO: noIO, lists: m.lists}
 	if r.deps.Redis != nil {
 		if d, err := redisinfo.CPU(ctx, r.deps.Redis); err == nil {
 			s.redis = d.Seconds()
