@@ -104,12 +104,7 @@ func (p *Inbox) RowTargets(ctx context.Context, author int64) (int, error) {
 	if err := rows.Err(); err != nil {
 		return 0, err
 	}
-	before := time.Now()
-	d := delivery{topic: "bench"}
-	p.cache.drop(author)
-	p.cache.put(d, author, &followerList{ids: ids, loaded: before, skew: now.Sub(before)})
-	targets, _, _, err := p.cachedTargets(ctx, d, author)
-	return len(targets), err
+	return p.targetsOf(ctx, author, ids, now)
 }
 
 // followerAntiJoinSQL is the one-array load before the lists kept the
@@ -127,6 +122,12 @@ func (p *Inbox) AntiJoinTargets(ctx context.Context, author int64) (int, error) 
 	if err := p.pg.QueryRow(ctx, followerAntiJoinSQL, author, p.cache.maxList+1).Scan(&ids, &now); err != nil {
 		return 0, err
 	}
+	return p.targetsOf(ctx, author, ids, now)
+}
+
+// targetsOf puts ids, read at PostgreSQL's time now, in the cache as the
+// author's list and returns how many of them the push would go to.
+func (p *Inbox) targetsOf(ctx context.Context, author int64, ids []int64, now time.Time) (int, error) {
 	before := time.Now()
 	d := delivery{topic: "bench"}
 	p.cache.drop(author)
