@@ -12,13 +12,6 @@ import (
 	"github.com/feedco/feed/readmodel"
 )
 
-// The follower cache (followercache.go) gives the same pushes as a fresh
-// follower query per post: follows, unfollows, mutes and unmutes handled
-// in order change the author's list in place (no second load), a follower
-// who comes back (user_activity only, no event) is asked about again, a
-// follower past the inbox TTL still gets it, and a gap in the partition's
-// offsets (a message handled by another consumer, as after a rebalance)
-// drops the lists. A redelivered stretch changes nothing.
 // inboxKeyOf is the key of user's inbox in layout (a packed inbox's
 // second key starts with it).
 func inboxKeyOf(keys readmodel.Keys, layout string, user int64) string {
@@ -28,6 +21,13 @@ func inboxKeyOf(keys readmodel.Keys, layout string, user int64) string {
 	return keys.Inbox(user)
 }
 
+// The follower cache (followercache.go) gives the same pushes as a fresh
+// follower query per post: follows, unfollows, mutes and unmutes handled
+// in order change the author's list in place (no second load), a follower
+// who comes back (user_activity only, no event) is asked about again, a
+// follower past the inbox TTL still gets it, and a gap in the partition's
+// offsets (a message handled by another consumer, as after a rebalance)
+// drops the lists. A redelivered stretch changes nothing.
 func TestFollowerCacheMatchesFreshQueries(t *testing.T) {
 	t.Parallel()
 	h := newCacheHarness(t, 3, projections.Config{CelebrityThreshold: 100})
