@@ -27,7 +27,8 @@ func inboxKeyOf(keys readmodel.Keys, layout string, user int64) string {
 // who comes back (user_activity only, no event) is asked about again, a
 // follower past the inbox TTL still gets it, and a gap in the partition's
 // offsets (a message handled by another consumer, as after a rebalance)
-// drops the lists. A redelivered stretch changes nothing.
+// drops the lists. A redelivered stretch leaves every inbox with the
+// posts fresh queries would leave in it.
 func TestFollowerCacheMatchesFreshQueries(t *testing.T) {
 	t.Parallel()
 	h := newCacheHarness(t, 3, projections.Config{CelebrityThreshold: 100})
