@@ -508,11 +508,12 @@ func TestVacuumIfOff(t *testing.T) {
 	if !slices.Equal(tables, churnedTables) {
 		t.Fatalf("vacuumed %v, want %v", tables, churnedTables)
 	}
-	// Every page all-visible. Something elsewhere on the server (another
-	// test's replication slot being created, a walsender) can hold the
-	// vacuum horizon back for a moment, and a page changed after it stays
-	// not all-visible: vacuum again until none is left, as the next run's
-	// vacuum would, for a bounded time.
+	// Every page all-visible. Something elsewhere on the server can keep
+	// a vacuum from marking a page for a moment (a buffer pinned by the
+	// checkpointer or the background writer, which a plain VACUUM skips
+	// rather than waits for; a replication slot being created, which holds
+	// every database's vacuum horizon back): vacuum again until no page is
+	// left, as the next run's vacuum would, for a bounded time.
 	var pages, visible int
 	for deadline := time.Now().Add(15 * time.Second); ; {
 		if err := db.Pool.QueryRow(ctx, `SELECT relpages, relallvisible FROM pg_class WHERE relname = 'follows'`).Scan(&pages, &visible); err != nil {
