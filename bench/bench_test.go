@@ -694,17 +694,7 @@ func TestServerSched(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c)
-	var buf bytes.Buffer
-	fams, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range fams {
-		if _, err := expfmt.MetricFamilyToText(&buf, f); err != nil {
-			t.Fatal(err)
-		}
-	}
-	h := parseMetrics(&buf).sched
+	h := parseMetrics(exposition(t, reg)).sched
 	if h == nil || len(h.le) != len(schedlat.Buckets)+1 || !math.IsInf(h.le[len(h.le)-1], 1) {
 		t.Fatalf("parsed %+v, want the %d buckets of schedlat and +Inf", h, len(schedlat.Buckets))
 	}
@@ -761,17 +751,7 @@ func TestIOCalls(t *testing.T) {
 	}
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(c)
-	var buf bytes.Buffer
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if _, err := expfmt.MetricFamilyToText(&buf, mf); err != nil {
-			t.Fatal(err)
-		}
-	}
-	got := parseMetrics(&buf).io
+	got := parseMetrics(exposition(t, reg)).io
 	if !got.known() || got.read <= 0 || got.write < 0 {
 		t.Fatalf("io from the collector's exposition = %+v, want both counters", got)
 	}
@@ -821,17 +801,7 @@ func TestFollowerLists(t *testing.T) {
 	if _, err := projections.NewMetrics(reg); err != nil {
 		t.Fatal(err)
 	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	for _, mf := range mfs {
-		if _, err := expfmt.MetricFamilyToText(&buf, mf); err != nil {
-			t.Fatal(err)
-		}
-	}
-	zero := parseMetrics(&buf).lists
+	zero := parseMetrics(exposition(t, reg)).lists
 	if len(zero) != 3 || zero["cache"] != 0 || zero["database"] != 0 || zero["uncached"] != 0 {
 		t.Fatalf("lists from the projector's exposition = %v, want cache, database and uncached at 0", zero)
 	}
@@ -857,4 +827,21 @@ func TestFollowerLists(t *testing.T) {
 	if out.Len() != 0 {
 		t.Fatalf("printed %q without figures", out.String())
 	}
+}
+
+// exposition is what reg's /metrics would serve: its families in the
+// Prometheus text format.
+func exposition(t *testing.T, reg prometheus.Gatherer) *bytes.Buffer {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	for _, mf := range mfs {
+		if _, err := expfmt.MetricFamilyToText(&buf, mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &buf
 }
