@@ -14,13 +14,13 @@ import (
 // buffer's fallback TTL, the GET of a buffer due for a merge, then its
 // merge) over to the pipeline of the next push, so that a push is one
 // round trip to Redis instead of PushAll's three (the APPENDs, the
-// follow-ups, the merges). On a host where a round trip costs more than
-// the commands in it (every service on loopback in a virtual machine) the
-// two round trips saved took Redis from 12.6 to 9.3 reads and writes of
-// client connections a post, and `feed dev` from 52.2-52.7 to 48.0-50.6
-// read and write calls (`feed bench` writes only, docs/benchmarks.md); a
-// push holds its in-flight slot (FanoutInflight) for one round trip
-// instead of three. PushAll, the plain version, stays beside it.
+// follow-ups, the merges): where a round trip costs more than the
+// commands in it (every service on loopback in a virtual machine), that
+// shows in the read and write calls a post of Redis and of `feed dev`
+// (`feed bench` writes only, docs/benchmarks.md "I/O calls per unit of
+// work"), and a push holds its in-flight slot (FanoutInflight) for one
+// round trip instead of three. PushAll, the plain version, stays beside
+// it.
 //
 // Nothing a carried follow-up does is needed for a correct feed: readers
 // merge the buffer with the sealed string whatever its length, and every
@@ -68,8 +68,11 @@ func NewPackedFollowUps() *PackedFollowUps {
 func (c *PackedFollowUps) Pending() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.expire) + len(c.read) + len(c.merge)
+	return c.pendingLocked()
 }
+
+// pendingLocked is Pending with c.mu held.
+func (c *PackedFollowUps) pendingLocked() int { return len(c.expire) + len(c.read) + len(c.merge) }
 
 // Merges reports how many merges c has run.
 func (c *PackedFollowUps) Merges() int64 {
@@ -216,7 +219,7 @@ func (m PackedInboxes) FlushFollowUps(ctx context.Context, rdb redis.UniversalCl
 func (m PackedInboxes) armFlush(rdb redis.UniversalClient, c *PackedFollowUps) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.expire)+len(c.read)+len(c.merge) == 0 {
+	if c.pendingLocked() == 0 {
 		return
 	}
 	if c.flush == nil {
