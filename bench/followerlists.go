@@ -16,19 +16,7 @@ const followerListsName = "feed_projection_follower_lists_total"
 type listCount map[string]float64
 
 func listCountOf(families map[string]*dto.MetricFamily) listCount {
-	mf, ok := families[followerListsName]
-	if !ok {
-		return nil
-	}
-	c := listCount{}
-	for _, m := range mf.GetMetric() {
-		for _, l := range m.GetLabel() {
-			if l.GetName() == "source" {
-				c[l.GetValue()] += sampleValue(m)
-			}
-		}
-	}
-	return c
+	return byLabel(families, followerListsName, "source")
 }
 
 // FollowerLists is where the inbox projector's pushes of the mixed phase

@@ -19,25 +19,33 @@ func (c ioCount) known() bool { return c.read >= 0 && c.write >= 0 }
 
 // ioCountOf reads the API's feed_process_io_syscalls_total from a scrape.
 func ioCountOf(families map[string]*dto.MetricFamily) ioCount {
-	mf, ok := families[procio.Name]
-	if !ok {
-		return noIO
-	}
 	c := noIO
+	byOp := byLabel(families, procio.Name, "op")
+	if v, ok := byOp["read"]; ok {
+		c.read = v
+	}
+	if v, ok := byOp["write"]; ok {
+		c.write = v
+	}
+	return c
+}
+
+// byLabel is the family name's values summed by their label's value; nil
+// when the scrape has no such family.
+func byLabel(families map[string]*dto.MetricFamily, name, label string) map[string]float64 {
+	mf, ok := families[name]
+	if !ok {
+		return nil
+	}
+	out := map[string]float64{}
 	for _, m := range mf.GetMetric() {
 		for _, l := range m.GetLabel() {
-			if l.GetName() != "op" {
-				continue
-			}
-			switch l.GetValue() {
-			case "read":
-				c.read = sampleValue(m)
-			case "write":
-				c.write = sampleValue(m)
+			if l.GetName() == label {
+				out[l.GetValue()] += sampleValue(m)
 			}
 		}
 	}
-	return c
+	return out
 }
 
 // IOCalls is the system under test's I/O calls over the mixed phase, by
