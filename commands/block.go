@@ -92,14 +92,3 @@ func changeBlock(ctx context.Context, tx pgx.Tx, blocker, blocked int64, trace T
 	}
 	return true, nil
 }
-
-// blockedBetween reports whether either user blocks the other.
-func blockedBetween(ctx context.Context, tx pgx.Tx, a, b int64) (bool, error) {
-	var blocked bool
-	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM blocks WHERE (blocker_id = $1 AND blocked_id = $2) OR (blocker_id = $2 AND blocked_id = $1))`,
-		a, b).Scan(&blocked)
-	if err != nil {
-		return false, fmt.Errorf("read blocks of %d and %d: %w", a, b, err)
-	}
-	return blocked, nil
-}

@@ -24,6 +24,9 @@ import (
 type DB interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	// SendBatch runs a batch's statements as one implicit transaction
+	// (a command's single-round-trip form, changeFollowStatement).
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 // Config tunes the write side. The zero value means the defaults.
@@ -130,8 +133,8 @@ func New(db DB, ids *snowflake.Generator, cfg Config) (*Commands, error) {
 		CreatePost:   newHandler(tx, "create-post", createPost(cfg, ids)).withStatement(createPostStatement(cfg, ids)),
 		DeletePost:   newHandler(tx, "delete-post", deletePost),
 		EditPost:     newHandler(tx, "edit-post", editPost(cfg)),
-		Follow:       newHandler(tx, "follow", follow),
-		Unfollow:     newHandler(tx, "unfollow", unfollow),
+		Follow:       newHandler(tx, "follow", follow).withStatement(followStatement),
+		Unfollow:     newHandler(tx, "unfollow", unfollow).withStatement(unfollowStatement),
 		Mute:         newHandler(tx, "mute", mute),
 		Unmute:       newHandler(tx, "unmute", unmute),
 		Block:        newHandler(tx, "block", block),

@@ -29,41 +29,91 @@ func follow(ctx context.Context, tx pgx.Tx, cmd Follow) (bool, error) {
 	return changeFollow(ctx, tx, cmd.FollowerID, cmd.FolloweeID, cmd.Trace, true)
 }
 
-// changeFollow is Follow (follow true) and Unfollow (false): lock both
-// users, refuse a follow between two accounts one of which blocks the
-// other (ErrForbidden), insert or delete the follows row, and only when that changed
-// something, move both counts and append Followed or Unfollowed at the
-// pair stream's next version.
+// changeFollow is Follow (follow true) and Unfollow (false) inside a
+// transaction the caller owns: lock both users, then changeFollowSQL, which
+// refuses a follow between two accounts one of which blocks the other
+// (ErrBlocked), inserts or deletes the follows row, and only when that
+// changed something, moves both counts and appends Followed or Unfollowed
+// at the pair stream's next version.
 func changeFollow(ctx context.Context, tx pgx.Tx, follower, followee int64, trace Trace, follow bool) (bool, error) {
 	if err := validatePair(follower, followee); err != nil {
+		return false, err
+	}
+	c, err := newFollowChange(follower, followee, trace, follow)
+	if err != nil {
 		return false, err
 	}
 	if err := lockUsers(ctx, tx, follower, followee); err != nil {
 		return false, err
 	}
-	if follow {
-		blocked, err := blockedBetween(ctx, tx, follower, followee)
+	return c.result(tx.QueryRow(ctx, c.sql, c.args...))
+}
+
+// followStatement and unfollowStatement are Follow and Unfollow in one
+// round trip (changeFollowStatement).
+func followStatement(ctx context.Context, db DB, cmd Follow) (bool, error) {
+	return changeFollowStatement(ctx, db, cmd.FollowerID, cmd.FolloweeID, cmd.Trace, true)
+}
+
+func unfollowStatement(ctx context.Context, db DB, cmd Unfollow) (bool, error) {
+	return changeFollowStatement(ctx, db, cmd.FollowerID, cmd.FolloweeID, cmd.Trace, false)
+}
+
+// changeFollowStatement is changeFollow without a transaction of the
+// caller's: the users' lock and changeFollowSQL queued in one pgx batch,
+// sent at once and answered at once. PostgreSQL runs the statements of a
+// batch (the extended protocol's messages up to one Sync) as one implicit
+// transaction, all or nothing, and in READ COMMITTED each statement still
+// takes its own snapshot when it starts: changeFollowSQL starts once the
+// lock is held and sees every change of the pair committed before, as in
+// changeFollow. A user that does not exist fails the batch (the follows
+// row's foreign key) or changes nothing (an unfollow); the lock's rows
+// say which user, as lockUsers does. Five round trips (BEGIN, the lock,
+// the block check, the change, COMMIT) become one: BenchmarkFollow in
+// api/ (docs/benchmarks.md, "Write side").
+func changeFollowStatement(ctx context.Context, db DB, follower, followee int64, trace Trace, follow bool) (bool, error) {
+	if err := validatePair(follower, followee); err != nil {
+		return false, err
+	}
+	c, err := newFollowChange(follower, followee, trace, follow)
+	if err != nil {
+		return false, err
+	}
+	ids := []int64{follower, followee}
+	var b pgx.Batch
+	b.Queue(lockUsersSQL, ids)
+	b.Queue(c.sql, c.args...)
+	br := db.SendBatch(ctx, &b)
+	changed, err := func() (bool, error) {
+		rows, err := br.Query()
 		if err != nil {
+			return false, fmt.Errorf("lock users: %w", err)
+		}
+		if err := checkLocked(rows, ids); err != nil {
 			return false, err
 		}
-		if blocked {
-			return false, fmt.Errorf("follow %d -> %d: %w", follower, followee, ErrBlocked)
-		}
+		return c.result(br.QueryRow())
+	}()
+	if cerr := br.Close(); err == nil && cerr != nil {
+		return false, fmt.Errorf("change follow %d -> %d: %w", follower, followee, cerr)
 	}
-	return applyFollow(ctx, tx, follower, followee, trace, follow)
+	return changed, err
 }
 
 // The change of a follows row, both counts and the pair's event, in one
-// statement (changeFollowSQL's CTEs): taken after lockUsers, so its
+// statement (changeFollowSQL's CTEs): run after the users' lock, so its
 // snapshot sees every change of the pair committed before (they all hold
-// both users' locks), and the stream's next version computed in it is the
-// head's. A data-modifying CTE runs whether or not it is read, so the
-// counts and the event depend on `changed` returning a row: a follow of a
-// pair already following (or an unfollow of one that is not) changes
-// nothing. The payload is events.Encode's with followeeFollowers set from
-// the count the same statement wrote.
+// both users' locks, blocks too), and the stream's next version computed
+// in it is the head's. A data-modifying CTE runs whether or not it is
+// read, so the counts and the event depend on `changed` returning a row: a
+// follow of a pair already following (or an unfollow of one that is not),
+// or a follow between accounts one of which blocks the other, changes
+// nothing. The statement answers the number of events appended and, for a
+// follow, whether a block stood in the way. The payload is events.Encode's
+// with followeeFollowers set from the count the same statement wrote.
 const (
-	followChangedSQL   = `INSERT INTO follows (follower_id, followee_id) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING 1`
+	blockedBetweenSQL  = `EXISTS (SELECT 1 FROM blocks WHERE (blocker_id = $1 AND blocked_id = $2) OR (blocker_id = $2 AND blocked_id = $1))`
+	followChangedSQL   = `INSERT INTO follows (follower_id, followee_id) SELECT $1, $2 WHERE NOT ` + blockedBetweenSQL + ` ON CONFLICT DO NOTHING RETURNING 1`
 	unfollowChangedSQL = `DELETE FROM follows WHERE follower_id = $1 AND followee_id = $2 RETURNING 1`
 	changeFollowSQL    = `
 		WITH changed AS (%s),
@@ -77,17 +127,24 @@ const (
 		                   $6, $7::jsonb || jsonb_build_object('followeeFollowers', counts.follower_count), $8
 		            FROM counts WHERE counts.id = $2
 		            RETURNING 1)
-		SELECT count(*) FROM ev`
+		SELECT (SELECT count(*) FROM ev), %s`
 )
 
 var (
-	followSQL   = fmt.Sprintf(changeFollowSQL, followChangedSQL)
-	unfollowSQL = fmt.Sprintf(changeFollowSQL, unfollowChangedSQL)
+	followSQL   = fmt.Sprintf(changeFollowSQL, followChangedSQL, blockedBetweenSQL)
+	unfollowSQL = fmt.Sprintf(changeFollowSQL, unfollowChangedSQL, "false")
 )
 
-// applyFollow runs changeFollowSQL for the pair (the users already
-// locked) and reports whether it changed anything.
-func applyFollow(ctx context.Context, tx pgx.Tx, follower, followee int64, trace Trace, follow bool) (bool, error) {
+// followChange is one run of changeFollowSQL for a pair: the statement,
+// its arguments, and what its answer means.
+type followChange struct {
+	sql                string
+	args               []any
+	follower, followee int64
+	stream             string
+}
+
+func newFollowChange(follower, followee int64, trace Trace, follow bool) (followChange, error) {
 	sql, delta := unfollowSQL, int64(-1)
 	var ev events.Event = events.Unfollowed{FollowerID: follower, FolloweeID: followee}
 	if follow {
@@ -96,19 +153,33 @@ func applyFollow(ctx context.Context, tx pgx.Tx, follower, followee int64, trace
 	}
 	eventID, payload, err := newEventRow(ev)
 	if err != nil {
-		return false, err
+		return followChange{}, err
 	}
 	meta, err := encodeMetadata(trace.metadata(follower))
 	if err != nil {
-		return false, err
+		return followChange{}, err
 	}
 	stream := ev.StreamID()
+	return followChange{
+		sql:      sql,
+		args:     []any{follower, followee, delta, eventID, stream, ev.EventType(), payload, meta},
+		follower: follower, followee: followee, stream: stream,
+	}, nil
+}
+
+// result reads changeFollowSQL's answer: whether it changed anything, or
+// ErrBlocked.
+func (c followChange) result(row pgx.Row) (bool, error) {
 	var n int
-	if err := tx.QueryRow(ctx, sql, follower, followee, delta, eventID, stream, ev.EventType(), payload, meta).Scan(&n); err != nil {
+	var blocked bool
+	if err := row.Scan(&n, &blocked); err != nil {
 		if isVersionConflict(err) {
-			return false, fmt.Errorf("append to %s: %w", stream, ErrVersionConflict)
+			return false, fmt.Errorf("append to %s: %w", c.stream, ErrVersionConflict)
 		}
-		return false, fmt.Errorf("change follow %d -> %d: %w", follower, followee, err)
+		return false, fmt.Errorf("change follow %d -> %d: %w", c.follower, c.followee, err)
+	}
+	if blocked {
+		return false, fmt.Errorf("follow %d -> %d: %w", c.follower, c.followee, ErrBlocked)
 	}
 	return n == 1, nil
 }

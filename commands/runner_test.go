@@ -40,6 +40,10 @@ func (d *killingDB) Begin(ctx context.Context) (pgx.Tx, error) {
 	return &killAtCommit{Tx: tx, db: d}, nil
 }
 
+func (d *killingDB) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	return d.pool.SendBatch(ctx, b)
+}
+
 func (d *killingDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	return d.pool.QueryRow(ctx, sql, args...)
 }

@@ -39,14 +39,23 @@ func (c *Commands) GetUser(ctx context.Context, id int64) (User, error) {
 	return u, nil
 }
 
-// lockUsers takes row locks on the given users in id order, so two
-// transactions locking the same pair never deadlock, and fails with
-// ErrNotFound naming the first id that does not exist.
+// lockUsersSQL takes row locks on the users $1 in id order, so two
+// transactions locking the same pair never deadlock.
+const lockUsersSQL = `SELECT id FROM users WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE`
+
+// lockUsers takes row locks on the given users in id order (lockUsersSQL)
+// and fails with ErrNotFound naming the first id that does not exist.
 func lockUsers(ctx context.Context, tx pgx.Tx, ids ...int64) error {
-	rows, err := tx.Query(ctx, `SELECT id FROM users WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE`, ids)
+	rows, err := tx.Query(ctx, lockUsersSQL, ids)
 	if err != nil {
 		return fmt.Errorf("lock users: %w", err)
 	}
+	return checkLocked(rows, ids)
+}
+
+// checkLocked reads lockUsersSQL's rows, closes them, and fails with
+// ErrNotFound naming the first of ids they do not hold.
+func checkLocked(rows pgx.Rows, ids []int64) error {
 	found := map[int64]bool{}
 	for rows.Next() {
 		var id int64
