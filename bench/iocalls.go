@@ -53,9 +53,18 @@ func byLabel(families map[string]*dto.MetricFamily, name, label string) map[stri
 // reads and writes of client connections it processed), and their sum
 // per request the benchmark sent and per delivered inbox entry. Unlike CPU
 // time, a count per unit of work does not depend on the machine's speed:
-// two runs on different days compare directly.
+// two runs on different days compare directly. PostgreSQL's backends read
+// and write their client sockets with recv and send, which /proc/<pid>/io
+// does not count: their read and write calls are their files' (WAL, data
+// pages read from the kernel's cache), and their round trips show in
+// PostgresWakeups and in the API's own count (each round trip is a write
+// and a read of its process).
 type IOCalls struct {
 	Parts map[string]IOPart `json:"parts"`
+	// PostgresWakeups is the backends' voluntary context switches: each
+	// wait for the client's next message, a lock or a WAL flush that the
+	// backend slept through (nil: unknown).
+	PostgresWakeups *Wakeups `json:"postgresWakeups,omitempty"`
 	// Requests is the HTTP requests of the phase: reads, writes and the
 	// visibility probes' reads.
 	Requests  int64 `json:"requests"`
@@ -70,6 +79,27 @@ type IOPart struct {
 	// delivered entry (0: no requests, no entries).
 	PerRequest float64 `json:"perRequest"`
 	PerEntry   float64 `json:"perEntry"`
+}
+
+// Wakeups is a count over the phase, per request and per delivered entry
+// (0: no requests, no entries).
+type Wakeups struct {
+	Count      float64 `json:"count"`
+	PerRequest float64 `json:"perRequest"`
+	PerEntry   float64 `json:"perEntry"`
+}
+
+// pidsSince sums s's counts less b's by process: a process that started
+// in between counts from zero, one that ended in between (or whose pid
+// was reused: a count that went down) is left out.
+func pidsSince(s, b map[int]float64) float64 {
+	var d float64
+	for pid, c := range s {
+		if c0 := b[pid]; c0 <= c {
+			d += c - c0
+		}
+	}
+	return d
 }
 
 // ioSince is the calls from b to s; nil when no part is known at both
@@ -107,7 +137,17 @@ func (s sutSnapshot) ioSince(b sutSnapshot, requests, delivered int64) *IOCalls 
 		}
 		add(cpuPostgres, d)
 	}
-	if len(out.Parts) == 0 {
+	if len(s.pgWake) > 0 && len(b.pgWake) > 0 {
+		w := &Wakeups{Count: pidsSince(s.pgWake, b.pgWake)}
+		if requests > 0 {
+			w.PerRequest = w.Count / float64(requests)
+		}
+		if delivered > 0 {
+			w.PerEntry = w.Count / float64(delivered)
+		}
+		out.PostgresWakeups = w
+	}
+	if len(out.Parts) == 0 && out.PostgresWakeups == nil {
 		return nil
 	}
 	return out
@@ -131,11 +171,17 @@ func writeIOCalls(w io.Writer, c *IOCalls) {
 			continue
 		}
 		s := fmt.Sprintf("%s %.1f (%.0f reads + %.0f writes)", name, p.PerRequest, p.Read, p.Write)
+		if name == cpuPostgres {
+			s = fmt.Sprintf("%s files %.1f (%.0f reads + %.0f writes)", name, p.PerRequest, p.Read, p.Write)
+		}
 		if c.Delivered > 0 {
 			s += fmt.Sprintf(", %.3f an entry", p.PerEntry)
 		}
 		parts = append(parts, s)
 	}
-	fmt.Fprintf(w, "I/O calls per request (%d requests, %d entries; read and write system calls, Redis's reads and writes processed): %s\n",
+	if wk := c.PostgresWakeups; wk != nil {
+		parts = append(parts, fmt.Sprintf("postgres wake-ups %.1f (%.0f voluntary context switches of its backends)", wk.PerRequest, wk.Count))
+	}
+	fmt.Fprintf(w, "I/O calls per request (%d requests, %d entries; read and write system calls, Redis's reads and writes processed; PostgreSQL's sockets use recv and send, not counted): %s\n",
 		c.Requests, c.Delivered, strings.Join(parts, "; "))
 }

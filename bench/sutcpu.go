@@ -23,9 +23,11 @@ type sutSnapshot struct {
 	reads, sched *serverHist
 	// I/O calls so far: the API's process (its /metrics), Redis (INFO
 	// stats) and each backend of the benchmark's database (/proc/<pid>/io,
-	// readable only by the backends' owner or root).
+	// readable only by the backends' owner or root), and each backend's
+	// wake-ups (voluntary context switches, /proc/<pid>/status).
 	feedIO, redisIO ioCount
 	pgIO            map[int]ioCount
+	pgWake          map[int]float64
 	// lists is the inbox projector's follower lists by source so far (the
 	// API's /metrics; nil: absent).
 	lists listCount
@@ -62,7 +64,7 @@ func (r *Runner) sutCPU(ctx context.Context) sutSnapshot {
 		return s
 	}
 	defer rows.Close()
-	s.pg, s.pgIO = map[int]uint64{}, map[int]ioCount{}
+	s.pg, s.pgIO, s.pgWake = map[int]uint64{}, map[int]ioCount{}, map[int]float64{}
 	for rows.Next() {
 		var pid int
 		if rows.Scan(&pid) != nil {
@@ -77,6 +79,9 @@ func (r *Runner) sutCPU(ctx context.Context) sutSnapshot {
 		}
 		if io, err := p.IO(); err == nil {
 			s.pgIO[pid] = ioCount{float64(io.SyscR), float64(io.SyscW)}
+		}
+		if n, err := wakeups(p); err == nil {
+			s.pgWake[pid] = n
 		}
 	}
 	return s
@@ -114,4 +119,15 @@ func (s sutSnapshot) since(b sutSnapshot) *CPU {
 		c.Total += v
 	}
 	return c
+}
+
+// wakeups is p's voluntary context switches so far (all its threads):
+// each time it slept until something woke it. A PostgreSQL backend sleeps
+// between its client's messages, so its count follows its round trips.
+func wakeups(p procfs.Proc) (float64, error) {
+	st, err := p.NewStatus()
+	if err != nil {
+		return 0, err
+	}
+	return float64(st.VoluntaryCtxtSwitches), nil
 }
