@@ -108,19 +108,35 @@ func openFollow(t *testing.T, c *commands.Commands, pool *pgxpool.Pool, fan, aut
 // waits for a lock.
 func waitingPost(t *testing.T, pool *pgxpool.Pool) int {
 	t.Helper()
+	return waitingFor(t, pool, "INSERT INTO posts", "create-post")
+}
+
+// waitingFor returns the pid of the backend whose statement containing
+// sql waits for a lock (what names it in the failure).
+func waitingFor(t *testing.T, pool *pgxpool.Pool, sql, what string) int {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		var pid int
 		err := pool.QueryRow(context.Background(), `
 			SELECT pid FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO posts%'`).Scan(&pid)
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND strpos(query, $1) > 0`, sql).Scan(&pid)
 		if err == nil {
 			return pid
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Fatal("no create-post waits for the author's row")
+	t.Fatalf("no %s waits for a lock", what)
 	return 0
+}
+
+// terminate ends backend pid with pg_terminate_backend, waiting up to 5 s.
+func terminate(t *testing.T, pool *pgxpool.Pool, pid int) {
+	t.Helper()
+	var ok bool
+	if err := pool.QueryRow(context.Background(), `SELECT pg_terminate_backend($1, 5000)`, pid).Scan(&ok); err != nil || !ok {
+		t.Fatalf("terminate %d: %v %v", pid, ok, err)
+	}
 }
 
 // A follow in flight when a post is written: the post waits for the
@@ -179,11 +195,7 @@ func TestCreatePostStatementTerminatedMidStatement(t *testing.T) {
 		_, err := c.CreatePost.Handle(ctx, commands.CreatePost{AuthorID: author, Content: "killed"})
 		errc <- err
 	}()
-	pid := waitingPost(t, b.pool)
-	var ok bool
-	if err := b.pool.QueryRow(ctx, `SELECT pg_terminate_backend($1, 5000)`, pid).Scan(&ok); err != nil || !ok {
-		t.Fatalf("terminate %d: %v %v", pid, ok, err)
-	}
+	terminate(t, b.pool, waitingPost(t, b.pool))
 	if err := <-errc; !errors.Is(err, commands.ErrOutcomeUnknown) {
 		t.Fatalf("want ErrOutcomeUnknown, got %v", err)
 	}

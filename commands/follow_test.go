@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -213,23 +212,7 @@ func TestFollowStatementTerminatedMidBatch(t *testing.T) {
 		_, err := c.Follow.Handle(ctx, commands.Follow{FollowerID: a, FolloweeID: z})
 		errc <- err
 	}()
-	var pid int
-	deadline := time.Now().Add(10 * time.Second)
-	for pid == 0 && time.Now().Before(deadline) {
-		err := b.pool.QueryRow(ctx, `
-			SELECT pid FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%FOR NO KEY UPDATE%'`).Scan(&pid)
-		if err != nil {
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-	if pid == 0 {
-		t.Fatal("no follow waits for the users' rows")
-	}
-	var ok bool
-	if err := b.pool.QueryRow(ctx, `SELECT pg_terminate_backend($1, 5000)`, pid).Scan(&ok); err != nil || !ok {
-		t.Fatalf("terminate %d: %v %v", pid, ok, err)
-	}
+	terminate(t, b.pool, waitingFor(t, b.pool, "FOR NO KEY UPDATE", "follow"))
 	if err := <-errc; !errors.Is(err, commands.ErrOutcomeUnknown) {
 		t.Fatalf("want ErrOutcomeUnknown, got %v", err)
 	}
