@@ -43,14 +43,11 @@ func changeFollow(ctx context.Context, tx pgx.Tx, follower, followee int64, trac
 	if err != nil {
 		return false, err
 	}
-	if err := lockUsers(ctx, tx, follower, followee); err != nil {
-		return false, err
-	}
-	return c.result(tx.QueryRow(ctx, c.sql, c.args...))
+	return c.inTx(ctx, tx)
 }
 
 // followStatement and unfollowStatement are Follow and Unfollow in one
-// round trip (changeFollowStatement).
+// round trip: the lock and changeFollowSQL as one batch (pairChange.batch).
 func followStatement(ctx context.Context, db DB, cmd Follow) (bool, error) {
 	return changeFollowStatement(ctx, db, cmd.FollowerID, cmd.FolloweeID, cmd.Trace, true)
 }
@@ -59,18 +56,6 @@ func unfollowStatement(ctx context.Context, db DB, cmd Unfollow) (bool, error) {
 	return changeFollowStatement(ctx, db, cmd.FollowerID, cmd.FolloweeID, cmd.Trace, false)
 }
 
-// changeFollowStatement is changeFollow without a transaction of the
-// caller's: the users' lock and changeFollowSQL queued in one pgx batch,
-// sent at once and answered at once. PostgreSQL runs the statements of a
-// batch (the extended protocol's messages up to one Sync) as one implicit
-// transaction, all or nothing, and in READ COMMITTED each statement still
-// takes its own snapshot when it starts: changeFollowSQL starts once the
-// lock is held and sees every change of the pair committed before, as in
-// changeFollow. A user that does not exist fails the batch (the follows
-// row's foreign key) or changes nothing (an unfollow); the lock's rows
-// say which user, as lockUsers does. Five round trips (BEGIN, the lock,
-// the block check, the change, COMMIT) become one: BenchmarkFollow in
-// api/ (docs/benchmarks.md, "Write side").
 func changeFollowStatement(ctx context.Context, db DB, follower, followee int64, trace Trace, follow bool) (bool, error) {
 	if err := validatePair(follower, followee); err != nil {
 		return false, err
@@ -79,25 +64,7 @@ func changeFollowStatement(ctx context.Context, db DB, follower, followee int64,
 	if err != nil {
 		return false, err
 	}
-	ids := []int64{follower, followee}
-	var b pgx.Batch
-	b.Queue(lockUsersSQL, ids)
-	b.Queue(c.sql, c.args...)
-	br := db.SendBatch(ctx, &b)
-	changed, err := func() (bool, error) {
-		rows, err := br.Query()
-		if err != nil {
-			return false, fmt.Errorf("lock users: %w", err)
-		}
-		if err := checkLocked(rows, ids); err != nil {
-			return false, err
-		}
-		return c.result(br.QueryRow())
-	}()
-	if cerr := br.Close(); err == nil && cerr != nil {
-		return false, fmt.Errorf("change follow %d -> %d: %w", follower, followee, cerr)
-	}
-	return changed, err
+	return c.batch(ctx, db)
 }
 
 // The change of a follows row, both counts and the pair's event, in one
@@ -135,16 +102,9 @@ var (
 	unfollowSQL = fmt.Sprintf(changeFollowSQL, unfollowChangedSQL, "false")
 )
 
-// followChange is one run of changeFollowSQL for a pair: the statement,
-// its arguments, and what its answer means.
-type followChange struct {
-	sql                string
-	args               []any
-	follower, followee int64
-	stream             string
-}
-
-func newFollowChange(follower, followee int64, trace Trace, follow bool) (followChange, error) {
+// newFollowChange is changeFollowSQL for the pair: it answers whether it
+// changed anything, or ErrBlocked.
+func newFollowChange(follower, followee int64, trace Trace, follow bool) (pairChange, error) {
 	sql, delta := unfollowSQL, int64(-1)
 	var ev events.Event = events.Unfollowed{FollowerID: follower, FolloweeID: followee}
 	if follow {
@@ -153,35 +113,33 @@ func newFollowChange(follower, followee int64, trace Trace, follow bool) (follow
 	}
 	eventID, payload, err := newEventRow(ev)
 	if err != nil {
-		return followChange{}, err
+		return pairChange{}, err
 	}
 	meta, err := encodeMetadata(trace.metadata(follower))
 	if err != nil {
-		return followChange{}, err
+		return pairChange{}, err
 	}
 	stream := ev.StreamID()
-	return followChange{
-		sql:      sql,
-		args:     []any{follower, followee, delta, eventID, stream, ev.EventType(), payload, meta},
-		follower: follower, followee: followee, stream: stream,
-	}, nil
-}
-
-// result reads changeFollowSQL's answer: whether it changed anything, or
-// ErrBlocked.
-func (c followChange) result(row pgx.Row) (bool, error) {
-	var n int
-	var blocked bool
-	if err := row.Scan(&n, &blocked); err != nil {
-		if isVersionConflict(err) {
-			return false, fmt.Errorf("append to %s: %w", c.stream, ErrVersionConflict)
+	result := func(row pgx.Row) (bool, error) {
+		var n int
+		var blocked bool
+		if err := row.Scan(&n, &blocked); err != nil {
+			if isVersionConflict(err) {
+				return false, fmt.Errorf("append to %s: %w", stream, ErrVersionConflict)
+			}
+			return false, fmt.Errorf("change follow %d -> %d: %w", follower, followee, err)
 		}
-		return false, fmt.Errorf("change follow %d -> %d: %w", c.follower, c.followee, err)
+		if blocked {
+			return false, fmt.Errorf("follow %d -> %d: %w", follower, followee, ErrBlocked)
+		}
+		return n == 1, nil
 	}
-	if blocked {
-		return false, fmt.Errorf("follow %d -> %d: %w", c.follower, c.followee, ErrBlocked)
-	}
-	return n == 1, nil
+	return pairChange{
+		sql:    sql,
+		args:   []any{follower, followee, delta, eventID, stream, ev.EventType(), payload, meta},
+		ids:    []int64{follower, followee},
+		result: result,
+	}, nil
 }
 
 func validatePair(follower, followee int64) error {

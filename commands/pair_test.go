@@ -234,3 +234,87 @@ func TestFollowStatementTerminatedMidBatch(t *testing.T) {
 		t.Fatalf("counts after a cut-off follow: z has %d followers, a follows %d", zu.FollowerCount, au.FollowingCount)
 	}
 }
+
+// A mute or unmute without an idempotency key runs as one batch, with a
+// key in the keyed transaction; both answer the same and append the same
+// events, whose payloads are events.Encode's of the pair's state at that
+// point (following, the muted account's followers).
+func TestMuteStatementMatchesTransaction(t *testing.T) {
+	t.Parallel()
+	c, b := setup(t, commands.Config{})
+	ctx := context.Background()
+	for _, keyed := range []bool{false, true} {
+		m, x, f := register(t, c, "m"), register(t, c, "x"), register(t, c, "f")
+		n := 0
+		key := func() string {
+			n++
+			if !keyed {
+				return ""
+			}
+			return fmt.Sprintf("k%d-%d", m, n)
+		}
+		for _, fl := range [][2]int64{{f, x}, {m, x}} {
+			if _, err := c.Follow.Handle(ctx, commands.Follow{FollowerID: fl[0], FolloweeID: fl[1]}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var got []string
+		step := func(name string, changed bool, err error) {
+			switch {
+			case errors.Is(err, commands.ErrNotFound):
+				got = append(got, name+": not found")
+			case err != nil:
+				t.Fatalf("%s: %v", name, err)
+			default:
+				got = append(got, fmt.Sprintf("%s: %v", name, changed))
+			}
+		}
+		mute := func(name string, muter, muted int64) {
+			changed, _, err := c.Mute.Do(ctx, commands.Mute{MuterID: muter, MutedID: muted}, key())
+			step(name, changed, err)
+		}
+		unmute := func(name string, muter, muted int64) {
+			changed, _, err := c.Unmute.Do(ctx, commands.Unmute{MuterID: muter, MutedID: muted}, key())
+			step(name, changed, err)
+		}
+		unmute("unmute x", m, x)
+		mute("mute x", m, x)
+		mute("mute x again", m, x)
+		unmute("unmute x", m, x)
+		if _, err := c.Unfollow.Handle(ctx, commands.Unfollow{FollowerID: m, FolloweeID: x}); err != nil {
+			t.Fatal(err)
+		}
+		mute("mute x, not followed", m, x)
+		mute("mute unknown", m, 4_242_424)
+		unmute("unmute by unknown", 4_242_424, x)
+		want := []string{"unmute x: false", "mute x: true", "mute x again: false", "unmute x: true",
+			"mute x, not followed: true", "mute unknown: not found", "unmute by unknown: not found"}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("keyed %v answered\n%q\nwant\n%q", keyed, got, want)
+		}
+		wantEvents := []events.Event{
+			events.Muted{MuterID: m, MutedID: x, Following: true, MutedFollowers: 2},
+			events.Unmuted{MuterID: m, MutedID: x, Following: true, MutedFollowers: 2},
+			events.Muted{MuterID: m, MutedID: x, Following: false, MutedFollowers: 1},
+		}
+		evs := streamEvents(t, b.pool, events.MuteStream(m, x))
+		if len(evs) != len(wantEvents) {
+			t.Fatalf("keyed %v: %d events, want %d", keyed, len(evs), len(wantEvents))
+		}
+		for i, w := range wantEvents {
+			enc, err := events.Encode(w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var same bool
+			if err := b.pool.QueryRow(ctx, `SELECT payload = $3::jsonb FROM events WHERE stream_id = $1 AND stream_version = $2`,
+				events.MuteStream(m, x), i+1, string(enc)).Scan(&same); err != nil || !same || evs[i].Type != w.EventType() || evs[i].Meta.Actor != fmt.Sprint(m) {
+				t.Fatalf("keyed %v: event %d is %s %+v (%v), want %s %s", keyed, i+1, evs[i].Type, evs[i].Event, err, w.EventType(), enc)
+			}
+		}
+		var rows int
+		if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM mutes WHERE muter_id = $1`, m).Scan(&rows); err != nil || rows != 1 {
+			t.Fatalf("keyed %v: %d mutes rows (%v), want 1", keyed, rows, err)
+		}
+	}
+}
