@@ -164,8 +164,8 @@ func (d *countingDB) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResul
 	return d.pool.SendBatch(ctx, b)
 }
 
-// Without a key a follow and an unfollow are one batch each and begin no
-// transaction; with a key the follow is a transaction.
+// Without a key a follow, an unfollow, a mute and an unmute are one batch
+// each and begin no transaction; with a key a follow is a transaction.
 func TestFollowStatementIsOneBatch(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDB(t)
@@ -187,8 +187,14 @@ func TestFollowStatementIsOneBatch(t *testing.T) {
 	if changed, err := c.Unfollow.Handle(ctx, commands.Unfollow{FollowerID: a, FolloweeID: z}); err != nil || !changed {
 		t.Fatalf("unfollow: %v %v", changed, err)
 	}
-	if b, n, q := cd.begins.Load(), cd.batches.Load(), cd.queryRows.Load(); b != 0 || n != 2 || q != 0 {
-		t.Fatalf("without a key: %d transactions, %d batches, %d single queries; want 0, 2, 0", b, n, q)
+	if changed, err := c.Mute.Handle(ctx, commands.Mute{MuterID: a, MutedID: z}); err != nil || !changed {
+		t.Fatalf("mute: %v %v", changed, err)
+	}
+	if changed, err := c.Unmute.Handle(ctx, commands.Unmute{MuterID: a, MutedID: z}); err != nil || !changed {
+		t.Fatalf("unmute: %v %v", changed, err)
+	}
+	if b, n, q := cd.begins.Load(), cd.batches.Load(), cd.queryRows.Load(); b != 0 || n != 4 || q != 0 {
+		t.Fatalf("without a key: %d transactions, %d batches, %d single queries; want 0, 4, 0", b, n, q)
 	}
 	if _, _, err := c.Follow.Do(ctx, commands.Follow{FollowerID: a, FolloweeID: z}, "key-1"); err != nil {
 		t.Fatal(err)
