@@ -16,6 +16,39 @@ import (
 	"github.com/feedco/feed/internal/testenv"
 )
 
+// answers records what each step of a script answered; keyed gives each
+// step an idempotency key of its own (the keyed transaction), else none
+// (the batch).
+type answers struct {
+	t     *testing.T
+	keyed bool
+	owner int64 // scopes the keys
+	n     int
+	got   []string
+}
+
+func (a *answers) key() string {
+	a.n++
+	if !a.keyed {
+		return ""
+	}
+	return fmt.Sprintf("k%d-%d", a.owner, a.n)
+}
+
+func (a *answers) step(name string, changed bool, err error) {
+	a.t.Helper()
+	switch {
+	case errors.Is(err, commands.ErrBlocked):
+		a.got = append(a.got, name+": blocked")
+	case errors.Is(err, commands.ErrNotFound):
+		a.got = append(a.got, name+": not found")
+	case err != nil:
+		a.t.Fatalf("%s: %v", name, err)
+	default:
+		a.got = append(a.got, fmt.Sprintf("%s: %v", name, changed))
+	}
+}
+
 // followScript runs the same follows, unfollows and a block over three
 // users and two unknown ids, through Do with an idempotency key (the
 // transaction) or without (the batch), and returns what each step
@@ -24,34 +57,14 @@ func followScript(t *testing.T, c *commands.Commands, a, y, z int64, keyed bool)
 	t.Helper()
 	ctx := context.Background()
 	const missing = 4_242_424
-	n := 0
-	key := func() string {
-		n++
-		if !keyed {
-			return ""
-		}
-		return fmt.Sprintf("k%d-%d", a, n)
-	}
-	var got []string
-	step := func(name string, changed bool, err error) {
-		switch {
-		case errors.Is(err, commands.ErrBlocked):
-			got = append(got, name+": blocked")
-		case errors.Is(err, commands.ErrNotFound):
-			got = append(got, name+": not found")
-		case err != nil:
-			t.Fatalf("%s: %v", name, err)
-		default:
-			got = append(got, fmt.Sprintf("%s: %v", name, changed))
-		}
-	}
+	ans := &answers{t: t, keyed: keyed, owner: a}
 	follow := func(name string, from, to int64) {
-		changed, _, err := c.Follow.Do(ctx, commands.Follow{FollowerID: from, FolloweeID: to}, key())
-		step(name, changed, err)
+		changed, _, err := c.Follow.Do(ctx, commands.Follow{FollowerID: from, FolloweeID: to}, ans.key())
+		ans.step(name, changed, err)
 	}
 	unfollow := func(name string, from, to int64) {
-		changed, _, err := c.Unfollow.Do(ctx, commands.Unfollow{FollowerID: from, FolloweeID: to}, key())
-		step(name, changed, err)
+		changed, _, err := c.Unfollow.Do(ctx, commands.Unfollow{FollowerID: from, FolloweeID: to}, ans.key())
+		ans.step(name, changed, err)
 	}
 	unfollow("unfollow a z", a, z)
 	follow("follow a z", a, z)
@@ -69,7 +82,7 @@ func followScript(t *testing.T, c *commands.Commands, a, y, z int64, keyed bool)
 	follow("follow unknown a", missing, a)
 	unfollow("unfollow a unknown", a, missing)
 	follow("follow a z at last", a, z)
-	return got
+	return ans.got
 }
 
 // followRows is what the script left in PostgreSQL, with the users' ids
@@ -251,37 +264,19 @@ func TestMuteStatementMatchesTransaction(t *testing.T) {
 	ctx := context.Background()
 	for _, keyed := range []bool{false, true} {
 		m, x, f := register(t, c, "m"), register(t, c, "x"), register(t, c, "f")
-		n := 0
-		key := func() string {
-			n++
-			if !keyed {
-				return ""
-			}
-			return fmt.Sprintf("k%d-%d", m, n)
-		}
+		ans := &answers{t: t, keyed: keyed, owner: m}
 		for _, fl := range [][2]int64{{f, x}, {m, x}} {
 			if _, err := c.Follow.Handle(ctx, commands.Follow{FollowerID: fl[0], FolloweeID: fl[1]}); err != nil {
 				t.Fatal(err)
 			}
 		}
-		var got []string
-		step := func(name string, changed bool, err error) {
-			switch {
-			case errors.Is(err, commands.ErrNotFound):
-				got = append(got, name+": not found")
-			case err != nil:
-				t.Fatalf("%s: %v", name, err)
-			default:
-				got = append(got, fmt.Sprintf("%s: %v", name, changed))
-			}
-		}
 		mute := func(name string, muter, muted int64) {
-			changed, _, err := c.Mute.Do(ctx, commands.Mute{MuterID: muter, MutedID: muted}, key())
-			step(name, changed, err)
+			changed, _, err := c.Mute.Do(ctx, commands.Mute{MuterID: muter, MutedID: muted}, ans.key())
+			ans.step(name, changed, err)
 		}
 		unmute := func(name string, muter, muted int64) {
-			changed, _, err := c.Unmute.Do(ctx, commands.Unmute{MuterID: muter, MutedID: muted}, key())
-			step(name, changed, err)
+			changed, _, err := c.Unmute.Do(ctx, commands.Unmute{MuterID: muter, MutedID: muted}, ans.key())
+			ans.step(name, changed, err)
 		}
 		unmute("unmute x", m, x)
 		mute("mute x", m, x)
@@ -295,8 +290,8 @@ func TestMuteStatementMatchesTransaction(t *testing.T) {
 		unmute("unmute by unknown", 4_242_424, x)
 		want := []string{"unmute x: false", "mute x: true", "mute x again: false", "unmute x: true",
 			"mute x, not followed: true", "mute unknown: not found", "unmute by unknown: not found"}
-		if fmt.Sprint(got) != fmt.Sprint(want) {
-			t.Fatalf("keyed %v answered\n%q\nwant\n%q", keyed, got, want)
+		if fmt.Sprint(ans.got) != fmt.Sprint(want) {
+			t.Fatalf("keyed %v answered\n%q\nwant\n%q", keyed, ans.got, want)
 		}
 		wantEvents := []events.Event{
 			events.Muted{MuterID: m, MutedID: x, Following: true, MutedFollowers: 2},
