@@ -25,7 +25,7 @@ type DB interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	// SendBatch runs a batch's statements as one implicit transaction
-	// (a command's single-round-trip form, changeFollowStatement).
+	// (the one-round-trip form of the pair commands, pairChange.batch).
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
