@@ -112,7 +112,7 @@ func followRows(t *testing.T, pool *pgxpool.Pool, a, y, z int64) []string {
 }
 
 // A follow or unfollow without an idempotency key runs as one batch
-// (changeFollowStatement); with a key, in the keyed transaction. Both
+// (pairChange.batch); with a key, in the keyed transaction. Both
 // answer the same and leave the same events, counts and rows, blocks and
 // unknown users included.
 func TestFollowStatementMatchesTransaction(t *testing.T) {
