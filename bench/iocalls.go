@@ -57,14 +57,14 @@ func byLabel(families map[string]*dto.MetricFamily, name, label string) map[stri
 // and write their client sockets with recv and send, which /proc/<pid>/io
 // does not count: their read and write calls are their files' (WAL, data
 // pages read from the kernel's cache), and their round trips show in
-// PostgresWakeups and in the API's own count (each round trip is a write
+// PostgresSwitches and in the API's own count (each round trip is a write
 // and a read of its process).
 type IOCalls struct {
 	Parts map[string]IOPart `json:"parts"`
-	// PostgresWakeups is the backends' voluntary context switches: each
-	// wait for the client's next message, a lock or a WAL flush that the
-	// backend slept through (nil: unknown).
-	PostgresWakeups *Wakeups `json:"postgresWakeups,omitempty"`
+	// PostgresSwitches is the backends' context switches: each wait for
+	// the client's next message, a lock or a WAL flush that a backend
+	// slept through, and each time it was preempted (nil: unknown).
+	PostgresSwitches *Switches `json:"postgresSwitches,omitempty"`
 	// Requests is the HTTP requests of the phase: reads, writes and the
 	// visibility probes' reads.
 	Requests  int64 `json:"requests"`
@@ -81,9 +81,9 @@ type IOPart struct {
 	PerEntry   float64 `json:"perEntry"`
 }
 
-// Wakeups is a count over the phase, per request and per delivered entry
+// Switches is a count over the phase, per request and per delivered entry
 // (0: no requests, no entries).
-type Wakeups struct {
+type Switches struct {
 	Count      float64 `json:"count"`
 	PerRequest float64 `json:"perRequest"`
 	PerEntry   float64 `json:"perEntry"`
@@ -137,17 +137,17 @@ func (s sutSnapshot) ioSince(b sutSnapshot, requests, delivered int64) *IOCalls 
 		}
 		add(cpuPostgres, d)
 	}
-	if len(s.pgWake) > 0 && len(b.pgWake) > 0 {
-		w := &Wakeups{Count: pidsSince(s.pgWake, b.pgWake)}
+	if len(s.pgSwitches) > 0 && len(b.pgSwitches) > 0 {
+		w := &Switches{Count: pidsSince(s.pgSwitches, b.pgSwitches)}
 		if requests > 0 {
 			w.PerRequest = w.Count / float64(requests)
 		}
 		if delivered > 0 {
 			w.PerEntry = w.Count / float64(delivered)
 		}
-		out.PostgresWakeups = w
+		out.PostgresSwitches = w
 	}
-	if len(out.Parts) == 0 && out.PostgresWakeups == nil {
+	if len(out.Parts) == 0 && out.PostgresSwitches == nil {
 		return nil
 	}
 	return out
@@ -179,8 +179,8 @@ func writeIOCalls(w io.Writer, c *IOCalls) {
 		}
 		parts = append(parts, s)
 	}
-	if wk := c.PostgresWakeups; wk != nil {
-		parts = append(parts, fmt.Sprintf("postgres wake-ups %.1f (%.0f voluntary context switches of its backends)", wk.PerRequest, wk.Count))
+	if sw := c.PostgresSwitches; sw != nil {
+		parts = append(parts, fmt.Sprintf("postgres context switches %.1f (%.0f of its backends)", sw.PerRequest, sw.Count))
 	}
 	fmt.Fprintf(w, "I/O calls per request (%d requests, %d entries; read and write system calls, Redis's reads and writes processed; PostgreSQL's sockets use recv and send, not counted): %s\n",
 		c.Requests, c.Delivered, strings.Join(parts, "; "))

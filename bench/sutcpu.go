@@ -24,10 +24,10 @@ type sutSnapshot struct {
 	// I/O calls so far: the API's process (its /metrics), Redis (INFO
 	// stats) and each backend of the benchmark's database (/proc/<pid>/io,
 	// readable only by the backends' owner or root), and each backend's
-	// wake-ups (voluntary context switches, /proc/<pid>/status).
+	// context switches (/proc/<pid>/status).
 	feedIO, redisIO ioCount
 	pgIO            map[int]ioCount
-	pgWake          map[int]float64
+	pgSwitches      map[int]float64
 	// lists is the inbox projector's follower lists by source so far (the
 	// API's /metrics; nil: absent).
 	lists listCount
@@ -64,7 +64,7 @@ func (r *Runner) sutCPU(ctx context.Context) sutSnapshot {
 		return s
 	}
 	defer rows.Close()
-	s.pg, s.pgIO, s.pgWake = map[int]uint64{}, map[int]ioCount{}, map[int]float64{}
+	s.pg, s.pgIO, s.pgSwitches = map[int]uint64{}, map[int]ioCount{}, map[int]float64{}
 	for rows.Next() {
 		var pid int
 		if rows.Scan(&pid) != nil {
@@ -80,8 +80,8 @@ func (r *Runner) sutCPU(ctx context.Context) sutSnapshot {
 		if io, err := p.IO(); err == nil {
 			s.pgIO[pid] = ioCount{float64(io.SyscR), float64(io.SyscW)}
 		}
-		if n, err := wakeups(p); err == nil {
-			s.pgWake[pid] = n
+		if n, err := switches(p); err == nil {
+			s.pgSwitches[pid] = n
 		}
 	}
 	return s
@@ -121,13 +121,16 @@ func (s sutSnapshot) since(b sutSnapshot) *CPU {
 	return c
 }
 
-// wakeups is p's voluntary context switches so far (all its threads):
-// each time it slept until something woke it. A PostgreSQL backend sleeps
-// between its client's messages, so its count follows its round trips.
-func wakeups(p procfs.Proc) (float64, error) {
+// switches is p's context switches so far, voluntary and not: each time
+// it slept until something woke it, or was preempted. A PostgreSQL backend
+// is switched out between its client's messages: it sleeps until the next
+// one, or, on a busy machine, the client it wakes with its answer takes
+// its core first and the next message is there when it runs again. So its
+// count follows its round trips, whichever way they go.
+func switches(p procfs.Proc) (float64, error) {
 	st, err := p.NewStatus()
 	if err != nil {
 		return 0, err
 	}
-	return float64(st.VoluntaryCtxtSwitches), nil
+	return float64(st.VoluntaryCtxtSwitches + st.NonVoluntaryCtxtSwitches), nil
 }
