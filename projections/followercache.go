@@ -150,21 +150,6 @@ func (c *followerCache) partLocked(d delivery) (pf *partFollowers, created bool)
 	return pf, created
 }
 
-// drop forgets the author's list, in whichever partition holds it.
-func (c *followerCache) drop(author int64) {
-	if c == nil {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, pf := range c.parts {
-		if l := pf.lists[author]; l != nil {
-			c.rows -= l.rows()
-			delete(pf.lists, author)
-		}
-	}
-}
-
 // change applies a follow (mute false) or mute (mute true) event of the
 // author to the author's list, in whichever partition holds it: member
 // joins (on) or leaves the followers or the muters. The list is replaced

@@ -135,3 +135,19 @@ func (p *Inbox) targetsOf(ctx context.Context, author int64, ids []int64, now ti
 	targets, _, _, err := p.cachedTargets(ctx, d, author)
 	return len(targets), err
 }
+
+// drop forgets the author's list, in whichever partition holds it (the
+// projector changes lists in place; the benchmarks start from none).
+func (c *followerCache) drop(author int64) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, pf := range c.parts {
+		if l := pf.lists[author]; l != nil {
+			c.rows -= l.rows()
+			delete(pf.lists, author)
+		}
+	}
+}
