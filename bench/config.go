@@ -38,6 +38,9 @@ type Config struct {
 	// requests, CPU the system under test on the same machine then lacks
 	// (docs/bench.md). Negative keeps the process's.
 	Procs int
+	// PlainSockets makes the load generator's HTTP connections use Go's
+	// own socket calls instead of raw ones (internal/rawsock), to compare.
+	PlainSockets bool
 	// ReadRatio is how many feed reads per write. Default 20; negative for
 	// none (writes only), since 0 is the default.
 	ReadRatio float64

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/feedco/feed/internal/rawsock"
 )
 
 // leanClient is the benchmark's HTTP/1.1 client: keep-alive connections
@@ -26,11 +28,20 @@ import (
 // plain http, bodies framed by Content-Length or chunked encoding, no
 // redirects, no compression, no 1xx other than 100 Continue skipped.
 // Anything else is an error, and the connection is dropped.
+//
+// Its connections read and write with raw system calls (internal/rawsock)
+// unless plain is set. The load generator runs at one P (Config.Procs),
+// where the runtime takes the P from nearly every loopback write (it
+// outlasts a tick of sysmon, and no other P is idle) and sysmon, finding
+// such work every tick, keeps polling every 20 µs. `feed bench` with and
+// without --plain-sockets (the plain version) compares the two
+// (docs/benchmarks.md, "Raw socket calls").
 type leanClient struct {
 	addr    string // host:port
 	host    string // the Host header
 	timeout time.Duration
 	dial    net.Dialer
+	plain   bool // Go's own socket calls instead of rawsock's
 
 	mu      sync.Mutex
 	idle    []*leanConn
@@ -98,6 +109,9 @@ func (lc *leanClient) get(ctx context.Context, fresh bool) (c *leanConn, reused 
 	nc, err := lc.dial.DialContext(ctx, "tcp", lc.addr)
 	if err != nil {
 		return nil, false, err
+	}
+	if !lc.plain {
+		nc = rawsock.Wrap(nc)
 	}
 	return &leanConn{c: nc, br: bufio.NewReaderSize(nc, 16<<10)}, false, nil
 }

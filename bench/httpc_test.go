@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/feedco/feed/internal/rawsock"
 )
 
 // countingServer starts h on a test server and counts the connections it
@@ -33,9 +35,16 @@ func countingServer(t *testing.T, h http.HandlerFunc) (*httptest.Server, *atomic
 // TestLeanClientFraming: bodies framed by Content-Length, by chunked
 // encoding (a handler that flushes, and a body past net/http's 2 KiB
 // buffer), none (204), requests with a body and headers, and keep-alive:
-// every request after the first reuses the one connection.
+// every request after the first reuses the one connection. Over raw
+// socket calls (the default) and Go's own.
 func TestLeanClientFraming(t *testing.T) {
 	t.Parallel()
+	for _, plain := range []bool{false, true} {
+		t.Run(fmt.Sprintf("plain=%v", plain), func(t *testing.T) { testLeanClientFraming(t, plain) })
+	}
+}
+
+func testLeanClientFraming(t *testing.T, plain bool) {
 	big := strings.Repeat("0123456789", 1000)
 	srv, conns := countingServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
@@ -61,6 +70,7 @@ func TestLeanClientFraming(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	lc.plain = plain
 	t.Cleanup(lc.closeIdle)
 	ctx := context.Background()
 	cases := []struct {
@@ -84,6 +94,12 @@ func TestLeanClientFraming(t *testing.T) {
 	}
 	if n := conns.Load(); n != 1 {
 		t.Errorf("%d connections for %d sequential requests, want 1 (keep-alive)", n, len(cases))
+	}
+	lc.mu.Lock()
+	_, raw := lc.idle[0].c.(*rawsock.Conn)
+	lc.mu.Unlock()
+	if raw == plain {
+		t.Errorf("plain %v: the connection is a %T", plain, lc.idle[0].c)
 	}
 }
 

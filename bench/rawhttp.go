@@ -98,6 +98,7 @@ func (r *Runner) runRawHTTP(ctx context.Context, rate float64) (*RawHTTP, error)
 	if err != nil {
 		return nil, fmt.Errorf("raw HTTP: %w", err)
 	}
+	lc.plain = r.cfg.PlainSockets
 	defer lc.closeIdle()
 	proc, err := procfs.NewProc(cmd.Process.Pid)
 	if err != nil {

@@ -119,6 +119,7 @@ func New(cfg Config, pop *Population, tokens Tokens, deps Deps) (*Runner, error)
 		if err != nil {
 			return nil, fmt.Errorf("bench: %w", err)
 		}
+		lc.plain = cfg.PlainSockets
 		r.lean = lc
 	}
 	return r, nil

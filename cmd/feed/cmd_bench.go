@@ -61,6 +61,7 @@ func newBenchCommand(c *cli) *cobra.Command {
 	f.BoolVar(&bc.ClosedLoop, "closed-loop", false, "run --clients workers back to back instead of --rate")
 	f.IntVar(&bc.Clients, "clients", 0, "workers (default 64 open loop, 16 closed loop); also the baselines' concurrency")
 	f.IntVar(&bc.Procs, "procs", 1, "the load generator's GOMAXPROCS in the mixed phase (negative: the process's)")
+	f.BoolVar(&bc.PlainSockets, "plain-sockets", false, "the load generator's HTTP connections use Go's own socket calls, not raw ones (to compare)")
 	f.Float64Var(&bc.ReadRatio, "read-ratio", 20, "feed reads per write (0: writes only)")
 	f.Float64Var(&bc.PostShare, "post-share", 0.8, "share of writes that are posts (the rest: follows and unfollows, half each; 0: none)")
 	f.IntVar(&bc.Readers, "readers", 2000, "users who read (warmed by one read each before the run)")
