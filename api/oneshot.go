@@ -7,7 +7,9 @@ import (
 	"net/http"
 )
 
-// net/http writes a response through a 4 KiB buffer over the connection:
+// Under net/http's server (FEED_HTTP_SERVER=net/http; internal/h1, the
+// default, sends every response in one write by itself), net/http writes
+// a response through a 4 KiB buffer over the connection:
 // a response larger than that (a 20-post page is a little over 4 KiB) goes
 // out as two write syscalls, the full buffer and, when the request
 // finishes, the rest. On loopback and in a VM a write is the costliest

@@ -17,10 +17,24 @@ import (
 	"github.com/feedco/feed/queries"
 )
 
+// httpServers are the servers Serve runs on (Config.HTTPServer).
+var httpServers = []string{api.HTTPServerH1, api.HTTPServerNetHTTP}
+
+// Shutdown lets a request in flight finish, then Serve returns nil and the
+// port no longer accepts, on either server.
 func TestGracefulShutdown(t *testing.T) {
 	t.Parallel()
+	for _, server := range httpServers {
+		t.Run(server, func(t *testing.T) {
+			t.Parallel()
+			testGracefulShutdown(t, server)
+		})
+	}
+}
+
+func testGracefulShutdown(t *testing.T, server string) {
 	feed := &stubFeed{delay: 300 * time.Millisecond}
-	e := setup(t, options{tweak: func(d *api.Deps) { d.Feed = feed }})
+	e := setup(t, options{cfg: api.Config{HTTPServer: server}, tweak: func(d *api.Deps) { d.Feed = feed }})
 	e.user(t, 1)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -88,14 +102,16 @@ func (c *countingConn) Write(p []byte) (int, error) {
 }
 
 // A page larger than net/http's 4 KiB write buffer goes out in one write,
-// whole, and the keep-alive connection serves the next request.
+// whole, and the keep-alive connection serves the next request, on either
+// server.
 func TestLargePageOneWrite(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name    string
+		server  string
 		content int // bytes of each post's content
-	}{{"small", 10}, {"4 KiB", 180}, {"12 KiB", 580}} {
-		t.Run(tc.name, func(t *testing.T) {
+	}{{api.HTTPServerH1, 10}, {api.HTTPServerH1, 180}, {api.HTTPServerH1, 580},
+		{api.HTTPServerNetHTTP, 10}, {api.HTTPServerNetHTTP, 180}, {api.HTTPServerNetHTTP, 580}} {
+		t.Run(tc.server+"/"+strconv.Itoa(tc.content*20/1024)+"KiB", func(t *testing.T) {
 			t.Parallel()
 			var page queries.Page
 			for i := range 20 {
@@ -109,7 +125,7 @@ func TestLargePageOneWrite(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			e := setup(t, options{tweak: func(d *api.Deps) { d.Feed = staticFeed{page} }})
+			e := setup(t, options{cfg: api.Config{HTTPServer: tc.server}, tweak: func(d *api.Deps) { d.Feed = staticFeed{page} }})
 			e.user(t, 1)
 			inner, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/feedco/feed/commands"
+	"github.com/feedco/feed/internal/h1"
 )
 
 // Authentication modes.
@@ -31,6 +32,12 @@ const (
 	// The server must be able to tell the gateway's requests from anyone
 	// else's: see Config.GatewaySecret and Config.TrustedNetworks.
 	AuthTrustedHeader = "trusted-header"
+)
+
+// The values of Config.HTTPServer.
+const (
+	HTTPServerH1      = "h1"
+	HTTPServerNetHTTP = "net/http"
 )
 
 // GatewaySecretHeader carries Config.GatewaySecret in trusted-header mode.
@@ -71,6 +78,10 @@ type Config struct {
 	IdleTimeout       time.Duration
 	// ShutdownTimeout bounds the graceful shutdown. Default 10s.
 	ShutdownTimeout time.Duration
+	// HTTPServer is the server under the handlers: HTTPServerH1 (default,
+	// internal/h1: a lower CPU cost per request) or HTTPServerNetHTTP
+	// (net/http's own). The handlers and the router are the same.
+	HTTPServer string
 	// MaxReadsInFlight bounds the reads (GET of feeds, author posts and
 	// users) served at once; a read beyond it is 429 at once (shed.go).
 	// Default 256; negative: no bound.
@@ -96,6 +107,7 @@ func (c Config) withDefaults() Config {
 	c.WriteTimeout = cmp.Or(c.WriteTimeout, 20*time.Second)
 	c.IdleTimeout = cmp.Or(c.IdleTimeout, 60*time.Second)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 10*time.Second)
+	c.HTTPServer = cmp.Or(c.HTTPServer, HTTPServerH1)
 	c.MaxReadsInFlight = cmp.Or(c.MaxReadsInFlight, DefaultMaxReadsInFlight)
 	c.MaxWritesInFlight = cmp.Or(c.MaxWritesInFlight, DefaultMaxWritesInFlight)
 	c.FullHomeReads = cmp.Or(c.FullHomeReads, DefaultFullHomeReads)
@@ -127,6 +139,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("max body bytes %d: want at least 1024", c.MaxBodyBytes)
 	case c.RequestTimeout <= 0, c.ReadHeaderTimeout <= 0, c.ReadTimeout <= 0, c.WriteTimeout <= 0, c.IdleTimeout <= 0, c.ShutdownTimeout <= 0:
 		return errors.New("timeouts must be positive")
+	case c.HTTPServer != HTTPServerH1 && c.HTTPServer != HTTPServerNetHTTP:
+		return fmt.Errorf("http server %q: want %s or %s", c.HTTPServer, HTTPServerH1, HTTPServerNetHTTP)
 	case c.AuthMode != AuthTrustedHeader:
 		return nil
 	case c.GatewaySecret != "" && len(c.GatewaySecret) < minGatewaySecret:
@@ -368,21 +382,46 @@ func (s *Server) ListenAndServe(ctx context.Context, onListen func(addr net.Addr
 
 // Serve serves on ln until ctx is done, then shuts down gracefully: it stops
 // accepting, lets requests in flight finish for up to ShutdownTimeout, and
-// returns nil (or the shutdown's error if they did not finish). A page
-// larger than net/http's write buffer goes out in one write (oneshot.go).
+// returns nil (or the shutdown's error if they did not finish). The server
+// is Config.HTTPServer: internal/h1 sends every response in one write;
+// under net/http a page larger than its write buffer goes out in one write
+// too (oneshot.go).
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	hs := &http.Server{
-		Handler:           s.handler,
-		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
-		ReadTimeout:       s.cfg.ReadTimeout,
-		WriteTimeout:      s.cfg.WriteTimeout,
-		IdleTimeout:       s.cfg.IdleTimeout,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
-		ConnContext:       oneShotContext,
+	errLog := slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)
+	base := func(net.Listener) context.Context { return context.WithoutCancel(ctx) }
+	var (
+		serve    func() error
+		shutdown func(context.Context) error
+		closeNow func() error
+	)
+	if s.cfg.HTTPServer == HTTPServerNetHTTP {
+		hs := &http.Server{
+			Handler:           s.handler,
+			ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+			ReadTimeout:       s.cfg.ReadTimeout,
+			WriteTimeout:      s.cfg.WriteTimeout,
+			IdleTimeout:       s.cfg.IdleTimeout,
+			ErrorLog:          errLog,
+			BaseContext:       base,
+			ConnContext:       oneShotContext,
+		}
+		serve = func() error { return hs.Serve(oneShotListener{ln}) }
+		shutdown, closeNow = hs.Shutdown, hs.Close
+	} else {
+		hs := &h1.Server{
+			Handler:           s.handler,
+			ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+			ReadTimeout:       s.cfg.ReadTimeout,
+			WriteTimeout:      s.cfg.WriteTimeout,
+			IdleTimeout:       s.cfg.IdleTimeout,
+			ErrorLog:          errLog,
+			BaseContext:       base,
+		}
+		serve = func() error { return hs.Serve(ln) }
+		shutdown, closeNow = hs.Shutdown, hs.Close
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(oneShotListener{ln}) }()
+	go func() { errc <- serve() }()
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve http: %w", err)
@@ -390,8 +429,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
-	if err := hs.Shutdown(sctx); err != nil {
-		_ = hs.Close()
+	if err := shutdown(sctx); err != nil {
+		_ = closeNow()
 		return fmt.Errorf("shut down http: %w", err)
 	}
 	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {

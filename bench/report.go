@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -40,6 +41,8 @@ type Report struct {
 	// RawHTTP is the raw cost of serving the API's page over HTTP at the
 	// mixed phase's read rate (nil without reads, baselines or a server).
 	RawHTTP *RawHTTP `json:"rawHttp,omitempty"`
+	// RawHTTPH1 is the same with internal/h1's server.
+	RawHTTPH1 *RawHTTP `json:"rawHttpH1,omitempty"`
 }
 
 // Mixed is the mixed phase's measurements.
@@ -275,9 +278,12 @@ func (rep *Report) WriteTable(w io.Writer) {
 	}
 	writeIOCalls(w, m.IOCalls)
 	writeFollowerLists(w, m.FollowerLists)
-	if h := rep.RawHTTP; h != nil {
-		fmt.Fprintf(w, "raw HTTP (net/http serving the API's %d-byte page, open loop, %d requests at %.0f/s, %d errors): server %.1f µs/request",
-			h.BodyBytes, h.Requests, h.Rate, h.Errors, h.ServerUsPer)
+	for _, h := range []*RawHTTP{rep.RawHTTP, rep.RawHTTPH1} {
+		if h == nil {
+			continue
+		}
+		fmt.Fprintf(w, "raw HTTP (%s serving the API's %d-byte page, open loop, %d requests at %.0f/s, %d errors): server %.1f µs/request",
+			cmp.Or(h.Server, RawServerNetHTTP), h.BodyBytes, h.Requests, h.Rate, h.Errors, h.ServerUsPer)
 		if h.PerReadFeed > 0 {
 			fmt.Fprintf(w, "; the API's feed CPU per read %.1f µs (%.2fx raw)", h.PerReadFeed, h.PerReadRatio)
 		}

@@ -79,12 +79,14 @@ func newBenchCommand(c *cli) *cobra.Command {
 }
 
 // newRawHTTPServerCommand is the hidden `feed bench raw-http-server PAGE`,
-// the process of the raw HTTP baseline (bench.RawHTTP): it serves the
-// bytes of the file PAGE to every request until it is stopped.
+// the process of the raw HTTP baselines (bench.RawHTTP): it serves the
+// bytes of the file PAGE to every request until it is stopped, with
+// --server's server (net/http or h1).
 func newRawHTTPServerCommand() *cobra.Command {
-	return &cobra.Command{
+	var server string
+	cmd := &cobra.Command{
 		Use:    "raw-http-server PAGE",
-		Short:  "Serve the bytes of PAGE to every HTTP request (feed bench's raw HTTP baseline)",
+		Short:  "Serve the bytes of PAGE to every HTTP request (feed bench's raw HTTP baselines)",
 		Hidden: true,
 		Args:   cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -92,19 +94,21 @@ func newRawHTTPServerCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return bench.ServeRawHTTP(cmd.Context(), body, os.Stdout)
+			return bench.ServeRawHTTP(cmd.Context(), body, os.Stdout, server)
 		},
 	}
+	cmd.Flags().StringVar(&server, "server", bench.RawServerNetHTTP, "net/http or h1")
+	return cmd
 }
 
 // rawHTTPServer is bench.Config.RawHTTPServer: this binary's hidden
 // raw-http-server command.
-func rawHTTPServer(ctx context.Context, page string) *exec.Cmd {
+func rawHTTPServer(ctx context.Context, page, server string) *exec.Cmd {
 	exe, err := os.Executable()
 	if err != nil {
 		exe = os.Args[0]
 	}
-	return exec.CommandContext(ctx, exe, "bench", "raw-http-server", page)
+	return exec.CommandContext(ctx, exe, "bench", "raw-http-server", "--server", server, page)
 }
 
 // runBench is `feed bench`; command is its command line, for the report.
