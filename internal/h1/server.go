@@ -346,6 +346,9 @@ func (c *conn) serveRequest() bool {
 		case c.lr.hit:
 			c.fail(http.StatusRequestHeaderFieldsTooLarge, "")
 		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed), isTimeout(err):
+		case strings.HasPrefix(err.Error(), "unsupported transfer encoding"):
+			// net/http's unsupportedTEError, unexported: 501 as it answers
+			c.fail(http.StatusNotImplemented, "")
 		default:
 			var ne *net.OpError
 			if !errors.As(err, &ne) {
