@@ -206,7 +206,9 @@ func TestUnreadBody(t *testing.T) {
 		t.Fatalf("the request after an unread body: %q", body)
 	}
 	big := maxDrainBytes + 10
-	go func() { _, _ = io.WriteString(rc.c, "POST /big HTTP/1.1\r\nHost: x\r\nContent-Length: "+strconv.Itoa(big)+"\r\n\r\n"+strings.Repeat("x", big)) }()
+	go func() {
+		_, _ = io.WriteString(rc.c, "POST /big HTTP/1.1\r\nHost: x\r\nContent-Length: "+strconv.Itoa(big)+"\r\n\r\n"+strings.Repeat("x", big))
+	}()
 	res, _ := rc.read("POST")
 	if !res.Close {
 		t.Fatal("a large unread body kept the connection open")
