@@ -38,10 +38,11 @@ type Report struct {
 	// RawPush is the raw cost of pushes like the mixed phase's, measured
 	// after it (nil without posts or baselines).
 	RawPush *RawPush `json:"rawPush,omitempty"`
-	// RawHTTP is the raw cost of serving the API's page over HTTP at the
-	// mixed phase's read rate (nil without reads, baselines or a server).
+	// RawHTTP is the raw cost of serving the API's page over HTTP with
+	// net/http's server at the mixed phase's read rate (nil without reads,
+	// baselines or a server).
 	RawHTTP *RawHTTP `json:"rawHttp,omitempty"`
-	// RawHTTPH1 is the same with internal/h1's server.
+	// RawHTTPH1 is the same with internal/h1's server, the API's default.
 	RawHTTPH1 *RawHTTP `json:"rawHttpH1,omitempty"`
 }
 
