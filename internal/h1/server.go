@@ -24,7 +24,8 @@
 // 100-continue, HEAD, a Content-Length computed for a gathered response
 // and a sniffed Content-Type when the handler sets none, chunked streaming
 // once the handler flushes or writes more than streamAfter bytes, Date,
-// Connection: close, 400/431/505 for requests it cannot serve, a
+// Connection: close, 400/417/431/501/505 for requests it cannot serve
+// (TestSameAnswersAsNetHTTP compares the answers byte for byte), a
 // recovered panic as 500, the four timeouts and a graceful Shutdown.
 package h1
 
