@@ -380,6 +380,13 @@ func (s *Server) ListenAndServe(ctx context.Context, onListen func(addr net.Addr
 	return s.Serve(ctx, ln)
 }
 
+// httpServer is what Serve needs of *http.Server and *h1.Server.
+type httpServer interface {
+	Serve(net.Listener) error
+	Shutdown(context.Context) error
+	Close() error
+}
+
 // Serve serves on ln until ctx is done, then shuts down gracefully: it stops
 // accepting, lets requests in flight finish for up to ShutdownTimeout, and
 // returns nil (or the shutdown's error if they did not finish). The server
@@ -389,13 +396,10 @@ func (s *Server) ListenAndServe(ctx context.Context, onListen func(addr net.Addr
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	errLog := slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)
 	base := func(net.Listener) context.Context { return context.WithoutCancel(ctx) }
-	var (
-		serve    func() error
-		shutdown func(context.Context) error
-		closeNow func() error
-	)
+	var hs httpServer
 	if s.cfg.HTTPServer == HTTPServerNetHTTP {
-		hs := &http.Server{
+		ln = oneShotListener{ln}
+		hs = &http.Server{
 			Handler:           s.handler,
 			ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
 			ReadTimeout:       s.cfg.ReadTimeout,
@@ -405,10 +409,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			BaseContext:       base,
 			ConnContext:       oneShotContext,
 		}
-		serve = func() error { return hs.Serve(oneShotListener{ln}) }
-		shutdown, closeNow = hs.Shutdown, hs.Close
 	} else {
-		hs := &h1.Server{
+		hs = &h1.Server{
 			Handler:           s.handler,
 			ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
 			ReadTimeout:       s.cfg.ReadTimeout,
@@ -417,11 +419,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			ErrorLog:          errLog,
 			BaseContext:       base,
 		}
-		serve = func() error { return hs.Serve(ln) }
-		shutdown, closeNow = hs.Shutdown, hs.Close
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- serve() }()
+	go func() { errc <- hs.Serve(ln) }()
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve http: %w", err)
@@ -429,8 +429,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
-	if err := shutdown(sctx); err != nil {
-		_ = closeNow()
+	if err := hs.Shutdown(sctx); err != nil {
+		_ = hs.Close()
 		return fmt.Errorf("shut down http: %w", err)
 	}
 	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -56,17 +56,15 @@ func ServeRawHTTP(ctx context.Context, body []byte, stdout *os.File, server stri
 		w.WriteHeader(http.StatusOK)
 		_, _ = w.Write(body)
 	})
-	var (
-		serve    func(net.Listener) error
-		closeNow func() error
-	)
+	var srv interface {
+		Serve(net.Listener) error
+		Close() error
+	}
 	switch server {
 	case RawServerNetHTTP:
-		srv := &http.Server{Handler: h}
-		serve, closeNow = srv.Serve, srv.Close
+		srv = &http.Server{Handler: h}
 	case RawServerH1:
-		srv := &h1.Server{Handler: h}
-		serve, closeNow = srv.Serve, srv.Close
+		srv = &h1.Server{Handler: h}
 	default:
 		return fmt.Errorf("raw HTTP server %q: want %s or %s", server, RawServerNetHTTP, RawServerH1)
 	}
@@ -77,9 +75,9 @@ func ServeRawHTTP(ctx context.Context, body []byte, stdout *os.File, server stri
 	fmt.Fprintf(stdout, "listening %s\n", ln.Addr())
 	go func() {
 		<-ctx.Done()
-		_ = closeNow()
+		_ = srv.Close()
 	}()
-	if err := serve(ln); !errors.Is(err, http.ErrServerClosed) {
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil

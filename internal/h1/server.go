@@ -424,9 +424,11 @@ func stack() []byte {
 	return buf[:runtime.Stack(buf, false)]
 }
 
-// check is what net/http refuses before calling a handler. (http.ReadRequest
-// has moved the Host header to req.Host and refused several; a Host header
-// that is present but empty counts as missing.)
+// check is what net/http refuses before calling a handler that
+// http.ReadRequest has not refused already (it has moved the Host header
+// to req.Host and refused several, and net/textproto has checked every
+// header value, but it keeps a name with a space as it came; a Host
+// header that is present but empty counts as missing).
 func check(req *http.Request) (string, int) {
 	if req.ProtoMajor != 1 {
 		return "", http.StatusHTTPVersionNotSupported
@@ -437,14 +439,9 @@ func check(req *http.Request) (string, int) {
 	if !httpguts.ValidHostHeader(req.Host) {
 		return "malformed Host header", http.StatusBadRequest
 	}
-	for k, vv := range req.Header {
+	for k := range req.Header {
 		if !httpguts.ValidHeaderFieldName(k) {
 			return "invalid header name", http.StatusBadRequest
-		}
-		for _, v := range vv {
-			if !httpguts.ValidHeaderFieldValue(v) {
-				return "invalid header value", http.StatusBadRequest
-			}
 		}
 	}
 	return "", 0
@@ -633,17 +630,6 @@ func (w *response) Write(p []byte) (int, error) {
 		return 0, w.err
 	}
 	return len(p), nil
-}
-
-// WriteString is Write without the copy to []byte.
-func (w *response) WriteString(s string) (int, error) {
-	if len(s) > 0 && w.wroteHeader && bodyAllowed(w.status) && w.req.Method != http.MethodHead &&
-		(w.declared < 0 || w.written+int64(len(s)) <= w.declared) && len(w.buf)+len(s) < streamAfter {
-		w.written += int64(len(s))
-		w.buf = append(w.buf, s...)
-		return len(s), nil
-	}
-	return w.Write([]byte(s))
 }
 
 // Flush sends the header and what the body has so far.
