@@ -112,6 +112,11 @@ func (lc *leanClient) get(ctx context.Context, fresh bool) (c *leanConn, reused 
 	}
 	if !lc.plain {
 		nc = rawsock.Wrap(nc)
+		if rc, ok := nc.(*rawsock.Conn); ok {
+			// The reads' arrival at the socket (doAt); without it they
+			// are timed when read.
+			_ = rc.StampReceives()
+		}
 	}
 	return &leanConn{c: nc, br: bufio.NewReaderSize(nc, 16<<10)}, false, nil
 }
@@ -147,17 +152,26 @@ func (lc *leanClient) closeIdle() {
 // another pooled one, which may be just as stale), as net/http does for
 // idempotent requests (here: GET only).
 func (lc *leanClient) do(ctx context.Context, method, path, auth, body string) (int, []byte, error) {
+	st, b, _, err := lc.doAt(ctx, method, path, auth, body)
+	return st, b, err
+}
+
+// doAt is do that also returns when the response's last bytes reached the
+// client's socket (the kernel's receive timestamp, rawsock.Conn.Arrived):
+// the zero Time with plain sockets or where the kernel gave none.
+func (lc *leanClient) doAt(ctx context.Context, method, path, auth, body string) (int, []byte, time.Time, error) {
 	if err := ctx.Err(); err != nil {
-		return 0, nil, err
+		return 0, nil, time.Time{}, err
 	}
 	for attempt := 0; ; attempt++ {
 		c, reused, err := lc.get(ctx, attempt > 0)
 		if err != nil {
-			return 0, nil, err
+			return 0, nil, time.Time{}, err
 		}
-		st, b, noResponse, err := lc.roundTrip(ctx, c, method, path, auth, body)
+		var arrived time.Time
+		st, b, noResponse, err := lc.roundTrip(ctx, c, method, path, auth, body, &arrived)
 		if err == nil {
-			return st, b, nil
+			return st, b, arrived, nil
 		}
 		_ = c.c.Close()
 		var ne net.Error
@@ -165,15 +179,16 @@ func (lc *leanClient) do(ctx context.Context, method, path, auth, body string) (
 		if attempt == 0 && reused && noResponse && !timeout && method == "GET" && ctx.Err() == nil {
 			continue
 		}
-		return 0, nil, err
+		return 0, nil, time.Time{}, err
 	}
 }
 
 // roundTrip writes the request on c and reads the response. noResponse
 // reports a failure before the status line arrived (a retry of a GET on a
 // new connection is then safe). On success c goes back to the pool unless
-// the server closes it; on failure the caller closes it.
-func (lc *leanClient) roundTrip(ctx context.Context, c *leanConn, method, path, auth, body string) (status int, b []byte, noResponse bool, err error) {
+// the server closes it, and *arrived is the response's arrival at the
+// socket (see doAt); on failure the caller closes it.
+func (lc *leanClient) roundTrip(ctx context.Context, c *leanConn, method, path, auth, body string, arrived *time.Time) (status int, b []byte, noResponse bool, err error) {
 	deadline := time.Now().Add(lc.timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
@@ -206,6 +221,11 @@ func (lc *leanClient) roundTrip(ctx context.Context, c *leanConn, method, path, 
 	status, b, keep, err := readResponse(c.br, method == "HEAD")
 	if err != nil {
 		return 0, nil, status == 0, err
+	}
+	if rc, ok := c.c.(*rawsock.Conn); ok {
+		// One request in flight a connection: the newest bytes read
+		// are the response's last.
+		*arrived = rc.Arrived()
 	}
 	if keep {
 		lc.put(c)

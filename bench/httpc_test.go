@@ -301,3 +301,49 @@ func BenchmarkClient(b *testing.B) {
 		}
 	})
 }
+
+// TestLeanClientArrival checks doAt's arrival time: none with plain
+// sockets; with raw ones, once the kernel stamps receives, a time within
+// the round trip. That it is the arrival and not the read,
+// internal/rawsock's TestStampReceives shows.
+func TestLeanClientArrival(t *testing.T) {
+	srv, _ := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "page")
+	})
+	plain, err := newLeanClient(srv.URL, 5*time.Second, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain.plain = true
+	defer plain.closeIdle()
+	if st, b, at, err := plain.doAt(context.Background(), "GET", "/", "", ""); err != nil || st != 200 || string(b) != "page" || !at.IsZero() {
+		t.Fatalf("plain: %d %q %v %v, want 200, page and no arrival time", st, b, at, err)
+	}
+
+	lc, err := newLeanClient(srv.URL, 5*time.Second, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lc.closeIdle()
+	var at time.Time
+	// The kernel turns its timestamping on in the background when the
+	// first socket asks for it: the first responses may carry none.
+	for tries := 0; at.IsZero(); tries++ {
+		if tries == 200 {
+			t.Fatal("no arrival time in 200 requests")
+		}
+		start := time.Now()
+		var st int
+		var b []byte
+		if st, b, at, err = lc.doAt(context.Background(), "GET", "/", "", ""); err != nil || st != 200 || string(b) != "page" {
+			t.Fatalf("%d %q %v", st, b, err)
+		}
+		done := time.Now()
+		if !at.IsZero() && (at.Before(start.Add(-time.Millisecond)) || at.After(done.Add(time.Millisecond))) {
+			t.Fatalf("arrived at %v, outside the round trip [%v, %v]", at.Format(time.StampMicro), start.Format(time.StampMicro), done.Format(time.StampMicro))
+		}
+		if at.IsZero() {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}

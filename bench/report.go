@@ -48,11 +48,17 @@ type Report struct {
 
 // Mixed is the mixed phase's measurements.
 type Mixed struct {
-	Seconds   float64 `json:"seconds"`
-	Reads     Summary `json:"reads"`
-	Posts     Summary `json:"posts"`
-	Follows   Summary `json:"follows"`
-	Unfollows Summary `json:"unfollows"`
+	Seconds float64 `json:"seconds"`
+	Reads   Summary `json:"reads"`
+	// ReadsAtSocket is the same reads timed from their start to their
+	// response's arrival at the load generator's socket (the kernel's
+	// receive timestamp): without the time the load generator took to
+	// run once the response was there. Only the reads the kernel stamped
+	// (nil with --plain-sockets).
+	ReadsAtSocket *Summary `json:"readsAtSocket,omitempty"`
+	Posts         Summary  `json:"posts"`
+	Follows       Summary  `json:"follows"`
+	Unfollows     Summary  `json:"unfollows"`
 	// WritesPerSec is posts, follows and unfollows per second together.
 	WritesPerSec float64 `json:"writesPerSecond"`
 	// PostToVisible: from the post's 201 at the client to the receipt of
@@ -151,6 +157,10 @@ func (r *Runner) summarizeMixed(rec *recorder, elapsed time.Duration, timeline [
 	m.readMs = latencies(rec.reads)
 	m.visibleMs = latencies(rec.visible)
 	m.Reads = Summarize(m.readMs, elapsed)
+	if len(rec.readsAtSocket) > 0 {
+		at := Summarize(latencies(rec.readsAtSocket), elapsed)
+		m.ReadsAtSocket = &at
+	}
 	m.Posts = Summarize(latencies(rec.posts), elapsed)
 	m.Follows = Summarize(latencies(rec.follows), elapsed)
 	m.Unfollows = Summarize(latencies(rec.unfollows), elapsed)
@@ -219,6 +229,9 @@ func (rep *Report) WriteTable(w io.Writer) {
 		fmt.Fprintf(w, "%-34s %10d %9.1f %9.2f %9.2f %9.2f %9.2f\n", name, s.Count, s.Rate, s.P50, s.P99, s.P999, s.Max)
 	}
 	row("feed read (HTTP, mixed)", m.Reads)
+	if m.ReadsAtSocket != nil {
+		row("  the same, at the socket", *m.ReadsAtSocket)
+	}
 	row("post (HTTP 201)", m.Posts)
 	row("follow (HTTP 204)", m.Follows)
 	row("unfollow (HTTP 204)", m.Unfollows)

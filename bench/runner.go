@@ -129,6 +129,7 @@ func New(cfg Config, pop *Population, tokens Tokens, deps Deps) (*Runner, error)
 type recorder struct {
 	mu                                        sync.Mutex
 	reads, posts, follows, unfollows, visible []sample
+	readsAtSocket                             []sample // reads timed to their response's arrival at the socket
 	errs                                      map[string]int64
 	lateStarts                                int64
 	probeReads                                atomic.Int64 // feed pages the probes read
@@ -199,6 +200,18 @@ func (r *Runner) do(ctx context.Context, method, path string, user int64, body s
 // readFeed reads user's first page; ok is a 200.
 func (r *Runner) readFeed(ctx context.Context, user int64) (int, []byte, error) {
 	return r.do(ctx, http.MethodGet, "/api/feed?limit=20", user, "")
+}
+
+// readFeedAt is readFeed that also returns when the response reached the
+// client's socket (leanClient.doAt): the zero Time without the lean
+// client's raw sockets or where the kernel stamped nothing.
+func (r *Runner) readFeedAt(ctx context.Context, user int64) (int, time.Time, error) {
+	if r.lean == nil {
+		st, _, err := r.readFeed(ctx, user)
+		return st, time.Time{}, err
+	}
+	st, _, at, err := r.lean.doAt(ctx, http.MethodGet, "/api/feed?limit=20", "Bearer "+r.tokens(user), "")
+	return st, at, err
 }
 
 // Activate gives every user a user_activity row of now and returns how
@@ -464,12 +477,16 @@ func (r *Runner) mixed(ctx context.Context) (*Mixed, error) {
 		case opRead:
 			u := r.pop.Readers[rng.IntN(len(r.pop.Readers))]
 			t := time.Now()
-			st, _, err := r.readFeed(ctx, u)
+			st, arrived, err := r.readFeedAt(ctx, u)
 			if err != nil || st != http.StatusOK {
 				rec.fail(errKind("read", st, err))
 				return
 			}
-			rec.add(&rec.reads, sample{at: t.Sub(start), ms: msOf(time.Since(t))})
+			done := time.Now()
+			rec.add(&rec.reads, sample{at: t.Sub(start), ms: msOf(done.Sub(t))})
+			if !arrived.IsZero() && !arrived.Before(t) && !arrived.After(done) {
+				rec.add(&rec.readsAtSocket, sample{at: t.Sub(start), ms: msOf(arrived.Sub(t))})
+			}
 		case opPost:
 			a := r.pop.Authors[rng.IntN(len(r.pop.Authors))]
 			n := idx.Add(1)

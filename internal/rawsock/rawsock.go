@@ -23,6 +23,11 @@
 // 5,000 reads/s fell to 0.59-0.66x. The API's connections, at two Ps,
 // were measured with it and gained nothing (docs/benchmarks.md, "Raw
 // socket calls"), so they keep Go's own calls.
+//
+// With StampReceives (Linux), reads are recvmsg(2) calls that also take
+// the kernel's receive timestamp of the data (Arrived): the load
+// generator times its reads to their responses' arrival at the socket
+// too, without its own wait to run.
 package rawsock
 
 import (
@@ -31,6 +36,7 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -46,6 +52,12 @@ type Conn struct {
 	wr  rawCall
 
 	readFn, writeFn func(fd uintptr) bool // c.read and c.write, bound once
+
+	// With receive timestamps on (StampReceives), reads are recvmsg(2)
+	// calls that also take the kernel's arrival time of the data read.
+	stamp   bool
+	oob     [64]byte // the control message of one recvmsg
+	arrived int64    // CLOCK_REALTIME ns of the last read's data; 0 if none
 }
 
 // rawCall is one call's arguments and results, kept in the Conn so that
@@ -102,6 +114,9 @@ func (c *Conn) Read(p []byte) (int, error) {
 }
 
 func (c *Conn) read(fd uintptr) bool {
+	if c.stamp {
+		return c.recvmsg(fd)
+	}
 	for {
 		n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&c.rd.p[0])), uintptr(len(c.rd.p)))
 		switch e {
@@ -117,6 +132,21 @@ func (c *Conn) read(fd uintptr) bool {
 			return true
 		}
 	}
+}
+
+// Arrived returns when the kernel received the data of the last Read that
+// returned any, with StampReceives on; the zero Time otherwise, and also
+// for data received before the kernel's timestamping was on (Linux turns
+// it on in the background once a first socket asks). Call it from the
+// goroutine that reads.
+func (c *Conn) Arrived() time.Time {
+	c.rmu.Lock()
+	ns := c.arrived
+	c.rmu.Unlock()
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
 }
 
 // Write writes all of p with raw write(2)s, parking on the poller while

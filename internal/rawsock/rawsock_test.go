@@ -201,3 +201,63 @@ func TestWrappedReadsAndWritesDoNotAllocate(t *testing.T) {
 		t.Fatalf("%.1f allocations a round trip; want 0", allocs)
 	}
 }
+
+// TestStampReceives checks that with receive timestamps on, Arrived is
+// when the data reached the socket, not when it was read: the read
+// comes 30 ms after the write, the stamp lies within the write's call
+// (on loopback the kernel delivers inside the sender's write), on every
+// read of a stream of messages; and that a socket without them reports
+// no time.
+func TestStampReceives(t *testing.T) {
+	c, srv := pair(t, "tcp", "127.0.0.1:0")
+	if !c.Arrived().IsZero() {
+		t.Fatal("a time before any read")
+	}
+	if err := c.StampReceives(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	// The kernel turns its timestamping on in the background when the
+	// first socket asks for it (net_enable_timestamp): until then reads
+	// carry no stamp.
+	for tries := 0; c.Arrived().IsZero(); tries++ {
+		if tries == 200 {
+			t.Fatal("no receive timestamp in 2 s")
+		}
+		if _, err := srv.Write([]byte("warm")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Read(buf); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for i := range 5 {
+		before := time.Now()
+		if _, err := srv.Write([]byte("message")); err != nil {
+			t.Fatal(err)
+		}
+		after := time.Now()
+		time.Sleep(30 * time.Millisecond)
+		n, err := c.Read(buf)
+		if err != nil || string(buf[:n]) != "message" {
+			t.Fatalf("read %q, %v", buf[:n], err)
+		}
+		got := c.Arrived()
+		const slack = time.Millisecond // the wall clock's reading around the stamp
+		if got.Before(before.Add(-slack)) || got.After(after.Add(slack)) {
+			t.Fatalf("message %d: arrived at %v, want within the write's call [%v, %v]", i, got.Format(time.StampMicro), before.Format(time.StampMicro), after.Format(time.StampMicro))
+		}
+	}
+
+	plain, srv2 := pair(t, "tcp", "127.0.0.1:0")
+	if _, err := srv2.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plain.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	if !plain.Arrived().IsZero() {
+		t.Fatal("a time without StampReceives")
+	}
+}
