@@ -168,11 +168,7 @@ func errKind(op string, status int, err error) string {
 // (httpc.go), or with Deps.HTTP when one is given.
 func (r *Runner) do(ctx context.Context, method, path string, user int64, body string) (int, []byte, error) {
 	if r.lean != nil {
-		auth := ""
-		if user > 0 {
-			auth = "Bearer " + r.tokens(user)
-		}
-		return r.lean.do(ctx, method, path, auth, body)
+		return r.lean.do(ctx, method, path, r.auth(user), body)
 	}
 	var rd io.Reader
 	if body != "" {
@@ -182,8 +178,8 @@ func (r *Runner) do(ctx context.Context, method, path string, user int64, body s
 	if err != nil {
 		return 0, nil, err
 	}
-	if user > 0 {
-		req.Header.Set("Authorization", "Bearer "+r.tokens(user))
+	if a := r.auth(user); a != "" {
+		req.Header.Set("Authorization", a)
 	}
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
@@ -195,6 +191,15 @@ func (r *Runner) do(ctx context.Context, method, path string, user int64, body s
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, b, err
+}
+
+// auth is the Authorization header of user's requests ("" for user 0:
+// none).
+func (r *Runner) auth(user int64) string {
+	if user <= 0 {
+		return ""
+	}
+	return "Bearer " + r.tokens(user)
 }
 
 // readFeed reads user's first page; ok is a 200.
@@ -210,7 +215,7 @@ func (r *Runner) readFeedAt(ctx context.Context, user int64) (int, time.Time, er
 		st, _, err := r.readFeed(ctx, user)
 		return st, time.Time{}, err
 	}
-	st, _, at, err := r.lean.doAt(ctx, http.MethodGet, "/api/feed?limit=20", "Bearer "+r.tokens(user), "")
+	st, _, at, err := r.lean.doAt(ctx, http.MethodGet, "/api/feed?limit=20", r.auth(user), "")
 	return st, at, err
 }
 
