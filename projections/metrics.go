@@ -75,6 +75,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	// Exported from zero on, so that a scrape right after a start (a
 	// benchmark's first, dividing CPU by entries delivered) finds it.
 	m.entriesVec.WithLabelValues(NameInbox)
+	for _, n := range Names() {
+		m.retries.WithLabelValues(n)
+	}
 	for _, s := range []string{"cache", "database", "uncached"} {
 		m.lists.WithLabelValues(s)
 	}

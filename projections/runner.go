@@ -154,6 +154,10 @@ func (r *Runner) Run(ctx context.Context) error {
 					return false
 				}
 				r.cfg.Metrics.retried(p.Name())
+				// A retry applies the whole message again: with a push
+				// half done, the entries already written are written
+				// twice (idempotent, but work), so each one is logged.
+				r.cfg.Logger.Warn("projectors: retrying a message", "projector", p.Name(), "group", group, "err", err)
 				return true
 			}),
 			recoverMiddleware,

@@ -1,8 +1,14 @@
 package projections_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -74,5 +80,91 @@ func TestIgnoredTypesAreNotDecoded(t *testing.T) {
 		case <-sctx.Done():
 			t.Fatalf("%s not on the poison topic", want)
 		}
+	}
+}
+
+// flaky fails the first attempt at the event fail names, then applies it.
+type flaky struct {
+	projections.Projector
+	fail     string
+	attempts atomic.Int32
+}
+
+func (f *flaky) Apply(ctx context.Context, env events.Envelope, ev events.Event) error {
+	if env.EventID == f.fail && f.attempts.Add(1) == 1 {
+		return fmt.Errorf("flaky on %s", env.EventID)
+	}
+	return f.Projector.Apply(ctx, env, ev)
+}
+
+// lockedBuffer is a bytes.Buffer for a logger written from several
+// goroutines.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// A message whose handler fails is retried in place and applied, and the
+// retry is logged at warn with the projector, its group and the error:
+// a retry applies the whole message again, so an operator must see it.
+func TestRetryIsLogged(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	rd := testenv.NewRedis(t)
+	b := kafkatest.Start(t)
+	topic := b.Topic(t, 1)
+	keys := readmodel.Keys{Prefix: rd.Prefix}
+	ps, err := projections.New(projections.Config{Keys: keys}, w.db.Pool, rd.Client, nil, projections.NamePosts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := w.user(true)
+	p := w.post(a)
+	f := &flaky{Projector: ps[0], fail: w.envs[len(w.envs)-1].EventID}
+	var logs lockedBuffer
+	r, err := projections.NewRunner(projections.RunnerConfig{Brokers: b.Addrs(), Topic: topic, GroupPrefix: topic + ".",
+		Logger:      slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		LagInterval: -1, RetryInitial: 5 * time.Millisecond}, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Go(t, "runner", r.Run)
+	b.PublishEvents(t, topic, w.envs...)
+	ctx := context.Background()
+	testenv.Eventually(t, 60*time.Second, "the post applied after its retry", func() bool {
+		return rd.Client.Exists(ctx, keys.Post(p)).Val() == 1
+	})
+	if n := f.attempts.Load(); n != 2 {
+		t.Fatalf("%d attempts at the failing event, want 2", n)
+	}
+	var retries []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if rec["msg"] == "projectors: retrying a message" {
+			retries = append(retries, rec)
+		}
+	}
+	if len(retries) != 1 {
+		t.Fatalf("%d retry records, want 1; logs:\n%s", len(retries), logs.String())
+	}
+	rec := retries[0]
+	if rec["level"] != "WARN" || rec["projector"] != projections.NamePosts || rec["group"] != topic+"."+ps[0].Group() ||
+		!strings.Contains(fmt.Sprint(rec["err"]), "flaky on "+f.fail) {
+		t.Fatalf("retry record %v", rec)
 	}
 }
