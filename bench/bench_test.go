@@ -894,6 +894,87 @@ func TestFollowerLists(t *testing.T) {
 	}
 }
 
+// The projectors' retries are read from their own counter (every
+// projector exported from zero) and counted over the phase.
+func TestProjectorRetries(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewPedanticRegistry()
+	if _, err := projections.NewMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	zero := parseMetrics(exposition(t, reg)).retries
+	if len(zero) != len(projections.Names()) {
+		t.Fatalf("retries from the projectors' exposition = %v, want every projector at 0", zero)
+	}
+	for _, n := range projections.Names() {
+		if v, ok := zero[n]; !ok || v != 0 {
+			t.Fatalf("retries of %s = %v, %v; want 0", n, v, ok)
+		}
+	}
+	text := "# TYPE feed_projection_retries_total counter\n" +
+		"feed_projection_retries_total{projector=\"inbox\"} 212\n" +
+		"feed_projection_retries_total{projector=\"posts\"} 3\n"
+	r := parseMetrics(strings.NewReader(text)).retries.since(retryCount{"inbox": 12, "posts": 3})
+	if len(r) != 2 || r["inbox"] != 200 || r["posts"] != 0 {
+		t.Fatalf("since = %v, want inbox 200, posts 0", r)
+	}
+	var out bytes.Buffer
+	writeRetries(&out, r)
+	if want := "projector retries (each applies a message again): inbox 200, posts 0\n"; out.String() != want {
+		t.Fatalf("printed %q, want %q", out.String(), want)
+	}
+	if parseMetrics(strings.NewReader("")).retries.since(zero) != nil {
+		t.Fatal("a figure without the counter at both ends")
+	}
+	out.Reset()
+	writeRetries(&out, nil)
+	if out.Len() != 0 {
+		t.Fatalf("printed %q without figures", out.String())
+	}
+}
+
+// A slow second is one whose read p99 is over the target; each is paired
+// with the sampler's point at its end, and the fan-out of the slow
+// seconds and of the others are their medians. The phase's last, empty
+// second is not counted.
+func TestSlowSeconds(t *testing.T) {
+	t.Parallel()
+	secs := []SecondPoint{
+		{Second: 0, Reads: 100, ReadP99: 2},
+		{Second: 1, Reads: 100, ReadP99: 40},
+		{Second: 2, Reads: 100, ReadP99: 3},
+		{Second: 3, Reads: 100, ReadP99: 12},
+		{Second: 4, Reads: 100, ReadP99: 10}, // at the target: not over it
+		{Second: 5, Reads: 0},
+	}
+	timeline := []TimePoint{
+		{T: 1.001, FanoutPerSec: 60_000},
+		{T: 2.002, FanoutPerSec: 130_000},
+		{T: 2.999, FanoutPerSec: 58_000},
+		{T: 4.0, FanoutPerSec: 110_000},
+		{T: 5.001, FanoutPerSec: 62_000},
+	}
+	got := slowSeconds(secs, timeline)
+	want := SlowSeconds{Count: 2, Seconds: 5, FanoutSlow: 120_000, FanoutOther: 60_000}
+	if *got != want {
+		t.Fatalf("slow seconds = %+v, want %+v", *got, want)
+	}
+	var out bytes.Buffer
+	writeSlowSeconds(&out, got)
+	if w := "seconds with a read p99 over 10 ms: 2 of 5; inbox entries/s in them (median) 120000, in the others 60000\n"; out.String() != w {
+		t.Fatalf("printed %q, want %q", out.String(), w)
+	}
+	// Without samples (no /metrics), only the count.
+	out.Reset()
+	writeSlowSeconds(&out, slowSeconds(secs, nil))
+	if w := "seconds with a read p99 over 10 ms: 2 of 5\n"; out.String() != w {
+		t.Fatalf("printed %q, want %q", out.String(), w)
+	}
+	if m := median([]float64{3, 1, 2, 10}); m != 2.5 {
+		t.Fatalf("median = %v, want 2.5", m)
+	}
+}
+
 // exposition is what reg's /metrics would serve: its families in the
 // Prometheus text format.
 func exposition(t *testing.T, reg prometheus.Gatherer) *bytes.Buffer {

@@ -111,6 +111,12 @@ type Mixed struct {
 	// follower lists over the same window (followerlists.go; nil when the
 	// API's /metrics has no such counter).
 	FollowerLists *FollowerLists `json:"followerLists,omitempty"`
+	// SlowSeconds counts the seconds whose read p99 was over the target,
+	// with the fan-out in them and in the others (slowseconds.go).
+	SlowSeconds *SlowSeconds `json:"slowSeconds,omitempty"`
+	// Retries is the projectors' handler retries over the same window as
+	// SystemCPU, by projector (nil when the API's /metrics has none).
+	Retries map[string]float64 `json:"projectorRetries,omitempty"`
 
 	readMs, visibleMs []float64
 }
@@ -186,6 +192,7 @@ func (r *Runner) summarizeMixed(rec *recorder, elapsed time.Duration, timeline [
 	for _, v := range rec.errs {
 		m.ErrorCount += v
 	}
+	m.SlowSeconds = slowSeconds(m.PerSecond, timeline)
 	return m
 }
 
@@ -292,6 +299,8 @@ func (rep *Report) WriteTable(w io.Writer) {
 	}
 	writeIOCalls(w, m.IOCalls)
 	writeFollowerLists(w, m.FollowerLists)
+	writeRetries(w, m.Retries)
+	writeSlowSeconds(w, m.SlowSeconds)
 	for _, h := range []*RawHTTP{rep.RawHTTP, rep.RawHTTPH1} {
 		if h == nil {
 			continue

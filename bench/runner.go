@@ -609,6 +609,7 @@ func (r *Runner) mixed(ctx context.Context) (*Mixed, error) {
 	}
 	m.IOCalls = sutAfter.ioSince(sutBefore, m.requests(), m.Delivered)
 	m.FollowerLists = sutAfter.lists.since(sutBefore.lists)
+	m.Retries = sutAfter.retries.since(sutBefore.retries)
 	return m, nil
 }
 
@@ -810,6 +811,7 @@ type scraped struct {
 	sched   *serverHist // the API's Go scheduling latency histogram; nil when absent
 	io      ioCount     // feed_process_io_syscalls_total of the API's process
 	lists   listCount   // feed_projection_follower_lists_total by source; nil when absent
+	retries retryCount  // feed_projection_retries_total by projector; nil when absent
 }
 
 // scrapeMetrics reads the API's /metrics (feed dev serves every role's
@@ -869,6 +871,7 @@ func parseMetrics(rd io.Reader) scraped {
 	out.sched = schedHist(families)
 	out.io = ioCountOf(families)
 	out.lists = listCountOf(families)
+	out.retries = retryCountOf(families)
 	return out
 }
 

@@ -31,6 +31,8 @@ type sutSnapshot struct {
 	// lists is the inbox projector's follower lists by source so far (the
 	// API's /metrics; nil: absent).
 	lists listCount
+	// retries is the projectors' handler retries so far (nil: absent).
+	retries retryCount
 }
 
 // backendsSQL lists the PostgreSQL backends of the benchmark's database:
@@ -43,7 +45,7 @@ const backendsSQL = `SELECT pid FROM pg_stat_activity WHERE datname = current_da
 func (r *Runner) sutCPU(ctx context.Context) sutSnapshot {
 	m := r.scrapeMetrics(ctx)
 	s := sutSnapshot{at: time.Now(), entries: m.entries, feed: m.cpu, redis: -1, reads: m.reads, sched: m.sched,
-		feedIO: m.io, redisIO: noIO, lists: m.lists}
+		feedIO: m.io, redisIO: noIO, lists: m.lists, retries: m.retries}
 	if r.deps.Redis != nil {
 		if d, err := redisinfo.CPU(ctx, r.deps.Redis); err == nil {
 			s.redis = d.Seconds()
