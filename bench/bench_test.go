@@ -935,8 +935,8 @@ func TestProjectorRetries(t *testing.T) {
 
 // A slow second is one whose read p99 is over the target; each is paired
 // with the sampler's point at its end, and the fan-out of the slow
-// seconds and of the others are their medians. The phase's last, empty
-// second is not counted.
+// seconds and of the others are their medians. A second without reads
+// is not counted.
 func TestSlowSeconds(t *testing.T) {
 	t.Parallel()
 	secs := []SecondPoint{
@@ -969,6 +969,11 @@ func TestSlowSeconds(t *testing.T) {
 	writeSlowSeconds(&out, slowSeconds(secs, nil))
 	if w := "seconds with a read p99 over 10 ms: 2 of 5\n"; out.String() != w {
 		t.Fatalf("printed %q, want %q", out.String(), w)
+	}
+	// Samples every 2 s: each covers the two seconds before it.
+	two := []TimePoint{{T: 2.001, FanoutPerSec: 100_000}, {T: 4.002, FanoutPerSec: 50_000}, {T: 6.0, FanoutPerSec: 40_000}}
+	if got := slowSeconds(secs, two); got.FanoutSlow != 75_000 || got.FanoutOther != 50_000 {
+		t.Fatalf("slow seconds over 2 s samples = %+v, want 75000 in them (100000 and 50000), 50000 in the others", *got)
 	}
 	if m := median([]float64{3, 1, 2, 10}); m != 2.5 {
 		t.Fatalf("median = %v, want 2.5", m)

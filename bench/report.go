@@ -192,7 +192,8 @@ func (r *Runner) summarizeMixed(rec *recorder, elapsed time.Duration, timeline [
 	for _, v := range rec.errs {
 		m.ErrorCount += v
 	}
-	m.SlowSeconds = slowSeconds(m.PerSecond, timeline)
+	// Whole seconds only: the last, partial one holds a few reads.
+	m.SlowSeconds = slowSeconds(m.PerSecond[:min(len(m.PerSecond), int(elapsed/time.Second))], timeline)
 	return m
 }
 

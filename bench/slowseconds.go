@@ -30,19 +30,23 @@ type SlowSeconds struct {
 }
 
 // slowSeconds pairs each second's reads with the sampler's point taken at
-// its end (a point at t covers the second before it).
+// its end: a point at t covers the seconds from the previous point's
+// (both rounded to whole seconds: the sampler ticks on the phase's clock).
 func slowSeconds(secs []SecondPoint, timeline []TimePoint) *SlowSeconds {
 	fanout := map[int]float64{}
+	prev := 0
 	for _, p := range timeline {
-		if s := int(math.Round(p.T)) - 1; s >= 0 && p.FanoutPerSec > 0 {
+		end := int(math.Round(p.T))
+		for s := prev; s < end && p.FanoutPerSec > 0; s++ {
 			fanout[s] = p.FanoutPerSec
 		}
+		prev = max(prev, end)
 	}
 	out := &SlowSeconds{}
 	var slow, other []float64
 	for _, s := range secs {
 		if s.Reads == 0 {
-			continue // (the phase's last, partial second)
+			continue
 		}
 		out.Seconds++
 		f, ok := fanout[s.Second]
