@@ -1,13 +1,11 @@
 package projections_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -97,25 +95,6 @@ func (f *flaky) Apply(ctx context.Context, env events.Envelope, ev events.Event)
 	return f.Projector.Apply(ctx, env, ev)
 }
 
-// lockedBuffer is a bytes.Buffer for a logger written from several
-// goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // A message whose handler fails is retried in place and applied, and the
 // retry is logged at warn with the projector, its group and the error:
 // a retry applies the whole message again, so an operator must see it.
@@ -133,7 +112,7 @@ func TestRetryIsLogged(t *testing.T) {
 	a := w.user(true)
 	p := w.post(a)
 	f := &flaky{Projector: ps[0], fail: w.envs[len(w.envs)-1].EventID}
-	var logs lockedBuffer
+	var logs testenv.SyncBuffer
 	r, err := projections.NewRunner(projections.RunnerConfig{Brokers: b.Addrs(), Topic: topic, GroupPrefix: topic + ".",
 		Logger:      slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		LagInterval: -1, RetryInitial: 5 * time.Millisecond}, f)
