@@ -996,3 +996,26 @@ func exposition(t *testing.T, reg prometheus.Gatherer) *bytes.Buffer {
 	}
 	return &buf
 }
+
+// A churner's follow goes to an author it does not follow yet, while one
+// is left: a repeated follow changes nothing, and every run draws the
+// same sequence. Only a churner who follows everyone repeats one.
+func TestFollowTarget(t *testing.T) {
+	t.Parallel()
+	authors := make([]int64, 50)
+	for i := range authors {
+		authors[i] = int64(i + 1)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	fl := []int64{}
+	for range 49 { // c = 7 follows every other author, one at a time
+		tg := followTarget(rng, authors, 7, fl)
+		if tg == 7 || slices.Contains(fl, tg) {
+			t.Fatalf("target %d with %d followed (%v)", tg, len(fl), fl)
+		}
+		fl = append(fl, tg)
+	}
+	if tg := followTarget(rng, authors, 7, fl); tg == 7 || !slices.Contains(fl, tg) {
+		t.Fatalf("with everyone followed, target %d: want an author followed already, not c", tg)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -626,9 +627,7 @@ func (r *Runner) churn(ctx context.Context, rec *recorder, rng *rand.Rand, start
 		r.pop.Following[c] = fl[:len(fl)-1]
 	} else {
 		op = opFollow
-		for target == 0 || target == c {
-			target = r.pop.Authors[rng.IntN(len(r.pop.Authors))]
-		}
+		target = followTarget(rng, r.pop.Authors, c, fl)
 		r.pop.Following[c] = append(fl, target)
 	}
 	r.churnMu.Unlock()
@@ -643,6 +642,32 @@ func (r *Runner) churn(ctx context.Context, rec *recorder, rng *rand.Rand, start
 		return
 	}
 	rec.add(dst, sample{at: t.Sub(start), ms: msOf(time.Since(t))})
+}
+
+// followTarget picks an author for c to follow: not c, and not one c
+// follows already (fl) while others are left, so that a follow changes
+// the graph as an unfollow does. Every run draws the same sequence (the
+// seed is fixed), so a pick among all authors would mostly repeat the
+// follows of the runs before, which changed nothing, while the unfollows
+// kept removing: the graph shrank run after run, and with it the authors
+// near the celebrity threshold.
+func followTarget(rng *rand.Rand, authors []int64, c int64, fl []int64) int64 {
+	for range 64 {
+		t := authors[rng.IntN(len(authors))]
+		if t != c && !slices.Contains(fl, t) {
+			return t
+		}
+	}
+	for _, t := range authors { // (c follows nearly everyone)
+		if t != c && !slices.Contains(fl, t) {
+			return t
+		}
+	}
+	for { // (c follows everyone: a repeated follow, which changes nothing)
+		if t := authors[rng.IntN(len(authors))]; t != c {
+			return t
+		}
+	}
 }
 
 // probe polls watcher's feed until the post shows up. The latency is from
