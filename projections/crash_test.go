@@ -154,16 +154,9 @@ func testCrashMidFanout(t *testing.T, layout string) {
 // and the group, and the partition moves on.
 func TestPoisonQueue(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
-	rd := testenv.NewRedis(t)
-	b := kafkatest.Start(t)
-	topic := b.Topic(t, 1)
-	keys := readmodel.Keys{Prefix: rd.Prefix}
-	ps, err := projections.New(projections.Config{Keys: keys}, w.db.Pool, rd.Client, nil, projections.NamePosts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runProjectors(t, b.Addrs(), topic, ps)
+	rig := newPostsRig(t)
+	w, rd, b, topic, keys := rig.w, rig.rd, rig.b, rig.topic, rig.keys
+	runProjectors(t, b.Addrs(), topic, []projections.Projector{rig.posts})
 	a := w.user(true)
 	p := w.post(a)
 	bad := kafkatest.EventMessage(t, w.envs[1])

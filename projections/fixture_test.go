@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/feedco/feed/events"
+	"github.com/feedco/feed/internal/kafka/kafkatest"
 	"github.com/feedco/feed/internal/snowflake"
 	"github.com/feedco/feed/internal/testenv"
 	"github.com/feedco/feed/projections"
@@ -34,6 +35,31 @@ type world struct {
 	envs  []events.Envelope
 	pos   int64
 	clock time.Time
+}
+
+// postsRig is the posts projector over a world, a Redis and a broker of
+// its own, with a topic of one partition: the setting of the runner's
+// tests of what becomes of one message.
+type postsRig struct {
+	w     *world
+	rd    *testenv.Redis
+	b     *kafkatest.Broker
+	topic string
+	keys  readmodel.Keys
+	posts projections.Projector
+}
+
+func newPostsRig(t *testing.T) postsRig {
+	t.Helper()
+	r := postsRig{w: newWorld(t), rd: testenv.NewRedis(t), b: kafkatest.Start(t)}
+	r.topic = r.b.Topic(t, 1)
+	r.keys = readmodel.Keys{Prefix: r.rd.Prefix}
+	ps, err := projections.New(projections.Config{Keys: r.keys}, r.w.db.Pool, r.rd.Client, nil, projections.NamePosts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.posts = ps[0]
+	return r
 }
 
 func newWorld(t testing.TB) *world {

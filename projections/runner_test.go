@@ -17,7 +17,6 @@ import (
 	"github.com/feedco/feed/internal/kafka/kafkatest"
 	"github.com/feedco/feed/internal/testenv"
 	"github.com/feedco/feed/projections"
-	"github.com/feedco/feed/readmodel"
 )
 
 // A projector that ignores a type (Selective) acknowledges its messages
@@ -27,19 +26,12 @@ import (
 // messages after them are applied.
 func TestIgnoredTypesAreNotDecoded(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
-	rd := testenv.NewRedis(t)
-	b := kafkatest.Start(t)
-	topic := b.Topic(t, 1)
-	keys := readmodel.Keys{Prefix: rd.Prefix}
-	ps, err := projections.New(projections.Config{Keys: keys}, w.db.Pool, rd.Client, nil, projections.NamePosts)
-	if err != nil {
-		t.Fatal(err)
+	rig := newPostsRig(t)
+	w, rd, b, topic, keys := rig.w, rig.rd, rig.b, rig.topic, rig.keys
+	if sel, ok := rig.posts.(projections.Selective); !ok || !sel.Ignores(events.TypeFollowed) || sel.Ignores(events.TypePostCreated) || sel.Ignores("user.renamed.v1") {
+		t.Fatalf("the posts projector must ignore follows only among the types asked (%T)", rig.posts)
 	}
-	if sel, ok := ps[0].(projections.Selective); !ok || !sel.Ignores(events.TypeFollowed) || sel.Ignores(events.TypePostCreated) || sel.Ignores("user.renamed.v1") {
-		t.Fatalf("the posts projector must ignore follows only among the types asked (%T)", ps[0])
-	}
-	runProjectors(t, b.Addrs(), topic, ps)
+	runProjectors(t, b.Addrs(), topic, []projections.Projector{rig.posts})
 	a := w.user(true)
 	p := w.post(a)
 	garbage := []byte(`{"type":`)
@@ -100,18 +92,11 @@ func (f *flaky) Apply(ctx context.Context, env events.Envelope, ev events.Event)
 // a retry applies the whole message again, so an operator must see it.
 func TestRetryIsLogged(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
-	rd := testenv.NewRedis(t)
-	b := kafkatest.Start(t)
-	topic := b.Topic(t, 1)
-	keys := readmodel.Keys{Prefix: rd.Prefix}
-	ps, err := projections.New(projections.Config{Keys: keys}, w.db.Pool, rd.Client, nil, projections.NamePosts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rig := newPostsRig(t)
+	w, rd, b, topic, keys := rig.w, rig.rd, rig.b, rig.topic, rig.keys
 	a := w.user(true)
 	p := w.post(a)
-	f := &flaky{Projector: ps[0], fail: w.envs[len(w.envs)-1].EventID}
+	f := &flaky{Projector: rig.posts, fail: w.envs[len(w.envs)-1].EventID}
 	var logs testenv.SyncBuffer
 	r, err := projections.NewRunner(projections.RunnerConfig{Brokers: b.Addrs(), Topic: topic, GroupPrefix: topic + ".",
 		Logger:      slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
@@ -142,7 +127,7 @@ func TestRetryIsLogged(t *testing.T) {
 		t.Fatalf("%d retry records, want 1; logs:\n%s", len(retries), logs.String())
 	}
 	rec := retries[0]
-	if rec["level"] != "WARN" || rec["projector"] != projections.NamePosts || rec["group"] != topic+"."+ps[0].Group() ||
+	if rec["level"] != "WARN" || rec["projector"] != projections.NamePosts || rec["group"] != topic+"."+rig.posts.Group() ||
 		!strings.Contains(fmt.Sprint(rec["err"]), "flaky on "+f.fail) {
 		t.Fatalf("retry record %v", rec)
 	}
