@@ -24,7 +24,7 @@ import (
 	"github.com/feedco/feed/events"
 	"github.com/feedco/feed/internal/auth"
 	"github.com/feedco/feed/internal/snowflake"
-	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/testkit/testenv"
 	"github.com/feedco/feed/queries"
 )
 

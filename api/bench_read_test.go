@@ -42,7 +42,7 @@ import (
 	"github.com/feedco/feed/internal/auth"
 	"github.com/feedco/feed/internal/redisinfo"
 	"github.com/feedco/feed/internal/snowflake"
-	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/testkit/testenv"
 	"github.com/feedco/feed/queries"
 	"github.com/feedco/feed/readmodel"
 )

@@ -24,7 +24,7 @@ import (
 	"github.com/feedco/feed/commands"
 	"github.com/feedco/feed/internal/auth"
 	"github.com/feedco/feed/internal/snowflake"
-	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // benchClients is the number of concurrent clients of both measurements.

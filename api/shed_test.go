@@ -20,7 +20,7 @@ import (
 
 	"github.com/feedco/feed/api"
 	"github.com/feedco/feed/commands"
-	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/testkit/testenv"
 	"github.com/feedco/feed/queries"
 	"github.com/feedco/feed/readmodel"
 )

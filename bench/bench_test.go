@@ -29,7 +29,7 @@ import (
 	"github.com/feedco/feed/events"
 	"github.com/feedco/feed/internal/procio"
 	"github.com/feedco/feed/internal/schedlat"
-	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/testkit/testenv"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/seed"
 )

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 const rawHTTPChildEnv = "FEED_BENCH_RAW_HTTP_CHILD"

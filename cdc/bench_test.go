@@ -5,7 +5,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/feedco/feed/internal/kafka"
-	"github.com/feedco/feed/internal/kafka/kafkatest"
+	"github.com/feedco/feed/testkit/kafkatest"
 	"os"
 	"slices"
 	"strconv"
@@ -18,7 +18,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // nopPublisher acknowledges at once: the baseline that measures the slot

@@ -14,7 +14,7 @@ import (
 
 	"github.com/feedco/feed/events"
 	"github.com/feedco/feed/internal/kafka"
-	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // Every committed event arrives, with the message contract of

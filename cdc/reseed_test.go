@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/feedco/feed/events"
-	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // A reseed refills a new, empty topic from position 1 while writers keep

@@ -14,7 +14,7 @@ import (
 	"github.com/feedco/feed/commands"
 	"github.com/feedco/feed/events"
 	"github.com/feedco/feed/internal/snowflake"
-	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 type bundle struct {

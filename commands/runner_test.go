@@ -11,7 +11,7 @@ import (
 
 	"github.com/feedco/feed/commands"
 	"github.com/feedco/feed/internal/snowflake"
-	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // killingDB terminates the backend of a transaction with

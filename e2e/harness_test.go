@@ -10,7 +10,7 @@ import (
 
 	"github.com/feedco/feed/api"
 	"github.com/feedco/feed/internal/auth"
-	"github.com/feedco/feed/internal/systest"
+	"github.com/feedco/feed/testkit/systest"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/status"
 )

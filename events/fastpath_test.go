@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // TestAudienceFastPath: for every current event type, the fast path reads

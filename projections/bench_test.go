@@ -17,8 +17,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/feedco/feed/internal/kafka/kafkatest"
-	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/testkit/kafkatest"
+	"github.com/feedco/feed/testkit/testenv"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/readmodel"
 )

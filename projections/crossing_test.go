@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/feedco/feed/events"
-	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/testkit/testenv"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/readmodel"
 )

@@ -18,9 +18,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/feedco/feed/events"
-	"github.com/feedco/feed/internal/kafka/kafkatest"
+	"github.com/feedco/feed/testkit/kafkatest"
 	"github.com/feedco/feed/internal/snowflake"
-	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/testkit/testenv"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/readmodel"
 )

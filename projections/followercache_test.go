@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/feedco/feed/events"
-	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/testkit/testenv"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/readmodel"
 )

@@ -9,7 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/feedco/feed/internal/kafka"
-	"github.com/feedco/feed/internal/kafka/kafkatest"
+	"github.com/feedco/feed/testkit/kafkatest"
 	"github.com/feedco/feed/projections"
 )
 

@@ -12,8 +12,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/feedco/feed/events"
-	"github.com/feedco/feed/internal/kafka/kafkatest"
-	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/testkit/kafkatest"
+	"github.com/feedco/feed/testkit/testenv"
 	"github.com/feedco/feed/projections"
 )
 

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/feedco/feed/events"
-	"github.com/feedco/feed/internal/kafka/kafkatest"
-	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/testkit/kafkatest"
+	"github.com/feedco/feed/testkit/testenv"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/readmodel"
 )

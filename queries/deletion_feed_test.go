@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // knowsDeleted reports whether the post cache learnt id's deletion from the

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // A read writes the user's activity and moves their inbox's expiry to

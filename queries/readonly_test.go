@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // A ReadOnly Feed changes nothing: a cold reader's page comes from

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/testkit/testenv"
 	"github.com/feedco/feed/readmodel"
 )
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // builtChunk is an InboxChunk over inboxes computed beforehand.

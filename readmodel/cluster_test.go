@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // TestScriptKeysShareASlot asks the cluster (CLUSTER KEYSLOT) for the slot

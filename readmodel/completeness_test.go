@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // apply runs one follow-pair event through the projector's scripts.

@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 func applyMute(t *testing.T, rdb redis.UniversalClient, m Follows, muter, muted, version int64) {

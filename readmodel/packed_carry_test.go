@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // pipelineCounter counts the pipelines a client sends, but for the set-up

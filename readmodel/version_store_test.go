@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // The first projector to start records its fan-out policy with the active

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/feedco/feed/commands"
-	"github.com/feedco/feed/internal/systest"
+	"github.com/feedco/feed/testkit/systest"
 	"github.com/feedco/feed/readmodel"
 )
 

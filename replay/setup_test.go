@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/feedco/feed/events"
-	"github.com/feedco/feed/internal/kafka/kafkatest"
-	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/testkit/kafkatest"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")

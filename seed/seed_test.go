@@ -12,7 +12,7 @@ import (
 	"github.com/feedco/feed/events"
 	"github.com/feedco/feed/internal/progress"
 	"github.com/feedco/feed/internal/snowflake"
-	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 var testEnd = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)

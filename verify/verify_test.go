@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/feedco/feed/commands"
-	"github.com/feedco/feed/internal/systest"
-	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/testkit/systest"
+	"github.com/feedco/feed/testkit/testenv"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/readmodel"
 	"github.com/feedco/feed/verify"

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // TestEventsCommand runs `feed events` in-process over a database holding

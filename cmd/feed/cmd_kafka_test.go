@@ -14,7 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/feedco/feed/internal/kafka"
-	"github.com/feedco/feed/internal/kafka/kafkatest"
+	"github.com/feedco/feed/testkit/kafkatest"
 )
 
 // `feed kafka --brokers 3` with SASL and TLS runs three secured brokers;

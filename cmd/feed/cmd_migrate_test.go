@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // `feed migrate` creates CDC's replication slot and its progress row on

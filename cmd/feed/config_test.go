@@ -13,7 +13,7 @@ import (
 
 	"github.com/feedco/feed/api"
 	"github.com/feedco/feed/internal/kafka"
-	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/testkit/testenv"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/readmodel"
 )

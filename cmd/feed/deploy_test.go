@@ -24,8 +24,8 @@ import (
 
 	"github.com/feedco/feed/cdc"
 	"github.com/feedco/feed/internal/kafka"
-	"github.com/feedco/feed/internal/kafka/kafkatest"
-	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/testkit/kafkatest"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // The deployment files of deploy/ (docs/operations.md): the alert rules

@@ -9,7 +9,7 @@ import (
 
 	"github.com/feedco/feed/commands"
 	"github.com/feedco/feed/internal/snowflake"
-	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // devProcess is a `feed dev` a test runs in-process on a database and a

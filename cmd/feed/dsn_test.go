@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // redactDSN hides every password, in URL and keyword form, and keeps the

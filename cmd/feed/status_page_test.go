@@ -22,7 +22,7 @@ import (
 
 	"github.com/feedco/feed/commands"
 	"github.com/feedco/feed/internal/kafka"
-	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // statusPNG, when set, is where TestStatusPageInChromium saves its

@@ -11,7 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/feedco/feed/internal/kafka"
-	"github.com/feedco/feed/internal/kafka/kafkatest"
+	"github.com/feedco/feed/testkit/kafkatest"
 )
 
 // Messages published through watermill with one key land on one partition,

@@ -14,7 +14,7 @@ import (
 
 	"github.com/feedco/feed/events"
 	"github.com/feedco/feed/internal/kafka"
-	"github.com/feedco/feed/internal/kafka/kafkatest"
+	"github.com/feedco/feed/testkit/kafkatest"
 	"github.com/feedco/feed/replay"
 )
 

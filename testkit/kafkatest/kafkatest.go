@@ -16,7 +16,7 @@ import (
 
 	"github.com/feedco/feed/events"
 	"github.com/feedco/feed/internal/kafka"
-	"github.com/feedco/feed/internal/testenv"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // Broker is a test's embedded broker.

@@ -87,7 +87,7 @@ var keyFragments = []string{
 // names a Redis key prefix or a sentinel, or holds a Lua script.
 func TestOnlyReadModelSpellsKeys(t *testing.T) {
 	for _, f := range repoFiles(t) {
-		if f.test || under(f.dir, "readmodel") || under(f.dir, "internal/archtest") {
+		if f.test || under(f.dir, "readmodel") || under(f.dir, "testkit/archtest") {
 			continue
 		}
 		ast.Inspect(f.ast, func(n ast.Node) bool {
@@ -138,7 +138,7 @@ var envReaders = map[string]bool{
 // variable that tells the child its role).
 func TestOnlyCmdReadsEnvironment(t *testing.T) {
 	for _, f := range repoFiles(t) {
-		if f.test || under(f.dir, "cmd") || under(f.dir, "internal/testenv") {
+		if f.test || under(f.dir, "cmd") || under(f.dir, "testkit") {
 			continue
 		}
 		osName := importName(f.ast, "os")
@@ -207,6 +207,28 @@ func TestImportRules(t *testing.T) {
 					}
 					t.Errorf("%s imports %s: %s", f.path, p, r.why)
 				}
+			}
+		}
+	}
+}
+
+// TestProductDoesNotImportTestSupport fails when a product package (any
+// non-test file outside testkit/) imports the test tree, or when any file
+// of the product module imports the benchmark's module: the binary ships
+// the product only.
+func TestProductDoesNotImportTestSupport(t *testing.T) {
+	for _, f := range repoFiles(t) {
+		for _, imp := range f.ast.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			dep, ok := strings.CutPrefix(p, module+"/")
+			if !ok {
+				continue
+			}
+			if under(dep, "testkit") && !f.test && !under(f.dir, "testkit") {
+				t.Errorf("%s imports %s: the test tree is for tests only", f.path, p)
+			}
+			if under(dep, "bench") && !under(f.dir, "bench") {
+				t.Errorf("%s imports %s: the benchmark is a module of its own, beside the product", f.path, p)
 			}
 		}
 	}
