@@ -24,12 +24,12 @@ import (
 	"github.com/feedco/feed/cdc"
 	"github.com/feedco/feed/commands"
 	"github.com/feedco/feed/internal/kafka"
-	"github.com/feedco/feed/testkit/kafkatest"
 	"github.com/feedco/feed/internal/snowflake"
-	"github.com/feedco/feed/testkit/testenv"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/queries"
 	"github.com/feedco/feed/readmodel"
+	"github.com/feedco/feed/testkit/kafkatest"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // Config is what differs between the suites that start a system.
