@@ -24,8 +24,8 @@ import (
 	"github.com/feedco/feed/events"
 	"github.com/feedco/feed/internal/auth"
 	"github.com/feedco/feed/internal/snowflake"
-	"github.com/feedco/feed/testkit/testenv"
 	"github.com/feedco/feed/queries"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 const secret = "test-secret-at-least-16-bytes"

@@ -42,9 +42,9 @@ import (
 	"github.com/feedco/feed/internal/auth"
 	"github.com/feedco/feed/internal/redisinfo"
 	"github.com/feedco/feed/internal/snowflake"
-	"github.com/feedco/feed/testkit/testenv"
 	"github.com/feedco/feed/queries"
 	"github.com/feedco/feed/readmodel"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 var (

@@ -15,9 +15,9 @@ import (
 
 	"github.com/feedco/feed/api"
 	"github.com/feedco/feed/commands"
-	"github.com/feedco/feed/testkit/testenv"
 	"github.com/feedco/feed/queries"
 	"github.com/feedco/feed/readmodel"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // With Redis killed: the home feed is 200 from PostgreSQL with

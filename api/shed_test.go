@@ -20,9 +20,9 @@ import (
 
 	"github.com/feedco/feed/api"
 	"github.com/feedco/feed/commands"
-	"github.com/feedco/feed/testkit/testenv"
 	"github.com/feedco/feed/queries"
 	"github.com/feedco/feed/readmodel"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // send is do for any goroutine: it returns the error instead of failing

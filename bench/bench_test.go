@@ -29,9 +29,9 @@ import (
 	"github.com/feedco/feed/events"
 	"github.com/feedco/feed/internal/procio"
 	"github.com/feedco/feed/internal/schedlat"
-	"github.com/feedco/feed/testkit/testenv"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/seed"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // TestPollWait: a probe polls every base interval until the 5% rule is

@@ -10,9 +10,9 @@ import (
 
 	"github.com/feedco/feed/api"
 	"github.com/feedco/feed/internal/auth"
-	"github.com/feedco/feed/testkit/systest"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/status"
+	"github.com/feedco/feed/testkit/systest"
 )
 
 // policies are the knobs of the system under test. They are set low so a

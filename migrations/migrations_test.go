@@ -6,8 +6,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/feedco/feed/testkit/testenv"
 	"github.com/feedco/feed/migrations"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // Versions may have gaps (a number reserved by a change written

@@ -8,9 +8,9 @@ import (
 	"testing"
 
 	"github.com/feedco/feed/events"
-	"github.com/feedco/feed/testkit/testenv"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/readmodel"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // snapshotXmax is the horizon a rebuild takes: every transaction below it

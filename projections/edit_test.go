@@ -7,9 +7,9 @@ import (
 
 	"github.com/feedco/feed/events"
 	"github.com/feedco/feed/internal/snowflake"
-	"github.com/feedco/feed/testkit/testenv"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/readmodel"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // Edits change the post cache's body and nothing else: the inboxes and

@@ -7,9 +7,9 @@ import (
 	"testing"
 
 	"github.com/feedco/feed/events"
-	"github.com/feedco/feed/testkit/testenv"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/readmodel"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // inboxKeyOf is the key of user's inbox in layout (a packed inbox's

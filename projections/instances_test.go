@@ -6,9 +6,9 @@ import (
 	"testing"
 
 	"github.com/feedco/feed/events"
-	"github.com/feedco/feed/testkit/testenv"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/readmodel"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // TestFollowersLateEventOfAMovedPartition plays what two projector

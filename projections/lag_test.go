@@ -9,8 +9,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/feedco/feed/internal/kafka"
-	"github.com/feedco/feed/testkit/kafkatest"
 	"github.com/feedco/feed/projections"
+	"github.com/feedco/feed/testkit/kafkatest"
 )
 
 // A consumer group that never committed (not even created yet) lags by

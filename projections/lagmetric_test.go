@@ -12,9 +12,9 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/feedco/feed/events"
+	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/testkit/kafkatest"
 	"github.com/feedco/feed/testkit/testenv"
-	"github.com/feedco/feed/projections"
 )
 
 // versioned is a projector of one name at a given version (its consumer

@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/feedco/feed/events"
-	"github.com/feedco/feed/testkit/kafkatest"
-	"github.com/feedco/feed/testkit/testenv"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/readmodel"
+	"github.com/feedco/feed/testkit/kafkatest"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // broken fails every event in bad while on is set: the cause of a poison

@@ -14,9 +14,9 @@ import (
 
 	"github.com/feedco/feed/events"
 	"github.com/feedco/feed/internal/kafka"
+	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/testkit/kafkatest"
 	"github.com/feedco/feed/testkit/testenv"
-	"github.com/feedco/feed/projections"
 )
 
 // A projector that ignores a type (Selective) acknowledges its messages

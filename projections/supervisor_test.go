@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/feedco/feed/testkit/testenv"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/readmodel"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // A supervisor whose database has no active version for a projection

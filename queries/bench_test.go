@@ -13,8 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/feedco/feed/internal/redisinfo"
-	"github.com/feedco/feed/testkit/testenv"
 	"github.com/feedco/feed/readmodel"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // benchData seeds 200 readers who follow 50 authors (2 of them

@@ -6,8 +6,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/feedco/feed/testkit/testenv"
 	"github.com/feedco/feed/readmodel"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // After Redis loses everything (a FLUSHDB, a restart without persistence)

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/feedco/feed/testkit/testenv"
 	"github.com/feedco/feed/readmodel"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // base is a millisecond well outside OwnPostsWindow, so tests choose when

@@ -20,8 +20,8 @@ import (
 
 	"github.com/feedco/feed/events"
 	"github.com/feedco/feed/internal/snowflake"
-	"github.com/feedco/feed/testkit/testenv"
 	"github.com/feedco/feed/readmodel"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // bundle is the thing under test and its collaborators: a fresh database,

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/feedco/feed/testkit/testenv"
 	"github.com/feedco/feed/readmodel"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // TestPullSideFollowsVersionSwitch: the celebrity set and the celebrities'

@@ -10,10 +10,10 @@ import (
 
 	"github.com/feedco/feed/commands"
 	"github.com/feedco/feed/events"
-	"github.com/feedco/feed/testkit/systest"
-	"github.com/feedco/feed/testkit/testenv"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/readmodel"
+	"github.com/feedco/feed/testkit/systest"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // bandPolicies are policies with a celebrity band: an author becomes a

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/feedco/feed/commands"
-	"github.com/feedco/feed/testkit/systest"
 	"github.com/feedco/feed/readmodel"
+	"github.com/feedco/feed/testkit/systest"
 )
 
 // TestRebuildInboxIntoPackedUnderLoad moves a deployment from sorted-set

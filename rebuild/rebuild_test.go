@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/feedco/feed/testkit/testenv"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/readmodel"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // TestRebuildAllUnderLoad rebuilds every projection while writers and

@@ -15,11 +15,11 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/feedco/feed/commands"
-	"github.com/feedco/feed/testkit/systest"
-	"github.com/feedco/feed/testkit/testenv"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/queries"
 	"github.com/feedco/feed/readmodel"
+	"github.com/feedco/feed/testkit/systest"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // The whole pipeline (systest) with the projectors under a Supervisor, so

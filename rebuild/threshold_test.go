@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/feedco/feed/commands"
-	"github.com/feedco/feed/testkit/systest"
 	"github.com/feedco/feed/readmodel"
+	"github.com/feedco/feed/testkit/systest"
 )
 
 // TestRebuildCelebrityThresholdUnderLoad changes the celebrity threshold

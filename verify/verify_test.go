@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/feedco/feed/commands"
-	"github.com/feedco/feed/testkit/systest"
-	"github.com/feedco/feed/testkit/testenv"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/readmodel"
+	"github.com/feedco/feed/testkit/systest"
+	"github.com/feedco/feed/testkit/testenv"
 	"github.com/feedco/feed/verify"
 )
 

@@ -10,9 +10,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/feedco/feed/internal/kafka"
+	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/testkit/kafkatest"
 	"github.com/feedco/feed/testkit/testenv"
-	"github.com/feedco/feed/projections"
 )
 
 // `feed poison` against a real broker and PostgreSQL: list, show (JSON),

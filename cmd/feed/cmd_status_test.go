@@ -10,9 +10,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/feedco/feed/testkit/testenv"
 	"github.com/feedco/feed/readmodel"
 	"github.com/feedco/feed/status"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // The CDC section of `feed status` says when the slot is missing, and

@@ -13,9 +13,9 @@ import (
 
 	"github.com/feedco/feed/api"
 	"github.com/feedco/feed/internal/kafka"
-	"github.com/feedco/feed/testkit/testenv"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/readmodel"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // FEED_FOLLOWER_CACHE_ROWS reaches the inbox projector's follower cache:

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/feedco/feed/testkit/testenv"
 	"github.com/feedco/feed/readmodel"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // The inbox policy belongs to the active version: a fresh deployment's

@@ -14,8 +14,8 @@ import (
 
 	"github.com/feedco/feed/events"
 	"github.com/feedco/feed/internal/kafka"
-	"github.com/feedco/feed/testkit/kafkatest"
 	"github.com/feedco/feed/replay"
+	"github.com/feedco/feed/testkit/kafkatest"
 )
 
 const (
