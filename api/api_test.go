@@ -743,10 +743,10 @@ func TestSharedRegistry(t *testing.T) {
 	}
 }
 
-// GET /api/feed is served without mux (the hot path): the same answers,
-// ids and metrics as the routes mux serves, and mux still answers the
-// other methods and paths near it.
-func TestFeedHotPath(t *testing.T) {
+// GET /api/feed goes through mux like every route: request ids, the
+// route's metrics labels, and mux's 405 and 404 for the methods and paths
+// near it.
+func TestFeedRoute(t *testing.T) {
 	t.Parallel()
 	e := setup(t, options{tweak: func(d *api.Deps) { d.Feed = &stubFeed{} }})
 	e.user(t, 7)

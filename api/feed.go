@@ -118,7 +118,7 @@ func (s *Server) page(w http.ResponseWriter, r *http.Request, read func(ctx cont
 	}
 	buf := pageBuffers.Get().(*[]byte)
 	b := p.AppendJSON((*buf)[:0])
-	writeOneShot(w, r, http.StatusOK, b)
+	writeRaw(w, http.StatusOK, b)
 	if cap(b) <= 64<<10 { // do not keep a rare huge page's buffer
 		*buf = b
 		pageBuffers.Put(buf)

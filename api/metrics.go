@@ -118,14 +118,6 @@ func (m *metrics) middleware(next http.Handler) http.Handler {
 	})
 }
 
-// measure measures next under a fixed route label (a route served
-// without mux).
-func (m *metrics) measure(route string, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		m.serve(route, next, w, r)
-	})
-}
-
 // serve runs next, counted and timed under route.
 func (m *metrics) serve(route string, next http.Handler, w http.ResponseWriter, r *http.Request) {
 	start := time.Now()

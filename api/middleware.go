@@ -196,10 +196,24 @@ func (s *Server) authed(h handlerFunc) http.Handler {
 // releases the timer when the endpoint returns.
 func (s *Server) prepare(w http.ResponseWriter, r *http.Request) (*http.Request, context.CancelFunc) {
 	if r.Body != http.NoBody { // net/http's body of a request without one: nothing to bound
-		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+		r.Body = http.MaxBytesReader(serverWriter(w), r.Body, s.cfg.MaxBodyBytes)
 	}
-	ctx, cancel := withTimeout(r.Context(), s.cfg.RequestTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
 	return r.WithContext(ctx), cancel
+}
+
+// serverWriter is the ResponseWriter net/http's server made for the
+// request, under the middleware's wrappers: http.MaxBytesReader given it
+// makes the server close the connection after a 413 (Connection: close)
+// instead of reading the rest of the body.
+func serverWriter(w http.ResponseWriter) http.ResponseWriter {
+	for {
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return w
+		}
+		w = u.Unwrap()
+	}
 }
 
 // identify returns the caller's user id from the configured auth mode: a

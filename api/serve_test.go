@@ -1,8 +1,10 @@
 package api_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -17,24 +19,12 @@ import (
 	"github.com/feedco/feed/queries"
 )
 
-// httpServers are the servers Serve runs on (Config.HTTPServer).
-var httpServers = []string{api.HTTPServerH1, api.HTTPServerNetHTTP}
-
 // Shutdown lets a request in flight finish, then Serve returns nil and the
-// port no longer accepts, on either server.
+// port no longer accepts.
 func TestGracefulShutdown(t *testing.T) {
 	t.Parallel()
-	for _, server := range httpServers {
-		t.Run(server, func(t *testing.T) {
-			t.Parallel()
-			testGracefulShutdown(t, server)
-		})
-	}
-}
-
-func testGracefulShutdown(t *testing.T, server string) {
 	feed := &stubFeed{delay: 300 * time.Millisecond}
-	e := setup(t, options{cfg: api.Config{HTTPServer: server}, tweak: func(d *api.Deps) { d.Feed = feed }})
+	e := setup(t, options{tweak: func(d *api.Deps) { d.Feed = feed }})
 	e.user(t, 1)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -76,48 +66,32 @@ func testGracefulShutdown(t *testing.T, server string) {
 	}
 }
 
-// countingListener counts the write calls its connections make on the
-// socket, to show how many write syscalls a response costs.
+// countingListener counts the connections it accepts.
 type countingListener struct {
 	net.Listener
-	writes atomic.Int64
+	accepted atomic.Int64
 }
 
 func (l *countingListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
+	if err == nil {
+		l.accepted.Add(1)
 	}
-	return &countingConn{Conn: c, l: l}, nil
+	return c, err
 }
 
-type countingConn struct {
-	net.Conn
-	l *countingListener
-}
-
-func (c *countingConn) Write(p []byte) (int, error) {
-	c.l.writes.Add(1)
-	return c.Conn.Write(p)
-}
-
-// A page larger than net/http's 4 KiB write buffer goes out in one write,
-// whole, and the keep-alive connection serves the next request, on either
-// server.
-func TestLargePageOneWrite(t *testing.T) {
+// A page larger than net/http's 4 KiB write buffer arrives whole, with its
+// Content-Length, and the keep-alive connection serves the next request.
+func TestLargePage(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		server  string
-		content int // bytes of each post's content
-	}{{api.HTTPServerH1, 10}, {api.HTTPServerH1, 180}, {api.HTTPServerH1, 580},
-		{api.HTTPServerNetHTTP, 10}, {api.HTTPServerNetHTTP, 180}, {api.HTTPServerNetHTTP, 580}} {
-		t.Run(tc.server+"/"+strconv.Itoa(tc.content*20/1024)+"KiB", func(t *testing.T) {
+	for _, content := range []int{10, 180, 580} { // bytes of each post's content
+		t.Run(strconv.Itoa(content*20/1024)+"KiB", func(t *testing.T) {
 			t.Parallel()
 			var page queries.Page
 			for i := range 20 {
 				page.Items = append(page.Items, queries.Post{
 					ID: strconv.Itoa(1000 + i), AuthorID: "7",
-					Content:   strings.Repeat(string(rune('a'+i)), tc.content),
+					Content:   strings.Repeat(string(rune('a'+i)), content),
 					CreatedAt: "2026-12-01T10:00:00.000Z",
 				})
 			}
@@ -125,7 +99,7 @@ func TestLargePageOneWrite(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			e := setup(t, options{cfg: api.Config{HTTPServer: tc.server}, tweak: func(d *api.Deps) { d.Feed = staticFeed{page} }})
+			e := setup(t, options{tweak: func(d *api.Deps) { d.Feed = staticFeed{page} }})
 			e.user(t, 1)
 			inner, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
@@ -160,9 +134,82 @@ func TestLargePageOneWrite(t *testing.T) {
 					t.Fatalf("body of %d bytes differs from the page of %d", len(body), len(want))
 				}
 			}
-			if n := ln.writes.Load(); n != reads {
-				t.Fatalf("%d responses of %d bytes took %d writes, want one each", reads, len(want), n)
+			if n := ln.accepted.Load(); n != 1 {
+				t.Fatalf("%d reads took %d connections, want one kept alive", reads, n)
 			}
 		})
+	}
+}
+
+// A body over MaxBodyBytes is 413, and the server closes the connection
+// after it instead of reading the rest of the body as the next request.
+func TestOversizedBodyClosesConnection(t *testing.T) {
+	t.Parallel()
+	e := setup(t, options{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveOn(t, e.srv, ln)
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := conn.SetDeadline(time.Now().Add(30 * time.Second)); err != nil { // a hang fails, not blocks
+		t.Fatal(err)
+	}
+	body := `{"name":"` + strings.Repeat("a", 70<<10) + `"}`
+	head := "POST /api/users HTTP/1.1\r\nHost: feed\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n"
+	go func() { _, _ = io.WriteString(conn, head+body) }() // the server may stop reading it
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p struct{ Type string }
+	if resp.StatusCode != 413 || json.Unmarshal(b, &p) != nil || !strings.HasSuffix(p.Type, "#payload-too-large") {
+		t.Fatalf("oversized body: %d %s", resp.StatusCode, b)
+	}
+	if !resp.Close {
+		t.Fatalf("413 without Connection: close: %v", resp.Header)
+	}
+	n, err := br.Read(make([]byte, 1))
+	var ne net.Error
+	if err == nil || (errors.As(err, &ne) && ne.Timeout()) {
+		t.Fatalf("after the 413 the connection is still open: read %d bytes, %v", n, err)
+	}
+}
+
+// A request line and header over MaxHeaderBytes are 431.
+func TestMaxHeaderBytes(t *testing.T) {
+	t.Parallel()
+	e := setup(t, options{cfg: api.Config{MaxHeaderBytes: 4 << 10}})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveOn(t, e.srv, ln)
+	client := &http.Client{Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	for _, tc := range []struct {
+		size, want int
+	}{{1 << 10, 200}, {16 << 10, 431}} {
+		req, _ := http.NewRequest("GET", "http://"+ln.Addr().String()+"/healthz", nil)
+		req.Header.Set("X-Padding", strings.Repeat("p", tc.size))
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Fatalf("a %d-byte header: %d, want %d", tc.size, resp.StatusCode, tc.want)
+		}
 	}
 }

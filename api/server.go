@@ -20,7 +20,6 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/feedco/feed/commands"
-	"github.com/feedco/feed/internal/h1"
 )
 
 // Authentication modes.
@@ -32,12 +31,6 @@ const (
 	// The server must be able to tell the gateway's requests from anyone
 	// else's: see Config.GatewaySecret and Config.TrustedNetworks.
 	AuthTrustedHeader = "trusted-header"
-)
-
-// The values of Config.HTTPServer.
-const (
-	HTTPServerH1      = "h1"
-	HTTPServerNetHTTP = "net/http"
 )
 
 // GatewaySecretHeader carries Config.GatewaySecret in trusted-header mode.
@@ -76,12 +69,11 @@ type Config struct {
 	ReadTimeout       time.Duration
 	WriteTimeout      time.Duration
 	IdleTimeout       time.Duration
+	// MaxHeaderBytes is the http.Server's bound on a request's line and
+	// header; more is 431. Default http.DefaultMaxHeaderBytes (1 MB).
+	MaxHeaderBytes int
 	// ShutdownTimeout bounds the graceful shutdown. Default 10s.
 	ShutdownTimeout time.Duration
-	// HTTPServer is the server under the handlers: HTTPServerH1 (default,
-	// internal/h1: a lower CPU cost per request) or HTTPServerNetHTTP
-	// (net/http's own). The handlers and the router are the same.
-	HTTPServer string
 	// MaxReadsInFlight bounds the reads (GET of feeds, author posts and
 	// users) served at once; a read beyond it is 429 at once (shed.go).
 	// Default 256; negative: no bound.
@@ -107,7 +99,7 @@ func (c Config) withDefaults() Config {
 	c.WriteTimeout = cmp.Or(c.WriteTimeout, 20*time.Second)
 	c.IdleTimeout = cmp.Or(c.IdleTimeout, 60*time.Second)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 10*time.Second)
-	c.HTTPServer = cmp.Or(c.HTTPServer, HTTPServerH1)
+	c.MaxHeaderBytes = cmp.Or(c.MaxHeaderBytes, http.DefaultMaxHeaderBytes)
 	c.MaxReadsInFlight = cmp.Or(c.MaxReadsInFlight, DefaultMaxReadsInFlight)
 	c.MaxWritesInFlight = cmp.Or(c.MaxWritesInFlight, DefaultMaxWritesInFlight)
 	c.FullHomeReads = cmp.Or(c.FullHomeReads, DefaultFullHomeReads)
@@ -139,8 +131,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("max body bytes %d: want at least 1024", c.MaxBodyBytes)
 	case c.RequestTimeout <= 0, c.ReadHeaderTimeout <= 0, c.ReadTimeout <= 0, c.WriteTimeout <= 0, c.IdleTimeout <= 0, c.ShutdownTimeout <= 0:
 		return errors.New("timeouts must be positive")
-	case c.HTTPServer != HTTPServerH1 && c.HTTPServer != HTTPServerNetHTTP:
-		return fmt.Errorf("http server %q: want %s or %s", c.HTTPServer, HTTPServerH1, HTTPServerNetHTTP)
+	case c.MaxHeaderBytes < 1024:
+		return fmt.Errorf("max header bytes %d: want at least 1024", c.MaxHeaderBytes)
 	case c.AuthMode != AuthTrustedHeader:
 		return nil
 	case c.GatewaySecret != "" && len(c.GatewaySecret) < minGatewaySecret:
@@ -294,11 +286,8 @@ func (s *Server) routes() http.Handler {
 	r.Use(s.metrics.middleware)
 
 	// The home feed first: mux tries routes in order, and it is the
-	// hottest (no other route matches its path). GET /api/feed does not
-	// even reach mux (see hot below); this route answers the rest of
-	// /api/feed (405 for other methods) as before.
-	homeFeed := s.read(s.authed(s.homeFeed))
-	r.Handle("/api/feed", homeFeed).Methods(http.MethodGet)
+	// hottest (no other route matches its path).
+	r.Handle("/api/feed", s.read(s.authed(s.homeFeed))).Methods(http.MethodGet)
 	r.Handle("/healthz", http.HandlerFunc(s.healthz)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/readyz", http.HandlerFunc(s.readyz)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/metrics", s.metrics.handler(s.reg)).Methods(http.MethodGet)
@@ -326,18 +315,7 @@ func (s *Server) routes() http.Handler {
 	}
 	*allowed = *a
 
-	// The hot path: GET /api/feed, exactly the requests its mux route
-	// matches (mux matches the decoded path, and redirects only unclean
-	// ones), measured under the same labels, without mux's matching and
-	// the two request copies it makes to record the route and its vars.
-	hot := s.metrics.measure("/api/feed", homeFeed)
-	return s.recoverPanics(s.withRequestID(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if req.Method == http.MethodGet && req.URL.Path == "/api/feed" {
-			hot.ServeHTTP(w, req)
-			return
-		}
-		r.ServeHTTP(w, req)
-	})))
+	return s.recoverPanics(s.withRequestID(r))
 }
 
 // Route is one method on one path template of the API.
@@ -380,45 +358,20 @@ func (s *Server) ListenAndServe(ctx context.Context, onListen func(addr net.Addr
 	return s.Serve(ctx, ln)
 }
 
-// httpServer is what Serve needs of *http.Server and *h1.Server.
-type httpServer interface {
-	Serve(net.Listener) error
-	Shutdown(context.Context) error
-	Close() error
-}
-
-// Serve serves on ln until ctx is done, then shuts down gracefully: it stops
-// accepting, lets requests in flight finish for up to ShutdownTimeout, and
-// returns nil (or the shutdown's error if they did not finish). The server
-// is Config.HTTPServer: internal/h1 sends every response in one write;
-// under net/http a page larger than its write buffer goes out in one write
-// too (oneshot.go).
+// Serve serves on ln with net/http's server until ctx is done, then shuts
+// down gracefully: it stops accepting, lets requests in flight finish for
+// up to ShutdownTimeout, and returns nil (or the shutdown's error if they
+// did not finish).
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	errLog := slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)
-	base := func(net.Listener) context.Context { return context.WithoutCancel(ctx) }
-	var hs httpServer
-	if s.cfg.HTTPServer == HTTPServerNetHTTP {
-		ln = oneShotListener{ln}
-		hs = &http.Server{
-			Handler:           s.handler,
-			ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
-			ReadTimeout:       s.cfg.ReadTimeout,
-			WriteTimeout:      s.cfg.WriteTimeout,
-			IdleTimeout:       s.cfg.IdleTimeout,
-			ErrorLog:          errLog,
-			BaseContext:       base,
-			ConnContext:       oneShotContext,
-		}
-	} else {
-		hs = &h1.Server{
-			Handler:           s.handler,
-			ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
-			ReadTimeout:       s.cfg.ReadTimeout,
-			WriteTimeout:      s.cfg.WriteTimeout,
-			IdleTimeout:       s.cfg.IdleTimeout,
-			ErrorLog:          errLog,
-			BaseContext:       base,
-		}
+	hs := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		ReadTimeout:       s.cfg.ReadTimeout,
+		WriteTimeout:      s.cfg.WriteTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()

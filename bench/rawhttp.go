@@ -14,21 +14,18 @@ import (
 	"time"
 
 	"github.com/prometheus/procfs"
-
-	"github.com/feedco/feed/internal/h1"
 )
 
 // RawHTTP is the raw cost of the HTTP half of a feed read: a plain server
 // (ServeRawHTTP, in a process of its own) answering every GET with the
 // bytes of a real first page of the API, driven as the mixed phase drives
 // the API (open loop, one request per interval, at the mixed phase's read
-// rate, the same client and connections). It runs twice, with net/http's
-// server and with internal/h1 (the API's servers, FEED_HTTP_SERVER). The
-// server's CPU per request is the floor under the API's CPU per read: what
+// rate, the same client and connections), with net/http's server, the
+// API's. The server's CPU per request is the floor under the API's CPU per read: what
 // is left above it is the feed's own work (auth, the merge, hydration,
 // JSON).
 type RawHTTP struct {
-	Server       string  `json:"server"` // RawServerNetHTTP or RawServerH1
+	Server       string  `json:"server"` // RawServerNetHTTP
 	Requests     int64   `json:"requests"`
 	Seconds      float64 `json:"seconds"`
 	Rate         float64 `json:"rate"`
@@ -39,16 +36,13 @@ type RawHTTP struct {
 	PerReadRatio float64 `json:"feedOverRaw,omitempty"`
 }
 
-// The servers of the raw HTTP baselines.
-const (
-	RawServerNetHTTP = "net/http"
-	RawServerH1      = "h1"
-)
+// RawServerNetHTTP is the server of the raw HTTP baseline.
+const RawServerNetHTTP = "net/http"
 
 // ServeRawHTTP is the raw HTTP baseline's server: it listens on a free
 // loopback port, prints "listening ADDR" on stdout, and answers every
 // request with body as application/json until ctx ends, with net/http's
-// server or internal/h1's (RawServerNetHTTP, RawServerH1).
+// server (RawServerNetHTTP).
 func ServeRawHTTP(ctx context.Context, body []byte, stdout *os.File, server string) error {
 	h := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -63,10 +57,8 @@ func ServeRawHTTP(ctx context.Context, body []byte, stdout *os.File, server stri
 	switch server {
 	case RawServerNetHTTP:
 		srv = &http.Server{Handler: h}
-	case RawServerH1:
-		srv = &h1.Server{Handler: h}
 	default:
-		return fmt.Errorf("raw HTTP server %q: want %s or %s", server, RawServerNetHTTP, RawServerH1)
+		return fmt.Errorf("raw HTTP server %q: want %s", server, RawServerNetHTTP)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -83,7 +75,7 @@ func ServeRawHTTP(ctx context.Context, body []byte, stdout *os.File, server stri
 	return nil
 }
 
-// runRawHTTP measures RawHTTP with server (RawServerNetHTTP, RawServerH1)
+// runRawHTTP measures RawHTTP with server (RawServerNetHTTP)
 // started by Config.RawHTTPServer (nil: skipped), at rate requests per
 // second.
 func (r *Runner) runRawHTTP(ctx context.Context, rate float64, server string) (*RawHTTP, error) {

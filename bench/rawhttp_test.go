@@ -30,12 +30,12 @@ func TestMain(m *testing.M) {
 }
 
 // The raw HTTP baseline serves the API's own page from a process of its
-// own at the asked rate, with either server, and measures that process's
+// own at the asked rate, and measures that process's
 // CPU; compare sets the API's CPU per read beside it for a reads-only
 // phase, and not otherwise.
 func TestRawHTTP(t *testing.T) {
 	t.Parallel()
-	for _, server := range []string{RawServerNetHTTP, RawServerH1} {
+	for _, server := range []string{RawServerNetHTTP} {
 		t.Run(server, func(t *testing.T) {
 			t.Parallel()
 			testRawHTTP(t, server)

@@ -42,8 +42,6 @@ type Report struct {
 	// net/http's server at the mixed phase's read rate (nil without reads,
 	// baselines or a server).
 	RawHTTP *RawHTTP `json:"rawHttp,omitempty"`
-	// RawHTTPH1 is the same with internal/h1's server, the API's default.
-	RawHTTPH1 *RawHTTP `json:"rawHttpH1,omitempty"`
 }
 
 // Mixed is the mixed phase's measurements.
@@ -302,7 +300,7 @@ func (rep *Report) WriteTable(w io.Writer) {
 	writeFollowerLists(w, m.FollowerLists)
 	writeRetries(w, m.Retries)
 	writeSlowSeconds(w, m.SlowSeconds)
-	for _, h := range []*RawHTTP{rep.RawHTTP, rep.RawHTTPH1} {
+	for _, h := range []*RawHTTP{rep.RawHTTP} {
 		if h == nil {
 			continue
 		}

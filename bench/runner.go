@@ -326,11 +326,7 @@ func (r *Runner) Run(ctx context.Context) (*Report, error) {
 			if rep.RawHTTP, err = r.runRawHTTP(ctx, rate, RawServerNetHTTP); err != nil {
 				return nil, err
 			}
-			if rep.RawHTTPH1, err = r.runRawHTTP(ctx, rate, RawServerH1); err != nil {
-				return nil, err
-			}
 			rep.RawHTTP.compare(mixed)
-			rep.RawHTTPH1.compare(mixed)
 		}
 	}
 	rep.LoadAfter = loadAvg()

@@ -155,7 +155,7 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiTask, func(), error
 	}
 
 	srv, err := api.New(api.Config{
-		Addr: cfg.HTTPAddr, AuthMode: cfg.AuthMode, HTTPServer: cfg.HTTPServer,
+		Addr: cfg.HTTPAddr, AuthMode: cfg.AuthMode,
 		GatewaySecret: cfg.GatewaySecret, TrustedNetworks: cfg.TrustedNetworks,
 		MaxReadsInFlight: offIsNegative(cfg.MaxReadsInFlight), MaxWritesInFlight: offIsNegative(cfg.MaxWritesInFlight),
 		FullHomeReads: offIsNegative(cfg.FullHomeReads),

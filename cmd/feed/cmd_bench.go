@@ -81,7 +81,7 @@ func newBenchCommand(c *cli) *cobra.Command {
 // newRawHTTPServerCommand is the hidden `feed bench raw-http-server PAGE`,
 // the process of the raw HTTP baselines (bench.RawHTTP): it serves the
 // bytes of the file PAGE to every request until it is stopped, with
-// --server's server (net/http or h1).
+// --server's server (net/http).
 func newRawHTTPServerCommand() *cobra.Command {
 	var server string
 	cmd := &cobra.Command{
@@ -97,7 +97,7 @@ func newRawHTTPServerCommand() *cobra.Command {
 			return bench.ServeRawHTTP(cmd.Context(), body, os.Stdout, server)
 		},
 	}
-	cmd.Flags().StringVar(&server, "server", bench.RawServerNetHTTP, "net/http or h1")
+	cmd.Flags().StringVar(&server, "server", bench.RawServerNetHTTP, "net/http")
 	return cmd
 }
 

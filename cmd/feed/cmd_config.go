@@ -97,7 +97,6 @@ var configSettings = []configSetting{
 	{"FEED_KAFKA_FETCH_MAX_WAIT", func(c Config, _ func(string) string) string { return c.KafkaFetchMaxWait.String() }, ""},
 	{"HTTP_ADDR", func(c Config, _ func(string) string) string { return c.HTTPAddr }, ""},
 	{"FEED_AUTH", func(c Config, _ func(string) string) string { return c.AuthMode }, ""},
-	{"FEED_HTTP_SERVER", func(c Config, _ func(string) string) string { return c.HTTPServer }, ""},
 	{"FEED_JWT_SECRET", func(c Config, _ func(string) string) string { return c.JWTSecret }, "secret"},
 	{"FEED_JWT_PREVIOUS_SECRET", func(c Config, _ func(string) string) string { return c.JWTPreviousSecret }, "secret"},
 	{"FEED_JWT_ISSUER", func(c Config, _ func(string) string) string { return c.JWTIssuer }, ""},

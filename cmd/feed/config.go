@@ -46,9 +46,6 @@ type Config struct {
 	JWTIssuer         string
 	JWTAudience       string
 	AuthMode          string // "jwt" (default) or "trusted-header"
-	// HTTPServer (FEED_HTTP_SERVER) is the API's HTTP server: "h1"
-	// (default) or "net/http" (api.Config.HTTPServer).
-	HTTPServer string
 	// GatewaySecret (FEED_GATEWAY_SECRET) and TrustedNetworks
 	// (FEED_TRUSTED_NETWORKS) tell the gateway's requests from anyone
 	// else's in trusted-header mode.
@@ -191,7 +188,6 @@ func LoadConfig() (Config, error) {
 		HTTPAddr:          envOr("HTTP_ADDR", "127.0.0.1:8080"),
 		JWTSecret:         envOr("FEED_JWT_SECRET", devSecret),
 		AuthMode:          envOr("FEED_AUTH", "jwt"),
-		HTTPServer:        envOr("FEED_HTTP_SERVER", api.HTTPServerH1),
 		JWTPreviousSecret: os.Getenv("FEED_JWT_PREVIOUS_SECRET"),
 		JWTIssuer:         os.Getenv("FEED_JWT_ISSUER"),
 		JWTAudience:       os.Getenv("FEED_JWT_AUDIENCE"),
@@ -328,8 +324,6 @@ func (c Config) Validate() error {
 	switch {
 	case c.AuthMode != "jwt" && c.AuthMode != "trusted-header":
 		return fmt.Errorf("FEED_AUTH=%q: want jwt or trusted-header", c.AuthMode)
-	case c.HTTPServer != api.HTTPServerH1 && c.HTTPServer != api.HTTPServerNetHTTP:
-		return fmt.Errorf("FEED_HTTP_SERVER=%q: want %s or %s", c.HTTPServer, api.HTTPServerH1, api.HTTPServerNetHTTP)
 	case c.Partitions < 1 || c.Partitions > 1000:
 		return fmt.Errorf("FEED_PARTITIONS=%d: want 1..1000", c.Partitions)
 	case c.CelebrityThreshold < 1:

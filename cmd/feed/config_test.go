@@ -11,7 +11,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/feedco/feed/api"
 	"github.com/feedco/feed/internal/kafka"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/readmodel"
@@ -102,27 +101,6 @@ func TestInboxLayoutEnv(t *testing.T) {
 	t.Setenv("FEED_INBOX_LAYOUT", "list")
 	if _, err := LoadConfig(); err == nil {
 		t.Fatal("FEED_INBOX_LAYOUT=list accepted")
-	}
-}
-
-// FEED_HTTP_SERVER picks the API's server: h1 by default, net/http on
-// request, nothing else.
-func TestHTTPServerEnv(t *testing.T) {
-	for _, tc := range []struct{ env, want string }{
-		{"", api.HTTPServerH1}, {"h1", api.HTTPServerH1}, {"net/http", api.HTTPServerNetHTTP},
-	} {
-		t.Setenv("FEED_HTTP_SERVER", tc.env)
-		c, err := LoadConfig()
-		if err != nil {
-			t.Fatalf("FEED_HTTP_SERVER=%q: %v", tc.env, err)
-		}
-		if c.HTTPServer != tc.want {
-			t.Fatalf("FEED_HTTP_SERVER=%q: %q, want %q", tc.env, c.HTTPServer, tc.want)
-		}
-	}
-	t.Setenv("FEED_HTTP_SERVER", "fasthttp")
-	if _, err := LoadConfig(); err == nil || !strings.Contains(err.Error(), "FEED_HTTP_SERVER") {
-		t.Fatalf("FEED_HTTP_SERVER=fasthttp: %v, want refused", err)
 	}
 }
 

@@ -138,7 +138,6 @@ var envDocs = map[string]string{
 	"FEED_JWT_PREVIOUS_SECRET":            "the secret being rotated out: still verifies tokens, never signs (default: none)",
 	"FEED_JWT_ISSUER":                     "set: tokens are issued with this iss and only tokens with it are accepted (default: iss not checked)",
 	"FEED_JWT_AUDIENCE":                   "set: tokens are issued with this aud and only tokens whose aud has it are accepted (default: aud not checked)",
-	"FEED_HTTP_SERVER":                    "h1 (default: one write a response, less CPU a request) or net/http (net/http's own server)",
 	"FEED_AUTH":                           "jwt (default) or trusted-header (X-User-Id from a gateway; needs a loopback HTTP_ADDR, FEED_GATEWAY_SECRET or FEED_TRUSTED_NETWORKS)",
 	"FEED_GATEWAY_SECRET":                 "trusted-header: the secret the gateway sends in X-Gateway-Secret, at least 16 bytes (default: none)",
 	"FEED_TRUSTED_NETWORKS":               "trusted-header: comma-separated networks the gateway connects from, e.g. 10.0.0.0/8 (default: none)",
@@ -211,7 +210,7 @@ var (
 	envRedis    = []string{"REDIS_URL"}
 	envKafka    = []string{"KAFKA_BROKERS", "FEED_KAFKA_ADDR", "FEED_TOPIC", "FEED_KAFKA_CLIENT_METRICS", "FEED_KAFKA_FETCH_MIN_BYTES", "FEED_KAFKA_FETCH_MAX_WAIT", "FEED_KAFKA_TLS", "FEED_KAFKA_TLS_CA", "FEED_KAFKA_TLS_CERT", "FEED_KAFKA_TLS_KEY",
 		"FEED_KAFKA_TLS_SERVER_NAME", "FEED_KAFKA_TLS_INSECURE_SKIP_VERIFY", "FEED_KAFKA_SASL_MECHANISM", "FEED_KAFKA_SASL_USER", "FEED_KAFKA_SASL_PASSWORD"}
-	envAPI = []string{"HTTP_ADDR", "FEED_HTTP_SERVER", "FEED_AUTH", "FEED_GATEWAY_SECRET", "FEED_TRUSTED_NETWORKS", "FEED_JWT_SECRET", "FEED_JWT_PREVIOUS_SECRET", "FEED_JWT_ISSUER", "FEED_JWT_AUDIENCE",
+	envAPI = []string{"HTTP_ADDR", "FEED_AUTH", "FEED_GATEWAY_SECRET", "FEED_TRUSTED_NETWORKS", "FEED_JWT_SECRET", "FEED_JWT_PREVIOUS_SECRET", "FEED_JWT_ISSUER", "FEED_JWT_AUDIENCE",
 		"FEED_ALLOW_DEV_SECRET", "FEED_NODE_ID",
 		"FEED_MAX_CONTENT_CHARS", "FEED_INBOX_MAX", "FEED_INBOX_LAYOUT", "FEED_CELEBRITY_CACHE_TTL", "FEED_REFRESH_SETTLE", "FEED_INACTIVE_AFTER", "FEED_READ_CACHE_KEYS", "FEED_READ_CACHE_BARRIER", "FEED_REBUILD_CONCURRENCY",
 		"FEED_MAX_READS_IN_FLIGHT", "FEED_MAX_WRITES_IN_FLIGHT", "FEED_FULL_HOME_READS"}
