@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/feedco/feed/internal/rawsock"
+	"github.com/feedco/feed/bench/internal/rawsock"
 )
 
 // leanClient is the benchmark's HTTP/1.1 client: keep-alive connections

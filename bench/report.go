@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -42,8 +41,6 @@ type Report struct {
 	// net/http's server at the mixed phase's read rate (nil without reads,
 	// baselines or a server).
 	RawHTTP *RawHTTP `json:"rawHttp,omitempty"`
-	// RawHTTPH1 is the same with internal/h1's server, the API's default.
-	RawHTTPH1 *RawHTTP `json:"rawHttpH1,omitempty"`
 }
 
 // Mixed is the mixed phase's measurements.
@@ -302,12 +299,9 @@ func (rep *Report) WriteTable(w io.Writer) {
 	writeFollowerLists(w, m.FollowerLists)
 	writeRetries(w, m.Retries)
 	writeSlowSeconds(w, m.SlowSeconds)
-	for _, h := range []*RawHTTP{rep.RawHTTP, rep.RawHTTPH1} {
-		if h == nil {
-			continue
-		}
-		fmt.Fprintf(w, "raw HTTP (%s serving the API's %d-byte page, open loop, %d requests at %.0f/s, %d errors): server %.1f µs/request",
-			cmp.Or(h.Server, RawServerNetHTTP), h.BodyBytes, h.Requests, h.Rate, h.Errors, h.ServerUsPer)
+	if h := rep.RawHTTP; h != nil {
+		fmt.Fprintf(w, "raw HTTP (net/http serving the API's %d-byte page, open loop, %d requests at %.0f/s, %d errors): server %.1f µs/request",
+			h.BodyBytes, h.Requests, h.Rate, h.Errors, h.ServerUsPer)
 		if h.PerReadFeed > 0 {
 			fmt.Fprintf(w, "; the API's feed CPU per read %.1f µs (%.2fx raw)", h.PerReadFeed, h.PerReadRatio)
 		}

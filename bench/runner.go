@@ -323,14 +323,10 @@ func (r *Runner) Run(ctx context.Context) (*Report, error) {
 		}
 		if mixed.Reads.Count > 0 {
 			rate := float64(mixed.Reads.Count) / mixed.Seconds
-			if rep.RawHTTP, err = r.runRawHTTP(ctx, rate, RawServerNetHTTP); err != nil {
-				return nil, err
-			}
-			if rep.RawHTTPH1, err = r.runRawHTTP(ctx, rate, RawServerH1); err != nil {
+			if rep.RawHTTP, err = r.runRawHTTP(ctx, rate); err != nil {
 				return nil, err
 			}
 			rep.RawHTTP.compare(mixed)
-			rep.RawHTTPH1.compare(mixed)
 		}
 	}
 	rep.LoadAfter = loadAvg()
