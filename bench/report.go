@@ -209,7 +209,7 @@ func (rep *Report) WriteJSON(path string) error {
 // WriteTable prints the report for a terminal.
 func (rep *Report) WriteTable(w io.Writer) {
 	m := rep.Mixed
-	fmt.Fprintf(w, "feed bench: %d users, %d follows, %d readers, %d churners; load average %.1f before, %.1f after\n",
+	fmt.Fprintf(w, "feedbench: %d users, %d follows, %d readers, %d churners; load average %.1f before, %.1f after\n",
 		rep.Users, rep.Follows, rep.Readers, rep.Churners, rep.LoadBefore[0], rep.LoadAfter[0])
 	fmt.Fprintf(w, "mixed phase %.0f s; warm-up (first reads, cold builds) p50 %.1f ms p99 %.1f ms\n", m.Seconds, rep.WarmUp.P50, rep.WarmUp.P99)
 	if e := rep.Inboxes; e != nil {
