@@ -150,7 +150,9 @@ func open(ctx context.Context, cfg config) (*system, error) {
 	if s.pool, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
 		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
 	}
-	if err := s.pool.Ping(ctx); err != nil {
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := s.pool.Ping(pctx); err != nil {
 		s.close()
 		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
 	}
