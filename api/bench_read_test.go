@@ -36,7 +36,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/feedco/feed/api"
-	"github.com/feedco/feed/bench"
 	"github.com/feedco/feed/commands"
 	"github.com/feedco/feed/events"
 	"github.com/feedco/feed/internal/auth"
@@ -71,7 +70,7 @@ var (
 //     (JWT auth, routing, metrics, query side, JSON) served by
 //     api.Server.Serve (the server `feed api` runs, with its timeouts) on
 //     keep-alive connections, each request for a random user;
-//   - sql: the naive pull query (bench.PullSQL) for a random user;
+//   - sql: the naive pull query (pullSQL) for a random user;
 //   - redis: the raw two commands a read needs, ZREVRANGEBYSCORE of the
 //     inbox (LIMIT 21) then MGET of 20 post bodies;
 //   - http, fixed page: the same API answering one real page from memory
@@ -254,7 +253,7 @@ func BenchmarkReadHTTP(b *testing.B) {
 	}
 	now := time.Now()
 	sqlRead := func(rng *rand.Rand) error {
-		rows, err := db.Pool.Query(ctx, bench.PullSQL, users[rng.IntN(len(users))], now)
+		rows, err := db.Pool.Query(ctx, pullSQL, users[rng.IntN(len(users))], now)
 		if err != nil {
 			return err
 		}
@@ -1092,3 +1091,15 @@ func (c *rawConn) get(req []byte) ([]byte, error) {
 	_, err = io.ReadFull(c.br, c.body)
 	return c.body, err
 }
+
+// pullSQL is the plain fan-out-on-read query, the baseline the read side
+// must beat (the load generator's pull SQL baseline is the same query):
+// the 20 newest non-deleted posts of the authors the user follows, older
+// than $2.
+const pullSQL = `SELECT p.id, p.created_at
+FROM posts p
+WHERE p.author_id IN (SELECT followee_id FROM follows WHERE follower_id = $1)
+  AND p.created_at < $2
+  AND p.deleted = false
+ORDER BY p.created_at DESC
+LIMIT 20`

@@ -3,8 +3,10 @@ package api_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -18,9 +20,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/procfs"
 
 	"github.com/feedco/feed/api"
-	"github.com/feedco/feed/bench"
 	"github.com/feedco/feed/commands"
 	"github.com/feedco/feed/internal/auth"
 	"github.com/feedco/feed/internal/snowflake"
@@ -143,14 +145,32 @@ func writeCPU(b *testing.B, pool *pgxpool.Pool, earlier []int) writeCPUSample {
 		b.Fatal(err)
 	}
 	s.backends = append(pids, earlier...)
-	cpu, err := bench.ProcessCPU(s.backends)
-	if err != nil {
+	if s.pg, err = processesCPU(s.backends); err != nil {
 		b.Fatal(err)
 	}
-	for _, d := range cpu {
-		s.pg += d
-	}
 	return s
+}
+
+// processesCPU is the CPU time (user + system) the processes pids have
+// used so far, from /proc/<pid>/stat; a pid that is gone is left out.
+func processesCPU(pids []int) (time.Duration, error) {
+	var total time.Duration
+	for _, pid := range pids {
+		p, err := procfs.NewProc(pid)
+		if err != nil {
+			continue
+		}
+		stat, err := p.Stat()
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("read /proc/%d/stat: %w", pid, err)
+		}
+		total += time.Duration(stat.CPUTime() * float64(time.Second))
+	}
+	return total, nil
 }
 
 // runClients runs op b.N times in total from benchClients goroutines and

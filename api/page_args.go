@@ -24,7 +24,7 @@ const pageArgsMaxParams = 16
 // building the url.Values map: every feed read carries a query
 // (?limit=20), and r.URL.Query() cost it 3 allocations, 416 bytes (about
 // a sixteenth of what a read allocates, by the API's allocation profile
-// under `feed bench` reads only) and 0.45 µs; this, 0.03 µs and nothing
+// under `feedbench` reads only) and 0.45 µs; this, 0.03 µs and nothing
 // allocated for a query without escapes (BenchmarkPageArgs, beside the
 // url.Values version the tests check it against).
 func parsePageArgs(raw string) pageArgs {

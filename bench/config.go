@@ -85,7 +85,7 @@ type Config struct {
 	// RawHTTPServer, when set, makes the command that serves the raw HTTP
 	// baseline (RawHTTP): a process that runs ServeRawHTTP with the page
 	// in the named file. nil: no raw HTTP baseline.
-	RawHTTPServer func(ctx context.Context, page, server string) *exec.Cmd `json:"-"`
+	RawHTTPServer func(ctx context.Context, page string) *exec.Cmd `json:"-"`
 }
 
 func (c Config) withDefaults() Config {

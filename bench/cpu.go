@@ -207,28 +207,3 @@ func (m *cpuMeter) end() (*CPU, error) {
 	c := cpuBetween(m.start, b, runtime.NumCPU())
 	return &c, nil
 }
-
-// ProcessCPU returns the CPU time (user + system) each of pids has used so
-// far, from /proc/<pid>/stat. A pid that is gone is left out.
-func ProcessCPU(pids []int) (map[int]time.Duration, error) {
-	pfs, err := procfs.NewFS("/proc")
-	if err != nil {
-		return nil, fmt.Errorf("open /proc: %w", err)
-	}
-	out := make(map[int]time.Duration, len(pids))
-	for _, pid := range pids {
-		p, err := pfs.Proc(pid)
-		if err != nil {
-			continue
-		}
-		_, ticks, gone, err := procCPU(p)
-		if gone {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("/proc/%d/stat: %w", pid, err)
-		}
-		out[pid] = time.Duration(ticks) * time.Second / clockTicks
-	}
-	return out, nil
-}

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/feedco/feed/internal/rawsock"
+	"github.com/feedco/feed/bench/internal/rawsock"
 )
 
 // leanClient is the benchmark's HTTP/1.1 client: keep-alive connections
@@ -33,7 +33,7 @@ import (
 // unless plain is set. The load generator runs at one P (Config.Procs),
 // where the runtime takes the P from nearly every loopback write (it
 // outlasts a tick of sysmon, and no other P is idle) and sysmon, finding
-// such work every tick, keeps polling every 20 µs. `feed bench` with and
+// such work every tick, keeps polling every 20 µs. `feedbench` with and
 // without --plain-sockets (the plain version) compares the two
 // (docs/benchmarks.md, "Raw socket calls").
 type leanClient struct {

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/feedco/feed/internal/rawsock"
+	"github.com/feedco/feed/bench/internal/rawsock"
 )
 
 // countingServer starts h on a test server and counts the connections it

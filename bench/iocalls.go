@@ -1,11 +1,14 @@
 package bench
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 
 	dto "github.com/prometheus/client_model/go"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/feedco/feed/internal/procio"
 )
@@ -184,4 +187,36 @@ func writeIOCalls(w io.Writer, c *IOCalls) {
 	}
 	fmt.Fprintf(w, "I/O calls per request (%d requests, %d entries; read and write system calls, Redis's reads and writes processed; PostgreSQL's sockets use recv and send, not counted): %s\n",
 		c.Requests, c.Delivered, strings.Join(parts, "; "))
+}
+
+// redisIOCalls is how many read and write events the server has processed so
+// far (INFO stats total_reads_processed and total_writes_processed: a
+// read or write of a client connection each, about one system call).
+// On a cluster client it is the node the command reaches.
+func redisIOCalls(ctx context.Context, rdb redis.UniversalClient) (reads, writes int64, err error) {
+	info, err := rdb.Info(ctx, "stats").Result()
+	if err != nil {
+		return 0, 0, fmt.Errorf("redis INFO stats: %w", err)
+	}
+	found := 0
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (k != "total_reads_processed" && k != "total_writes_processed") {
+			continue
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("redis INFO stats %s: %w", k, err)
+		}
+		if k == "total_reads_processed" {
+			reads = n
+		} else {
+			writes = n
+		}
+		found++
+	}
+	if found != 2 {
+		return 0, 0, fmt.Errorf("redis INFO stats: no total_reads_processed and total_writes_processed (Redis before 6.2?)")
+	}
+	return reads, writes, nil
 }

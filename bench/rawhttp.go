@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -16,16 +17,14 @@ import (
 	"github.com/prometheus/procfs"
 )
 
-// RawHTTP is the raw cost of the HTTP half of a feed read: a plain server
-// (ServeRawHTTP, in a process of its own) answering every GET with the
-// bytes of a real first page of the API, driven as the mixed phase drives
-// the API (open loop, one request per interval, at the mixed phase's read
-// rate, the same client and connections), with net/http's server, the
-// API's. The server's CPU per request is the floor under the API's CPU per read: what
-// is left above it is the feed's own work (auth, the merge, hydration,
-// JSON).
+// RawHTTP is the raw cost of the HTTP half of a feed read: a plain
+// net/http server (ServeRawHTTP, in a process of its own) answering every
+// GET with the bytes of a real first page of the API, driven as the mixed
+// phase drives the API (open loop, one request per interval, at the mixed
+// phase's read rate, the same client and connections). The server's CPU
+// per request is the floor under the API's CPU per read: what is left
+// above it is the feed's own work (auth, the merge, hydration, JSON).
 type RawHTTP struct {
-	Server       string  `json:"server"` // RawServerNetHTTP
 	Requests     int64   `json:"requests"`
 	Seconds      float64 `json:"seconds"`
 	Rate         float64 `json:"rate"`
@@ -36,49 +35,33 @@ type RawHTTP struct {
 	PerReadRatio float64 `json:"feedOverRaw,omitempty"`
 }
 
-// RawServerNetHTTP is the server of the raw HTTP baseline.
-const RawServerNetHTTP = "net/http"
-
 // ServeRawHTTP is the raw HTTP baseline's server: it listens on a free
 // loopback port, prints "listening ADDR" on stdout, and answers every
-// request with body as application/json until ctx ends, with net/http's
-// server (RawServerNetHTTP).
-func ServeRawHTTP(ctx context.Context, body []byte, stdout *os.File, server string) error {
-	h := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+// request with body as application/json with net/http's server until ctx
+// ends.
+func ServeRawHTTP(ctx context.Context, body []byte, stdout io.Writer) error {
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 		w.WriteHeader(http.StatusOK)
 		_, _ = w.Write(body)
-	})
-	var srv interface {
-		Serve(net.Listener) error
-		Close() error
-	}
-	switch server {
-	case RawServerNetHTTP:
-		srv = &http.Server{Handler: h}
-	default:
-		return fmt.Errorf("raw HTTP server %q: want %s", server, RawServerNetHTTP)
-	}
+	})}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return err
+		return fmt.Errorf("listen: %w", err)
 	}
 	fmt.Fprintf(stdout, "listening %s\n", ln.Addr())
-	go func() {
-		<-ctx.Done()
-		_ = srv.Close()
-	}()
+	stop := context.AfterFunc(ctx, func() { _ = srv.Close() })
+	defer stop()
 	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-		return err
+		return fmt.Errorf("serve: %w", err)
 	}
 	return nil
 }
 
-// runRawHTTP measures RawHTTP with server (RawServerNetHTTP)
-// started by Config.RawHTTPServer (nil: skipped), at rate requests per
-// second.
-func (r *Runner) runRawHTTP(ctx context.Context, rate float64, server string) (*RawHTTP, error) {
+// runRawHTTP measures RawHTTP with the server Config.RawHTTPServer starts
+// (nil: skipped), at rate requests per second.
+func (r *Runner) runRawHTTP(ctx context.Context, rate float64) (*RawHTTP, error) {
 	if r.cfg.RawHTTPServer == nil || rate <= 0 || len(r.pop.Readers) == 0 {
 		return nil, nil
 	}
@@ -97,7 +80,7 @@ func (r *Runner) runRawHTTP(ctx context.Context, rate float64, server string) (*
 	_ = f.Close()
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()
-	cmd := r.cfg.RawHTTPServer(sctx, f.Name(), server)
+	cmd := r.cfg.RawHTTPServer(sctx, f.Name())
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, fmt.Errorf("raw HTTP: %w", err)
@@ -121,7 +104,7 @@ func (r *Runner) runRawHTTP(ctx context.Context, rate float64, server string) (*
 	if err != nil {
 		return nil, fmt.Errorf("raw HTTP: %w", err)
 	}
-	fmt.Fprintf(r.deps.Log, "bench: baseline raw HTTP (%s, the API's %d-byte page), %s at %.0f/s\n", server, len(body), r.cfg.BaselineDuration, rate)
+	fmt.Fprintf(r.deps.Log, "bench: baseline raw HTTP (net/http, the API's %d-byte page), %s at %.0f/s\n", len(body), r.cfg.BaselineDuration, rate)
 	auth := "Bearer " + r.tokens(r.pop.Readers[0])
 	var (
 		mu         sync.Mutex
@@ -144,7 +127,7 @@ func (r *Runner) runRawHTTP(ctx context.Context, rate float64, server string) (*
 		mu.Unlock()
 	})
 	el, used := time.Since(start), float64(ticks()-t0)/clockTicks
-	res := &RawHTTP{Server: server, Requests: sent, Seconds: el.Seconds(), Rate: float64(sent) / el.Seconds(), BodyBytes: len(body), Errors: errs}
+	res := &RawHTTP{Requests: sent, Seconds: el.Seconds(), Rate: float64(sent) / el.Seconds(), BodyBytes: len(body), Errors: errs}
 	if sent > 0 {
 		res.ServerUsPer = used / float64(sent) * 1e6
 	}

@@ -22,7 +22,7 @@ func TestMain(m *testing.M) {
 		}
 		ctx, stop := context.WithTimeout(context.Background(), time.Minute)
 		defer stop()
-		if err := ServeRawHTTP(ctx, body, os.Stdout, os.Getenv("FEED_BENCH_RAW_HTTP_SERVER")); err != nil {
+		if err := ServeRawHTTP(ctx, body, os.Stdout); err != nil {
 			return 1
 		}
 		return 0
@@ -30,39 +30,29 @@ func TestMain(m *testing.M) {
 }
 
 // The raw HTTP baseline serves the API's own page from a process of its
-// own at the asked rate, and measures that process's
-// CPU; compare sets the API's CPU per read beside it for a reads-only
-// phase, and not otherwise.
+// own at the asked rate and measures that process's CPU; compare sets the
+// API's CPU per read beside it for a reads-only phase, and not otherwise.
 func TestRawHTTP(t *testing.T) {
 	t.Parallel()
-	for _, server := range []string{RawServerNetHTTP} {
-		t.Run(server, func(t *testing.T) {
-			t.Parallel()
-			testRawHTTP(t, server)
-		})
-	}
-}
-
-func testRawHTTP(t *testing.T, server string) {
 	page := []byte(`{"items":[{"id":"1","authorId":"2","content":"x","createdAt":"2026-11-30T10:00:00.000Z"}],"nextCursor":null,"prevCursor":"c"}`)
 	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(page) }))
 	t.Cleanup(api.Close)
 	var child *exec.Cmd
 	cfg := Config{BaseURL: api.URL, BaselineDuration: 2 * time.Second, Clients: 8,
-		RawHTTPServer: func(ctx context.Context, file, server string) *exec.Cmd {
+		RawHTTPServer: func(ctx context.Context, file string) *exec.Cmd {
 			child = exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
-			child.Env = append(os.Environ(), rawHTTPChildEnv+"=1", "FEED_BENCH_RAW_HTTP_PAGE="+file, "FEED_BENCH_RAW_HTTP_SERVER="+server)
+			child.Env = append(os.Environ(), rawHTTPChildEnv+"=1", "FEED_BENCH_RAW_HTTP_PAGE="+file)
 			return child
 		}}
 	r, err := New(cfg, &Population{Authors: []int64{1, 2}, Readers: []int64{1}}, func(int64) string { return "t" }, Deps{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := r.runRawHTTP(context.Background(), 200, server)
+	h, err := r.runRawHTTP(context.Background(), 200)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h.Server != server || h.BodyBytes != len(page) || h.Errors != 0 || h.Requests < 300 || h.Requests > 401 || h.ServerUsPer <= 0 {
+	if h.BodyBytes != len(page) || h.Errors != 0 || h.Requests < 300 || h.Requests > 401 || h.ServerUsPer <= 0 {
 		t.Fatalf("raw HTTP at 200/s for 2 s: %+v, want ~400 requests of %d bytes, no errors, a CPU cost", h, len(page))
 	}
 	if child.ProcessState == nil {

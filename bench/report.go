@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -210,7 +209,7 @@ func (rep *Report) WriteJSON(path string) error {
 // WriteTable prints the report for a terminal.
 func (rep *Report) WriteTable(w io.Writer) {
 	m := rep.Mixed
-	fmt.Fprintf(w, "feed bench: %d users, %d follows, %d readers, %d churners; load average %.1f before, %.1f after\n",
+	fmt.Fprintf(w, "feedbench: %d users, %d follows, %d readers, %d churners; load average %.1f before, %.1f after\n",
 		rep.Users, rep.Follows, rep.Readers, rep.Churners, rep.LoadBefore[0], rep.LoadAfter[0])
 	fmt.Fprintf(w, "mixed phase %.0f s; warm-up (first reads, cold builds) p50 %.1f ms p99 %.1f ms\n", m.Seconds, rep.WarmUp.P50, rep.WarmUp.P99)
 	if e := rep.Inboxes; e != nil {
@@ -300,12 +299,9 @@ func (rep *Report) WriteTable(w io.Writer) {
 	writeFollowerLists(w, m.FollowerLists)
 	writeRetries(w, m.Retries)
 	writeSlowSeconds(w, m.SlowSeconds)
-	for _, h := range []*RawHTTP{rep.RawHTTP} {
-		if h == nil {
-			continue
-		}
-		fmt.Fprintf(w, "raw HTTP (%s serving the API's %d-byte page, open loop, %d requests at %.0f/s, %d errors): server %.1f µs/request",
-			cmp.Or(h.Server, RawServerNetHTTP), h.BodyBytes, h.Requests, h.Rate, h.Errors, h.ServerUsPer)
+	if h := rep.RawHTTP; h != nil {
+		fmt.Fprintf(w, "raw HTTP (net/http serving the API's %d-byte page, open loop, %d requests at %.0f/s, %d errors): server %.1f µs/request",
+			h.BodyBytes, h.Requests, h.Rate, h.Errors, h.ServerUsPer)
 		if h.PerReadFeed > 0 {
 			fmt.Fprintf(w, "; the API's feed CPU per read %.1f µs (%.2fx raw)", h.PerReadFeed, h.PerReadRatio)
 		}

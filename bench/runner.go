@@ -323,7 +323,7 @@ func (r *Runner) Run(ctx context.Context) (*Report, error) {
 		}
 		if mixed.Reads.Count > 0 {
 			rate := float64(mixed.Reads.Count) / mixed.Seconds
-			if rep.RawHTTP, err = r.runRawHTTP(ctx, rate, RawServerNetHTTP); err != nil {
+			if rep.RawHTTP, err = r.runRawHTTP(ctx, rate); err != nil {
 				return nil, err
 			}
 			rep.RawHTTP.compare(mixed)

@@ -50,7 +50,7 @@ func (r *Runner) sutCPU(ctx context.Context) sutSnapshot {
 		if d, err := redisinfo.CPU(ctx, r.deps.Redis); err == nil {
 			s.redis = d.Seconds()
 		}
-		if rd, wr, err := redisinfo.IOCalls(ctx, r.deps.Redis); err == nil {
+		if rd, wr, err := redisIOCalls(ctx, r.deps.Redis); err == nil {
 			s.redisIO = ioCount{float64(rd), float64(wr)}
 		}
 	}

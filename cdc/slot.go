@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -25,6 +26,31 @@ var ErrSlotActive = errors.New("replication slot is in use")
 
 // ErrNoSlot means the slot does not exist.
 var ErrNoSlot = errors.New("replication slot does not exist")
+
+// DefaultSlot is the replication slot of a database when none is
+// configured (FEED_SLOT): feed_cdc_ and the database's name ("postgres"
+// when empty) in lower case, other characters than letters, digits and _
+// as _, cut to PostgreSQL's 63. Slot names are cluster-wide, so two
+// databases on one server need two.
+func DefaultSlot(database string) string {
+	if database == "" {
+		database = "postgres"
+	}
+	var b strings.Builder
+	b.WriteString("feed_cdc_")
+	for _, r := range strings.ToLower(database) {
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') || r == '_' {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('_')
+		}
+	}
+	s := b.String()
+	if len(s) > 63 {
+		s = s[:63]
+	}
+	return s
+}
 
 // ensureSlot checks the publication and creates the slot when missing. It
 // reports whether it created the slot. It knows nothing of what CDC

@@ -145,7 +145,7 @@ func TestConsumerLagSeriesSurvivesVersionSwitch(t *testing.T) {
 
 // TestEntriesWrittenExportedFromZero: the inbox's entry counter is a
 // series before anything is written, so that a scrape right after a start
-// has it (feed bench divides CPU by its difference).
+// has it (feedbench divides CPU by its difference).
 func TestEntriesWrittenExportedFromZero(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	if _, err := projections.NewMetrics(reg); err != nil {

@@ -269,7 +269,7 @@ func (tc *trackConn) send(batch []*batchReq) {
 // them), and the busier the process, the larger the batch. Spread over
 // several connections they went out in more, smaller batches, which cost
 // Redis more CPU per read in the full mix (docs/benchmarks.md, "End to
-// end": one connection against eight, alternated `feed bench` runs).
+// end": one connection against eight, alternated `feedbench` runs).
 const readCacheConns = 1
 
 // pick returns the connection of the next read (round robin: each

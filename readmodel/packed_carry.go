@@ -17,7 +17,7 @@ import (
 // follow-ups, the merges): where a round trip costs more than the
 // commands in it (every service on loopback in a virtual machine), that
 // shows in the read and write calls a post of Redis and of `feed dev`
-// (`feed bench` writes only, docs/benchmarks.md "I/O calls per unit of
+// (`feedbench` writes only, docs/benchmarks.md "I/O calls per unit of
 // work"), and a push holds its in-flight slot (FanoutInflight) for one
 // round trip instead of three. PushAll, the plain version, stays beside
 // it.

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/feedco/feed/api"
+	"github.com/feedco/feed/cdc"
 	"github.com/feedco/feed/internal/auth"
 	"github.com/feedco/feed/internal/kafka"
 	"github.com/feedco/feed/projections"
@@ -173,7 +174,7 @@ func envDuration(key string, def time.Duration) (time.Duration, error) {
 // devSecret is used when FEED_JWT_SECRET is unset, and only then; `feed api`
 // refuses to start with it unless FEED_ALLOW_DEV_SECRET=1, and `feed dev`
 // passes the permission to the API it runs.
-const devSecret = "feed-development-secret-do-not-use-in-production"
+const devSecret = auth.DevSecret
 
 // JWT is the token settings, for auth.New.
 func (c Config) JWT() auth.Config {
@@ -400,22 +401,5 @@ func slotFromDSN(dsn string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("DATABASE_URL %s: %s", redactDSN(dsn), dsnReason(dsn, err))
 	}
-	db := pc.Database
-	if db == "" {
-		db = "postgres"
-	}
-	var b strings.Builder
-	b.WriteString("feed_cdc_")
-	for _, r := range strings.ToLower(db) {
-		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') || r == '_' {
-			b.WriteRune(r)
-		} else {
-			b.WriteByte('_')
-		}
-	}
-	s := b.String()
-	if len(s) > 63 {
-		s = s[:63]
-	}
-	return s, nil
+	return cdc.DefaultSlot(pc.Database), nil
 }

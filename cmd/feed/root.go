@@ -64,7 +64,6 @@ func newRootCommand(c *cli) *cobra.Command {
 		newPoisonCommand(c),
 		newRebuildCommand(c),
 		newSeedCommand(c),
-		newBenchCommand(c),
 		newStatusCommand(c),
 		newVerifyCommand(c),
 		newConfigCommand(c),

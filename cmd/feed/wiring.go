@@ -25,7 +25,7 @@ import (
 // components together until the first fails or the context ends.
 
 // App holds the configuration and the shared connections of one process,
-// for the commands that hand them around (`feed status`, `feed bench`).
+// for the commands that hand them around (`feed status`, `feed rebuild`).
 type App struct {
 	Cfg   Config
 	Log   *slog.Logger

@@ -24,6 +24,10 @@ var ErrInvalidToken = errors.New("invalid token")
 // MinSecretBytes is the shortest secret accepted (current or previous).
 const MinSecretBytes = 16
 
+// DevSecret is the development secret: the binaries' FEED_JWT_SECRET when
+// it is unset, which `feed api` refuses unless told to accept it.
+const DevSecret = "feed-development-secret-do-not-use-in-production"
+
 // Config is what a Signer signs and verifies with.
 type Config struct {
 	// Secret signs every token and verifies them. At least 16 bytes.

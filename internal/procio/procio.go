@@ -8,7 +8,7 @@
 // either side, and a write on loopback also pays the receiver's delivery.
 // Unlike CPU time, the count per unit of work (per feed read, per post)
 // does not move with the machine's speed, so a change that saves a round
-// trip shows in one short run (`feed bench`, docs/bench.md).
+// trip shows in one short run (`feedbench`, docs/bench.md).
 //
 // The kernel counts read(2), write(2) and their vectored and positional
 // forms, on sockets, pipes and files alike, including those that return

@@ -76,6 +76,10 @@ func repoFiles(t *testing.T) []sourceFile {
 
 func under(dir, prefix string) bool { return dir == prefix || strings.HasPrefix(dir, prefix+"/") }
 
+// binary says whether dir holds a binary's code: the product's cmd/, or
+// the benchmark module's bench/cmd/ (feedbench).
+func binary(dir string) bool { return under(dir, "cmd") || under(dir, "bench/cmd") }
+
 // keyFragments are the pieces of Redis key names and sentinel members that
 // only the read-model package may spell.
 var keyFragments = []string{
@@ -132,13 +136,14 @@ var envReaders = map[string]bool{
 	"Unsetenv": true, "Clearenv": true, "ExpandEnv": true,
 }
 
-// TestOnlyCmdReadsEnvironment fails when code outside cmd/ and the test
-// helpers reads the environment: configuration is read once, in cmd/, and
-// passed down as values. Tests may (a crash test re-executes itself with a
-// variable that tells the child its role).
+// TestOnlyCmdReadsEnvironment fails when code outside the binaries (cmd/,
+// bench/cmd/) and the test helpers reads the environment: configuration is
+// read once, in a binary's main package, and passed down as values. Tests
+// may (a crash test re-executes itself with a variable that tells the
+// child its role).
 func TestOnlyCmdReadsEnvironment(t *testing.T) {
 	for _, f := range repoFiles(t) {
-		if f.test || under(f.dir, "cmd") || under(f.dir, "testkit") {
+		if f.test || binary(f.dir) || under(f.dir, "testkit") {
 			continue
 		}
 		osName := importName(f.ast, "os")
@@ -202,7 +207,7 @@ func TestImportRules(t *testing.T) {
 			}
 			for _, r := range forbidden {
 				if (r.from == "*" || under(f.dir, r.from)) && under(dep, r.to) && !under(f.dir, r.to) {
-					if r.from == "*" && (f.test || under(f.dir, "cmd")) {
+					if r.from == "*" && (f.test || binary(f.dir)) {
 						continue // the binaries and the tests compose the system
 					}
 					t.Errorf("%s imports %s: %s", f.path, p, r.why)

@@ -1,4 +1,4 @@
-package redisinfo_test
+package bench
 
 import (
 	"context"
@@ -6,19 +6,18 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/feedco/feed/internal/redisinfo"
 	"github.com/feedco/feed/testkit/testenv"
 )
 
-// TestIOCalls: every command on a connection is a read and a write of the
+// TestRedisIOCalls: every command on a connection is a read and a write of the
 // server's, so 200 commands move both counters by at least 200.
-func TestIOCalls(t *testing.T) {
+func TestRedisIOCalls(t *testing.T) {
 	ctx := context.Background()
 	r := testenv.NewRedis(t)
 	if _, ok := r.Client.(*redis.ClusterClient); ok {
 		t.Skip("INFO reaches one node of a cluster, the commands others")
 	}
-	r0, w0, err := redisinfo.IOCalls(ctx, r.Client)
+	r0, w0, err := redisIOCalls(ctx, r.Client)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +26,7 @@ func TestIOCalls(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r1, w1, err := redisinfo.IOCalls(ctx, r.Client)
+	r1, w1, err := redisIOCalls(ctx, r.Client)
 	if err != nil {
 		t.Fatal(err)
 	}
