@@ -122,20 +122,23 @@ func TestRunStopsInReverseOrder(t *testing.T) {
 
 func TestRunStartsEachAfterTheOneBeforeIsReady(t *testing.T) {
 	t.Parallel()
-	gate := make(chan struct{})
+	gate, running := make(chan struct{}), make(chan struct{})
+	first := New("first", func(ctx context.Context) error {
+		close(running)
+		return blocking(ctx)
+	}, ReadyWhen(gate))
 	var r recorder
-	first := r.service("first", ReadyWhen(gate))
 	second := r.service("second")
 	done := make(chan error, 1)
 	go func() { done <- Run(context.Background(), quiet(), "test", first, second) }()
-	// second is not started before first is ready: its Start is still
-	// open, and Run's own Start of it, once first is ready, is refused.
+	<-running
+	// first runs but is not ready: Run has not started second, so this
+	// Start is the first, and Run's own, once first is ready, is refused.
 	if err := second.Start(context.Background()); err != nil {
 		t.Fatalf("second started before first was ready: %v", err)
 	}
 	close(gate)
-	err := <-done
-	if !errors.Is(err, ErrStarted) {
+	if err := <-done; !errors.Is(err, ErrStarted) {
 		t.Fatalf("Run: %v, want the second Start refused", err)
 	}
 	_ = second.Stop()
