@@ -29,7 +29,7 @@ func TestDeadlineCtx(t *testing.T) {
 				if ctx.Err() != nil {
 					t.Fatalf("err %v before the deadline", ctx.Err())
 				}
-				time.Sleep(30 * time.Millisecond)
+				time.Sleep(30 * time.Millisecond) // the scenario: the 20 ms deadline passes
 			}, "after the deadline")
 			stop()
 			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
