@@ -629,8 +629,11 @@ type stubFeed struct {
 	cursor      string
 	limit       int
 	err         error
-	delay       time.Duration
 	panicOnRead bool
+	// entered, when set, receives a value as a read begins; the read then
+	// waits until release is closed.
+	entered chan struct{}
+	release chan struct{}
 }
 
 func (f *stubFeed) Home(ctx context.Context, user int64, cursor string, limit int) (queries.Page, error) {
@@ -657,8 +660,9 @@ func (f *stubFeed) read(ctx context.Context, user int64, cursor string, limit in
 	if f.panicOnRead {
 		panic("boom")
 	}
-	if f.delay > 0 {
-		time.Sleep(f.delay)
+	if f.entered != nil {
+		f.entered <- struct{}{}
+		<-f.release
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

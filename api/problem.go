@@ -9,8 +9,7 @@ import (
 
 	"github.com/feedco/feed/commands"
 	"github.com/feedco/feed/internal/auth"
-	"github.com/feedco/feed/internal/pgerr"
-	"github.com/feedco/feed/internal/rediserr"
+	"github.com/feedco/feed/internal/transient"
 	"github.com/feedco/feed/queries"
 )
 
@@ -142,8 +141,7 @@ func problemFor(err error) (p Problem, internal bool) {
 		p = probUnavailable
 		p.Detail = "a dependency is down and the fallback is at capacity; retry later"
 		internal = true
-	case pgerr.Unavailable(err), rediserr.Unavailable(err), errors.Is(err, queries.ErrRedisUnavailable),
-		errors.Is(err, context.DeadlineExceeded):
+	case transient.Unavailable(err), errors.Is(err, queries.ErrRedisUnavailable):
 		p = probUnavailable
 		p.Detail = "a dependency is down or too slow; retry later"
 		internal = true

@@ -17,13 +17,14 @@ import (
 
 	"github.com/feedco/feed/api"
 	"github.com/feedco/feed/queries"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // Shutdown lets a request in flight finish, then Serve returns nil and the
 // port no longer accepts.
 func TestGracefulShutdown(t *testing.T) {
 	t.Parallel()
-	feed := &stubFeed{delay: 300 * time.Millisecond}
+	feed := &stubFeed{entered: make(chan struct{}, 1), release: make(chan struct{})}
 	e := setup(t, options{tweak: func(d *api.Deps) { d.Feed = feed }})
 	e.user(t, 1)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -48,8 +49,18 @@ func TestGracefulShutdown(t *testing.T) {
 		resp.Body.Close()
 		inflight <- resp.StatusCode
 	}()
-	time.Sleep(100 * time.Millisecond) // the slow request is in flight
+	<-feed.entered // the request is in flight
 	cancel()
+	// The shutdown has begun once the listener refuses connections; only
+	// then does the request in flight finish.
+	testenv.Eventually(t, 5*time.Second, "the listener closed", func() bool {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	})
+	close(feed.release)
 	if status := <-inflight; status != 200 {
 		t.Fatalf("request in flight during shutdown: status %d, want 200", status)
 	}

@@ -73,6 +73,14 @@ func BenchmarkCDCBacklog(b *testing.B) {
 				preload(b, bb.db, n, 1000)
 				cfg := bb.config()
 				cfg.Lanes = benchLanes()
+				var walsender int
+				var wal0 time.Duration
+				cfg.OnStreaming = func() {
+					// The walsender serves CDC from now on.
+					if err := bb.db.Pool.QueryRow(context.Background(), `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL`, bb.slot).Scan(&walsender); err == nil {
+						wal0 = pidCPU(walsender)
+					}
+				}
 				pubs := []Publisher{nopPublisher{}}
 				if sink == "kafka" {
 					pubs = benchPublishers(b, bb)
@@ -95,18 +103,6 @@ func BenchmarkCDCBacklog(b *testing.B) {
 				ctx, cancel := context.WithCancel(context.Background())
 				start := time.Now()
 				cpu0 := processCPU()
-				var walsender int
-				var wal0 time.Duration
-				go func() {
-					// The walsender appears once CDC connected.
-					for range 200 {
-						if err := bb.db.Pool.QueryRow(ctx, `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL`, bb.slot).Scan(&walsender); err == nil {
-							wal0 = pidCPU(walsender)
-							return
-						}
-						time.Sleep(5 * time.Millisecond)
-					}
-				}()
 				runDone := make(chan struct{})
 				go func() {
 					defer close(runDone)
@@ -218,7 +214,7 @@ func BenchmarkCDCLag(b *testing.B) {
 					total += txSize
 					mu.Unlock()
 					next = next.Add(interval)
-					time.Sleep(time.Until(next))
+					time.Sleep(time.Until(next)) // pacing: the steady rate
 				}
 			}()
 		}

@@ -50,6 +50,8 @@ type CDC struct {
 	stopped atomic.Pointer[error]
 	// hook, when set (tests), is called at each heal stage.
 	hook func(stage string)
+	// streaming calls Config.OnStreaming once.
+	streaming sync.Once
 }
 
 // New returns a CDC that reads through pool's database and publishes with
@@ -81,16 +83,25 @@ func New(cfg Config, pool *pgxpool.Pool, pubs ...Publisher) (*CDC, error) {
 // Run streams until ctx ends, reconnecting with exponential backoff after
 // any error (at most UnavailableBackoff while PostgreSQL is unavailable).
 // At the end it publishes what it already read (bounded by
-// ShutdownTimeout), confirms what Kafka acknowledged and returns nil; the
-// next start resumes from the slot's confirmed position. When the slot it
-// streamed from is gone and it may not heal (OnSlotLoss, docs/cdc.md "Slot
-// loss"), it stops the same way and returns an error wrapping ErrSlotLost.
+// ShutdownTimeout), confirms what Kafka acknowledged and returns nil once
+// every goroutine it started returned; the next start resumes from the
+// slot's confirmed position. When the slot it streamed from is gone and it
+// may not heal (OnSlotLoss, docs/cdc.md "Slot loss"), it stops the same
+// way and returns an error wrapping ErrSlotLost.
 // It must be called once.
 func (c *CDC) Run(ctx context.Context) error {
 	laneCtx, cancelLanes := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelLanes()
 	c.proc.start(laneCtx)
-	go c.visible.run(laneCtx) // the lanes wait on it: it lives as long as they do
+	// The lanes wait on the visibility gate: it lives as long as they do.
+	visibleDone := make(chan struct{})
+	go func() {
+		defer close(visibleDone)
+		c.visible.run(laneCtx)
+	}()
+	defer func() {
+		cancelLanes()
+		<-visibleDone
+	}()
 	stateCtx, cancelState := context.WithCancel(context.WithoutCancel(ctx))
 	stateDone := make(chan struct{})
 	go func() {

@@ -234,7 +234,7 @@ func TestBrokerOutage(t *testing.T) {
 	testenv.Eventually(t, 60*time.Second, "first events acknowledged", func() bool { return value(c.m.published) > 0 })
 	b.broker.Stop()
 	stoppedAt := time.Now()
-	time.Sleep(4 * time.Second)
+	time.Sleep(4 * time.Second) // the scenario: the outage lasts this long
 	b.broker.Restart(t)
 	t.Logf("broker down for %v", time.Since(stoppedAt).Round(time.Millisecond))
 	if w.written() == 0 {
@@ -272,8 +272,22 @@ func TestReconnectAfterServerDisconnect(t *testing.T) {
 		defer close(wdone)
 		w.run(ctx, t, 2)
 	}()
-	for i := 0; i < 3; i++ {
-		time.Sleep(700 * time.Millisecond)
+	for range 3 {
+		// Each time mid-stream: the slot is streamed from again and CDC
+		// published since the last termination (or the workload ended).
+		before := value(c.m.published)
+		testenv.Eventually(t, 60*time.Second, "CDC streaming again", func() bool {
+			var active bool
+			if err := b.db.Pool.QueryRow(ctx, `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, b.slot).Scan(&active); err != nil || !active {
+				return false
+			}
+			select {
+			case <-wdone:
+				return true
+			default:
+				return value(c.m.published) > before
+			}
+		})
 		if _, err := b.db.Pool.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL`, b.slot); err != nil {
 			t.Fatal(err)
 		}
@@ -345,4 +359,22 @@ func TestDropSlot(t *testing.T) {
 	if err := DropSlot(ctx, b.db.Pool, b.slot); !errors.Is(err, ErrNoSlot) {
 		t.Fatalf("second drop: %v, want ErrNoSlot", err)
 	}
+}
+
+// OnStreaming is called once, when the replication session streams: the
+// slot is then active, held by CDC.
+func TestOnStreaming(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	ctx := context.Background()
+	streaming := make(chan struct{})
+	cfg := b.config()
+	cfg.OnStreaming = func() { close(streaming) } // a second call panics
+	_, stop := b.start(t, cfg)
+	<-streaming
+	st, err := Status(ctx, b.db.Pool, b.slot)
+	if err != nil || !st.Active {
+		t.Fatalf("streaming, but the slot: %+v, %v", st, err)
+	}
+	stop()
 }

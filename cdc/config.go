@@ -68,6 +68,9 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// OnStreaming, when set, is called once, when Run's first replication
+	// session streams from the slot (a process's readiness).
+	OnStreaming func()
 }
 
 var slotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)

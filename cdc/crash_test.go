@@ -106,7 +106,7 @@ func TestCrashRecoveryKill9(t *testing.T) {
 		// Let it stream for a while, at least some events published.
 		target := len(cons.byID) + 300
 		cons.readUntil(t, 30*time.Second, fmt.Sprintf("%d events before kill %d", target, i+1), func(c *consumer) bool { return len(c.byID) >= target })
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(300 * time.Millisecond) // the scenario: the kill lands mid-stream, not right after the condition
 		if err := ch.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}

@@ -351,7 +351,7 @@ func (w *workload) run(ctx context.Context, t testing.TB, writers int) {
 				w.n += len(rows)
 				w.mu.Unlock()
 				if w.pause > 0 {
-					time.Sleep(w.pause)
+					time.Sleep(w.pause) // pacing
 				}
 			}
 		}()

@@ -38,6 +38,9 @@ func (c *CDC) session(ctx context.Context, cancelLanes context.CancelFunc) (prog
 		return false, fmt.Errorf("start replication from slot %s: %w", c.cfg.Slot, err)
 	}
 	c.cfg.Logger.Info("cdc: streaming", "slot", c.cfg.Slot, "topic", c.cfg.Topic)
+	if c.cfg.OnStreaming != nil {
+		c.streaming.Do(c.cfg.OnStreaming)
+	}
 
 	r := &reader{c: c, conn: conn, relations: map[uint32]*eventColumns{}}
 	// ReceiveMessage runs without a context (a context per message costs a

@@ -69,14 +69,28 @@ func TestReseedRefillsANewTopic(t *testing.T) {
 	// A transaction that began before the reseed and commits during it:
 	// the reseed waits for it, so it is published, visible.
 	l := beginLate(ctx, t, b.db, []row{{events.PostCreated{PostID: 910001, AuthorID: 9_100_001, Content: "late", CreatedAt: time.Now().UTC()}, 1}})
-	lateDone := make(chan struct{})
+	pub := b.publisher(t)
+	defer pub.Close()
+	type reseeded struct {
+		res ReseedResult
+		err error
+	}
+	done := make(chan reseeded, 1)
 	go func() {
-		defer close(lateDone)
-		time.Sleep(300 * time.Millisecond) // pacing: the reseed is waiting by then
-		l.commit(ctx, t, o)
+		res, err := Reseed(ctx, cfg, b.db.Pool, ReseedFrom{Position: 1}, nil, pub)
+		done <- reseeded{res, err}
 	}()
-	res, err := reseed(ReseedFrom{Position: 1})
-	<-lateDone
+	// The reseed holds the slot's advisory lock from its start to its end,
+	// and cannot end before the late transaction does.
+	testenv.Eventually(t, 30*time.Second, "the reseed underway", func() bool {
+		var n int
+		err := b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+			WHERE l.locktype = 'advisory' AND l.granted AND d.datname = current_database()`).Scan(&n)
+		return err == nil && n > 0
+	})
+	l.commit(ctx, t, o)
+	r := <-done
+	res, err := r.res, r.err
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -416,7 +416,7 @@ func TestAppendVersionConflict(t *testing.T) {
 			return commands.Append(ctx, tx, 0, events.Metadata{}, ev)
 		})
 	}()
-	time.Sleep(100 * time.Millisecond) // let the second block on the index
+	waitingFor(t, b.pool, "INSERT INTO events", "the second append") // blocked on the index
 	if err := tx1.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/feedco/feed/commands"
 	"github.com/feedco/feed/events"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // postRows is what a create-post leaves in PostgreSQL, as text, with the
@@ -115,19 +116,13 @@ func waitingPost(t *testing.T, pool *pgxpool.Pool) int {
 // sql waits for a lock (what names it in the failure).
 func waitingFor(t *testing.T, pool *pgxpool.Pool, sql, what string) int {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		var pid int
-		err := pool.QueryRow(context.Background(), `
+	var pid int
+	testenv.Eventually(t, 10*time.Second, what+" waiting for a lock", func() bool {
+		return pool.QueryRow(context.Background(), `
 			SELECT pid FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND strpos(query, $1) > 0`, sql).Scan(&pid)
-		if err == nil {
-			return pid
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("no %s waits for a lock", what)
-	return 0
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND strpos(query, $1) > 0`, sql).Scan(&pid) == nil
+	})
+	return pid
 }
 
 // terminate ends backend pid with pg_terminate_backend, waiting up to 5 s.

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/feedco/feed/events"
+	"github.com/feedco/feed/internal/transient"
 )
 
 // streamVersionConstraint is the UNIQUE (stream_id, stream_version)
@@ -114,6 +115,5 @@ func isRetryable(err error) bool {
 	if errors.Is(err, ErrVersionConflict) {
 		return true
 	}
-	var pg *pgconn.PgError
-	return errors.As(err, &pg) && (pg.Code == "40001" || pg.Code == "40P01")
+	return transient.TxConflict(err)
 }

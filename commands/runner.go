@@ -8,9 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/feedco/feed/internal/pgerr"
+	"github.com/feedco/feed/internal/transient"
 )
 
 // Runner runs a command's transaction: each attempt bounded by TxTimeout,
@@ -57,8 +56,8 @@ func (r *Runner) run(ctx context.Context, fn TxFunc, replaySafe bool) error {
 			return nil
 		case ctx.Err() != nil:
 			return err
-		case pgerr.ConnectionLost(err):
-			if atCommit && !replaySafe && !pgconn.SafeToRetry(err) {
+		case transient.PostgresDown(err):
+			if atCommit && !replaySafe && !transient.NotSent(err) {
 				return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
 			}
 			continue // nothing committed, or the retry replays what did
@@ -66,7 +65,7 @@ func (r *Runner) run(ctx context.Context, fn TxFunc, replaySafe bool) error {
 			return err
 		}
 	}
-	if pgerr.ConnectionLost(err) {
+	if transient.PostgresDown(err) {
 		return err // PostgreSQL is away: the caller answers 503
 	}
 	if errors.Is(err, ErrVersionConflict) {
@@ -98,7 +97,7 @@ func (r *Runner) RunStatement(ctx context.Context, fn StmtFunc) error {
 		switch {
 		case err == nil:
 			return nil
-		case pgconn.SafeToRetry(err):
+		case transient.NotSent(err):
 			if ctx.Err() != nil {
 				return err
 			}
@@ -109,7 +108,7 @@ func (r *Runner) RunStatement(ctx context.Context, fn StmtFunc) error {
 			return err
 		}
 	}
-	if pgerr.ConnectionLost(err) {
+	if transient.PostgresDown(err) {
 		return err
 	}
 	if errors.Is(err, ErrVersionConflict) {
@@ -129,7 +128,7 @@ func (r *Runner) onceStatement(ctx context.Context, fn StmtFunc) error {
 // from the statement's answer, such as ErrNotFound), as opposed to a lost
 // connection or a terminated backend, whose report can follow the commit.
 func statementFailed(err error) bool {
-	if pgerr.ConnectionLost(err) || pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+	if transient.PostgresDown(err) || transient.Timeout(err) || errors.Is(err, context.Canceled) {
 		return false
 	}
 	return true

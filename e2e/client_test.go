@@ -81,7 +81,7 @@ func (s *system) call(ctx context.Context, method, path, token, idemKey string, 
 			if retries != nil {
 				retries.Add(1)
 			}
-			time.Sleep(time.Duration(10<<attempt) * time.Millisecond)
+			time.Sleep(time.Duration(10<<attempt) * time.Millisecond) // the client's backoff before its retry
 			continue
 		}
 		if resp.StatusCode != want {

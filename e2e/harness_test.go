@@ -112,5 +112,5 @@ func (s *system) quiesce(t *testing.T, timeout time.Duration) {
 	s.LogProjectionStats(t)
 	t.Logf("quiescent: CDC confirmed %s after %v, consumer lag 0 after %v; waiting %v for the query caches",
 		lsn, cdcAt.Round(time.Millisecond), time.Since(start).Round(time.Millisecond), s.pol.CacheTTL)
-	time.Sleep(s.pol.CacheTTL + 100*time.Millisecond)
+	time.Sleep(s.pol.CacheTTL + 100*time.Millisecond) // a TTL passes: the query caches
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/feedco/feed/commands"
 	"github.com/feedco/feed/internal/auth"
 	"github.com/feedco/feed/internal/snowflake"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // notProduced are the responses of the OpenAPI document that no request
@@ -282,17 +283,10 @@ func TestOpenAPIResponses(t *testing.T) {
 	want(c.do(base, "PUT", "/api/following/"+ana, nil, "Authorization", A, "Idempotency-Key", "p-1"), 422, "follow key reused")
 
 	// Feeds: ana's feed shows bob's post once the projectors have run.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testenv.Eventually(t, 60*time.Second, "the post in ana's feed", func() bool {
 		ex = want(c.do(base, "GET", "/api/feed?limit=10", nil, "Authorization", A), 200, "feed")
-		if bytes.Contains(ex.body, []byte(post)) || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if !bytes.Contains(ex.body, []byte(post)) {
-		t.Fatalf("the post never reached the feed: %s", ex.body)
-	}
+		return bytes.Contains(ex.body, []byte(post))
+	})
 	var page struct{ PrevCursor string }
 	_ = json.Unmarshal(ex.body, &page)
 	want(c.do(base, "GET", "/api/feed?after="+page.PrevCursor, nil, "Authorization", A), 200, "refresh")
@@ -542,13 +536,9 @@ func shedServer(t *testing.T) string {
 		}
 		return 0
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for inFlight("read") != 1 || inFlight("write") != 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the held requests are not in flight: read %v, write %v", inFlight("read"), inFlight("write"))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, 30*time.Second, "the held read and write in flight", func() bool {
+		return inFlight("read") == 1 && inFlight("write") == 1
+	})
 	return hs.URL
 }
 

@@ -351,7 +351,7 @@ func (c *cluster) tryStart(name string, retry bool) bool {
 		if time.Now().After(deadline) {
 			c.t.Fatalf("feed %s not up within 60 s:\n%s", name, tail(logPath, 20))
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // polling c.up, watching for an exit
 	}
 	return true
 }
@@ -492,7 +492,7 @@ func (c *cluster) dropSlot() error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("drop slot %s: %w", c.slot, err)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // polling: CDC took the slot back first
 	}
 }
 

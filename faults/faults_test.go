@@ -19,6 +19,7 @@ import (
 
 	"github.com/feedco/feed/events"
 	"github.com/feedco/feed/readmodel"
+	"github.com/feedco/feed/testkit/testenv"
 	"github.com/feedco/feed/verify"
 )
 
@@ -45,7 +46,7 @@ func restart(name string, graceful bool) func(t *testing.T, c *cluster) {
 		} else {
 			c.kill(name)
 		}
-		time.Sleep(2 * time.Second)
+		time.Sleep(2 * time.Second) // the fault: the role stays down this long under the workload
 		c.start(name)
 	}
 }
@@ -55,7 +56,7 @@ func faults(full bool) []fault {
 		if err := c.rdb.FlushDB(context.Background()).Err(); err != nil {
 			t.Fatalf("FLUSHDB: %v", err)
 		}
-		time.Sleep(2 * time.Second)
+		time.Sleep(2 * time.Second) // the workload runs this long on the emptied Redis
 	}}
 	killProject := fault{name: "kill -9 project", inject: restart(roleProject, false)}
 	slot := fault{name: "slot dropped under writes", inject: func(t *testing.T, c *cluster) {
@@ -63,7 +64,7 @@ func faults(full bool) []fault {
 			t.Fatal(err)
 		}
 		waitSlot(t, c)
-		time.Sleep(2 * time.Second)
+		time.Sleep(2 * time.Second) // the workload runs this long on the new slot
 	}, check: topicHasTheLog}
 	if !full {
 		return []fault{killProject, slot, flush}
@@ -85,7 +86,7 @@ func faults(full bool) []fault {
 					t.Fatalf("terminate connections: %v", err)
 				}
 				total += n
-				time.Sleep(time.Second)
+				time.Sleep(time.Second) // pacing: one termination a second
 			}
 			if total == 0 {
 				t.Fatal("no connection of the roles was terminated")
@@ -93,14 +94,14 @@ func faults(full bool) []fault {
 		}},
 		{name: "Redis down 20 s, back empty", inject: func(t *testing.T, c *cluster) {
 			c.redis.Stop()
-			time.Sleep(20 * time.Second)
+			time.Sleep(20 * time.Second) // the fault: the outage lasts this long
 			c.redis.Start()
 		}},
 		flush,
 		{name: "Redis restart (empty)", inject: func(t *testing.T, c *cluster) {
 			c.redis.Stop()
 			c.redis.Start()
-			time.Sleep(2 * time.Second)
+			time.Sleep(2 * time.Second) // the workload runs this long on the restarted Redis
 		}},
 	}
 }
@@ -108,18 +109,11 @@ func faults(full bool) []fault {
 // waitSlot waits until CDC holds a slot again.
 func waitSlot(t *testing.T, c *cluster) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testenv.Eventually(t, 60*time.Second, "CDC holding slot "+c.slot+" again", func() bool {
 		var active bool
 		err := c.pool.QueryRow(context.Background(), `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, c.slot).Scan(&active)
-		if err == nil && active {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("CDC holds no slot %s 60 s after it was dropped (last error %v)", c.slot, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil && active
+	})
 }
 
 // row is one line of the suite's table.
@@ -199,7 +193,7 @@ func (s *suite) phase(name string, inject func()) {
 		defer close(done)
 		s.w.run(ctx, s.workers, s.pause, counts, uint64(len(s.rows)+1))
 	}()
-	time.Sleep(s.warm)
+	time.Sleep(s.warm) // the workload warms up this long before the fault
 	inject()
 	end := time.Now()
 	cancel()
@@ -262,7 +256,7 @@ func (o *convergence) converge(timeout time.Duration) (int, string) {
 		if n == 0 || time.Now().After(deadline) {
 			return n, strings.Join(lists[:min(8, len(lists))], "\n")
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // polling the oracle; the last run's differences are the answer
 	}
 }
 

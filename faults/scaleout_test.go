@@ -45,7 +45,7 @@ func TestScaleOut(t *testing.T) {
 			}{
 				{"kill -9 of a projector, another started", func() {
 					c.kill(roleProject)
-					time.Sleep(time.Second)
+					time.Sleep(time.Second) // the fault: one projector fewer this long
 					c.start(instance(roleProject, 3))
 				}},
 			}
@@ -64,7 +64,7 @@ func TestScaleOut(t *testing.T) {
 						inject func()
 					}{"kill -9 of an API, started again", func() {
 						c.kill(instance(roleAPI, 2))
-						time.Sleep(2 * time.Second)
+						time.Sleep(2 * time.Second) // the fault: one API fewer this long
 						c.start(instance(roleAPI, 2))
 					}},
 				)

@@ -131,7 +131,7 @@ func (cl client) retried(ctx context.Context, method, path string, user int64, i
 		if !retry || time.Now().After(deadline) || ctx.Err() != nil {
 			return st, err
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // a client's backoff before its retry
 	}
 }
 
@@ -193,7 +193,7 @@ func (w *workload) run(ctx context.Context, workers int, pause time.Duration, co
 			cl := client{c: w.c, codes: counts}
 			for ctx.Err() == nil {
 				w.op(cl, rng)
-				time.Sleep(pause/2 + time.Duration(rng.Int64N(int64(pause))))
+				time.Sleep(pause/2 + time.Duration(rng.Int64N(int64(pause)))) // pacing
 			}
 		}()
 	}

@@ -87,6 +87,9 @@ type Runner struct {
 	projectors []Projector
 	codec      *events.Codec
 
+	// running is closed once every handler subscribed (Running).
+	running chan struct{}
+
 	draining atomic.Bool
 	mu       sync.Mutex
 	inflight int
@@ -110,10 +113,14 @@ func NewRunner(cfg RunnerConfig, projectors ...Projector) (*Runner, error) {
 			return nil, errors.New("runner: nil projector")
 		}
 	}
-	r := &Runner{cfg: cfg, projectors: projectors, codec: events.DefaultCodec}
+	r := &Runner{cfg: cfg, projectors: projectors, codec: events.DefaultCodec, running: make(chan struct{})}
 	r.idle = sync.NewCond(&r.mu)
 	return r, nil
 }
+
+// Running is closed once Run has subscribed every handler to the topic
+// (watermill's router runs). A Run that fails before never closes it.
+func (r *Runner) Running() <-chan struct{} { return r.running }
 
 // Groups returns the consumer group of every projector, prefix included.
 func (r *Runner) Groups() []string {
@@ -125,7 +132,9 @@ func (r *Runner) Groups() []string {
 }
 
 // Run consumes until ctx is cancelled, then drains and returns nil; it
-// returns an error when the router cannot start or stops by itself.
+// returns an error when the router cannot start or stops by itself. It
+// returns once every goroutine it started returned, and must be called
+// once.
 func (r *Runner) Run(ctx context.Context) error {
 	wlog := kafka.Logger(r.cfg.Logger)
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: r.cfg.DrainTimeout}, wlog)
@@ -165,20 +174,31 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 
 	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelRun()
+	var lagDone sync.WaitGroup
+	defer func() {
+		cancelRun()
+		lagDone.Wait()
+	}()
 	done := make(chan error, 1)
 	go func() { done <- router.Run(runCtx) }()
 	if r.cfg.LagInterval > 0 {
-		go r.watchLag(runCtx)
+		lagDone.Go(func() { r.watchLag(runCtx) })
 	}
 
-	select {
-	case err := <-done:
-		if err != nil {
-			return fmt.Errorf("run projectors: %w", err)
+	for running := router.Running(); ; {
+		select {
+		case <-running:
+			close(r.running)
+			running = nil
+			continue
+		case err := <-done:
+			if err != nil {
+				return fmt.Errorf("run projectors: %w", err)
+			}
+			return errors.New("run projectors: router stopped")
+		case <-ctx.Done():
 		}
-		return errors.New("run projectors: router stopped")
-	case <-ctx.Done():
+		break
 	}
 	r.drain()
 	if err := router.Close(); err != nil {

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -43,6 +45,11 @@ type Supervisor struct {
 	pg  Querier
 	rdb redis.UniversalClient
 	m   *Metrics
+
+	// ready is closed once every projector's first runner is running
+	// (Ready); waiting counts the projectors not running yet.
+	ready   chan struct{}
+	waiting atomic.Int32
 }
 
 // NewSupervisor returns a supervisor; m may be nil.
@@ -63,13 +70,28 @@ func NewSupervisor(cfg SupervisorConfig, pg Querier, rdb redis.UniversalClient, 
 	if err := cfg.Runner.Validate(); err != nil {
 		return nil, err
 	}
-	return &Supervisor{cfg: cfg, pg: pg, rdb: rdb, m: m}, nil
+	s := &Supervisor{cfg: cfg, pg: pg, rdb: rdb, m: m, ready: make(chan struct{})}
+	s.waiting.Store(int32(len(cfg.Names)))
+	return s, nil
+}
+
+// Ready is closed once every projector's first runner is Running. A Run
+// that fails before never closes it.
+func (s *Supervisor) Ready() <-chan struct{} { return s.ready }
+
+// projectorRunning counts one projector's first runner running.
+func (s *Supervisor) projectorRunning() {
+	if s.waiting.Add(-1) == 0 {
+		close(s.ready)
+	}
 }
 
 // Run runs every projector until ctx ends (then drains them and returns
-// nil) or one fails (then stops the others and returns its error). It
-// fails at once when PostgreSQL has no active version for a projection
-// (readmodel.ErrNoVersion): a projector never guesses version 1.
+// nil) or one fails (then stops the others and returns its error); it
+// returns once every goroutine it started returned. It fails at once when
+// PostgreSQL has no active version for a projection
+// (readmodel.ErrNoVersion): a projector never guesses version 1. It must
+// be called once.
 func (s *Supervisor) Run(ctx context.Context) error {
 	lv, err := s.versions(ctx)
 	if err != nil {
@@ -83,7 +105,10 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		g.Go(func() error { return s.follow(gctx, lv, n) })
 	}
 	if s.cfg.Poison != nil && s.cfg.Runner.LagInterval > 0 {
-		go s.countPoison(gctx)
+		g.Go(func() error {
+			s.countPoison(gctx)
+			return nil
+		})
 	}
 	err = g.Wait()
 	if ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled)) {
@@ -142,6 +167,7 @@ func (s *Supervisor) versions(ctx context.Context) (*readmodel.LiveVersions, err
 func (s *Supervisor) follow(ctx context.Context, lv *readmodel.LiveVersions, name string) error {
 	log := s.cfg.Runner.Logger
 	var prev readmodel.Policy
+	var first sync.Once
 	for started := false; ; started = true {
 		act := lv.Active()
 		v := act.Versions.Version(name)
@@ -166,7 +192,7 @@ func (s *Supervisor) follow(ctx context.Context, lv *readmodel.LiveVersions, nam
 		rctx, stop := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() { done <- r.Run(rctx) }()
-		next, err := s.watch(rctx, lv, name, v, done)
+		next, err := s.watch(rctx, lv, name, v, done, r.Running(), func() { first.Do(s.projectorRunning) })
 		stop()
 		if rerr := <-done; rerr != nil && err == nil {
 			err = rerr
@@ -211,11 +237,15 @@ func describePolicy(p readmodel.Policy) string {
 // watch refreshes the versions every PollInterval until the projection's
 // version differs from v (returns it), ctx ends (returns 0), or the runner
 // stops by itself (its error).
-func (s *Supervisor) watch(ctx context.Context, lv *readmodel.LiveVersions, name string, v int, done chan error) (int, error) {
+func (s *Supervisor) watch(ctx context.Context, lv *readmodel.LiveVersions, name string, v int, done chan error, running <-chan struct{}, onRunning func()) (int, error) {
 	t := time.NewTicker(s.cfg.PollInterval)
 	defer t.Stop()
 	for {
 		select {
+		case <-running:
+			onRunning()
+			running = nil
+			continue
 		case <-ctx.Done():
 			return 0, nil
 		case err := <-done:

@@ -11,7 +11,7 @@ import (
 	"github.com/sony/gobreaker/v2"
 	"golang.org/x/sync/semaphore"
 
-	"github.com/feedco/feed/internal/rediserr"
+	"github.com/feedco/feed/internal/transient"
 )
 
 // What the read side does while Redis is down: reads are answered from
@@ -24,7 +24,7 @@ import (
 // closes or reopens the circuit.
 
 // ErrRedisUnavailable is matched (errors.Is) by the errors of reads and
-// writes that failed because Redis could not be used (rediserr.Unavailable)
+// writes that failed because Redis could not be used (transient.RedisDown)
 // or because its circuit is open.
 var ErrRedisUnavailable = errors.New("redis unavailable")
 
@@ -43,11 +43,11 @@ var ErrFallbackBusy = errors.New("the PostgreSQL fallback of the read side is at
 const fallbackWait = 100 * time.Millisecond
 
 // redisErr marks err as Redis being unavailable when it is one
-// (rediserr.Unavailable), so Home and AuthorPosts fall back to PostgreSQL
+// (transient.RedisDown), so Home and AuthorPosts fall back to PostgreSQL
 // on it and on nothing else (a PostgreSQL failure of the same page is not
 // answered by asking PostgreSQL again).
 func redisErr(err error) error {
-	if err != nil && !errors.Is(err, ErrRedisUnavailable) && rediserr.Unavailable(err) {
+	if err != nil && !errors.Is(err, ErrRedisUnavailable) && transient.RedisDown(err) {
 		return fmt.Errorf("%w: %w", ErrRedisUnavailable, err)
 	}
 	return err
@@ -88,7 +88,7 @@ func readFailed(err error) bool { return errors.Is(err, ErrRedisUnavailable) }
 // writeFailed counts a write-through as failed when Redis was unavailable
 // or did not answer within writeThroughTimeout.
 func writeFailed(err error) bool {
-	return rediserr.Unavailable(err) || errors.Is(err, context.DeadlineExceeded)
+	return transient.RedisDown(err) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // CircuitStates are the states of the read side's two Redis circuits:

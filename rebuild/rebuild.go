@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/feedco/feed/internal/service"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/readmodel"
 	"github.com/feedco/feed/verify"
@@ -398,15 +399,15 @@ func (r *Rebuilder) group(ctx context.Context, adm *admin, names []string, backg
 	if err != nil {
 		return results, err
 	}
-	rctx, stopRunner := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan error, 1)
-	go func() { done <- runner.Run(rctx) }()
-	stop := func() error {
-		stopRunner()
-		return <-done
+	// The catch-up consumer runs until the handover ends; it outlives a
+	// cancellation of ctx only by its drain.
+	consumer := service.New("catch-up", runner.Run)
+	if err := consumer.Start(context.WithoutCancel(ctx)); err != nil {
+		return results, err
 	}
+	stop := consumer.Stop
 	for _, x := range ps {
-		if err := r.catchUp(ctx, x.group, done, prog, x.name, x.next); err != nil {
+		if err := r.catchUp(ctx, x.group, consumer, prog, x.name, x.next); err != nil {
 			_ = stop()
 			return results, err
 		}
@@ -588,7 +589,7 @@ func (s stages) Stage(name, unit string, total int64) {
 func (s stages) Add(n int) { s.prog.Add(n) }
 
 // catchUp waits until the group's lag is at most CatchUpLag.
-func (r *Rebuilder) catchUp(ctx context.Context, group string, done chan error, prog *Progress, name string, next int) error {
+func (r *Rebuilder) catchUp(ctx context.Context, group string, consumer *service.Service, prog *Progress, name string, next int) error {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.CatchUpTimeout)
 	defer cancel()
 	var told time.Time
@@ -608,11 +609,11 @@ func (r *Rebuilder) catchUp(ctx context.Context, group string, done chan error, 
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("catch up %s version %d: %w", name, next, ctx.Err())
-		case err := <-done:
+		case <-consumer.Done():
+			err := consumer.Err()
 			if err == nil {
 				err = errors.New("consumer stopped")
 			}
-			done <- err
 			return fmt.Errorf("catch up %s version %d: %w", name, next, err)
 		case <-time.After(500 * time.Millisecond):
 		}

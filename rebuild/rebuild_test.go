@@ -50,7 +50,7 @@ func testRebuildAllUnderLoad(t *testing.T, cluster bool) {
 				firstErr.CompareAndSwap(nil, err)
 			}
 			writes.Add(1)
-			time.Sleep(3 * time.Millisecond)
+			time.Sleep(3 * time.Millisecond) // pacing
 		}
 	}()
 	for range 3 { // readers

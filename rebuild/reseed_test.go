@@ -84,7 +84,7 @@ func TestReseedNewTopicThenRebuildAll(t *testing.T) {
 			if err := s.step(ctx); err != nil && firstErr == nil {
 				firstErr = err
 			}
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(5 * time.Millisecond) // pacing
 		}
 	}()
 	r := s.rebuilder(t, nil)

@@ -135,13 +135,7 @@ func (s *system) warm(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
 	cold := s.users
-	for try := 0; len(cold) > 0; try++ {
-		if try == 300 {
-			t.Fatalf("users %v still cold after %d reads each", cold, try)
-		}
-		if try > 0 {
-			time.Sleep(100 * time.Millisecond)
-		}
+	testenv.Eventually(t, 60*time.Second, "every user's read models built", func() bool {
 		var still []int64
 		for _, u := range cold {
 			p, err := s.Feed.Home(ctx, u, "", 10)
@@ -153,7 +147,8 @@ func (s *system) warm(t *testing.T) {
 			}
 		}
 		cold = still
-	}
+		return len(cold) == 0
+	})
 }
 
 func (s *system) pick() int64 {
@@ -238,7 +233,7 @@ func (s *system) quiesce(t *testing.T) {
 		}
 		return true
 	})
-	time.Sleep(time.Second) // query-side caches (300 ms) and version refresh (1 s)
+	time.Sleep(time.Second) // a TTL passes: the query-side caches (300 ms) and version refresh (1 s)
 }
 
 // truth is user u's whole feed from the source of truth.

@@ -13,6 +13,7 @@ import (
 	"github.com/feedco/feed/commands"
 	"github.com/feedco/feed/readmodel"
 	"github.com/feedco/feed/testkit/systest"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // TestRebuildCelebrityThresholdUnderLoad changes the celebrity threshold
@@ -151,7 +152,7 @@ func (s *system) switchThresholdUnderLoad(t *testing.T, name string, threshold i
 				fail(err)
 			}
 			writes.Add(1)
-			time.Sleep(3 * time.Millisecond)
+			time.Sleep(3 * time.Millisecond) // pacing
 		}
 	}()
 	for range 2 { // readers of the seeded users
@@ -198,9 +199,13 @@ func (s *system) switchThresholdUnderLoad(t *testing.T, name string, threshold i
 		wg.Wait()
 		t.Fatalf("rebuild %s at celebrity threshold %d: %v", name, threshold, err)
 	}
-	// Past the cleanup of the old versions, so the readers cross the
-	// switch and the deletion of the old keys.
-	time.Sleep(3 * time.Second)
+	// Run returns once the old versions are cleaned up: the load goes on
+	// until every frozen feed was read whole, and the others read and
+	// written, after the deletion of the old keys.
+	w0, r0, f0 := writes.Load(), reads.Load(), frozenReads.Load()
+	testenv.Eventually(t, 60*time.Second, "reads and writes after the cleanup", func() bool {
+		return frozenReads.Load() >= f0+int64(len(frozen)) && reads.Load() > r0 && writes.Load() > w0
+	})
 	stop()
 	wg.Wait()
 	t.Logf("threshold %d: %d writes, %d reads, %d whole frozen feeds read, %d read errors, %d empty pages during the switch",

@@ -61,8 +61,7 @@ func Gather(ctx context.Context, cfg Config) Report {
 		func() { r.Verify = GatherVerify(ctx, cfg) },
 		func() { r.Redis = GatherRedis(ctx, cfg) },
 	} {
-		wg.Add(1)
-		go func() { defer wg.Done(); f() }()
+		wg.Go(f)
 	}
 	wg.Wait()
 	return r

@@ -16,6 +16,7 @@ import (
 	"github.com/feedco/feed/api"
 	feedcmd "github.com/feedco/feed/commands"
 	"github.com/feedco/feed/internal/auth"
+	"github.com/feedco/feed/internal/service"
 	"github.com/feedco/feed/internal/snowflake"
 	"github.com/feedco/feed/queries"
 	"github.com/feedco/feed/status"
@@ -50,13 +51,13 @@ func runAPI(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer)
 		return err
 	}
 	reg := newRoleRegistry()
-	apiTask, closeAPI, err := newAPI(ctx, cfg, apiParts{Pool: pool, Redis: rdb, Registry: reg, Log: log, Stdout: stdout, AllowDevSecret: cfg.AllowDevSecret})
+	a, closeAPI, err := newAPI(ctx, cfg, apiParts{Pool: pool, Redis: rdb, Registry: reg, Log: log, Stdout: stdout, AllowDevSecret: cfg.AllowDevSecret})
 	if err != nil {
 		return err
 	}
 	defer closeAPI()
-	log.Info("api: starting", "http", "http://"+apiTask.addr)
-	return runTasks(ctx, log, "api", apiTask.task)
+	log.Info("api: starting", "http", "http://"+a.addr)
+	return service.Run(ctx, log, "api", a.svc)
 }
 
 // apiParts are what the API is built from.
@@ -74,9 +75,10 @@ type apiParts struct {
 	AllowDevSecret bool
 }
 
-// apiTask is the API server bound to its address, ready to serve.
-type apiTask struct {
-	task
+// apiService is the API server bound to its address: its service serves
+// it (ready once started: the listener already accepts connections).
+type apiService struct {
+	svc  *service.Service
 	addr string
 }
 
@@ -84,28 +86,28 @@ type apiTask struct {
 // side (GET /api/feed and GET /api/users/{id}/posts, with every post the
 // API creates written through to its author's read models at once), and
 // the server listening on HTTP_ADDR. The cleanup closes the query side.
-func newAPI(ctx context.Context, cfg Config, p apiParts) (apiTask, func(), error) {
+func newAPI(ctx context.Context, cfg Config, p apiParts) (apiService, func(), error) {
 	users, err := auth.NewUsers(p.Pool, 0)
 	if err != nil {
-		return apiTask{}, nil, err
+		return apiService{}, nil, err
 	}
 	deps := api.Deps{Logger: p.Log, Registry: p.Registry, Users: users}
 	if cfg.AuthMode == api.AuthJWT {
 		if cfg.JWTSecret == devSecret && !p.AllowDevSecret {
-			return apiTask{}, nil, usageError{"FEED_JWT_SECRET is unset (the built-in development secret is only accepted by `feed dev` or with FEED_ALLOW_DEV_SECRET=1)"}
+			return apiService{}, nil, usageError{"FEED_JWT_SECRET is unset (the built-in development secret is only accepted by `feed dev` or with FEED_ALLOW_DEV_SECRET=1)"}
 		}
 		signer, err := auth.New(cfg.JWT())
 		if err != nil {
-			return apiTask{}, nil, usageError{err.Error()}
+			return apiService{}, nil, usageError{err.Error()}
 		}
 		deps.Tokens = signer
 	}
 	ids, err := snowflake.New(cfg.NodeID)
 	if err != nil {
-		return apiTask{}, nil, usageError{fmt.Sprintf("FEED_NODE_ID: %v", err)}
+		return apiService{}, nil, usageError{fmt.Sprintf("FEED_NODE_ID: %v", err)}
 	}
 	if deps.Commands, err = feedcmd.New(p.Pool, ids, feedcmd.Config{MaxContentChars: cfg.MaxContentChars}); err != nil {
-		return apiTask{}, nil, err
+		return apiService{}, nil, err
 	}
 	deps.Ready = map[string]func(context.Context) error{"postgres": p.Pool.Ping}
 	// Without Redis the API still answers (feeds from PostgreSQL, writes
@@ -125,7 +127,7 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiTask, func(), error
 		Logger:             p.Log,
 	}.WithPolicy(cfg.Policy), p.Pool, p.Redis)
 	if err != nil {
-		return apiTask{}, nil, fmt.Errorf("build the query side: %w", err)
+		return apiService{}, nil, fmt.Errorf("build the query side: %w", err)
 	}
 	deps.Feed = f
 	// The operators' page, GET /status: the model of `feed status`,
@@ -162,18 +164,18 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiTask, func(), error
 	}, deps)
 	if err != nil {
 		f.Close()
-		return apiTask{}, nil, err
+		return apiService{}, nil, err
 	}
 	l, err := listen(cfg.HTTPAddr)
 	if err != nil {
 		f.Close()
-		return apiTask{}, nil, err
+		return apiService{}, nil, err
 	}
 	addr := l.Addr().String()
 	fmt.Fprintf(p.Stdout, "api: listening on http://%s\n", addr)
-	return apiTask{addr: addr, task: task{name: "api", run: func(ctx context.Context) error {
+	return apiService{addr: addr, svc: service.New("api", func(ctx context.Context) error {
 		return srv.Serve(ctx, l)
-	}}}, f.Close, nil
+	})}, f.Close, nil
 }
 
 // offIsNegative maps a load-shedding variable's 0 (off) to api.Config's

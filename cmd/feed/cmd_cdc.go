@@ -17,6 +17,7 @@ import (
 
 	"github.com/feedco/feed/cdc"
 	"github.com/feedco/feed/internal/kafka"
+	"github.com/feedco/feed/internal/service"
 )
 
 func newCDCCommand(c *cli) *cobra.Command {
@@ -60,8 +61,7 @@ func runCDC(ctx context.Context, cfg Config, log *slog.Logger, metricsAddr strin
 		return err
 	}
 	reg := newRoleRegistry()
-	tasks := []task{{name: "cdc", run: func(ctx context.Context) error { return streamCDC(ctx, cfg, pool, reg, log) }}}
-	return runRole(ctx, log, "cdc", metricsAddr, reg, tasks...)
+	return runRole(ctx, log, "cdc", metricsAddr, reg, cdcService(cfg, pool, reg, log))
 }
 
 // cdcConfig is CDC's configuration from the process's.
@@ -77,10 +77,20 @@ func cdcConfig(cfg Config, reg prometheus.Registerer, log *slog.Logger) cdc.Conf
 	}
 }
 
-// streamCDC streams the event log to the topic until ctx ends. It waits
-// for the broker when it is not up yet, as the replication side waits for
+// cdcService streams the event log to the topic (streamCDC); it is ready
+// once the replication session streams.
+func cdcService(cfg Config, pool *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logger) *service.Service {
+	streaming := make(chan struct{})
+	return service.New("cdc", func(ctx context.Context) error {
+		return streamCDC(ctx, cfg, pool, reg, log, func() { close(streaming) })
+	}, service.ReadyWhen(streaming))
+}
+
+// streamCDC streams the event log to the topic until ctx ends, calling
+// onStreaming once the replication session streams. It waits for the
+// broker when it is not up yet, as the replication side waits for
 // PostgreSQL.
-func streamCDC(ctx context.Context, cfg Config, pool *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logger) error {
+func streamCDC(ctx context.Context, cfg Config, pool *pgxpool.Pool, reg prometheus.Registerer, log *slog.Logger, onStreaming func()) error {
 	brokers := connOf(cfg)
 	var pub *wk.Publisher
 	for backoff := 200 * time.Millisecond; ; backoff = min(backoff*2, 15*time.Second) {
@@ -96,7 +106,9 @@ func streamCDC(ctx context.Context, cfg Config, pool *pgxpool.Pool, reg promethe
 		}
 	}
 	defer pub.Close()
-	c, err := cdc.New(cdcConfig(cfg, reg, log), pool, pub)
+	cc := cdcConfig(cfg, reg, log)
+	cc.OnStreaming = onStreaming
+	c, err := cdc.New(cc, pool, pub)
 	if err != nil {
 		return usageError{dsnReason(cfg.DatabaseURL, err)}
 	}

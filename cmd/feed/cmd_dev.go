@@ -10,6 +10,7 @@ import (
 
 	"github.com/feedco/feed/cdc"
 	"github.com/feedco/feed/internal/kafka"
+	"github.com/feedco/feed/internal/service"
 )
 
 func newDevCommand(c *cli) *cobra.Command {
@@ -78,19 +79,25 @@ func runDev(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer)
 	if err != nil {
 		return err
 	}
-	apiTask, closeAPI, err := newAPI(ctx, cfg, apiParts{Pool: pool, Redis: rdb, Registry: reg, Log: log, Stdout: stdout, AllowDevSecret: true})
+	a, closeAPI, err := newAPI(ctx, cfg, apiParts{Pool: pool, Redis: rdb, Registry: reg, Log: log, Stdout: stdout, AllowDevSecret: true})
 	if err != nil {
 		return err
 	}
 	defer closeAPI()
-	cdcTask := task{name: "cdc", run: func(ctx context.Context) error { return streamCDC(ctx, cfg, pool, reg, log) }}
-
-	tasks := []task{cdcTask, projectors, apiTask.task}
-	if vt, ok, err := verifyTask(cfg, pool, rdb, reg, log); err != nil {
+	vs, err := verifyService(cfg, pool, rdb, reg, log)
+	if err != nil {
 		return err
-	} else if ok {
-		tasks = append(tasks, vt)
 	}
-	log.Info("dev: starting", "http", "http://"+apiTask.addr, "kafka", cfg.KafkaBrokers, "state", cfg.StateDir)
-	return runTasks(ctx, log, "dev", tasks...)
+
+	// Started in this order, each once the one before is ready: the
+	// pipeline streams and consumes before the API takes its first
+	// request; stopped in the reverse order, the API first. The embedded
+	// broker (deferred above) stops after all of them.
+	svcs := []*service.Service{cdcService(cfg, pool, reg, log), projectors}
+	if vs != nil {
+		svcs = append(svcs, vs)
+	}
+	svcs = append(svcs, a.svc)
+	log.Info("dev: starting", "http", "http://"+a.addr, "kafka", cfg.KafkaBrokers, "state", cfg.StateDir)
+	return service.Run(ctx, log, "dev", svcs...)
 }

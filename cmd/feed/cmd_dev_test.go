@@ -59,6 +59,10 @@ func TestDev(t *testing.T) {
 		}
 		return api != ""
 	})
+	// Ready once CDC streams, every projector consumes and the API serves.
+	testenv.Eventually(t, 60*time.Second, "feed dev ready", func() bool {
+		return strings.Contains(stderr.String(), "dev: ready")
+	})
 	get := func(path string) (int, string) {
 		resp, err := http.Get(api + path)
 		if err != nil {
@@ -109,7 +113,7 @@ func TestDev(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatalf("feed dev did not stop:\n%s", stderr.String())
 	}
-	for _, want := range []string{"dev: starting", "http=" + api, "dev: shut down"} {
+	for _, want := range []string{"dev: starting", "http=" + api, "dev: ready", "dev: shut down"} {
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("stderr lacks %q:\n%s", want, stderr.String())
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/feedco/feed/internal/progress"
+	"github.com/feedco/feed/internal/service"
 	"github.com/feedco/feed/replay"
 )
 
@@ -180,9 +181,10 @@ func eventsTo(ctx context.Context, o eventsOptions, cfg Config, stdout, stderr i
 
 	w := replay.NewWriter(stdout, o.format, o.withLSN)
 	start := time.Now()
-	stopProgress := func() {}
+	var shown *service.Service
 	if tty {
-		stopProgress = showCount(progress.New(stderr, true), w)
+		shown = countShown(progress.New(stderr, true), w)
+		_ = shown.Start(ctx)
 	}
 	var n int64
 	if o.checkpoint != "" {
@@ -191,7 +193,9 @@ func eventsTo(ctx context.Context, o eventsOptions, cfg Config, stdout, stderr i
 	} else {
 		n, err = replay.Copy(ctx, src, w, o.limit)
 	}
-	stopProgress()
+	if shown != nil {
+		_ = shown.Stop()
+	}
 	el := time.Since(start)
 	fmt.Fprintf(stderr, "events: %d events in %s (%s/s)\n", n, el.Round(time.Millisecond), rate(n, el))
 	switch {
@@ -237,28 +241,24 @@ func asUsage(err error) error {
 	return err
 }
 
-// showCount shows the count of events written on p (a terminal's bar;
-// the total is not known) until stop, which erases it: the command prints
-// its own summary line.
-func showCount(p *progress.Progress, w *replay.Writer) (stop func()) {
-	p.Start("events:", "events", 0)
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
+// countShown shows the count of events written on p (a terminal's bar;
+// the total is not known) every second from Start to Stop, which erases
+// it: the command prints its own summary line.
+func countShown(p *progress.Progress, w *replay.Writer) *service.Service {
+	return service.New("progress", func(ctx context.Context) error {
+		p.Start("events:", "events", 0)
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
 		for {
 			select {
-			case <-done:
+			case <-ctx.Done():
 				p.Clear()
-				return
+				return nil
 			case <-t.C:
 				p.Set(w.Count())
 			}
 		}
-	}()
-	return func() { close(done); <-finished }
+	})
 }
 
 // rate formats events per second compactly: 950, 12.3k, 1.2M.

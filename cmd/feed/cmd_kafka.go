@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/feedco/feed/internal/kafka"
+	"github.com/feedco/feed/internal/service"
 )
 
 func newKafkaCommand(c *cli) *cobra.Command {
@@ -69,10 +70,12 @@ func runKafka(ctx context.Context, cfg Config, log *slog.Logger, o kafkaOptions)
 	defer e.Close()
 	log.Info("kafka: starting", "kafka", strings.Join(e.Addrs(), ","), "data", brokerDir(cfg), "topic", cfg.Topic,
 		"partitions", cfg.Partitions, "sasl", o.saslUser != "", "tls", o.tlsCert != "")
-	return runTasks(ctx, log, "kafka", task{name: "kafka", run: func(ctx context.Context) error {
+	// The broker runs from StartEmbedded to Close: its service only holds
+	// the role until the end of ctx.
+	return service.Run(ctx, log, "kafka", service.New("kafka", func(ctx context.Context) error {
 		<-ctx.Done()
 		return nil
-	}})
+	}))
 }
 
 func topicsOf(cfg Config) map[string]int32 {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/feedco/feed/internal/kafka"
 	"github.com/feedco/feed/testkit/kafkatest"
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // `feed kafka --brokers 3` with SASL and TLS runs three secured brokers;
@@ -74,16 +75,10 @@ func TestKafkaSecuredMultiBroker(t *testing.T) {
 	defer mcancel()
 	// The topics are created right after the brokers listen.
 	var md kadm.Metadata
-	for {
+	testenv.Eventually(t, 30*time.Second, "topic "+cfg.Topic+" created", func() bool {
 		md, err = kadm.NewClient(cl).Metadata(mctx, cfg.Topic)
-		if err == nil && md.Topics[cfg.Topic].Err == nil {
-			break
-		}
-		if mctx.Err() != nil {
-			t.Fatalf("topic %s not created: %v %+v", cfg.Topic, err, md.Topics[cfg.Topic])
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err == nil && md.Topics[cfg.Topic].Err == nil
+	})
 	if len(md.Brokers) != 3 {
 		t.Fatalf("%d brokers, want 3", len(md.Brokers))
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
+	"github.com/feedco/feed/internal/service"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/readmodel"
 )
@@ -63,42 +64,42 @@ func runProject(ctx context.Context, cfg Config, log *slog.Logger, names []strin
 		return err
 	}
 	reg := newRoleRegistry()
-	tasks, err := projectTasks(ctx, cfg, pool, rdb, names, reg, log)
+	svcs, err := projectServices(ctx, cfg, pool, rdb, names, reg, log)
 	if err != nil {
 		return err
 	}
-	return runRole(ctx, log, "project", metricsAddr, reg, tasks...)
+	return runRole(ctx, log, "project", metricsAddr, reg, svcs...)
 }
 
-// projectTasks builds the tasks of `feed project`, their metrics on reg:
+// projectServices builds the services of `feed project`, their metrics on reg:
 // the projectors names (nil: all) and, with FEED_VERIFY_EVERY, the
 // periodic verification. cfg's policy is resolved (resolvePolicy).
-func projectTasks(ctx context.Context, cfg Config, pool *pgxpool.Pool, rdb redis.UniversalClient, names []string, reg prometheus.Registerer, log *slog.Logger) ([]task, error) {
+func projectServices(ctx context.Context, cfg Config, pool *pgxpool.Pool, rdb redis.UniversalClient, names []string, reg prometheus.Registerer, log *slog.Logger) ([]*service.Service, error) {
 	projectors, err := newProjectors(ctx, cfg, pool, rdb, names, reg, log)
 	if err != nil {
 		return nil, err
 	}
-	tasks := []task{projectors}
-	if vt, ok, err := verifyTask(cfg, pool, rdb, reg, log); err != nil {
+	svcs := []*service.Service{projectors}
+	if vs, err := verifyService(cfg, pool, rdb, reg, log); err != nil {
 		return nil, err
-	} else if ok {
-		tasks = append(tasks, vt)
+	} else if vs != nil {
+		svcs = append(svcs, vs)
 	}
-	return tasks, nil
+	return svcs, nil
 }
 
 // newProjectors builds the supervisor of the projectors names (nil: all):
 // each runs at its projection's active version, with that version's
 // recorded policy, and restarts on the new one when `feed rebuild`
 // switches it (docs/rebuild.md). cfg's policy is resolved
-// (resolvePolicy).
-func newProjectors(ctx context.Context, cfg Config, pool *pgxpool.Pool, rdb redis.UniversalClient, names []string, reg prometheus.Registerer, log *slog.Logger) (task, error) {
+// (resolvePolicy). The service is ready once every projector consumes.
+func newProjectors(ctx context.Context, cfg Config, pool *pgxpool.Pool, rdb redis.UniversalClient, names []string, reg prometheus.Registerer, log *slog.Logger) (*service.Service, error) {
 	m, err := projections.NewMetrics(reg)
 	if err != nil {
-		return task{}, fmt.Errorf("register projection metrics: %w", err)
+		return nil, fmt.Errorf("register projection metrics: %w", err)
 	}
 	if _, err := projections.New(projectionConfig(cfg), pool, rdb, m, names...); err != nil {
-		return task{}, usageError{err.Error()}
+		return nil, usageError{err.Error()}
 	}
 	if len(names) == 0 {
 		names = projections.Names()
@@ -106,7 +107,7 @@ func newProjectors(ctx context.Context, cfg Config, pool *pgxpool.Pool, rdb redi
 	readmodel.WarnListpack(ctx, rdb, cfg.Policy, log)
 	poison, err := projections.NewPoisonQueue(connOf(cfg), cfg.Topic, pool)
 	if err != nil {
-		return task{}, err
+		return nil, err
 	}
 	s, err := projections.NewSupervisor(projections.SupervisorConfig{
 		Projections: projectionConfig(cfg),
@@ -115,12 +116,12 @@ func newProjectors(ctx context.Context, cfg Config, pool *pgxpool.Pool, rdb redi
 		Poison:      poison,
 	}, pool, rdb, m)
 	if err != nil {
-		return task{}, fmt.Errorf("build the projectors: %w", err)
+		return nil, fmt.Errorf("build the projectors: %w", err)
 	}
-	return task{name: "projections", run: func(ctx context.Context) error {
+	return service.New("projections", func(ctx context.Context) error {
 		log.Info("project: running", "projectors", names, "topic", cfg.Topic)
 		return s.Run(ctx)
-	}}, nil
+	}, service.ReadyWhen(s.Ready())), nil
 }
 
 // projectionConfig maps the process configuration to the projectors' policies.

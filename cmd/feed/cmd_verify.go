@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
+	"github.com/feedco/feed/internal/service"
 	"github.com/feedco/feed/verify"
 )
 
@@ -99,20 +100,20 @@ func runVerify(ctx context.Context, cfg Config, log *slog.Logger, o verifyOption
 	return nil
 }
 
-// verifyTask runs verify every cfg.VerifyEvery inside a long-running role
-// (`feed project`, `feed dev`), with the feed_verify_* metrics on reg; ok
-// is false when FEED_VERIFY_EVERY is unset.
-func verifyTask(cfg Config, pool *pgxpool.Pool, rdb redis.UniversalClient, reg prometheus.Registerer, log *slog.Logger) (task, bool, error) {
+// verifyService runs verify every cfg.VerifyEvery inside a long-running
+// role (`feed project`, `feed dev`), with the feed_verify_* metrics on
+// reg; it is nil when FEED_VERIFY_EVERY is unset.
+func verifyService(cfg Config, pool *pgxpool.Pool, rdb redis.UniversalClient, reg prometheus.Registerer, log *slog.Logger) (*service.Service, error) {
 	if cfg.VerifyEvery <= 0 {
-		return task{}, false, nil
+		return nil, nil
 	}
 	m, err := verify.NewMetrics(reg)
 	if err != nil {
-		return task{}, false, fmt.Errorf("register verify metrics: %w", err)
+		return nil, fmt.Errorf("register verify metrics: %w", err)
 	}
 	vc := verifyConfig(cfg, log)
-	return task{name: "verify", run: func(ctx context.Context) error {
+	return service.New("verify", func(ctx context.Context) error {
 		log.Info("verify: running periodically", "every", cfg.VerifyEvery)
 		return verify.Every(ctx, cfg.VerifyEvery, vc, pool, rdb, m, log)
-	}}, true, nil
+	}), nil
 }

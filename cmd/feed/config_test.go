@@ -165,9 +165,10 @@ func TestAPIDevSecret(t *testing.T) {
 		t.Fatalf("with the permission: %v", err)
 	}
 	defer closeAPI()
-	cctx, cancel := context.WithCancel(ctx)
-	cancel()
-	if err := at.run(cctx); err != nil {
+	if err := at.svc.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := at.svc.Stop(); err != nil {
 		t.Fatalf("serve: %v", err)
 	}
 }

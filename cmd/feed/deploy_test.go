@@ -283,9 +283,10 @@ func roleRegistries(t *testing.T) map[string]*prometheus.Registry {
 		t.Fatal(err)
 	}
 	t.Cleanup(closeAPI)
-	stopped, cancel := context.WithCancel(ctx)
-	cancel()
-	if err := at.run(stopped); err != nil { // closes the listener
+	if err := at.svc.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := at.svc.Stop(); err != nil { // closes the listener
 		t.Fatal(err)
 	}
 
@@ -300,12 +301,12 @@ func roleRegistries(t *testing.T) map[string]*prometheus.Registry {
 	}
 
 	project := newRoleRegistry()
-	tasks, err := projectTasks(ctx, cfg, db.Pool, rdb.Client, nil, project, log)
+	svcs, err := projectServices(ctx, cfg, db.Pool, rdb.Client, nil, project, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(tasks) != 2 {
-		t.Fatalf("feed project with FEED_VERIFY_EVERY: %d tasks, want the projectors and the verification", len(tasks))
+	if len(svcs) != 2 {
+		t.Fatalf("feed project with FEED_VERIFY_EVERY: %d services, want the projectors and the verification", len(svcs))
 	}
 	return map[string]*prometheus.Registry{"feed-api": api, "feed-cdc": cdcReg, "feed-projector": project}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/feedco/feed/internal/kafka"
+	"github.com/feedco/feed/internal/service"
 )
 
 func main() {
@@ -43,9 +44,13 @@ func (e usageError) Error() string { return e.msg }
 // returns the process's exit code. Commands write to stdout and stderr and
 // read their configuration with loadConfig; tests call it in-process.
 func execute(ctx context.Context, args []string, stdout, stderr io.Writer, loadConfig func() (Config, error)) int {
-	root := newRootCommand(&cli{stdout: stdout, stderr: stderr, loadConfig: loadConfig})
+	c := &cli{stdout: stdout, stderr: stderr, loadConfig: loadConfig}
+	root := newRootCommand(c)
 	root.SetArgs(args)
 	cmd, err := root.ExecuteContextC(ctx)
+	if c.pprof != nil {
+		_ = c.pprof.Stop()
+	}
 	if err == nil || errors.Is(err, context.Canceled) {
 		return 0
 	}
@@ -64,6 +69,9 @@ type cli struct {
 	stdout, stderr io.Writer
 	loadConfig     func() (Config, error)
 	command        string // the running command's path ("feed api"): Config.AppName
+	// pprof serves the profiles while the command runs (FEED_PPROF_ADDR):
+	// config starts it, execute stops it.
+	pprof *service.Service
 }
 
 // config loads the configuration (a failure is a usage error) and the
@@ -79,7 +87,11 @@ func (c *cli) config() (Config, *slog.Logger, error) {
 	// connection pool.
 	slog.SetDefault(log)
 	redis.SetLogger(redisLogger{log})
-	startPprof(log)
+	if c.pprof == nil {
+		if c.pprof = newPprof(log); c.pprof != nil {
+			_ = c.pprof.Start(context.Background())
+		}
+	}
 	// Sarama's go-metrics registry is off unless asked for (nothing in
 	// feed reads it; internal/kafka).
 	if os.Getenv("FEED_KAFKA_CLIENT_METRICS") == "1" {

@@ -1,22 +1,30 @@
 package main
 
 import (
-	"errors"
+	"context"
 	"log/slog"
 	"net/http"
 	"net/http/pprof"
 	"os"
-	"time"
+
+	"github.com/feedco/feed/internal/service"
 )
 
-// startPprof serves Go's runtime profiles (/debug/pprof/...) on
-// FEED_PPROF_ADDR when it is set, for any command; unset (the default)
-// serves nothing. The listener is separate from the API's so that it can
-// stay on a loopback or operator-only address.
-func startPprof(log *slog.Logger) {
+// newPprof returns the service that serves Go's runtime profiles
+// (/debug/pprof/...) on FEED_PPROF_ADDR, for any command, or nil when the
+// variable is unset (the default) or its address cannot be bound (logged:
+// profiles are a diagnostic, not a reason to refuse to run). It listens
+// at once, so it is ready once started. The listener is separate from the
+// API's so that it can stay on a loopback or operator-only address.
+func newPprof(log *slog.Logger) *service.Service {
 	addr := os.Getenv("FEED_PPROF_ADDR")
 	if addr == "" {
-		return
+		return nil
+	}
+	l, err := listen(addr)
+	if err != nil {
+		log.Error("pprof: not served", "addr", addr, "err", err)
+		return nil
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -24,11 +32,6 @@ func startPprof(log *slog.Logger) {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("pprof server", "addr", addr, "err", err)
-		}
-	}()
-	log.Info("pprof: serving /debug/pprof/", "addr", addr)
+	log.Info("pprof: serving /debug/pprof/", "addr", l.Addr().String())
+	return service.New("pprof", func(ctx context.Context) error { return serveHTTP(ctx, l, mux) })
 }

@@ -16,13 +16,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
-	"golang.org/x/sync/errgroup"
 
+	"github.com/feedco/feed/internal/service"
 	"github.com/feedco/feed/migrations"
 )
 
 // The parts the roles' wiring functions compose: connections, and running
-// components together until the first fails or the context ends.
+// their services (internal/service) together until the first fails or the
+// context ends.
 
 // App holds the configuration and the shared connections of one process,
 // for the commands that hand them around (`feed status`, `feed rebuild`).
@@ -212,58 +213,24 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) ([]int, 
 	return applied, nil
 }
 
-// task is one component of a role, run until ctx ends.
-type task struct {
-	name string
-	run  func(ctx context.Context) error
-}
-
-// runTasks runs the tasks of a role together until ctx ends or one of
-// them fails; then it cancels the others, waits for them and logs the
-// shutdown. A task that returns after ctx ended has stopped cleanly; the
-// first failure is returned, named after its task.
-func runTasks(ctx context.Context, log *slog.Logger, role string, tasks ...task) error {
-	g, gctx := errgroup.WithContext(ctx)
-	for _, t := range tasks {
-		g.Go(func() error {
-			err := t.run(gctx)
-			switch {
-			case err == nil, errors.Is(err, context.Canceled):
-				log.Debug(role+": stopped", "component", t.name)
-			case gctx.Err() == nil:
-				return fmt.Errorf("%s: %w", t.name, err)
-			default: // stopping, after the end of ctx or another's failure
-				log.Warn(role+": stopped with an error", "component", t.name, "err", err)
-			}
-			return nil
-		})
-	}
-	err := g.Wait()
-	if err != nil {
-		log.Error(role+": shut down after a failure", "err", err)
-		return err
-	}
-	log.Info(role + ": shut down")
-	return nil
-}
-
-// runRole runs a role's tasks with runTasks, and its metrics registry on
-// metricsAddr ("": not served), after a start-up line with what it serves.
-func runRole(ctx context.Context, log *slog.Logger, role, metricsAddr string, reg *prometheus.Registry, tasks ...task) error {
+// runRole runs a role's services with service.Run, after its metrics
+// registry on metricsAddr ("": not served) and a start-up line with what
+// it serves.
+func runRole(ctx context.Context, log *slog.Logger, role, metricsAddr string, reg *prometheus.Registry, svcs ...*service.Service) error {
 	served := []any{}
 	if metricsAddr != "" {
 		l, err := listen(metricsAddr)
 		if err != nil {
 			return err
 		}
-		tasks = append(tasks, metricsTask(l, reg))
+		svcs = append([]*service.Service{metricsService(l, reg)}, svcs...)
 		served = append(served, "metrics", "http://"+l.Addr().String()+"/metrics", "health", "http://"+l.Addr().String()+"/healthz")
 	}
 	log.Info(role+": starting", served...)
-	return runTasks(ctx, log, role, tasks...)
+	return service.Run(ctx, log, role, svcs...)
 }
 
-// listen opens a TCP listener on addr, for a task that serves HTTP.
+// listen opens a TCP listener on addr, for a service that serves HTTP.
 func listen(addr string) (net.Listener, error) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -287,18 +254,19 @@ func serveHTTP(ctx context.Context, l net.Listener, h http.Handler) error {
 	return nil
 }
 
-// metricsTask serves reg's /metrics on l for a role that has no HTTP API
-// of its own (`feed cdc`, `feed project`), and GET /healthz: 200 while the
-// process serves (what `feed healthcheck` asks in compose.yaml; like the
-// API's /healthz it checks no dependency).
-func metricsTask(l net.Listener, reg *prometheus.Registry) task {
+// metricsService serves reg's /metrics on l for a role that has no HTTP
+// API of its own (`feed cdc`, `feed project`), and GET /healthz: 200 while
+// the process serves (what `feed healthcheck` asks in compose.yaml; like
+// the API's /healthz it checks no dependency). l is bound, so it is ready
+// once started.
+func metricsService(l net.Listener, reg *prometheus.Registry) *service.Service {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"status":"ok"}`+"\n")
 	})
-	return task{name: "metrics", run: func(ctx context.Context) error { return serveHTTP(ctx, l, mux) }}
+	return service.New("metrics", func(ctx context.Context) error { return serveHTTP(ctx, l, mux) })
 }
 
 // statusRedis is the App's Redis client, or, when the App has none, a

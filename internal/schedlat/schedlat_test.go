@@ -61,7 +61,7 @@ func TestCollectorSeesWaits(t *testing.T) {
 	for range 64 { // their wake-ups wait behind the spinner
 		sleepers.Go(func() {
 			for range 5 {
-				time.Sleep(100 * time.Microsecond)
+				time.Sleep(100 * time.Microsecond) // the scenario: sleepers whose wake-ups wait for a P
 			}
 		})
 	}

@@ -238,3 +238,22 @@ func TestProductDoesNotImportTestSupport(t *testing.T) {
 		}
 	}
 }
+
+// TestRolesStartGoroutinesThroughServices fails when the binary's own code
+// (cmd/, not its tests) has a go statement: what a role runs in the
+// background is an internal/service Service, started, awaited ready and
+// stopped by service.Run or its owner (docs/architecture.md, Background
+// services).
+func TestRolesStartGoroutinesThroughServices(t *testing.T) {
+	for _, f := range repoFiles(t) {
+		if f.test || !under(f.dir, "cmd") {
+			continue
+		}
+		ast.Inspect(f.ast, func(n ast.Node) bool {
+			if _, ok := n.(*ast.GoStmt); ok {
+				t.Errorf("%s has a go statement: run it as an internal/service Service", f.path)
+			}
+			return true
+		})
+	}
+}
