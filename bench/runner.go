@@ -52,9 +52,9 @@ type Deps struct {
 	DB    Querier
 	Redis redis.UniversalClient
 	Keys  readmodel.Keys
-	// Inboxes are the inbox operations of the active layout, for the raw
-	// Redis baseline and the inbox sample; nil: the sorted set under Keys.
-	Inboxes readmodel.InboxStore
+	// Inboxes are the inbox operations, for the raw Redis baseline and the
+	// inbox sample; nil: those under Keys with the default policy.
+	Inboxes *readmodel.PackedInboxes
 	Sampler Sampler
 	// Log receives progress lines; nil discards them.
 	Log io.Writer
@@ -64,21 +64,16 @@ type Deps struct {
 	HTTP *http.Client
 }
 
-// inboxes returns Inboxes, or the sorted-set layout under Keys.
-func (d Deps) inboxes() readmodel.InboxStore {
+// inboxes returns Inboxes, or those under Keys with the default policy.
+func (d Deps) inboxes() readmodel.PackedInboxes {
 	if d.Inboxes != nil {
-		return d.Inboxes
+		return *d.Inboxes
 	}
-	return readmodel.NewInboxes(d.Keys, readmodel.Policy{})
+	return readmodel.NewPackedInboxes(d.Keys, readmodel.Policy{})
 }
 
-// rawInboxRead names the raw baseline's inbox read in store's layout.
-func rawInboxRead(store readmodel.InboxStore) string {
-	if store.Layout() == readmodel.InboxLayoutPacked {
-		return "GET + GETRANGE 21"
-	}
-	return "ZREVRANGEBYSCORE 21"
-}
+// rawInboxRead names the raw baseline's inbox read.
+func rawInboxRead(readmodel.PackedInboxes) string { return "GET + GETRANGE 21" }
 
 // Runner runs one benchmark.
 type Runner struct {

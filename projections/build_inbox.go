@@ -24,9 +24,9 @@ import (
 // InboxMax are kept, the floor is the score of the one after them when
 // there is one (entries at or below it are left out, the bounded-add rule),
 // then ~built; the TTL is the user's last activity plus the inbox TTL (an
-// inbox that would expire before it is written is not written). Scores are created_at in milliseconds, members the post ids in decimal.
-// build_inbox_test.go checks it key by key, byte for byte, against that
-// SQL build and against a replay of the events through the projector.
+// inbox that would expire before it is written is not written).
+// build_inbox_test.go checks it inbox by inbox against a replay of the
+// events through the projector.
 //
 // How, with the cost and the memory of each step:
 //
@@ -44,10 +44,8 @@ import (
 //     merge that stops at InboxMax+1) and write the chunk in one pipeline,
 //     BuildWorkers chunks at once.
 //
-// Each inbox is written by readmodel.Inboxes.RestoreBuildWriter: one
-// RESTORE of the finished sorted set in Redis's listpack encoding, with
-// its TTL, falling back to ZADD + PEXPIRE (ZaddBuildWriter) when the
-// server refuses the payload.
+// Each inbox is written by readmodel.PackedInboxes.BuildWriter: one SET of
+// the finished sealed string, with its TTL.
 
 // Beginner starts the snapshot transaction of the inbox build;
 // *pgxpool.Pool implements it.
@@ -156,10 +154,6 @@ type inboxChunk struct {
 // snapshot is pushed by the projector's catch-up, which the rebuild starts
 // at offsets taken before it. It returns the number of active users.
 func (p *Inbox) BuildInboxes(ctx context.Context, db Beginner, progress BuildProgress) (int64, error) {
-	return p.buildInboxes(ctx, db, progress, true)
-}
-
-func (p *Inbox) buildInboxes(ctx context.Context, db Beginner, progress BuildProgress, restore bool) (int64, error) {
 	if progress == nil {
 		progress = noProgress{}
 	}
@@ -208,7 +202,7 @@ func (p *Inbox) buildInboxes(ctx context.Context, db Beginner, progress BuildPro
 	}
 
 	progress.Stage("write inboxes", "active users", int64(len(users)))
-	w := &inboxWriter{posts: posts, keep: keep, nowMs: nowMs, rdb: p.rdb, out: p.store.InboxBuildWriter(restore)}
+	w := &inboxWriter{posts: posts, keep: keep, nowMs: nowMs, rdb: p.rdb, out: p.inbox.BuildWriter()}
 	chunks := make(chan inboxChunk, BuildWorkers)
 	g, gctx := errgroup.WithContext(ctx)
 	for range BuildWorkers {

@@ -15,23 +15,18 @@ import (
 	"github.com/feedco/feed/readmodel"
 )
 
-// Inbox projects home feeds (`feed:{u}`): it pushes the posts of
+// Inbox projects home feeds (packed inboxes, readmodel.PackedInboxes): it pushes the posts of
 // non-celebrity authors to their active followers, backfills on follow and
 // on the downward celebrity crossing, removes an author's posts on unfollow,
 // and cleans deleted posts out of inboxes. Who is a celebrity at an event
 // is celebrityAt's answer: the count the event carries, or inside the
 // celebrity band the state the log decided before it.
 type Inbox struct {
-	cfg Config
-	pol readmodel.Policy
-	// store is the inboxes of the configured layout; inbox (the sorted
-	// set) and packed (nil unless that layout) are the same inboxes' hot
-	// paths, which differ between the layouts.
-	store  readmodel.InboxStore
-	inbox  readmodel.Inboxes
-	packed *readmodel.PackedInboxes
-	// followUps carries the packed pushes' follow-ups to the next push's
-	// pipeline (readmodel.PackedFollowUps); nil unless packed.
+	cfg   Config
+	pol   readmodel.Policy
+	inbox readmodel.PackedInboxes
+	// followUps carries the pushes' follow-ups to the next push's
+	// pipeline (readmodel.PackedFollowUps).
 	followUps *readmodel.PackedFollowUps
 	pg        Querier
 	rdb       redis.UniversalClient
@@ -56,14 +51,10 @@ func NewInbox(cfg Config, pg Querier, rdb redis.UniversalClient, m *Metrics) (*I
 	// Lists longer than twice the celebrity threshold only come from
 	// replays of posts by authors who are celebrities now: not kept.
 	cache := newFollowerCache(cfg.FollowerCacheRows, int(min(2*cfg.CelebrityThreshold, math.MaxInt32)))
-	p := &Inbox{cfg: cfg, pol: cfg.Policy(), inbox: readmodel.NewInboxes(cfg.Keys, cfg.Policy()), pg: pg, rdb: rdb, m: m, cache: cache,
-		inflight: make(chan struct{}, cfg.FanoutInflight)}
+	p := &Inbox{cfg: cfg, pol: cfg.Policy(), inbox: readmodel.NewPackedInboxes(cfg.Keys, cfg.Policy()), followUps: readmodel.NewPackedFollowUps(),
+		pg: pg, rdb: rdb, m: m, cache: cache, inflight: make(chan struct{}, cfg.FanoutInflight)}
 	if cache != nil {
 		p.activity = newActivityIndex(cfg.FollowerCacheRows)
-	}
-	p.store = readmodel.NewInboxStore(cfg.Keys, p.pol)
-	if pk, ok := p.store.(readmodel.PackedInboxes); ok {
-		p.packed, p.followUps = &pk, readmodel.NewPackedFollowUps()
 	}
 	return p, nil
 }
@@ -183,8 +174,8 @@ func (p *Inbox) celebrityAt(ctx context.Context, author, followers, position int
 // follows, as the follower cache needs). Its second
 // column says whether the follower was last seen longer ago than the inbox
 // TTL (InactiveAfter minus InboxTTLMargin): that follower's inbox has
-// expired, and a push would recreate it, so it gets the script (with the
-// TTL) instead of a plain ZADD.
+// expired, and a push would recreate it, so its buffer gets the TTL in the
+// push's pipeline.
 const (
 	activeFollowersSQL = `SELECT f.follower_id, a.last_seen_at <= now() - $5::interval FROM follows f
 JOIN user_activity a ON a.user_id = f.follower_id
@@ -279,42 +270,25 @@ func (p *Inbox) eachFollowerPage(ctx context.Context, author int64, active bool,
 // push fans one post out to the author's active followers: pages of
 // FanoutBatch followers, up to FanoutParallel pages in flight at once (so
 // Redis stays busy while this handler builds the next pipeline or reads
-// PostgreSQL), each page one pipeline with one ZADD per follower and nothing
-// else for most of them. For one (post, follower) pair in InboxTrimEvery (a
-// deterministic hash, so a redelivery samples the same pairs), and for
-// followers whose inbox is past its TTL, the ZADD is followed by ZCARD and
-// EXPIRE NX (the fallback TTL when the inbox has none); a second pipeline
-// then runs the trim (readmodel.Inboxes.QueueTrim) on the sampled inboxes that are over
-// InboxMax - slack + band: it trims them back to InboxMax - slack (so every
-// ZADD scans a shorter inbox than the raw pair's 500, ~462 entries on
-// average with the defaults), raises the floor and
-// removes what lies at or below it, walking only the entries it cuts. Plain
-// commands on the hot path: every ZADD on a listpack inbox already scans
-// the whole inbox, and anything more per push costs Redis on top of that
-// (docs/benchmarks.md, Projections). With
-// InboxTrimEvery 1 every push is the script with the post instead (exact
-// trims).
+// PostgreSQL), each page one pipeline: an APPEND per inbox, with the
+// follow-ups earlier pushes' replies asked for (a buffer's fallback TTL,
+// the merge with its trim), leaving those of this push's replies to the
+// next push (readmodel.PackedInboxes.PushCarried). An expiring follower's
+// buffer (the inbox may be gone: the buffer is then all of it) gets its
+// TTL in the same pipeline, and the merge gives the sealed string the TTL
+// when it has none. The entries metric counts the APPENDs, redeliveries
+// included (the reply does not tell a duplicate, which the merge and the
+// readers drop).
 //
 // Pages write disjoint inboxes, so their order does not matter; the message
 // is acknowledged only after every page succeeded (a failed page fails the
 // message, which is retried: every command here is idempotent).
-//
-// A plain ZADD does not look at the floor: a late push (its score at or
-// below a floor that a trim or backfill raised meanwhile) lands there and
-// stays until the script next runs on that inbox. Readers take only entries
-// strictly above ~floor (docs/architecture.md), so it is never shown; it is
-// only memory for a while, and it counts towards the trim.
 func (p *Inbox) push(ctx context.Context, e events.PostCreated) error {
-	pp := postPush{post: e.PostID}
-	if p.packed != nil {
-		pp.packed = p.packed.NewPush(e.PostID)
-	} else {
-		pp.push = p.inbox.NewPush(e.PostID, millis(e.CreatedAt))
-	}
+	pp := p.inbox.NewPush(e.PostID)
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(p.cfg.FanoutParallel)
 	err := p.eachPushPage(gctx, e.AuthorID, func(ids []int64, expiring []bool) error {
-		g.Go(func() error { return p.pushPage(gctx, pp, ids, expiring) })
+		g.Go(func() error { return p.pushPage(gctx, e.PostID, pp, ids, expiring) })
 		return nil
 	})
 	if werr := g.Wait(); werr != nil {
@@ -323,87 +297,17 @@ func (p *Inbox) push(ctx context.Context, e events.PostCreated) error {
 	return err
 }
 
-// postPush is what every page of one post's fan-out shares.
-type postPush struct {
-	post   int64
-	push   readmodel.InboxPush  // the sorted set's
-	packed readmodel.PackedPush // the packed layout's
-}
-
 // pushPage writes one page of a post's fan-out (see push).
-func (p *Inbox) pushPage(ctx context.Context, pp postPush, ids []int64, expiring []bool) error {
-	if p.packed != nil {
-		return p.pushPagePacked(ctx, pp, ids, expiring)
-	}
-	adds := make([]*redis.IntCmd, 0, len(ids))
-	var scripts []*redis.Cmd
-	var cards []*redis.IntCmd
-	var sampledUsers []int64
-	fill := func(pipe redis.Pipeliner) {
-		adds, scripts, cards, sampledUsers = adds[:0], scripts[:0], cards[:0], sampledUsers[:0]
-		for i, u := range ids {
-			if pp.push.Exact() {
-				scripts = append(scripts, p.inbox.QueuePushExact(ctx, pipe, u, pp.push))
-				continue
-			}
-			adds = append(adds, p.inbox.QueuePush(ctx, pipe, u, pp.push))
-			if expiring[i] || readmodel.Sampled(pp.post, u, p.cfg.InboxTrimEvery) {
-				cards = append(cards, p.inbox.QueueCheck(ctx, pipe, u, pp.push))
-				sampledUsers = append(sampledUsers, u)
-			}
-		}
-	}
+func (p *Inbox) pushPage(ctx context.Context, post int64, pp readmodel.PackedPush, ids []int64, expiring []bool) error {
 	select {
 	case p.inflight <- struct{}{}:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	err := readmodel.Exec(ctx, p.rdb, fill)
+	err := p.inbox.PushCarried(ctx, p.rdb, ids, expiring, pp, p.followUps)
 	<-p.inflight
 	if err != nil {
-		return fmt.Errorf("push post %d: %w", pp.post, err)
-	}
-	added := 0
-	for _, c := range adds {
-		added += int(c.Val())
-	}
-	for _, c := range scripts {
-		n, _ := c.Int()
-		added += n
-	}
-	p.m.entries(NameInbox, added)
-	var trim []int64
-	for i, c := range cards {
-		if pp.push.NeedsTrim(c) {
-			trim = append(trim, sampledUsers[i])
-		}
-	}
-	if err := p.trim(ctx, trim); err != nil {
-		return fmt.Errorf("trim inboxes after post %d: %w", pp.post, err)
-	}
-	return nil
-}
-
-// pushPagePacked writes one page of a post's fan-out to packed inboxes:
-// an APPEND per inbox, in one pipeline with the follow-ups earlier
-// pushes' replies asked for (a buffer's fallback TTL, the merge with its
-// trim), leaving those of this push's replies to the next push
-// (PackedInboxes.PushCarried). Every follower gets the same APPEND; an
-// expiring follower's buffer (the inbox may be gone: the buffer is then
-// all of it) gets its TTL in the same pipeline, and the merge gives the
-// sealed string the TTL when it has none. The entries metric counts the
-// APPENDs, redeliveries included (the reply does not tell a duplicate,
-// which the merge and the readers drop).
-func (p *Inbox) pushPagePacked(ctx context.Context, pp postPush, ids []int64, expiring []bool) error {
-	select {
-	case p.inflight <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	err := p.packed.PushCarried(ctx, p.rdb, ids, expiring, pp.packed, p.followUps)
-	<-p.inflight
-	if err != nil {
-		return fmt.Errorf("push post %d: %w", pp.post, err)
+		return fmt.Errorf("push post %d: %w", post, err)
 	}
 	p.m.entries(NameInbox, len(ids))
 	return nil
@@ -524,42 +428,6 @@ func (p *Inbox) loadFollowers(ctx context.Context, author int64) (*followerList,
 	return l, nil
 }
 
-// trim trims every user's inbox (readmodel.Inboxes.QueueTrim), in one
-// pipeline: each keeps its newest InboxMax - slack entries.
-func (p *Inbox) trim(ctx context.Context, users []int64) error {
-	if len(users) == 0 {
-		return nil
-	}
-	return readmodel.Exec(ctx, p.rdb, func(pipe redis.Pipeliner) {
-		for _, u := range users {
-			p.inbox.QueueTrim(ctx, pipe, u)
-		}
-	})
-}
-
-// bounded copies b into every user's inbox, in one pipeline.
-func (p *Inbox) bounded(ctx context.Context, users []int64, b readmodel.InboxBackfill) error {
-	if len(users) == 0 {
-		return nil
-	}
-	cmds := make([]*redis.Cmd, len(users))
-	err := readmodel.Exec(ctx, p.rdb, func(pipe redis.Pipeliner) {
-		for i, u := range users {
-			cmds[i] = p.inbox.QueueBackfill(ctx, pipe, u, b)
-		}
-	})
-	if err != nil {
-		return err
-	}
-	added := 0
-	for _, c := range cmds {
-		n, _ := c.Int()
-		added += n
-	}
-	p.m.entries(NameInbox, added)
-	return nil
-}
-
 // backfillSet is what a follow copies: the followee's newest posts, and the
 // floor to raise to when the followee has more posts than were copied.
 type backfillSet struct {
@@ -619,32 +487,26 @@ func (p *Inbox) backfill(ctx context.Context, users []int64, bf backfillSet, che
 		targets = append(targets, u)
 	}
 	// The floor is raised whenever the author has more posts than were
-	// copied (readmodel.Inboxes.NewBackfill): that only claims less
+	// copied (readmodel.PackedInboxes.QueueBackfill): that only claims less
 	// completeness (readers continue in PostgreSQL), and makes the result
 	// a function of the events alone.
-	if p.packed != nil {
-		if err := p.backfillPacked(ctx, targets, bf); err != nil {
-			return fmt.Errorf("backfill inboxes: %w", err)
-		}
-		return nil
-	}
-	if err := p.bounded(ctx, targets, p.inbox.NewBackfill(bf.posts, bf.floor, bf.raise)); err != nil {
+	if err := p.backfillInboxes(ctx, targets, bf); err != nil {
 		return fmt.Errorf("backfill inboxes: %w", err)
 	}
 	return nil
 }
 
-// backfillPacked copies bf into every user's packed inbox, in one
-// pipeline: the merge script with the posts and the floor raise, which
-// also folds in the buffer and trims.
-func (p *Inbox) backfillPacked(ctx context.Context, users []int64, bf backfillSet) error {
+// backfillInboxes copies bf into every user's inbox, in one pipeline: the
+// merge script with the posts and the floor raise, which also folds in the
+// buffer and trims.
+func (p *Inbox) backfillInboxes(ctx context.Context, users []int64, bf backfillSet) error {
 	if len(users) == 0 {
 		return nil
 	}
 	cmds := make([]*redis.Cmd, len(users))
 	err := readmodel.Exec(ctx, p.rdb, func(pipe redis.Pipeliner) {
 		for i, u := range users {
-			cmds[i] = p.packed.QueueBackfill(ctx, pipe, u, bf.posts, bf.floor, bf.raise)
+			cmds[i] = p.inbox.QueueBackfill(ctx, pipe, u, bf.posts, bf.floor, bf.raise)
 		}
 	})
 	if err != nil {
@@ -667,8 +529,8 @@ func (p *Inbox) backfillPacked(ctx context.Context, users []int64, bf backfillSe
 // event's place in the log) is recorded as backfilled: until then the
 // query side pulls the author as a celebrity (readmodel.Celebrities), so
 // the posts are never in neither place. A crash before the record leaves
-// the pull on; the redelivery backfills again (ZADDs of present members
-// change nothing) and records it.
+// the pull on; the redelivery backfills again (a merge of present ids
+// changes nothing) and records it.
 func (p *Inbox) crossDown(ctx context.Context, author int64, order readmodel.Order) error {
 	p.m.crossedDown(NameInbox)
 	bf, err := p.loadBackfill(ctx, author)
@@ -700,7 +562,7 @@ func (p *Inbox) followsNow(ctx context.Context, follower, author int64) (bool, e
 // never pushed) than the inbox holds would otherwise crowd the pushed ones
 // out, and they would stay. The floor is left alone.
 func (p *Inbox) removeAuthor(ctx context.Context, follower, author int64) error {
-	ids, err := p.store.Posts(ctx, p.rdb, follower)
+	ids, err := p.inbox.Posts(ctx, p.rdb, follower)
 	if err != nil {
 		return err
 	}
@@ -727,24 +589,20 @@ func (p *Inbox) removeAuthor(ctx context.Context, follower, author int64) error 
 	if len(members) == 0 {
 		return nil
 	}
-	if err := p.store.Remove(ctx, p.rdb, follower, members); err != nil {
+	if err := p.inbox.Remove(ctx, p.rdb, follower, members); err != nil {
 		return fmt.Errorf("remove posts of %d from inbox of %d: %w", author, follower, err)
 	}
 	return nil
 }
 
 // cleanDeleted removes a deleted post from every follower's inbox (active or
-// not: ZREM never creates a key). Readers already hide it at once through
+// not: a removal never creates a key). Readers already hide it at once through
 // the post cache; this only reclaims the entries.
 func (p *Inbox) cleanDeleted(ctx context.Context, e events.PostDeleted) error {
 	return p.eachFollowerPage(ctx, e.AuthorID, false, func(ids []int64, _ []bool) error {
 		err := readmodel.Exec(ctx, p.rdb, func(pipe redis.Pipeliner) {
 			for _, u := range ids {
-				if p.packed != nil {
-					p.packed.QueueRemove(ctx, pipe, u, []int64{e.PostID})
-				} else {
-					p.inbox.QueueRemove(ctx, pipe, u, e.PostID)
-				}
+				p.inbox.QueueRemove(ctx, pipe, u, []int64{e.PostID})
 			}
 		})
 		if err != nil {

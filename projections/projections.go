@@ -105,9 +105,6 @@ type Config struct {
 	InboxTrimBand      int
 	InboxTrimEvery     int
 	InboxTTLMargin     time.Duration
-	// InboxLayout is the inboxes' Redis layout (readmodel.Policy.InboxLayout;
-	// "" is the sorted set).
-	InboxLayout string
 	// TimelineMax bounds every author timeline.
 	TimelineMax int
 	// BackfillPosts is how many of a followee's newest posts a follow copies.
@@ -162,7 +159,6 @@ func (c Config) Policy() readmodel.Policy {
 		InboxTrimEvery:     c.InboxTrimEvery,
 		InactiveAfter:      c.InactiveAfter,
 		InboxTTLMargin:     c.InboxTTLMargin,
-		InboxLayout:        c.InboxLayout,
 	}
 }
 
@@ -177,7 +173,6 @@ func (c Config) WithPolicy(p readmodel.Policy) Config {
 	c.InboxTrimEvery = p.InboxTrimEvery
 	c.InactiveAfter = p.InactiveAfter
 	c.InboxTTLMargin = p.InboxTTLMargin
-	c.InboxLayout = p.InboxLayout
 	return c
 }
 

@@ -22,14 +22,14 @@ import (
 // the inbox.
 func TestUnfollowRemovesOlderPushedPosts(t *testing.T) {
 	t.Parallel()
-	eachLayout(t, testUnfollowRemovesOlderPushedPosts)
+	testUnfollowRemovesOlderPushedPosts(t)
 }
 
-func testUnfollowRemovesOlderPushedPosts(t *testing.T, layout string) {
+func testUnfollowRemovesOlderPushedPosts(t *testing.T) {
 	w := newWorld(t)
 	rd := testenv.NewRedis(t)
 	keys := readmodel.Keys{Prefix: rd.Prefix}
-	ps := newProjectors(t, w, rd.Client, projections.Config{Keys: keys, CelebrityThreshold: 2, InboxLayout: layout})
+	ps := newProjectors(t, w, rd.Client, projections.Config{Keys: keys, CelebrityThreshold: 2})
 
 	// Each step is applied before the next is written, as a projector that
 	// keeps up sees them (a backfill reads the posts of that moment).
@@ -52,14 +52,14 @@ func testUnfollowRemovesOlderPushedPosts(t *testing.T, layout string) {
 		w.post(author) // pulled, never pushed
 	}
 	apply()
-	ids, _, _ := inboxView(t, rd.Client, keys, layout, reader)
+	ids, _, _ := inboxView(t, rd.Client, keys, reader)
 	if !slices.Contains(ids, idstr(p1)) || !slices.Contains(ids, idstr(p2)) {
 		t.Fatalf("before the unfollow the inbox holds %v, want the pushed posts %d and %d", ids, p1, p2)
 	}
 
 	w.unfollow(reader, author) // back to 1 follower: crosses down too
 	apply()
-	ids, _, _ = inboxView(t, rd.Client, keys, layout, reader)
+	ids, _, _ = inboxView(t, rd.Client, keys, reader)
 	if slices.Contains(ids, idstr(p1)) || slices.Contains(ids, idstr(p2)) {
 		t.Errorf("after the unfollow the inbox still holds the author's posts: %v (pushed %d, %d)", ids, p1, p2)
 	}

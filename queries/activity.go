@@ -29,7 +29,7 @@ func (f *Feed) touch(user int64) {
 }
 
 // recordActivity writes user's activity, THEN moves their inbox's expiry to
-// the inbox TTL from now (readmodel.InboxStore.Touch, readmodel.Policy.InboxTTL). In that order: an expiry moved without the activity
+// the inbox TTL from now (readmodel.PackedInboxes.Touch, readmodel.Policy.InboxTTL). In that order: an expiry moved without the activity
 // write (which may fail) could outlive the projectors' pushes; an activity
 // write whose EXPIRE fails leaves the earlier, sooner expiry, which is safe
 // (the inbox is only rebuilt earlier). EXPIRE on a missing inbox does
@@ -38,7 +38,7 @@ func (f *Feed) recordActivity(ctx context.Context, user int64) error {
 	if err := f.markActive(ctx, user); err != nil {
 		return err
 	}
-	if err := f.inboxes().store.Touch(ctx, f.rdb, user); err != nil {
+	if err := f.inboxes().inbox.Touch(ctx, f.rdb, user); err != nil {
 		f.log.Warn("queries: inbox expiry not moved (it keeps the earlier one)", "user", user, "err", err)
 	}
 	return nil

@@ -212,11 +212,11 @@ func (f *Feed) entries(ctx context.Context, sql string, args ...any) ([]readmode
 // later, a post committing in between would be missed by both: not in our
 // snapshot, and skipped by fan-out as addressed to an inactive user.
 //
-// The write (readmodel.InboxStore.WriteRebuilt) only adds, never deletes: a
+// The write (readmodel.PackedInboxes.WriteRebuilt) only adds, never deletes: a
 // push that landed between the snapshot and this write must survive.
 // Entries already in the set (stale pushes) are either real posts of the
 // user's followees, or hidden at read (deleted, unfollowed), or at or
-// below the floor. It is one MULTI that also sets the inbox TTL, so no
+// below the floor. It is one script that also sets the inbox TTL, so no
 // built inbox lives longer than that after the activity write above (see
 // recordActivity).
 func (f *Feed) rebuildInbox(ctx context.Context, user int64) error {
@@ -224,21 +224,17 @@ func (f *Feed) rebuildInbox(ctx context.Context, user int64) error {
 		return err
 	}
 	f.activity.mark(user, f.now())
-	// One version's keys, layout and bound for the whole rebuild.
+	// One version's keys and bound for the whole rebuild.
 	iv := f.inboxes()
 	posts, err := f.entries(ctx, pullKeysSQL, user, iv.pol.InboxMax)
 	if err != nil {
 		return fmt.Errorf("read inbox snapshot of %d: %w", user, err)
 	}
-	err = iv.store.WriteRebuilt(ctx, f.rdb, user, posts)
+	err = iv.inbox.WriteRebuilt(ctx, f.rdb, user, posts)
 	// written here: the next read sees it without waiting for Redis's invalidation
-	if iv.packed != nil {
-		sk, bk := iv.packed.Keys(user)
-		f.cache.invalidate(sk)
-		f.cache.invalidate(bk)
-	} else {
-		f.cache.invalidate(iv.zset.Key(user))
-	}
+	sk, bk := iv.inbox.Keys(user)
+	f.cache.invalidate(sk)
+	f.cache.invalidate(bk)
 	if err != nil {
 		return fmt.Errorf("write rebuilt inbox of %d: %w", user, err)
 	}

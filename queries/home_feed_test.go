@@ -126,14 +126,14 @@ func floorOf(keys []key, n int) int64 {
 // inbox/timeline bounds so pages cross ~floor into PostgreSQL.
 func TestHomePagingEqualsTruth(t *testing.T) {
 	t.Parallel()
-	eachLayout(t, testHomePagingEqualsTruth)
+	testHomePagingEqualsTruth(t)
 }
 
-func testHomePagingEqualsTruth(t *testing.T, layout string) {
+func testHomePagingEqualsTruth(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 7))
-	b := setup(t, Config{InboxLayout: layout})
+	b := setup(t, Config{})
 	var users []int64
 	for range 12 {
 		users = append(users, b.user())
@@ -294,11 +294,11 @@ func TestHomePullsFollowedCelebrities(t *testing.T) {
 
 func TestHomeColdInboxServedFromPostgresAndRebuilt(t *testing.T) {
 	t.Parallel()
-	eachLayout(t, testHomeColdInboxServedFromPostgresAndRebuilt)
+	testHomeColdInboxServedFromPostgresAndRebuilt(t)
 }
 
-func testHomeColdInboxServedFromPostgresAndRebuilt(t *testing.T, layout string) {
-	b := setup(t, Config{InboxMax: 8, InboxLayout: layout})
+func testHomeColdInboxServedFromPostgresAndRebuilt(t *testing.T) {
+	b := setup(t, Config{InboxMax: 8})
 	u, a, c := b.user(), b.user(), b.user()
 	b.follow(u, a)
 	b.follow(u, c)
@@ -326,16 +326,13 @@ func testHomeColdInboxServedFromPostgresAndRebuilt(t *testing.T, layout string) 
 		return built
 	})
 	b.feed.Close() // the rebuild's bookkeeping is done
-	// 8 posts, ~built and ~floor (the rebuild was cut at InboxMax); a
-	// packed inbox keeps only those strictly above the floor.
+	// ~built and ~floor (the rebuild was cut at InboxMax); of the 8 posts
+	// the inbox keeps only those strictly above the floor.
 	ids, floor, _ := b.inboxState(u)
-	want := 8
-	if layout == readmodel.InboxLayoutPacked {
-		want = 0
-		for _, k := range truth[:8] {
-			if k.ms > truth[7].ms {
-				want++
-			}
+	want := 0
+	for _, k := range truth[:8] {
+		if k.ms > truth[7].ms {
+			want++
 		}
 	}
 	if len(ids) != want {
@@ -357,11 +354,11 @@ func testHomeColdInboxServedFromPostgresAndRebuilt(t *testing.T, layout string) 
 // A page whose boundary is the inbox's ~floor continues from PostgreSQL with
 // no gap and no duplicate, including posts in the floor's own millisecond.
 func TestHomeFloorBoundaryContinuesFromPostgres(t *testing.T) {
-	eachLayout(t, testHomeFloorBoundaryContinuesFromPostgres)
+	testHomeFloorBoundaryContinuesFromPostgres(t)
 }
 
-func testHomeFloorBoundaryContinuesFromPostgres(t *testing.T, layout string) {
-	b := setup(t, Config{InboxLayout: layout})
+func testHomeFloorBoundaryContinuesFromPostgres(t *testing.T) {
+	b := setup(t, Config{})
 	u, a := b.user(), b.user()
 	b.follow(u, a)
 	var all []key

@@ -150,13 +150,7 @@ func (f *Feed) followsDirect(ctx context.Context, viewer int64, authors []int64)
 // readHomeDirect is the uncached read: one pipeline of four commands.
 func (f *Feed) readHomeDirect(ctx context.Context, iv *inboxView, user int64, cur key, n int, members []int64) (homeReply, error) {
 	pipe := f.rdb.Pipeline()
-	var inbox readmodel.SetRead
-	var packed readmodel.PackedRead
-	if iv.packed != nil {
-		packed = iv.packed.QueueRead(ctx, pipe, user, cur.ms, n)
-	} else {
-		inbox = iv.zset.QueueRead(ctx, pipe, user, cur.ms, n)
-	}
+	inbox := iv.inbox.QueueRead(ctx, pipe, user, cur.ms, n)
 	own := f.tl.QueueRead(ctx, pipe, user, cur.ms, n)
 	followBuilt := f.follows.QueueFollowingBuilt(ctx, pipe, user)
 	var isMember *redis.BoolSliceCmd
@@ -172,12 +166,7 @@ func (f *Feed) readHomeDirect(ctx context.Context, iv *inboxView, user int64, cu
 	}
 	var r homeReply
 	var err error
-	if iv.packed != nil {
-		r.inbox, err = packedResultOf(packed)
-	} else {
-		r.inbox, err = setResultOf(inbox)
-	}
-	if err != nil {
+	if r.inbox, err = packedResultOf(inbox); err != nil {
 		return homeReply{}, fmt.Errorf("read inbox of %d: %w", user, err)
 	}
 	if r.own, err = setResultOf(own); err != nil {
@@ -238,18 +227,14 @@ func (f *Feed) readHomeCached(ctx context.Context, iv *inboxView, g *cacheGen, u
 	c := f.cache
 	now := time.Now().UnixNano()
 	// The reader's keys, in one string: own timeline, following set and
-	// versions, inbox (the packed buffer's, whose sealed key is the same
-	// but its last byte).
+	// versions, inbox (its buffer's, whose sealed key is the same but its
+	// last byte).
 	var kb [192]byte
 	b := f.tl.AppendKey(kb[:0], user)
 	endOwn := len(b)
 	b, endF := f.follows.AppendFollowingKeys(b, user)
 	endFV := len(b)
-	if iv.packed != nil {
-		b = iv.packed.AppendBufferKey(b, user)
-	} else {
-		b = iv.zset.AppendKey(b, user)
-	}
+	b = iv.inbox.AppendBufferKey(b, user)
 	ks := string(b)
 	kOwn, kF, kFV := ks[:endOwn], ks[endOwn:endF], ks[endF:endFV]
 	var r homeReply
@@ -263,30 +248,24 @@ func (f *Feed) readHomeCached(ctx context.Context, iv *inboxView, g *cacheGen, u
 
 	// tickets before the commands are sent, one per key read
 	var inT, bufT, ownT, fT, fvT ticket
-	var inbox, own readmodel.SetRead
-	var packed readmodel.PackedRead
+	var own readmodel.SetRead
+	var inbox readmodel.PackedRead
 	sigIn, sigOwn := setSig(cur, n, true), setSig(cur, n, false)
-	// A packed inbox is two keys, its sealed string and its buffer: the
-	// reply is cached under the sealed key, and a marker of it under the
-	// buffer's, each stored only if no invalidation of its key raced the
-	// read. A hit needs both, so a write to either key (an invalidation
-	// drops that key's entry) makes the next read go to Redis.
-	kIn, kBuf := ks[endFV:], ""
-	if iv.packed != nil {
-		kBuf, kIn = kIn, kIn[:len(kIn)-1]
-	}
+	// An inbox is two keys, its sealed string and its buffer: the reply is
+	// cached under the sealed key, and a marker of it under the buffer's,
+	// each stored only if no invalidation of its key raced the read. A hit
+	// needs both, so a write to either key (an invalidation drops that
+	// key's entry) makes the next read go to Redis.
+	kBuf := ks[endFV:]
+	kIn := kBuf[:len(kBuf)-1]
 	inHit, ownHit := false, false
 	var t tally
-	if v, ok := c.lookupTally(kIn, sigIn, now, &t); ok && (kBuf == "" || c.hasMarker(kBuf, sigIn, now, &t)) {
+	if v, ok := c.lookupTally(kIn, sigIn, now, &t); ok && c.hasMarker(kBuf, sigIn, now, &t) {
 		r.inbox, inHit = v.(setResult), true
 	} else {
 		inT = c.begin(g, kIn)
-		if iv.packed != nil {
-			bufT = c.begin(g, kBuf)
-			packed = iv.packed.QueueRead(ctx, queue(), user, cur.ms, n)
-		} else {
-			inbox = iv.zset.QueueRead(ctx, queue(), user, cur.ms, n)
-		}
+		bufT = c.begin(g, kBuf)
+		inbox = iv.inbox.QueueRead(ctx, queue(), user, cur.ms, n)
 	}
 	if v, ok := c.lookupTally(kOwn, sigOwn, now, &t); ok {
 		r.own, ownHit = v.(setResult), true
@@ -339,18 +318,11 @@ func (f *Feed) readHomeCached(ctx context.Context, iv *inboxView, g *cacheGen, u
 	now = time.Now().UnixNano()
 	var err error
 	if !inHit {
-		if iv.packed != nil {
-			r.inbox, err = packedResultOf(packed)
-		} else {
-			r.inbox, err = setResultOf(inbox)
-		}
-		if err != nil {
+		if r.inbox, err = packedResultOf(inbox); err != nil {
 			return homeReply{}, fmt.Errorf("read inbox of %d: %w", user, err)
 		}
 		c.store(inT, kIn, sigIn, r.inbox, now)
-		if kBuf != "" {
-			c.store(bufT, kBuf, sigIn, packedMarker{}, now)
-		}
+		c.store(bufT, kBuf, sigIn, packedMarker{}, now)
 	}
 	if !ownHit {
 		if r.own, err = setResultOf(own); err != nil {

@@ -53,9 +53,6 @@ type Config struct {
 	// documents each, and defaults them): set them with WithPolicy from the
 	// one policy the process built, or field by field in tests.
 	InboxMax int
-	// InboxLayout is the inboxes' Redis layout (readmodel.Policy.InboxLayout;
-	// "" is the sorted set), the projectors' one.
-	InboxLayout string
 	// CelebrityCacheTTL is how long the celebrity set and each celebrity's
 	// timeline head are served from process memory (default 3 s, at most
 	// 5 s): a hot celebrity then costs Redis one read per TTL per instance,
@@ -176,7 +173,6 @@ func (c Config) Policy() readmodel.Policy {
 		ActivityWriteInterval: c.ActivityWriteInterval,
 		InactiveAfter:         c.InactiveAfter,
 		InboxTTLMargin:        c.InboxTTLMargin,
-		InboxLayout:           c.InboxLayout,
 	}
 }
 
@@ -190,7 +186,6 @@ func (c Config) WithPolicy(p readmodel.Policy) Config {
 	c.ActivityWriteInterval = p.ActivityWriteInterval
 	c.InactiveAfter = p.InactiveAfter
 	c.InboxTTLMargin = p.InboxTTLMargin
-	c.InboxLayout = p.InboxLayout
 	return c
 }
 
@@ -291,7 +286,7 @@ type Feed struct {
 
 	// the read models, under cfg.Keys (live versions); the inboxes
 	// through view (inboxes(), inbox_view.go), which follows the inbox
-	// version's layout and bound from live (nil with fixed versions)
+	// version's bound from live (nil with fixed versions)
 	live    *readmodel.LiveVersions
 	view    atomic.Pointer[inboxView]
 	tl      readmodel.Timelines

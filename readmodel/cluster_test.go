@@ -35,7 +35,6 @@ func TestScriptKeysShareASlot(t *testing.T) {
 			groups := map[string][]string{
 				"followingScript, rebuiltFollowingScript": {keys.Following(u), keys.FollowingVersions(u)},
 				"packedMergeScript, packedRemoveScript":   {keys.PackedInbox(u), keys.PackedInbox(u) + "+"},
-				"trimScript, WriteRebuilt's MULTI":        {keys.Inbox(u)},
 				"followerCountScript":                     {keys.Followers(u)},
 				"boundedAddScript on a timeline":          {keys.Timeline(u)},
 			}

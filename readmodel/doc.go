@@ -10,8 +10,7 @@
 // caller's pipeline (QueueX methods taking a redis.Pipeliner); pipelines
 // that may hold a script by SHA run with Exec, which loads the scripts on
 // NOSCRIPT. The feed Policy (policy.go) is the one set of rules (celebrity
-// threshold, inbox bound and trim band, inbox layout, inactivity window,
-// inbox TTL) the writers and readers share; cmd/feed builds it once and
+// threshold, inbox bound and trim band, inactivity window, inbox TTL) the writers and readers share; cmd/feed builds it once and
 // resolves it against the active versions' record (ResolvePolicy).
 //
 // # Keys
@@ -23,15 +22,13 @@
 // PostgreSQL's, version_store.go, followed by LiveVersions in
 // live_versions.go). `{...}` is
 // a Redis Cluster hash tag: the keys of one account share a slot, and
-// every script touches one slot. Members of inbox and timeline sorted sets
-// are decimal post ids scored by created_at in epoch milliseconds.
+// every script touches one slot. Members of timeline sorted sets are
+// decimal post ids scored by created_at in epoch milliseconds; inboxes
+// hold 8-byte post ids.
 //
 //	key pattern         | type   | hash tag | file           | writers                                                                                                 | readers                                                                                      | markers and TTL
 //	--------------------+--------+----------+----------------+---------------------------------------------------------------------------------------------------------+----------------------------------------------------------------------------------------------+-------------------------------------------------------------
-//	feed:{u}            | zset   | {u}      | inbox.go,      | projections.Inbox (push: QueuePush, QueuePushExact, QueueCheck, QueueTrim; follow and celebrity        | queries (home read: Inboxes.QueueRead); projections.Inbox.removeAuthor (Posts); bench       | ~built (+inf): built complete and maintained, else cold;
-//	                    |        |          | build.go       | backfills: QueueBackfill; unfollow: Posts, Remove; deletions: QueueRemove); projections BuildInboxes   | (RawRead, encodings)                                                                         | ~floor F: complete only above F. TTL Policy.InboxTTL: set by
-//	                    |        |          |                | (RestoreBuildWriter / ZaddBuildWriter); queries (cold rebuild: WriteRebuilt; activity: Touch)           |                                                                                              | Touch, WriteRebuilt, the builds; EXPIRE NX by pushes
-//	pfeed:{u} (default) | string | {u}      | packed.go      | projections.Inbox (push: PushAll; backfills: QueueBackfill; unfollow: Posts, Remove; deletions:         | queries (home read: PackedInboxes.QueueRead); projections.Inbox.removeAuthor (Posts)         | sealed ids + 8-byte header (~built, ~floor); pfeed:{u}+ the
+//	pfeed:{u}           | string | {u}      | packed.go      | projections.Inbox (push: PushAll; backfills: QueueBackfill; unfollow: Posts, Remove; deletions:         | queries (home read: PackedInboxes.QueueRead); projections.Inbox.removeAuthor (Posts)         | sealed ids + 8-byte header (~built, ~floor); pfeed:{u}+ the
 //	and pfeed:{u}+      |        |          |                | QueueRemove); projections BuildInboxes (BuildWriter); queries (WriteRebuilt, Touch)                     |                                                                                              | push buffer, merged every PackedMergeAt. TTL Policy.InboxTTL
 //	timeline:{a}        | zset   | {a}      | timeline.go,   | projections.Timelines (Add, Remove); projections BuildTimelines (QueueBuilt); queries.PostCreated      | queries (home read of the caller's own timeline: QueueRead; celebrity timelines and author  | ~built: only from a build (BuildTimelines, WriteRebuilt), else
 //	                    |        |          | build.go       | (QueueOwnPost, the write-through of a new post); queries (rebuild: WriteRebuilt)                        | pages: QueueRange)                                                                           | not known; ~floor when cut at TimelineMax. No TTL
@@ -60,8 +57,8 @@
 //
 // The hash tag of each family is chosen on purpose (docs/architecture.md,
 // "Redis Cluster: hash tags per key family"): the reader for inboxes
-// (feed:{u}, pfeed:{u} and its buffer pfeed:{u}+, which packedMergeScript
-// names together), the author for timelines, the followee for
+// (pfeed:{u} and its buffer pfeed:{u}+, which packedMergeScript names
+// together), the author for timelines, the followee for
 // followers:{a}, the follower for following:{u} and following_v:{u}
 // (followingScript and rebuiltFollowingScript name both), the post for
 // post:{p} (bodies spread evenly; read with one GET each on a cluster), none
@@ -100,20 +97,17 @@
 // present for a while (late plain pushes) and are ignored by readers;
 // removals (unfollow, deletions) leave it alone.
 //
-// # The packed inbox (the default layout)
+// # The packed inbox
 //
-// PackedInboxes (packed.go) is the default inbox layout
-// (Policy.InboxLayout): `pfeed:{u}`, a string of 8-byte post ids, oldest
-// first, with an 8-byte header for ~built and ~floor at its end, and
-// `pfeed:{u}+`, the append buffer of pushes, merged into it by
-// packedMergeScript every PackedMergeAt ids. The sorted set `feed:{u}`
-// (Inboxes) is the other; InboxStore is what both offer alike.
-// BenchmarkInboxLayouts measures them side by side, and
-// TestPackedMatchesSortedSet checks that they answer the same pages.
+// PackedInboxes (packed.go) is the inbox: `pfeed:{u}`, a string of 8-byte
+// post ids, oldest first, with an 8-byte header for ~built and ~floor at
+// its end, and `pfeed:{u}+`, the append buffer of pushes, merged into it
+// by packedMergeScript every PackedMergeAt ids. BenchmarkInboxLayouts
+// measures it beside a sorted set per inbox (a baseline in the test).
 //
 // # The policy of a version
 //
-// The layout, InboxMax and the celebrity threshold belong to the active
+// InboxMax and the celebrity threshold belong to the active
 // inbox version (the threshold to the followers version too): they are
 // recorded in projection_versions (ActivateVersion at a switch,
 // ResolvePolicy at a fresh deployment's first start) and every writer
@@ -125,10 +119,9 @@
 //
 // # The inbox bulk build
 //
-// RestoreBuildWriter writes each built inbox as one RESTORE of a
-// hand-serialised listpack (listpack.go), because a ZADD of n members
-// into a listpack costs Redis O(n²); ZaddBuildWriter is the plain version
-// beside it, and the fallback. BenchmarkBuildInboxRestoreVsZadd measures
-// both; TestBuildWritersAgree and TestListpackPayloadMatchesZADD check
-// that they write the same sets.
+// PackedInboxes.BuildWriter writes each built inbox as one SET of its
+// finished sealed string with its TTL. An inbox version that an earlier
+// release recorded in the removed sorted-set layout is refused at start
+// (VersionRecord.CheckInboxLayout) until `feed rebuild inbox` builds the
+// next one.
 package readmodel

@@ -49,13 +49,9 @@ func (h Holding) String() string {
 	return s
 }
 
-// InspectInbox reads user's whole inbox in the layout of pol and says
-// whether it holds post.
+// InspectInbox reads user's whole inbox and says whether it holds post.
 func InspectInbox(ctx context.Context, rdb redis.Cmdable, keys Keys, pol Policy, user, post int64) (Holding, error) {
-	if pol.WithDefaults().InboxLayout == InboxLayoutPacked {
-		return inspectPacked(ctx, rdb, NewPackedInboxes(keys, pol), user, post)
-	}
-	return inspectSortedSet(ctx, rdb, keys.Inbox(user), post)
+	return inspectPacked(ctx, rdb, NewPackedInboxes(keys, pol), user, post)
 }
 
 // InspectTimeline says whether author's timeline holds post.

@@ -68,9 +68,6 @@ func (k Keys) appendTagged(b []byte, projection, name string, v int64, suffix st
 	return append(b, suffix...)
 }
 
-// Inbox is a user's home-feed sorted set: member post id, score created_at ms.
-func (k Keys) Inbox(userID int64) string { return k.tagged(ProjectionInbox, "feed:", userID, "") }
-
 // PackedInbox is a user's inbox in the packed layout (packed.go): the
 // sealed string; its append buffer is the same name plus "+".
 func (k Keys) PackedInbox(userID int64) string {

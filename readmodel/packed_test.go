@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"testing"
 	"time"
 
@@ -283,175 +282,6 @@ func TestPackedFloorBuiltRemove(t *testing.T) {
 	if s, b := m.Keys(99); rd.Client.Exists(ctx, s, b).Val() != 0 {
 		t.Fatal("a merge of nothing created keys")
 	}
-}
-
-// The same random operations on both layouts (pushes out of order and
-// twice, cold rebuilds, backfills with floor raises, removals; no trims:
-// the two trim at different times) give the same pages from every cursor:
-// the packed page is the sorted set's visible entries (above ~floor, newest
-// first) from the cursor, and the sorted set's own page read is a prefix
-// of it; ~built and ~floor agree.
-func TestPackedMatchesSortedSet(t *testing.T) {
-	t.Parallel()
-	rd := testenv.NewRedis(t)
-	ctx := context.Background()
-	keys := Keys{Prefix: rd.Prefix}
-	zs, pk := NewInboxes(keys, Policy{}), NewPackedInboxes(keys, Policy{})
-	rng := rand.New(rand.NewPCG(3, 4))
-	post := func() Entry {
-		ms := testBaseMs + int64(rng.IntN(300))
-		return Entry{ID: snow(ms, int64(rng.IntN(4))), Ms: ms}
-	}
-	for user := int64(1); user <= 40; user++ {
-		var pushed []int64
-		for range 5 + rng.IntN(10) {
-			switch r := rng.IntN(10); {
-			case r < 6: // a run of pushes, some redelivered
-				for range 1 + rng.IntN(40) {
-					e := post()
-					if len(pushed) > 0 && rng.IntN(5) == 0 {
-						e.ID = pushed[rng.IntN(len(pushed))]
-						e.Ms = idMs(e.ID)
-					}
-					pushed = append(pushed, e.ID)
-					if err := Exec(ctx, rd.Client, func(pipe redis.Pipeliner) { zs.QueuePush(ctx, pipe, user, zs.NewPush(e.ID, e.Ms)) }); err != nil {
-						t.Fatal(err)
-					}
-					pushPacked(t, ctx, rd.Client, pk, user, e.ID)
-				}
-			case r < 7: // a cold rebuild
-				var es []Entry
-				for range rng.IntN(20) {
-					es = append(es, post())
-				}
-				slices.SortFunc(es, func(a, b Entry) int { return cmpDesc(a.ID, b.ID) })
-				es = slices.CompactFunc(es, func(a, b Entry) bool { return a.ID == b.ID })
-				if err := zs.WriteRebuilt(ctx, rd.Client, user, es); err != nil {
-					t.Fatal(err)
-				}
-				if err := pk.WriteRebuilt(ctx, rd.Client, user, es); err != nil {
-					t.Fatal(err)
-				}
-			case r < 9: // a backfill, maybe raising the floor
-				var es []Entry
-				for range rng.IntN(6) {
-					es = append(es, post())
-				}
-				slices.SortFunc(es, func(a, b Entry) int { return cmpDesc(a.ID, b.ID) })
-				es = slices.CompactFunc(es, func(a, b Entry) bool { return a.ID == b.ID })
-				raise := len(es) > 0 && rng.IntN(2) == 0
-				fl := int64(0)
-				if raise {
-					fl = es[len(es)-1].Ms
-				}
-				b := zs.NewBackfill(es, fl, raise)
-				if err := Exec(ctx, rd.Client, func(pipe redis.Pipeliner) {
-					zs.QueueBackfill(ctx, pipe, user, b)
-					pk.QueueBackfill(ctx, pipe, user, es, fl, raise)
-				}); err != nil {
-					t.Fatal(err)
-				}
-			default: // removals
-				if len(pushed) == 0 {
-					continue
-				}
-				rm := []int64{pushed[rng.IntN(len(pushed))], pushed[rng.IntN(len(pushed))]}
-				if err := zs.Remove(ctx, rd.Client, user, rm); err != nil {
-					t.Fatal(err)
-				}
-				if err := pk.Remove(ctx, rd.Client, user, rm); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-		comparePages(t, ctx, rd.Client, zs, pk, user, rng)
-	}
-}
-
-func comparePages(t *testing.T, ctx context.Context, rdb redis.UniversalClient, zs Inboxes, pk PackedInboxes, user int64, rng *rand.Rand) {
-	t.Helper()
-	all := rdb.ZRangeWithScores(ctx, zs.Key(user), 0, -1).Val()
-	var floor *int64
-	built := false
-	for _, z := range all {
-		switch z.Member {
-		case SentinelFloor:
-			f := int64(z.Score)
-			floor = &f
-		case SentinelBuilt:
-			built = true
-		}
-	}
-	var visible []Entry // newest first
-	for i := len(all) - 1; i >= 0; i-- {
-		m := all[i].Member.(string)
-		if IsSentinel(m) || floor != nil && int64(all[i].Score) <= *floor {
-			continue
-		}
-		id, _ := strconv.ParseInt(m, 10, 64)
-		visible = append(visible, Entry{ID: id, Ms: int64(all[i].Score)})
-	}
-	for c := range 12 {
-		from, n := int64(MaxScoreMs), 1+rng.IntN(30)
-		if c > 0 {
-			from = testBaseMs + int64(rng.IntN(320)) - 10
-		}
-		var want []Entry
-		for _, e := range visible {
-			if e.Ms <= from {
-				want = append(want, e)
-			}
-		}
-		more := len(want) > n
-		if more {
-			want = want[:n]
-		}
-		pipe := rdb.Pipeline()
-		zr := zs.QueueRead(ctx, pipe, user, from, n)
-		pr := pk.QueueRead(ctx, pipe, user, from, n)
-		if err := ExecReads(ctx, pipe); err != nil {
-			t.Fatal(err)
-		}
-		zp, err := zr.Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		pp, err := pr.Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if fmt.Sprint(pp.Entries) != fmt.Sprint(want) || pp.More != more {
-			t.Fatalf("user %d from %d n %d: packed %v more %v, want %v more %v", user, from, n, pp.Entries, pp.More, want, more)
-		}
-		if pp.Built != built || fmt.Sprint(deref(pp.Floor)) != fmt.Sprint(deref(floor)) {
-			t.Fatalf("user %d: packed built %v floor %v, sorted set %v %v", user, pp.Built, deref(pp.Floor), built, deref(floor))
-		}
-		if zp.Built != built && from >= MaxScoreMs && len(zp.Reply) < zp.Limit {
-			t.Fatalf("user %d: sorted-set page built %v", user, zp.Built)
-		}
-		var zreal []Entry
-		for _, z := range zp.Reply {
-			m := z.Member.(string)
-			if IsSentinel(m) || floor != nil && int64(z.Score) <= *floor {
-				continue
-			}
-			id, _ := strconv.ParseInt(m, 10, 64)
-			zreal = append(zreal, Entry{ID: id, Ms: int64(z.Score)})
-		}
-		if len(zreal) > n {
-			zreal = zreal[:n] // the first page reads one more, for ~built
-		}
-		if len(zreal) > len(pp.Entries) || fmt.Sprint(zreal) != fmt.Sprint(pp.Entries[:len(zreal)]) {
-			t.Fatalf("user %d from %d n %d: sorted-set page %v not a prefix of the packed %v", user, from, n, zreal, pp.Entries)
-		}
-	}
-}
-
-func deref(p *int64) any {
-	if p == nil {
-		return nil
-	}
-	return *p
 }
 
 // Merges agree with the bound rule computed here, on runs of pushes
@@ -789,4 +619,11 @@ func TestPushAllocations(t *testing.T) {
 	if n := testing.AllocsPerRun(1000, func() { m.QueuePush(ctx, pipe, 123456, p) }); n > 4 {
 		t.Errorf("QueuePush: %v allocations, want at most 4", n)
 	}
+}
+
+func deref(p *int64) any {
+	if p == nil {
+		return nil
+	}
+	return *p
 }

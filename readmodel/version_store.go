@@ -45,8 +45,9 @@ type VersionRecord struct {
 	// when BandRecorded (migration 014; 0 is a band: none).
 	CelebrityBand int64
 	BandRecorded  bool
-	// InboxLayout is the inbox layout the version was built in ("" when
-	// none was recorded; migration 007).
+	// InboxLayout is the inbox layout an earlier release recorded for the
+	// version (migration 007): "" or the packed inbox, or the sorted-set
+	// layout that is gone (CheckInboxLayout).
 	InboxLayout string
 	ActivatedAt time.Time
 }
@@ -154,7 +155,7 @@ func ActivateVersions(ctx context.Context, db VersionBeginner, p Policy, sw ...S
 			}
 			if _, err = tx.Exec(ctx, `UPDATE projection_versions
 			SET version = $2, celebrity_threshold = $3, inbox_max = $4, inbox_layout = $5, celebrity_band = $6, activated_at = now(), seeded = false
-			WHERE projection = $1`, s.Projection, s.To, p.CelebrityThreshold, p.InboxMax, p.InboxLayout, p.CelebrityBand); err != nil {
+			WHERE projection = $1`, s.Projection, s.To, p.CelebrityThreshold, p.InboxMax, inboxLayoutPacked, p.CelebrityBand); err != nil {
 				return err
 			}
 		}
@@ -221,7 +222,7 @@ type VersionExecQuerier interface {
 var ErrPolicyMismatch = errors.New("fan-out policy differs from the active version's")
 
 // Apply returns p with the policy r recorded in place of p's: the
-// celebrity threshold and band, the inbox bound and the inbox layout, each where
+// celebrity threshold and band and the inbox bound, each where
 // recorded (a field r has not recorded keeps p's). A new bound resets
 // trim fields that held the old bound's defaults, so WithDefaults derives
 // them again.
@@ -241,9 +242,6 @@ func (r VersionRecord) Apply(p Policy) Policy {
 		}
 		p.InboxMax = r.InboxMax
 	}
-	if r.InboxLayout != "" {
-		p.InboxLayout = r.InboxLayout
-	}
 	return p
 }
 
@@ -251,25 +249,29 @@ func (r VersionRecord) Apply(p Policy) Policy {
 // given explicitly (cmd/feed: the variable is set in the environment);
 // ResolvePolicy adopts the recorded value of every other one.
 type PolicyExplicit struct {
-	CelebrityThreshold, CelebrityBand, InboxMax, InboxLayout bool
+	CelebrityThreshold, CelebrityBand, InboxMax bool
 }
 
 // ResolvePolicy is the one rule by which a process's fan-out policy meets
 // the one recorded with the active versions: the celebrity threshold and
-// band (of the followers and inbox versions), the inbox bound and the inbox layout
-// (of the inbox version). Two projectors with different thresholds would
+// band (of the followers and inbox versions) and the inbox bound (of the
+// inbox version). Two projectors with different thresholds would
 // push and pull by different rules and drop posts between them, silently;
-// a writer and a reader with different layouts or bounds would not see
-// each other's inboxes.
+// a writer and a reader with different bounds would not agree on an
+// inbox's floor.
 //
 //   - A field nothing recorded yet (a fresh deployment) gets p's value,
 //     recorded now by the first process to start: p is the environment's
-//     policy, defaulted (packed, 500, 10000).
+//     policy, defaulted (500, 10000).
 //   - A recorded field the process was not given explicitly is adopted.
 //   - A recorded field given explicitly with another value is refused
 //     with ErrPolicyMismatch, naming the variable, both values and how to
-//     change the policy (`feed rebuild inbox --inbox-layout ...`,
+//     change the policy (`feed rebuild inbox --inbox-max ...`,
 //     blue/green).
+//   - An inbox version recorded in the removed sorted-set layout is
+//     refused with ErrRemovedInboxLayout (CheckInboxLayout), alone when
+//     nothing else is wrong, with p resolved, so that `feed rebuild inbox`
+//     can move it.
 //
 // It returns p, defaulted, with the recorded fields in place.
 func ResolvePolicy(ctx context.Context, db VersionExecQuerier, p Policy, explicit PolicyExplicit) (Policy, error) {
@@ -282,10 +284,6 @@ func ResolvePolicy(ctx context.Context, db VersionExecQuerier, p Policy, explici
 	if _, err := db.Exec(ctx, `UPDATE projection_versions SET celebrity_band = $2
 		WHERE projection = ANY($1) AND celebrity_band IS NULL`, recorded, p.CelebrityBand); err != nil {
 		return p, fmt.Errorf("record the celebrity band: %w", err)
-	}
-	if _, err := db.Exec(ctx, `UPDATE projection_versions SET inbox_layout = $2
-		WHERE projection = $1 AND inbox_layout IS NULL`, ProjectionInbox, p.InboxLayout); err != nil {
-		return p, fmt.Errorf("record the inbox layout: %w", err)
 	}
 	recs, err := LoadVersionRecords(ctx, db)
 	if err != nil {
@@ -323,17 +321,41 @@ func ResolvePolicy(ctx context.Context, db VersionExecQuerier, p Policy, explici
 		fmt.Sprintf("change it blue/green (feed rebuild inbox --celebrity-band %d)", p.CelebrityBand))
 	check(explicit.InboxMax, "FEED_INBOX_MAX", "inbox bound", p.InboxMax, inbox.InboxMax,
 		fmt.Sprintf("build a version with the new one (feed rebuild inbox --inbox-max %d)", p.InboxMax))
-	check(explicit.InboxLayout, "FEED_INBOX_LAYOUT", "inbox layout", p.InboxLayout, inbox.InboxLayout,
-		fmt.Sprintf("build a version in the new one (feed rebuild inbox --inbox-layout %s)", p.InboxLayout))
+	layoutErr := inbox.CheckInboxLayout()
 	if len(errs) > 0 {
-		return p, errors.Join(errs...)
+		return p, errors.Join(append(errs, layoutErr)...)
 	}
-	return inbox.Apply(p).WithDefaults(), nil
+	return inbox.Apply(p).WithDefaults(), layoutErr
 }
 
 // CheckPolicy is ResolvePolicy with every field explicit: it records p
 // where nothing is recorded and refuses any other recorded value.
 func CheckPolicy(ctx context.Context, db VersionExecQuerier, p Policy) error {
-	_, err := ResolvePolicy(ctx, db, p, PolicyExplicit{CelebrityThreshold: true, CelebrityBand: true, InboxMax: true, InboxLayout: true})
+	_, err := ResolvePolicy(ctx, db, p, PolicyExplicit{CelebrityThreshold: true, CelebrityBand: true, InboxMax: true})
 	return err
 }
+
+// ErrRemovedInboxLayout means the active inbox version was built in the
+// sorted-set layout (`feed:{u}`) of earlier releases, which this one
+// neither reads nor writes.
+var ErrRemovedInboxLayout = errors.New("inbox version in the removed sorted-set layout")
+
+// CheckInboxLayout reports an inbox version r that an earlier release
+// built in the removed sorted-set layout: the error says to run `feed
+// rebuild inbox`, which builds the next version from the log in the
+// packed layout (docs/rebuild.md, "Upgrading from sorted-set inboxes").
+// Any other record is nil.
+func (r VersionRecord) CheckInboxLayout() error {
+	if r.Projection != ProjectionInbox || r.InboxLayout == "" || r.InboxLayout == inboxLayoutPacked {
+		return nil
+	}
+	return fmt.Errorf("the active inbox version %d was built in inbox layout %q, which this release no longer reads or writes: "+
+		"run `feed rebuild inbox` (it builds version %d from the log in the packed layout while the running release keeps serving): %w",
+		r.Version, r.InboxLayout, r.Version+1, ErrRemovedInboxLayout)
+}
+
+// inboxLayoutPacked is what releases that had several inbox layouts
+// recorded for the packed one. A switch records it, so that the roles of
+// such a release still running during an upgrade (docs/rebuild.md) follow
+// the switch into the packed layout.
+const inboxLayoutPacked = "packed"

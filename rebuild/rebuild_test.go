@@ -300,10 +300,10 @@ func TestLostRegistryKeepsVersion2(t *testing.T) {
 	}
 }
 
-// inboxKeys counts the keys of user's inbox under keys, in either layout
+// inboxKeys counts the keys of user's inbox under keys
 // (the sorted set; the packed sealed string and buffer).
 func inboxKeys(ctx context.Context, s *system, keys readmodel.Keys, user int64) int64 {
-	return s.Redis.Exists(ctx, keys.Inbox(user), keys.PackedInbox(user), keys.PackedInbox(user)+"+").Val()
+	return s.Redis.Exists(ctx, keys.PackedInbox(user), keys.PackedInbox(user)+"+").Val()
 }
 
 // escapeGlob quotes the glob characters of a SCAN MATCH pattern.

@@ -41,7 +41,7 @@ func (s *system) corruptInbox(t *testing.T, v int) (user, post int64) {
 			t.Fatal(err)
 		}
 		if h.Built && h.Holds {
-			if err := readmodel.NewInboxStore(keys, pol).Remove(ctx, s.Redis, u, []int64{p}); err != nil {
+			if err := readmodel.NewPackedInboxes(keys, pol).Remove(ctx, s.Redis, u, []int64{p}); err != nil {
 				t.Fatal(err)
 			}
 			return u, p

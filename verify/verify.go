@@ -162,7 +162,7 @@ func describeVersions(v readmodel.Versions, p readmodel.Policy) string {
 	for _, n := range readmodel.Projections() {
 		parts = append(parts, fmt.Sprintf("%s v%d", n, v.Version(n)))
 	}
-	return fmt.Sprintf("%s (inbox layout %s, inbox max %d, celebrity threshold %d, band %d)", strings.Join(parts, ", "), p.InboxLayout, p.InboxMax,
+	return fmt.Sprintf("%s (inbox max %d, celebrity threshold %d, band %d)", strings.Join(parts, ", "), p.InboxMax,
 		p.CelebrityThreshold, p.CelebrityBand)
 }
 
@@ -676,7 +676,7 @@ func (v *verifier) where(ctx context.Context, t *Truth, d *Difference) error {
 		if err != nil {
 			return err
 		}
-		parts = append(parts, fmt.Sprintf("inbox of %d (%s v%d): %s", u, v.pol.InboxLayout, v.vs.Version(readmodel.ProjectionInbox), h))
+		parts = append(parts, fmt.Sprintf("inbox of %d (v%d): %s", u, v.vs.Version(readmodel.ProjectionInbox), h))
 		if known {
 			h, err := readmodel.InspectTimeline(ctx, v.rdb, v.keys, p.Author, d.Post)
 			if err != nil {

@@ -166,7 +166,7 @@ func runBench(ctx context.Context, cfg Config, log *slog.Logger, c bench.Config,
 		}
 		return s, err
 	}
-	r, err := bench.New(c, pop, tokens, bench.Deps{DB: a.Pool, Redis: a.Redis, Keys: keys, Inboxes: readmodel.NewInboxStore(keys, cfg.Policy), Sampler: sampler, Log: stderr})
+	r, err := bench.New(c, pop, tokens, bench.Deps{DB: a.Pool, Redis: a.Redis, Keys: keys, Inboxes: new(readmodel.NewPackedInboxes(keys, cfg.Policy)), Sampler: sampler, Log: stderr})
 	if err != nil {
 		return usageError{err.Error()}
 	}

@@ -73,7 +73,7 @@ func TestRedisStatusSectionCluster(t *testing.T) {
 	keys := readmodel.Keys{Prefix: r.Prefix}
 	pipe := r.Client.Pipeline()
 	for u := int64(1); u <= 300; u++ {
-		pipe.ZAdd(ctx, keys.Inbox(u), redis.Z{Score: 1, Member: "1"})
+		pipe.Set(ctx, keys.PackedInbox(u), "1", 0)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		t.Fatal(err)

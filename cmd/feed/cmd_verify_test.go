@@ -87,13 +87,13 @@ func TestVerifyCommand(t *testing.T) {
 	}
 
 	// Corrupt the reader's inbox: the middle post goes missing.
-	if err := readmodel.NewInboxStore(keys, pol).Remove(ctx, rdb, reader.ID, []int64{posts[1]}); err != nil {
+	if err := readmodel.NewPackedInboxes(keys, pol).Remove(ctx, rdb, reader.ID, []int64{posts[1]}); err != nil {
 		t.Fatal(err)
 	}
 	code, out, errOut = runCLI(t, cfg, "verify", "--user", user)
 	for _, want := range []string{
 		fmt.Sprintf("user %d: missing: post %d (author %d", reader.ID, posts[1], author.ID),
-		fmt.Sprintf("where: inbox of %d (packed v1): does not hold it, built", reader.ID),
+		fmt.Sprintf("where: inbox of %d (v1): does not hold it, built", reader.ID),
 		"verify: 1 DIFFERENCES",
 	} {
 		if !strings.Contains(out, want) {
