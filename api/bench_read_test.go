@@ -39,6 +39,7 @@ import (
 	"github.com/feedco/feed/bench"
 	"github.com/feedco/feed/commands"
 	"github.com/feedco/feed/events"
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/internal/auth"
 	"github.com/feedco/feed/internal/redisinfo"
 	"github.com/feedco/feed/internal/snowflake"
@@ -296,7 +297,7 @@ func BenchmarkReadHTTP(b *testing.B) {
 	// The packed inbox's first page as the query side reads it (GET of the
 	// buffer and GETRANGE of the sealed string's newest ids and header in
 	// one pipeline), then the MGET.
-	packedInboxes := readmodel.NewPackedInboxes(keys, readmodel.Policy{})
+	packedInboxes := homefeed.NewInboxes(keys, readmodel.Policy{})
 	redisPackedRead := func(rng *rand.Rand) error {
 		u := users[rng.IntN(len(users))]
 		pipe := r.Client.Pipeline()
@@ -499,7 +500,7 @@ func readCacheStats(b *testing.B, reg *prometheus.Registry) map[string]float64 {
 func inboxWriter(ctx context.Context, rdb redis.UniversalClient, keys readmodel.Keys, layouts []string, users []int64, perSec int, stop, done chan struct{}) {
 	defer close(done)
 	rng := rand.New(rand.NewPCG(7, 7))
-	packed := readmodel.NewPackedInboxes(keys, readmodel.Policy{})
+	packed := homefeed.NewInboxes(keys, readmodel.Policy{})
 	below := packed.NewPush(1)
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
@@ -933,7 +934,7 @@ func seedRead(b *testing.B, ctx context.Context, pool *pgxpool.Pool, rdb redis.U
 		pipe.SAdd(ctx, keys.Celebrities(), strconv.FormatInt(c, 10))
 	}
 	pipe.SAdd(ctx, keys.Celebrities(), readmodel.SentinelBuilt)
-	packed := readmodel.NewPackedInboxes(keys, readmodel.Policy{})
+	packed := homefeed.NewInboxes(keys, readmodel.Policy{})
 	for i, u := range users {
 		args := make([]any, 0, len(follows[u]))
 		pushed := make([]bool, nUsers+1) // authors whose posts reach u's inbox

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/readmodel"
 )
 
@@ -77,7 +78,7 @@ func (r *Runner) runBaselines(ctx context.Context) *Baselines {
 // per node: the post keys are of many slots). The entries are the
 // first-page pipeline as the query side sends it (GET of the buffer,
 // GETRANGE of the sealed string's newest ids and header).
-func RawRead(ctx context.Context, rdb redis.UniversalClient, keys readmodel.Keys, packed readmodel.PackedInboxes, user int64) error {
+func RawRead(ctx context.Context, rdb redis.UniversalClient, keys readmodel.Keys, packed homefeed.Inboxes, user int64) error {
 	ids := make([]int64, 0, 21)
 	{
 		pipe := rdb.Pipeline()

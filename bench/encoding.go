@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/readmodel"
 )
 
@@ -48,8 +49,8 @@ const inboxSample = 100
 // inboxEncoding asks Redis for its zset-max-listpack-entries and, for the
 // inboxes of up to inboxSample of users in store's layout (missing inboxes
 // are not counted), their encoding (sorted sets), entries and memory.
-func inboxEncoding(ctx context.Context, rdb redis.UniversalClient, keys readmodel.Keys, store readmodel.PackedInboxes, users []int64) (InboxEncoding, error) {
-	enc := InboxEncoding{Layout: "packed", ZsetMaxListpackEntries: -1}
+func inboxEncoding(ctx context.Context, rdb redis.UniversalClient, keys readmodel.Keys, store homefeed.Inboxes, users []int64) (InboxEncoding, error) {
+	enc := InboxEncoding{Layout: homefeed.Layout, ZsetMaxListpackEntries: -1}
 	if cfg, err := rdb.ConfigGet(ctx, "zset-max-listpack-entries").Result(); err == nil {
 		if n, err := strconv.Atoi(cfg["zset-max-listpack-entries"]); err == nil {
 			enc.ZsetMaxListpackEntries = n

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/readmodel"
 	"github.com/feedco/feed/testkit/testenv"
 )
@@ -30,7 +31,7 @@ func TestInboxEncodingPacked(t *testing.T) {
 	r := testenv.NewRedis(t)
 	ctx := context.Background()
 	keys := readmodel.Keys{Prefix: r.Prefix}
-	store := readmodel.NewPackedInboxes(keys, readmodel.Policy{})
+	store := homefeed.NewInboxes(keys, readmodel.Policy{})
 	for _, u := range []int64{1, 2} {
 		if err := store.WriteRebuilt(ctx, r.Client, u, entries(100)); err != nil {
 			t.Fatal(err)
@@ -61,7 +62,7 @@ func TestRawReadReadsTheActiveLayout(t *testing.T) {
 			r := testenv.NewRedis(t)
 			ctx := context.Background()
 			keys := readmodel.Keys{Prefix: r.Prefix}
-			store := readmodel.NewPackedInboxes(keys, readmodel.Policy{})
+			store := homefeed.NewInboxes(keys, readmodel.Policy{})
 			es := entries(30)
 			if err := store.WriteRebuilt(ctx, r.Client, 7, es); err != nil {
 				t.Fatal(err)

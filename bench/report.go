@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/feedco/feed/homefeed"
 )
 
 // Report is everything a run measured; it is written as JSON as is.
@@ -222,7 +224,7 @@ func (rep *Report) WriteTable(w io.Writer) {
 		if b := e.BytesPerEntry(); b > 0 {
 			per = fmt.Sprintf("%.1f bytes per entry", b)
 		}
-		if e.Layout == "packed" {
+		if e.Layout == homefeed.Layout {
 			fmt.Fprintf(w, "inboxes: packed, %d sampled, %s\n", e.Sampled, per)
 		} else {
 			fmt.Fprintf(w, "inboxes: %d of %d sampled listpack, %d skiplist (zset-max-listpack-entries %s), %s\n",

@@ -27,6 +27,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/feedco/feed/events"
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/readmodel"
 )
 
@@ -54,7 +55,7 @@ type Deps struct {
 	Keys  readmodel.Keys
 	// Inboxes are the inbox operations, for the raw Redis baseline and the
 	// inbox sample; nil: those under Keys with the default policy.
-	Inboxes *readmodel.PackedInboxes
+	Inboxes *homefeed.Inboxes
 	Sampler Sampler
 	// Log receives progress lines; nil discards them.
 	Log io.Writer
@@ -65,15 +66,15 @@ type Deps struct {
 }
 
 // inboxes returns Inboxes, or those under Keys with the default policy.
-func (d Deps) inboxes() readmodel.PackedInboxes {
+func (d Deps) inboxes() homefeed.Inboxes {
 	if d.Inboxes != nil {
 		return *d.Inboxes
 	}
-	return readmodel.NewPackedInboxes(d.Keys, readmodel.Policy{})
+	return homefeed.NewInboxes(d.Keys, readmodel.Policy{})
 }
 
 // rawInboxRead names the raw baseline's inbox read.
-func rawInboxRead(readmodel.PackedInboxes) string { return "GET + GETRANGE 21" }
+func rawInboxRead(homefeed.Inboxes) string { return "GET + GETRANGE 21" }
 
 // Runner runs one benchmark.
 type Runner struct {

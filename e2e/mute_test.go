@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/readmodel"
 	"github.com/feedco/feed/verify"
 )
@@ -118,7 +119,7 @@ func eventCount(t *testing.T, s *system, typ string) int {
 func inboxPosts(t *testing.T, s *system, u int64) []int64 {
 	t.Helper()
 	pol := readmodel.Policy{InboxMax: s.pol.InboxMax}.WithDefaults()
-	ids, err := readmodel.NewPackedInboxes(s.Keys, pol).Posts(context.Background(), s.Redis, u)
+	ids, err := homefeed.NewInboxes(s.Keys, pol).Posts(context.Background(), s.Redis, u)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +206,7 @@ func testMuteThroughPipeline(t *testing.T) {
 	a.feedMatchesTruth("muted, after more posts", reader, rtok)
 	// The PostgreSQL path: the inbox lost, the read is served from the
 	// source of truth (and rebuilds the inbox), the mute honoured.
-	if err := s.Redis.Del(context.Background(), s.Keys.PackedInbox(reader), s.Keys.PackedInbox(reader)+"+").Err(); err != nil {
+	if err := s.Redis.Del(context.Background(), homefeed.Key(s.Keys, reader), homefeed.Key(s.Keys, reader)+"+").Err(); err != nil {
 		t.Fatal(err)
 	}
 	feed = a.feedMatchesTruth("muted, inbox lost", reader, rtok)

@@ -18,6 +18,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/readmodel"
 	"github.com/feedco/feed/verify"
 )
@@ -241,7 +242,7 @@ func (o *oracle) feeds(limits []int) {
 func (o *oracle) explain(u int64) string {
 	ctx, rdb, k := o.ctx(), o.s.Redis, o.s.Keys
 	var b strings.Builder
-	sk := k.PackedInbox(u)
+	sk := homefeed.Key(k, u)
 	sealed, serr := rdb.Get(ctx, sk).Result()
 	buf, berr := rdb.Get(ctx, sk+"+").Result()
 	fmt.Fprintf(&b, "  pfeed:{%d} (%d bytes, err %v; buffer %d bytes, err %v):", u, len(sealed), serr, len(buf), berr)
@@ -395,7 +396,7 @@ func (o *oracle) coverageBefore() {
 	// there are inboxes
 	var packed int64
 	for _, u := range o.wd.users {
-		packed += o.s.Redis.Exists(ctx, o.s.Keys.PackedInbox(u), o.s.Keys.PackedInbox(u)+"+").Val()
+		packed += o.s.Redis.Exists(ctx, homefeed.Key(o.s.Keys, u), homefeed.Key(o.s.Keys, u)+"+").Val()
 	}
 	if packed == 0 {
 		o.errorf("no inbox keys")
@@ -501,7 +502,7 @@ func (o *oracle) inboxSentinels(users []int64) (floors, built int) {
 	pipe := o.s.Redis.Pipeline()
 	hs := make([]*redis.StringCmd, len(users))
 	for i, u := range users {
-		hs[i] = pipe.GetRange(ctx, o.s.Keys.PackedInbox(u), -8, -1)
+		hs[i] = pipe.GetRange(ctx, homefeed.Key(o.s.Keys, u), -8, -1)
 	}
 	_, _ = pipe.Exec(ctx)
 	for _, h := range hs {

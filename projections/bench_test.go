@@ -18,6 +18,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/internal/snowflake"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/readmodel"
@@ -180,7 +181,7 @@ func benchFanout(b *testing.B, listpack string) {
 				}
 			}
 			if packed {
-				pipe.Copy(ctx, t, keys.PackedInbox(v), 0, true)
+				pipe.Copy(ctx, t, homefeed.Key(keys, v), 0, true)
 			} else {
 				pipe.Copy(ctx, t, zsetKey(keys, v), 0, true)
 			}
@@ -511,7 +512,7 @@ func keptBytes(b *testing.B, rdb redis.UniversalClient, keys readmodel.Keys, fir
 	ctx := context.Background()
 	var sum int64
 	var sizes []int64
-	inboxes := readmodel.NewPackedInboxes(keys, readmodel.Policy{})
+	inboxes := homefeed.NewInboxes(keys, readmodel.Policy{})
 	for v := first; v < first+benchPool; v += benchPool / 200 {
 		sealed, buf := inboxes.Keys(v)
 		sum += rdb.MemoryUsage(ctx, sealed, 0).Val() + rdb.MemoryUsage(ctx, buf, 0).Val()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/readmodel"
 	"github.com/feedco/feed/testkit/testenv"
@@ -323,7 +324,7 @@ func comparePackedBuild(t *testing.T, rdb redis.UniversalClient, live, built rea
 	}
 	floors := 0
 	for _, u := range users {
-		k := strings.TrimPrefix(built.PackedInbox(u), built.Prefix)
+		k := strings.TrimPrefix(homefeed.Key(built, u), built.Prefix)
 		g, wv := got[k], want[k]
 		if !strings.HasSuffix(g, " built=true") || !strings.HasSuffix(wv, " built=false") {
 			t.Errorf("%s: built %q, projector %q: want ~built on the built one only", k, g, wv)
@@ -334,10 +335,10 @@ func comparePackedBuild(t *testing.T, rdb redis.UniversalClient, live, built rea
 		if !strings.Contains(wv, "floor=NaN") {
 			floors++
 		}
-		if rdb.TTL(ctx, built.PackedInbox(u)).Val() <= 0 {
+		if rdb.TTL(ctx, homefeed.Key(built, u)).Val() <= 0 {
 			t.Errorf("%s: built inbox without a TTL", k)
 		}
-		lk := live.PackedInbox(u)
+		lk := homefeed.Key(live, u)
 		if rdb.TTL(ctx, lk).Val() <= 0 && rdb.TTL(ctx, lk+"+").Val() <= 0 {
 			t.Errorf("%s: the projector's inbox without a TTL", k)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/internal/kafka"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/readmodel"
@@ -76,7 +77,7 @@ func testCrashMidFanout(t *testing.T) {
 	// Two authors with 1,500 active followers each (bulk rows), then posts:
 	// more than PackedMergeAt, so that every inbox's buffer is merged
 	// under the crash.
-	perAuthor := readmodel.PackedMergeAt/2 + 5
+	perAuthor := homefeed.MergeAt/2 + 5
 	authors := []int64{w.user(true), w.user(true)}
 	ctx := context.Background()
 	var first, last int64

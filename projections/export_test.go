@@ -14,9 +14,6 @@ func SetFollowerChunk(n int) int {
 	return old
 }
 
-// AuthorPostsAmongSQL is removeAuthor's query.
-const AuthorPostsAmongSQL = authorPostsAmongSQL
-
 // EffectiveConfig is cfg with the defaults filled in, as a projector uses it.
 func EffectiveConfig(cfg Config) Config { return cfg.withDefaults() }
 

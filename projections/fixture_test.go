@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/feedco/feed/events"
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/internal/snowflake"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/readmodel"
@@ -315,7 +316,7 @@ func fmtView(ids []string, floor float64, built bool) string {
 // is set.
 func inboxView(t testing.TB, rdb redis.UniversalClient, keys readmodel.Keys, user int64) (ids []string, floor float64, built bool) {
 	t.Helper()
-	k := keys.PackedInbox(user)
+	k := homefeed.Key(keys, user)
 	all, floor, built := packedView(rdb.Get(context.Background(), k).Val(), rdb.Get(context.Background(), k+"+").Val())
 	for _, id := range all {
 		ids = append(ids, idstr(id))
@@ -353,7 +354,7 @@ func packedView(sealed, buf string) (ids []int64, floor float64, built bool) {
 func inboxTTL(t testing.TB, rdb redis.UniversalClient, keys readmodel.Keys, user int64) time.Duration {
 	t.Helper()
 	ctx := context.Background()
-	k := keys.PackedInbox(user)
+	k := homefeed.Key(keys, user)
 	if rdb.Exists(ctx, k).Val() == 0 {
 		return rdb.TTL(ctx, k+"+").Val()
 	}
@@ -363,7 +364,7 @@ func inboxTTL(t testing.TB, rdb redis.UniversalClient, keys readmodel.Keys, user
 // inboxExists reports whether user has an inbox (any of its keys).
 func inboxExists(t testing.TB, rdb redis.UniversalClient, keys readmodel.Keys, user int64) bool {
 	t.Helper()
-	k := keys.PackedInbox(user)
+	k := homefeed.Key(keys, user)
 	return rdb.Exists(context.Background(), k, k+"+").Val() > 0
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/readmodel"
 	"github.com/feedco/feed/testkit/testenv"
@@ -32,7 +33,7 @@ func TestProjectorInboxTTL(t *testing.T) {
 	const inactive, margin = 48 * time.Hour, 2 * time.Hour
 	// Seen 47 h ago: still active (pushed), but past the 46 h inbox TTL.
 	w.exec(`UPDATE user_activity SET last_seen_at = now() - interval '47 hours' WHERE user_id = $1`, expiring)
-	rd.Client.Set(ctx, keys.PackedInbox(kept), string(make([]byte, 8)), 100*time.Second) // an empty sealed string
+	rd.Client.Set(ctx, homefeed.Key(keys, kept), string(make([]byte, 8)), 100*time.Second) // an empty sealed string
 	setup := len(w.envs)
 	cfg := projections.Config{Keys: keys, InactiveAfter: inactive, InboxTTLMargin: margin, InboxTrimEvery: 8}
 	ps := newProjectors(t, w, rd.Client, cfg)

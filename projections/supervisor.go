@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/readmodel"
 )
 
@@ -149,7 +150,7 @@ func (s *Supervisor) follow(ctx context.Context, lv *readmodel.LiveVersions, nam
 		if name == NameInbox {
 			// A version an earlier release built in sorted sets: this one
 			// cannot write it (`feed rebuild inbox` moves it).
-			if err := act.Record(readmodel.ProjectionInbox).CheckInboxLayout(); err != nil {
+			if err := homefeed.CheckVersion(act.Record(readmodel.ProjectionInbox)); err != nil {
 				return fmt.Errorf("projectors: %w", err)
 			}
 		}

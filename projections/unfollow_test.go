@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/readmodel"
 	"github.com/feedco/feed/testkit/testenv"
@@ -98,13 +99,13 @@ func TestAuthorPostsAmongPlan(t *testing.T) {
 	}
 	defer conn.Exec(ctx, "RESET ALL")
 	var plan string
-	if err := conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+projections.AuthorPostsAmongSQL, author, ids).Scan(&plan); err != nil {
+	if err := conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+homefeed.AuthorPostsAmongSQL, author, ids).Scan(&plan); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(plan, `"posts_pkey"`) || !strings.Contains(plan, `"posts_author_time_idx"`) {
 		t.Fatalf("plan does not scan posts_author_time_idx alone:\n%s", plan)
 	}
-	rows, err := conn.Query(ctx, projections.AuthorPostsAmongSQL, author, append(ids[:3:3], ids[4]+1000))
+	rows, err := conn.Query(ctx, homefeed.AuthorPostsAmongSQL, author, append(ids[:3:3], ids[4]+1000))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/internal/redisinfo"
 	"github.com/feedco/feed/internal/snowflake"
 	"github.com/feedco/feed/readmodel"
@@ -91,7 +92,7 @@ func BenchmarkHome(b *testing.B) {
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				u := next()
-				m, err := rdb.GetRange(ctx, keys.PackedInbox(u), -8*22, -9).Result()
+				m, err := rdb.GetRange(ctx, homefeed.Key(keys, u), -8*22, -9).Result()
 				if err != nil || len(m) != 8*21 {
 					b.Errorf("%d bytes, %v", len(m), err)
 					return
@@ -226,7 +227,7 @@ func BenchmarkHomeReadCache(b *testing.B) {
 						if i++; writes && i%10 == 0 {
 							u := next()
 							id := (time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()-snowflake.Epoch.UnixMilli())<<22 | (1<<21 + posted.Add(1))
-							err := rdb.Append(ctx, keys.PackedInbox(u)+"+", string(binary.BigEndian.AppendUint64(nil, uint64(id)))).Err()
+							err := rdb.Append(ctx, homefeed.Key(keys, u)+"+", string(binary.BigEndian.AppendUint64(nil, uint64(id)))).Err()
 							if err != nil {
 								b.Error(err)
 								return

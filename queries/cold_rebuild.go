@@ -201,42 +201,19 @@ func (f *Feed) entries(ctx context.Context, sql string, args ...any) ([]readmode
 	return out, rows.Err()
 }
 
-// rebuildInbox writes the newest InboxMax posts (the active inbox
-// version's bound) of user's followees and of
-// user into the inbox, then ~floor (when cut) and ~built.
-//
-// ORDER MATTERS. The user is marked active (committed) BEFORE the snapshot
-// is read. A post committed after the snapshot is then pushed by the inbox
-// projector, because the projector checks activity after that post's
-// commit, which is after our activity write. Had we read first and marked
-// later, a post committing in between would be missed by both: not in our
-// snapshot, and skipped by fan-out as addressed to an inactive user.
-//
-// The write (readmodel.PackedInboxes.WriteRebuilt) only adds, never deletes: a
-// push that landed between the snapshot and this write must survive.
-// Entries already in the set (stale pushes) are either real posts of the
-// user's followees, or hidden at read (deleted, unfollowed), or at or
-// below the floor. It is one script that also sets the inbox TTL, so no
-// built inbox lives longer than that after the activity write above (see
-// recordActivity).
+// rebuildInbox rebuilds user's inbox from PostgreSQL through its owner
+// (homefeed.Manager.RebuildUser: the activity mark first, then the
+// snapshot, written only by adding), at the active inbox version's keys
+// and bound.
 func (f *Feed) rebuildInbox(ctx context.Context, user int64) error {
-	if err := f.markActive(ctx, user); err != nil {
-		return err
+	iv := f.inboxes() // one version for the whole rebuild
+	err := iv.feed.RebuildUser(ctx, user)
+	if err == nil {
+		f.activity.mark(user, f.now())
 	}
-	f.activity.mark(user, f.now())
-	// One version's keys and bound for the whole rebuild.
-	iv := f.inboxes()
-	posts, err := f.entries(ctx, pullKeysSQL, user, iv.pol.InboxMax)
-	if err != nil {
-		return fmt.Errorf("read inbox snapshot of %d: %w", user, err)
-	}
-	err = iv.inbox.WriteRebuilt(ctx, f.rdb, user, posts)
 	// written here: the next read sees it without waiting for Redis's invalidation
 	sk, bk := iv.inbox.Keys(user)
 	f.cache.invalidate(sk)
 	f.cache.invalidate(bk)
-	if err != nil {
-		return fmt.Errorf("write rebuilt inbox of %d: %w", user, err)
-	}
-	return nil
+	return err
 }

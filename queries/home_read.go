@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/readmodel"
 )
 
@@ -249,7 +250,7 @@ func (f *Feed) readHomeCached(ctx context.Context, iv *inboxView, g *cacheGen, u
 	// tickets before the commands are sent, one per key read
 	var inT, bufT, ownT, fT, fvT ticket
 	var own readmodel.SetRead
-	var inbox readmodel.PackedRead
+	var inbox homefeed.Read
 	sigIn, sigOwn := setSig(cur, n, true), setSig(cur, n, false)
 	// An inbox is two keys, its sealed string and its buffer: the reply is
 	// cached under the sealed key, and a marker of it under the buffer's,

@@ -1,6 +1,9 @@
 package queries
 
 import (
+	"github.com/redis/go-redis/v9"
+
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/readmodel"
 )
 
@@ -28,16 +31,20 @@ type inboxView struct {
 	// backfilled is the inbox version's record of the downward crossings
 	// it has backfilled (pulled until then).
 	backfilled readmodel.Backfilled
-	inbox      readmodel.PackedInboxes
+	// feed is the version's home feed (its owner: the cold rebuild and
+	// the activity mark), inbox its Redis operations for the page reads.
+	feed  *homefeed.Manager
+	inbox homefeed.Inboxes
 }
 
-func newInboxView(keys readmodel.Keys, followers int, frec readmodel.VersionRecord, pol readmodel.Policy) *inboxView {
+func newInboxView(db homefeed.DB, rdb redis.UniversalClient, keys readmodel.Keys, followers int, frec readmodel.VersionRecord, pol readmodel.Policy) *inboxView {
 	version := keys.Version(readmodel.ProjectionInbox)
 	ckeys := readmodel.Keys{Prefix: keys.Prefix, Versions: readmodel.Versions{}.With(readmodel.ProjectionFollowers, followers)}
 	v := &inboxView{version: version, followers: followers, frec: frec, pol: pol.WithDefaults(),
 		celebs:     readmodel.NewCelebrities(ckeys),
 		backfilled: readmodel.NewBackfilled(readmodel.Keys{Prefix: keys.Prefix, Versions: readmodel.Versions{}.With(readmodel.ProjectionInbox, version)}),
-		inbox:      readmodel.NewPackedInboxes(keys, pol)}
+		feed:       homefeed.New(homefeed.Config{Keys: keys, Policy: pol}, db, rdb)}
+	v.inbox = v.feed.Inboxes()
 	return v
 }
 
@@ -70,7 +77,7 @@ func (f *Feed) inboxes() *inboxView {
 	if frec.BandRecorded {
 		pol.CelebrityBand = frec.CelebrityBand
 	}
-	next := newInboxView(keys, fv, frec, pol)
+	next := newInboxView(f.db, f.rdb, keys, fv, frec, pol)
 	next.rec = rec
 	if f.view.CompareAndSwap(cur, next) && cur != nil {
 		if cur.pol.CelebrityThreshold != next.pol.CelebrityThreshold || cur.pol.CelebrityBand != next.pol.CelebrityBand {

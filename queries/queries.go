@@ -39,6 +39,7 @@ var ErrInvalidID = errors.New("id must be positive")
 // DB is what the read side needs from PostgreSQL; *pgxpool.Pool has it.
 type DB interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
@@ -359,7 +360,7 @@ func New(cfg Config, db DB, rdb redis.UniversalClient) (*Feed, error) {
 		tl:      readmodel.NewTimelines(cfg.Keys, readmodel.DefaultTimelineMax),
 		follows: readmodel.NewFollows(cfg.Keys), bodies: readmodel.NewPostCache(cfg.Keys)}
 	if live == nil {
-		f.view.Store(newInboxView(cfg.Keys, cfg.Keys.Version(readmodel.ProjectionFollowers), readmodel.VersionRecord{}, cfg.Policy()))
+		f.view.Store(newInboxView(db, rdb, cfg.Keys, cfg.Keys.Version(readmodel.ProjectionFollowers), readmodel.VersionRecord{}, cfg.Policy()))
 	}
 	f.inboxes()
 	f.celebs.ttl = cfg.CelebrityCacheTTL

@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/feedco/feed/events"
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/internal/snowflake"
 	"github.com/feedco/feed/readmodel"
 	"github.com/feedco/feed/testkit/testenv"
@@ -75,13 +76,13 @@ func setupOn(t *testing.T, cfg Config, r *testenv.Redis) *bundle {
 
 // inboxKey is user's inbox key (its sealed string; its buffer is the same
 // name plus "+").
-func (b *bundle) inboxKey(user int64) string { return b.keys.PackedInbox(user) }
+func (b *bundle) inboxKey(user int64) string { return homefeed.Key(b.keys, user) }
 
 // pushInbox adds k to user's inbox as a push does (a packed inbox: APPENDed
 // to its buffer).
 func (b *bundle) pushInbox(user int64, k key) {
 	b.t.Helper()
-	if err := b.rdb.Append(b.ctx, b.keys.PackedInbox(user)+"+", string(binary.BigEndian.AppendUint64(nil, uint64(k.id)))).Err(); err != nil {
+	if err := b.rdb.Append(b.ctx, homefeed.Key(b.keys, user)+"+", string(binary.BigEndian.AppendUint64(nil, uint64(k.id)))).Err(); err != nil {
 		b.t.Fatal(err)
 	}
 }
@@ -118,7 +119,7 @@ func (b *bundle) setInbox(user int64, keys []key, built bool, floor int64) {
 	if built {
 		h[0] = 1
 	}
-	sk := b.keys.PackedInbox(user)
+	sk := homefeed.Key(b.keys, user)
 	pipe := b.rdb.TxPipeline()
 	pipe.Del(b.ctx, sk+"+")
 	pipe.Set(b.ctx, sk, append(v, h[:]...), 0)
@@ -131,7 +132,7 @@ func (b *bundle) setInbox(user int64, keys []key, built bool, floor int64) {
 // (newest first, whatever the floor), ~floor (nil: none) and ~built.
 func (b *bundle) inboxState(user int64) (ids []int64, floor *int64, built bool) {
 	b.t.Helper()
-	sk := b.keys.PackedInbox(user)
+	sk := homefeed.Key(b.keys, user)
 	sealed, buf := b.rdb.Get(b.ctx, sk).Val(), b.rdb.Get(b.ctx, sk+"+").Val()
 	body := buf
 	if len(sealed) >= 8 {

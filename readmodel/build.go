@@ -8,41 +8,10 @@ import (
 )
 
 // The bulk builds of `feed rebuild` (docs/rebuild.md) write whole read
-// models into fresh, versioned keys; this file holds how a finished inbox
-// or timeline is written. What is written is what the projectors' scripts
+// models into fresh, versioned keys; this file holds how a finished
+// timeline is written (an inbox's: homefeed). What is written is what the projectors' scripts
 // could have produced: the newest posts kept, ~floor at the score of the
 // first one cut (nothing at or below it kept), then ~built.
-
-// BuiltInbox is one user's inbox as a bulk build computed it: the posts
-// kept, newest first, all scoring above Floor when HasFloor.
-type BuiltInbox struct {
-	Kept     []Entry
-	Floor    int64
-	HasFloor bool
-}
-
-// InboxChunk is a run of built inboxes for an InboxBuildWriter: Len of
-// them, the i-th computed on demand (a writer may ask for one again). In
-// fills b (reusing its slices) and returns the owner and when the inbox
-// expires (epoch ms); ok is false when there is nothing to write.
-type InboxChunk interface {
-	Len() int
-	Inbox(i int, b *BuiltInbox) (user, expireMs int64, ok bool)
-}
-
-// InboxBuildWriter writes the inboxes of a bulk build, a chunk in one
-// pipeline, each with its TTL (expireMs minus nowMs; an inbox that would
-// expire before it is written is not written). Safe for concurrent use by
-// the build's workers, each with its own BuildBuffers.
-type InboxBuildWriter interface {
-	WriteChunk(ctx context.Context, rdb redis.UniversalClient, c InboxChunk, nowMs func() int64, b *BuildBuffers) error
-}
-
-// BuildBuffers are one build worker's reusable buffers.
-type BuildBuffers struct {
-	in    BuiltInbox
-	arena []byte
-}
 
 // QueueBuilt queues the bulk build of author's timeline from newest, the
 // author's newest posts (newest first, at most the bound + 1 read): the

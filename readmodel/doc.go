@@ -1,10 +1,13 @@
-// Package readmodel owns the Redis read models: every key name, Lua
-// script, sentinel, TTL, trim and bound rule of the inboxes, the author
+// Package readmodel owns the Redis read models but the inboxes: every key
+// name, Lua script, sentinel, TTL, trim and bound rule of the author
 // timelines, the follower sets and counts, the celebrity set, the post
-// cache, the projection version registry and the rebuild status key. The
-// projectors that write them, the query side that reads them and `feed
-// rebuild` call its operations, so they agree, and a change of a read
-// model's Redis layout touches this package only.
+// cache, the projection version registry and the rebuild status key, and
+// the feed policy, the namespaces and versions every read model's keys
+// live in. The projectors that write them, the query side that reads them
+// and `feed rebuild` call its operations, so they agree, and a change of a
+// read model's Redis layout touches this package only. The home feed's
+// inboxes are owned by package homefeed, which names its keys through
+// Keys.Tagged and registers them for Classify (RegisterFamily).
 //
 // Operations that share a round trip with others are queued on the
 // caller's pipeline (QueueX methods taking a redis.Pipeliner); pipelines
@@ -28,8 +31,8 @@
 //
 //	key pattern         | type   | hash tag | file           | writers                                                                                                 | readers                                                                                      | markers and TTL
 //	--------------------+--------+----------+----------------+---------------------------------------------------------------------------------------------------------+----------------------------------------------------------------------------------------------+-------------------------------------------------------------
-//	pfeed:{u}           | string | {u}      | packed.go      | projections.Inbox (push: PushAll; backfills: QueueBackfill; unfollow: Posts, Remove; deletions:         | queries (home read: PackedInboxes.QueueRead); projections.Inbox.removeAuthor (Posts)         | sealed ids + 8-byte header (~built, ~floor); pfeed:{u}+ the
-//	and pfeed:{u}+      |        |          |                | QueueRemove); projections BuildInboxes (BuildWriter); queries (WriteRebuilt, Touch)                     |                                                                                              | push buffer, merged every PackedMergeAt. TTL Policy.InboxTTL
+//	pfeed:{u}           | string | {u}      | homefeed       | homefeed.Manager only, called by projections.Inbox (Push, Followed, CrossDown, Unfollowed,              | queries (home read: homefeed.Inboxes.QueueRead); homefeed.Manager.RemoveAuthor               | sealed ids + 8-byte header (~built, ~floor); pfeed:{u}+ the
+//	and pfeed:{u}+      |        |          | (owner)        | RemoveAuthor, RemoveDeleted), `feed rebuild inbox` (Build) and queries (RebuildUser, MarkActive)        |                                                                                              | push buffer, merged every homefeed.MergeAt. TTL Policy.InboxTTL
 //	timeline:{a}        | zset   | {a}      | timeline.go,   | projections.Timelines (Add, Remove); projections BuildTimelines (QueueBuilt); queries.PostCreated      | queries (home read of the caller's own timeline: QueueRead; celebrity timelines and author  | ~built: only from a build (BuildTimelines, WriteRebuilt), else
 //	                    |        |          | build.go       | (QueueOwnPost, the write-through of a new post); queries (rebuild: WriteRebuilt)                        | pages: QueueRange)                                                                           | not known; ~floor when cut at TimelineMax. No TTL
 //	post:{p}            | string | {p}      | posts.go       | projections.Posts (Create: SET NX; Edit: newer version only; Set: tombstone); BuildPosts (QueueSet);   | queries (hydration: QueueGet, MGET on one node, GETs on a cluster)                           | JSON Post; a tombstone (deleted, no content) is final. No TTL
@@ -57,8 +60,8 @@
 //
 // The hash tag of each family is chosen on purpose (docs/architecture.md,
 // "Redis Cluster: hash tags per key family"): the reader for inboxes
-// (pfeed:{u} and its buffer pfeed:{u}+, which packedMergeScript names
-// together), the author for timelines, the followee for
+// (pfeed:{u} and its buffer pfeed:{u}+, which homefeed's merge script
+// names together), the author for timelines, the followee for
 // followers:{a}, the follower for following:{u} and following_v:{u}
 // (followingScript and rebuiltFollowingScript name both), the post for
 // post:{p} (bodies spread evenly; read with one GET each on a cluster), none
@@ -97,13 +100,13 @@
 // present for a while (late plain pushes) and are ignored by readers;
 // removals (unfollow, deletions) leave it alone.
 //
-// # The packed inbox
+// # The inboxes
 //
-// PackedInboxes (packed.go) is the inbox: `pfeed:{u}`, a string of 8-byte
-// post ids, oldest first, with an 8-byte header for ~built and ~floor at
-// its end, and `pfeed:{u}+`, the append buffer of pushes, merged into it
-// by packedMergeScript every PackedMergeAt ids. BenchmarkInboxLayouts
-// measures it beside a sorted set per inbox (a baseline in the test).
+// Package homefeed owns them (`pfeed:{u}`, a string of 8-byte post ids
+// with an 8-byte header for ~built and ~floor, and `pfeed:{u}+`, the
+// append buffer of pushes): their keys, scripts and every rule of what an
+// inbox holds. It uses this package's Keys (Tagged), Policy, sentinels
+// and versions; this package does not import it.
 //
 // # The policy of a version
 //
@@ -116,12 +119,4 @@
 // (LiveVersions.Active gives a version and its record together), and a
 // process's start by ResolvePolicy, the one rule that adopts the record
 // for an unset variable and refuses a different explicit one.
-//
-// # The inbox bulk build
-//
-// PackedInboxes.BuildWriter writes each built inbox as one SET of its
-// finished sealed string with its TTL. An inbox version that an earlier
-// release recorded in the removed sorted-set layout is refused at start
-// (VersionRecord.CheckInboxLayout) until `feed rebuild inbox` builds the
-// next one.
 package readmodel

@@ -45,9 +45,9 @@ type VersionRecord struct {
 	// when BandRecorded (migration 014; 0 is a band: none).
 	CelebrityBand int64
 	BandRecorded  bool
-	// InboxLayout is the inbox layout an earlier release recorded for the
-	// version (migration 007): "" or the packed inbox, or the sorted-set
-	// layout that is gone (CheckInboxLayout).
+	// InboxLayout is the inbox layout recorded for the version (migration
+	// 007; a switch records the one this release writes): homefeed says
+	// what it means (CheckVersion).
 	InboxLayout string
 	ActivatedAt time.Time
 }
@@ -133,7 +133,10 @@ func ActivateVersion(ctx context.Context, db VersionBeginner, projection string,
 // transaction, which locks their rows first (in the order of sw), and
 // records with each new version the policy it was built with (p,
 // defaulted): a reader loads either all the old versions or all the new
-// ones. It is how a celebrity threshold or band changes: the followers and
+// ones. The inbox_layout column gets what releases with several inbox
+// layouts recorded for the one this release writes, so that such a
+// release's roles still running during an upgrade follow the switch into
+// it (homefeed.CheckVersion, docs/rebuild.md). It is how a celebrity threshold or band changes: the followers and
 // the inbox versions built at the new one switch together. It fails with
 // ErrNoVersion when a row is missing and ErrVersionMoved when a
 // projection's active version is not its From; then nothing is switched.
@@ -154,8 +157,8 @@ func ActivateVersions(ctx context.Context, db VersionBeginner, p Policy, sw ...S
 				return fmt.Errorf("%s is at version %d, not %d: %w", s.Projection, cur, s.From, ErrVersionMoved)
 			}
 			if _, err = tx.Exec(ctx, `UPDATE projection_versions
-			SET version = $2, celebrity_threshold = $3, inbox_max = $4, inbox_layout = $5, celebrity_band = $6, activated_at = now(), seeded = false
-			WHERE projection = $1`, s.Projection, s.To, p.CelebrityThreshold, p.InboxMax, inboxLayoutPacked, p.CelebrityBand); err != nil {
+			SET version = $2, celebrity_threshold = $3, inbox_max = $4, inbox_layout = 'packed', celebrity_band = $5, activated_at = now(), seeded = false
+			WHERE projection = $1`, s.Projection, s.To, p.CelebrityThreshold, p.InboxMax, p.CelebrityBand); err != nil {
 				return err
 			}
 		}
@@ -268,10 +271,6 @@ type PolicyExplicit struct {
 //     with ErrPolicyMismatch, naming the variable, both values and how to
 //     change the policy (`feed rebuild inbox --inbox-max ...`,
 //     blue/green).
-//   - An inbox version recorded in the removed sorted-set layout is
-//     refused with ErrRemovedInboxLayout (CheckInboxLayout), alone when
-//     nothing else is wrong, with p resolved, so that `feed rebuild inbox`
-//     can move it.
 //
 // It returns p, defaulted, with the recorded fields in place.
 func ResolvePolicy(ctx context.Context, db VersionExecQuerier, p Policy, explicit PolicyExplicit) (Policy, error) {
@@ -321,11 +320,10 @@ func ResolvePolicy(ctx context.Context, db VersionExecQuerier, p Policy, explici
 		fmt.Sprintf("change it blue/green (feed rebuild inbox --celebrity-band %d)", p.CelebrityBand))
 	check(explicit.InboxMax, "FEED_INBOX_MAX", "inbox bound", p.InboxMax, inbox.InboxMax,
 		fmt.Sprintf("build a version with the new one (feed rebuild inbox --inbox-max %d)", p.InboxMax))
-	layoutErr := inbox.CheckInboxLayout()
 	if len(errs) > 0 {
-		return p, errors.Join(append(errs, layoutErr)...)
+		return p, errors.Join(errs...)
 	}
-	return inbox.Apply(p).WithDefaults(), layoutErr
+	return inbox.Apply(p).WithDefaults(), nil
 }
 
 // CheckPolicy is ResolvePolicy with every field explicit: it records p
@@ -334,28 +332,3 @@ func CheckPolicy(ctx context.Context, db VersionExecQuerier, p Policy) error {
 	_, err := ResolvePolicy(ctx, db, p, PolicyExplicit{CelebrityThreshold: true, CelebrityBand: true, InboxMax: true})
 	return err
 }
-
-// ErrRemovedInboxLayout means the active inbox version was built in the
-// sorted-set layout (`feed:{u}`) of earlier releases, which this one
-// neither reads nor writes.
-var ErrRemovedInboxLayout = errors.New("inbox version in the removed sorted-set layout")
-
-// CheckInboxLayout reports an inbox version r that an earlier release
-// built in the removed sorted-set layout: the error says to run `feed
-// rebuild inbox`, which builds the next version from the log in the
-// packed layout (docs/rebuild.md, "Upgrading from sorted-set inboxes").
-// Any other record is nil.
-func (r VersionRecord) CheckInboxLayout() error {
-	if r.Projection != ProjectionInbox || r.InboxLayout == "" || r.InboxLayout == inboxLayoutPacked {
-		return nil
-	}
-	return fmt.Errorf("the active inbox version %d was built in inbox layout %q, which this release no longer reads or writes: "+
-		"run `feed rebuild inbox` (it builds version %d from the log in the packed layout while the running release keeps serving): %w",
-		r.Version, r.InboxLayout, r.Version+1, ErrRemovedInboxLayout)
-}
-
-// inboxLayoutPacked is what releases that had several inbox layouts
-// recorded for the packed one. A switch records it, so that the roles of
-// such a release still running during an upgrade (docs/rebuild.md) follow
-// the switch into the packed layout.
-const inboxLayoutPacked = "packed"

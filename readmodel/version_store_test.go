@@ -107,32 +107,3 @@ func TestResolvePolicy(t *testing.T) {
 		t.Fatalf("after the switch resolved %+v, want 100, slack 25 (a quarter of the bound)", got)
 	}
 }
-
-// An inbox version that an earlier release recorded in the sorted-set
-// layout is refused with ErrRemovedInboxLayout alone (the policy resolved
-// beside it, for `feed rebuild inbox`), the message saying to run the
-// rebuild; the switch to the version it builds records the packed one.
-func TestResolvePolicyRefusesSortedSetInboxes(t *testing.T) {
-	t.Parallel()
-	db := testenv.NewDB(t)
-	ctx := context.Background()
-	if _, err := ResolvePolicy(ctx, db.Pool, Policy{InboxMax: 300}, PolicyExplicit{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Pool.Exec(ctx, `UPDATE projection_versions SET inbox_layout = 'zset' WHERE projection = 'inbox'`); err != nil {
-		t.Fatal(err)
-	}
-	got, err := ResolvePolicy(ctx, db.Pool, Policy{}, PolicyExplicit{})
-	if !errors.Is(err, ErrRemovedInboxLayout) || errors.Is(err, ErrPolicyMismatch) {
-		t.Fatalf("sorted-set inbox version: %v, want ErrRemovedInboxLayout alone", err)
-	}
-	if !strings.Contains(err.Error(), "feed rebuild inbox") || got.InboxMax != 300 {
-		t.Fatalf("refusal %q (policy %+v): want it to say `feed rebuild inbox`, with the recorded bound 300 resolved", err, got)
-	}
-	if err := ActivateVersion(ctx, db.Pool, ProjectionInbox, 1, 2, got); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ResolvePolicy(ctx, db.Pool, Policy{}, PolicyExplicit{}); err != nil {
-		t.Fatalf("after the rebuild's switch: %v", err)
-	}
-}

@@ -3,7 +3,6 @@ package readmodel
 import (
 	"context"
 	"errors"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,11 +17,12 @@ import (
 // tags are kept, and that version 1 names never share a prefix pattern with
 // later ones (the cleanup's `feed:{*` must not match `v2:feed:{*`).
 func TestVersionedNamesClassify(t *testing.T) {
+	RegisterFamily(ProjectionInbox, "xinbox:") // as the home feed's owner registers its inboxes
 	for _, prefix := range []string{"", "t9:"} {
 		for _, v := range []int{1, 2, 12} {
 			k := Keys{Prefix: prefix, Versions: Versions{Inbox: v, Timelines: v, Followers: v, Posts: v}}
 			cases := map[string]string{
-				k.Prefix + vpre(v) + "feed:{7}": ProjectionInbox, k.PackedInbox(7): ProjectionInbox, k.PackedInbox(7) + "+": ProjectionInbox,
+				k.Tagged(ProjectionInbox, "xinbox:", 7, ""): ProjectionInbox, k.Tagged(ProjectionInbox, "xinbox:", 7, "+"): ProjectionInbox,
 				k.Timeline(7): ProjectionTimelines, k.Post(7): ProjectionPosts,
 				k.Followers(7): ProjectionFollowers, k.Following(7): ProjectionFollowers,
 				k.FollowingVersions(7): ProjectionFollowers, k.Celebrities(): ProjectionFollowers,
@@ -35,12 +35,12 @@ func TestVersionedNamesClassify(t *testing.T) {
 					t.Errorf("Classify(%q) = %s, %d, %v; want %s, %d", name, p, got, ok, want, v)
 				}
 			}
-			if v == 2 && k.PackedInbox(7) != prefix+"v2:pfeed:{7}" {
-				t.Errorf("v2 inbox name %q", k.PackedInbox(7))
+			if v == 2 && k.Tagged(ProjectionInbox, "xinbox:", 7, "") != prefix+"v2:xinbox:{7}" {
+				t.Errorf("v2 inbox name %q", k.Tagged(ProjectionInbox, "xinbox:", 7, ""))
 			}
 		}
 	}
-	if got := (Keys{}).PackedInbox(7); got != "pfeed:{7}" {
+	if got := (Keys{}).Tagged(ProjectionInbox, "xinbox:", 7, ""); got != "xinbox:{7}" {
 		t.Errorf("version 1 inbox name changed: %q", got)
 	}
 	for _, k := range []string{"projection:versions", "v2:", "vx:feed:{1}", "v01:feed:{1}", "other"} {
@@ -61,13 +61,13 @@ func TestLiveVersionsFollowRegistry(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := Keys{Prefix: r.Prefix, Versions: lv}
-	if got := k.PackedInbox(1); got != r.Prefix+"pfeed:{1}" {
+	if got := k.InboxBackfilled(); got != r.Prefix+"inbox:backfilled" {
 		t.Fatalf("before the switch: %q", got)
 	}
 	switchTo(t, db.Pool, r, ProjectionInbox, 1, 2)
 	switchTo(t, db.Pool, r, ProjectionInbox, 2, 3)
 	testenv.Eventually(t, 5*time.Second, "the switch is seen", func() bool {
-		return k.PackedInbox(1) == r.Prefix+"v3:pfeed:{1}"
+		return k.InboxBackfilled() == r.Prefix+"v3:inbox:backfilled"
 	})
 	if got := k.Post(1); got != r.Prefix+"post:{1}" {
 		t.Errorf("another projection moved: %q", got)
@@ -126,7 +126,7 @@ func TestLiveVersionsRestoreLostRegistry(t *testing.T) {
 	} {
 		lose()
 		testenv.Eventually(t, 5*time.Second, "the running reader restores the registry", func() bool {
-			if got := k.PackedInbox(1); got != r.Prefix+"v2:pfeed:{1}" {
+			if got := k.InboxBackfilled(); got != r.Prefix+"v2:inbox:backfilled" {
 				t.Fatalf("the running reader went to %q", got)
 			}
 			return restored()
@@ -339,12 +339,4 @@ func TestActivateVersionsTogether(t *testing.T) {
 	if cached.Get(ProjectionFollowers) != 2 || cached.Get(ProjectionInbox) != 3 {
 		t.Errorf("registry after ActivateAll: %+v", cached)
 	}
-}
-
-// vpre is the name prefix of version v ("" for version 1).
-func vpre(v int) string {
-	if v == 1 {
-		return ""
-	}
-	return "v" + strconv.Itoa(v) + ":"
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/feedco/feed/commands"
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/readmodel"
 	"github.com/feedco/feed/testkit/systest"
 )
@@ -156,7 +157,7 @@ func TestRebuildInboxFromSortedSetsUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, rec := range recs {
-		if rec.Projection == readmodel.ProjectionInbox && (rec.Version != 2 || rec.InboxLayout != "packed" || rec.CheckInboxLayout() != nil || rec.InboxMax != policies.InboxMax) {
+		if rec.Projection == readmodel.ProjectionInbox && (rec.Version != 2 || rec.InboxLayout != "packed" || homefeed.CheckVersion(rec) != nil || rec.InboxMax != policies.InboxMax) {
 			t.Fatalf("inbox record after the switch: %+v, want version 2, packed, %d", rec, policies.InboxMax)
 		}
 	}
@@ -169,7 +170,7 @@ func TestRebuildInboxFromSortedSetsUnderLoad(t *testing.T) {
 	}
 	s.quiesce(t)
 	v2 := readmodel.Keys{Prefix: s.Prefix, Versions: readmodel.Versions{}.With(readmodel.ProjectionInbox, 2)}
-	got, err := readmodel.NewPackedInboxes(v2, pcfg.Policy()).Posts(ctx, s.Redis, frozen[0])
+	got, err := homefeed.NewInboxes(v2, pcfg.Policy()).Posts(ctx, s.Redis, frozen[0])
 	if err != nil {
 		t.Fatal(err)
 	}

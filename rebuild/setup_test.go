@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/feedco/feed/commands"
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/queries"
 	"github.com/feedco/feed/readmodel"
@@ -302,8 +303,8 @@ func (s *system) explain(ctx context.Context, u int64, got, want []string) strin
 	}
 	keys := readmodel.Keys{Prefix: s.Prefix, Versions: vs}
 	var b strings.Builder
-	inbox, err := readmodel.NewPackedInboxes(keys, policies.Policy()).Posts(ctx, s.Redis, u)
-	fmt.Fprintf(&b, "versions %v; inbox %s: %v (%v)\n", vs, keys.PackedInbox(u), inbox, err)
+	inbox, err := homefeed.NewInboxes(keys, policies.Policy()).Posts(ctx, s.Redis, u)
+	fmt.Fprintf(&b, "versions %v; inbox %s: %v (%v)\n", vs, homefeed.Key(keys, u), inbox, err)
 	describe := func(what, id string) {
 		pid, _ := strconv.ParseInt(id, 10, 64)
 		var author int64

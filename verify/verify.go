@@ -27,6 +27,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/feedco/feed/events"
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/internal/kafka"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/queries"
@@ -672,7 +673,7 @@ func (v *verifier) where(ctx context.Context, t *Truth, d *Difference) error {
 		if known {
 			d.Author = p.Author
 		}
-		h, err := readmodel.InspectInbox(ctx, v.rdb, v.keys, v.pol, u, d.Post)
+		h, err := homefeed.Inspect(ctx, v.rdb, homefeed.NewInboxes(v.keys, v.pol), u, d.Post)
 		if err != nil {
 			return err
 		}

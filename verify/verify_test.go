@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/feedco/feed/commands"
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/readmodel"
 	"github.com/feedco/feed/testkit/systest"
@@ -155,7 +156,7 @@ func (w *world) pushed(skip ...int64) (reader, author, post int64) {
 				continue
 			}
 			p, _ := w.head(f)
-			h, err := readmodel.InspectInbox(ctx, w.Redis, w.Keys, w.pol, u, p)
+			h, err := homefeed.Inspect(ctx, w.Redis, homefeed.NewInboxes(w.Keys, w.pol), u, p)
 			if err != nil {
 				w.t.Fatal(err)
 			}
@@ -217,7 +218,7 @@ func testCorruptions(t *testing.T, cluster bool) {
 
 	// 1. An inbox missing a post.
 	a, aAuthor, aPost := w.pushed()
-	store := readmodel.NewPackedInboxes(w.Keys, w.pol)
+	store := homefeed.NewInboxes(w.Keys, w.pol)
 	if err := store.Remove(ctx, w.Redis, a, []int64{aPost}); err != nil {
 		t.Fatal(err)
 	}

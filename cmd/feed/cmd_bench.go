@@ -16,6 +16,7 @@ import (
 
 	"github.com/feedco/feed/bench"
 	"github.com/feedco/feed/cdc"
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/internal/auth"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/readmodel"
@@ -166,7 +167,7 @@ func runBench(ctx context.Context, cfg Config, log *slog.Logger, c bench.Config,
 		}
 		return s, err
 	}
-	r, err := bench.New(c, pop, tokens, bench.Deps{DB: a.Pool, Redis: a.Redis, Keys: keys, Inboxes: new(readmodel.NewPackedInboxes(keys, cfg.Policy)), Sampler: sampler, Log: stderr})
+	r, err := bench.New(c, pop, tokens, bench.Deps{DB: a.Pool, Redis: a.Redis, Keys: keys, Inboxes: new(homefeed.NewInboxes(keys, cfg.Policy)), Sampler: sampler, Log: stderr})
 	if err != nil {
 		return usageError{err.Error()}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/feedco/feed/api"
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/internal/auth"
 	"github.com/feedco/feed/internal/kafka"
 	"github.com/feedco/feed/projections"
@@ -133,7 +134,10 @@ type Config struct {
 func resolvePolicy(ctx context.Context, cfg Config, db readmodel.VersionExecQuerier, log *slog.Logger) (Config, error) {
 	p, err := readmodel.ResolvePolicy(ctx, db, cfg.Policy, cfg.PolicyExplicit)
 	if err != nil {
-		if !cfg.rebuildsInbox || !errors.Is(err, readmodel.ErrRemovedInboxLayout) || errors.Is(err, readmodel.ErrPolicyMismatch) {
+		return cfg, fmt.Errorf("feed policy: %w", err)
+	}
+	if err := homefeed.CheckVersions(ctx, db); err != nil {
+		if !cfg.rebuildsInbox || !errors.Is(err, homefeed.ErrRemovedLayout) {
 			return cfg, fmt.Errorf("feed policy: %w", err)
 		}
 		log.Warn("feed policy: the active inbox version is in the removed sorted-set layout; this rebuild moves it into the packed layout", "err", err)

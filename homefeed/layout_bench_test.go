@@ -1,7 +1,8 @@
-package readmodel
+package homefeed
 
 import (
 	"context"
+	"github.com/feedco/feed/readmodel"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -84,8 +85,8 @@ type benchCtx struct {
 	ctx context.Context
 	rdb *redis.Client
 	zs  zsetBaseline
-	pk  PackedInboxes
-	pol Policy
+	pk  Inboxes
+	pol readmodel.Policy
 	b   *testing.B
 }
 
@@ -94,9 +95,9 @@ func benchLayout(b *testing.B, ctx context.Context, rdb *redis.Client, name stri
 	if err := rdb.FlushAll(ctx).Err(); err != nil { // the benchmark's own server
 		b.Fatal(err)
 	}
-	pol := DefaultPolicy()
-	keys := Keys{Prefix: "b:"}
-	c := benchCtx{ctx: ctx, rdb: rdb, zs: zsetBaseline{prefix: keys.Prefix}, pk: NewPackedInboxes(keys, pol), pol: pol, b: b}
+	pol := readmodel.DefaultPolicy()
+	keys := readmodel.Keys{Prefix: "b:"}
+	c := benchCtx{ctx: ctx, rdb: rdb, zs: zsetBaseline{prefix: keys.Prefix}, pk: NewInboxes(keys, pol), pol: pol, b: b}
 	for u := int64(1); u <= benchInboxes; u++ { // built, empty inboxes
 		var err error
 		if packed {
@@ -180,7 +181,7 @@ func benchLayout(b *testing.B, ctx context.Context, rdb *redis.Client, name stri
 			p := rdb.Pipeline()
 			var fl []*redis.FloatCmd
 			for u := int64(1); u <= benchInboxes; u++ {
-				fl = append(fl, p.ZScore(ctx, c.zs.Key(u), SentinelFloor))
+				fl = append(fl, p.ZScore(ctx, c.zs.Key(u), readmodel.SentinelFloor))
 			}
 			_, _ = p.Exec(ctx)
 			for _, f := range fl {
@@ -206,7 +207,7 @@ func benchLayout(b *testing.B, ctx context.Context, rdb *redis.Client, name stri
 	// and a page from a cursor in the middle of the inbox.
 	readUs := func(deep bool) (redisUs, clientUs float64) {
 		r0, c0 := redisCPU(b, ctx, rdb), clientCPU()
-		from := int64(MaxScoreMs)
+		from := int64(readmodel.MaxScoreMs)
 		if deep {
 			from = testBaseMs + k - int64(pol.InboxMax)*benchInboxes/benchFanout/2 // about half way down a full inbox
 		}
@@ -216,8 +217,8 @@ func benchLayout(b *testing.B, ctx context.Context, rdb *redis.Client, name stri
 			var err error
 			if packed {
 				r := c.pk.QueueRead(ctx, pipe, u, from, benchReadN)
-				if err = ExecReads(ctx, pipe); err == nil {
-					var p PackedPage
+				if err = readmodel.ExecReads(ctx, pipe); err == nil {
+					var p Page
 					p, err = r.Result()
 					if err == nil && len(p.Entries) != benchReadN {
 						b.Fatalf("read %d: %d entries", i, len(p.Entries))
@@ -225,7 +226,7 @@ func benchLayout(b *testing.B, ctx context.Context, rdb *redis.Client, name stri
 				}
 			} else {
 				r := c.zs.QueueRead(ctx, pipe, u, from, benchReadN)
-				if err = ExecReads(ctx, pipe); err == nil {
+				if err = readmodel.ExecReads(ctx, pipe); err == nil {
 					_, err = r.Result()
 				}
 			}
@@ -244,7 +245,7 @@ func benchLayout(b *testing.B, ctx context.Context, rdb *redis.Client, name stri
 	removals := 0
 	for i := range benchRemovals {
 		post := snow(testBaseMs+k-1-int64(i), k-1-int64(i))
-		if err := Exec(ctx, rdb, func(pipe redis.Pipeliner) {
+		if err := readmodel.Exec(ctx, rdb, func(pipe redis.Pipeliner) {
 			for u := int64(1); u <= benchInboxes; u += benchInboxes / benchFanout {
 				if packed {
 					c.pk.QueueRemove(ctx, pipe, u, []int64{post})
@@ -322,8 +323,8 @@ func (z zsetBaseline) Key(u int64) string {
 	return z.prefix + "feed:{" + strconv.FormatInt(u, 10) + "}"
 }
 
-func (z zsetBaseline) WriteRebuilt(ctx context.Context, rdb redis.UniversalClient, u int64, _ []Entry) error {
-	return rdb.ZAdd(ctx, z.Key(u), redis.Z{Score: math.Inf(1), Member: SentinelBuilt}).Err()
+func (z zsetBaseline) WriteRebuilt(ctx context.Context, rdb redis.UniversalClient, u int64, _ []readmodel.Entry) error {
+	return rdb.ZAdd(ctx, z.Key(u), redis.Z{Score: math.Inf(1), Member: readmodel.SentinelBuilt}).Err()
 }
 
 // zsetRead is a queued first or deeper page of a baseline inbox.
@@ -333,7 +334,7 @@ func (r zsetRead) Result() ([]redis.Z, error) { return r.cmd.Result() }
 
 func (z zsetBaseline) QueueRead(ctx context.Context, pipe redis.Pipeliner, u, fromMs int64, n int) zsetRead {
 	max := "+inf"
-	if fromMs < MaxScoreMs {
+	if fromMs < readmodel.MaxScoreMs {
 		max = strconv.FormatInt(fromMs, 10)
 	}
 	return zsetRead{pipe.ZRevRangeByScoreWithScores(ctx, z.Key(u), &redis.ZRangeBy{Max: max, Min: "-inf", Count: int64(n + 1)})}

@@ -1,4 +1,4 @@
-package readmodel
+package homefeed
 
 // builtChunk is an InboxChunk over inboxes computed beforehand.
 type builtChunk struct {
