@@ -2,6 +2,7 @@ package queries
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -14,7 +15,11 @@ import (
 
 // homeReply is what a home segment reads from Redis about its reader.
 type homeReply struct {
-	inbox, own  setResult
+	inbox, own setResult
+	// newest is the reader's newest-post marker (readmodel.Timelines.MarkNewest),
+	// 0 when none: their own timeline is behind it until the timelines
+	// projector has written the post.
+	newest      int64
 	followBuilt bool   // following_v:{u} has ~built: following:{u} is complete
 	member      []bool // following:{u} membership of each asked member (of members[:needed] alone when set is not nil)
 	// set is following:{u} whole, sorted, when the read cache holds it (or
@@ -153,6 +158,7 @@ func (f *Feed) readHomeDirect(ctx context.Context, iv *inboxView, user int64, cu
 	pipe := f.rdb.Pipeline()
 	inbox := iv.inbox.QueueRead(ctx, pipe, user, cur.ms, n)
 	own := f.tl.QueueRead(ctx, pipe, user, cur.ms, n)
+	newest := f.tl.QueueNewest(ctx, pipe, user)
 	followBuilt := f.follows.QueueFollowingBuilt(ctx, pipe, user)
 	var isMember *redis.BoolSliceCmd
 	if len(members) > 0 {
@@ -173,6 +179,7 @@ func (f *Feed) readHomeDirect(ctx context.Context, iv *inboxView, user int64, cu
 	if r.own, err = setResultOf(own); err != nil {
 		return homeReply{}, fmt.Errorf("read own timeline of %d: %w", user, err)
 	}
+	r.newest = readmodel.NewestOf(newest)
 	r.followBuilt = followBuilt.Val()
 	if isMember != nil {
 		if r.member, err = isMember.Result(); err != nil {
@@ -218,8 +225,12 @@ func makeSetSig(cur key, n int, wantBuilt bool) string {
 	return string(b)
 }
 
-// builtSig is the cache signature of following_v:{u}'s ~built answer.
-const builtSig = "b"
+// builtSig is the cache signature of following_v:{u}'s ~built answer,
+// newestSig of the newest-post marker's value.
+const (
+	builtSig  = "b"
+	newestSig = "n"
+)
 
 // readHomeCached answers from the cache what it holds and reads the rest
 // in one pipeline through generation g's tracking connections, caching
@@ -227,17 +238,19 @@ const builtSig = "b"
 func (f *Feed) readHomeCached(ctx context.Context, iv *inboxView, g *cacheGen, user int64, cur key, n int, members []int64, needed int) (homeReply, error) {
 	c := f.cache
 	now := time.Now().UnixNano()
-	// The reader's keys, in one string: own timeline, following set and
-	// versions, inbox (its buffer's, whose sealed key is the same but its
-	// last byte).
-	var kb [192]byte
-	b := f.tl.AppendKey(kb[:0], user)
+	// The reader's keys, in one string: newest-post marker, own timeline,
+	// following set and versions, inbox (its buffer's, whose sealed key is
+	// the same but its last byte).
+	var kb [224]byte
+	b := f.tl.AppendNewestKey(kb[:0], user)
+	endNew := len(b)
+	b = f.tl.AppendKey(b, user)
 	endOwn := len(b)
 	b, endF := f.follows.AppendFollowingKeys(b, user)
 	endFV := len(b)
 	b = iv.inbox.AppendBufferKey(b, user)
 	ks := string(b)
-	kOwn, kF, kFV := ks[:endOwn], ks[endOwn:endF], ks[endF:endFV]
+	kNew, kOwn, kF, kFV := ks[:endNew], ks[endNew:endOwn], ks[endOwn:endF], ks[endF:endFV]
 	var r homeReply
 	var pipe redis.Pipeliner // made for the first miss; it only queues: the commands go out in the connection's next batch
 	queue := func() redis.Pipeliner {
@@ -248,7 +261,7 @@ func (f *Feed) readHomeCached(ctx context.Context, iv *inboxView, g *cacheGen, u
 	}
 
 	// tickets before the commands are sent, one per key read
-	var inT, bufT, ownT, fT, fvT ticket
+	var inT, bufT, ownT, newT, fT, fvT ticket
 	var own readmodel.SetRead
 	var inbox homefeed.Read
 	sigIn, sigOwn := setSig(cur, n, true), setSig(cur, n, false)
@@ -273,6 +286,13 @@ func (f *Feed) readHomeCached(ctx context.Context, iv *inboxView, g *cacheGen, u
 	} else {
 		ownT = c.begin(g, kOwn)
 		own = f.tl.QueueRead(ctx, queue(), user, cur.ms, n)
+	}
+	var newC *redis.StringCmd
+	if v, ok := c.lookupTally(kNew, newestSig, now, &t); ok {
+		r.newest = v.(int64)
+	} else {
+		newT = c.begin(g, kNew)
+		newC = f.tl.QueueNewest(ctx, queue(), user)
 	}
 	var fvB *redis.BoolCmd
 	if v, ok := c.lookupTally(kFV, builtSig, now, &t); ok {
@@ -330,6 +350,13 @@ func (f *Feed) readHomeCached(ctx context.Context, iv *inboxView, g *cacheGen, u
 			return homeReply{}, fmt.Errorf("read own timeline of %d: %w", user, err)
 		}
 		c.store(ownT, kOwn, sigOwn, r.own, now)
+	}
+	if newC != nil {
+		if err := newC.Err(); err != nil && !errors.Is(err, redis.Nil) {
+			return homeReply{}, fmt.Errorf("read own newest post of %d: %w", user, err)
+		}
+		r.newest = readmodel.NewestOf(newC)
+		c.store(newT, kNew, newestSig, r.newest, now)
 	}
 	if fvB != nil {
 		v, err := fvB.Result()

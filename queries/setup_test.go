@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"github.com/jackc/pgx/v5"
 	"math"
 	"slices"
 	"strconv"
@@ -534,4 +535,25 @@ func readOnlyCmd(name string) bool {
 		return true
 	}
 	return false
+}
+
+// authorQueries counts the Feed's reads of one author's posts from
+// PostgreSQL (authorSQL: the newest-post marker's probe, author pages).
+type authorQueries struct {
+	DB
+	n atomic.Int64
+}
+
+func (q *authorQueries) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if sql == authorSQL {
+		q.n.Add(1)
+	}
+	return q.DB.Query(ctx, sql, args...)
+}
+
+// countQueries counts b.feed's authorSQL queries from now on.
+func countQueries(b *bundle) *authorQueries {
+	q := &authorQueries{DB: b.feed.db}
+	b.feed.db = q
+	return q
 }

@@ -87,6 +87,13 @@ func (k Keys) Timeline(authorID int64) string {
 	return k.tagged(ProjectionTimelines, "timeline:", authorID, "")
 }
 
+// Newest is an author's newest-post marker (Timelines.MarkNewest): the id
+// of the post the API committed last, for read-your-writes until the
+// timelines projector has written it. Same hash tag as the timeline.
+func (k Keys) Newest(authorID int64) string {
+	return k.tagged(ProjectionTimelines, "newest:", authorID, "")
+}
+
 // Post is the cached post body (JSON) used to hydrate feed pages.
 func (k Keys) Post(postID int64) string { return k.tagged(ProjectionPosts, "post:", postID, "") }
 

@@ -125,7 +125,7 @@ func (k Keys) Classify(key string) (projection string, version int, ok bool) {
 	switch {
 	case rest == "inbox:backfilled":
 		return ProjectionInbox, version, true
-	case strings.HasPrefix(rest, "timeline:{"):
+	case strings.HasPrefix(rest, "timeline:{"), strings.HasPrefix(rest, "newest:{"):
 		return ProjectionTimelines, version, true
 	case strings.HasPrefix(rest, "post:{"):
 		return ProjectionPosts, version, true

@@ -80,7 +80,7 @@ func under(dir, prefix string) bool { return dir == prefix || strings.HasPrefix(
 // only the read-model package may spell (the inboxes': the home feed's
 // owner, inboxFragments).
 var keyFragments = []string{
-	"timeline:{", "post:{", "followers:{", "following:{", "following_v:{",
+	"timeline:{", "newest:{", "post:{", "followers:{", "following:{", "following_v:{",
 	"projection:versions", "projection:rebuild", "~floor", "~built",
 }
 
