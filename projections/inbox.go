@@ -145,8 +145,8 @@ func (p *Inbox) celebrityAt(ctx context.Context, author, followers, position int
 	return celeb, err
 }
 
-// The follower cache's queries: activeFollowersSQL's conditions
-// (homefeed.Manager.EachFollowerPage), as the cache needs them.
+// The follower cache's queries: the conditions of the home feed's active
+// followers (homefeed.Manager.EachFollowerPage), as the cache needs them.
 const (
 	// followerIDsSQL loads an author's list for the cache: the ids of
 	// every follower (an index-only scan of follows_followee_idx) and of
@@ -214,8 +214,8 @@ func (p *Inbox) pushPage(ctx context.Context, post int64, ids []int64, expiring 
 // eachPushPage calls fn with the author's active followers, FanoutBatch at
 // a time, and per follower whether their inbox is past its TTL. With a
 // delivery in ctx (the runner's) it uses the follower cache; otherwise, or
-// for an author with too many followers to cache, it pages through
-// activeFollowersSQL.
+// for an author with too many followers to cache, it pages through the
+// home feed's follower query (homefeed.Manager.EachFollowerPage).
 func (p *Inbox) eachPushPage(ctx context.Context, author int64, fn func(ids []int64, expiring []bool) error) error {
 	d, ok := deliveryFrom(ctx)
 	if !ok || p.cache == nil {
@@ -240,7 +240,8 @@ func (p *Inbox) eachPushPage(ctx context.Context, author int64, fn func(ids []in
 }
 
 // cachedTargets returns the author's active followers and, per follower,
-// whether their inbox is past its TTL: the answer of activeFollowersSQL,
+// whether their inbox is past its TTL: the answer of the home feed's
+// follower query (homefeed.Manager.EachFollowerPage),
 // from the follower cache and the activity index (see followercache.go and
 // activity.go for why it is the same). Followers whose held last_seen_at
 // makes them active and not past the TTL (with clockMargin to spare) are

@@ -121,7 +121,7 @@ type Config struct {
 	// the whole inbox projector (every partition's messages). Redis runs
 	// one command at a time: past two pipelines in flight (one executing,
 	// one queued behind it) more do not write faster, but each one more
-	// is another batch of listpack ZADDs that a reader's command, arriving
+	// is another batch of APPENDs that a reader's command, arriving
 	// on its own connection, may wait behind. Default 2.
 	FanoutInflight int
 	// FollowerCacheRows bounds the follower cache of the inbox projector

@@ -184,10 +184,12 @@ type homeRead struct {
 }
 
 // homeSegment reads, in one pipeline, the inbox from the cursor with its
-// sentinels, the caller's own timeline, and which celebrities the caller
-// follows. On the first page each sorted set costs one command: reading
-// from +inf inclusive returns ~built (score +inf) first and ~floor (the
-// lowest member) whenever the reply is not cut. Then the followed
+// sentinels, the caller's own timeline and newest-post marker, and which
+// celebrities the caller follows. On the first page the own timeline
+// costs one command: reading from +inf inclusive returns ~built (score
+// +inf) first and ~floor (the lowest member) whenever the reply is not
+// cut; the inbox is one GETRANGE of its sealed string and a GET of its
+// buffer. Then the followed
 // celebrities' timelines, from the in-process cache when it covers the
 // cursor, else in a second pipeline. want is how many visible posts the
 // page still needs.

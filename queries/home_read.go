@@ -39,7 +39,8 @@ type setResult struct {
 }
 
 // readHome reads, in one round trip at most, the reader's inbox and own
-// timeline from cur (n entries), whether their following state is built, and
+// timeline from cur (n entries), their newest-post marker, whether their
+// following state is built, and
 // whether it holds each of members. When the read cache holds the
 // following set whole (homeReply.set), only members[:needed] are answered
 // in homeReply.member: the rest were asked for hydration, which the set
@@ -153,7 +154,9 @@ func (f *Feed) followsDirect(ctx context.Context, viewer int64, authors []int64)
 	return is, nil
 }
 
-// readHomeDirect is the uncached read: one pipeline of four commands.
+// readHomeDirect is the uncached read: one pipeline (the inbox's two
+// reads, the own timeline, the marker, ~built of the following state and
+// the members).
 func (f *Feed) readHomeDirect(ctx context.Context, iv *inboxView, user int64, cur key, n int, members []int64) (homeReply, error) {
 	pipe := f.rdb.Pipeline()
 	inbox := iv.inbox.QueueRead(ctx, pipe, user, cur.ms, n)
