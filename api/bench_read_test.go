@@ -38,6 +38,7 @@ import (
 	"github.com/feedco/feed/api"
 	"github.com/feedco/feed/commands"
 	"github.com/feedco/feed/events"
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/internal/auth"
 	"github.com/feedco/feed/internal/redisinfo"
 	"github.com/feedco/feed/internal/snowflake"
@@ -57,7 +58,7 @@ var (
 	readClient   = flag.String("read.client", "raw", "BenchmarkReadHTTP: HTTP load generator, raw (one keep-alive connection per client, wrk-like) or std (net/http.Client)")
 	readCache    = flag.Int("read.cache-keys", 0, "BenchmarkReadHTTP: the query side's read cache bound in Redis keys (queries.Config.ReadCacheKeys: 0 the default, -1 off)")
 	readPhases   = flag.String("read.phases", "http,sql,redis,static,handler,home", "BenchmarkReadHTTP: the phases to run, a comma list of http, sql, redis, static, handler, home")
-	readLayouts  = flag.String("read.layouts", "zset,packed", "BenchmarkReadHTTP: the inbox layouts the http, handler and home phases read (readmodel.Policy.InboxLayout), a comma list; every layout is seeded")
+	readLayouts  = flag.String("read.layouts", "packed", "BenchmarkReadHTTP: the inbox layouts seeded (packed, the product's; zset, a sorted set per inbox that only the raw redis phase reads), a comma list")
 	readLoadgen  = flag.String("read.loadgen", "process", "BenchmarkReadHTTP: where the http phases' raw load generator runs: process (a child process, so the CPU per read is the server's alone) or inprocess (beside the server)")
 	readProfile  = flag.String("read.cpuprofile", "", "BenchmarkReadHTTP: write a CPU profile of the http phases alone (every round) to this file")
 )
@@ -198,8 +199,11 @@ func BenchmarkReadHTTP(b *testing.B) {
 	}
 	var sides []side
 	for _, l := range strings.Split(*readLayouts, ",") {
+		if l != "packed" {
+			continue // the query side reads packed inboxes only
+		}
 		reg := prometheus.NewRegistry()
-		feed, err := queries.New(queries.Config{Keys: keys, InboxLayout: l, ReadCacheKeys: *readCache, Registerer: reg}, db.Pool, r.Client)
+		feed, err := queries.New(queries.Config{Keys: keys, ReadCacheKeys: *readCache, Registerer: reg}, db.Pool, r.Client)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -276,7 +280,7 @@ func BenchmarkReadHTTP(b *testing.B) {
 	}
 	redisRead := func(rng *rand.Rand) error {
 		u := users[rng.IntN(len(users))]
-		m, err := r.Client.ZRevRangeByScore(ctx, keys.Inbox(u), &redis.ZRangeBy{Max: "(+inf", Min: "-inf", Count: 21}).Result()
+		m, err := r.Client.ZRevRangeByScore(ctx, zsetInboxKey(keys, u), &redis.ZRangeBy{Max: "(+inf", Min: "-inf", Count: 21}).Result()
 		if err != nil {
 			return err
 		}
@@ -292,7 +296,7 @@ func BenchmarkReadHTTP(b *testing.B) {
 	// The packed inbox's first page as the query side reads it (GET of the
 	// buffer and GETRANGE of the sealed string's newest ids and header in
 	// one pipeline), then the MGET.
-	packedInboxes := readmodel.NewPackedInboxes(keys, readmodel.Policy{})
+	packedInboxes := homefeed.NewInboxes(keys, readmodel.Policy{})
 	redisPackedRead := func(rng *rand.Rand) error {
 		u := users[rng.IntN(len(users))]
 		pipe := r.Client.Pipeline()
@@ -349,7 +353,7 @@ func BenchmarkReadHTTP(b *testing.B) {
 	}
 	all = append(all, phase{"sql", "sql naive pull query", false, "", loop(sqlRead)},
 		phase{"redis", "redis ZREVRANGEBYSCORE+MGET", false, "", loop(redisRead)})
-	if slices.Contains(strings.Split(*readLayouts, ","), readmodel.InboxLayoutPacked) {
+	if slices.Contains(strings.Split(*readLayouts, ","), "packed") {
 		all = append(all, phase{"redis", "redis packed GET+GETRANGE, MGET", false, "", loop(redisPackedRead)})
 	}
 	all = append(all, phase{"static", "http, fixed page from memory", true, "static", newHTTPPhase(staticAddr)})
@@ -495,7 +499,7 @@ func readCacheStats(b *testing.B, reg *prometheus.Registry) map[string]float64 {
 func inboxWriter(ctx context.Context, rdb redis.UniversalClient, keys readmodel.Keys, layouts []string, users []int64, perSec int, stop, done chan struct{}) {
 	defer close(done)
 	rng := rand.New(rand.NewPCG(7, 7))
-	packed := readmodel.NewPackedInboxes(keys, readmodel.Policy{})
+	packed := homefeed.NewInboxes(keys, readmodel.Policy{})
 	below := packed.NewPush(1)
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
@@ -517,11 +521,11 @@ func inboxWriter(ctx context.Context, rdb redis.UniversalClient, keys readmodel.
 			u := users[rng.IntN(len(users))]
 			for _, l := range layouts {
 				switch l {
-				case readmodel.InboxLayoutZset:
-					k := keys.Inbox(u)
+				case "zset":
+					k := zsetInboxKey(keys, u)
 					pipe.ZAdd(ctx, k, redis.Z{Score: math.Inf(-1), Member: "~bench-write"})
 					pipe.ZRem(ctx, k, "~bench-write")
-				case readmodel.InboxLayoutPacked:
+				case "packed":
 					pushed = append(pushed, u)
 					replies = append(replies, packed.QueuePush(ctx, pipe, u, below))
 				}
@@ -929,7 +933,7 @@ func seedRead(b *testing.B, ctx context.Context, pool *pgxpool.Pool, rdb redis.U
 		pipe.SAdd(ctx, keys.Celebrities(), strconv.FormatInt(c, 10))
 	}
 	pipe.SAdd(ctx, keys.Celebrities(), readmodel.SentinelBuilt)
-	packed := readmodel.NewPackedInboxes(keys, readmodel.Policy{})
+	packed := homefeed.NewInboxes(keys, readmodel.Policy{})
 	for i, u := range users {
 		args := make([]any, 0, len(follows[u]))
 		pushed := make([]bool, nUsers+1) // authors whose posts reach u's inbox
@@ -950,7 +954,7 @@ func seedRead(b *testing.B, ctx context.Context, pool *pgxpool.Pool, rdb redis.U
 				}
 			}
 		}
-		writeSet(keys.Inbox(u), inbox, 500)
+		writeSet(zsetInboxKey(keys, u), inbox, 500)
 		if i%50 == 49 {
 			flush()
 		}
@@ -1103,3 +1107,9 @@ WHERE p.author_id IN (SELECT followee_id FROM follows WHERE follower_id = $1)
   AND p.deleted = false
 ORDER BY p.created_at DESC
 LIMIT 20`
+
+// zsetInboxKey is u's inbox as a sorted set: the raw baseline of -read.layouts
+// zset (the product's inboxes are packed).
+func zsetInboxKey(keys readmodel.Keys, u int64) string {
+	return keys.Prefix + "feed:{" + strconv.FormatInt(u, 10) + "}"
+}

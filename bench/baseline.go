@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/readmodel"
 )
 
@@ -72,16 +72,15 @@ func (r *Runner) runBaselines(ctx context.Context) *Baselines {
 	return b
 }
 
-// RawRead is the least a Redis read of a first page costs in the inbox
-// layout of store: the newest 21 inbox entries (one more, to know if a
-// next page exists), then one MGET of the 20 posts' cached bodies (on a
-// cluster, a pipeline of GETs, split per node: the post keys are of many
-// slots). The entries are one ZREVRANGEBYSCORE of the sorted set, or the
-// packed layout's first-page pipeline as the query side sends it (GET of
-// the buffer, GETRANGE of the sealed string's newest ids and header).
-func RawRead(ctx context.Context, rdb redis.UniversalClient, keys readmodel.Keys, store readmodel.InboxStore, user int64) error {
+// RawRead is the least a Redis read of a first page costs: the newest 21
+// inbox entries (one more, to know if a next page exists), then one MGET
+// of the 20 posts' cached bodies (on a cluster, a pipeline of GETs, split
+// per node: the post keys are of many slots). The entries are the
+// first-page pipeline as the query side sends it (GET of the buffer,
+// GETRANGE of the sealed string's newest ids and header).
+func RawRead(ctx context.Context, rdb redis.UniversalClient, keys readmodel.Keys, packed homefeed.Inboxes, user int64) error {
 	ids := make([]int64, 0, 21)
-	if packed, ok := store.(readmodel.PackedInboxes); ok {
+	{
 		pipe := rdb.Pipeline()
 		rd := packed.QueueRead(ctx, pipe, user, readmodel.MaxScoreMs, 21)
 		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
@@ -94,22 +93,8 @@ func RawRead(ctx context.Context, rdb redis.UniversalClient, keys readmodel.Keys
 		for _, e := range p.Entries[:min(len(p.Entries), 20)] {
 			ids = append(ids, e.ID)
 		}
-	} else {
-		m, err := rdb.ZRevRangeByScore(ctx, keys.Inbox(user), &redis.ZRangeBy{Max: "(+inf", Min: "-inf", Count: 21}).Result()
-		if err != nil {
-			return err
-		}
-		for _, s := range m {
-			if readmodel.IsSentinel(s) || len(ids) == 20 {
-				continue
-			}
-			id, err := strconv.ParseInt(s, 10, 64)
-			if err != nil {
-				continue
-			}
-			ids = append(ids, id)
-		}
 	}
+
 	if len(ids) == 0 {
 		return nil
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/readmodel"
 )
 
@@ -16,8 +17,8 @@ import (
 // its memory, and the packed layout less than either
 // (docs/benchmarks.md, Projections).
 type InboxEncoding struct {
-	// Layout is the active inbox layout (readmodel.InboxLayoutZset or
-	// readmodel.InboxLayoutPacked).
+	// Layout is the inbox layout: "packed" (reports of earlier releases
+	// may say "zset").
 	Layout string `json:"layout"`
 	// ZsetMaxListpackEntries is the server's zset-max-listpack-entries,
 	// -1 when CONFIG GET is refused (managed Redis services).
@@ -48,23 +49,17 @@ const inboxSample = 100
 // inboxEncoding asks Redis for its zset-max-listpack-entries and, for the
 // inboxes of up to inboxSample of users in store's layout (missing inboxes
 // are not counted), their encoding (sorted sets), entries and memory.
-func inboxEncoding(ctx context.Context, rdb redis.UniversalClient, keys readmodel.Keys, store readmodel.InboxStore, users []int64) (InboxEncoding, error) {
-	enc := InboxEncoding{Layout: store.Layout(), ZsetMaxListpackEntries: -1}
+func inboxEncoding(ctx context.Context, rdb redis.UniversalClient, keys readmodel.Keys, store homefeed.Inboxes, users []int64) (InboxEncoding, error) {
+	enc := InboxEncoding{Layout: homefeed.Layout, ZsetMaxListpackEntries: -1}
 	if cfg, err := rdb.ConfigGet(ctx, "zset-max-listpack-entries").Result(); err == nil {
 		if n, err := strconv.Atoi(cfg["zset-max-listpack-entries"]); err == nil {
 			enc.ZsetMaxListpackEntries = n
 		}
 	}
-	packed, isPacked := store.(readmodel.PackedInboxes)
 	memoryKnown := true
 	for _, u := range users[:min(len(users), inboxSample)] {
-		var ks []string
-		if isPacked {
-			s, b := packed.Keys(u)
-			ks = []string{s, b}
-		} else {
-			ks = []string{keys.Inbox(u)}
-		}
+		s, b := store.Keys(u)
+		ks := []string{s, b}
 		pipe := rdb.Pipeline()
 		encCmd := pipe.ObjectEncoding(ctx, ks[0])
 		usage := make([]*redis.IntCmd, len(ks))

@@ -3,54 +3,16 @@ package bench
 import (
 	"context"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/readmodel"
 	"github.com/feedco/feed/testkit/testenv"
 )
-
-// The report says how Redis holds the sorted-set inboxes: a small inbox
-// is a listpack, one with a member over zset-max-listpack-value (64
-// bytes) a skiplist, whatever the server's entry limit; a reader without
-// an inbox is not counted.
-func TestInboxEncoding(t *testing.T) {
-	r := testenv.NewRedis(t)
-	ctx := context.Background()
-	keys := readmodel.Keys{Prefix: r.Prefix}
-	if err := r.Client.ZAdd(ctx, keys.Inbox(1), redis.Z{Score: 1, Member: "7000000000000000001"}).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Client.ZAdd(ctx, keys.Inbox(2), redis.Z{Score: 1, Member: strings.Repeat("x", 100)}).Err(); err != nil {
-		t.Fatal(err)
-	}
-	enc, err := inboxEncoding(ctx, r.Client, keys, readmodel.NewInboxes(keys, readmodel.Policy{}), []int64{1, 2, 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if enc.Layout != readmodel.InboxLayoutZset || enc.Sampled != 2 || enc.Listpack != 1 || enc.Skiplist != 1 {
-		t.Fatalf("got %+v, want the zset layout, 2 sampled: 1 listpack, 1 skiplist", enc)
-	}
-	if enc.Entries != 1 || enc.Bytes <= 0 { // the 100-byte member is no post id
-		t.Fatalf("got %d entries in %d bytes, want 1 in the MEMORY USAGE of both keys", enc.Entries, enc.Bytes)
-	}
-	want, err := r.Client.ConfigGet(ctx, "zset-max-listpack-entries").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := enc.ZsetMaxListpackEntries; strconv.Itoa(got) != want["zset-max-listpack-entries"] {
-		t.Fatalf("zset-max-listpack-entries %d, server says %q", got, want["zset-max-listpack-entries"])
-	}
-	var b strings.Builder
-	(&Report{Mixed: &Mixed{}, Inboxes: &enc}).WriteTable(&b)
-	if !strings.Contains(b.String(), "inboxes: 1 of 2 sampled listpack, 1 skiplist") {
-		t.Fatalf("table without the inbox line:\n%s", b.String())
-	}
-}
 
 // entries are n inbox entries, newest first, as Snowflake ids of their
 // millisecond.
@@ -63,13 +25,13 @@ func entries(n int) []readmodel.Entry {
 	return es
 }
 
-// In the packed layout the sample counts the ids of both strings and
+// The sample counts the ids of both strings and
 // their memory, and the table gives the bytes per entry.
 func TestInboxEncodingPacked(t *testing.T) {
 	r := testenv.NewRedis(t)
 	ctx := context.Background()
 	keys := readmodel.Keys{Prefix: r.Prefix}
-	store := readmodel.NewPackedInboxes(keys, readmodel.Policy{})
+	store := homefeed.NewInboxes(keys, readmodel.Policy{})
 	for _, u := range []int64{1, 2} {
 		if err := store.WriteRebuilt(ctx, r.Client, u, entries(100)); err != nil {
 			t.Fatal(err)
@@ -79,7 +41,7 @@ func TestInboxEncodingPacked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if enc.Layout != readmodel.InboxLayoutPacked || enc.Sampled != 2 || enc.Entries != 200 {
+	if enc.Layout != "packed" || enc.Sampled != 2 || enc.Entries != 200 {
 		t.Fatalf("got %+v, want the packed layout, 2 sampled, 200 entries", enc)
 	}
 	// 8 bytes an id, plus the keys' overhead spread over 100 ids each.
@@ -93,16 +55,14 @@ func TestInboxEncodingPacked(t *testing.T) {
 	}
 }
 
-// The raw baseline reads the inbox of the active layout and the bodies of
-// its 20 newest posts: on a packed deployment the sorted set it read
-// before does not exist, and the baseline read nothing.
+// The raw baseline reads the inbox and the bodies of its 20 newest posts.
 func TestRawReadReadsTheActiveLayout(t *testing.T) {
-	for _, layout := range []string{readmodel.InboxLayoutZset, readmodel.InboxLayoutPacked} {
-		t.Run(layout, func(t *testing.T) {
+	{
+		func() {
 			r := testenv.NewRedis(t)
 			ctx := context.Background()
 			keys := readmodel.Keys{Prefix: r.Prefix}
-			store := readmodel.NewInboxStore(keys, readmodel.Policy{InboxLayout: layout})
+			store := homefeed.NewInboxes(keys, readmodel.Policy{})
 			es := entries(30)
 			if err := store.WriteRebuilt(ctx, r.Client, 7, es); err != nil {
 				t.Fatal(err)
@@ -126,7 +86,7 @@ func TestRawReadReadsTheActiveLayout(t *testing.T) {
 			if !slices.Equal(asked, want) {
 				t.Fatalf("bodies asked: %d keys %v\nwant the 20 newest: %v", len(asked), asked, want)
 			}
-		})
+		}()
 	}
 }
 

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/feedco/feed/readmodel"
+	"github.com/feedco/feed/homefeed"
 )
 
 // Report is everything a run measured; it is written as JSON as is.
@@ -221,7 +221,7 @@ func (rep *Report) WriteTable(w io.Writer) {
 		if b := e.BytesPerEntry(); b > 0 {
 			per = fmt.Sprintf("%.1f bytes per entry", b)
 		}
-		if e.Layout == readmodel.InboxLayoutPacked {
+		if e.Layout == homefeed.Layout {
 			fmt.Fprintf(w, "inboxes: packed, %d sampled, %s\n", e.Sampled, per)
 		} else {
 			fmt.Fprintf(w, "inboxes: %d of %d sampled listpack, %d skiplist (zset-max-listpack-entries %s), %s\n",

@@ -27,6 +27,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/feedco/feed/events"
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/readmodel"
 )
 
@@ -52,9 +53,9 @@ type Deps struct {
 	DB    Querier
 	Redis redis.UniversalClient
 	Keys  readmodel.Keys
-	// Inboxes are the inbox operations of the active layout, for the raw
-	// Redis baseline and the inbox sample; nil: the sorted set under Keys.
-	Inboxes readmodel.InboxStore
+	// Inboxes are the inbox operations, for the raw Redis baseline and the
+	// inbox sample; nil: those under Keys with the default policy.
+	Inboxes *homefeed.Inboxes
 	Sampler Sampler
 	// Log receives progress lines; nil discards them.
 	Log io.Writer
@@ -64,21 +65,16 @@ type Deps struct {
 	HTTP *http.Client
 }
 
-// inboxes returns Inboxes, or the sorted-set layout under Keys.
-func (d Deps) inboxes() readmodel.InboxStore {
+// inboxes returns Inboxes, or those under Keys with the default policy.
+func (d Deps) inboxes() homefeed.Inboxes {
 	if d.Inboxes != nil {
-		return d.Inboxes
+		return *d.Inboxes
 	}
-	return readmodel.NewInboxes(d.Keys, readmodel.Policy{})
+	return homefeed.NewInboxes(d.Keys, readmodel.Policy{})
 }
 
-// rawInboxRead names the raw baseline's inbox read in store's layout.
-func rawInboxRead(store readmodel.InboxStore) string {
-	if store.Layout() == readmodel.InboxLayoutPacked {
-		return "GET + GETRANGE 21"
-	}
-	return "ZREVRANGEBYSCORE 21"
-}
+// rawInboxRead names the raw baseline's inbox read.
+func rawInboxRead(homefeed.Inboxes) string { return "GET + GETRANGE 21" }
 
 // Runner runs one benchmark.
 type Runner struct {

@@ -24,17 +24,12 @@ import (
 // the crossing is pending, pushed once the backfill has landed.
 func TestCrossingDownWhileInboxDown(t *testing.T) {
 	t.Parallel()
-	for _, layout := range []string{readmodel.InboxLayoutZset, readmodel.InboxLayoutPacked} {
-		t.Run(layout, func(t *testing.T) {
-			t.Parallel()
-			testCrossingDownWhileInboxDown(t, layout)
-		})
-	}
+	testCrossingDownWhileInboxDown(t)
 }
 
-func testCrossingDownWhileInboxDown(t *testing.T, layout string) {
+func testCrossingDownWhileInboxDown(t *testing.T) {
 	pol := policies{CelebrityThreshold: 3, InboxMax: 20, InboxTrimSlack: 3, TimelineMax: 15, BackfillPosts: 5,
-		FanoutBatch: 4, CacheTTL: 300 * time.Millisecond, InboxLayout: layout}
+		FanoutBatch: 4, CacheTTL: 300 * time.Millisecond}
 	s := startSystem(t, pol)
 	a := userAPI{t, s}
 	ctx := context.Background()

@@ -26,14 +26,13 @@ type policies struct {
 	BackfillPosts      int
 	FanoutBatch        int
 	CacheTTL           time.Duration
-	InboxLayout        string        // readmodel.InboxLayoutZset or InboxLayoutPacked
 	RedisCluster       bool          // the read models on the local Redis Cluster
 	RefreshSettle      time.Duration // the refresh horizon (0: the query side's default)
 }
 
 func (p policies) String() string {
-	return fmt.Sprintf("celebrity threshold %d, inbox max %d (+%d slack), timeline max %d, backfill %d, fan-out batch %d, cache TTL %v, inbox layout %s, redis cluster %v",
-		p.CelebrityThreshold, p.InboxMax, p.InboxTrimSlack, p.TimelineMax, p.BackfillPosts, p.FanoutBatch, p.CacheTTL, p.InboxLayout, p.RedisCluster)
+	return fmt.Sprintf("celebrity threshold %d, inbox max %d (+%d slack), timeline max %d, backfill %d, fan-out batch %d, cache TTL %v, redis cluster %v",
+		p.CelebrityThreshold, p.InboxMax, p.InboxTrimSlack, p.TimelineMax, p.BackfillPosts, p.FanoutBatch, p.CacheTTL, p.RedisCluster)
 }
 
 // system is the whole pipeline in this process (systest), on a test's own
@@ -62,7 +61,6 @@ func startSystem(t *testing.T, pol policies) *system {
 			TimelineMax:        pol.TimelineMax,
 			BackfillPosts:      pol.BackfillPosts,
 			FanoutBatch:        pol.FanoutBatch,
-			InboxLayout:        pol.InboxLayout,
 		},
 		CacheTTL:      pol.CacheTTL,
 		RedisCluster:  pol.RedisCluster,

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/readmodel"
 	"github.com/feedco/feed/verify"
 )
@@ -21,12 +22,7 @@ import (
 // honours the mute too; the events are in the log.
 func TestMuteThroughPipeline(t *testing.T) {
 	t.Parallel()
-	for _, layout := range []string{readmodel.InboxLayoutZset, readmodel.InboxLayoutPacked} {
-		t.Run(layout, func(t *testing.T) {
-			t.Parallel()
-			testMuteThroughPipeline(t, layout)
-		})
-	}
+	testMuteThroughPipeline(t)
 }
 
 // userAPI is the few calls the feature tests make, failing the test on an
@@ -122,17 +118,17 @@ func eventCount(t *testing.T, s *system, typ string) int {
 // inboxPosts is every post id in u's inbox, whatever the floor.
 func inboxPosts(t *testing.T, s *system, u int64) []int64 {
 	t.Helper()
-	pol := readmodel.Policy{InboxMax: s.pol.InboxMax, InboxLayout: s.pol.InboxLayout}.WithDefaults()
-	ids, err := readmodel.NewInboxStore(s.Keys, pol).Posts(context.Background(), s.Redis, u)
+	pol := readmodel.Policy{InboxMax: s.pol.InboxMax}.WithDefaults()
+	ids, err := homefeed.NewInboxes(s.Keys, pol).Posts(context.Background(), s.Redis, u)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return ids
 }
 
-func testMuteThroughPipeline(t *testing.T, layout string) {
+func testMuteThroughPipeline(t *testing.T) {
 	pol := policies{CelebrityThreshold: 3, InboxMax: 20, InboxTrimSlack: 3, TimelineMax: 15, BackfillPosts: 3,
-		FanoutBatch: 4, CacheTTL: 300 * time.Millisecond, InboxLayout: layout}
+		FanoutBatch: 4, CacheTTL: 300 * time.Millisecond}
 	s := startSystem(t, pol)
 	a := userAPI{t, s}
 	reader, rtok := a.newUser("reader")
@@ -210,7 +206,7 @@ func testMuteThroughPipeline(t *testing.T, layout string) {
 	a.feedMatchesTruth("muted, after more posts", reader, rtok)
 	// The PostgreSQL path: the inbox lost, the read is served from the
 	// source of truth (and rebuilds the inbox), the mute honoured.
-	if err := s.Redis.Del(context.Background(), s.Keys.Inbox(reader), s.Keys.PackedInbox(reader), s.Keys.PackedInbox(reader)+"+").Err(); err != nil {
+	if err := s.Redis.Del(context.Background(), homefeed.Key(s.Keys, reader), homefeed.Key(s.Keys, reader)+"+").Err(); err != nil {
 		t.Fatal(err)
 	}
 	feed = a.feedMatchesTruth("muted, inbox lost", reader, rtok)
@@ -251,7 +247,7 @@ func mustID(t *testing.T, s string) int64 {
 func TestBlockThroughPipeline(t *testing.T) {
 	t.Parallel()
 	pol := policies{CelebrityThreshold: 3, InboxMax: 20, InboxTrimSlack: 3, TimelineMax: 15, BackfillPosts: 3,
-		FanoutBatch: 4, CacheTTL: 300 * time.Millisecond, InboxLayout: readmodel.InboxLayoutPacked}
+		FanoutBatch: 4, CacheTTL: 300 * time.Millisecond}
 	s := startSystem(t, pol)
 	a := userAPI{t, s}
 	ana, atok := a.newUser("ana")

@@ -18,6 +18,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/readmodel"
 	"github.com/feedco/feed/verify"
 )
@@ -55,14 +56,9 @@ func seed(t *testing.T) uint64 {
 // HTTP API, equals the newest-first non-deleted posts of the accounts they
 // follow plus their own, computed by SQL from the source of truth. The small
 // run is part of `go test ./...`; -oracle.large runs a big one.
-//
-// It runs on each inbox layout, one after the other (each is a whole
-// system under load).
 func TestOracle(t *testing.T) {
 	t.Parallel()
-	for _, layout := range []string{readmodel.InboxLayoutZset, readmodel.InboxLayoutPacked} {
-		t.Run(layout, func(t *testing.T) { testOracle(t, layout, false) })
-	}
+	testOracle(t, false)
 }
 
 // TestOracleCluster is TestOracle with the read models on a 3-node Redis
@@ -70,20 +66,13 @@ func TestOracle(t *testing.T) {
 // when it is not running, failed in CI): every script, pipeline and
 // multi-key command must touch one slot, SCANs must see every master.
 // After the checks, the read models' keys must be spread over the nodes
-// (keysBalanced). The default (packed) layout in the small run;
-// -oracle.large runs both layouts at the large size.
+// (keysBalanced).
 func TestOracleCluster(t *testing.T) {
 	t.Parallel()
-	layouts := []string{readmodel.InboxLayoutPacked}
-	if *flagLarge {
-		layouts = append(layouts, readmodel.InboxLayoutZset)
-	}
-	for _, layout := range layouts {
-		t.Run(layout, func(t *testing.T) { testOracle(t, layout, true) })
-	}
+	testOracle(t, true)
 }
 
-func testOracle(t *testing.T, layout string, cluster bool) {
+func testOracle(t *testing.T, cluster bool) {
 	pol := policies{
 		RedisCluster:       cluster,
 		CelebrityThreshold: 8,
@@ -93,7 +82,6 @@ func testOracle(t *testing.T, layout string, cluster bool) {
 		BackfillPosts:      3,
 		FanoutBatch:        4,
 		CacheTTL:           time.Second,
-		InboxLayout:        layout,
 	}
 	w := workload{Seed: seed(t), Users: 60, Ops: 700, Workers: 8, ReaderShare: 0.4, ZipfS: 1.1, Bursts: 3}
 	if *flagLarge {
@@ -105,8 +93,8 @@ func testOracle(t *testing.T, layout string, cluster bool) {
 	t.Logf("oracle: %v; %v", w, pol)
 	defer func() {
 		if t.Failed() {
-			t.Logf("REPRODUCE: go test ./e2e -run '%s$/^%s$' -count=1 -v -oracle.seed=%d%s", map[bool]string{false: "TestOracle", true: "TestOracleCluster"}[cluster],
-				layout, w.Seed, map[bool]string{true: " -oracle.large"}[*flagLarge])
+			t.Logf("REPRODUCE: go test ./e2e -run '%s$' -count=1 -v -oracle.seed=%d%s", map[bool]string{false: "TestOracle", true: "TestOracleCluster"}[cluster],
+				w.Seed, map[bool]string{true: " -oracle.large"}[*flagLarge])
 		}
 	}()
 
@@ -254,34 +242,16 @@ func (o *oracle) feeds(limits []int) {
 func (o *oracle) explain(u int64) string {
 	ctx, rdb, k := o.ctx(), o.s.Redis, o.s.Keys
 	var b strings.Builder
-	if o.s.pol.InboxLayout == readmodel.InboxLayoutPacked {
-		sk := k.PackedInbox(u)
-		sealed, serr := rdb.Get(ctx, sk).Result()
-		buf, berr := rdb.Get(ctx, sk+"+").Result()
-		fmt.Fprintf(&b, "  pfeed:{%d} (%d bytes, err %v; buffer %d bytes, err %v):", u, len(sealed), serr, len(buf), berr)
-		if len(sealed) >= 8 {
-			fmt.Fprintf(&b, " header %x, sealed", sealed[len(sealed)-8:])
-			o.explainIDs(&b, sealed[:len(sealed)-8])
-		}
-		fmt.Fprintf(&b, "; buffer")
-		o.explainIDs(&b, buf)
-	} else {
-		zs, err := rdb.ZRangeWithScores(ctx, k.Inbox(u), 0, -1).Result()
-		fmt.Fprintf(&b, "  feed:{%d} (%d entries, err %v):", u, len(zs), err)
-		for _, z := range zs {
-			m := z.Member.(string)
-			id, _ := strconv.ParseInt(m, 10, 64)
-			tp, known := o.Posts[id]
-			switch {
-			case readmodel.IsSentinel(m):
-				fmt.Fprintf(&b, " %s@%v", m, z.Score)
-			case known:
-				fmt.Fprintf(&b, " %s@%.0f(a%d%s)", m, z.Score, tp.Author, map[bool]string{true: ",deleted"}[tp.Deleted])
-			default:
-				fmt.Fprintf(&b, " %s@%.0f(unknown)", m, z.Score)
-			}
-		}
+	sk := homefeed.Key(k, u)
+	sealed, serr := rdb.Get(ctx, sk).Result()
+	buf, berr := rdb.Get(ctx, sk+"+").Result()
+	fmt.Fprintf(&b, "  pfeed:{%d} (%d bytes, err %v; buffer %d bytes, err %v):", u, len(sealed), serr, len(buf), berr)
+	if len(sealed) >= 8 {
+		fmt.Fprintf(&b, " header %x, sealed", sealed[len(sealed)-8:])
+		o.explainIDs(&b, sealed[:len(sealed)-8])
 	}
+	fmt.Fprintf(&b, "; buffer")
+	o.explainIDs(&b, buf)
 	fol, _ := rdb.SMembers(ctx, k.Following(u)).Result()
 	folv, _ := rdb.HGetAll(ctx, k.FollowingVersions(u)).Result()
 	fmt.Fprintf(&b, "\n  following:{%d} %v; following_v %v; SQL follows %v", u, fol, folv, o.Following[u])
@@ -423,14 +393,13 @@ func (o *oracle) readModels() {
 // workload reached the paths it exists to exercise.
 func (o *oracle) coverageBefore() {
 	ctx, thr := o.ctx(), o.s.pol.CelebrityThreshold
-	// the inboxes are in the layout asked for, and only in it
-	var zsets, packed int64
+	// there are inboxes
+	var packed int64
 	for _, u := range o.wd.users {
-		zsets += o.s.Redis.Exists(ctx, o.s.Keys.Inbox(u)).Val()
-		packed += o.s.Redis.Exists(ctx, o.s.Keys.PackedInbox(u), o.s.Keys.PackedInbox(u)+"+").Val()
+		packed += o.s.Redis.Exists(ctx, homefeed.Key(o.s.Keys, u), homefeed.Key(o.s.Keys, u)+"+").Val()
 	}
-	if want := o.s.pol.InboxLayout == readmodel.InboxLayoutPacked; (packed > 0) != want || (zsets > 0) == want {
-		o.errorf("inbox layout %s: %d sorted-set inboxes, %d packed inbox keys", o.s.pol.InboxLayout, zsets, packed)
+	if packed == 0 {
+		o.errorf("no inbox keys")
 	}
 	var celebs, up, down, pulled int64
 	for _, n := range o.Followers {
@@ -529,40 +498,21 @@ func (o *oracle) explainIDs(b *strings.Builder, s string) {
 
 func (o *oracle) inboxSentinels(users []int64) (floors, built int) {
 	ctx := o.ctx()
-	if o.s.pol.InboxLayout == readmodel.InboxLayoutPacked {
-		// the header, the sealed string's last 8 bytes: built, has floor
-		pipe := o.s.Redis.Pipeline()
-		hs := make([]*redis.StringCmd, len(users))
-		for i, u := range users {
-			hs[i] = pipe.GetRange(ctx, o.s.Keys.PackedInbox(u), -8, -1)
-		}
-		_, _ = pipe.Exec(ctx)
-		for _, h := range hs {
-			if v := h.Val(); len(v) == 8 {
-				if v[1] == 1 {
-					floors++
-				}
-				if v[0] == 1 {
-					built++
-				}
-			}
-		}
-		return floors, built
-	}
+	// the header, the sealed string's last 8 bytes: built, has floor
 	pipe := o.s.Redis.Pipeline()
-	fl := make([]*redis.FloatCmd, len(users))
-	bu := make([]*redis.FloatCmd, len(users))
+	hs := make([]*redis.StringCmd, len(users))
 	for i, u := range users {
-		fl[i] = pipe.ZScore(ctx, o.s.Keys.Inbox(u), readmodel.SentinelFloor)
-		bu[i] = pipe.ZScore(ctx, o.s.Keys.Inbox(u), readmodel.SentinelBuilt)
+		hs[i] = pipe.GetRange(ctx, homefeed.Key(o.s.Keys, u), -8, -1)
 	}
 	_, _ = pipe.Exec(ctx)
-	for i := range users {
-		if fl[i].Err() == nil {
-			floors++
-		}
-		if bu[i].Err() == nil {
-			built++
+	for _, h := range hs {
+		if v := h.Val(); len(v) == 8 {
+			if v[1] == 1 {
+				floors++
+			}
+			if v[0] == 1 {
+				built++
+			}
 		}
 	}
 	return floors, built

@@ -14,8 +14,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/feedco/feed/readmodel"
 )
 
 // Refresh under writes, through the whole pipeline and the HTTP API: a
@@ -27,12 +25,7 @@ import (
 // every visible post above the first page exactly once, in order.
 func TestRefreshUnderWrites(t *testing.T) {
 	t.Parallel()
-	for _, layout := range []string{readmodel.InboxLayoutZset, readmodel.InboxLayoutPacked} {
-		t.Run(layout, func(t *testing.T) {
-			t.Parallel()
-			testRefreshUnderWrites(t, layout)
-		})
-	}
+	testRefreshUnderWrites(t)
 }
 
 // refreshPoller follows prevCursor on one paged endpoint.
@@ -75,10 +68,10 @@ func (p *refreshPoller) poll(ctx context.Context, t *testing.T) {
 	t.Fatalf("%s: refreshing does not end", p.path)
 }
 
-func testRefreshUnderWrites(t *testing.T, layout string) {
+func testRefreshUnderWrites(t *testing.T) {
 	const settle = 4 * time.Second
 	pol := policies{CelebrityThreshold: 3, InboxMax: 20, InboxTrimSlack: 3, TimelineMax: 15, BackfillPosts: 3,
-		FanoutBatch: 4, CacheTTL: 300 * time.Millisecond, InboxLayout: layout, RefreshSettle: settle}
+		FanoutBatch: 4, CacheTTL: 300 * time.Millisecond, RefreshSettle: settle}
 	s := startSystem(t, pol)
 	ctx := context.Background()
 	newUser := func(name string) (int64, string) {

@@ -2,6 +2,7 @@ package projections_test
 
 import (
 	"context"
+	"encoding/binary"
 	"flag"
 	"fmt"
 	"hash/fnv"
@@ -17,6 +18,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/feedco/feed/homefeed"
+	"github.com/feedco/feed/internal/snowflake"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/readmodel"
 	"github.com/feedco/feed/testkit/kafkatest"
@@ -141,8 +144,10 @@ func benchFanout(b *testing.B, listpack string) {
 	}
 	base := time.Now().Add(-24 * time.Hour).UnixMilli()
 	// fill writes every pool inbox under prefix: 500 entries plus extra(v),
-	// COPYed server-side from one template per size (fast even under load).
-	fill := func(prefix string, extra func(v int64) int64) {
+	// COPYed server-side from one template per size (fast even under load):
+	// sorted sets for the raw runs (zsetKey), packed inboxes (ids of
+	// millisecond base + e, ~floor at base - 1, ~built) for the projector.
+	fill := func(prefix string, extra func(v int64) int64, packed bool) {
 		keys := readmodel.Keys{Prefix: prefix}
 		tmpl := map[int64]string{}
 		pipe := rd.Client.Pipeline()
@@ -152,16 +157,34 @@ func benchFanout(b *testing.B, listpack string) {
 			if !ok {
 				t = prefix + "template:" + strconv.FormatInt(x, 10)
 				tmpl[x] = t
-				zs := make([]redis.Z, 0, 500+x+2)
-				for e := int64(0); e < 500+x; e++ {
-					zs = append(zs, redis.Z{Score: float64(base + e), Member: strconv.FormatInt(1<<60+x<<20+e, 10)})
-				}
-				zs = append(zs, redis.Z{Score: float64(base - 1), Member: readmodel.SentinelFloor}, redis.Z{Score: math.Inf(1), Member: readmodel.SentinelBuilt})
-				if err := rd.Client.ZAdd(ctx, t, zs...).Err(); err != nil {
-					b.Fatal(err)
+				if packed {
+					sealed := make([]byte, 0, 8*(500+x+1))
+					for e := int64(0); e < 500+x; e++ {
+						sealed = binary.BigEndian.AppendUint64(sealed, uint64((base+e-snowflake.Epoch.UnixMilli())<<22|x))
+					}
+					var fl [8]byte
+					binary.BigEndian.PutUint64(fl[:], uint64(base-1))
+					sealed = append(append(sealed, 1, 1), fl[2:]...) // ~built, the floor
+
+					if err := rd.Client.Set(ctx, t, sealed, 0).Err(); err != nil {
+						b.Fatal(err)
+					}
+				} else {
+					zs := make([]redis.Z, 0, 500+x+2)
+					for e := int64(0); e < 500+x; e++ {
+						zs = append(zs, redis.Z{Score: float64(base + e), Member: strconv.FormatInt(1<<60+x<<20+e, 10)})
+					}
+					zs = append(zs, redis.Z{Score: float64(base - 1), Member: readmodel.SentinelFloor}, redis.Z{Score: math.Inf(1), Member: readmodel.SentinelBuilt})
+					if err := rd.Client.ZAdd(ctx, t, zs...).Err(); err != nil {
+						b.Fatal(err)
+					}
 				}
 			}
-			pipe.Copy(ctx, t, keys.Inbox(v), 0, true)
+			if packed {
+				pipe.Copy(ctx, t, homefeed.Key(keys, v), 0, true)
+			} else {
+				pipe.Copy(ctx, t, zsetKey(keys, v), 0, true)
+			}
 			if pipe.Len() == 500 {
 				if _, err := pipe.Exec(ctx); err != nil {
 					b.Fatal(err)
@@ -197,8 +220,8 @@ func benchFanout(b *testing.B, listpack string) {
 			for lo := 0; lo < len(ids); lo += 1000 {
 				pipe := rd.Client.Pipeline()
 				for _, v := range ids[lo:min(lo+1000, len(ids))] {
-					pipe.ZAdd(ctx, rk.Inbox(v), redis.Z{Score: score, Member: member})
-					pipe.ZRemRangeByRank(ctx, rk.Inbox(v), 0, -501)
+					pipe.ZAdd(ctx, zsetKey(rk, v), redis.Z{Score: score, Member: member})
+					pipe.ZRemRangeByRank(ctx, zsetKey(rk, v), 0, -501)
 				}
 				if _, err := pipe.Exec(ctx); err != nil {
 					return err
@@ -209,7 +232,7 @@ func benchFanout(b *testing.B, listpack string) {
 	}
 	raw := func(parallel bool) (float64, float64) {
 		prefix := testenv.RandomName("t") + ":"
-		fill(prefix, func(int64) int64 { return 0 })
+		fill(prefix, func(int64) int64 { return 0 }, false)
 		defer testenv.DeletePrefix(ctx, rd.Client, prefix)
 		rk := readmodel.Keys{Prefix: prefix}
 		r0, s0 := cpuNow(b, rd.Client)
@@ -246,7 +269,7 @@ func benchFanout(b *testing.B, listpack string) {
 		rus, sus := cpuPerEntry(b, rd.Client, r0, s0, total)
 		logStatsSince(b, rd.Client, c0, total, fmt.Sprintf("raw (parallel %v)", parallel))
 		// The server is shared: log the encoding the inboxes really had.
-		b.Logf("raw (parallel %v): %.0f/s, CPU µs/entry: Redis %.2f, client %.2f; inboxes are %s", parallel, rate, rus, sus, rd.Client.ObjectEncoding(ctx, rk.Inbox(first)).Val())
+		b.Logf("raw (parallel %v): %.0f/s, CPU µs/entry: Redis %.2f, client %.2f; inboxes are %s", parallel, rate, rus, sus, rd.Client.ObjectEncoding(ctx, zsetKey(rk, first)).Val())
 		return rate, rus
 	}
 
@@ -267,7 +290,7 @@ func benchFanout(b *testing.B, listpack string) {
 		eff := projections.EffectiveConfig(cfg)
 		steady := steadySizes(eff.InboxMax-eff.InboxTrimSlack+eff.InboxTrimBand, eff.InboxTrimBand, eff.InboxTrimEvery)
 		b.Logf("projector trim policy: keep %d, trim over %d, 1 push in %d sampled", eff.InboxMax-eff.InboxTrimSlack, eff.InboxMax-eff.InboxTrimSlack+eff.InboxTrimBand, eff.InboxTrimEvery)
-		fill(prefix, func(v int64) int64 { return steady[(v*7919)%int64(len(steady))] - 500 })
+		fill(prefix, func(v int64) int64 { return steady[(v*7919)%int64(len(steady))] - 500 }, true)
 		w.envs = w.envs[:0]
 		for p := 0; p < benchPosts; p++ {
 			for _, a := range authors {
@@ -323,7 +346,7 @@ func benchFanout(b *testing.B, listpack string) {
 		cancel()
 		<-done
 		keys := readmodel.Keys{Prefix: prefix}
-		b.Logf("projector: %.0f/s, CPU µs/entry: Redis %.2f, process %.2f, PostgreSQL %.2f; inboxes are %s; whole run %v", rate, us, sus, pgUs, rd.Client.ObjectEncoding(ctx, keys.Inbox(first)).Val(), time.Since(t0).Round(time.Millisecond))
+		b.Logf("projector: %.0f/s, CPU µs/entry: Redis %.2f, process %.2f, PostgreSQL %.2f; whole run %v", rate, us, sus, pgUs, time.Since(t0).Round(time.Millisecond))
 		if in, ok := ps[0].(*projections.Inbox); ok {
 			b.Logf("follower lists read from PostgreSQL: %d (cache rows %d)", in.FollowerLoads(), in.FollowerRows())
 		}
@@ -489,9 +512,15 @@ func keptBytes(b *testing.B, rdb redis.UniversalClient, keys readmodel.Keys, fir
 	ctx := context.Background()
 	var sum int64
 	var sizes []int64
+	inboxes := homefeed.NewInboxes(keys, readmodel.Policy{})
 	for v := first; v < first+benchPool; v += benchPool / 200 {
-		sum += rdb.MemoryUsage(ctx, keys.Inbox(v), 0).Val()
-		sizes = append(sizes, rdb.ZCard(ctx, keys.Inbox(v)).Val()-2)
+		sealed, buf := inboxes.Keys(v)
+		sum += rdb.MemoryUsage(ctx, sealed, 0).Val() + rdb.MemoryUsage(ctx, buf, 0).Val()
+		ids, err := inboxes.Posts(ctx, rdb, v)
+		if err != nil {
+			b.Fatal(err)
+		}
+		sizes = append(sizes, int64(len(ids)))
 	}
 	sort.Slice(sizes, func(i, j int) bool { return sizes[i] < sizes[j] })
 	var entries int64
@@ -629,4 +658,10 @@ func BenchmarkFollowerTargets(b *testing.B) {
 			b.ReportMetric((self1-self0)*1e6/float64(b.N), "self-cpu-µs/list")
 		})
 	}
+}
+
+// zsetKey is user's inbox as a sorted set, the raw runs' baseline (the
+// product's inboxes are packed).
+func zsetKey(keys readmodel.Keys, user int64) string {
+	return keys.Prefix + "feed:{" + strconv.FormatInt(user, 10) + "}"
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jackc/pgx/v5"
 	"sync/atomic"
 	"time"
 
@@ -34,6 +35,25 @@ import (
 // BuildBatch is the number of rows per query and pipeline (posts), and
 // BuildOwners the number of owners (authors) per query and pipeline
 // (timelines); BuildWorkers pages (inboxes: chunks) are built at once.
+// Beginner starts the snapshot transaction of a bulk build;
+// *pgxpool.Pool implements it.
+type Beginner interface {
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+}
+
+// BuildProgress follows a build made of stages: Stage starts one (total 0
+// when unknown), Add counts units done in it. Add is called from several
+// goroutines.
+type BuildProgress interface {
+	Stage(name, unit string, total int64)
+	Add(n int)
+}
+
+type noProgress struct{}
+
+func (noProgress) Stage(string, string, int64) {}
+func (noProgress) Add(int)                     {}
+
 const (
 	BuildBatch   = 2000
 	BuildOwners  = 250

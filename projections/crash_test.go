@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/internal/kafka"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/readmodel"
@@ -40,8 +41,7 @@ func crashChild() int {
 	if err != nil {
 		return 3
 	}
-	cfg := projections.Config{Keys: readmodel.Keys{Prefix: os.Getenv("CHILD_PREFIX")}, CelebrityThreshold: 100_000, FanoutBatch: 100,
-		InboxLayout: os.Getenv("CHILD_LAYOUT")}
+	cfg := projections.Config{Keys: readmodel.Keys{Prefix: os.Getenv("CHILD_PREFIX")}, CelebrityThreshold: 100_000, FanoutBatch: 100}
 	ps, err := projections.New(cfg, pool, rdb, nil)
 	if err != nil {
 		return 4
@@ -65,22 +65,19 @@ func crashChild() int {
 // buffers keep a redelivery's duplicates until the next merge).
 func TestCrashMidFanout(t *testing.T) {
 	t.Parallel()
-	eachLayout(t, testCrashMidFanout)
+	testCrashMidFanout(t)
 }
 
-func testCrashMidFanout(t *testing.T, layout string) {
+func testCrashMidFanout(t *testing.T) {
 	w := newWorld(t)
 	rd := testenv.NewRedis(t)
 	b := kafkatest.Start(t)
 	topic := b.Topic(t, 4)
 
 	// Two authors with 1,500 active followers each (bulk rows), then posts:
-	// with packed inboxes more than PackedMergeAt, so that every inbox's
-	// buffer is merged under the crash.
-	perAuthor := 15
-	if layout == readmodel.InboxLayoutPacked {
-		perAuthor = readmodel.PackedMergeAt/2 + 5
-	}
+	// more than PackedMergeAt, so that every inbox's buffer is merged
+	// under the crash.
+	perAuthor := homefeed.MergeAt/2 + 5
 	authors := []int64{w.user(true), w.user(true)}
 	ctx := context.Background()
 	var first, last int64
@@ -109,22 +106,18 @@ func testCrashMidFanout(t *testing.T, layout string) {
 
 	// Reference: the same messages applied once, directly.
 	ref := testenv.NewRedis(t)
-	applyAll(t, newProjectors(t, w, ref.Client, projections.Config{Keys: readmodel.Keys{Prefix: ref.Prefix}, CelebrityThreshold: 100_000,
-		InboxLayout: layout}), w.envs)
+	applyAll(t, newProjectors(t, w, ref.Client, projections.Config{Keys: readmodel.Keys{Prefix: ref.Prefix}, CelebrityThreshold: 100_000}), w.envs)
 	state := func(rdb redis.UniversalClient, prefix string) map[string]string {
-		if layout == readmodel.InboxLayoutPacked {
-			return canonical(t, rdb, prefix, readmodel.DefaultPolicy().InboxKeep())
-		}
-		return dump(t, rdb, prefix)
+		return canonical(t, rdb, prefix, readmodel.DefaultPolicy().InboxKeep())
 	}
 	want := state(ref.Client, ref.Prefix)
 
 	start := func() *exec.Cmd {
 		return testenv.StartChild(t, crashChildEnv, os.Stderr, "CHILD_DB="+w.db.URL, "CHILD_PREFIX="+rd.Prefix,
-			"CHILD_BROKERS="+strings.Join(b.Addrs(), ","), "CHILD_TOPIC="+topic, "CHILD_LAYOUT="+layout)
+			"CHILD_BROKERS="+strings.Join(b.Addrs(), ","), "CHILD_TOPIC="+topic)
 	}
 	inboxKeys := func() int64 {
-		ks, _ := testenv.Keys(ctx, rd.Client, rd.Prefix+"*feed:*") // feed:{u} or pfeed:{u}
+		ks, _ := testenv.Keys(ctx, rd.Client, rd.Prefix+"*pfeed:*")
 		return int64(len(ks))
 	}
 	child := start()

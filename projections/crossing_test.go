@@ -28,7 +28,7 @@ import (
 // late backfill of an older crossing (never lowers the record).
 func TestCrossingDownRecords(t *testing.T) {
 	t.Parallel()
-	eachLayout(t, testCrossingDownRecords)
+	testCrossingDownRecords(t)
 }
 
 // failPipelines fails, while armed, every pipeline that runs a script
@@ -53,13 +53,13 @@ func (h *failPipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 
 func isScript(c redis.Cmder) bool { return c.Name() == "evalsha" || c.Name() == "eval" }
 
-func testCrossingDownRecords(t *testing.T, layout string) {
+func testCrossingDownRecords(t *testing.T) {
 	w := newWorld(t)
 	rd := testenv.NewRedis(t)
 	hook := &failPipelines{}
 	rd.Client.AddHook(hook)
 	keys := readmodel.Keys{Prefix: rd.Prefix}
-	cfg := projections.Config{Keys: keys, CelebrityThreshold: 3, InboxLayout: layout, FanoutBatch: 1}
+	cfg := projections.Config{Keys: keys, CelebrityThreshold: 3, FanoutBatch: 1}
 	ps := newProjectors(t, w, rd.Client, cfg)
 	var followers, inbox []projections.Projector
 	for _, p := range ps {
@@ -108,7 +108,7 @@ func testCrossingDownRecords(t *testing.T, layout string) {
 	}
 	has := func(u, post int64) bool {
 		t.Helper()
-		ids, _, _ := inboxView(t, rd.Client, keys, layout, u)
+		ids, _, _ := inboxView(t, rd.Client, keys, u)
 		return slices.Contains(ids, idstr(post))
 	}
 	order := func(e events.Envelope) string { return string(readmodel.OrderOf(e.CommitLSN, e.Position)) }
@@ -215,7 +215,7 @@ func TestInboxBuildRecordsCrossings(t *testing.T) {
 	w := newWorld(t)
 	rd := testenv.NewRedis(t)
 	live := readmodel.Keys{Prefix: rd.Prefix}
-	cfg := projections.Config{Keys: live, CelebrityThreshold: 3, InboxLayout: readmodel.InboxLayoutZset}
+	cfg := projections.Config{Keys: live, CelebrityThreshold: 3}
 	ps := newProjectors(t, w, rd.Client, cfg)
 	star, bob, cat, dan := w.user(true), w.user(true), w.user(true), w.user(true)
 	w.follow(bob, star)
@@ -244,7 +244,7 @@ func TestInboxBuildRecordsCrossings(t *testing.T) {
 
 	built := readmodel.Keys{Prefix: rd.Prefix, Versions: readmodel.Versions{}.With(readmodel.ProjectionInbox, 2)}
 	buildInboxesAt(t, w, rd.Client, cfg, built)
-	if ids, _, _ := inboxView(t, rd.Client, built, readmodel.InboxLayoutZset, bob); !slices.Contains(ids, idstr(s1)) {
+	if ids, _, _ := inboxView(t, rd.Client, built, bob); !slices.Contains(ids, idstr(s1)) {
 		t.Fatalf("built inbox of bob %v without the star's post %d", ids, s1)
 	}
 	bf := rd.Client.HGetAll(ctx, built.InboxBackfilled()).Val()

@@ -6,12 +6,6 @@ import (
 	"github.com/feedco/feed/readmodel"
 )
 
-// BuildInboxesWithZADD is BuildInboxes writing every inbox with ZADD +
-// PEXPIRE (the fallback for servers that refuse the RESTORE payload).
-func (p *Inbox) BuildInboxesWithZADD(ctx context.Context, db Beginner, progress BuildProgress) (int64, error) {
-	return p.buildInboxes(ctx, db, progress, false)
-}
-
 // SetFollowerChunk sets the followers build's fields per command (and
 // commands per pipeline) and returns the previous value.
 func SetFollowerChunk(n int) int {
@@ -20,14 +14,8 @@ func SetFollowerChunk(n int) int {
 	return old
 }
 
-// AuthorPostsAmongSQL is removeAuthor's query.
-const AuthorPostsAmongSQL = authorPostsAmongSQL
-
 // EffectiveConfig is cfg with the defaults filled in, as a projector uses it.
 func EffectiveConfig(cfg Config) Config { return cfg.withDefaults() }
-
-// Sampled is the hot path's choice of the pushes that check an inbox's size.
-func Sampled(post, user int64, every int) bool { return readmodel.Sampled(post, user, every) }
 
 // FollowEdgesRead is what the followers build reads below horizon: the
 // events kept and the capacity the slice was given for them.

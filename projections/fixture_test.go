@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/feedco/feed/events"
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/internal/snowflake"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/readmodel"
@@ -310,29 +311,12 @@ func fmtView(ids []string, floor float64, built bool) string {
 	return fmt.Sprintf("%v floor=%v built=%v", ids, floor, built)
 }
 
-// layouts are the inbox layouts every inbox test runs on.
-var layouts = []string{readmodel.InboxLayoutZset, readmodel.InboxLayoutPacked}
-
-// eachLayout runs f as a parallel subtest per inbox layout.
-func eachLayout(t *testing.T, f func(t *testing.T, layout string)) {
+// inboxView is user's inbox: every post id it holds (the buffer's too,
+// distinct), newest first, its floor (NaN when none) and whether ~built
+// is set.
+func inboxView(t testing.TB, rdb redis.UniversalClient, keys readmodel.Keys, user int64) (ids []string, floor float64, built bool) {
 	t.Helper()
-	for _, l := range layouts {
-		t.Run(l, func(t *testing.T) {
-			t.Parallel()
-			f(t, l)
-		})
-	}
-}
-
-// inboxView is zview of user's inbox in either layout: every post id it
-// holds (the packed buffer's too, distinct), newest first, its floor (NaN
-// when none) and whether ~built is set.
-func inboxView(t testing.TB, rdb redis.UniversalClient, keys readmodel.Keys, layout string, user int64) (ids []string, floor float64, built bool) {
-	t.Helper()
-	if layout != readmodel.InboxLayoutPacked {
-		return zview(t, rdb, keys.Inbox(user))
-	}
-	k := keys.PackedInbox(user)
+	k := homefeed.Key(keys, user)
 	all, floor, built := packedView(rdb.Get(context.Background(), k).Val(), rdb.Get(context.Background(), k+"+").Val())
 	for _, id := range all {
 		ids = append(ids, idstr(id))
@@ -365,30 +349,22 @@ func packedView(sealed, buf string) (ids []int64, floor float64, built bool) {
 	return slices.Compact(ids), floor, built
 }
 
-// inboxTTL is the TTL of user's inbox in the layout: of the sorted set,
-// or of the packed sealed string, or its buffer while there is no sealed
-// string yet.
-func inboxTTL(t testing.TB, rdb redis.UniversalClient, keys readmodel.Keys, layout string, user int64) time.Duration {
+// inboxTTL is the TTL of user's inbox: of its sealed string, or of its
+// buffer while there is no sealed string yet.
+func inboxTTL(t testing.TB, rdb redis.UniversalClient, keys readmodel.Keys, user int64) time.Duration {
 	t.Helper()
 	ctx := context.Background()
-	if layout != readmodel.InboxLayoutPacked {
-		return rdb.TTL(ctx, keys.Inbox(user)).Val()
-	}
-	k := keys.PackedInbox(user)
+	k := homefeed.Key(keys, user)
 	if rdb.Exists(ctx, k).Val() == 0 {
 		return rdb.TTL(ctx, k+"+").Val()
 	}
 	return rdb.TTL(ctx, k).Val()
 }
 
-// inboxExists reports whether user has an inbox (any of its keys) in the
-// layout.
-func inboxExists(t testing.TB, rdb redis.UniversalClient, keys readmodel.Keys, layout string, user int64) bool {
+// inboxExists reports whether user has an inbox (any of its keys).
+func inboxExists(t testing.TB, rdb redis.UniversalClient, keys readmodel.Keys, user int64) bool {
 	t.Helper()
-	if layout != readmodel.InboxLayoutPacked {
-		return rdb.Exists(context.Background(), keys.Inbox(user)).Val() > 0
-	}
-	k := keys.PackedInbox(user)
+	k := homefeed.Key(keys, user)
 	return rdb.Exists(context.Background(), k, k+"+").Val() > 0
 }
 
@@ -400,7 +376,6 @@ type cacheHarness struct {
 	w      *world
 	rd     *testenv.Redis
 	keys   readmodel.Keys
-	layout string
 	ps     []projections.Projector
 	inbox  *projections.Inbox
 	part   int32
@@ -410,7 +385,7 @@ type cacheHarness struct {
 }
 
 func newCacheHarness(t *testing.T, partition int32, cfg projections.Config) *cacheHarness {
-	h := &cacheHarness{t: t, w: newWorld(t), rd: testenv.NewRedis(t), layout: readmodel.DefaultPolicy().InboxLayout, part: partition, all: map[int64]events.Envelope{}}
+	h := &cacheHarness{t: t, w: newWorld(t), rd: testenv.NewRedis(t), part: partition, all: map[int64]events.Envelope{}}
 	h.keys = readmodel.Keys{Prefix: h.rd.Prefix}
 	cfg.Keys = h.keys
 	h.ps = newProjectors(t, h.w, h.rd.Client, cfg)
@@ -442,6 +417,6 @@ func (h *cacheHarness) skip() {
 // has reports whether user's inbox holds post.
 func (h *cacheHarness) has(user, post int64) bool {
 	h.t.Helper()
-	ids, _, _ := inboxView(h.t, h.rd.Client, h.keys, h.layout, user)
+	ids, _, _ := inboxView(h.t, h.rd.Client, h.keys, user)
 	return slices.Contains(ids, idstr(post))
 }

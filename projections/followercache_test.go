@@ -7,19 +7,11 @@ import (
 	"testing"
 
 	"github.com/feedco/feed/events"
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/readmodel"
 	"github.com/feedco/feed/testkit/testenv"
 )
-
-// inboxKeyOf is the key of user's inbox in layout (a packed inbox's
-// second key starts with it).
-func inboxKeyOf(keys readmodel.Keys, layout string, user int64) string {
-	if layout == readmodel.InboxLayoutPacked {
-		return keys.PackedInbox(user)
-	}
-	return keys.Inbox(user)
-}
 
 // The follower cache (followercache.go) gives the same pushes as a fresh
 // follower query per post: follows, unfollows, mutes and unmutes handled
@@ -55,7 +47,7 @@ func TestFollowerCacheMatchesFreshQueries(t *testing.T) {
 	if !has(x, p1) || has(z, p1) || !has(late, p1) {
 		t.Fatalf("first post: x %v (want true), inactive z %v (want false), late %v (want true)", has(x, p1), has(z, p1), has(late, p1))
 	}
-	if ttl := inboxTTL(t, rd.Client, keys, h.layout, late); ttl <= 0 {
+	if ttl := inboxTTL(t, rd.Client, keys, late); ttl <= 0 {
 		t.Errorf("the inbox of a follower past the TTL has TTL %v after a push, want one", ttl)
 	}
 	if inbox.FollowerRows() != 3 {
@@ -186,15 +178,15 @@ func TestFollowerCacheMatchesFreshQueries(t *testing.T) {
 		}
 	}
 	refKeys := readmodel.Keys{Prefix: ref.Prefix}
-	refY, _, _ := inboxView(t, ref.Client, refKeys, h.layout, y)
-	gotY, _, _ := inboxView(t, rd.Client, keys, h.layout, y)
+	refY, _, _ := inboxView(t, ref.Client, refKeys, y)
+	gotY, _, _ := inboxView(t, rd.Client, keys, y)
 	if !slices.Equal(gotY, refY) || !slices.Contains(gotY, idstr(pm)) {
 		t.Fatalf("a redelivered stretch: y's inbox %v with the cache, %v from fresh queries: want the same, pm (%s) in it", gotY, refY, idstr(pm))
 	}
 	refDump, gotDump := dump(t, ref.Client, ref.Prefix), dump(t, rd.Client, rd.Prefix)
 	for _, m := range []map[string]string{refDump, gotDump} {
 		for k := range m { // dump's keys are without the prefix
-			if strings.HasPrefix(k, inboxKeyOf(readmodel.Keys{}, h.layout, y)) {
+			if strings.HasPrefix(k, homefeed.Key(readmodel.Keys{}, y)) {
 				delete(m, k)
 			}
 		}

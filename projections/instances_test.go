@@ -104,7 +104,7 @@ func TestFollowersLateEventOfAMovedPartition(t *testing.T) {
 // in the follower's inbox: nothing the follower should see is lost.
 func TestInboxLateUnfollowOfAMovedPartition(t *testing.T) {
 	t.Parallel()
-	eachLayout(t, func(t *testing.T, layout string) {
+	func() {
 		w := newWorld(t)
 		u, x := w.user(true), w.user(true)
 		w.follow(u, x)
@@ -116,7 +116,7 @@ func TestInboxLateUnfollowOfAMovedPartition(t *testing.T) {
 
 		rd := testenv.NewRedis(t)
 		keys := readmodel.Keys{Prefix: rd.Prefix}
-		cfg := projections.Config{Keys: keys, CelebrityThreshold: 100, BackfillPosts: 20, InboxLayout: layout}
+		cfg := projections.Config{Keys: keys, CelebrityThreshold: 100, BackfillPosts: 20}
 		instance := func() []projections.Projector {
 			other := testenv.NewRedis(t)
 			ps, err := projections.New(cfg, w.db.Pool, other.Client, nil, projections.NameInbox, projections.NameTimelines)
@@ -138,13 +138,13 @@ func TestInboxLateUnfollowOfAMovedPartition(t *testing.T) {
 		apply(second, envs[2], envs[3], envs[4])
 		apply(first, envs[2]) // late: the unfollow, after the follow again
 		want := []string{idstr(p2), idstr(p1)}
-		if ids, _, _ := inboxView(t, rd.Client, keys, layout, u); !slices.Equal(ids, want) {
+		if ids, _, _ := inboxView(t, rd.Client, keys, u); !slices.Equal(ids, want) {
 			t.Errorf("inbox of the follower after the late unfollow: %v, want %v", ids, want)
 		}
 		// In order, once more (a crash redelivers everything): the same.
 		apply(second, envs...)
-		if ids, _, _ := inboxView(t, rd.Client, keys, layout, u); !slices.Equal(ids, want) {
+		if ids, _, _ := inboxView(t, rd.Client, keys, u); !slices.Equal(ids, want) {
 			t.Errorf("inbox of the follower after a redelivery: %v, want %v", ids, want)
 		}
-	})
+	}()
 }

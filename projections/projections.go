@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/feedco/feed/events"
@@ -86,6 +87,7 @@ type Selective interface {
 type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
 // Config holds the policies the projectors share. Zero fields take the
@@ -105,9 +107,6 @@ type Config struct {
 	InboxTrimBand      int
 	InboxTrimEvery     int
 	InboxTTLMargin     time.Duration
-	// InboxLayout is the inboxes' Redis layout (readmodel.Policy.InboxLayout;
-	// "" is the sorted set).
-	InboxLayout string
 	// TimelineMax bounds every author timeline.
 	TimelineMax int
 	// BackfillPosts is how many of a followee's newest posts a follow copies.
@@ -122,7 +121,7 @@ type Config struct {
 	// the whole inbox projector (every partition's messages). Redis runs
 	// one command at a time: past two pipelines in flight (one executing,
 	// one queued behind it) more do not write faster, but each one more
-	// is another batch of listpack ZADDs that a reader's command, arriving
+	// is another batch of APPENDs that a reader's command, arriving
 	// on its own connection, may wait behind. Default 2.
 	FanoutInflight int
 	// FollowerCacheRows bounds the follower cache of the inbox projector
@@ -162,7 +161,6 @@ func (c Config) Policy() readmodel.Policy {
 		InboxTrimEvery:     c.InboxTrimEvery,
 		InactiveAfter:      c.InactiveAfter,
 		InboxTTLMargin:     c.InboxTTLMargin,
-		InboxLayout:        c.InboxLayout,
 	}
 }
 
@@ -177,7 +175,6 @@ func (c Config) WithPolicy(p readmodel.Policy) Config {
 	c.InboxTrimEvery = p.InboxTrimEvery
 	c.InactiveAfter = p.InactiveAfter
 	c.InboxTTLMargin = p.InboxTTLMargin
-	c.InboxLayout = p.InboxLayout
 	return c
 }
 

@@ -41,16 +41,16 @@ func runProjectors(t *testing.T, brokers []string, topic string, ps []projection
 // deletion, counts and the post cache.
 func TestProjectorsEndToEnd(t *testing.T) {
 	t.Parallel()
-	eachLayout(t, testProjectorsEndToEnd)
+	testProjectorsEndToEnd(t)
 }
 
-func testProjectorsEndToEnd(t *testing.T, layout string) {
+func testProjectorsEndToEnd(t *testing.T) {
 	w := newWorld(t)
 	rd := testenv.NewRedis(t)
 	b := kafkatest.Start(t)
 	topic := b.Topic(t, 4)
 	keys := readmodel.Keys{Prefix: rd.Prefix}
-	cfg := projections.Config{Keys: keys, CelebrityThreshold: 3, InboxLayout: layout}
+	cfg := projections.Config{Keys: keys, CelebrityThreshold: 3}
 	ps := newProjectors(t, w, rd.Client, cfg)
 	runProjectors(t, b.Addrs(), topic, ps)
 	var groups []string
@@ -94,25 +94,25 @@ func testProjectorsEndToEnd(t *testing.T, layout string) {
 	w.follow(cat, star)
 	w.follow(dan, star) // star reaches 3 = threshold: celebrity
 	step("celebrity set", func() bool {
-		ids, _, _ := inboxView(t, rd.Client, keys, layout, bob)
+		ids, _, _ := inboxView(t, rd.Client, keys, bob)
 		return rd.Client.SIsMember(ctx, keys.Celebrities(), idstr(star)).Val() && slices.Equal(ids, []string{idstr(p3), idstr(p2), idstr(p1)})
 	})
 	s1 := w.post(star) // authorFollowers 3: not pushed
 	w.del(a, p2)
 	step("post cache and inboxes", func() bool {
-		ids, _, _ := inboxView(t, rd.Client, keys, layout, bob)
+		ids, _, _ := inboxView(t, rd.Client, keys, bob)
 		return rd.Client.Exists(ctx, keys.Post(s1)).Val() == 1 &&
 			len(rd.Client.ZRange(ctx, keys.Timeline(a), 0, -1).Val()) == 2 && // p1, p3
 			slices.Equal(ids, []string{idstr(p3), idstr(p1)})
 	})
-	if ids, _, _ := inboxView(t, rd.Client, keys, layout, cat); len(ids) != 0 {
+	if ids, _, _ := inboxView(t, rd.Client, keys, cat); len(ids) != 0 {
 		t.Errorf("cat unfollowed a: inbox %v, want empty", ids)
 	}
-	if inboxExists(t, rd.Client, keys, layout, idle) {
+	if inboxExists(t, rd.Client, keys, idle) {
 		t.Errorf("inactive follower got an inbox")
 	}
 	for _, u := range []int64{bob, cat, dan} {
-		if ids, _, _ := inboxView(t, rd.Client, keys, layout, u); slices.Contains(ids, idstr(s1)) {
+		if ids, _, _ := inboxView(t, rd.Client, keys, u); slices.Contains(ids, idstr(s1)) {
 			t.Errorf("celebrity post pushed to %d", u)
 		}
 	}
@@ -140,10 +140,10 @@ func testProjectorsEndToEnd(t *testing.T, layout string) {
 	w.unfollow(dan, star)
 	s2 := w.post(star) // authorFollowers 2: pushed
 	step("backfill after the downward crossing", func() bool {
-		ids, _, _ := inboxView(t, rd.Client, keys, layout, cat)
+		ids, _, _ := inboxView(t, rd.Client, keys, cat)
 		return slices.Equal(ids, []string{idstr(s2), idstr(s1)}) && !rd.Client.SIsMember(ctx, keys.Celebrities(), idstr(star)).Val()
 	})
-	if ids, _, _ := inboxView(t, rd.Client, keys, layout, dan); len(ids) != 0 {
+	if ids, _, _ := inboxView(t, rd.Client, keys, dan); len(ids) != 0 {
 		t.Errorf("dan unfollowed star: inbox %v", ids)
 	}
 }
@@ -246,7 +246,7 @@ func TestIdempotentAndOrderIndependent(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			eachLayout(t, func(t *testing.T, layout string) {
+			func() {
 				w := newWorld(t)
 				scenario(t, w, 7, c.removals)
 				var ref map[string]string
@@ -260,17 +260,12 @@ func TestIdempotentAndOrderIndependent(t *testing.T) {
 				for _, name := range []string{"in-order", "twice", "interleave-1", "interleave-2", "interleave-3"} {
 					rd := testenv.NewRedis(t)
 					cfg := projections.Config{Keys: readmodel.Keys{Prefix: rd.Prefix}, CelebrityThreshold: 4,
-						InboxMax: c.max, InboxTrimSlack: c.slack, InboxTrimEvery: c.every, TimelineMax: c.max, BackfillPosts: min(3, c.max),
-						InboxLayout: layout}
+						InboxMax: c.max, InboxTrimSlack: c.slack, InboxTrimEvery: c.every, TimelineMax: c.max, BackfillPosts: min(3, c.max)}
 					applyAll(t, newProjectors(t, w, rd.Client, cfg), variants[name])
 					var got map[string]string
 					// A packed inbox's buffer depends on when merges ran and
 					// holds a redelivery's duplicates: compared as read.
-					if c.every == 1 && layout == readmodel.InboxLayoutZset {
-						got = dump(t, rd.Client, rd.Prefix)
-					} else {
-						got = canonical(t, rd.Client, rd.Prefix, c.max-c.slack) // what every trim keeps
-					}
+					got = canonical(t, rd.Client, rd.Prefix, c.max-c.slack) // what every trim keeps
 					if ref == nil {
 						ref = got
 						if len(ref) < 20 {
@@ -282,7 +277,7 @@ func TestIdempotentAndOrderIndependent(t *testing.T) {
 						t.Errorf("%s differs from in-order:\n%s", name, d)
 					}
 				}
-			})
+			}()
 		})
 	}
 }
@@ -297,14 +292,12 @@ func TestChunkedTrimsReadTheSame(t *testing.T) {
 	for _, band := range []int{0, 2} {
 		t.Run(fmt.Sprintf("band-%d", band), func(t *testing.T) {
 			t.Parallel()
-			eachLayout(t, func(t *testing.T, layout string) {
-				testChunkedTrimsReadTheSame(t, band, layout)
-			})
+			testChunkedTrimsReadTheSame(t, band)
 		})
 	}
 }
 
-func testChunkedTrimsReadTheSame(t *testing.T, band int, layout string) {
+func testChunkedTrimsReadTheSame(t *testing.T, band int) {
 	w := newWorld(t)
 	scenario(t, w, 11, false)
 	const max = 6
@@ -312,7 +305,7 @@ func testChunkedTrimsReadTheSame(t *testing.T, band int, layout string) {
 	for i, envs := range [][]events.Envelope{w.envs, interleave(w.envs, 5), twice(interleave(w.envs, 6))} {
 		rd := testenv.NewRedis(t)
 		cfg := projections.Config{Keys: readmodel.Keys{Prefix: rd.Prefix}, CelebrityThreshold: 4,
-			InboxMax: max, InboxTrimSlack: 4, InboxTrimEvery: 3, InboxTrimBand: band, TimelineMax: max, BackfillPosts: 3, InboxLayout: layout}
+			InboxMax: max, InboxTrimSlack: 4, InboxTrimEvery: 3, InboxTrimBand: band, TimelineMax: max, BackfillPosts: 3}
 		applyAll(t, newProjectors(t, w, rd.Client, cfg), envs)
 		got := canonical(t, rd.Client, rd.Prefix, max-4) // a trim keeps InboxMax - slack
 		if i == 0 {
@@ -355,13 +348,6 @@ func canonical(t *testing.T, rdb redis.UniversalClient, prefix string, max int) 
 	}
 	for k := range out {
 		switch {
-		case strings.HasPrefix(k, "feed:"):
-			all, floor, built := zview(t, rdb, prefix+k)
-			scores := make([]float64, len(all))
-			for i, id := range all {
-				scores[i] = rdb.ZScore(context.Background(), prefix+k, id).Val()
-			}
-			render(k, all, scores, floor, built)
 		case strings.HasPrefix(k, "pfeed:"):
 			sk := strings.TrimSuffix(k, "+")
 			delete(out, k)

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/readmodel"
 )
 
@@ -172,6 +173,13 @@ func (s *Supervisor) follow(ctx context.Context, lv *readmodel.LiveVersions, nam
 		act := lv.Active()
 		v := act.Versions.Version(name)
 		pcfg := s.cfg.Projections
+		if name == NameInbox {
+			// A version an earlier release built in sorted sets: this one
+			// cannot write it (`feed rebuild inbox` moves it).
+			if err := homefeed.CheckVersion(act.Record(readmodel.ProjectionInbox)); err != nil {
+				return fmt.Errorf("projectors: %w", err)
+			}
+		}
 		pol := policyAt(act, name, pcfg.Policy())
 		if started && pol != prev {
 			log.Info("projectors: the new version has another policy; adopting it", "projector", name, "version", v,
@@ -209,7 +217,7 @@ func (s *Supervisor) follow(ctx context.Context, lv *readmodel.LiveVersions, nam
 
 // policyAt is the policy projector name runs by at the active version
 // act: base with what that version recorded in place (the inbox version's
-// threshold, band, bound and layout for the inbox projector, the followers
+// threshold, band and bound for the inbox projector, the followers
 // version's threshold and band for the followers projector; the others use no
 // recorded field).
 func policyAt(act readmodel.Active, name string, base readmodel.Policy) readmodel.Policy {
@@ -231,7 +239,7 @@ func policyAt(act readmodel.Active, name string, base readmodel.Policy) readmode
 // describePolicy renders the recorded fields of p for a log line.
 func describePolicy(p readmodel.Policy) string {
 	p = p.WithDefaults()
-	return fmt.Sprintf("layout %s, inbox max %d, celebrity threshold %d, band %d", p.InboxLayout, p.InboxMax, p.CelebrityThreshold, p.CelebrityBand)
+	return fmt.Sprintf("inbox max %d, celebrity threshold %d, band %d", p.InboxMax, p.CelebrityThreshold, p.CelebrityBand)
 }
 
 // watch refreshes the versions every PollInterval until the projection's

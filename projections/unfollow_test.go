@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/readmodel"
 	"github.com/feedco/feed/testkit/testenv"
@@ -22,14 +23,14 @@ import (
 // the inbox.
 func TestUnfollowRemovesOlderPushedPosts(t *testing.T) {
 	t.Parallel()
-	eachLayout(t, testUnfollowRemovesOlderPushedPosts)
+	testUnfollowRemovesOlderPushedPosts(t)
 }
 
-func testUnfollowRemovesOlderPushedPosts(t *testing.T, layout string) {
+func testUnfollowRemovesOlderPushedPosts(t *testing.T) {
 	w := newWorld(t)
 	rd := testenv.NewRedis(t)
 	keys := readmodel.Keys{Prefix: rd.Prefix}
-	ps := newProjectors(t, w, rd.Client, projections.Config{Keys: keys, CelebrityThreshold: 2, InboxLayout: layout})
+	ps := newProjectors(t, w, rd.Client, projections.Config{Keys: keys, CelebrityThreshold: 2})
 
 	// Each step is applied before the next is written, as a projector that
 	// keeps up sees them (a backfill reads the posts of that moment).
@@ -52,14 +53,14 @@ func testUnfollowRemovesOlderPushedPosts(t *testing.T, layout string) {
 		w.post(author) // pulled, never pushed
 	}
 	apply()
-	ids, _, _ := inboxView(t, rd.Client, keys, layout, reader)
+	ids, _, _ := inboxView(t, rd.Client, keys, reader)
 	if !slices.Contains(ids, idstr(p1)) || !slices.Contains(ids, idstr(p2)) {
 		t.Fatalf("before the unfollow the inbox holds %v, want the pushed posts %d and %d", ids, p1, p2)
 	}
 
 	w.unfollow(reader, author) // back to 1 follower: crosses down too
 	apply()
-	ids, _, _ = inboxView(t, rd.Client, keys, layout, reader)
+	ids, _, _ = inboxView(t, rd.Client, keys, reader)
 	if slices.Contains(ids, idstr(p1)) || slices.Contains(ids, idstr(p2)) {
 		t.Errorf("after the unfollow the inbox still holds the author's posts: %v (pushed %d, %d)", ids, p1, p2)
 	}
@@ -98,13 +99,13 @@ func TestAuthorPostsAmongPlan(t *testing.T) {
 	}
 	defer conn.Exec(ctx, "RESET ALL")
 	var plan string
-	if err := conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+projections.AuthorPostsAmongSQL, author, ids).Scan(&plan); err != nil {
+	if err := conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+homefeed.AuthorPostsAmongSQL, author, ids).Scan(&plan); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(plan, `"posts_pkey"`) || !strings.Contains(plan, `"posts_author_time_idx"`) {
 		t.Fatalf("plan does not scan posts_author_time_idx alone:\n%s", plan)
 	}
-	rows, err := conn.Query(ctx, projections.AuthorPostsAmongSQL, author, append(ids[:3:3], ids[4]+1000))
+	rows, err := conn.Query(ctx, homefeed.AuthorPostsAmongSQL, author, append(ids[:3:3], ids[4]+1000))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,10 @@
 package queries
 
 import (
+	"errors"
+
 	"context"
+	"github.com/feedco/feed/homefeed"
 	"time"
 )
 
@@ -28,18 +31,15 @@ func (f *Feed) touch(user int64) {
 	}()
 }
 
-// recordActivity writes user's activity, THEN moves their inbox's expiry to
-// the inbox TTL from now (readmodel.InboxStore.Touch, readmodel.Policy.InboxTTL). In that order: an expiry moved without the activity
-// write (which may fail) could outlive the projectors' pushes; an activity
-// write whose EXPIRE fails leaves the earlier, sooner expiry, which is safe
-// (the inbox is only rebuilt earlier). EXPIRE on a missing inbox does
-// nothing: the cold read that follows rebuilds it with the TTL.
+// recordActivity marks user active through the home feed's owner
+// (homefeed.Manager.MarkActive: the activity row, then the inbox's
+// expiry). An expiry not moved leaves the earlier, sooner one, which is
+// safe: it is logged, and the activity counts as written.
 func (f *Feed) recordActivity(ctx context.Context, user int64) error {
-	if err := f.markActive(ctx, user); err != nil {
-		return err
-	}
-	if err := f.inboxes().store.Touch(ctx, f.rdb, user); err != nil {
+	err := f.inboxes().feed.MarkActive(ctx, user)
+	if errors.Is(err, homefeed.ErrExpiryNotMoved) {
 		f.log.Warn("queries: inbox expiry not moved (it keeps the earlier one)", "user", user, "err", err)
+		return nil
 	}
-	return nil
+	return err
 }

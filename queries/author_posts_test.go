@@ -43,7 +43,6 @@ func TestNewRefusesNilDepsAndBadConfig(t *testing.T) {
 		{InboxMax: -1},
 		{CelebrityCacheTTL: 6e9},
 		{TimelineCacheSize: 10},
-		{OwnPostsWindow: -1},
 	} {
 		if _, err := New(cfg, b.db.Pool, b.rdb); err == nil {
 			t.Errorf("config %+v accepted", cfg)

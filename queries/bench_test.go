@@ -2,6 +2,7 @@ package queries
 
 import (
 	"context"
+	"encoding/binary"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -12,7 +13,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/internal/redisinfo"
+	"github.com/feedco/feed/internal/snowflake"
 	"github.com/feedco/feed/readmodel"
 	"github.com/feedco/feed/testkit/testenv"
 )
@@ -30,11 +33,13 @@ func benchData(b *testing.B) (*Feed, []int64, redis.UniversalClient, readmodel.K
 		}
 	}
 	exec(`INSERT INTO users (name) SELECT 'u' || g FROM generate_series(1, 250) g`)
+	// Post ids are Snowflakes of their millisecond, as the write side's
+	// (an inbox orders by id).
 	exec(`INSERT INTO posts (id, author_id, content, created_at)
-SELECT 1000000 + g, 1 + g % 50, 'post ' || (1000000 + g), timestamptz '2026-01-01' + g * interval '1 s' FROM generate_series(1, 5000) g`)
+SELECT ((1767225600000 + g * 1000 - $1::bigint) << 22) | g, 1 + g % 50, 'post ' || g, timestamptz '2026-01-01' + g * interval '1 s' FROM generate_series(1, 5000) g`,
+		snowflake.Epoch.UnixMilli())
 	exec(`INSERT INTO follows (follower_id, followee_id) SELECT r, a FROM generate_series(51, 250) r, generate_series(1, 50) a`)
-	// The ids here are not Snowflakes of their millisecond: the sorted set.
-	f, err := New(Config{Keys: keys, InboxLayout: readmodel.InboxLayoutZset}, db.Pool, r.Client)
+	f, err := New(Config{Keys: keys}, db.Pool, r.Client)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -57,7 +62,8 @@ SELECT 1000000 + g, 1 + g % 50, 'post ' || (1000000 + g), timestamptz '2026-01-0
 
 // BenchmarkHome reads first pages of 20 from warm inboxes, 32 goroutines.
 // Sub-benchmarks: the full query; the raw Redis two commands a read needs
-// (ZREVRANGEBYSCORE 21 + MGET 20); the naive fan-out-on-read pull SQL.
+// (GETRANGE of the newest 21 ids + MGET 20); the naive fan-out-on-read
+// pull SQL.
 func BenchmarkHome(b *testing.B) {
 	f, readers, rdb, keys, pool := benchData(b)
 	ctx := context.Background()
@@ -86,15 +92,14 @@ func BenchmarkHome(b *testing.B) {
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				u := next()
-				m, err := rdb.ZRevRangeByScore(ctx, keys.Inbox(u), &redis.ZRangeBy{Max: "(+inf", Min: "-inf", Count: 21}).Result()
-				if err != nil || len(m) != 21 {
-					b.Errorf("%d members, %v", len(m), err)
+				m, err := rdb.GetRange(ctx, homefeed.Key(keys, u), -8*22, -9).Result()
+				if err != nil || len(m) != 8*21 {
+					b.Errorf("%d bytes, %v", len(m), err)
 					return
 				}
 				ks := make([]string, 20)
 				for i := range ks {
-					id, _ := strconv.ParseInt(m[i], 10, 64)
-					ks[i] = keys.Post(id)
+					ks[i] = keys.Post(int64(binary.BigEndian.Uint64([]byte(m[8*(20-i) : 8*(21-i)]))))
 				}
 				if err := rdb.MGet(ctx, ks...).Err(); err != nil {
 					b.Error(err)
@@ -133,7 +138,7 @@ ORDER BY p.created_at DESC, p.id DESC LIMIT 20`, next())
 // on the invalidation connections (the reads' barriers share them).
 func BenchmarkHomeReadCache(b *testing.B) {
 	on, readers, rdb, keys, pool := benchData(b)
-	off, err := New(Config{Keys: keys, InboxLayout: readmodel.InboxLayoutZset, ReadCacheKeys: -1}, pool, rdb)
+	off, err := New(Config{Keys: keys, ReadCacheKeys: -1}, pool, rdb)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -221,8 +226,8 @@ func BenchmarkHomeReadCache(b *testing.B) {
 						}
 						if i++; writes && i%10 == 0 {
 							u := next()
-							id := 2_000_000 + posted.Add(1)
-							err := rdb.ZAdd(ctx, keys.Inbox(u), redis.Z{Score: float64(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()), Member: strconv.FormatInt(id, 10)}).Err()
+							id := (time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()-snowflake.Epoch.UnixMilli())<<22 | (1<<21 + posted.Add(1))
+							err := rdb.Append(ctx, homefeed.Key(keys, u)+"+", string(binary.BigEndian.AppendUint64(nil, uint64(id)))).Err()
 							if err != nil {
 								b.Error(err)
 								return

@@ -2,17 +2,14 @@ package queries
 
 import (
 	"context"
-	"fmt"
 	"sync"
-	"time"
-
-	"github.com/feedco/feed/readmodel"
 )
 
 // A read model the query side finds incomplete (an inbox, a following
 // state or a timeline without ~built, the celebrity set without its
-// marker) is rebuilt here from PostgreSQL, the source of truth, while the
-// read that found it is served from PostgreSQL. So a Redis that lost
+// marker) is rebuilt from PostgreSQL, the source of truth, by its owner
+// (homefeed for the inbox, readmodel for the others), while the read that
+// found it is served from PostgreSQL. This file decides when. So a Redis that lost
 // everything (a restart without persistence, a FLUSHDB, evictions) heals
 // by itself as readers come back, with bounded load on PostgreSQL: one
 // rebuild per key at a time in a process (rebuildFlights), at most
@@ -114,133 +111,37 @@ func (f *Feed) startRebuild(k rebuildKey) {
 	}()
 }
 
-// followingSnapshotSQL is user's followees and muted accounts now, each
-// with its pair stream's version and whether it is a mute pair (one
-// statement: one snapshot; the version is read by the events table's
-// (stream_id, stream_version) key). A follows or mutes row without its
-// event (a database filled by other means than the commands) counts as the
-// pair's first Followed or Muted.
-const followingSnapshotSQL = `
-SELECT f.followee_id,
-       coalesce((SELECT max(e.stream_version) FROM events e
-                 WHERE e.stream_id = 'follow-' || $1::bigint || '-' || f.followee_id), 1), false
-FROM follows f WHERE f.follower_id = $1
-UNION ALL
-SELECT m.muted_id,
-       coalesce((SELECT max(e.stream_version) FROM events e
-                 WHERE e.stream_id = 'mute-' || $1::bigint || '-' || m.muted_id), 1), true
-FROM mutes m WHERE m.muter_id = $1`
-
-// rebuildFollowing merges user's followees and mutes as PostgreSQL has them into
-// following:{u} and following_v:{u}, then marks them built
-// (readmodel.Follows.WriteRebuiltFollowing says why this is right whatever
-// the projector applies meanwhile).
+// rebuildFollowing rebuilds user's following state through its owner
+// (readmodel.Follows.RebuildFollowing).
 func (f *Feed) rebuildFollowing(ctx context.Context, user int64) error {
-	rows, err := f.db.Query(ctx, followingSnapshotSQL, user)
-	if err != nil {
-		return fmt.Errorf("read following of %d: %w", user, err)
-	}
-	var pairs []readmodel.FollowPair
-	for rows.Next() {
-		var p readmodel.FollowPair
-		if err := rows.Scan(&p.Followee, &p.Version, &p.Mute); err != nil {
-			rows.Close()
-			return fmt.Errorf("read following of %d: %w", user, err)
-		}
-		pairs = append(pairs, p)
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("read following of %d: %w", user, err)
-	}
-	err = f.follows.WriteRebuiltFollowing(ctx, f.rdb, user, pairs)
+	err := f.follows.RebuildFollowing(ctx, f.db, f.rdb, user)
 	kF, kFV := f.follows.FollowingKeys(user)
 	f.cache.invalidate(kF)
 	f.cache.invalidate(kFV)
-	if err != nil {
-		return fmt.Errorf("write rebuilt following of %d: %w", user, err)
-	}
-	return nil
+	return err
 }
 
-// timelineSnapshotSQL is an author's newest non-deleted posts.
-const timelineSnapshotSQL = `
-SELECT id, created_at FROM posts WHERE author_id = $1 AND NOT deleted
-ORDER BY created_at DESC, id DESC LIMIT $2`
-
-// rebuildTimeline writes author's newest posts as PostgreSQL has them into
-// their timeline, then ~built (readmodel.Timelines.WriteRebuilt).
+// rebuildTimeline rebuilds author's timeline through its owner
+// (readmodel.Timelines.Rebuild).
 func (f *Feed) rebuildTimeline(ctx context.Context, author int64) error {
-	posts, err := f.entries(ctx, timelineSnapshotSQL, author, f.tl.Max())
-	if err != nil {
-		return fmt.Errorf("read timeline snapshot of %d: %w", author, err)
-	}
-	err = f.tl.WriteRebuilt(ctx, f.rdb, author, posts)
+	err := f.tl.Rebuild(ctx, f.db, f.rdb, author)
 	f.cache.invalidate(f.tl.Key(author))
-	if err != nil {
-		return fmt.Errorf("write rebuilt timeline of %d: %w", author, err)
-	}
-	return nil
+	return err
 }
 
-// entries runs a query of (id, created_at) rows.
-func (f *Feed) entries(ctx context.Context, sql string, args ...any) ([]readmodel.Entry, error) {
-	rows, err := f.db.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []readmodel.Entry
-	for rows.Next() {
-		var id int64
-		var at time.Time
-		if err := rows.Scan(&id, &at); err != nil {
-			return nil, err
-		}
-		out = append(out, readmodel.Entry{ID: id, Ms: at.UnixMilli()})
-	}
-	return out, rows.Err()
-}
-
-// rebuildInbox writes the newest InboxMax posts (the active inbox
-// version's bound) of user's followees and of
-// user into the inbox, then ~floor (when cut) and ~built.
-//
-// ORDER MATTERS. The user is marked active (committed) BEFORE the snapshot
-// is read. A post committed after the snapshot is then pushed by the inbox
-// projector, because the projector checks activity after that post's
-// commit, which is after our activity write. Had we read first and marked
-// later, a post committing in between would be missed by both: not in our
-// snapshot, and skipped by fan-out as addressed to an inactive user.
-//
-// The write (readmodel.InboxStore.WriteRebuilt) only adds, never deletes: a
-// push that landed between the snapshot and this write must survive.
-// Entries already in the set (stale pushes) are either real posts of the
-// user's followees, or hidden at read (deleted, unfollowed), or at or
-// below the floor. It is one MULTI that also sets the inbox TTL, so no
-// built inbox lives longer than that after the activity write above (see
-// recordActivity).
+// rebuildInbox rebuilds user's inbox from PostgreSQL through its owner
+// (homefeed.Manager.RebuildUser: the activity mark first, then the
+// snapshot, written only by adding), at the active inbox version's keys
+// and bound.
 func (f *Feed) rebuildInbox(ctx context.Context, user int64) error {
-	if err := f.markActive(ctx, user); err != nil {
-		return err
+	iv := f.inboxes() // one version for the whole rebuild
+	err := iv.feed.RebuildUser(ctx, user)
+	if err == nil {
+		f.activity.mark(user, f.now())
 	}
-	f.activity.mark(user, f.now())
-	// One version's keys, layout and bound for the whole rebuild.
-	iv := f.inboxes()
-	posts, err := f.entries(ctx, pullKeysSQL, user, iv.pol.InboxMax)
-	if err != nil {
-		return fmt.Errorf("read inbox snapshot of %d: %w", user, err)
-	}
-	err = iv.store.WriteRebuilt(ctx, f.rdb, user, posts)
 	// written here: the next read sees it without waiting for Redis's invalidation
-	if iv.packed != nil {
-		sk, bk := iv.packed.Keys(user)
-		f.cache.invalidate(sk)
-		f.cache.invalidate(bk)
-	} else {
-		f.cache.invalidate(iv.zset.Key(user))
-	}
-	if err != nil {
-		return fmt.Errorf("write rebuilt inbox of %d: %w", user, err)
-	}
-	return nil
+	sk, bk := iv.inbox.Keys(user)
+	f.cache.invalidate(sk)
+	f.cache.invalidate(bk)
+	return err
 }

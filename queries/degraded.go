@@ -16,8 +16,9 @@ import (
 
 // What the read side does while Redis is down: reads are answered from
 // PostgreSQL (the source of truth), a bounded number at a time, and marked
-// degraded; the write-through of new posts is skipped at once. Two circuit
-// breakers (sony/gobreaker), one for reads and one for the write-through,
+// degraded; the Redis writes of the post commands (a new post's
+// newest-post marker, an edit's body) are skipped at once. Two circuit
+// breakers (sony/gobreaker), one for reads and one for those writes,
 // open after a few consecutive Redis connection failures, so that neither
 // a read nor a post waits on a Redis that is not there; after
 // RedisBreakerOpen one probe is let through (half-open) and its outcome
@@ -28,9 +29,9 @@ import (
 // or because its circuit is open.
 var ErrRedisUnavailable = errors.New("redis unavailable")
 
-// ErrCircuitOpen is what PostCreated returns when it skipped the Redis
-// write-through because the write circuit is open: the post is committed,
-// and the projectors make it visible when Redis is back. It matches
+// ErrCircuitOpen is what PostCreated and PostEdited return when they
+// skipped their Redis write because the write circuit is open: the post
+// is committed, and the projectors make it visible when Redis is back. It matches
 // ErrRedisUnavailable.
 var ErrCircuitOpen = fmt.Errorf("%w: circuit open", ErrRedisUnavailable)
 
@@ -85,7 +86,7 @@ func newBreaker(name string, failures int, open time.Duration, failed func(error
 // unavailable to it (not when PostgreSQL failed, nor for a bad cursor).
 func readFailed(err error) bool { return errors.Is(err, ErrRedisUnavailable) }
 
-// writeFailed counts a write-through as failed when Redis was unavailable
+// writeFailed counts a post command's Redis write as failed when Redis was unavailable
 // or did not answer within writeThroughTimeout.
 func writeFailed(err error) bool {
 	return transient.RedisDown(err) || errors.Is(err, context.DeadlineExceeded)

@@ -30,8 +30,7 @@ func setupOwnRedis(t *testing.T, cfg Config) (*bundle, *testenv.RedisServer) {
 		t.Fatal(err)
 	}
 	t.Cleanup(f.Close)
-	return &bundle{t: t, ctx: context.Background(), feed: f, db: db, rdb: rdb, keys: cfg.Keys, reg: reg, next: 7_000_000_000_000_000_000,
-		layout: cfg.Policy().WithDefaults().InboxLayout}, srv
+	return &bundle{t: t, ctx: context.Background(), feed: f, db: db, rdb: rdb, keys: cfg.Keys, reg: reg}, srv
 }
 
 // graph is a small social graph: reader follows two authors; a stranger

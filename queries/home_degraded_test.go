@@ -17,14 +17,14 @@ import (
 // page too. Small inbox and timeline bounds put ~floors in the way.
 func TestHomeDegradedResumesTheFullMerge(t *testing.T) {
 	t.Parallel()
-	eachLayout(t, testHomeDegradedResumesTheFullMerge)
+	testHomeDegradedResumesTheFullMerge(t)
 }
 
-func testHomeDegradedResumesTheFullMerge(t *testing.T, layout string) {
+func testHomeDegradedResumesTheFullMerge(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 11))
-	b := setup(t, Config{InboxLayout: layout})
+	b := setup(t, Config{})
 	var users []int64
 	for range 10 {
 		users = append(users, b.user())

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/feedco/feed/internal/snowflake"
 	"github.com/feedco/feed/readmodel"
 )
 
@@ -176,14 +177,6 @@ func (f *Feed) homeItems(ctx context.Context, userID int64, cur key, need int, i
 // largest allocation of a read).
 var itemBufs = sync.Pool{New: func() any { b := make([]item, 0, 64); return &b }}
 
-// ownProbe is the read-your-writes fallback's read of the caller's own
-// newest posts from PostgreSQL, run beside the Redis read (homeSegment).
-type ownProbe struct {
-	wg    sync.WaitGroup
-	items []item
-	err   error
-}
-
 // homeRead is one Redis segment of a home feed and how to show it.
 type homeRead struct {
 	seg segment
@@ -191,18 +184,22 @@ type homeRead struct {
 }
 
 // homeSegment reads, in one pipeline, the inbox from the cursor with its
-// sentinels, the caller's own timeline, and which celebrities the caller
-// follows. On the first page each sorted set costs one command: reading
-// from +inf inclusive returns ~built (score +inf) first and ~floor (the
-// lowest member) whenever the reply is not cut. Then the followed
+// sentinels, the caller's own timeline and newest-post marker, and which
+// celebrities the caller follows. On the first page the own timeline
+// costs one command: reading from +inf inclusive returns ~built (score
+// +inf) first and ~floor (the lowest member) whenever the reply is not
+// cut; the inbox is one GETRANGE of its sealed string and a GET of its
+// buffer. Then the followed
 // celebrities' timelines, from the in-process cache when it covers the
 // cursor, else in a second pipeline. want is how many visible posts the
 // page still needs.
 //
-// The caller's own fresh posts are in their timeline already
-// (PostCreated writes them through); only for an author whose
-// write-through failed in the last OwnPostsWindow does this process also
-// read their newest own posts from PostgreSQL, in parallel.
+// Read-your-writes: the pipeline also reads the caller's newest-post
+// marker, which the API sets when it commits a post (PostCreated) and the
+// timelines projector clears when it has written the post. Only while
+// there is one (seconds) does the segment also read the caller's posts
+// newer than their timeline's newest from PostgreSQL, one query after the
+// pipeline.
 //
 // A read model of the reader's that is not built (the inbox, the following
 // state, the own timeline) makes the segment cold: the page comes from
@@ -223,20 +220,6 @@ func (f *Feed) homeSegment(ctx context.Context, user int64, cur key, want int, p
 			return homeRead{}, coldParts{}, redisErr(err)
 		}
 	}
-	// The probe's state is made only when it runs (a goroutine's captures
-	// live on the heap).
-	var pr *ownProbe
-	now := f.now()
-	windowStart := below(now.UnixMilli() - f.cfg.OwnPostsWindow.Milliseconds())
-	if windowStart.less(cur) && f.recent.has(user, now) {
-		pr = &ownProbe{}
-		pr.wg.Add(1)
-		go func() {
-			defer pr.wg.Done()
-			pr.items, pr.err = f.pgAuthor(ctx, user, cur, windowStart, n)
-		}()
-	}
-
 	// One SMISMEMBER following:{u} answers, in the same round trip,
 	// whether the caller follows each celebrity and each author their last
 	// page showed (the hint): a warm page needs no second round trip for
@@ -272,19 +255,17 @@ func (f *Feed) homeSegment(ctx context.Context, user int64, cur key, want int, p
 		asked = append(asked, a)
 	}
 	rr, err := f.readHome(ctx, iv, user, cur, n, asked, nCeleb)
-	var probe []item
-	if pr != nil {
-		pr.wg.Wait()
-		if err == nil && pr.err != nil {
-			err = pr.err
-		}
-		probe = pr.items
-	}
 	if err != nil {
 		return homeRead{}, coldParts{}, err
 	}
 	if cold := (coldParts{inbox: !rr.inbox.built, following: !rr.followBuilt, own: !rr.own.built}); cold.any() {
 		return homeRead{}, cold, nil
+	}
+	var probe []item
+	if after, behind := ownBehind(rr.own.src, rr.newest, cur); behind {
+		if probe, err = f.pgAuthor(ctx, user, cur, after, n); err != nil {
+			return homeRead{}, coldParts{}, err
+		}
 	}
 	inboxSrc, ownSrc := rr.inbox.src, rr.own.src
 	srcs := make([]source, 0, 8) // and the probe's and the celebrities'
@@ -322,6 +303,28 @@ func (f *Feed) homeSegment(ctx context.Context, user int64, cur key, want int, p
 		seg: mergeSegment(cur, srcs),
 		vis: visibility{viewer: user, follows: follows, checkFollow: true, pre: pre, gen: rr.gen},
 	}, coldParts{}, nil
+}
+
+// ownBehind reports whether the caller's own timeline (own, read from
+// cur) is behind their newest-post marker newest (a post id, 0: none),
+// which the timelines projector clears when it adds the marked post: the
+// timeline lacks the marked post, and perhaps older ones too. after is the
+// timeline's newest key below the cursor (minKey: none), above which
+// PostgreSQL has the caller's posts the timeline lacks, up to the cursor
+// (the timeline's own source covers the rest). A marked post older than
+// everything the timeline holds below the cursor is behind nothing there.
+func ownBehind(own source, newest int64, cur key) (after key, behind bool) {
+	if newest <= 0 {
+		return minKey, false
+	}
+	mk := key{ms: snowflake.Time(newest).UnixMilli(), id: newest}
+	after = minKey
+	for _, k := range own.keys {
+		if k.less(cur) && after.less(k) {
+			after = k
+		}
+	}
+	return after, after.less(mk)
 }
 
 // celebritySources appends to srcs the timelines of the followed

@@ -2,20 +2,23 @@ package queries
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
-	"github.com/jackc/pgx/v5"
 	"math/rand/v2"
 	"slices"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+
 	"github.com/feedco/feed/readmodel"
 	"github.com/feedco/feed/testkit/testenv"
 )
 
-// base is a millisecond well outside OwnPostsWindow, so tests choose when
-// the own-posts probe matters.
+// base is a millisecond two hours ago: the tests' posts are old enough
+// for any refresh to show.
 var base = time.Now().Add(-2 * time.Hour).UnixMilli()
 
 // projectedFollow registers a reader u following an author a who has n
@@ -126,14 +129,14 @@ func floorOf(keys []key, n int) int64 {
 // inbox/timeline bounds so pages cross ~floor into PostgreSQL.
 func TestHomePagingEqualsTruth(t *testing.T) {
 	t.Parallel()
-	eachLayout(t, testHomePagingEqualsTruth)
+	testHomePagingEqualsTruth(t)
 }
 
-func testHomePagingEqualsTruth(t *testing.T, layout string) {
+func testHomePagingEqualsTruth(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 7))
-	b := setup(t, Config{InboxLayout: layout})
+	b := setup(t, Config{})
 	var users []int64
 	for range 12 {
 		users = append(users, b.user())
@@ -294,11 +297,11 @@ func TestHomePullsFollowedCelebrities(t *testing.T) {
 
 func TestHomeColdInboxServedFromPostgresAndRebuilt(t *testing.T) {
 	t.Parallel()
-	eachLayout(t, testHomeColdInboxServedFromPostgresAndRebuilt)
+	testHomeColdInboxServedFromPostgresAndRebuilt(t)
 }
 
-func testHomeColdInboxServedFromPostgresAndRebuilt(t *testing.T, layout string) {
-	b := setup(t, Config{InboxMax: 8, InboxLayout: layout})
+func testHomeColdInboxServedFromPostgresAndRebuilt(t *testing.T) {
+	b := setup(t, Config{InboxMax: 8})
 	u, a, c := b.user(), b.user(), b.user()
 	b.follow(u, a)
 	b.follow(u, c)
@@ -326,16 +329,13 @@ func testHomeColdInboxServedFromPostgresAndRebuilt(t *testing.T, layout string) 
 		return built
 	})
 	b.feed.Close() // the rebuild's bookkeeping is done
-	// 8 posts, ~built and ~floor (the rebuild was cut at InboxMax); a
-	// packed inbox keeps only those strictly above the floor.
+	// ~built and ~floor (the rebuild was cut at InboxMax); of the 8 posts
+	// the inbox keeps only those strictly above the floor.
 	ids, floor, _ := b.inboxState(u)
-	want := 8
-	if layout == readmodel.InboxLayoutPacked {
-		want = 0
-		for _, k := range truth[:8] {
-			if k.ms > truth[7].ms {
-				want++
-			}
+	want := 0
+	for _, k := range truth[:8] {
+		if k.ms > truth[7].ms {
+			want++
 		}
 	}
 	if len(ids) != want {
@@ -357,11 +357,11 @@ func testHomeColdInboxServedFromPostgresAndRebuilt(t *testing.T, layout string) 
 // A page whose boundary is the inbox's ~floor continues from PostgreSQL with
 // no gap and no duplicate, including posts in the floor's own millisecond.
 func TestHomeFloorBoundaryContinuesFromPostgres(t *testing.T) {
-	eachLayout(t, testHomeFloorBoundaryContinuesFromPostgres)
+	testHomeFloorBoundaryContinuesFromPostgres(t)
 }
 
-func testHomeFloorBoundaryContinuesFromPostgres(t *testing.T, layout string) {
-	b := setup(t, Config{InboxLayout: layout})
+func testHomeFloorBoundaryContinuesFromPostgres(t *testing.T) {
+	b := setup(t, Config{})
 	u, a := b.user(), b.user()
 	b.follow(u, a)
 	var all []key
@@ -428,8 +428,10 @@ func TestHomePostsArrivingBetweenPages(t *testing.T) {
 
 // The caller's own post shows on their next read even though no projector
 // has seen it: the api's AfterPostCreated hook calls PostCreated, which
-// writes it through to the caller's timeline and the post cache, and the
-// read asks PostgreSQL nothing for it.
+// marks it as the caller's newest post (and caches its body in process);
+// the read fetches the marker in its one pipeline, finds the caller's
+// timeline behind it, and reads the caller's newer posts from PostgreSQL.
+// The post itself is not in Redis: the projectors write it, once.
 func TestHomeOwnPostVisibleBeforeProjectors(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{})
@@ -471,37 +473,33 @@ func TestHomeOwnPostVisibleBeforeProjectors(t *testing.T) {
 	if n := rt.n.Load(); n != 1 {
 		t.Errorf("warm first page took %d Redis round trips, want 1", n)
 	}
-	// What the projectors will find: the same entries, in their format.
-	raw, err := b.rdb.Get(b.ctx, b.keys.Post(mine.id)).Bytes()
-	if err != nil {
-		t.Fatal(err)
+	// Redis holds the marker, not the post: that is the projectors' to write.
+	if got, err := b.rdb.Get(b.ctx, b.keys.Newest(u)).Int64(); err != nil || got != mine.id {
+		t.Fatalf("newest-post marker %v %v, want %d", got, err, mine.id)
 	}
-	var cached readmodel.Post
-	if err := json.Unmarshal(raw, &cached); err != nil || cached.ID != mine.id || cached.AuthorID != u ||
-		cached.Content != fmt.Sprint("post ", mine.id) || cached.CreatedAt != formatTime(mine.ms) || cached.Deleted {
-		t.Fatalf("post cache %s (%v)", raw, err)
+	if n := b.rdb.Exists(b.ctx, b.keys.Post(mine.id)).Val(); n != 0 {
+		t.Error("PostCreated wrote the post's body to Redis")
 	}
-	if ms, err := b.rdb.ZScore(b.ctx, b.keys.Timeline(u), strconv.FormatInt(mine.id, 10)).Result(); err != nil || int64(ms) != mine.ms {
-		t.Fatalf("timeline score %v %v", ms, err)
+	if err := b.rdb.ZScore(b.ctx, b.keys.Timeline(u), strconv.FormatInt(mine.id, 10)).Err(); !errors.Is(err, redis.Nil) {
+		t.Errorf("PostCreated wrote the post into the timeline (%v)", err)
 	}
 	sameFeed(t, "own post", b.readHome(u, 2), b.truth(u))
 }
 
-// When the write-through fails (here: the timeline key holds the wrong
-// type, so Redis refuses the ZADD; then a built timeline without the post
-// replaces it), the author's reads probe PostgreSQL for their posts of the
-// last OwnPostsWindow, in this process. (A timeline that is simply gone is
-// not built: the whole page comes from PostgreSQL, TestHomeHealsAfterFlush.)
-func TestHomeOwnPostFallbackWhenWriteThroughFails(t *testing.T) {
+// Read-your-writes by the newest-post marker: while the caller's own
+// timeline is behind the marker (the timelines projector has not written
+// the post yet), their reads take their newer posts from PostgreSQL, one
+// query a read; once the timeline holds the post, or for a reader without
+// a marker, nothing is asked. A marker of a post below the page's cursor's
+// range (an older page) changes nothing either.
+func TestHomeOwnPostByMarker(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{})
 	u, _, _ := b.projectedFollow(3)
-	b.rdb.Set(b.ctx, b.keys.Timeline(u), "not a sorted set", 0)
+	b.setZ(b.keys.Timeline(u), nil, true, -1) // built, without the post: only the marker shows it
 	mine := b.post(u, time.Now().UnixMilli())
-	if err := b.feed.PostCreated(b.ctx, NewPost{ID: mine.id, AuthorID: u, Content: fmt.Sprint("post ", mine.id), CreatedAt: time.UnixMilli(mine.ms)}); err == nil {
-		t.Fatal("write-through into a string key did not fail")
-	}
-	b.setZ(b.keys.Timeline(u), nil, true, -1) // a built timeline without the post: only the probe has it
+	b.created(u, mine)
+	q := countQueries(b)
 	p, err := b.feed.Home(b.ctx, u, "", 20)
 	if err != nil {
 		t.Fatal(err)
@@ -509,18 +507,27 @@ func TestHomeOwnPostFallbackWhenWriteThroughFails(t *testing.T) {
 	if len(p.Items) != 4 || itemKey(t, p.Items[0]) != mine {
 		t.Fatalf("page %+v: want the fresh own post first", p.Items)
 	}
-	if counter(b.feed.metrics.WriteThroughs.WithLabelValues("error")) != 1 {
-		t.Error("failed write-through not counted")
+	if n := q.n.Load(); n != 1 {
+		t.Errorf("%d PostgreSQL queries while the timeline is behind, want 1 (the author's newer posts)", n)
 	}
-	sameFeed(t, "own post via fallback", b.readHome(u, 2), b.truth(u))
-	// Another user (no failed write-through) is not probed: their fresh
-	// post, unprojected and not written through, is not shown yet.
+	sameFeed(t, "own post by the marker", b.readHome(u, 2), b.truth(u))
+	// The projector caught up: nothing is asked.
+	b.setZ(b.keys.Timeline(u), []key{mine}, true, -1)
+	q = countQueries(b)
+	if p, err := b.feed.Home(b.ctx, u, "", 20); err != nil || len(p.Items) != 4 || itemKey(t, p.Items[0]) != mine {
+		t.Fatalf("page %+v %v after the projector: want the own post first", p.Items, err)
+	}
+	if n := q.n.Load(); n != 0 {
+		t.Errorf("%d PostgreSQL queries with the timeline caught up, want 0", n)
+	}
+	// Another user without a marker is not probed: their fresh post,
+	// unprojected and unmarked, is not shown yet.
 	v := b.user()
 	b.setInbox(v, nil, true, -1)
 	b.setZ(b.keys.Timeline(v), nil, true, -1)
 	b.post(v, time.Now().UnixMilli())
 	if p, err := b.feed.Home(b.ctx, v, "", 20); err != nil || len(p.Items) != 0 {
-		t.Fatalf("page %+v %v: a user without a failed write-through was probed", p.Items, err)
+		t.Fatalf("page %+v %v: a user without a marker was probed", p.Items, err)
 	}
 }
 

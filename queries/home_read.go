@@ -2,18 +2,24 @@ package queries
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/readmodel"
 )
 
 // homeReply is what a home segment reads from Redis about its reader.
 type homeReply struct {
-	inbox, own  setResult
+	inbox, own setResult
+	// newest is the reader's newest-post marker (readmodel.Timelines.MarkNewest),
+	// 0 when none: their own timeline is behind it until the timelines
+	// projector has written the post.
+	newest      int64
 	followBuilt bool   // following_v:{u} has ~built: following:{u} is complete
 	member      []bool // following:{u} membership of each asked member (of members[:needed] alone when set is not nil)
 	// set is following:{u} whole, sorted, when the read cache holds it (or
@@ -33,7 +39,8 @@ type setResult struct {
 }
 
 // readHome reads, in one round trip at most, the reader's inbox and own
-// timeline from cur (n entries), whether their following state is built, and
+// timeline from cur (n entries), their newest-post marker, whether their
+// following state is built, and
 // whether it holds each of members. When the read cache holds the
 // following set whole (homeReply.set), only members[:needed] are answered
 // in homeReply.member: the rest were asked for hydration, which the set
@@ -147,17 +154,14 @@ func (f *Feed) followsDirect(ctx context.Context, viewer int64, authors []int64)
 	return is, nil
 }
 
-// readHomeDirect is the uncached read: one pipeline of four commands.
+// readHomeDirect is the uncached read: one pipeline (the inbox's two
+// reads, the own timeline, the marker, ~built of the following state and
+// the members).
 func (f *Feed) readHomeDirect(ctx context.Context, iv *inboxView, user int64, cur key, n int, members []int64) (homeReply, error) {
 	pipe := f.rdb.Pipeline()
-	var inbox readmodel.SetRead
-	var packed readmodel.PackedRead
-	if iv.packed != nil {
-		packed = iv.packed.QueueRead(ctx, pipe, user, cur.ms, n)
-	} else {
-		inbox = iv.zset.QueueRead(ctx, pipe, user, cur.ms, n)
-	}
+	inbox := iv.inbox.QueueRead(ctx, pipe, user, cur.ms, n)
 	own := f.tl.QueueRead(ctx, pipe, user, cur.ms, n)
+	newest := f.tl.QueueNewest(ctx, pipe, user)
 	followBuilt := f.follows.QueueFollowingBuilt(ctx, pipe, user)
 	var isMember *redis.BoolSliceCmd
 	if len(members) > 0 {
@@ -172,17 +176,13 @@ func (f *Feed) readHomeDirect(ctx context.Context, iv *inboxView, user int64, cu
 	}
 	var r homeReply
 	var err error
-	if iv.packed != nil {
-		r.inbox, err = packedResultOf(packed)
-	} else {
-		r.inbox, err = setResultOf(inbox)
-	}
-	if err != nil {
+	if r.inbox, err = packedResultOf(inbox); err != nil {
 		return homeReply{}, fmt.Errorf("read inbox of %d: %w", user, err)
 	}
 	if r.own, err = setResultOf(own); err != nil {
 		return homeReply{}, fmt.Errorf("read own timeline of %d: %w", user, err)
 	}
+	r.newest = readmodel.NewestOf(newest)
 	r.followBuilt = followBuilt.Val()
 	if isMember != nil {
 		if r.member, err = isMember.Result(); err != nil {
@@ -228,8 +228,12 @@ func makeSetSig(cur key, n int, wantBuilt bool) string {
 	return string(b)
 }
 
-// builtSig is the cache signature of following_v:{u}'s ~built answer.
-const builtSig = "b"
+// builtSig is the cache signature of following_v:{u}'s ~built answer,
+// newestSig of the newest-post marker's value.
+const (
+	builtSig  = "b"
+	newestSig = "n"
+)
 
 // readHomeCached answers from the cache what it holds and reads the rest
 // in one pipeline through generation g's tracking connections, caching
@@ -237,21 +241,19 @@ const builtSig = "b"
 func (f *Feed) readHomeCached(ctx context.Context, iv *inboxView, g *cacheGen, user int64, cur key, n int, members []int64, needed int) (homeReply, error) {
 	c := f.cache
 	now := time.Now().UnixNano()
-	// The reader's keys, in one string: own timeline, following set and
-	// versions, inbox (the packed buffer's, whose sealed key is the same
-	// but its last byte).
-	var kb [192]byte
-	b := f.tl.AppendKey(kb[:0], user)
+	// The reader's keys, in one string: newest-post marker, own timeline,
+	// following set and versions, inbox (its buffer's, whose sealed key is
+	// the same but its last byte).
+	var kb [224]byte
+	b := f.tl.AppendNewestKey(kb[:0], user)
+	endNew := len(b)
+	b = f.tl.AppendKey(b, user)
 	endOwn := len(b)
 	b, endF := f.follows.AppendFollowingKeys(b, user)
 	endFV := len(b)
-	if iv.packed != nil {
-		b = iv.packed.AppendBufferKey(b, user)
-	} else {
-		b = iv.zset.AppendKey(b, user)
-	}
+	b = iv.inbox.AppendBufferKey(b, user)
 	ks := string(b)
-	kOwn, kF, kFV := ks[:endOwn], ks[endOwn:endF], ks[endF:endFV]
+	kNew, kOwn, kF, kFV := ks[:endNew], ks[endNew:endOwn], ks[endOwn:endF], ks[endF:endFV]
 	var r homeReply
 	var pipe redis.Pipeliner // made for the first miss; it only queues: the commands go out in the connection's next batch
 	queue := func() redis.Pipeliner {
@@ -262,37 +264,38 @@ func (f *Feed) readHomeCached(ctx context.Context, iv *inboxView, g *cacheGen, u
 	}
 
 	// tickets before the commands are sent, one per key read
-	var inT, bufT, ownT, fT, fvT ticket
-	var inbox, own readmodel.SetRead
-	var packed readmodel.PackedRead
+	var inT, bufT, ownT, newT, fT, fvT ticket
+	var own readmodel.SetRead
+	var inbox homefeed.Read
 	sigIn, sigOwn := setSig(cur, n, true), setSig(cur, n, false)
-	// A packed inbox is two keys, its sealed string and its buffer: the
-	// reply is cached under the sealed key, and a marker of it under the
-	// buffer's, each stored only if no invalidation of its key raced the
-	// read. A hit needs both, so a write to either key (an invalidation
-	// drops that key's entry) makes the next read go to Redis.
-	kIn, kBuf := ks[endFV:], ""
-	if iv.packed != nil {
-		kBuf, kIn = kIn, kIn[:len(kIn)-1]
-	}
+	// An inbox is two keys, its sealed string and its buffer: the reply is
+	// cached under the sealed key, and a marker of it under the buffer's,
+	// each stored only if no invalidation of its key raced the read. A hit
+	// needs both, so a write to either key (an invalidation drops that
+	// key's entry) makes the next read go to Redis.
+	kBuf := ks[endFV:]
+	kIn := kBuf[:len(kBuf)-1]
 	inHit, ownHit := false, false
 	var t tally
-	if v, ok := c.lookupTally(kIn, sigIn, now, &t); ok && (kBuf == "" || c.hasMarker(kBuf, sigIn, now, &t)) {
+	if v, ok := c.lookupTally(kIn, sigIn, now, &t); ok && c.hasMarker(kBuf, sigIn, now, &t) {
 		r.inbox, inHit = v.(setResult), true
 	} else {
 		inT = c.begin(g, kIn)
-		if iv.packed != nil {
-			bufT = c.begin(g, kBuf)
-			packed = iv.packed.QueueRead(ctx, queue(), user, cur.ms, n)
-		} else {
-			inbox = iv.zset.QueueRead(ctx, queue(), user, cur.ms, n)
-		}
+		bufT = c.begin(g, kBuf)
+		inbox = iv.inbox.QueueRead(ctx, queue(), user, cur.ms, n)
 	}
 	if v, ok := c.lookupTally(kOwn, sigOwn, now, &t); ok {
 		r.own, ownHit = v.(setResult), true
 	} else {
 		ownT = c.begin(g, kOwn)
 		own = f.tl.QueueRead(ctx, queue(), user, cur.ms, n)
+	}
+	var newC *redis.StringCmd
+	if v, ok := c.lookupTally(kNew, newestSig, now, &t); ok {
+		r.newest = v.(int64)
+	} else {
+		newT = c.begin(g, kNew)
+		newC = f.tl.QueueNewest(ctx, queue(), user)
 	}
 	var fvB *redis.BoolCmd
 	if v, ok := c.lookupTally(kFV, builtSig, now, &t); ok {
@@ -339,24 +342,24 @@ func (f *Feed) readHomeCached(ctx context.Context, iv *inboxView, g *cacheGen, u
 	now = time.Now().UnixNano()
 	var err error
 	if !inHit {
-		if iv.packed != nil {
-			r.inbox, err = packedResultOf(packed)
-		} else {
-			r.inbox, err = setResultOf(inbox)
-		}
-		if err != nil {
+		if r.inbox, err = packedResultOf(inbox); err != nil {
 			return homeReply{}, fmt.Errorf("read inbox of %d: %w", user, err)
 		}
 		c.store(inT, kIn, sigIn, r.inbox, now)
-		if kBuf != "" {
-			c.store(bufT, kBuf, sigIn, packedMarker{}, now)
-		}
+		c.store(bufT, kBuf, sigIn, packedMarker{}, now)
 	}
 	if !ownHit {
 		if r.own, err = setResultOf(own); err != nil {
 			return homeReply{}, fmt.Errorf("read own timeline of %d: %w", user, err)
 		}
 		c.store(ownT, kOwn, sigOwn, r.own, now)
+	}
+	if newC != nil {
+		if err := newC.Err(); err != nil && !errors.Is(err, redis.Nil) {
+			return homeReply{}, fmt.Errorf("read own newest post of %d: %w", user, err)
+		}
+		r.newest = readmodel.NewestOf(newC)
+		c.store(newT, kNew, newestSig, r.newest, now)
 	}
 	if fvB != nil {
 		v, err := fvB.Result()

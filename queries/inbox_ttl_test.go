@@ -10,11 +10,14 @@ import (
 // A read writes the user's activity and moves their inbox's expiry to
 // InactiveAfter minus the margin: below InactiveAfter, so the inbox is gone
 // before fan-out stops pushing to the user.
-func TestReadSetsInboxTTL(t *testing.T) { eachLayout(t, testReadSetsInboxTTL) }
+func TestReadSetsInboxTTL(t *testing.T) {
+	t.Parallel()
+	testReadSetsInboxTTL(t)
+}
 
-func testReadSetsInboxTTL(t *testing.T, layout string) {
+func testReadSetsInboxTTL(t *testing.T) {
 	const inactive = 48 * time.Hour
-	b := setup(t, Config{InactiveAfter: inactive, InboxLayout: layout}) // margin: max(1h, 2×5 min)
+	b := setup(t, Config{InactiveAfter: inactive}) // margin: max(1h, 2×5 min)
 	u, a := b.user(), b.user()
 	b.follow(u, a)
 	p := b.post(a, base)
@@ -32,11 +35,14 @@ func testReadSetsInboxTTL(t *testing.T, layout string) {
 }
 
 // A cold rebuild writes the inbox with the same TTL, in its MULTI.
-func TestColdRebuildSetsInboxTTL(t *testing.T) { eachLayout(t, testColdRebuildSetsInboxTTL) }
+func TestColdRebuildSetsInboxTTL(t *testing.T) {
+	t.Parallel()
+	testColdRebuildSetsInboxTTL(t)
+}
 
-func testColdRebuildSetsInboxTTL(t *testing.T, layout string) {
+func testColdRebuildSetsInboxTTL(t *testing.T) {
 	const inactive, margin = 10 * 24 * time.Hour, 3 * time.Hour
-	b := setup(t, Config{InactiveAfter: inactive, InboxTTLMargin: margin, InboxLayout: layout})
+	b := setup(t, Config{InactiveAfter: inactive, InboxTTLMargin: margin})
 	u, a := b.user(), b.user()
 	b.follow(u, a)
 	b.cachePost(b.post(a, base))
@@ -54,12 +60,11 @@ func testColdRebuildSetsInboxTTL(t *testing.T, layout string) {
 // than the inbox TTL finds no stale ~built inbox (posts made meanwhile were
 // not pushed to them), but a cold read that shows the new post and rebuilds.
 func TestReturningUserIsNotServedStaleInbox(t *testing.T) {
-	eachLayout(t, testReturningUserIsNotServedStaleInbox)
+	testReturningUserIsNotServedStaleInbox(t)
 }
 
-func testReturningUserIsNotServedStaleInbox(t *testing.T, layout string) {
-	b := setup(t, Config{InactiveAfter: 3 * time.Second, InboxTTLMargin: time.Second, ActivityWriteInterval: 500 * time.Millisecond,
-		InboxLayout: layout})
+func testReturningUserIsNotServedStaleInbox(t *testing.T) {
+	b := setup(t, Config{InactiveAfter: 3 * time.Second, InboxTTLMargin: time.Second, ActivityWriteInterval: 500 * time.Millisecond})
 	u, a := b.user(), b.user()
 	b.follow(u, a)
 	p1 := b.post(a, base)

@@ -1,14 +1,17 @@
 package queries
 
 import (
+	"github.com/redis/go-redis/v9"
+
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/readmodel"
 )
 
 // inboxView is the inbox read model of one inbox version: its keys and
-// its layout's operations, built from one read of the active versions
+// its operations, built from one read of the active versions
 // (readmodel.LiveVersions.Active), so a read never takes one version's
-// keys in another version's layout. A `feed rebuild inbox` into another
-// layout or bound switches the view with the version.
+// keys with another version's bound. A `feed rebuild inbox` with another
+// bound switches the view with the version.
 //
 // It also names the followers version of the same read, whose celebrity
 // set (celebs) is the pull side merged with these inboxes, and the
@@ -28,23 +31,20 @@ type inboxView struct {
 	// backfilled is the inbox version's record of the downward crossings
 	// it has backfilled (pulled until then).
 	backfilled readmodel.Backfilled
-	// store is the inboxes of the version's layout; zset (the sorted
-	// set) and packed (nil unless that layout) their page reads.
-	store  readmodel.InboxStore
-	zset   readmodel.Inboxes
-	packed *readmodel.PackedInboxes
+	// feed is the version's home feed (its owner: the cold rebuild and
+	// the activity mark), inbox its Redis operations for the page reads.
+	feed  *homefeed.Manager
+	inbox homefeed.Inboxes
 }
 
-func newInboxView(keys readmodel.Keys, followers int, frec readmodel.VersionRecord, pol readmodel.Policy) *inboxView {
+func newInboxView(db homefeed.DB, rdb redis.UniversalClient, keys readmodel.Keys, followers int, frec readmodel.VersionRecord, pol readmodel.Policy) *inboxView {
 	version := keys.Version(readmodel.ProjectionInbox)
 	ckeys := readmodel.Keys{Prefix: keys.Prefix, Versions: readmodel.Versions{}.With(readmodel.ProjectionFollowers, followers)}
 	v := &inboxView{version: version, followers: followers, frec: frec, pol: pol.WithDefaults(),
 		celebs:     readmodel.NewCelebrities(ckeys),
 		backfilled: readmodel.NewBackfilled(readmodel.Keys{Prefix: keys.Prefix, Versions: readmodel.Versions{}.With(readmodel.ProjectionInbox, version)}),
-		zset:       readmodel.NewInboxes(keys, pol), store: readmodel.NewInboxStore(keys, pol)}
-	if pk, ok := v.store.(readmodel.PackedInboxes); ok {
-		v.packed = &pk
-	}
+		feed:       homefeed.New(homefeed.Config{Keys: keys, Policy: pol}, db, rdb)}
+	v.inbox = v.feed.Inboxes()
 	return v
 }
 
@@ -62,7 +62,7 @@ func (f *Feed) inboxes() *inboxView {
 	fv := act.Versions.Version(readmodel.ProjectionFollowers)
 	rec := act.Record(readmodel.ProjectionInbox)
 	frec := act.Record(readmodel.ProjectionFollowers)
-	if cur != nil && cur.version == v && cur.followers == fv && cur.rec.InboxLayout == rec.InboxLayout && cur.rec.InboxMax == rec.InboxMax &&
+	if cur != nil && cur.version == v && cur.followers == fv && cur.rec.InboxMax == rec.InboxMax &&
 		cur.rec.CelebrityThreshold == rec.CelebrityThreshold && cur.frec.CelebrityThreshold == frec.CelebrityThreshold &&
 		cur.rec.CelebrityBand == rec.CelebrityBand && cur.frec.CelebrityBand == frec.CelebrityBand {
 		return cur
@@ -77,12 +77,9 @@ func (f *Feed) inboxes() *inboxView {
 	if frec.BandRecorded {
 		pol.CelebrityBand = frec.CelebrityBand
 	}
-	next := newInboxView(keys, fv, frec, pol)
+	next := newInboxView(f.db, f.rdb, keys, fv, frec, pol)
 	next.rec = rec
 	if f.view.CompareAndSwap(cur, next) && cur != nil {
-		if cur.pol.InboxLayout != next.pol.InboxLayout {
-			f.log.Info("queries: the inbox version switched layout", "version", v, "from", cur.pol.InboxLayout, "to", next.pol.InboxLayout)
-		}
 		if cur.pol.CelebrityThreshold != next.pol.CelebrityThreshold || cur.pol.CelebrityBand != next.pol.CelebrityBand {
 			f.log.Info("queries: the followers and inbox versions switched celebrity threshold or band; adopting it",
 				"inbox", v, "followers", fv, "from", cur.pol.CelebrityThreshold, "to", next.pol.CelebrityThreshold,

@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/readmodel"
 )
 
@@ -240,7 +241,7 @@ func zsource(reply []redis.Z, limit int, floorMs *int64) source {
 // last millisecond returned (as zsource's cut, though ids order a
 // millisecond exactly: the same bound whichever layout); the floor bounds
 // it as ~floor does.
-func packedSource(p readmodel.PackedPage) source {
+func packedSource(p homefeed.Page) source {
 	s := source{bound: minKey, keys: make([]key, 0, len(p.Entries)), desc: true}
 	for _, e := range p.Entries {
 		if e.ID <= 0 {

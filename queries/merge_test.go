@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/readmodel"
 )
 
@@ -250,13 +251,13 @@ func TestMergeSegmentDescendingSourcesCutEarly(t *testing.T) {
 
 func TestPackedSource(t *testing.T) {
 	t.Parallel()
-	page := func(more bool, floor *int64) readmodel.PackedPage {
-		return readmodel.PackedPage{Entries: []readmodel.Entry{{ID: 50, Ms: 5}, {ID: 41, Ms: 4}, {ID: 40, Ms: 4}}, More: more, Floor: floor}
+	page := func(more bool, floor *int64) homefeed.Page {
+		return homefeed.Page{Entries: []readmodel.Entry{{ID: 50, Ms: 5}, {ID: 41, Ms: 4}, {ID: 40, Ms: 4}}, More: more, Floor: floor}
 	}
 	fl := func(v int64) *int64 { return &v }
 	for _, c := range []struct {
 		name  string
-		p     readmodel.PackedPage
+		p     homefeed.Page
 		bound key
 		floor bool
 	}{

@@ -32,10 +32,9 @@ type Metrics struct {
 	// result ("ok", "error", "deferred": no slot free, asked again by the
 	// next read).
 	Rebuilds *prometheus.CounterVec
-	// WriteThroughs counts PostCreated writes of a new post to Redis by
-	// result ("ok", "error", "skipped": the write circuit is open); an
-	// error or a skip turns on the PostgreSQL fallback
-	// for that author.
+	// WriteThroughs counts the Redis writes of PostCreated (the author's
+	// newest-post marker) and PostEdited (the edited body) by result
+	// ("ok", "error", "skipped": the write circuit is open).
 	WriteThroughs *prometheus.CounterVec
 	// Circuits is the state of each Redis circuit ("reads", "writes"):
 	// 0 closed, 1 half-open, 2 open.
@@ -73,7 +72,7 @@ func newMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"model", "result"}),
 		WriteThroughs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "feed_query_write_throughs_total",
-			Help: "Own posts written through to Redis on create (read-your-writes), by result.",
+			Help: "Redis writes on the API's post commands (a new post's author marker, an edit's body), by result.",
 		}, []string{"result"}),
 		Circuits: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "feed_query_redis_circuit_state",

@@ -22,64 +22,49 @@ type NewPost struct {
 	CreatedAt time.Time
 }
 
-// writeThroughTimeout bounds the Redis write of PostCreated: it runs on the
-// request path of POST /api/posts, and the projectors write the same thing
-// later anyway.
+// writeThroughTimeout bounds the Redis writes of PostCreated and
+// PostEdited: they run on the request path of the post's command.
 const writeThroughTimeout = 500 * time.Millisecond
 
 // PostCreated gives the author of a just-committed post read-your-writes
-// without asking PostgreSQL on every read: it writes the post through to
-// the read models its author's home feed reads (their own timeline, as
-// readmodel.Timelines.QueueOwnPost does it, and the post cache with SET NX, so a tombstone written meanwhile is never
-// overwritten) in one pipeline, and caches the body in process. The
-// projectors write the same entries later; both writes are idempotent.
+// through any API instance: it marks the post as the author's newest in
+// Redis (readmodel.Timelines.MarkNewest, one small key through the
+// timelines' owner). The post itself reaches Redis once, by the
+// projectors: a home read of the author fetches the marker with the
+// author's own timeline in its one pipeline and, only while the timeline
+// is behind the marker, reads the author's newest posts from PostgreSQL
+// (homeSegment). It also caches the body in process, for this instance's
+// hydration.
 //
-// Best effort: when the Redis write fails, or is skipped because the write
-// circuit is open after consecutive failures (ErrCircuitOpen: no wait at
-// all), this process remembers the author for OwnPostsWindow and their
-// home reads probe PostgreSQL for their newest posts meanwhile; with
-// Config.OwnPostsHints every other API instance is told the same before
-// PostCreated returns (ownPostHints.announce). The error is returned for
-// logging only. The post is committed either way.
+// Best effort: when the marker's write fails, or is skipped because the
+// write circuit is open after consecutive failures (ErrCircuitOpen: no
+// wait at all), the author's own post shows once the timelines projector
+// has written it (while Redis is unavailable to the reader too, its reads
+// are degraded, from PostgreSQL, which has the post). The error is
+// returned for logging only. The post is committed either way.
 func (f *Feed) PostCreated(ctx context.Context, p NewPost) error {
 	if p.ID <= 0 || p.AuthorID <= 0 {
 		return ErrInvalidID
 	}
 	now := f.now()
-	ms := p.CreatedAt.UnixMilli()
-	cp := &cachedPost{it: newItem(p.ID, p.AuthorID, p.Content, ms), author: p.AuthorID, version: 1, checkedAt: now.UnixNano()}
+	cp := &cachedPost{it: newItem(p.ID, p.AuthorID, p.Content, p.CreatedAt.UnixMilli()), author: p.AuthorID, version: 1, checkedAt: now.UnixNano()}
 	f.posts.store(cp)
 	done, err := f.writeCircuit.Allow()
 	if err != nil {
-		// Redis has been failing: do not wait for it. The author's reads
-		// probe PostgreSQL for their own posts meanwhile.
-		f.recent.mark(p.AuthorID, now)
-		f.ownHints.announce(ctx, p.AuthorID)
 		f.metrics.WriteThroughs.WithLabelValues("skipped").Inc()
-		return fmt.Errorf("write post %d through to Redis: %w (%w)", p.ID, ErrCircuitOpen, err)
+		return fmt.Errorf("mark post %d as its author's newest: %w (%w)", p.ID, ErrCircuitOpen, err)
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeThroughTimeout)
 	defer cancel()
-	pipe := f.rdb.Pipeline()
-	f.tl.QueueOwnPost(ctx, pipe, p.AuthorID, p.ID, ms)
-	if err := f.bodies.QueueCreate(ctx, pipe, readmodel.Post{ID: p.ID, AuthorID: p.AuthorID, Content: p.Content, CreatedAt: cp.it.post.CreatedAt}); err != nil {
-		done(nil) // nothing was sent
-		return err
-	}
-	_, err = pipe.Exec(ctx)
-	if errors.Is(err, redis.Nil) {
-		err = nil
-	}
+	err = f.tl.MarkNewest(ctx, f.rdb, p.AuthorID, p.ID)
 	done(err)
-	// Read-your-writes: the author's next read must not wait for Redis's
-	// invalidation message of their timeline (a failed write may have
-	// applied too).
-	f.cache.invalidate(f.tl.Key(p.AuthorID))
+	// Read-your-writes: the author's next read through this instance
+	// must not wait for Redis's invalidation message of the marker (a
+	// failed write may have applied too).
+	f.cache.invalidate(f.tl.NewestKey(p.AuthorID))
 	if err != nil {
-		f.recent.mark(p.AuthorID, now)
-		f.ownHints.announce(ctx, p.AuthorID)
 		f.metrics.WriteThroughs.WithLabelValues("error").Inc()
-		return fmt.Errorf("write post %d through to Redis: %w", p.ID, redisErr(err))
+		return fmt.Errorf("mark post %d as its author's newest: %w", p.ID, redisErr(err))
 	}
 	f.metrics.WriteThroughs.WithLabelValues("ok").Inc()
 	return nil

@@ -153,13 +153,3 @@ func (f *Feed) pgPostsByID(ctx context.Context, ids []int64) (map[int64]pgPost, 
 	}
 	return out, nil
 }
-
-// markActive records that user read their feed now.
-func (f *Feed) markActive(ctx context.Context, user int64) error {
-	_, err := f.db.Exec(ctx, `INSERT INTO user_activity (user_id, last_seen_at) VALUES ($1, now())
-ON CONFLICT (user_id) DO UPDATE SET last_seen_at = GREATEST(user_activity.last_seen_at, excluded.last_seen_at)`, user)
-	if err != nil {
-		return fmt.Errorf("mark user %d active: %w", user, err)
-	}
-	return nil
-}

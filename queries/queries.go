@@ -17,7 +17,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/semaphore"
@@ -39,6 +38,7 @@ var ErrInvalidID = errors.New("id must be positive")
 // DB is what the read side needs from PostgreSQL; *pgxpool.Pool has it.
 type DB interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
@@ -53,9 +53,6 @@ type Config struct {
 	// documents each, and defaults them): set them with WithPolicy from the
 	// one policy the process built, or field by field in tests.
 	InboxMax int
-	// InboxLayout is the inboxes' Redis layout (readmodel.Policy.InboxLayout;
-	// "" is the sorted set), the projectors' one.
-	InboxLayout string
 	// CelebrityCacheTTL is how long the celebrity set and each celebrity's
 	// timeline head are served from process memory (default 3 s, at most
 	// 5 s): a hot celebrity then costs Redis one read per TTL per instance,
@@ -76,21 +73,6 @@ type Config struct {
 	ActivityWriteInterval time.Duration
 	InactiveAfter         time.Duration
 	InboxTTLMargin        time.Duration
-	// OwnPostsWindow is the read-your-writes fallback: after PostCreated
-	// failed to write a post through to Redis, this process reads the
-	// author's own posts created this recently from PostgreSQL on their
-	// home reads, for this long (default 1 min; it must exceed the
-	// projectors' normal lag). Authors whose write-through succeeded cost
-	// PostgreSQL nothing.
-	OwnPostsWindow time.Duration
-	// OwnPostsHints, when set, carries that fallback to every API
-	// instance: PostCreated announces a failed or skipped write-through
-	// on PostgreSQL's channel feed_own_posts (NOTIFY), and each instance
-	// LISTENs on one connection of this pool and probes PostgreSQL for
-	// the author's own posts as if the write had failed in it
-	// (own_post_hints.go). Without it the fallback holds in this process
-	// only.
-	OwnPostsHints *pgxpool.Pool
 	// PostCacheSize bounds the in-process cache of post bodies, in posts
 	// (default 100,000; about 300 bytes each with 100-character content).
 	PostCacheSize int
@@ -135,12 +117,13 @@ type Config struct {
 	// readHome), so that a write another API instance had acknowledged
 	// before the read began is never answered stale: read-your-writes
 	// across instances behind a balancer without affinity. One instance
-	// does not need it (its own write-through drops its own cached
-	// ranges). It costs a shared round trip per cached read
+	// does not need it (its own PostCreated drops its own cached
+	// marker). It costs a shared round trip per cached read
 	// (FEED_READ_CACHE_BARRIER; docs/queries.md, Read cache).
 	ReadCacheBarrier bool
 	// RedisBreakerFailures is how many consecutive Redis connection
-	// failures open a circuit (reads and the write-through each have one;
+	// failures open a circuit (reads and the post commands' writes each
+	// have one;
 	// default 3).
 	RedisBreakerFailures int
 	// RedisBreakerOpen is how long an open circuit skips Redis before one
@@ -176,7 +159,6 @@ func (c Config) Policy() readmodel.Policy {
 		ActivityWriteInterval: c.ActivityWriteInterval,
 		InactiveAfter:         c.InactiveAfter,
 		InboxTTLMargin:        c.InboxTTLMargin,
-		InboxLayout:           c.InboxLayout,
 	}
 }
 
@@ -190,7 +172,6 @@ func (c Config) WithPolicy(p readmodel.Policy) Config {
 	c.ActivityWriteInterval = p.ActivityWriteInterval
 	c.InactiveAfter = p.InactiveAfter
 	c.InboxTTLMargin = p.InboxTTLMargin
-	c.InboxLayout = p.InboxLayout
 	return c
 }
 
@@ -199,7 +180,6 @@ func (c Config) withDefaults() Config {
 	c.CelebrityCacheTTL = cmp.Or(c.CelebrityCacheTTL, 3*time.Second)
 	c.RefreshSettle = cmp.Or(c.RefreshSettle, 8*time.Second)
 	c.TimelineCacheSize = cmp.Or(c.TimelineCacheSize, 200)
-	c.OwnPostsWindow = cmp.Or(c.OwnPostsWindow, time.Minute)
 	c.RebuildTimeout = cmp.Or(c.RebuildTimeout, 10*time.Second)
 	c.RebuildConcurrency = cmp.Or(c.RebuildConcurrency, 4)
 	c.PostCacheSize = cmp.Or(c.PostCacheSize, 100_000)
@@ -228,8 +208,6 @@ func (c Config) Validate() error {
 		return fmt.Errorf("queries: TimelineCacheSize %d must be at least %d", c.TimelineCacheSize, MaxLimit+1)
 	case c.InactiveAfter-c.InboxTTLMargin < c.ActivityWriteInterval:
 		return fmt.Errorf("queries: InboxTTLMargin %v must be positive and leave InactiveAfter %v minus it at least ActivityWriteInterval", c.InboxTTLMargin, c.InactiveAfter)
-	case c.OwnPostsWindow <= 0:
-		return fmt.Errorf("queries: OwnPostsWindow %v must be positive", c.OwnPostsWindow)
 	case c.RebuildTimeout <= 0 || c.RebuildConcurrency < 1:
 		return fmt.Errorf("queries: RebuildTimeout %v and RebuildConcurrency %d must be positive", c.RebuildTimeout, c.RebuildConcurrency)
 	case c.PostCacheSize < 2*(MaxLimit+1):
@@ -291,7 +269,7 @@ type Feed struct {
 
 	// the read models, under cfg.Keys (live versions); the inboxes
 	// through view (inboxes(), inbox_view.go), which follows the inbox
-	// version's layout and bound from live (nil with fixed versions)
+	// version's bound from live (nil with fixed versions)
 	live    *readmodel.LiveVersions
 	view    atomic.Pointer[inboxView]
 	tl      readmodel.Timelines
@@ -305,12 +283,10 @@ type Feed struct {
 
 	celebs    celebrityCache
 	posts     *postCache
-	recent    recentSet // failed write-throughs: read-your-writes fallback (OwnPostsWindow)
 	timelines timelineCache
 	activity  recentSet // activity writes of this process (ActivityWriteInterval)
 	flights   rebuildFlights
 	bg        sync.WaitGroup // background rebuilds and activity writes
-	ownHints  *ownPostHints  // nil without Config.OwnPostsHints
 	deletions deletionFeed   // post deletions from the event log (deletion_feed.go)
 	hints     *followHints   // per reader, the authors to ask about in the first pipeline
 	cache     *readCache     // per-reader Redis reads (read_cache.go); nil when off
@@ -364,7 +340,7 @@ func New(cfg Config, db DB, rdb redis.UniversalClient) (*Feed, error) {
 		tl:      readmodel.NewTimelines(cfg.Keys, readmodel.DefaultTimelineMax),
 		follows: readmodel.NewFollows(cfg.Keys), bodies: readmodel.NewPostCache(cfg.Keys)}
 	if live == nil {
-		f.view.Store(newInboxView(cfg.Keys, cfg.Keys.Version(readmodel.ProjectionFollowers), readmodel.VersionRecord{}, cfg.Policy()))
+		f.view.Store(newInboxView(db, rdb, cfg.Keys, cfg.Keys.Version(readmodel.ProjectionFollowers), readmodel.VersionRecord{}, cfg.Policy()))
 	}
 	f.inboxes()
 	f.celebs.ttl = cfg.CelebrityCacheTTL
@@ -373,7 +349,6 @@ func New(cfg Config, db DB, rdb redis.UniversalClient) (*Feed, error) {
 	f.activity.window = cfg.ActivityWriteInterval
 	f.posts = newPostCache(cfg.PostCacheSize, cfg.PostCacheTTL)
 	f.hints = newFollowHints(followHintUsers)
-	f.recent.window = cfg.OwnPostsWindow
 	f.deletions = deletionFeed{interval: cfg.DeletionPollInterval, scanLimit: deletionScanLimit, wake: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{})}
 	f.readCircuit = newBreaker("reads", cfg.RedisBreakerFailures, cfg.RedisBreakerOpen, readFailed, cfg.Logger, m.Circuits)
@@ -384,9 +359,6 @@ func New(cfg Config, db DB, rdb redis.UniversalClient) (*Feed, error) {
 	if err := m.registerReadCache(cfg.Registerer, f.cache); err != nil {
 		f.cache.close()
 		return nil, err
-	}
-	if cfg.OwnPostsHints != nil {
-		f.ownHints = startOwnPostHints(f, cfg.OwnPostsHints)
 	}
 	return f, nil
 }
@@ -403,7 +375,6 @@ func (f *Feed) Close() {
 		close(d.stop)
 	}
 	<-d.done
-	f.ownHints.close()
 	f.bg.Wait()
 	f.cache.close()
 }

@@ -87,7 +87,7 @@ import (
 //     live on a node that never tracked them for us.
 //   - Entries also expire after maxAge (a minute), a bound on any staleness
 //     a lost invalidation could cause.
-//   - Writes by this process (PostCreated's write-through, a cold rebuild)
+//   - Writes by this process (PostCreated's newest-post marker, a cold rebuild)
 //     invalidate their keys here synchronously, so read-your-writes does
 //     not wait for the invalidation message; writes by other processes
 //     (the projectors) become visible when their invalidation arrives,

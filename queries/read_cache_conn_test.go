@@ -170,10 +170,7 @@ func TestReadCacheInvalidationArrivingSlowly(t *testing.T) {
 	// ping intervals. (With the old read deadline this lost the
 	// invalidation in 6 of 6 runs; held for 2 intervals, it ended the
 	// generation instead, flushing the whole cache.)
-	key := b.inboxKey(u)
-	if b.packed() {
-		key += "+" // addToInbox appends to the buffer
-	}
+	key := b.inboxKey(u) + "+" // addToInbox appends to the buffer
 	d.of(b, u).holdFrom([]byte("$"+strconv.Itoa(len(key))+"\r\n"+key+"\r\n"), readCachePing*6/5)
 	k := addToInbox(b, otherClient(b), u, a, base+10)
 	if err := b.feed.cache.sync(b.ctx); err != nil {
@@ -232,10 +229,7 @@ func TestReadCacheReadWaitsForInvalidationInFlight(t *testing.T) {
 	t.Parallel()
 	d := &slowDialer{}
 	b, u, a := cachedFeedWith(t, Config{invalDial: d.dial, ReadCacheBarrier: true})
-	key := b.inboxKey(u)
-	if b.packed() {
-		key += "+" // addToInbox appends to the buffer
-	}
+	key := b.inboxKey(u) + "+" // addToInbox appends to the buffer
 	items := 3
 	for round := range 3 {
 		for attempt := 1; ; attempt++ {

@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/internal/redisinfo"
 	"github.com/feedco/feed/internal/snowflake"
 	"github.com/feedco/feed/readmodel"
@@ -181,7 +182,7 @@ func BenchmarkHomeClientSideCache(b *testing.B) {
 							}
 							if i++; writes && i%10 == 0 {
 								appended.Add(1)
-								if err := bb.rdb.Append(ctx, bb.keys.PackedInbox(next())+"+", old).Err(); err != nil {
+								if err := bb.rdb.Append(ctx, inboxBuffer(bb.keys, next()), old).Err(); err != nil {
 									b.Error(err)
 									return
 								}
@@ -255,7 +256,7 @@ func cscBenchData(b *testing.B) (*bundle, []int64, int64) {
 	r := testenv.NewRedis(b)
 	keys := readmodel.Keys{Prefix: r.Prefix}
 	ctx := context.Background()
-	bb := &bundle{t: b, ctx: ctx, db: db, rdb: r.Client, keys: keys, layout: readmodel.InboxLayoutPacked}
+	bb := &bundle{t: b, ctx: ctx, db: db, rdb: r.Client, keys: keys}
 	bb.exec(`INSERT INTO users (name) SELECT 'u' || g FROM generate_series(1, 250) g`)
 	bb.exec(`INSERT INTO posts (id, author_id, content, created_at)
 SELECT (((extract(epoch FROM t) * 1000)::bigint - $1) << 22) | g, 1 + g % 50, 'post ' || g, t
@@ -339,4 +340,10 @@ func (h cscPipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 var cscCacheable = map[string]bool{
 	"get": true, "getrange": true, "mget": true, "zrevrangebyscore": true, "zrangebyscore": true,
 	"zrange": true, "zscore": true, "hexists": true, "hget": true, "smismember": true, "sismember": true,
+}
+
+// inboxBuffer is user's inbox push buffer, the key a push appends to.
+func inboxBuffer(keys readmodel.Keys, user int64) string {
+	_, buf := homefeed.NewInboxes(keys, readmodel.Policy{}).Keys(user)
+	return buf
 }

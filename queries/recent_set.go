@@ -6,10 +6,9 @@ import (
 )
 
 // recentSet remembers, per process, when something last happened to each
-// id, for window: the activity writes (at most one per user per interval)
-// and the failed write-throughs (probe PostgreSQL for that author until the
-// window has passed). Every home read asks both, so the ids are split over
-// shards, each with its own lock. It stays bounded: past 100,000 ids (over
+// id, for window: the activity writes (at most one per user per
+// interval). Every home read asks it, so the ids are split over shards,
+// each with its own lock. It stays bounded: past 100,000 ids (over
 // all shards), expired ones are dropped.
 type recentSet struct {
 	window time.Duration

@@ -1,6 +1,7 @@
 package queries
 
 import (
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/readmodel"
 )
 
@@ -20,7 +21,7 @@ func setResultOf(r readmodel.SetRead) (setResult, error) {
 
 // packedResultOf turns a queued packed inbox read into a setResult once
 // its pipeline ran.
-func packedResultOf(r readmodel.PackedRead) (setResult, error) {
+func packedResultOf(r homefeed.Read) (setResult, error) {
 	p, err := r.Result()
 	if err != nil {
 		return setResult{}, err

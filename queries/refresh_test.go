@@ -72,14 +72,14 @@ func TestRefreshSeesEveryPostAboveFirstPageOnce(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			eachLayout(t, func(t *testing.T, layout string) { testRefreshSeesEveryPostOnce(t, layout, cold) })
+			testRefreshSeesEveryPostOnce(t, cold)
 		})
 	}
 }
 
-func testRefreshSeesEveryPostOnce(t *testing.T, layout string, cold bool) {
+func testRefreshSeesEveryPostOnce(t *testing.T, cold bool) {
 	const settle = 1500 * time.Millisecond
-	b := setup(t, Config{InboxLayout: layout, CelebrityCacheTTL: 100 * time.Millisecond, RefreshSettle: settle})
+	b := setup(t, Config{CelebrityCacheTTL: 100 * time.Millisecond, RefreshSettle: settle})
 	u, a, c, star, gone, stranger := b.user(), b.user(), b.user(), b.user(), b.user(), b.user()
 	for _, f := range []int64{a, c, star, gone} {
 		b.follow(u, f)
@@ -179,8 +179,8 @@ func testRefreshSeesEveryPostOnce(t *testing.T, layout string, cold bool) {
 // asks PostgreSQL upwards, and shows the same page.
 func TestRefreshPastScanFromPostgres(t *testing.T) {
 	t.Parallel()
-	eachLayout(t, func(t *testing.T, layout string) {
-		b := setup(t, Config{InboxLayout: layout})
+	func() {
+		b := setup(t, Config{})
 		u, a := b.user(), b.user()
 		b.follow(u, a)
 		for i := range 30 {
@@ -207,7 +207,7 @@ func TestRefreshPastScanFromPostgres(t *testing.T) {
 				t.Errorf("scan %d over %d posts: page read upwards from PostgreSQL %v", scan, len(truth), fromPG)
 			}
 		}
-	})
+	}()
 }
 
 // The author's posts refresh the same way, from the timeline and from

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"github.com/jackc/pgx/v5"
 	"math"
 	"slices"
 	"strconv"
@@ -19,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/feedco/feed/events"
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/internal/snowflake"
 	"github.com/feedco/feed/readmodel"
 	"github.com/feedco/feed/testkit/testenv"
@@ -35,13 +37,10 @@ type bundle struct {
 	rdb   redis.UniversalClient
 	keys  readmodel.Keys
 	reg   *prometheus.Registry
-	next  int64
 	names int
-	// layout is the inbox layout (Config.InboxLayout, defaulted: packed).
-	// With the packed one, post ids are Snowflakes of their millisecond
-	// (pseq numbers them), as the write side's.
-	layout string
-	pseq   int64
+	// Post ids are Snowflakes of their millisecond (pseq numbers them), as
+	// the write side's: an inbox orders by id.
+	pseq int64
 }
 
 func setup(t *testing.T, cfg Config) *bundle {
@@ -73,69 +72,35 @@ func setupOn(t *testing.T, cfg Config, r *testenv.Redis) *bundle {
 	}
 	// Snowflake-sized ids, with some of other lengths below (ties in one
 	// millisecond must order numerically, not as Redis orders bytes).
-	return &bundle{t: t, ctx: context.Background(), feed: f, db: db, rdb: r.Client, keys: cfg.Keys, reg: reg, next: 7_000_000_000_000_000_000,
-		layout: cfg.Policy().WithDefaults().InboxLayout}
+	return &bundle{t: t, ctx: context.Background(), feed: f, db: db, rdb: r.Client, keys: cfg.Keys, reg: reg}
 }
 
-// eachLayout runs f as a parallel subtest per inbox layout; f passes the
-// layout to setup in Config.InboxLayout.
-func eachLayout(t *testing.T, f func(t *testing.T, layout string)) {
-	t.Helper()
-	for _, l := range []string{readmodel.InboxLayoutZset, readmodel.InboxLayoutPacked} {
-		t.Run(l, func(t *testing.T) {
-			t.Parallel()
-			f(t, l)
-		})
-	}
-}
-
-func (b *bundle) packed() bool { return b.layout == readmodel.InboxLayoutPacked }
-
-// inboxKey is user's inbox key in the bundle's layout (a packed inbox's
-// sealed string; its buffer is the same name plus "+").
-func (b *bundle) inboxKey(user int64) string {
-	if b.packed() {
-		return b.keys.PackedInbox(user)
-	}
-	return b.keys.Inbox(user)
-}
+// inboxKey is user's inbox key (its sealed string; its buffer is the same
+// name plus "+").
+func (b *bundle) inboxKey(user int64) string { return homefeed.Key(b.keys, user) }
 
 // pushInbox adds k to user's inbox as a push does (a packed inbox: APPENDed
 // to its buffer).
 func (b *bundle) pushInbox(user int64, k key) {
 	b.t.Helper()
-	var err error
-	if b.packed() {
-		err = b.rdb.Append(b.ctx, b.keys.PackedInbox(user)+"+", string(binary.BigEndian.AppendUint64(nil, uint64(k.id)))).Err()
-	} else {
-		err = b.rdb.ZAdd(b.ctx, b.keys.Inbox(user), zs([]key{k})...).Err()
-	}
-	if err != nil {
+	if err := b.rdb.Append(b.ctx, homefeed.Key(b.keys, user)+"+", string(binary.BigEndian.AppendUint64(nil, uint64(k.id)))).Err(); err != nil {
 		b.t.Fatal(err)
 	}
 }
 
 // postSeq is a post in ms whose id orders by seq within the millisecond:
-// seq itself with the sorted set (ids of other lengths, which Redis
-// orders as bytes), a Snowflake of ms with sequence seq with the packed
-// layout (whose ids must be Snowflakes of their millisecond).
+// a Snowflake of ms with sequence seq (an inbox's ids must be Snowflakes
+// of their millisecond).
 func (b *bundle) postSeq(author, ms, seq int64) key {
 	b.t.Helper()
-	if b.packed() {
-		return b.postID(author, ms, (ms-snowflake.Epoch.UnixMilli())<<22|seq&(1<<22-1))
-	}
-	return b.postID(author, ms, seq)
+	return b.postID(author, ms, (ms-snowflake.Epoch.UnixMilli())<<22|seq&(1<<22-1))
 }
 
-// setInbox writes user's inbox in the bundle's layout: keys (newest
-// first), ~built, and ~floor (floor < 0: none). A packed inbox holds only
-// the keys above the floor, as its writers leave it.
+// setInbox writes user's inbox: keys (newest first), ~built, and ~floor
+// (floor < 0: none). It holds only the keys above the floor, as its
+// writers leave it.
 func (b *bundle) setInbox(user int64, keys []key, built bool, floor int64) {
 	b.t.Helper()
-	if !b.packed() {
-		b.setZ(b.keys.Inbox(user), keys, built, floor)
-		return
-	}
 	var ids []int64
 	for _, k := range keys {
 		if floor < 0 || k.ms > floor {
@@ -155,7 +120,7 @@ func (b *bundle) setInbox(user int64, keys []key, built bool, floor int64) {
 	if built {
 		h[0] = 1
 	}
-	sk := b.keys.PackedInbox(user)
+	sk := homefeed.Key(b.keys, user)
 	pipe := b.rdb.TxPipeline()
 	pipe.Del(b.ctx, sk+"+")
 	pipe.Set(b.ctx, sk, append(v, h[:]...), 0)
@@ -164,30 +129,11 @@ func (b *bundle) setInbox(user int64, keys []key, built bool, floor int64) {
 	}
 }
 
-// inboxState reads user's inbox in the bundle's layout: its post ids
+// inboxState reads user's inbox: its post ids
 // (newest first, whatever the floor), ~floor (nil: none) and ~built.
 func (b *bundle) inboxState(user int64) (ids []int64, floor *int64, built bool) {
 	b.t.Helper()
-	if !b.packed() {
-		members, err := b.rdb.ZRevRangeWithScores(b.ctx, b.keys.Inbox(user), 0, -1).Result()
-		if err != nil {
-			b.t.Fatal(err)
-		}
-		for _, z := range members {
-			switch m := z.Member.(string); m {
-			case readmodel.SentinelBuilt:
-				built = true
-			case readmodel.SentinelFloor:
-				f := int64(z.Score)
-				floor = &f
-			default:
-				id, _ := strconv.ParseInt(m, 10, 64)
-				ids = append(ids, id)
-			}
-		}
-		return ids, floor, built
-	}
-	sk := b.keys.PackedInbox(user)
+	sk := homefeed.Key(b.keys, user)
 	sealed, buf := b.rdb.Get(b.ctx, sk).Val(), b.rdb.Get(b.ctx, sk+"+").Val()
 	body := buf
 	if len(sealed) >= 8 {
@@ -251,12 +197,8 @@ func (b *bundle) unfollow(follower, followee int64) {
 // post writes a post row only (no projector has seen it yet).
 func (b *bundle) post(author, ms int64) key {
 	b.t.Helper()
-	b.next += 1 + b.next%7
-	k := key{ms: ms, id: b.next}
-	if b.packed() {
-		b.pseq++
-		k.id = (ms-snowflake.Epoch.UnixMilli())<<22 | b.pseq&(1<<22-1)
-	}
+	b.pseq++
+	k := key{ms: ms, id: (ms-snowflake.Epoch.UnixMilli())<<22 | b.pseq&(1<<22-1)}
 	b.exec(`INSERT INTO posts (id, author_id, content, created_at) VALUES ($1, $2, $3, $4)`,
 		k.id, author, fmt.Sprint("post ", k.id), time.UnixMilli(ms).UTC())
 	return k
@@ -593,4 +535,25 @@ func readOnlyCmd(name string) bool {
 		return true
 	}
 	return false
+}
+
+// authorQueries counts the Feed's reads of one author's posts from
+// PostgreSQL (authorSQL: the newest-post marker's probe, author pages).
+type authorQueries struct {
+	DB
+	n atomic.Int64
+}
+
+func (q *authorQueries) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if sql == authorSQL {
+		q.n.Add(1)
+	}
+	return q.DB.Query(ctx, sql, args...)
+}
+
+// countQueries counts b.feed's authorSQL queries from now on.
+func countQueries(b *bundle) *authorQueries {
+	q := &authorQueries{DB: b.feed.db}
+	b.feed.db = q
+	return q
 }

@@ -34,8 +34,6 @@ func TestScriptKeysShareASlot(t *testing.T) {
 			tag := slot("{" + strconv.FormatInt(u, 10) + "}")
 			groups := map[string][]string{
 				"followingScript, rebuiltFollowingScript": {keys.Following(u), keys.FollowingVersions(u)},
-				"packedMergeScript, packedRemoveScript":   {keys.PackedInbox(u), keys.PackedInbox(u) + "+"},
-				"trimScript, WriteRebuilt's MULTI":        {keys.Inbox(u)},
 				"followerCountScript":                     {keys.Followers(u)},
 				"boundedAddScript on a timeline":          {keys.Timeline(u)},
 			}

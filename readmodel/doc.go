@@ -1,17 +1,19 @@
-// Package readmodel owns the Redis read models: every key name, Lua
-// script, sentinel, TTL, trim and bound rule of the inboxes, the author
+// Package readmodel owns the Redis read models but the inboxes: every key
+// name, Lua script, sentinel, TTL, trim and bound rule of the author
 // timelines, the follower sets and counts, the celebrity set, the post
-// cache, the projection version registry and the rebuild status key. The
-// projectors that write them, the query side that reads them and `feed
-// rebuild` call its operations, so they agree, and a change of a read
-// model's Redis layout touches this package only.
+// cache, the projection version registry and the rebuild status key, and
+// the feed policy, the namespaces and versions every read model's keys
+// live in. The projectors that write them, the query side that reads them
+// and `feed rebuild` call its operations, so they agree, and a change of a
+// read model's Redis layout touches this package only. The home feed's
+// inboxes are owned by package homefeed, which names its keys through
+// Keys.Tagged and registers them for Classify (RegisterFamily).
 //
 // Operations that share a round trip with others are queued on the
 // caller's pipeline (QueueX methods taking a redis.Pipeliner); pipelines
 // that may hold a script by SHA run with Exec, which loads the scripts on
 // NOSCRIPT. The feed Policy (policy.go) is the one set of rules (celebrity
-// threshold, inbox bound and trim band, inbox layout, inactivity window,
-// inbox TTL) the writers and readers share; cmd/feed builds it once and
+// threshold, inbox bound and trim band, inactivity window, inbox TTL) the writers and readers share; cmd/feed builds it once and
 // resolves it against the active versions' record (ResolvePolicy).
 //
 // # Keys
@@ -23,20 +25,19 @@
 // PostgreSQL's, version_store.go, followed by LiveVersions in
 // live_versions.go). `{...}` is
 // a Redis Cluster hash tag: the keys of one account share a slot, and
-// every script touches one slot. Members of inbox and timeline sorted sets
-// are decimal post ids scored by created_at in epoch milliseconds.
+// every script touches one slot. Members of timeline sorted sets are
+// decimal post ids scored by created_at in epoch milliseconds; inboxes
+// hold 8-byte post ids.
 //
 //	key pattern         | type   | hash tag | file           | writers                                                                                                 | readers                                                                                      | markers and TTL
 //	--------------------+--------+----------+----------------+---------------------------------------------------------------------------------------------------------+----------------------------------------------------------------------------------------------+-------------------------------------------------------------
-//	feed:{u}            | zset   | {u}      | inbox.go,      | projections.Inbox (push: QueuePush, QueuePushExact, QueueCheck, QueueTrim; follow and celebrity        | queries (home read: Inboxes.QueueRead); projections.Inbox.removeAuthor (Posts); bench       | ~built (+inf): built complete and maintained, else cold;
-//	                    |        |          | build.go       | backfills: QueueBackfill; unfollow: Posts, Remove; deletions: QueueRemove); projections BuildInboxes   | (RawRead, encodings)                                                                         | ~floor F: complete only above F. TTL Policy.InboxTTL: set by
-//	                    |        |          |                | (RestoreBuildWriter / ZaddBuildWriter); queries (cold rebuild: WriteRebuilt; activity: Touch)           |                                                                                              | Touch, WriteRebuilt, the builds; EXPIRE NX by pushes
-//	pfeed:{u} (default) | string | {u}      | packed.go      | projections.Inbox (push: PushAll; backfills: QueueBackfill; unfollow: Posts, Remove; deletions:         | queries (home read: PackedInboxes.QueueRead); projections.Inbox.removeAuthor (Posts)         | sealed ids + 8-byte header (~built, ~floor); pfeed:{u}+ the
-//	and pfeed:{u}+      |        |          |                | QueueRemove); projections BuildInboxes (BuildWriter); queries (WriteRebuilt, Touch)                     |                                                                                              | push buffer, merged every PackedMergeAt. TTL Policy.InboxTTL
-//	timeline:{a}        | zset   | {a}      | timeline.go,   | projections.Timelines (Add, Remove); projections BuildTimelines (QueueBuilt); queries.PostCreated      | queries (home read of the caller's own timeline: QueueRead; celebrity timelines and author  | ~built: only from a build (BuildTimelines, WriteRebuilt), else
-//	                    |        |          | build.go       | (QueueOwnPost, the write-through of a new post); queries (rebuild: WriteRebuilt)                        | pages: QueueRange)                                                                           | not known; ~floor when cut at TimelineMax. No TTL
+//	pfeed:{u}           | string | {u}      | homefeed       | homefeed.Manager only, called by projections.Inbox (Push, Followed, CrossDown, Unfollowed,              | queries (home read: homefeed.Inboxes.QueueRead); homefeed.Manager.RemoveAuthor               | sealed ids + 8-byte header (~built, ~floor); pfeed:{u}+ the
+//	and pfeed:{u}+      |        |          | (owner)        | RemoveAuthor, RemoveDeleted), `feed rebuild inbox` (Build) and queries (RebuildUser, MarkActive)        |                                                                                              | push buffer, merged every homefeed.MergeAt. TTL Policy.InboxTTL
+//	timeline:{a}        | zset   | {a}      | timeline.go,   | projections.Timelines (Add, Remove); projections BuildTimelines (QueueBuilt);                         | queries (home read of the caller's own timeline: QueueRead; celebrity timelines and author  | ~built: only from a build (BuildTimelines, WriteRebuilt), else
+//	                    |        |          | build.go       | queries (rebuild: WriteRebuilt)                                                                         | pages: QueueRange)                                                                           | not known; ~floor when cut at TimelineMax. No TTL
+//	newest:{a}          | string | {a}      | timeline.go    | queries.PostCreated (MarkNewest: the API's mark of a post it committed); projections.Timelines (Add)    | queries (home read of the caller's own: QueueNewest)                                        | the author's newest post id, read-your-writes. TTL NewestTTL
 //	post:{p}            | string | {p}      | posts.go       | projections.Posts (Create: SET NX; Edit: newer version only; Set: tombstone); BuildPosts (QueueSet);   | queries (hydration: QueueGet, MGET on one node, GETs on a cluster)                           | JSON Post; a tombstone (deleted, no content) is final. No TTL
-//	                    |        |          |                | queries.PostCreated (QueueCreate), queries.PostEdited (QueueEdit)                                       |                                                                                              |
+//	                    |        |          |                | queries.PostEdited (QueueEdit)                                                                          |                                                                                              |
 //	followers:{a}       | hash   | {a}      | followers.go   | projections.Followers.ApplyBatch (QueueApply: followerCountScript); BuildFollowers                     | none on the read path (counts come with the events); CountOf                                 | field count; per follower the last applied pair version;
 //	                    |        |          |                | (QueueBuildFollowers)                                                                                    |                                                                                              | ~built from the bulk build only. No TTL
 //	following:{u}       | set    | {u}      | followers.go   | projections.Followers.ApplyBatch (QueueApply: followingScript); BuildFollowers (QueueBuildFollowing)    | queries (home read: QueueFollows; hydration: QueueFollows,                                  | complete only when following_v:{u} has ~built. No TTL
@@ -60,7 +61,7 @@
 //
 // The hash tag of each family is chosen on purpose (docs/architecture.md,
 // "Redis Cluster: hash tags per key family"): the reader for inboxes
-// (feed:{u}, pfeed:{u} and its buffer pfeed:{u}+, which packedMergeScript
+// (pfeed:{u} and its buffer pfeed:{u}+, which homefeed's merge script
 // names together), the author for timelines, the followee for
 // followers:{a}, the follower for following:{u} and following_v:{u}
 // (followingScript and rebuiltFollowingScript name both), the post for
@@ -100,20 +101,17 @@
 // present for a while (late plain pushes) and are ignored by readers;
 // removals (unfollow, deletions) leave it alone.
 //
-// # The packed inbox (the default layout)
+// # The inboxes
 //
-// PackedInboxes (packed.go) is the default inbox layout
-// (Policy.InboxLayout): `pfeed:{u}`, a string of 8-byte post ids, oldest
-// first, with an 8-byte header for ~built and ~floor at its end, and
-// `pfeed:{u}+`, the append buffer of pushes, merged into it by
-// packedMergeScript every PackedMergeAt ids. The sorted set `feed:{u}`
-// (Inboxes) is the other; InboxStore is what both offer alike.
-// BenchmarkInboxLayouts measures them side by side, and
-// TestPackedMatchesSortedSet checks that they answer the same pages.
+// Package homefeed owns them (`pfeed:{u}`, a string of 8-byte post ids
+// with an 8-byte header for ~built and ~floor, and `pfeed:{u}+`, the
+// append buffer of pushes): their keys, scripts and every rule of what an
+// inbox holds. It uses this package's Keys (Tagged), Policy, sentinels
+// and versions; this package does not import it.
 //
 // # The policy of a version
 //
-// The layout, InboxMax and the celebrity threshold belong to the active
+// InboxMax and the celebrity threshold belong to the active
 // inbox version (the threshold to the followers version too): they are
 // recorded in projection_versions (ActivateVersion at a switch,
 // ResolvePolicy at a fresh deployment's first start) and every writer
@@ -122,13 +120,4 @@
 // (LiveVersions.Active gives a version and its record together), and a
 // process's start by ResolvePolicy, the one rule that adopts the record
 // for an unset variable and refuses a different explicit one.
-//
-// # The inbox bulk build
-//
-// RestoreBuildWriter writes each built inbox as one RESTORE of a
-// hand-serialised listpack (listpack.go), because a ZADD of n members
-// into a listpack costs Redis O(n²); ZaddBuildWriter is the plain version
-// beside it, and the fallback. BenchmarkBuildInboxRestoreVsZadd measures
-// both; TestBuildWritersAgree and TestListpackPayloadMatchesZADD check
-// that they write the same sets.
 package readmodel

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -273,4 +274,44 @@ func (m Follows) CountOf(ctx context.Context, rdb redis.Cmdable, followee int64)
 		}
 	}
 	return n, vs[1] != nil, nil
+}
+
+// followingSnapshotSQL is user's followees and muted accounts now, each
+// with its pair stream's version and whether it is a mute pair (one
+// statement: one snapshot; the version is read by the events table's
+// (stream_id, stream_version) key). A follows or mutes row without its
+// event (a database filled by other means than the commands) counts as the
+// pair's first Followed or Muted.
+const followingSnapshotSQL = `
+SELECT f.followee_id,
+       coalesce((SELECT max(e.stream_version) FROM events e
+                 WHERE e.stream_id = 'follow-' || $1::bigint || '-' || f.followee_id), 1), false
+FROM follows f WHERE f.follower_id = $1
+UNION ALL
+SELECT m.muted_id,
+       coalesce((SELECT max(e.stream_version) FROM events e
+                 WHERE e.stream_id = 'mute-' || $1::bigint || '-' || m.muted_id), 1), true
+FROM mutes m WHERE m.muter_id = $1`
+
+// RebuildFollowing rebuilds user's following state from PostgreSQL, for a
+// read that found it not built: user's followees and mutes as PostgreSQL
+// has them, merged into following:{u} and following_v:{u}, then ~built
+// (WriteRebuiltFollowing says why this is right whatever the projector
+// applies meanwhile).
+func (m Follows) RebuildFollowing(ctx context.Context, db VersionQuerier, rdb redis.UniversalClient, user int64) error {
+	rows, err := db.Query(ctx, followingSnapshotSQL, user)
+	if err != nil {
+		return fmt.Errorf("read following of %d: %w", user, err)
+	}
+	pairs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (FollowPair, error) {
+		var p FollowPair
+		return p, r.Scan(&p.Followee, &p.Version, &p.Mute)
+	})
+	if err != nil {
+		return fmt.Errorf("read following of %d: %w", user, err)
+	}
+	if err := m.WriteRebuiltFollowing(ctx, rdb, user, pairs); err != nil {
+		return fmt.Errorf("write rebuilt following of %d: %w", user, err)
+	}
+	return nil
 }

@@ -2,7 +2,6 @@ package readmodel
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -49,15 +48,6 @@ func (h Holding) String() string {
 	return s
 }
 
-// InspectInbox reads user's whole inbox in the layout of pol and says
-// whether it holds post.
-func InspectInbox(ctx context.Context, rdb redis.Cmdable, keys Keys, pol Policy, user, post int64) (Holding, error) {
-	if pol.WithDefaults().InboxLayout == InboxLayoutPacked {
-		return inspectPacked(ctx, rdb, NewPackedInboxes(keys, pol), user, post)
-	}
-	return inspectSortedSet(ctx, rdb, keys.Inbox(user), post)
-}
-
 // InspectTimeline says whether author's timeline holds post.
 func InspectTimeline(ctx context.Context, rdb redis.Cmdable, keys Keys, author, post int64) (Holding, error) {
 	return inspectSortedSet(ctx, rdb, keys.Timeline(author), post)
@@ -101,39 +91,6 @@ func inspectSortedSet(ctx context.Context, rdb redis.Cmdable, key string, post i
 	if floor.Err() == nil {
 		f := int64(floor.Val())
 		h.Floor = &f
-	}
-	return h, nil
-}
-
-func inspectPacked(ctx context.Context, rdb redis.Cmdable, m PackedInboxes, user, post int64) (Holding, error) {
-	sk, bk := m.Keys(user)
-	pipe := rdb.Pipeline()
-	sc := pipe.Get(ctx, sk)
-	bc := pipe.Get(ctx, bk)
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return Holding{}, fmt.Errorf("inspect packed inbox of %d: %w", user, err)
-	}
-	s, b := sc.Val(), bc.Val()
-	var h Holding
-	h.Exists = sc.Err() == nil || bc.Err() == nil
-	var ids []int64
-	if len(s) >= packedHeader {
-		hd := s[len(s)-packedHeader:]
-		h.Built = hd[0] == 1
-		if hd[1] == 1 {
-			var x [8]byte
-			copy(x[2:], hd[2:8])
-			f := int64(binary.BigEndian.Uint64(x[:]))
-			h.Floor = &f
-		}
-		ids = appendIDs(ids, s[:len(s)-packedHeader])
-	}
-	ids = appendIDs(ids, b)
-	for _, id := range ids {
-		if id == post {
-			h.Holds = true
-			break
-		}
 	}
 	return h, nil
 }

@@ -58,6 +58,20 @@ func (k Keys) tagged(projection, name string, v int64, suffix string) string {
 	return string(k.appendTagged(a[:0], projection, name, v, suffix))
 }
 
+// Tagged is the key of family name (its prefix, e.g. "timeline:") for v
+// in projection's namespace, with v as its hash tag: ns + name + "{" + v +
+// "}" + suffix. It is how the owner of a read model outside this package
+// (the home feed's, homefeed) names its keys; a family so named is
+// registered with RegisterFamily for Classify.
+func (k Keys) Tagged(projection, name string, v int64, suffix string) string {
+	return k.tagged(projection, name, v, suffix)
+}
+
+// AppendTagged appends Tagged(projection, name, v, suffix) to b.
+func (k Keys) AppendTagged(b []byte, projection, name string, v int64, suffix string) []byte {
+	return k.appendTagged(b, projection, name, v, suffix)
+}
+
 // appendTagged appends tagged(projection, name, v, suffix) to b.
 func (k Keys) appendTagged(b []byte, projection, name string, v int64, suffix string) []byte {
 	b = k.appendNS(b, projection)
@@ -68,18 +82,16 @@ func (k Keys) appendTagged(b []byte, projection, name string, v int64, suffix st
 	return append(b, suffix...)
 }
 
-// Inbox is a user's home-feed sorted set: member post id, score created_at ms.
-func (k Keys) Inbox(userID int64) string { return k.tagged(ProjectionInbox, "feed:", userID, "") }
-
-// PackedInbox is a user's inbox in the packed layout (packed.go): the
-// sealed string; its append buffer is the same name plus "+".
-func (k Keys) PackedInbox(userID int64) string {
-	return k.tagged(ProjectionInbox, "pfeed:", userID, "")
-}
-
-// Timeline is an author's recent posts, same member and score as the inbox.
+// Timeline is an author's recent posts: member post id, score created_at ms.
 func (k Keys) Timeline(authorID int64) string {
 	return k.tagged(ProjectionTimelines, "timeline:", authorID, "")
+}
+
+// Newest is an author's newest-post marker (Timelines.MarkNewest): the id
+// of the post the API committed last, for read-your-writes until the
+// timelines projector has written it. Same hash tag as the timeline.
+func (k Keys) Newest(authorID int64) string {
+	return k.tagged(ProjectionTimelines, "newest:", authorID, "")
 }
 
 // Post is the cached post body (JSON) used to hydrate feed pages.

@@ -15,8 +15,7 @@ func TestKeyNames(t *testing.T) {
 			ns += "v" + strconv.Itoa(ver) + ":"
 		}
 		for _, c := range []struct{ got, want string }{
-			{k.Inbox(42), ns + "feed:{42}"},
-			{k.PackedInbox(1234567890123), ns + "pfeed:{1234567890123}"},
+			{k.Tagged(ProjectionInbox, "x:", 1234567890123, "+"), ns + "x:{1234567890123}+"},
 			{k.Timeline(7), ns + "timeline:{7}"},
 			{k.Post(99), ns + "post:{99}"},
 			{k.Followers(5), ns + "followers:{5}"},
@@ -26,10 +25,6 @@ func TestKeyNames(t *testing.T) {
 			if c.got != c.want {
 				t.Errorf("version %d: key %q, want %q", ver, c.got, c.want)
 			}
-		}
-		sealed, buf := NewPackedInboxes(k, Policy{}).Keys(-8)
-		if want := ns + "pfeed:{-8}"; sealed != want || buf != want+"+" {
-			t.Errorf("version %d: packed keys %q %q, want %q and its +", ver, sealed, buf, want)
 		}
 	}
 }
@@ -48,14 +43,12 @@ func TestAppendKeys(t *testing.T) {
 	t0 := len(b)
 	b, n := NewFollows(k).AppendFollowingKeys(b, 7)
 	m := len(b)
-	b = NewPackedInboxes(k, Policy{}).AppendBufferKey(b, 7)
-	l := len(b)
-	b = NewInboxes(k, Policy{}).AppendKey(b, 7)
+	b = k.AppendTagged(b, ProjectionInbox, "x:", 7, "+")
 	s := string(b)
 	set, vers := NewFollows(k).FollowingKeys(7)
-	_, buf := NewPackedInboxes(k, Policy{}).Keys(7)
+	buf := k.Tagged(ProjectionInbox, "x:", 7, "+")
 	for _, c := range []struct{ got, want string }{
-		{s[:t0], "xp:v4:timeline:{7}"}, {s[t0:n], set}, {s[n:m], vers}, {s[m:l], buf}, {s[l:], k.Inbox(7)},
+		{s[:t0], "xp:v4:timeline:{7}"}, {s[t0:n], set}, {s[n:m], vers}, {s[m:], buf},
 	} {
 		if c.got != c.want {
 			t.Errorf("appended %q, want %q", c.got, c.want)

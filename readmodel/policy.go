@@ -35,38 +35,28 @@ type Policy struct {
 	// InboxTrimSlack is how far below InboxMax a trim cuts: a trim keeps an
 	// inbox's newest InboxMax - InboxTrimSlack real entries (what an inbox
 	// guarantees its reader; readers continue below ~floor from
-	// PostgreSQL). A sampled push trims an inbox found over InboxMax -
-	// InboxTrimSlack + InboxTrimBand (real entries; both sentinels
-	// assumed), so no inbox is kept over that by more than the sampling
-	// overshoot, and every listpack ZADD, which scans the whole inbox,
-	// scans fewer entries than the naive ZADD + ZREMRANGEBYRANK pair's 500
-	// (docs/projections.md, "The bound rule"). Follow backfills and the
-	// exact path (InboxTrimEvery 1) follow the same rule. 0 trims on every
-	// push over InboxMax, back to InboxMax (slower, but byte-for-byte order
-	// independent with InboxTrimEvery 1; see docs/projections.md).
-	// Negative means 0; it must be below InboxMax. The trim policy
-	// defaults as a whole: when both InboxTrimSlack and InboxTrimEvery are
-	// zero, they take the defaults (64, 16), the slack clamped
-	// to InboxMax/4 (so a small FEED_INBOX_MAX keeps most of its bound),
-	// and a zero InboxTrimBand half the slack; when InboxTrimEvery is set,
-	// InboxTrimSlack is taken as it is and a zero InboxTrimBand means the
-	// slack (trims start over InboxMax).
+	// PostgreSQL). A merge (every PackedMergeAt pushes to an inbox, and
+	// every backfill) trims an inbox found over InboxMax - InboxTrimSlack +
+	// InboxTrimBand real entries (docs/projections.md, "The bound rule"). 0
+	// trims at every merge over InboxMax, back to InboxMax. Negative means
+	// 0; it must be below InboxMax. The trim policy defaults as a whole:
+	// when both InboxTrimSlack and InboxTrimEvery are zero, the slack
+	// takes its default (64) clamped to InboxMax/4 (so a small
+	// FEED_INBOX_MAX keeps most of its bound), and a zero InboxTrimBand
+	// half the slack; when InboxTrimEvery is set, InboxTrimSlack is taken
+	// as it is and a zero InboxTrimBand means the slack (trims start over
+	// InboxMax).
 	InboxTrimSlack int
 	// InboxTrimBand is how far above what a trim keeps an inbox may grow
-	// before a sampled push trims it: trims start over InboxMax -
-	// InboxTrimSlack + InboxTrimBand real entries, 1..InboxTrimSlack (0:
-	// the default, see InboxTrimSlack). With the defaults (500, 64, 32, 1
-	// in 16 sampled) a trim keeps 436 and starts over 468, and inboxes
-	// average ~462 entries. A smaller band trims more often (a trim costs
-	// Redis about as much as a push) over smaller inboxes; the reader's
-	// guarantee (InboxMax - InboxTrimSlack) does not depend on it.
+	// before a merge trims it: trims start over InboxMax - InboxTrimSlack +
+	// InboxTrimBand real entries, 1..InboxTrimSlack (0: the default, see
+	// InboxTrimSlack). With the defaults (500, 64, 32) a trim keeps 436 and
+	// starts over 468. The reader's guarantee (InboxMax - InboxTrimSlack)
+	// does not depend on it.
 	InboxTrimBand int
-	// InboxTrimEvery: for one (post, follower) pair in this many, chosen by
-	// a hash of the pair (so a redelivery samples the same pairs), a push
-	// also checks the inbox's size (trimming it when over the band, see
-	// InboxTrimSlack) and TTL. 1 runs the bounded-add script on every push
-	// instead (with InboxTrimSlack 0: exact trims, see
-	// docs/projections.md). Default 16.
+	// InboxTrimEvery only says that the trim fields are set explicitly
+	// (InboxTrimSlack; default 16): the sorted-set inboxes that sampled
+	// one push in this many for a trim are gone.
 	InboxTrimEvery int
 	// InactiveAfter: followers who have not read their feed for this long
 	// get no pushes (FEED_INACTIVE_AFTER, default 30 days), so their inbox
@@ -83,17 +73,6 @@ type Policy struct {
 	// inbox TTL is moved at most this often, so the margin covers two of
 	// them.
 	ActivityWriteInterval time.Duration
-	// InboxLayout is the inboxes' Redis layout (FEED_INBOX_LAYOUT):
-	// InboxLayoutPacked (the default, PackedInboxes) or InboxLayoutZset
-	// (Inboxes). It belongs to the inbox projection's version, like
-	// InboxMax: every writer and reader uses the active version's
-	// (ResolvePolicy, VersionRecord.Apply), and `feed rebuild inbox
-	// --inbox-layout` moves a deployment to another one blue/green. The
-	// two layouts use different keys. The packed layout trims at its merges (every
-	// PackedMergeAt pushes to an inbox, and every backfill) by the same
-	// bound rule (InboxKeep, InboxTrimOver); InboxTrimEvery's sampling is
-	// the sorted set's only.
-	InboxLayout string
 }
 
 // The defaults, applied by WithDefaults only.
@@ -141,7 +120,6 @@ func (p Policy) WithDefaults() Policy {
 	p.InactiveAfter = cmp.Or(p.InactiveAfter, defaultInactiveAfter)
 	p.ActivityWriteInterval = cmp.Or(p.ActivityWriteInterval, defaultActivityWriteInterval)
 	p.InboxTTLMargin = cmp.Or(p.InboxTTLMargin, max(defaultInboxTTLMargin, 2*p.ActivityWriteInterval))
-	p.InboxLayout = cmp.Or(p.InboxLayout, InboxLayoutPacked)
 	return p
 }
 
@@ -166,8 +144,6 @@ func (p Policy) Validate() error {
 		return fmt.Errorf("activity write interval %v: want (0, 24h]", p.ActivityWriteInterval)
 	case p.InboxTTLMargin <= 0 || p.InactiveAfter-p.InboxTTLMargin < time.Second:
 		return fmt.Errorf("inbox TTL margin %v: want a positive duration below inactive after %v", p.InboxTTLMargin, p.InactiveAfter)
-	case validLayout(p.InboxLayout) != nil:
-		return validLayout(p.InboxLayout)
 	}
 	return nil
 }
@@ -176,8 +152,8 @@ func (p Policy) Validate() error {
 // InboxTrimSlack).
 func (p Policy) InboxKeep() int { return p.InboxMax - p.InboxTrimSlack }
 
-// InboxTrimOver is the number of real entries over which a sampled push
-// trims an inbox: InboxMax - slack + band (see InboxTrimBand).
+// InboxTrimOver is the number of real entries over which a merge trims an
+// inbox: InboxMax - slack + band (see InboxTrimBand).
 func (p Policy) InboxTrimOver() int { return p.InboxKeep() + p.InboxTrimBand }
 
 // InboxTTL is how long an inbox lives after its owner's last activity

@@ -21,7 +21,7 @@ func lua(src string) string { return luaSentinels.Replace(src) }
 
 // scripts are every script queued by SHA (EVALSHA) on a pipeline: Exec
 // loads them all when the server does not know one.
-var scripts = []*redis.Script{boundedAddScript, trimScript, followerCountScript, followingScript, packedMergeScript, packedRemoveScript, celebrityScript, editScript}
+var scripts = []*redis.Script{boundedAddScript, followerCountScript, followingScript, celebrityScript, editScript, newestScript, clearNewestScript}
 
 // isNoScript reports whether Redis did not know a script's SHA.
 func isNoScript(err error) bool {
@@ -35,12 +35,23 @@ func isNoScript(err error) bool {
 // hold is idempotent. fill may be called twice and must queue the same
 // commands each time.
 func Exec(ctx context.Context, rdb redis.UniversalClient, fill func(redis.Pipeliner)) error {
+	return ExecWith(ctx, rdb, nil, fill)
+}
+
+// ExecWith is Exec for a pipeline that may also hold the scripts of an
+// owner outside this package (homefeed's): on NOSCRIPT it loads those too.
+func ExecWith(ctx context.Context, rdb redis.UniversalClient, more []*redis.Script, fill func(redis.Pipeliner)) error {
 	pipe := rdb.Pipeline()
 	fill(pipe)
 	_, err := pipe.Exec(ctx)
 	if err != nil && isNoScript(err) {
 		if lerr := LoadScripts(ctx, rdb); lerr != nil {
 			return lerr
+		}
+		for _, s := range more {
+			if lerr := s.Load(ctx, rdb).Err(); lerr != nil {
+				return fmt.Errorf("load script: %w", lerr)
+			}
 		}
 		pipe = rdb.Pipeline()
 		fill(pipe)

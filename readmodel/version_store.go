@@ -45,8 +45,9 @@ type VersionRecord struct {
 	// when BandRecorded (migration 014; 0 is a band: none).
 	CelebrityBand int64
 	BandRecorded  bool
-	// InboxLayout is the inbox layout the version was built in ("" when
-	// none was recorded; migration 007).
+	// InboxLayout is the inbox layout recorded for the version (migration
+	// 007; a switch records the one this release writes): homefeed says
+	// what it means (CheckVersion).
 	InboxLayout string
 	ActivatedAt time.Time
 }
@@ -132,7 +133,10 @@ func ActivateVersion(ctx context.Context, db VersionBeginner, projection string,
 // transaction, which locks their rows first (in the order of sw), and
 // records with each new version the policy it was built with (p,
 // defaulted): a reader loads either all the old versions or all the new
-// ones. It is how a celebrity threshold or band changes: the followers and
+// ones. The inbox_layout column gets what releases with several inbox
+// layouts recorded for the one this release writes, so that such a
+// release's roles still running during an upgrade follow the switch into
+// it (homefeed.CheckVersion, docs/rebuild.md). It is how a celebrity threshold or band changes: the followers and
 // the inbox versions built at the new one switch together. It fails with
 // ErrNoVersion when a row is missing and ErrVersionMoved when a
 // projection's active version is not its From; then nothing is switched.
@@ -153,8 +157,8 @@ func ActivateVersions(ctx context.Context, db VersionBeginner, p Policy, sw ...S
 				return fmt.Errorf("%s is at version %d, not %d: %w", s.Projection, cur, s.From, ErrVersionMoved)
 			}
 			if _, err = tx.Exec(ctx, `UPDATE projection_versions
-			SET version = $2, celebrity_threshold = $3, inbox_max = $4, inbox_layout = $5, celebrity_band = $6, activated_at = now(), seeded = false
-			WHERE projection = $1`, s.Projection, s.To, p.CelebrityThreshold, p.InboxMax, p.InboxLayout, p.CelebrityBand); err != nil {
+			SET version = $2, celebrity_threshold = $3, inbox_max = $4, inbox_layout = 'packed', celebrity_band = $5, activated_at = now(), seeded = false
+			WHERE projection = $1`, s.Projection, s.To, p.CelebrityThreshold, p.InboxMax, p.CelebrityBand); err != nil {
 				return err
 			}
 		}
@@ -221,7 +225,7 @@ type VersionExecQuerier interface {
 var ErrPolicyMismatch = errors.New("fan-out policy differs from the active version's")
 
 // Apply returns p with the policy r recorded in place of p's: the
-// celebrity threshold and band, the inbox bound and the inbox layout, each where
+// celebrity threshold and band and the inbox bound, each where
 // recorded (a field r has not recorded keeps p's). A new bound resets
 // trim fields that held the old bound's defaults, so WithDefaults derives
 // them again.
@@ -241,9 +245,6 @@ func (r VersionRecord) Apply(p Policy) Policy {
 		}
 		p.InboxMax = r.InboxMax
 	}
-	if r.InboxLayout != "" {
-		p.InboxLayout = r.InboxLayout
-	}
 	return p
 }
 
@@ -251,24 +252,24 @@ func (r VersionRecord) Apply(p Policy) Policy {
 // given explicitly (cmd/feed: the variable is set in the environment);
 // ResolvePolicy adopts the recorded value of every other one.
 type PolicyExplicit struct {
-	CelebrityThreshold, CelebrityBand, InboxMax, InboxLayout bool
+	CelebrityThreshold, CelebrityBand, InboxMax bool
 }
 
 // ResolvePolicy is the one rule by which a process's fan-out policy meets
 // the one recorded with the active versions: the celebrity threshold and
-// band (of the followers and inbox versions), the inbox bound and the inbox layout
-// (of the inbox version). Two projectors with different thresholds would
+// band (of the followers and inbox versions) and the inbox bound (of the
+// inbox version). Two projectors with different thresholds would
 // push and pull by different rules and drop posts between them, silently;
-// a writer and a reader with different layouts or bounds would not see
-// each other's inboxes.
+// a writer and a reader with different bounds would not agree on an
+// inbox's floor.
 //
 //   - A field nothing recorded yet (a fresh deployment) gets p's value,
 //     recorded now by the first process to start: p is the environment's
-//     policy, defaulted (packed, 500, 10000).
+//     policy, defaulted (500, 10000).
 //   - A recorded field the process was not given explicitly is adopted.
 //   - A recorded field given explicitly with another value is refused
 //     with ErrPolicyMismatch, naming the variable, both values and how to
-//     change the policy (`feed rebuild inbox --inbox-layout ...`,
+//     change the policy (`feed rebuild inbox --inbox-max ...`,
 //     blue/green).
 //
 // It returns p, defaulted, with the recorded fields in place.
@@ -282,10 +283,6 @@ func ResolvePolicy(ctx context.Context, db VersionExecQuerier, p Policy, explici
 	if _, err := db.Exec(ctx, `UPDATE projection_versions SET celebrity_band = $2
 		WHERE projection = ANY($1) AND celebrity_band IS NULL`, recorded, p.CelebrityBand); err != nil {
 		return p, fmt.Errorf("record the celebrity band: %w", err)
-	}
-	if _, err := db.Exec(ctx, `UPDATE projection_versions SET inbox_layout = $2
-		WHERE projection = $1 AND inbox_layout IS NULL`, ProjectionInbox, p.InboxLayout); err != nil {
-		return p, fmt.Errorf("record the inbox layout: %w", err)
 	}
 	recs, err := LoadVersionRecords(ctx, db)
 	if err != nil {
@@ -323,8 +320,6 @@ func ResolvePolicy(ctx context.Context, db VersionExecQuerier, p Policy, explici
 		fmt.Sprintf("change it blue/green (feed rebuild inbox --celebrity-band %d)", p.CelebrityBand))
 	check(explicit.InboxMax, "FEED_INBOX_MAX", "inbox bound", p.InboxMax, inbox.InboxMax,
 		fmt.Sprintf("build a version with the new one (feed rebuild inbox --inbox-max %d)", p.InboxMax))
-	check(explicit.InboxLayout, "FEED_INBOX_LAYOUT", "inbox layout", p.InboxLayout, inbox.InboxLayout,
-		fmt.Sprintf("build a version in the new one (feed rebuild inbox --inbox-layout %s)", p.InboxLayout))
 	if len(errs) > 0 {
 		return p, errors.Join(errs...)
 	}
@@ -334,6 +329,6 @@ func ResolvePolicy(ctx context.Context, db VersionExecQuerier, p Policy, explici
 // CheckPolicy is ResolvePolicy with every field explicit: it records p
 // where nothing is recorded and refuses any other recorded value.
 func CheckPolicy(ctx context.Context, db VersionExecQuerier, p Policy) error {
-	_, err := ResolvePolicy(ctx, db, p, PolicyExplicit{CelebrityThreshold: true, CelebrityBand: true, InboxMax: true, InboxLayout: true})
+	_, err := ResolvePolicy(ctx, db, p, PolicyExplicit{CelebrityThreshold: true, CelebrityBand: true, InboxMax: true})
 	return err
 }

@@ -11,8 +11,7 @@ import (
 
 // The first projector to start records its fan-out policy with the active
 // versions; a later one with the same policy starts, one with another
-// celebrity threshold, inbox bound or inbox layout is refused, saying
-// which.
+// celebrity threshold or inbox bound is refused, saying which.
 func TestCheckPolicy(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDB(t)
@@ -29,15 +28,14 @@ func TestCheckPolicy(t *testing.T) {
 	}
 	for _, r := range recs {
 		recorded := r.CelebrityThreshold == 50 && r.InboxMax == 100
-		if (r.InboxLayout == InboxLayoutPacked) != (r.Projection == ProjectionInbox) {
-			t.Errorf("%s: layout %q recorded, want packed (the default) for the inbox only", r.Projection, r.InboxLayout)
+		if r.InboxLayout != "" {
+			t.Errorf("%s: layout %q recorded, want none (there is one layout)", r.Projection, r.InboxLayout)
 		}
 		if want := r.Projection == ProjectionInbox || r.Projection == ProjectionFollowers; recorded != want {
 			t.Errorf("%s: recorded %d/%d, want the policy recorded only for inbox and followers", r.Projection, r.CelebrityThreshold, r.InboxMax)
 		}
 	}
-	for _, other := range []Policy{{CelebrityThreshold: 51, InboxMax: 100}, {CelebrityThreshold: 50, InboxMax: 200},
-		{CelebrityThreshold: 50, InboxMax: 100, InboxLayout: InboxLayoutZset}} {
+	for _, other := range []Policy{{CelebrityThreshold: 51, InboxMax: 100}, {CelebrityThreshold: 50, InboxMax: 200}} {
 		err := CheckPolicy(ctx, db.Pool, other)
 		if !errors.Is(err, ErrPolicyMismatch) {
 			t.Fatalf("policy %+v: %v, want ErrPolicyMismatch", other, err)
@@ -46,8 +44,7 @@ func TestCheckPolicy(t *testing.T) {
 	}
 }
 
-// ResolvePolicy: a fresh deployment records the process's policy (packed
-// by default); a later process with nothing set adopts every recorded
+// ResolvePolicy: a fresh deployment records the process's policy; a later process with nothing set adopts every recorded
 // value; one with a variable set to another value is refused, the
 // message naming the variable, both values and the rebuild that changes
 // it; the same value set explicitly starts.
@@ -59,27 +56,25 @@ func TestResolvePolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if first.InboxLayout != InboxLayoutPacked || first.InboxMax != 300 || first.CelebrityThreshold != 10_000 {
-		t.Fatalf("fresh deployment resolved %+v, want packed, 300, 10000", first)
+	if first.InboxMax != 300 || first.CelebrityThreshold != 10_000 {
+		t.Fatalf("fresh deployment resolved %+v, want 300, 10000", first)
 	}
 	if first.InboxTrimSlack != 64 {
 		t.Errorf("trim slack %d, want the default 64", first.InboxTrimSlack)
 	}
-	// Nothing set: the defaults (zset is not the default, 500, 10000) give way to the record.
-	got, err := ResolvePolicy(ctx, db.Pool, Policy{InboxMax: 100, InboxLayout: InboxLayoutZset}.WithDefaults(), PolicyExplicit{})
+	// Nothing set: the defaults (500, 10000) give way to the record.
+	got, err := ResolvePolicy(ctx, db.Pool, Policy{InboxMax: 100}.WithDefaults(), PolicyExplicit{})
 	if err != nil {
 		t.Fatalf("unset variables: %v", err)
 	}
-	if got.InboxLayout != InboxLayoutPacked || got.InboxMax != 300 || got.InboxTrimSlack != 64 || got.InboxTrimBand != first.InboxTrimBand {
-		t.Fatalf("unset variables resolved %+v, want the recorded packed, 300 with its defaulted trims", got)
+	if got.InboxMax != 300 || got.InboxTrimSlack != 64 || got.InboxTrimBand != first.InboxTrimBand {
+		t.Fatalf("unset variables resolved %+v, want the recorded 300 with its defaulted trims", got)
 	}
 	for _, tc := range []struct {
 		p        Policy
 		explicit PolicyExplicit
 		want     []string
 	}{
-		{Policy{InboxLayout: InboxLayoutZset, InboxMax: 300}, PolicyExplicit{InboxLayout: true},
-			[]string{"FEED_INBOX_LAYOUT=zset", "inbox layout packed", "unset FEED_INBOX_LAYOUT", "feed rebuild inbox --inbox-layout zset"}},
 		{Policy{InboxMax: 500}, PolicyExplicit{InboxMax: true},
 			[]string{"FEED_INBOX_MAX=500", "inbox bound 300", "feed rebuild inbox --inbox-max 500"}},
 		{Policy{CelebrityThreshold: 7, InboxMax: 300}, PolicyExplicit{CelebrityThreshold: true},
@@ -95,20 +90,20 @@ func TestResolvePolicy(t *testing.T) {
 			}
 		}
 	}
-	same := PolicyExplicit{CelebrityThreshold: true, InboxMax: true, InboxLayout: true}
-	if _, err := ResolvePolicy(ctx, db.Pool, Policy{CelebrityThreshold: 10_000, InboxMax: 300, InboxLayout: InboxLayoutPacked}, same); err != nil {
+	same := PolicyExplicit{CelebrityThreshold: true, InboxMax: true}
+	if _, err := ResolvePolicy(ctx, db.Pool, Policy{CelebrityThreshold: 10_000, InboxMax: 300}, same); err != nil {
 		t.Fatalf("the recorded values set explicitly: %v", err)
 	}
-	// A switch that records another layout and bound is adopted by the
-	// next process that sets neither.
-	if err := ActivateVersion(ctx, db.Pool, ProjectionInbox, 1, 2, Policy{InboxMax: 100, InboxLayout: InboxLayoutZset}); err != nil {
+	// A switch that records another bound is adopted by the next process
+	// that does not set it.
+	if err := ActivateVersion(ctx, db.Pool, ProjectionInbox, 1, 2, Policy{InboxMax: 100}); err != nil {
 		t.Fatal(err)
 	}
 	got, err = ResolvePolicy(ctx, db.Pool, Policy{}, PolicyExplicit{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.InboxLayout != InboxLayoutZset || got.InboxMax != 100 || got.InboxTrimSlack != 25 {
-		t.Fatalf("after the switch resolved %+v, want zset, 100, slack 25 (a quarter of the bound)", got)
+	if got.InboxMax != 100 || got.InboxTrimSlack != 25 {
+		t.Fatalf("after the switch resolved %+v, want 100, slack 25 (a quarter of the bound)", got)
 	}
 }

@@ -3,6 +3,7 @@ package readmodel
 import (
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Projection names, as the version registry and `feed rebuild` spell them.
@@ -100,9 +101,9 @@ func DirtyField(projection string) string { return projection + ".dirty" }
 // to; ok is false for a key that is no read model's (the registry, other
 // tools' keys). It is the inverse of the builders above, so a cleanup that
 // deletes by Classify never touches another version's keys: `feed:{*` and
-// `v2:feed:{*` are told apart by the leading `v{n}:`. Both inbox layouts'
-// keys are the inbox projection's, so a rebuild into another layout
-// deletes the old layout's keys.
+// `v2:timeline:{*` are told apart by the leading `v{n}:`. The families of
+// owners outside this package are classified by their registration
+// (RegisterFamily).
 func (k Keys) Classify(key string) (projection string, version int, ok bool) {
 	rest, found := strings.CutPrefix(key, k.Prefix)
 	if !found {
@@ -116,11 +117,15 @@ func (k Keys) Classify(key string) (projection string, version int, ok bool) {
 			}
 		}
 	}
+	for _, f := range families() {
+		if strings.HasPrefix(rest, f.name) && strings.HasPrefix(rest[len(f.name):], "{") {
+			return f.projection, version, true
+		}
+	}
 	switch {
-	case strings.HasPrefix(rest, "feed:{"), strings.HasPrefix(rest, "pfeed:{"), // the packed layout's sealed string and buffer
-		rest == "inbox:backfilled":
+	case rest == "inbox:backfilled":
 		return ProjectionInbox, version, true
-	case strings.HasPrefix(rest, "timeline:{"):
+	case strings.HasPrefix(rest, "timeline:{"), strings.HasPrefix(rest, "newest:{"):
 		return ProjectionTimelines, version, true
 	case strings.HasPrefix(rest, "post:{"):
 		return ProjectionPosts, version, true
@@ -130,4 +135,28 @@ func (k Keys) Classify(key string) (projection string, version int, ok bool) {
 		return ProjectionFollowers, version, true
 	}
 	return "", 0, false
+}
+
+// family is a key family registered by an owner outside this package.
+type family struct{ projection, name string }
+
+var (
+	familiesMu sync.Mutex
+	registered []family
+)
+
+// RegisterFamily tells Classify that keys named name + "{...}" (Tagged)
+// belong to projection: a read model whose owner lives outside this
+// package (the home feed's inboxes, homefeed) registers its families when
+// its package is initialised, so a rebuild's cleanup deletes them.
+func RegisterFamily(projection, name string) {
+	familiesMu.Lock()
+	defer familiesMu.Unlock()
+	registered = append(registered, family{projection, name})
+}
+
+func families() []family {
+	familiesMu.Lock()
+	defer familiesMu.Unlock()
+	return registered
 }

@@ -17,11 +17,12 @@ import (
 // tags are kept, and that version 1 names never share a prefix pattern with
 // later ones (the cleanup's `feed:{*` must not match `v2:feed:{*`).
 func TestVersionedNamesClassify(t *testing.T) {
+	RegisterFamily(ProjectionInbox, "xinbox:") // as the home feed's owner registers its inboxes
 	for _, prefix := range []string{"", "t9:"} {
 		for _, v := range []int{1, 2, 12} {
 			k := Keys{Prefix: prefix, Versions: Versions{Inbox: v, Timelines: v, Followers: v, Posts: v}}
 			cases := map[string]string{
-				k.Inbox(7): ProjectionInbox, k.PackedInbox(7): ProjectionInbox, k.PackedInbox(7) + "+": ProjectionInbox,
+				k.Tagged(ProjectionInbox, "xinbox:", 7, ""): ProjectionInbox, k.Tagged(ProjectionInbox, "xinbox:", 7, "+"): ProjectionInbox,
 				k.Timeline(7): ProjectionTimelines, k.Post(7): ProjectionPosts,
 				k.Followers(7): ProjectionFollowers, k.Following(7): ProjectionFollowers,
 				k.FollowingVersions(7): ProjectionFollowers, k.Celebrities(): ProjectionFollowers,
@@ -34,12 +35,12 @@ func TestVersionedNamesClassify(t *testing.T) {
 					t.Errorf("Classify(%q) = %s, %d, %v; want %s, %d", name, p, got, ok, want, v)
 				}
 			}
-			if v == 2 && k.Inbox(7) != prefix+"v2:feed:{7}" {
-				t.Errorf("v2 inbox name %q", k.Inbox(7))
+			if v == 2 && k.Tagged(ProjectionInbox, "xinbox:", 7, "") != prefix+"v2:xinbox:{7}" {
+				t.Errorf("v2 inbox name %q", k.Tagged(ProjectionInbox, "xinbox:", 7, ""))
 			}
 		}
 	}
-	if got := (Keys{}).Inbox(7); got != "feed:{7}" {
+	if got := (Keys{}).Tagged(ProjectionInbox, "xinbox:", 7, ""); got != "xinbox:{7}" {
 		t.Errorf("version 1 inbox name changed: %q", got)
 	}
 	for _, k := range []string{"projection:versions", "v2:", "vx:feed:{1}", "v01:feed:{1}", "other"} {
@@ -60,13 +61,13 @@ func TestLiveVersionsFollowRegistry(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := Keys{Prefix: r.Prefix, Versions: lv}
-	if got := k.Inbox(1); got != r.Prefix+"feed:{1}" {
+	if got := k.InboxBackfilled(); got != r.Prefix+"inbox:backfilled" {
 		t.Fatalf("before the switch: %q", got)
 	}
 	switchTo(t, db.Pool, r, ProjectionInbox, 1, 2)
 	switchTo(t, db.Pool, r, ProjectionInbox, 2, 3)
 	testenv.Eventually(t, 5*time.Second, "the switch is seen", func() bool {
-		return k.Inbox(1) == r.Prefix+"v3:feed:{1}"
+		return k.InboxBackfilled() == r.Prefix+"v3:inbox:backfilled"
 	})
 	if got := k.Post(1); got != r.Prefix+"post:{1}" {
 		t.Errorf("another projection moved: %q", got)
@@ -125,7 +126,7 @@ func TestLiveVersionsRestoreLostRegistry(t *testing.T) {
 	} {
 		lose()
 		testenv.Eventually(t, 5*time.Second, "the running reader restores the registry", func() bool {
-			if got := k.Inbox(1); got != r.Prefix+"v2:feed:{1}" {
+			if got := k.InboxBackfilled(); got != r.Prefix+"v2:inbox:backfilled" {
 				t.Fatalf("the running reader went to %q", got)
 			}
 			return restored()

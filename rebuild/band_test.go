@@ -10,6 +10,7 @@ import (
 
 	"github.com/feedco/feed/commands"
 	"github.com/feedco/feed/events"
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/readmodel"
 	"github.com/feedco/feed/testkit/systest"
@@ -116,7 +117,7 @@ func (h *hoverer) check(t *testing.T, step string, post int64) {
 	}
 	if post != 0 && len(h.following) > 0 {
 		fan := h.following[0]
-		inbox, err := readmodel.NewInboxStore(keys, h.pol).Posts(context.Background(), h.s.Redis, fan)
+		inbox, err := homefeed.NewInboxes(keys, h.pol).Posts(context.Background(), h.s.Redis, fan)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -388,7 +389,7 @@ func TestCelebrityBandByRebuild(t *testing.T) {
 	post, _ = h.move(t, true) // 7: inside the band, still a celebrity
 	s.quiesce(t)
 	fan := h.following[0]
-	inbox, err := readmodel.NewInboxStore(v2, h.pol).Posts(ctx, s.Redis, fan)
+	inbox, err := homefeed.NewInboxes(v2, h.pol).Posts(ctx, s.Redis, fan)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,33 +2,39 @@ package rebuild
 
 import (
 	"context"
+	"math"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/feedco/feed/commands"
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/readmodel"
 	"github.com/feedco/feed/testkit/systest"
 )
 
-// TestRebuildInboxIntoPackedUnderLoad moves a deployment from sorted-set
-// inboxes to packed ones blue/green (`feed rebuild inbox --inbox-layout
-// packed`) with the supervised projectors running and writes and reads
-// going on. Readers whose feeds no write touches compare every page they
-// read during the switch with the truth taken before it (none may fail or
-// differ); the others' reads must not fail or come back empty. After the
-// switch the inbox version records packed, the supervisor's inbox
-// projector writes packed inboxes at the new version, no sorted-set inbox
-// is left, and once quiet every feed equals the source of truth.
-func TestRebuildInboxIntoPackedUnderLoad(t *testing.T) {
+// TestRebuildInboxFromSortedSetsUnderLoad is the upgrade of a deployment
+// whose inbox version an earlier release recorded in the removed
+// sorted-set layout (its record says so, and its `feed:{u}` keys are
+// there): `feed rebuild inbox` builds the next version from the log in
+// the packed layout, blue/green, with the supervised projectors running
+// and writes and reads going on. Readers whose feeds no write touches
+// compare every page they read during the switch with the truth taken
+// before it (none may fail or differ); the others' reads must not fail or
+// come back empty. After the switch the inbox version records packed,
+// the supervisor's inbox projector writes the new version, no sorted-set
+// inbox is left (the cleanup deletes them as the old version's keys), and
+// once quiet every feed equals the source of truth.
+func TestRebuildInboxFromSortedSetsUnderLoad(t *testing.T) {
 	t.Parallel()
-	zset := policies
-	zset.InboxLayout = readmodel.InboxLayoutZset
-	s := startSystemWith(t, systest.Config{Name: "rbl", Partitions: 6, Projections: zset}, 11)
+	s := startSystemWith(t, systest.Config{Name: "rbl", Partitions: 6, Projections: policies}, 11)
 	ctx := context.Background()
 	s.seed(t, 20, 4, 100)
 	// Frozen readers follow frozen authors: nobody writes to them below.
@@ -51,6 +57,15 @@ func TestRebuildInboxIntoPackedUnderLoad(t *testing.T) {
 			t.Fatalf("frozen reader %d has %d posts in the truth, want 30", r, len(w))
 		}
 		want[r] = w
+	}
+	// What an earlier release left: the record, and sorted-set inboxes.
+	if _, err := s.DB.Pool.Exec(ctx, `UPDATE projection_versions SET inbox_layout = 'zset' WHERE projection = 'inbox'`); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range frozen {
+		if err := s.Redis.ZAdd(ctx, s.Prefix+"feed:{"+strconv.FormatInt(r, 10)+"}", redis.Z{Score: math.Inf(1), Member: readmodel.SentinelBuilt}).Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if n := sortedSetInboxes(t, s); n == 0 {
 		t.Fatal("no sorted-set inbox before the switch")
@@ -109,13 +124,12 @@ func TestRebuildInboxIntoPackedUnderLoad(t *testing.T) {
 	}()
 
 	pcfg := policies
-	pcfg.InboxLayout = readmodel.InboxLayoutPacked
 	r := s.rebuilderWith(t, pcfg, nil)
 	res, err := r.Run(ctx, readmodel.ProjectionInbox)
 	if err != nil {
 		stop()
 		wg.Wait()
-		t.Fatalf("rebuild inbox into packed: %v", err)
+		t.Fatalf("rebuild inbox: %v", err)
 	}
 	// Keep the load on past the cleanup of the sorted-set version, so the
 	// readers cross the switch and the deletion of the old keys.
@@ -143,11 +157,11 @@ func TestRebuildInboxIntoPackedUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, rec := range recs {
-		if rec.Projection == readmodel.ProjectionInbox && (rec.Version != 2 || rec.InboxLayout != readmodel.InboxLayoutPacked || rec.InboxMax != policies.InboxMax) {
+		if rec.Projection == readmodel.ProjectionInbox && (rec.Version != 2 || rec.InboxLayout != "packed" || homefeed.CheckVersion(rec) != nil || rec.InboxMax != policies.InboxMax) {
 			t.Fatalf("inbox record after the switch: %+v, want version 2, packed, %d", rec, policies.InboxMax)
 		}
 	}
-	// The supervisor's inbox projector now pushes into packed inboxes of
+	// The supervisor's inbox projector now pushes into the inboxes of
 	// version 2: a new post of a frozen author reaches a frozen reader's
 	// buffer or sealed string, and the feed shows it.
 	p, err := s.Commands.CreatePost.Handle(ctx, commands.CreatePost{AuthorID: frozenAuthors[0], Content: "after the switch"})
@@ -156,12 +170,12 @@ func TestRebuildInboxIntoPackedUnderLoad(t *testing.T) {
 	}
 	s.quiesce(t)
 	v2 := readmodel.Keys{Prefix: s.Prefix, Versions: readmodel.Versions{}.With(readmodel.ProjectionInbox, 2)}
-	got, err := readmodel.NewPackedInboxes(v2, pcfg.Policy()).Posts(ctx, s.Redis, frozen[0])
+	got, err := homefeed.NewInboxes(v2, pcfg.Policy()).Posts(ctx, s.Redis, frozen[0])
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Contains(got, p.ID) {
-		t.Fatalf("the packed inbox of %d at version 2 lacks the post pushed after the switch (%d posts)", frozen[0], len(got))
+		t.Fatalf("the inbox of %d at version 2 lacks the post pushed after the switch (%d posts)", frozen[0], len(got))
 	}
 	if n := sortedSetInboxes(t, s); n != 0 {
 		t.Errorf("%d sorted-set inboxes left after the cleanup", n)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/readmodel"
 	"github.com/feedco/feed/testkit/testenv"
@@ -300,10 +301,10 @@ func TestLostRegistryKeepsVersion2(t *testing.T) {
 	}
 }
 
-// inboxKeys counts the keys of user's inbox under keys, in either layout
+// inboxKeys counts the keys of user's inbox under keys
 // (the sorted set; the packed sealed string and buffer).
 func inboxKeys(ctx context.Context, s *system, keys readmodel.Keys, user int64) int64 {
-	return s.Redis.Exists(ctx, keys.Inbox(user), keys.PackedInbox(user), keys.PackedInbox(user)+"+").Val()
+	return s.Redis.Exists(ctx, homefeed.Key(keys, user), homefeed.Key(keys, user)+"+").Val()
 }
 
 // escapeGlob quotes the glob characters of a SCAN MATCH pattern.

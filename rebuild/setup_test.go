@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/feedco/feed/commands"
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/queries"
 	"github.com/feedco/feed/readmodel"
@@ -297,7 +298,8 @@ func (s *system) explain(ctx context.Context, u int64, got, want []string) strin
 	}
 	keys := readmodel.Keys{Prefix: s.Prefix, Versions: vs}
 	var b strings.Builder
-	fmt.Fprintf(&b, "versions %v; inbox %s: %v\n", vs, keys.Inbox(u), s.Redis.ZRevRangeWithScores(ctx, keys.Inbox(u), 0, -1).Val())
+	inbox, err := homefeed.NewInboxes(keys, policies.Policy()).Posts(ctx, s.Redis, u)
+	fmt.Fprintf(&b, "versions %v; inbox %s: %v (%v)\n", vs, homefeed.Key(keys, u), inbox, err)
 	describe := func(what, id string) {
 		pid, _ := strconv.ParseInt(id, 10, 64)
 		var author int64
@@ -306,10 +308,10 @@ func (s *system) explain(ctx context.Context, u int64, got, want []string) strin
 		_ = s.DB.Pool.QueryRow(ctx, `SELECT author_id, deleted, created_at FROM posts WHERE id = $1`, pid).Scan(&author, &deleted, &created)
 		var follows, followers int
 		_ = s.DB.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE follower_id = $2), count(*) FROM follows WHERE followee_id = $1`, author, u).Scan(&follows, &followers)
-		fmt.Fprintf(&b, "%s %s: author %d (%d followers in PostgreSQL, followed by %d: %d, celebrity in Redis: %v), created %s, deleted %v; inbox score %v; timeline score %v; post cache %v\n",
+		fmt.Fprintf(&b, "%s %s: author %d (%d followers in PostgreSQL, followed by %d: %d, celebrity in Redis: %v), created %s, deleted %v; in the inbox %v; timeline score %v; post cache %v\n",
 			what, id, author, followers, u, follows, s.Redis.SIsMember(ctx, keys.Celebrities(), author).Val(),
 			created.Format("15:04:05.000"), deleted,
-			s.Redis.ZScore(ctx, keys.Inbox(u), id).Val(), s.Redis.ZScore(ctx, keys.Timeline(author), id).Val(),
+			slices.Contains(inbox, pid), s.Redis.ZScore(ctx, keys.Timeline(author), id).Val(),
 			s.Redis.HGetAll(ctx, keys.Post(pid)).Val())
 	}
 	for _, id := range want {

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/feedco/feed/commands"
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/readmodel"
 	"github.com/feedco/feed/testkit/systest"
 	"github.com/feedco/feed/testkit/testenv"
@@ -85,7 +86,7 @@ func TestRebuildCelebrityThresholdUnderLoad(t *testing.T) {
 			t.Fatal(err)
 		}
 		s.quiesce(t)
-		inbox, err := readmodel.NewPackedInboxes(keys, pol).Posts(ctx, s.Redis, frozen[0])
+		inbox, err := homefeed.NewInboxes(keys, pol).Posts(ctx, s.Redis, frozen[0])
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/readmodel"
 	"github.com/feedco/feed/verify"
 )
@@ -36,12 +37,12 @@ func (s *system) corruptInbox(t *testing.T, v int) (user, post int64) {
 		if err != nil {
 			continue
 		}
-		h, err := readmodel.InspectInbox(ctx, s.Redis, keys, pol, u, p)
+		h, err := homefeed.Inspect(ctx, s.Redis, homefeed.NewInboxes(keys, pol), u, p)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if h.Built && h.Holds {
-			if err := readmodel.NewInboxStore(keys, pol).Remove(ctx, s.Redis, u, []int64{p}); err != nil {
+			if err := homefeed.NewInboxes(keys, pol).Remove(ctx, s.Redis, u, []int64{p}); err != nil {
 				t.Fatal(err)
 			}
 			return u, p

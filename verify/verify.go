@@ -27,6 +27,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/feedco/feed/events"
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/internal/kafka"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/queries"
@@ -162,7 +163,7 @@ func describeVersions(v readmodel.Versions, p readmodel.Policy) string {
 	for _, n := range readmodel.Projections() {
 		parts = append(parts, fmt.Sprintf("%s v%d", n, v.Version(n)))
 	}
-	return fmt.Sprintf("%s (inbox layout %s, inbox max %d, celebrity threshold %d, band %d)", strings.Join(parts, ", "), p.InboxLayout, p.InboxMax,
+	return fmt.Sprintf("%s (inbox max %d, celebrity threshold %d, band %d)", strings.Join(parts, ", "), p.InboxMax,
 		p.CelebrityThreshold, p.CelebrityBand)
 }
 
@@ -672,11 +673,11 @@ func (v *verifier) where(ctx context.Context, t *Truth, d *Difference) error {
 		if known {
 			d.Author = p.Author
 		}
-		h, err := readmodel.InspectInbox(ctx, v.rdb, v.keys, v.pol, u, d.Post)
+		h, err := homefeed.Inspect(ctx, v.rdb, homefeed.NewInboxes(v.keys, v.pol), u, d.Post)
 		if err != nil {
 			return err
 		}
-		parts = append(parts, fmt.Sprintf("inbox of %d (%s v%d): %s", u, v.pol.InboxLayout, v.vs.Version(readmodel.ProjectionInbox), h))
+		parts = append(parts, fmt.Sprintf("inbox of %d (v%d): %s", u, v.vs.Version(readmodel.ProjectionInbox), h))
 		if known {
 			h, err := readmodel.InspectTimeline(ctx, v.rdb, v.keys, p.Author, d.Post)
 			if err != nil {

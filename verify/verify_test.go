@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/feedco/feed/commands"
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/readmodel"
 	"github.com/feedco/feed/testkit/systest"
@@ -41,10 +42,9 @@ type world struct {
 // first followed by everyone (a celebrity), each following three others,
 // posts before and after every user read their feed (so every inbox is
 // built, active and pushed to), all consumed.
-func newWorld(t *testing.T, layout string, cluster bool) *world {
+func newWorld(t *testing.T, cluster bool) *world {
 	t.Helper()
 	pcfg := policies
-	pcfg.InboxLayout = layout
 	w := &world{t: t, System: systest.Start(t, systest.Config{Name: "vf", Partitions: 4, Projections: pcfg,
 		CacheTTL: 200 * time.Millisecond, RedisCluster: cluster})}
 	w.pol = pcfg.Policy().WithDefaults()
@@ -156,7 +156,7 @@ func (w *world) pushed(skip ...int64) (reader, author, post int64) {
 				continue
 			}
 			p, _ := w.head(f)
-			h, err := readmodel.InspectInbox(ctx, w.Redis, w.Keys, w.pol, u, p)
+			h, err := homefeed.Inspect(ctx, w.Redis, homefeed.NewInboxes(w.Keys, w.pol), u, p)
 			if err != nil {
 				w.t.Fatal(err)
 			}
@@ -188,27 +188,21 @@ func find(rep verify.Report, user int64, kind string) []verify.Difference {
 // and the inbox kept the author), and a stale following set that lost the
 // celebrity (its pulled posts go missing). Only those users differ, each
 // difference survives the re-check after a second barrier, and a fourth
-// user, untouched, verifies clean alone. Both inbox layouts, single-node
-// Redis.
+// user, untouched, verifies clean alone. Single-node Redis.
 func TestVerifyFindsCorruptions(t *testing.T) {
 	t.Parallel()
-	for _, layout := range []string{readmodel.InboxLayoutPacked, readmodel.InboxLayoutZset} {
-		t.Run(layout, func(t *testing.T) {
-			t.Parallel()
-			testCorruptions(t, layout, false)
-		})
-	}
+	testCorruptions(t, false)
 }
 
 // TestVerifyFindsCorruptionsCluster is TestVerifyFindsCorruptions with the
-// read models on the 3-node Redis Cluster (packed inboxes).
+// read models on the 3-node Redis Cluster.
 func TestVerifyFindsCorruptionsCluster(t *testing.T) {
 	t.Parallel()
-	testCorruptions(t, readmodel.InboxLayoutPacked, true)
+	testCorruptions(t, true)
 }
 
-func testCorruptions(t *testing.T, layout string, cluster bool) {
-	w := newWorld(t, layout, cluster)
+func testCorruptions(t *testing.T, cluster bool) {
+	w := newWorld(t, cluster)
 	ctx := context.Background()
 
 	clean := w.run(w.config())
@@ -224,7 +218,7 @@ func testCorruptions(t *testing.T, layout string, cluster bool) {
 
 	// 1. An inbox missing a post.
 	a, aAuthor, aPost := w.pushed()
-	store := readmodel.NewInboxStore(w.Keys, w.pol)
+	store := homefeed.NewInboxes(w.Keys, w.pol)
 	if err := store.Remove(ctx, w.Redis, a, []int64{aPost}); err != nil {
 		t.Fatal(err)
 	}
@@ -285,9 +279,9 @@ func testCorruptions(t *testing.T, layout string, cluster bool) {
 		t.Errorf("%s: not found (post %d, author %d) in %v", what, post, author, ds)
 	}
 	check("inbox missing a post", find(rep, a, "missing"), aPost, aAuthor,
-		fmt.Sprintf("inbox of %d (%s v1): does not hold it, built", a, w.pol.InboxLayout), fmt.Sprintf("timeline of %d: holds it", aAuthor))
+		fmt.Sprintf("inbox of %d (v1): does not hold it, built", a), fmt.Sprintf("timeline of %d: holds it", aAuthor))
 	check("foreign post", find(rep, b, "foreign"), bPost, bAuthor,
-		fmt.Sprintf("inbox of %d (%s v1): holds it", b, w.pol.InboxLayout), fmt.Sprintf("SQL: %d follows %d: false", b, bAuthor))
+		fmt.Sprintf("inbox of %d (v1): holds it", b), fmt.Sprintf("SQL: %d follows %d: false", b, bAuthor))
 	check("foreign post (the set)", find(rep, b, "following"), 0, bAuthor, fmt.Sprintf("following set of %d, author %d: holds it", b, bAuthor))
 	check("stale following set (the set)", find(rep, c, "following"), 0, w.celeb,
 		fmt.Sprintf("following set of %d, author %d: does not hold it", c, w.celeb), fmt.Sprintf("SQL: %d follows %d: true", c, w.celeb))

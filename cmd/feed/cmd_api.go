@@ -111,7 +111,7 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiService, func(), er
 	}
 	deps.Ready = map[string]func(context.Context) error{"postgres": p.Pool.Ping}
 	// Without Redis the API still answers (feeds from PostgreSQL, writes
-	// skip the write-through): ready, degraded.
+	// skip the newest-post marker): ready, degraded.
 	deps.Degradable = map[string]func(context.Context) error{
 		"redis": func(ctx context.Context) error { return p.Redis.Ping(ctx).Err() },
 	}
@@ -122,7 +122,6 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiService, func(), er
 		ReadCacheKeys:      readCacheKeys(cfg.ReadCacheKeys),
 		ReadCacheBarrier:   cfg.ReadCacheBarrier,
 		RebuildConcurrency: cfg.RebuildConcurrency,
-		OwnPostsHints:      p.Pool, // read-your-writes across API instances when a write-through fails
 		Registerer:         p.Registry,
 		Logger:             p.Log,
 	}.WithPolicy(cfg.Policy), p.Pool, p.Redis)
@@ -137,9 +136,8 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiService, func(), er
 	deps.AfterPostCreated = func(ctx context.Context, post feedcmd.Post) {
 		err := f.PostCreated(ctx, queries.NewPost{ID: post.ID, AuthorID: post.AuthorID, Content: post.Content, CreatedAt: post.CreatedAt})
 		if err != nil && !errors.Is(err, queries.ErrCircuitOpen) { // skipped while Redis is down: the circuit logs that once
-			// The post is committed; the projectors will show it, and
-			// this process probes PostgreSQL for the author meanwhile.
-			p.Log.Warn("queries: write-through of a new post failed", "post", post.ID, "err", err)
+			// The post is committed; the projectors will show it.
+			p.Log.Warn("queries: marking a new post as its author's newest failed", "post", post.ID, "err", err)
 		}
 	}
 	deps.AfterPostEdited = func(ctx context.Context, post feedcmd.Post) {

@@ -23,8 +23,8 @@ func newConfigCommand(c *cli) *cobra.Command {
 			"and whether it was set or is the default; an unset variable shows the value its default gives.\n" +
 			"Passwords of connection strings (URL and keyword forms) and the secrets (FEED_JWT_SECRET, FEED_JWT_PREVIOUS_SECRET,\n" +
 			"FEED_GATEWAY_SECRET, FEED_KAFKA_SASL_PASSWORD) are printed as " + redacted + ". It connects to nothing: the roles adopt\n" +
-			"the active projection version's recorded policy for an unset FEED_CELEBRITY_THRESHOLD, FEED_INBOX_MAX and\n" +
-			"FEED_INBOX_LAYOUT (`feed status` shows it). An invalid configuration exits 2, naming the variable.",
+			"the active projection version's recorded policy for an unset FEED_CELEBRITY_THRESHOLD and FEED_INBOX_MAX\n" +
+			"(`feed status` shows it). An invalid configuration exits 2, naming the variable.",
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if output != "text" && output != "json" {
@@ -127,7 +127,6 @@ var configSettings = []configSetting{
 		return strconv.FormatInt(c.Policy.CelebrityBand, 10)
 	}, ""},
 	{"FEED_INBOX_MAX", func(c Config, _ func(string) string) string { return strconv.Itoa(c.Policy.InboxMax) }, ""},
-	{"FEED_INBOX_LAYOUT", func(c Config, _ func(string) string) string { return c.Policy.InboxLayout }, ""},
 	{"FEED_INACTIVE_AFTER", func(c Config, _ func(string) string) string { return c.Policy.InactiveAfter.String() }, ""},
 	{"FEED_FOLLOWER_CACHE_ROWS", func(c Config, _ func(string) string) string { return strconv.Itoa(c.FollowerCacheRows) }, ""},
 	{"FEED_SLOT", func(c Config, _ func(string) string) string { return c.Slot }, ""},

@@ -35,7 +35,6 @@ func TestConfigCommand(t *testing.T) {
 		"FEED_KAFKA_SASL_PASSWORD":  "saslPw9",
 		"FEED_INBOX_MAX":            "800",
 		"FEED_PPROF_ADDR":           "127.0.0.1:6061",
-		"FEED_INBOX_LAYOUT":         "",
 		"HTTP_ADDR":                 "",
 	}
 	for _, tc := range []struct {
@@ -97,7 +96,6 @@ func TestConfigCommand(t *testing.T) {
 			"FEED_KAFKA_SASL_USER":     {Value: "feeduser", Source: "set"},
 			"FEED_INBOX_MAX":           {Value: "800", Source: "set"},
 			"FEED_PPROF_ADDR":          {Value: "127.0.0.1:6061", Source: "set"},
-			"FEED_INBOX_LAYOUT":        {Value: "packed", Source: "default"}, // set empty is unset
 			"HTTP_ADDR":                {Value: "127.0.0.1:8080", Source: "default"},
 			"FEED_SLOT":                {Value: "feed_cdc_feed", Source: "default"},
 		} {
@@ -108,7 +106,7 @@ func TestConfigCommand(t *testing.T) {
 			}
 		}
 		// The text table says the same.
-		for _, line := range []string{"DATABASE_URL", "FEED_JWT_SECRET", "FEED_INBOX_LAYOUT"} {
+		for _, line := range []string{"DATABASE_URL", "FEED_JWT_SECRET"} {
 			r := byName[line]
 			if !strings.Contains(text, r.Value) || !strings.Contains(text, "\n"+line+" ") {
 				t.Errorf("the text output lacks %s %s:\n%s", line, r.Value, text)

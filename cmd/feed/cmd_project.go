@@ -104,7 +104,6 @@ func newProjectors(ctx context.Context, cfg Config, pool *pgxpool.Pool, rdb redi
 	if len(names) == 0 {
 		names = projections.Names()
 	}
-	readmodel.WarnListpack(ctx, rdb, cfg.Policy, log)
 	poison, err := projections.NewPoisonQueue(connOf(cfg), cfg.Topic, pool)
 	if err != nil {
 		return nil, err

@@ -19,10 +19,9 @@ import (
 type rebuildOptions struct {
 	catchUpLag int64
 	handover   time.Duration
-	// inboxLayout and inboxMax are the new inbox version's policy (""
-	// and 0: the active version's); celebrityThreshold the new followers
-	// and inbox versions' (0: the active versions').
-	inboxLayout        string
+	// inboxMax is the new inbox version's bound (0: the active version's);
+	// celebrityThreshold the new followers and inbox versions' (0: the
+	// active versions').
 	inboxMax           int
 	celebrityThreshold int64
 	// celebrityBand is the new followers and inbox versions' celebrity
@@ -65,8 +64,8 @@ func newRebuildCommand(c *cli) *cobra.Command {
 			if o.catchUpLag < 0 {
 				return flagUsage("catch-up-lag", "must not be negative")
 			}
-			if (o.inboxLayout != "" || o.inboxMax != 0) && args[0] != "inbox" && args[0] != rebuild.All {
-				return usageError{"--inbox-layout and --inbox-max are the inbox projection's: rebuild inbox (or all)"}
+			if o.inboxMax != 0 && args[0] != "inbox" && args[0] != rebuild.All {
+				return usageError{"--inbox-max is the inbox projection's: rebuild inbox (or all)"}
 			}
 			if o.celebrityThreshold != 0 && args[0] != "inbox" && args[0] != "followers" && args[0] != rebuild.All {
 				return usageError{"--celebrity-threshold is the followers and inbox projections': rebuild inbox, followers or all"}
@@ -84,9 +83,6 @@ func newRebuildCommand(c *cli) *cobra.Command {
 			if o.verifyUsers < 1 {
 				return flagUsage("verify-users", "want at least 1, got %d", o.verifyUsers)
 			}
-			if o.inboxLayout != "" && o.inboxLayout != readmodel.InboxLayoutPacked && o.inboxLayout != readmodel.InboxLayoutZset {
-				return flagUsage("inbox-layout", "want packed or zset, got %q", o.inboxLayout)
-			}
 			if o.inboxMax != 0 && o.inboxMax < 20 {
 				return flagUsage("inbox-max", "want at least 20, got %d", o.inboxMax)
 			}
@@ -99,7 +95,6 @@ func newRebuildCommand(c *cli) *cobra.Command {
 	}
 	cmd.Flags().Int64Var(&o.catchUpLag, "catch-up-lag", 1000, "switch once the new version is at most this many messages behind")
 	cmd.Flags().DurationVar(&o.handover, "handover", 3*time.Second, "keep the catch-up consumer running this long after the switch")
-	cmd.Flags().StringVar(&o.inboxLayout, "inbox-layout", "", "build the new inbox version in this layout, packed or zset (default: the active version's)")
 	cmd.Flags().IntVar(&o.verifyUsers, "verify-users", 20, "how many active users to verify on the new version before the switch")
 	cmd.Flags().BoolVar(&o.force, "force", false, "switch even when the verification of the new version finds differences")
 	cmd.Flags().IntVar(&o.inboxMax, "inbox-max", 0, "build the new inbox version with this bound (default: the active version's)")
@@ -110,20 +105,21 @@ func newRebuildCommand(c *cli) *cobra.Command {
 	return cmd
 }
 
-// rebuildPolicy returns cfg with the new versions' layout, bound,
+// rebuildPolicy returns cfg with the new versions' bound,
 // celebrity threshold and band from o's flags (the trim slack and band
 // derived again for a new bound).
 func rebuildPolicy(cfg Config, o rebuildOptions) Config {
-	rec := readmodel.VersionRecord{InboxLayout: o.inboxLayout, InboxMax: o.inboxMax, CelebrityThreshold: o.celebrityThreshold,
+	rec := readmodel.VersionRecord{InboxMax: o.inboxMax, CelebrityThreshold: o.celebrityThreshold,
 		CelebrityBand: o.celebrityBand, BandRecorded: o.bandSet}
 	cfg.Policy = rec.Apply(cfg.Policy).WithDefaults()
-	cfg.InboxMax, cfg.InboxLayout, cfg.CelebrityThreshold = cfg.Policy.InboxMax, cfg.Policy.InboxLayout, cfg.Policy.CelebrityThreshold
+	cfg.InboxMax, cfg.CelebrityThreshold = cfg.Policy.InboxMax, cfg.Policy.CelebrityThreshold
 	cfg.CelebrityBand = cfg.Policy.CelebrityBand
 	return cfg
 }
 
 // runRebuild is `feed rebuild NAME`, with its progress on stderr.
 func runRebuild(ctx context.Context, cfg Config, log *slog.Logger, name string, o rebuildOptions, stderr io.Writer) error {
+	cfg.rebuildsInbox = name == "inbox" || name == rebuild.All
 	a, cfg, err := openResolvedApp(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -134,13 +130,13 @@ func runRebuild(ctx context.Context, cfg Config, log *slog.Logger, name string, 
 	// adopt it with the versions. A new celebrity threshold makes the
 	// rebuild build and switch the followers and the inbox versions
 	// together (rebuild.Rebuilder.Run).
-	if o.inboxLayout != "" || o.inboxMax != 0 || o.celebrityThreshold != 0 || o.bandSet {
+	if o.inboxMax != 0 || o.celebrityThreshold != 0 || o.bandSet {
 		cfg = rebuildPolicy(cfg, o)
 		if err := cfg.Policy.Validate(); err != nil {
 			return usageError{err.Error()}
 		}
-		fmt.Fprintf(stderr, "rebuild: the new versions' policy: layout %s, inbox max %d, celebrity threshold %d, band %d\n",
-			cfg.Policy.InboxLayout, cfg.Policy.InboxMax, cfg.Policy.CelebrityThreshold, cfg.Policy.CelebrityBand)
+		fmt.Fprintf(stderr, "rebuild: the new versions' policy: inbox max %d, celebrity threshold %d, band %d\n",
+			cfg.Policy.InboxMax, cfg.Policy.CelebrityThreshold, cfg.Policy.CelebrityBand)
 	}
 	vc := verifyConfig(cfg, log)
 	vc.Users = o.verifyUsers

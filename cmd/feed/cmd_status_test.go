@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/readmodel"
 	"github.com/feedco/feed/status"
 	"github.com/feedco/feed/testkit/testenv"
@@ -73,7 +74,7 @@ func TestRedisStatusSectionCluster(t *testing.T) {
 	keys := readmodel.Keys{Prefix: r.Prefix}
 	pipe := r.Client.Pipeline()
 	for u := int64(1); u <= 300; u++ {
-		pipe.ZAdd(ctx, keys.Inbox(u), redis.Z{Score: 1, Member: "1"})
+		pipe.Set(ctx, homefeed.Key(keys, u), "1", 0)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		t.Fatal(err)

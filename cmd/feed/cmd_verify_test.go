@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/feedco/feed/commands"
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/readmodel"
 	"github.com/feedco/feed/testkit/testenv"
 )
@@ -65,7 +66,7 @@ func TestVerifyCommand(t *testing.T) {
 		if code, body := get("/api/feed", token); code != http.StatusOK {
 			t.Fatalf("GET /api/feed: %d %s", code, body)
 		}
-		h, err := readmodel.InspectInbox(ctx, rdb, keys, pol, reader.ID, 1)
+		h, err := homefeed.Inspect(ctx, rdb, homefeed.NewInboxes(keys, pol), reader.ID, 1)
 		return err == nil && h.Built
 	})
 	var posts []int64
@@ -78,7 +79,7 @@ func TestVerifyCommand(t *testing.T) {
 	}
 	user := strconv.FormatInt(reader.ID, 10)
 	testenv.Eventually(t, 30*time.Second, "the posts are pushed", func() bool {
-		h, err := readmodel.InspectInbox(ctx, rdb, keys, pol, reader.ID, posts[2])
+		h, err := homefeed.Inspect(ctx, rdb, homefeed.NewInboxes(keys, pol), reader.ID, posts[2])
 		return err == nil && h.Holds
 	})
 	code, out, errOut := runCLI(t, cfg, "verify", "--user", user)
@@ -87,13 +88,13 @@ func TestVerifyCommand(t *testing.T) {
 	}
 
 	// Corrupt the reader's inbox: the middle post goes missing.
-	if err := readmodel.NewInboxStore(keys, pol).Remove(ctx, rdb, reader.ID, []int64{posts[1]}); err != nil {
+	if err := homefeed.NewInboxes(keys, pol).Remove(ctx, rdb, reader.ID, []int64{posts[1]}); err != nil {
 		t.Fatal(err)
 	}
 	code, out, errOut = runCLI(t, cfg, "verify", "--user", user)
 	for _, want := range []string{
 		fmt.Sprintf("user %d: missing: post %d (author %d", reader.ID, posts[1], author.ID),
-		fmt.Sprintf("where: inbox of %d (packed v1): does not hold it, built", reader.ID),
+		fmt.Sprintf("where: inbox of %d (v1): does not hold it, built", reader.ID),
 		"verify: 1 DIFFERENCES",
 	} {
 		if !strings.Contains(out, want) {

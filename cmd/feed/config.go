@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/feedco/feed/api"
 	"github.com/feedco/feed/cdc"
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/internal/auth"
 	"github.com/feedco/feed/internal/kafka"
 	"github.com/feedco/feed/projections"
@@ -61,13 +63,14 @@ type Config struct {
 	// default 0).
 	CelebrityBand int64
 	InboxMax      int
-	// InboxLayout is FEED_INBOX_LAYOUT: "packed" (the default) or "zset"
-	// (readmodel.Policy.InboxLayout).
-	InboxLayout string
 	// PolicyExplicit says which of FEED_CELEBRITY_THRESHOLD,
-	// FEED_CELEBRITY_BAND, FEED_INBOX_MAX and FEED_INBOX_LAYOUT are set: the others adopt the active
-	// version's recorded values (resolvePolicy).
-	PolicyExplicit    readmodel.PolicyExplicit
+	// FEED_CELEBRITY_BAND and FEED_INBOX_MAX are set: the others adopt the
+	// active version's recorded values (resolvePolicy).
+	PolicyExplicit readmodel.PolicyExplicit
+	// rebuildsInbox is set by `feed rebuild inbox` (and all): it starts
+	// on an inbox version an earlier release built in sorted sets, which
+	// it moves into the packed layout (resolvePolicy).
+	rebuildsInbox     bool
 	FollowerCacheRows int
 	Slot              string
 	NodeID            int64
@@ -122,20 +125,28 @@ type Config struct {
 // active projection versions, by readmodel.ResolvePolicy's rule (the only
 // one): a fresh deployment records cfg's; a variable left unset adopts
 // the recorded value; one set to another value refuses to start, saying
-// which and how to change it. Every role that reads or writes the read
+// which and how to change it; an inbox version in the removed sorted-set
+// layout refuses to start (the error says to run `feed rebuild inbox`)
+// every role but that rebuild. Every role that reads or writes the read
 // models calls it once, before it starts them.
 func resolvePolicy(ctx context.Context, cfg Config, db readmodel.VersionExecQuerier, log *slog.Logger) (Config, error) {
 	p, err := readmodel.ResolvePolicy(ctx, db, cfg.Policy, cfg.PolicyExplicit)
 	if err != nil {
 		return cfg, fmt.Errorf("feed policy: %w", err)
 	}
-	if p.InboxLayout != cfg.Policy.InboxLayout || p.InboxMax != cfg.Policy.InboxMax || p.CelebrityThreshold != cfg.Policy.CelebrityThreshold ||
+	if err := homefeed.CheckVersions(ctx, db); err != nil {
+		if !cfg.rebuildsInbox || !errors.Is(err, homefeed.ErrRemovedLayout) {
+			return cfg, fmt.Errorf("feed policy: %w", err)
+		}
+		log.Warn("feed policy: the active inbox version is in the removed sorted-set layout; this rebuild moves it into the packed layout", "err", err)
+	}
+	if p.InboxMax != cfg.Policy.InboxMax || p.CelebrityThreshold != cfg.Policy.CelebrityThreshold ||
 		p.CelebrityBand != cfg.Policy.CelebrityBand {
-		log.Info("feed policy: adopted the active version's", "inbox_layout", p.InboxLayout, "inbox_max", p.InboxMax,
+		log.Info("feed policy: adopted the active version's", "inbox_max", p.InboxMax,
 			"celebrity_threshold", p.CelebrityThreshold, "celebrity_band", p.CelebrityBand)
 	}
 	cfg.Policy = p
-	cfg.CelebrityThreshold, cfg.InboxMax, cfg.InboxLayout = p.CelebrityThreshold, p.InboxMax, p.InboxLayout
+	cfg.CelebrityThreshold, cfg.InboxMax = p.CelebrityThreshold, p.InboxMax
 	cfg.CelebrityBand = p.CelebrityBand
 	return cfg, nil
 }
@@ -199,7 +210,6 @@ func LoadConfig() (Config, error) {
 		Slot:              os.Getenv("FEED_SLOT"),
 		LogFormat:         envOr("FEED_LOG_FORMAT", "text"),
 		OnSlotLoss:        os.Getenv("FEED_CDC_ON_SLOT_LOSS"),
-		InboxLayout:       os.Getenv("FEED_INBOX_LAYOUT"),
 
 		AllowDevSecret:   os.Getenv("FEED_ALLOW_DEV_SECRET") == "1",
 		ReadCacheBarrier: os.Getenv("FEED_READ_CACHE_BARRIER") == "1",
@@ -276,14 +286,12 @@ func LoadConfig() (Config, error) {
 		CelebrityThreshold: os.Getenv("FEED_CELEBRITY_THRESHOLD") != "",
 		CelebrityBand:      os.Getenv("FEED_CELEBRITY_BAND") != "",
 		InboxMax:           os.Getenv("FEED_INBOX_MAX") != "",
-		InboxLayout:        c.InboxLayout != "",
 	}
 	c.Policy = readmodel.Policy{
 		CelebrityThreshold: c.CelebrityThreshold,
 		CelebrityBand:      c.CelebrityBand,
 		InboxMax:           c.InboxMax,
 		InactiveAfter:      c.InactiveAfter,
-		InboxLayout:        c.InboxLayout,
 	}.WithDefaults()
 	if c.Slot == "" {
 		c.Slot, err = slotFromDSN(c.DatabaseURL)

@@ -13,7 +13,6 @@ import (
 
 	"github.com/feedco/feed/internal/kafka"
 	"github.com/feedco/feed/projections"
-	"github.com/feedco/feed/readmodel"
 	"github.com/feedco/feed/testkit/testenv"
 )
 
@@ -70,37 +69,6 @@ func TestReadCacheKeysEnv(t *testing.T) {
 		if _, err := LoadConfig(); err == nil {
 			t.Fatalf("FEED_READ_CACHE_KEYS=%s accepted", bad)
 		}
-	}
-}
-
-// FEED_INBOX_LAYOUT reaches the projectors and the query side through the
-// one policy: unset is packed (and not explicit: the active version's
-// recorded layout is adopted, resolvePolicy), zset and packed are taken,
-// anything else is refused.
-func TestInboxLayoutEnv(t *testing.T) {
-	for _, tc := range []struct{ env, want string }{
-		{"", readmodel.InboxLayoutPacked},
-		{"zset", readmodel.InboxLayoutZset},
-		{"packed", readmodel.InboxLayoutPacked},
-	} {
-		t.Setenv("FEED_INBOX_LAYOUT", tc.env)
-		c, err := LoadConfig()
-		if err != nil {
-			t.Fatalf("FEED_INBOX_LAYOUT=%q: %v", tc.env, err)
-		}
-		if got := projectionConfig(c).InboxLayout; got != tc.want {
-			t.Fatalf("FEED_INBOX_LAYOUT=%q: projections' layout %q, want %q", tc.env, got, tc.want)
-		}
-		if got := c.Policy.InboxLayout; got != tc.want {
-			t.Fatalf("FEED_INBOX_LAYOUT=%q: policy's layout %q, want %q", tc.env, got, tc.want)
-		}
-		if c.PolicyExplicit.InboxLayout != (tc.env != "") {
-			t.Fatalf("FEED_INBOX_LAYOUT=%q: explicit %v", tc.env, c.PolicyExplicit.InboxLayout)
-		}
-	}
-	t.Setenv("FEED_INBOX_LAYOUT", "list")
-	if _, err := LoadConfig(); err == nil {
-		t.Fatal("FEED_INBOX_LAYOUT=list accepted")
 	}
 }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 
@@ -11,22 +10,22 @@ import (
 )
 
 // The inbox policy belongs to the active version: a fresh deployment's
-// first process records its own (packed by default); a process with
-// FEED_INBOX_LAYOUT and FEED_INBOX_MAX unset adopts what the active
-// version recorded (after a switch to zset, 300 here); one with either
-// set to another value refuses to start (`feed project` and `feed api`),
-// saying which value differs and the rebuild that changes it; set to the
-// recorded values it starts. FEED_CELEBRITY_THRESHOLD and
+// first process records its own; a process with FEED_INBOX_MAX unset
+// adopts what the active version recorded (after a switch, 300 here); one
+// with it set to another value refuses to start (`feed project` and `feed
+// api`), saying which value differs and the rebuild that changes it; set
+// to the recorded value it starts. FEED_CELEBRITY_THRESHOLD and
 // FEED_CELEBRITY_BAND set to another value than the recorded one are
-// refused the same way.
+// refused the same way. An inbox version an earlier release recorded in
+// the sorted-set layout is refused by both roles, the message saying to
+// run `feed rebuild inbox`, which itself starts on it.
 func TestPolicyAdoptOrRefuse(t *testing.T) {
 	db := testenv.NewDB(t)
 	ctx := context.Background()
 	t.Setenv("DATABASE_URL", db.URL)
 	t.Setenv("REDIS_URL", testenv.RedisURL())
-	load := func(layout, inboxMax string) Config {
+	load := func(inboxMax string) Config {
 		t.Helper()
-		t.Setenv("FEED_INBOX_LAYOUT", layout)
 		t.Setenv("FEED_INBOX_MAX", inboxMax)
 		cfg, err := LoadConfig()
 		if err != nil {
@@ -36,27 +35,25 @@ func TestPolicyAdoptOrRefuse(t *testing.T) {
 	}
 	log := testenv.Logger()
 
-	fresh, err := resolvePolicy(ctx, load("", ""), db.Pool, log)
+	fresh, err := resolvePolicy(ctx, load(""), db.Pool, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fresh.Policy.InboxLayout != readmodel.InboxLayoutPacked || fresh.Policy.InboxMax != 500 {
-		t.Fatalf("fresh deployment: %s, %d; want packed, 500", fresh.Policy.InboxLayout, fresh.Policy.InboxMax)
+	if fresh.Policy.InboxMax != 500 {
+		t.Fatalf("fresh deployment: %d; want 500", fresh.Policy.InboxMax)
 	}
-	// A rebuild switched the inbox to version 2 in the sorted set, bound 300.
-	if err := readmodel.ActivateVersion(ctx, db.Pool, readmodel.ProjectionInbox, 1, 2,
-		readmodel.Policy{InboxMax: 300, InboxLayout: readmodel.InboxLayoutZset}); err != nil {
+	// A rebuild switched the inbox to version 2, bound 300.
+	if err := readmodel.ActivateVersion(ctx, db.Pool, readmodel.ProjectionInbox, 1, 2, readmodel.Policy{InboxMax: 300}); err != nil {
 		t.Fatal(err)
 	}
-	adopted, err := resolvePolicy(ctx, load("", ""), db.Pool, log)
+	adopted, err := resolvePolicy(ctx, load(""), db.Pool, log)
 	if err != nil {
 		t.Fatalf("unset variables: %v", err)
 	}
-	if p := adopted.Policy; p.InboxLayout != readmodel.InboxLayoutZset || p.InboxMax != 300 || p.InboxTrimSlack != 64 ||
-		adopted.InboxLayout != p.InboxLayout || adopted.InboxMax != p.InboxMax {
-		t.Fatalf("unset variables adopted %+v (config %s, %d), want zset, 300, slack 64", p, adopted.InboxLayout, adopted.InboxMax)
+	if p := adopted.Policy; p.InboxMax != 300 || p.InboxTrimSlack != 64 || adopted.InboxMax != p.InboxMax {
+		t.Fatalf("unset variables adopted %+v (config %d), want 300, slack 64", p, adopted.InboxMax)
 	}
-	if _, err := resolvePolicy(ctx, load("zset", "300"), db.Pool, log); err != nil {
+	if _, err := resolvePolicy(ctx, load("300"), db.Pool, log); err != nil {
 		t.Fatalf("the recorded values set explicitly: %v", err)
 	}
 	// refused runs both roles with cfg: each must refuse to start, saying
@@ -78,45 +75,48 @@ func TestPolicyAdoptOrRefuse(t *testing.T) {
 	// FEED_CELEBRITY_THRESHOLD against the recorded threshold (10000, the
 	// fresh deployment's): refused by both roles, naming both values.
 	t.Setenv("FEED_CELEBRITY_THRESHOLD", "5")
-	thr := load("", "")
+	thr := load("")
 	t.Setenv("FEED_CELEBRITY_THRESHOLD", "")
 	refused(thr, "FEED_CELEBRITY_THRESHOLD=5 against a recorded 10000", "FEED_CELEBRITY_THRESHOLD=5", "celebrity threshold 10000",
 		"unset FEED_CELEBRITY_THRESHOLD to adopt it", "feed rebuild inbox --celebrity-threshold 5")
 	// FEED_CELEBRITY_BAND against the recorded band (0, the fresh
 	// deployment's).
 	t.Setenv("FEED_CELEBRITY_BAND", "2")
-	band := load("", "")
+	band := load("")
 	t.Setenv("FEED_CELEBRITY_BAND", "")
 	if band.Policy.CelebrityBand != 2 {
 		t.Fatalf("FEED_CELEBRITY_BAND=2 read as %d", band.Policy.CelebrityBand)
 	}
 	refused(band, "FEED_CELEBRITY_BAND=2 against a recorded 0", "FEED_CELEBRITY_BAND=2", "celebrity band 0",
 		"unset FEED_CELEBRITY_BAND to adopt it", "feed rebuild inbox --celebrity-band 2")
-	for _, tc := range []struct {
-		layout, max string
-		want        []string
-	}{
-		{"packed", "", []string{"FEED_INBOX_LAYOUT=packed", "inbox layout zset", "feed rebuild inbox --inbox-layout packed"}},
-		{"", "500", []string{"FEED_INBOX_MAX=500", "inbox bound 300", "feed rebuild inbox --inbox-max 500"}},
-	} {
-		refused(load(tc.layout, tc.max), fmt.Sprintf("FEED_INBOX_LAYOUT=%q FEED_INBOX_MAX=%q", tc.layout, tc.max), tc.want...)
+	refused(load("500"), "FEED_INBOX_MAX=500 against a recorded 300", "FEED_INBOX_MAX=500", "inbox bound 300", "feed rebuild inbox --inbox-max 500")
+
+	// An earlier release's sorted-set inbox version.
+	if _, err := db.Pool.Exec(ctx, `UPDATE projection_versions SET inbox_layout = 'zset' WHERE projection = 'inbox'`); err != nil {
+		t.Fatal(err)
+	}
+	refused(load(""), "a sorted-set inbox version", `inbox layout "zset"`, "run `feed rebuild inbox`")
+	rb := load("")
+	rb.rebuildsInbox = true
+	if got, err := resolvePolicy(ctx, rb, db.Pool, log); err != nil || got.Policy.InboxMax != 300 {
+		t.Fatalf("feed rebuild inbox on a sorted-set inbox version: %v (bound %d), want it to start with the recorded 300", err, got.Policy.InboxMax)
 	}
 }
 
-// `feed rebuild inbox --inbox-layout --inbox-max` builds the new version
-// with the flags' layout and bound over the resolved policy, the trim
-// slack derived again for the new bound; no flag keeps the policy.
+// `feed rebuild inbox --inbox-max` builds the new version with the flag's
+// bound over the resolved policy, the trim slack derived again for the new
+// bound; no flag keeps the policy.
 func TestRebuildPolicyFlags(t *testing.T) {
-	cfg := Config{Policy: readmodel.Policy{InboxLayout: readmodel.InboxLayoutZset}.WithDefaults()}
-	got := rebuildPolicy(cfg, rebuildOptions{inboxLayout: readmodel.InboxLayoutPacked, inboxMax: 100})
-	if p := got.Policy; p.InboxLayout != readmodel.InboxLayoutPacked || p.InboxMax != 100 || p.InboxTrimSlack != 25 || got.InboxMax != 100 {
-		t.Fatalf("rebuild policy %+v, want packed, 100, slack 25", p)
+	cfg := Config{Policy: readmodel.Policy{}.WithDefaults()}
+	got := rebuildPolicy(cfg, rebuildOptions{inboxMax: 100})
+	if p := got.Policy; p.InboxMax != 100 || p.InboxTrimSlack != 25 || got.InboxMax != 100 {
+		t.Fatalf("rebuild policy %+v, want 100, slack 25", p)
 	}
 	if p := rebuildPolicy(cfg, rebuildOptions{}).Policy; p != cfg.Policy {
 		t.Fatalf("no flag changed the policy to %+v", p)
 	}
 	got = rebuildPolicy(cfg, rebuildOptions{celebrityThreshold: 20})
-	if p := got.Policy; p.CelebrityThreshold != 20 || got.CelebrityThreshold != 20 || p.InboxLayout != readmodel.InboxLayoutZset || p.InboxMax != 500 {
+	if p := got.Policy; p.CelebrityThreshold != 20 || got.CelebrityThreshold != 20 || p.InboxMax != 500 {
 		t.Fatalf("rebuild policy %+v (config threshold %d), want threshold 20, the rest unchanged", p, got.CelebrityThreshold)
 	}
 	got = rebuildPolicy(cfg, rebuildOptions{celebrityBand: 3, bandSet: true})

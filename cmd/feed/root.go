@@ -158,7 +158,6 @@ var envDocs = map[string]string{
 	"FEED_CELEBRITY_THRESHOLD":            "followers from which posts are pulled, not pushed (default 10000)",
 	"FEED_CELEBRITY_BAND":                 "a celebrity stops being one only below FEED_CELEBRITY_THRESHOLD minus this (default 0)",
 	"FEED_INBOX_MAX":                      "inbox bound (default 500)",
-	"FEED_INBOX_LAYOUT":                   "inbox Redis layout, packed or zset; the projectors and the API must agree (default packed)",
 	"FEED_READ_CACHE_KEYS":                "the API's read cache bound in Redis keys, 0 off (default 40000)",
 	"FEED_REBUILD_CONCURRENCY":            "read models the API rebuilds from PostgreSQL at once when it finds them not built (default 4)",
 	"FEED_FOLLOWER_CACHE_ROWS":            "the inbox projector's follower cache bound, 0 off (default 16777216)",
@@ -211,9 +210,9 @@ var (
 		"FEED_KAFKA_TLS_SERVER_NAME", "FEED_KAFKA_TLS_INSECURE_SKIP_VERIFY", "FEED_KAFKA_SASL_MECHANISM", "FEED_KAFKA_SASL_USER", "FEED_KAFKA_SASL_PASSWORD"}
 	envAPI = []string{"HTTP_ADDR", "FEED_AUTH", "FEED_GATEWAY_SECRET", "FEED_TRUSTED_NETWORKS", "FEED_JWT_SECRET", "FEED_JWT_PREVIOUS_SECRET", "FEED_JWT_ISSUER", "FEED_JWT_AUDIENCE",
 		"FEED_ALLOW_DEV_SECRET", "FEED_NODE_ID",
-		"FEED_MAX_CONTENT_CHARS", "FEED_INBOX_MAX", "FEED_INBOX_LAYOUT", "FEED_CELEBRITY_CACHE_TTL", "FEED_REFRESH_SETTLE", "FEED_INACTIVE_AFTER", "FEED_READ_CACHE_KEYS", "FEED_READ_CACHE_BARRIER", "FEED_REBUILD_CONCURRENCY",
+		"FEED_MAX_CONTENT_CHARS", "FEED_INBOX_MAX", "FEED_CELEBRITY_CACHE_TTL", "FEED_REFRESH_SETTLE", "FEED_INACTIVE_AFTER", "FEED_READ_CACHE_KEYS", "FEED_READ_CACHE_BARRIER", "FEED_REBUILD_CONCURRENCY",
 		"FEED_MAX_READS_IN_FLIGHT", "FEED_MAX_WRITES_IN_FLIGHT", "FEED_FULL_HOME_READS"}
-	envProjections = []string{"FEED_CELEBRITY_THRESHOLD", "FEED_CELEBRITY_BAND", "FEED_INBOX_MAX", "FEED_INBOX_LAYOUT", "FEED_INACTIVE_AFTER", "FEED_FOLLOWER_CACHE_ROWS"}
+	envProjections = []string{"FEED_CELEBRITY_THRESHOLD", "FEED_CELEBRITY_BAND", "FEED_INBOX_MAX", "FEED_INACTIVE_AFTER", "FEED_FOLLOWER_CACHE_ROWS"}
 	envCDC         = []string{"FEED_PARTITIONS", "FEED_SLOT", "FEED_LAG_WARN_BYTES", "FEED_CDC_ON_SLOT_LOSS"}
 )
 

@@ -243,7 +243,6 @@ func Start(t testing.TB, cfg Config) *System {
 		InboxMax:           cfg.Projections.InboxMax,
 		CelebrityThreshold: cfg.Projections.CelebrityThreshold,
 		CelebrityBand:      cfg.Projections.CelebrityBand,
-		InboxLayout:        cfg.Projections.InboxLayout,
 		CelebrityCacheTTL:  cfg.CacheTTL,
 		RefreshSettle:      cfg.RefreshSettle,
 		TimelineCacheSize:  queries.MaxLimit + 1,

@@ -26,6 +26,7 @@ import (
 
 	"github.com/feedco/feed/bench"
 	"github.com/feedco/feed/cdc"
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/internal/auth"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/readmodel"
@@ -240,7 +241,7 @@ func run(ctx context.Context, cfg config, c bench.Config, o options, command str
 		return ls, err
 	}
 	r, err := bench.New(c, pop, tokens, bench.Deps{DB: s.pool, Redis: s.redis, Keys: keys,
-		Inboxes: readmodel.NewInboxStore(keys, s.policy), Sampler: sampler, Log: stderr})
+		Inboxes: new(homefeed.NewInboxes(keys, s.policy)), Sampler: sampler, Log: stderr})
 	if err != nil {
 		return usageError{err.Error()}
 	}

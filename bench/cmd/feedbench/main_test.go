@@ -15,6 +15,7 @@ import (
 
 	"github.com/feedco/feed/bench"
 	"github.com/feedco/feed/cdc"
+	"github.com/feedco/feed/homefeed"
 	"github.com/feedco/feed/readmodel"
 	"github.com/feedco/feed/testkit/kafkatest"
 	"github.com/feedco/feed/testkit/testenv"
@@ -152,7 +153,7 @@ func TestOpen(t *testing.T) {
 	db := testenv.NewDB(t)
 	broker := kafkatest.Start(t)
 	if _, err := db.Pool.Exec(ctx, `UPDATE projection_versions SET version = 2, celebrity_threshold = 77, inbox_max = 300, inbox_layout = $1
-		WHERE projection = $2`, readmodel.InboxLayoutPacked, readmodel.ProjectionInbox); err != nil {
+		WHERE projection = $2`, homefeed.Layout, readmodel.ProjectionInbox); err != nil {
 		t.Fatal(err)
 	}
 	cfg := config{databaseURL: db.URL, redisURL: testenv.RedisURL(), brokers: []string{broker.Addr}, topic: "feed.events"}
@@ -161,8 +162,8 @@ func TestOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.close()
-	if s.policy.CelebrityThreshold != 77 || s.policy.InboxMax != 300 || s.policy.InboxLayout != readmodel.InboxLayoutPacked {
-		t.Errorf("policy %+v, want the recorded threshold 77, bound 300, packed", s.policy)
+	if s.policy.CelebrityThreshold != 77 || s.policy.InboxMax != 300 {
+		t.Errorf("policy %+v, want the recorded threshold 77 and bound 300", s.policy)
 	}
 	if v := s.versions.Get(readmodel.ProjectionInbox); v != 2 {
 		t.Errorf("inbox version %d, want 2", v)

@@ -1,7 +1,8 @@
-package readmodel
+package homefeed
 
 import (
 	"context"
+	"github.com/feedco/feed/readmodel"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -48,15 +49,15 @@ func ownClient(t *testing.T, rd *testenv.Redis) *redis.Client {
 
 // newTestFollowUps is a carrier whose timer does not fire within a test:
 // what it carries runs on the next push or the test's FlushFollowUps.
-func newTestFollowUps() *PackedFollowUps {
-	c := NewPackedFollowUps()
+func newTestFollowUps() *FollowUps {
+	c := NewFollowUps()
 	c.after = time.Hour
 	return c
 }
 
 // bufferState reports, for every user, the buffer's length in ids and
 // whether it has a TTL (true when there is no buffer).
-func bufferState(t *testing.T, ctx context.Context, rdb redis.UniversalClient, m PackedInboxes, users []int64) (maxIDs int64, allTTL bool) {
+func bufferState(t *testing.T, ctx context.Context, rdb redis.UniversalClient, m Inboxes, users []int64) (maxIDs int64, allTTL bool) {
 	t.Helper()
 	allTTL = true
 	for _, u := range users {
@@ -72,7 +73,7 @@ func bufferState(t *testing.T, ctx context.Context, rdb redis.UniversalClient, m
 
 // A run of pushes through PushCarried, redeliveries and out-of-order ids
 // included, ends (once flushed) in the inboxes PushAll's three pipelines a
-// push give: the same posts, every buffer under PackedMergeAt ids and with
+// push give: the same posts, every buffer under MergeAt ids and with
 // its TTL. And each push is one pipeline.
 func TestPackedPushCarriedMatchesPushAll(t *testing.T) {
 	t.Parallel()
@@ -81,10 +82,10 @@ func TestPackedPushCarriedMatchesPushAll(t *testing.T) {
 	own := ownClient(t, rd)
 	var count pipelineCounter
 	own.AddHook(&count)
-	all := NewPackedInboxes(Keys{Prefix: rd.Prefix + "all:"}, Policy{InboxMax: 200})
-	car := NewPackedInboxes(Keys{Prefix: rd.Prefix + "car:"}, Policy{InboxMax: 200})
+	all := NewInboxes(readmodel.Keys{Prefix: rd.Prefix + "all:"}, readmodel.Policy{InboxMax: 200})
+	car := NewInboxes(readmodel.Keys{Prefix: rd.Prefix + "car:"}, readmodel.Policy{InboxMax: 200})
 	c := newTestFollowUps() // every pipeline counted is a push's
-	if err := LoadScripts(ctx, rd.Client); err != nil {
+	if err := loadScripts(ctx, rd.Client); err != nil {
 		t.Fatal(err) // (a NOSCRIPT would make a push two pipelines)
 	}
 	users := []int64{1, 2, 3, 4, 5, 6, 7, 8}
@@ -129,12 +130,12 @@ func TestPackedPushCarriedMatchesPushAll(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Fatalf("inbox %d: carried %d posts, PushAll %d", u, len(got), len(want))
 		}
-		if p, q := readPacked(t, ctx, rd.Client, car, u, MaxScoreMs, 20), readPacked(t, ctx, rd.Client, all, u, MaxScoreMs, 20); !slices.Equal(ids(p.Entries), ids(q.Entries)) {
+		if p, q := readPacked(t, ctx, rd.Client, car, u, readmodel.MaxScoreMs, 20), readPacked(t, ctx, rd.Client, all, u, readmodel.MaxScoreMs, 20); !slices.Equal(ids(p.Entries), ids(q.Entries)) {
 			t.Fatalf("inbox %d: first pages differ: %v, %v", u, ids(p.Entries), ids(q.Entries))
 		}
 	}
-	if n, ttl := bufferState(t, ctx, rd.Client, car, users); n >= PackedMergeAt || !ttl {
-		t.Fatalf("after the flush: a buffer of %d ids (want < %d), every buffer with a TTL: %v", n, PackedMergeAt, ttl)
+	if n, ttl := bufferState(t, ctx, rd.Client, car, users); n >= MergeAt || !ttl {
+		t.Fatalf("after the flush: a buffer of %d ids (want < %d), every buffer with a TTL: %v", n, MergeAt, ttl)
 	}
 }
 
@@ -144,9 +145,9 @@ func TestPackedFollowUpsFlushWhenIdle(t *testing.T) {
 	t.Parallel()
 	rd := testenv.NewRedis(t)
 	ctx := context.Background()
-	m := NewPackedInboxes(Keys{Prefix: rd.Prefix}, Policy{})
-	c := NewPackedFollowUps()
-	for i := range PackedMergeAt {
+	m := NewInboxes(readmodel.Keys{Prefix: rd.Prefix}, readmodel.Policy{})
+	c := NewFollowUps()
+	for i := range MergeAt {
 		if err := m.PushCarried(ctx, rd.Client, []int64{1}, nil, m.NewPush(snow(testBaseMs+int64(i), 1)), c); err != nil {
 			t.Fatal(err)
 		}
@@ -162,7 +163,7 @@ func TestPackedFollowUpsFlushWhenIdle(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	s, b := m.Keys(1)
-	if rd.Client.Exists(ctx, b).Val() != 0 || rd.Client.StrLen(ctx, s).Val() != packedHeader+8*PackedMergeAt {
+	if rd.Client.Exists(ctx, b).Val() != 0 || rd.Client.StrLen(ctx, s).Val() != header+8*MergeAt {
 		t.Fatal("inbox 1's full buffer was not merged")
 	}
 	if _, b := m.Keys(2); rd.Client.TTL(ctx, b).Val() <= 0 {
@@ -172,16 +173,16 @@ func TestPackedFollowUpsFlushWhenIdle(t *testing.T) {
 
 // The process dies between two pushes: what it carried is lost, and later
 // pushes (another carrier, as after a restart) redo it: the buffer past
-// PackedMergeAt asks for its merge on its next APPEND, a new buffer's TTL
+// MergeAt asks for its merge on its next APPEND, a new buffer's TTL
 // on its second. Meanwhile every post stays readable.
 func TestPackedFollowUpsLostWithTheProcess(t *testing.T) {
 	t.Parallel()
 	rd := testenv.NewRedis(t)
 	ctx := context.Background()
-	m := NewPackedInboxes(Keys{Prefix: rd.Prefix}, Policy{})
+	m := NewInboxes(readmodel.Keys{Prefix: rd.Prefix}, readmodel.Policy{})
 	dead := newTestFollowUps() // the process dies before its timer would fire
 	var want []int64
-	for i := range PackedMergeAt + 3 {
+	for i := range MergeAt + 3 {
 		post := snow(testBaseMs+int64(i), 1)
 		want = append(want, post)
 		if err := m.PushCarried(ctx, rd.Client, []int64{1}, nil, m.NewPush(post), dead); err != nil {
@@ -213,7 +214,7 @@ func TestPackedFollowUpsLostWithTheProcess(t *testing.T) {
 	if got, _ := m.Posts(ctx, rd.Client, 1); !slices.Equal(got, want) {
 		t.Fatalf("inbox 1 after the restart: %d posts, want %d", len(got), len(want))
 	}
-	if n, ttl := bufferState(t, ctx, rd.Client, m, []int64{1, 2}); n >= PackedMergeAt || !ttl {
+	if n, ttl := bufferState(t, ctx, rd.Client, m, []int64{1, 2}); n >= MergeAt || !ttl {
 		t.Fatalf("after the restart's push: a buffer of %d ids, every buffer with a TTL: %v", n, ttl)
 	}
 }
@@ -224,7 +225,7 @@ func TestPackedFollowUpsFailedPipelineKeepsThem(t *testing.T) {
 	t.Parallel()
 	rd := testenv.NewRedis(t)
 	ctx := context.Background()
-	m := NewPackedInboxes(Keys{Prefix: rd.Prefix}, Policy{})
+	m := NewInboxes(readmodel.Keys{Prefix: rd.Prefix}, readmodel.Policy{})
 	c := newTestFollowUps()
 	if err := m.PushCarried(ctx, rd.Client, []int64{1}, nil, m.NewPush(snow(testBaseMs, 1)), c); err != nil {
 		t.Fatal(err)
@@ -254,7 +255,7 @@ func TestPackedFollowUpsConcurrentPushes(t *testing.T) {
 	t.Parallel()
 	rd := testenv.NewRedis(t)
 	ctx := context.Background()
-	m := NewPackedInboxes(Keys{Prefix: rd.Prefix}, Policy{InboxMax: 1000})
+	m := NewInboxes(readmodel.Keys{Prefix: rd.Prefix}, readmodel.Policy{InboxMax: 1000})
 	c := newTestFollowUps()
 	users := []int64{1, 2, 3, 4}
 	const workers, each = 8, 100
@@ -288,18 +289,18 @@ func TestPackedFollowUpsConcurrentPushes(t *testing.T) {
 			t.Fatalf("inbox %d: %d posts, want %d", u, len(got), workers*each)
 		}
 	}
-	if n, ttl := bufferState(t, ctx, rd.Client, m, users); n >= PackedMergeAt || !ttl {
+	if n, ttl := bufferState(t, ctx, rd.Client, m, users); n >= MergeAt || !ttl {
 		t.Fatalf("a buffer of %d ids, every buffer with a TTL: %v", n, ttl)
 	}
 }
 
 // A failed APPEND fails the push even when a carried read before it in the
-// pipeline found its buffer gone (redis.Nil, which Exec reports first).
+// pipeline found its buffer gone (redis.Nil, which readmodel.Exec reports first).
 func TestPackedPushCarriedReportsAFailedAppend(t *testing.T) {
 	t.Parallel()
 	rd := testenv.NewRedis(t)
 	ctx := context.Background()
-	m := NewPackedInboxes(Keys{Prefix: rd.Prefix}, Policy{})
+	m := NewInboxes(readmodel.Keys{Prefix: rd.Prefix}, readmodel.Policy{})
 	c := newTestFollowUps()
 	c.read, c.pending[1] = []int64{1}, true // a read carried for inbox 1, whose buffer is gone
 	_, b := m.Keys(2)
@@ -312,4 +313,17 @@ func TestPackedPushCarriedReportsAFailedAppend(t *testing.T) {
 	if c.Pending() != 1 {
 		t.Fatalf("%d follow-ups after the failed push, want the read it took back", c.Pending())
 	}
+}
+
+// loadScripts loads this package's scripts and readmodel's.
+func loadScripts(ctx context.Context, rdb redis.UniversalClient) error {
+	if err := readmodel.LoadScripts(ctx, rdb); err != nil {
+		return err
+	}
+	for _, s := range scripts {
+		if err := s.Load(ctx, rdb).Err(); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -1,12 +1,12 @@
-package readmodel
+package homefeed
 
 import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"github.com/feedco/feed/readmodel"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"testing"
 	"time"
 
@@ -22,7 +22,7 @@ func snow(ms, lo int64) int64 { return (ms-snowEpochMs)<<22 | lo&(1<<22-1) }
 
 // pushPacked pushes posts to user one pipeline each, with the follow-ups
 // and the merges they ask for, and reports how many merges ran.
-func pushPacked(t testing.TB, ctx context.Context, rdb redis.UniversalClient, m PackedInboxes, user int64, posts ...int64) int {
+func pushPacked(t testing.TB, ctx context.Context, rdb redis.UniversalClient, m Inboxes, user int64, posts ...int64) int {
 	t.Helper()
 	merges := 0
 	for _, post := range posts {
@@ -35,11 +35,11 @@ func pushPacked(t testing.TB, ctx context.Context, rdb redis.UniversalClient, m 
 	return merges
 }
 
-func readPacked(t testing.TB, ctx context.Context, rdb redis.UniversalClient, m PackedInboxes, user, fromMs int64, n int) PackedPage {
+func readPacked(t testing.TB, ctx context.Context, rdb redis.UniversalClient, m Inboxes, user, fromMs int64, n int) Page {
 	t.Helper()
 	pipe := rdb.Pipeline()
 	r := m.QueueRead(ctx, pipe, user, fromMs, n)
-	if err := ExecReads(ctx, pipe); err != nil {
+	if err := readmodel.ExecReads(ctx, pipe); err != nil {
 		t.Fatal(err)
 	}
 	p, err := r.Result()
@@ -49,7 +49,7 @@ func readPacked(t testing.TB, ctx context.Context, rdb redis.UniversalClient, m 
 	return p
 }
 
-func ids(es []Entry) []int64 {
+func ids(es []readmodel.Entry) []int64 {
 	out := make([]int64, len(es))
 	for i, e := range es {
 		out[i] = e.ID
@@ -57,10 +57,10 @@ func ids(es []Entry) []int64 {
 	return out
 }
 
-func mergeNow(t testing.TB, ctx context.Context, rdb redis.UniversalClient, m PackedInboxes, user int64) {
+func mergeNow(t testing.TB, ctx context.Context, rdb redis.UniversalClient, m Inboxes, user int64) {
 	t.Helper()
 	// the merge of the buffer as it is, with the trim and the fallback TTL
-	if err := Exec(ctx, rdb, func(pipe redis.Pipeliner) {
+	if err := readmodel.Exec(ctx, rdb, func(pipe redis.Pipeliner) {
 		m.queueMergeScript(ctx, pipe, user, m.mergeArgs(nil, "", false, "nx"))
 	}); err != nil {
 		t.Fatal(err)
@@ -74,7 +74,7 @@ func TestPackedOrderAndDuplicates(t *testing.T) {
 	t.Parallel()
 	rd := testenv.NewRedis(t)
 	ctx := context.Background()
-	m := NewPackedInboxes(Keys{Prefix: rd.Prefix}, Policy{})
+	m := NewInboxes(readmodel.Keys{Prefix: rd.Prefix}, readmodel.Policy{})
 	var posts []int64
 	for i := range 20 {
 		posts = append(posts, snow(testBaseMs+int64(i/3), int64(i)))
@@ -87,7 +87,7 @@ func TestPackedOrderAndDuplicates(t *testing.T) {
 	slices.Reverse(want)
 	check := func(stage string) {
 		t.Helper()
-		p := readPacked(t, ctx, rd.Client, m, 1, MaxScoreMs, 50)
+		p := readPacked(t, ctx, rd.Client, m, 1, readmodel.MaxScoreMs, 50)
 		if got := ids(p.Entries); !slices.Equal(got, want) || p.More {
 			t.Fatalf("%s: read %v (more %v), want %v", stage, got, p.More, want)
 		}
@@ -104,8 +104,8 @@ func TestPackedOrderAndDuplicates(t *testing.T) {
 	check("buffer")
 	mergeNow(t, ctx, rd.Client, m, 1)
 	s, b := m.Keys(1)
-	if n := rd.Client.StrLen(ctx, s).Val(); n != packedHeader+8*20 {
-		t.Fatalf("sealed %d bytes, want %d", n, packedHeader+8*20)
+	if n := rd.Client.StrLen(ctx, s).Val(); n != header+8*20 {
+		t.Fatalf("sealed %d bytes, want %d", n, header+8*20)
 	}
 	if rd.Client.Exists(ctx, b).Val() != 0 {
 		t.Fatal("the merge left the buffer")
@@ -115,25 +115,25 @@ func TestPackedOrderAndDuplicates(t *testing.T) {
 	check("both")
 	mergeNow(t, ctx, rd.Client, m, 1)
 	check("merged twice")
-	if n := rd.Client.StrLen(ctx, s).Val(); n != packedHeader+8*20 {
-		t.Fatalf("sealed %d bytes after merging duplicates, want %d", n, packedHeader+8*20)
+	if n := rd.Client.StrLen(ctx, s).Val(); n != header+8*20 {
+		t.Fatalf("sealed %d bytes after merging duplicates, want %d", n, header+8*20)
 	}
-	if p := readPacked(t, ctx, rd.Client, m, 1, MaxScoreMs, 5); !slices.Equal(ids(p.Entries), want[:5]) || !p.More {
+	if p := readPacked(t, ctx, rd.Client, m, 1, readmodel.MaxScoreMs, 5); !slices.Equal(ids(p.Entries), want[:5]) || !p.More {
 		t.Fatalf("short page %v more %v", ids(p.Entries), p.More)
 	}
 }
 
-// The push whose APPEND makes the buffer PackedMergeAt ids long asks for
+// The push whose APPEND makes the buffer MergeAt ids long asks for
 // the merge, not the one before; the first push of a buffer gives it the
 // fallback TTL.
 func TestPackedMergeThreshold(t *testing.T) {
 	t.Parallel()
 	rd := testenv.NewRedis(t)
 	ctx := context.Background()
-	m := NewPackedInboxes(Keys{Prefix: rd.Prefix}, Policy{})
+	m := NewInboxes(readmodel.Keys{Prefix: rd.Prefix}, readmodel.Policy{})
 	s, b := m.Keys(7)
 	var posts []int64
-	for i := range PackedMergeAt {
+	for i := range MergeAt {
 		posts = append(posts, snow(testBaseMs+int64(i), 1))
 	}
 	if n := pushPacked(t, ctx, rd.Client, m, 7, posts[:1]...); n != 0 {
@@ -142,22 +142,22 @@ func TestPackedMergeThreshold(t *testing.T) {
 	if ttl := rd.Client.TTL(ctx, b).Val(); ttl <= 0 {
 		t.Fatalf("buffer TTL %v after the first push", ttl)
 	}
-	if n := pushPacked(t, ctx, rd.Client, m, 7, posts[1:PackedMergeAt-1]...); n != 0 {
+	if n := pushPacked(t, ctx, rd.Client, m, 7, posts[1:MergeAt-1]...); n != 0 {
 		t.Fatalf("%d merges before the threshold", n)
 	}
-	if n := rd.Client.StrLen(ctx, b).Val(); n != 8*(PackedMergeAt-1) || rd.Client.Exists(ctx, s).Val() != 0 {
+	if n := rd.Client.StrLen(ctx, b).Val(); n != 8*(MergeAt-1) || rd.Client.Exists(ctx, s).Val() != 0 {
 		t.Fatalf("buffer %d bytes before the threshold", n)
 	}
-	if n := pushPacked(t, ctx, rd.Client, m, 7, posts[PackedMergeAt-1]); n != 1 {
+	if n := pushPacked(t, ctx, rd.Client, m, 7, posts[MergeAt-1]); n != 1 {
 		t.Fatalf("%d merges at the threshold", n)
 	}
-	if rd.Client.Exists(ctx, b).Val() != 0 || rd.Client.StrLen(ctx, s).Val() != packedHeader+8*PackedMergeAt {
+	if rd.Client.Exists(ctx, b).Val() != 0 || rd.Client.StrLen(ctx, s).Val() != header+8*MergeAt {
 		t.Fatal("the threshold push did not merge the buffer")
 	}
 	if ttl := rd.Client.TTL(ctx, s).Val(); ttl <= 0 {
 		t.Fatalf("sealed TTL %v after the merge", ttl)
 	}
-	p := readPacked(t, ctx, rd.Client, m, 7, MaxScoreMs, 10)
+	p := readPacked(t, ctx, rd.Client, m, 7, readmodel.MaxScoreMs, 10)
 	if p.Built || p.Floor != nil {
 		t.Fatalf("pushes alone made ~built %v or a floor %v", p.Built, p.Floor)
 	}
@@ -170,15 +170,15 @@ func TestPackedTrim(t *testing.T) {
 	t.Parallel()
 	rd := testenv.NewRedis(t)
 	ctx := context.Background()
-	pol := Policy{InboxMax: 20, InboxTrimSlack: 8, InboxTrimEvery: 4, InboxTrimBand: 3} // keep 12, over 15
-	m := NewPackedInboxes(Keys{Prefix: rd.Prefix}, pol)
+	pol := readmodel.Policy{InboxMax: 20, InboxTrimSlack: 8, InboxTrimEvery: 4, InboxTrimBand: 3} // keep 12, over 15
+	m := NewInboxes(readmodel.Keys{Prefix: rd.Prefix}, pol)
 	var posts []int64
 	for i := range 40 {
 		posts = append(posts, snow(testBaseMs+int64(i), int64(i)))
 	}
 	pushPacked(t, ctx, rd.Client, m, 3, posts[:15]...)
 	mergeNow(t, ctx, rd.Client, m, 3)
-	if p := readPacked(t, ctx, rd.Client, m, 3, MaxScoreMs, 50); len(p.Entries) != 15 || p.Floor != nil {
+	if p := readPacked(t, ctx, rd.Client, m, 3, readmodel.MaxScoreMs, 50); len(p.Entries) != 15 || p.Floor != nil {
 		t.Fatalf("at the band: %d entries, floor %v", len(p.Entries), p.Floor)
 	}
 	// 16 real: over the band, cut to 12; a second post in the 12th newest's
@@ -186,7 +186,7 @@ func TestPackedTrim(t *testing.T) {
 	tie := snow(testBaseMs+4, 1000)
 	pushPacked(t, ctx, rd.Client, m, 3, posts[15], tie)
 	mergeNow(t, ctx, rd.Client, m, 3)
-	p := readPacked(t, ctx, rd.Client, m, 3, MaxScoreMs, 50)
+	p := readPacked(t, ctx, rd.Client, m, 3, readmodel.MaxScoreMs, 50)
 	want := slices.Clone(posts[5:16])
 	slices.Reverse(want)
 	if got := ids(p.Entries); !slices.Equal(got, want) || p.Floor == nil || *p.Floor != testBaseMs+4 {
@@ -194,18 +194,18 @@ func TestPackedTrim(t *testing.T) {
 	}
 	// A late push at the floor is not shown, and the next merge drops it.
 	pushPacked(t, ctx, rd.Client, m, 3, snow(testBaseMs+4, 2000), snow(testBaseMs+1, 1))
-	if got := ids(readPacked(t, ctx, rd.Client, m, 3, MaxScoreMs, 50).Entries); !slices.Equal(got, want) {
+	if got := ids(readPacked(t, ctx, rd.Client, m, 3, readmodel.MaxScoreMs, 50).Entries); !slices.Equal(got, want) {
 		t.Fatalf("late pushes shown: %v", got)
 	}
 	mergeNow(t, ctx, rd.Client, m, 3)
 	s, _ := m.Keys(3)
-	if n := rd.Client.StrLen(ctx, s).Val(); n != packedHeader+8*int64(len(want)) {
-		t.Fatalf("sealed %d bytes after merging late pushes, want %d", n, packedHeader+8*len(want))
+	if n := rd.Client.StrLen(ctx, s).Val(); n != header+8*int64(len(want)) {
+		t.Fatalf("sealed %d bytes after merging late pushes, want %d", n, header+8*len(want))
 	}
 	// Many pushes at once: never over the band after a merge.
 	pushPacked(t, ctx, rd.Client, m, 3, posts[16:]...)
 	mergeNow(t, ctx, rd.Client, m, 3)
-	p = readPacked(t, ctx, rd.Client, m, 3, MaxScoreMs, 50)
+	p = readPacked(t, ctx, rd.Client, m, 3, readmodel.MaxScoreMs, 50)
 	want = slices.Clone(posts[28:])
 	slices.Reverse(want)
 	if got := ids(p.Entries); !slices.Equal(got, want) || *p.Floor != testBaseMs+27 {
@@ -221,22 +221,22 @@ func TestPackedFloorBuiltRemove(t *testing.T) {
 	t.Parallel()
 	rd := testenv.NewRedis(t)
 	ctx := context.Background()
-	pol := Policy{InboxMax: 10, InboxTrimSlack: 2, InboxTrimEvery: 4, InboxTrimBand: 2}
-	m := NewPackedInboxes(Keys{Prefix: rd.Prefix}, pol)
+	pol := readmodel.Policy{InboxMax: 10, InboxTrimSlack: 2, InboxTrimEvery: 4, InboxTrimBand: 2}
+	m := NewInboxes(readmodel.Keys{Prefix: rd.Prefix}, pol)
 	early := snow(testBaseMs+100, 1)
 	pushPacked(t, ctx, rd.Client, m, 5, early)
-	if p := readPacked(t, ctx, rd.Client, m, 5, MaxScoreMs, 20); p.Built {
+	if p := readPacked(t, ctx, rd.Client, m, 5, readmodel.MaxScoreMs, 20); p.Built {
 		t.Fatal("a pushed-only inbox is built")
 	}
-	var rebuilt []Entry
+	var rebuilt []readmodel.Entry
 	for i := range 10 {
 		ms := testBaseMs + 50 - int64(i)
-		rebuilt = append(rebuilt, Entry{ID: snow(ms, 5), Ms: ms})
+		rebuilt = append(rebuilt, readmodel.Entry{ID: snow(ms, 5), Ms: ms})
 	}
 	if err := m.WriteRebuilt(ctx, rd.Client, 5, rebuilt); err != nil {
 		t.Fatal(err)
 	}
-	p := readPacked(t, ctx, rd.Client, m, 5, MaxScoreMs, 20)
+	p := readPacked(t, ctx, rd.Client, m, 5, readmodel.MaxScoreMs, 20)
 	want := append([]int64{early}, ids(rebuilt[:9])...) // the oldest is the floor's own ms
 	if !p.Built || p.Floor == nil || *p.Floor != testBaseMs+41 || !slices.Equal(ids(p.Entries), want) {
 		t.Fatalf("rebuilt: built %v floor %v entries %v, want %v", p.Built, p.Floor, ids(p.Entries), want)
@@ -246,14 +246,14 @@ func TestPackedFloorBuiltRemove(t *testing.T) {
 		t.Fatalf("rebuilt TTL %v", ttl)
 	}
 	// A backfill raises the floor; a lower raise later does not lower it.
-	bf := []Entry{{ID: snow(testBaseMs+60, 9), Ms: testBaseMs + 60}, {ID: snow(testBaseMs+45, 9), Ms: testBaseMs + 45}}
-	if err := Exec(ctx, rd.Client, func(pipe redis.Pipeliner) {
+	bf := []readmodel.Entry{{ID: snow(testBaseMs+60, 9), Ms: testBaseMs + 60}, {ID: snow(testBaseMs+45, 9), Ms: testBaseMs + 45}}
+	if err := readmodel.Exec(ctx, rd.Client, func(pipe redis.Pipeliner) {
 		m.QueueBackfill(ctx, pipe, 5, bf, testBaseMs+45, true)
 		m.QueueBackfill(ctx, pipe, 5, nil, testBaseMs+42, true)
 	}); err != nil {
 		t.Fatal(err)
 	}
-	p = readPacked(t, ctx, rd.Client, m, 5, MaxScoreMs, 20)
+	p = readPacked(t, ctx, rd.Client, m, 5, readmodel.MaxScoreMs, 20)
 	want = []int64{early, bf[0].ID, rebuilt[0].ID, rebuilt[1].ID, rebuilt[2].ID, rebuilt[3].ID, rebuilt[4].ID}
 	if !p.Built || *p.Floor != testBaseMs+45 || !slices.Equal(ids(p.Entries), want) {
 		t.Fatalf("backfilled: floor %v entries %v, want %v", *p.Floor, ids(p.Entries), want)
@@ -264,7 +264,7 @@ func TestPackedFloorBuiltRemove(t *testing.T) {
 	if err := m.Remove(ctx, rd.Client, 5, []int64{rebuilt[2].ID, fresh, 12345}); err != nil {
 		t.Fatal(err)
 	}
-	p = readPacked(t, ctx, rd.Client, m, 5, MaxScoreMs, 20)
+	p = readPacked(t, ctx, rd.Client, m, 5, readmodel.MaxScoreMs, 20)
 	want = []int64{snow(testBaseMs+201, 3), early, bf[0].ID, rebuilt[0].ID, rebuilt[1].ID, rebuilt[3].ID, rebuilt[4].ID}
 	if !p.Built || *p.Floor != testBaseMs+45 || !slices.Equal(ids(p.Entries), want) {
 		t.Fatalf("after removal: built %v floor %v entries %v, want %v", p.Built, *p.Floor, ids(p.Entries), want)
@@ -285,175 +285,6 @@ func TestPackedFloorBuiltRemove(t *testing.T) {
 	}
 }
 
-// The same random operations on both layouts (pushes out of order and
-// twice, cold rebuilds, backfills with floor raises, removals; no trims:
-// the two trim at different times) give the same pages from every cursor:
-// the packed page is the sorted set's visible entries (above ~floor, newest
-// first) from the cursor, and the sorted set's own page read is a prefix
-// of it; ~built and ~floor agree.
-func TestPackedMatchesSortedSet(t *testing.T) {
-	t.Parallel()
-	rd := testenv.NewRedis(t)
-	ctx := context.Background()
-	keys := Keys{Prefix: rd.Prefix}
-	zs, pk := NewInboxes(keys, Policy{}), NewPackedInboxes(keys, Policy{})
-	rng := rand.New(rand.NewPCG(3, 4))
-	post := func() Entry {
-		ms := testBaseMs + int64(rng.IntN(300))
-		return Entry{ID: snow(ms, int64(rng.IntN(4))), Ms: ms}
-	}
-	for user := int64(1); user <= 40; user++ {
-		var pushed []int64
-		for range 5 + rng.IntN(10) {
-			switch r := rng.IntN(10); {
-			case r < 6: // a run of pushes, some redelivered
-				for range 1 + rng.IntN(40) {
-					e := post()
-					if len(pushed) > 0 && rng.IntN(5) == 0 {
-						e.ID = pushed[rng.IntN(len(pushed))]
-						e.Ms = idMs(e.ID)
-					}
-					pushed = append(pushed, e.ID)
-					if err := Exec(ctx, rd.Client, func(pipe redis.Pipeliner) { zs.QueuePush(ctx, pipe, user, zs.NewPush(e.ID, e.Ms)) }); err != nil {
-						t.Fatal(err)
-					}
-					pushPacked(t, ctx, rd.Client, pk, user, e.ID)
-				}
-			case r < 7: // a cold rebuild
-				var es []Entry
-				for range rng.IntN(20) {
-					es = append(es, post())
-				}
-				slices.SortFunc(es, func(a, b Entry) int { return cmpDesc(a.ID, b.ID) })
-				es = slices.CompactFunc(es, func(a, b Entry) bool { return a.ID == b.ID })
-				if err := zs.WriteRebuilt(ctx, rd.Client, user, es); err != nil {
-					t.Fatal(err)
-				}
-				if err := pk.WriteRebuilt(ctx, rd.Client, user, es); err != nil {
-					t.Fatal(err)
-				}
-			case r < 9: // a backfill, maybe raising the floor
-				var es []Entry
-				for range rng.IntN(6) {
-					es = append(es, post())
-				}
-				slices.SortFunc(es, func(a, b Entry) int { return cmpDesc(a.ID, b.ID) })
-				es = slices.CompactFunc(es, func(a, b Entry) bool { return a.ID == b.ID })
-				raise := len(es) > 0 && rng.IntN(2) == 0
-				fl := int64(0)
-				if raise {
-					fl = es[len(es)-1].Ms
-				}
-				b := zs.NewBackfill(es, fl, raise)
-				if err := Exec(ctx, rd.Client, func(pipe redis.Pipeliner) {
-					zs.QueueBackfill(ctx, pipe, user, b)
-					pk.QueueBackfill(ctx, pipe, user, es, fl, raise)
-				}); err != nil {
-					t.Fatal(err)
-				}
-			default: // removals
-				if len(pushed) == 0 {
-					continue
-				}
-				rm := []int64{pushed[rng.IntN(len(pushed))], pushed[rng.IntN(len(pushed))]}
-				if err := zs.Remove(ctx, rd.Client, user, rm); err != nil {
-					t.Fatal(err)
-				}
-				if err := pk.Remove(ctx, rd.Client, user, rm); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-		comparePages(t, ctx, rd.Client, zs, pk, user, rng)
-	}
-}
-
-func comparePages(t *testing.T, ctx context.Context, rdb redis.UniversalClient, zs Inboxes, pk PackedInboxes, user int64, rng *rand.Rand) {
-	t.Helper()
-	all := rdb.ZRangeWithScores(ctx, zs.Key(user), 0, -1).Val()
-	var floor *int64
-	built := false
-	for _, z := range all {
-		switch z.Member {
-		case SentinelFloor:
-			f := int64(z.Score)
-			floor = &f
-		case SentinelBuilt:
-			built = true
-		}
-	}
-	var visible []Entry // newest first
-	for i := len(all) - 1; i >= 0; i-- {
-		m := all[i].Member.(string)
-		if IsSentinel(m) || floor != nil && int64(all[i].Score) <= *floor {
-			continue
-		}
-		id, _ := strconv.ParseInt(m, 10, 64)
-		visible = append(visible, Entry{ID: id, Ms: int64(all[i].Score)})
-	}
-	for c := range 12 {
-		from, n := int64(MaxScoreMs), 1+rng.IntN(30)
-		if c > 0 {
-			from = testBaseMs + int64(rng.IntN(320)) - 10
-		}
-		var want []Entry
-		for _, e := range visible {
-			if e.Ms <= from {
-				want = append(want, e)
-			}
-		}
-		more := len(want) > n
-		if more {
-			want = want[:n]
-		}
-		pipe := rdb.Pipeline()
-		zr := zs.QueueRead(ctx, pipe, user, from, n)
-		pr := pk.QueueRead(ctx, pipe, user, from, n)
-		if err := ExecReads(ctx, pipe); err != nil {
-			t.Fatal(err)
-		}
-		zp, err := zr.Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		pp, err := pr.Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if fmt.Sprint(pp.Entries) != fmt.Sprint(want) || pp.More != more {
-			t.Fatalf("user %d from %d n %d: packed %v more %v, want %v more %v", user, from, n, pp.Entries, pp.More, want, more)
-		}
-		if pp.Built != built || fmt.Sprint(deref(pp.Floor)) != fmt.Sprint(deref(floor)) {
-			t.Fatalf("user %d: packed built %v floor %v, sorted set %v %v", user, pp.Built, deref(pp.Floor), built, deref(floor))
-		}
-		if zp.Built != built && from >= MaxScoreMs && len(zp.Reply) < zp.Limit {
-			t.Fatalf("user %d: sorted-set page built %v", user, zp.Built)
-		}
-		var zreal []Entry
-		for _, z := range zp.Reply {
-			m := z.Member.(string)
-			if IsSentinel(m) || floor != nil && int64(z.Score) <= *floor {
-				continue
-			}
-			id, _ := strconv.ParseInt(m, 10, 64)
-			zreal = append(zreal, Entry{ID: id, Ms: int64(z.Score)})
-		}
-		if len(zreal) > n {
-			zreal = zreal[:n] // the first page reads one more, for ~built
-		}
-		if len(zreal) > len(pp.Entries) || fmt.Sprint(zreal) != fmt.Sprint(pp.Entries[:len(zreal)]) {
-			t.Fatalf("user %d from %d n %d: sorted-set page %v not a prefix of the packed %v", user, from, n, zreal, pp.Entries)
-		}
-	}
-}
-
-func deref(p *int64) any {
-	if p == nil {
-		return nil
-	}
-	return *p
-}
-
 // Merges agree with the bound rule computed here, on runs of pushes
 // mostly in order (the script's in-place path, its trim window, and the
 // fallback when more than the window share the cut's millisecond),
@@ -463,8 +294,8 @@ func TestPackedMergeModel(t *testing.T) {
 	t.Parallel()
 	rd := testenv.NewRedis(t)
 	ctx := context.Background()
-	pol := Policy{InboxMax: 60, InboxTrimSlack: 20, InboxTrimEvery: 4, InboxTrimBand: 5} // keep 40, over 45
-	m := NewPackedInboxes(Keys{Prefix: rd.Prefix}, pol)
+	pol := readmodel.Policy{InboxMax: 60, InboxTrimSlack: 20, InboxTrimEvery: 4, InboxTrimBand: 5} // keep 40, over 45
+	m := NewInboxes(readmodel.Keys{Prefix: rd.Prefix}, pol)
 	keep, over := pol.WithDefaults().InboxKeep(), pol.WithDefaults().InboxTrimOver()
 	rng := rand.New(rand.NewPCG(5, 6))
 	for user := int64(1); user <= 30; user++ {
@@ -518,7 +349,7 @@ func TestPackedMergeModel(t *testing.T) {
 			}
 			want := slices.Clone(model)
 			slices.Reverse(want)
-			p := readPacked(t, ctx, rd.Client, m, user, MaxScoreMs, 1)
+			p := readPacked(t, ctx, rd.Client, m, user, readmodel.MaxScoreMs, 1)
 			if !slices.Equal(got, want) || fmt.Sprint(deref(p.Floor)) != fmt.Sprint(deref(ptrIf(floor))) || p.Built != (user%2 == 0) {
 				t.Fatalf("user %d: %v floor %v built %v, want %v floor %d", user, got, deref(p.Floor), p.Built, want, floor)
 			}
@@ -539,7 +370,7 @@ func TestPackedRemoveAligned(t *testing.T) {
 	t.Parallel()
 	rd := testenv.NewRedis(t)
 	ctx := context.Background()
-	m := NewPackedInboxes(Keys{Prefix: rd.Prefix}, Policy{})
+	m := NewInboxes(readmodel.Keys{Prefix: rd.Prefix}, readmodel.Policy{})
 	a, c, ghost := int64(0x01), int64(0x0200000000000000), int64(0x0102) // a|c holds ghost's bytes at offset 1
 	for _, merged := range []bool{true, false} {
 		user := int64(1)
@@ -571,10 +402,10 @@ func TestPackedPushAll(t *testing.T) {
 	t.Parallel()
 	rd := testenv.NewRedis(t)
 	ctx := context.Background()
-	m := NewPackedInboxes(Keys{Prefix: rd.Prefix}, Policy{})
+	m := NewInboxes(readmodel.Keys{Prefix: rd.Prefix}, readmodel.Policy{})
 	users := []int64{1, 2, 3, 4, 5}
-	// inbox 1 starts PackedMergeAt-1 ids ahead
-	for i := range PackedMergeAt - 1 {
+	// inbox 1 starts MergeAt-1 ids ahead
+	for i := range MergeAt - 1 {
 		pushPacked(t, ctx, rd.Client, m, 1, snow(testBaseMs+int64(i), 9))
 	}
 	post := snow(testBaseMs+1000, 1)
@@ -588,12 +419,12 @@ func TestPackedPushAll(t *testing.T) {
 		}
 	}
 	for _, u := range users {
-		p := readPacked(t, ctx, rd.Client, m, u, MaxScoreMs, 2)
+		p := readPacked(t, ctx, rd.Client, m, u, readmodel.MaxScoreMs, 2)
 		if len(p.Entries) == 0 || p.Entries[0].ID != post || (u != 1 && len(p.Entries) != 1) {
 			t.Fatalf("inbox %d: %v", u, p.Entries)
 		}
 	}
-	if s, _ := m.Keys(1); rd.Client.StrLen(ctx, s).Val() != packedHeader+8*PackedMergeAt {
+	if s, _ := m.Keys(1); rd.Client.StrLen(ctx, s).Val() != header+8*MergeAt {
 		t.Fatal("the filling push did not merge inbox 1")
 	}
 }
@@ -605,8 +436,8 @@ func TestPackedBuildWriter(t *testing.T) {
 	t.Parallel()
 	rd := testenv.NewRedis(t)
 	ctx := context.Background()
-	pol := Policy{InboxMax: 30, InboxTrimSlack: 6, InboxTrimEvery: 4, InboxTrimBand: 3}
-	m := NewPackedInboxes(Keys{Prefix: rd.Prefix}, pol)
+	pol := readmodel.Policy{InboxMax: 30, InboxTrimSlack: 6, InboxTrimEvery: 4, InboxTrimBand: 3}
+	m := NewInboxes(readmodel.Keys{Prefix: rd.Prefix}, pol)
 	rng := rand.New(rand.NewPCG(8, 9))
 	nowMs := time.Now().UnixMilli()
 	var c builtChunk
@@ -621,7 +452,7 @@ func TestPackedBuildWriter(t *testing.T) {
 			if rng.IntN(3) > 0 {
 				ms -= int64(1 + rng.IntN(4))
 			}
-			in.Kept = append(in.Kept, Entry{ID: snow(ms, int64(rng.IntN(1000)*10+i)), Ms: ms}) // ids of one ms in any order
+			in.Kept = append(in.Kept, readmodel.Entry{ID: snow(ms, int64(rng.IntN(1000)*10+i)), Ms: ms}) // ids of one ms in any order
 		}
 		if u%2 == 0 {
 			in.Floor, in.HasFloor = ms-1, true
@@ -631,21 +462,21 @@ func TestPackedBuildWriter(t *testing.T) {
 		c.inboxes = append(c.inboxes, in)
 		// the cold rebuild of the same posts, newest first by id, into user u+1
 		es := slices.Clone(in.Kept)
-		slices.SortFunc(es, func(a, b Entry) int { return cmpDesc(a.ID, b.ID) })
+		slices.SortFunc(es, func(a, b readmodel.Entry) int { return cmpDesc(a.ID, b.ID) })
 		if in.HasFloor {
-			es = append(es, Entry{ID: snow(in.Floor, 0), Ms: in.Floor}) // the rebuild's floor comes from its oldest post
+			es = append(es, readmodel.Entry{ID: snow(in.Floor, 0), Ms: in.Floor}) // the rebuild's floor comes from its oldest post
 		}
 		if err := m.WriteRebuilt(ctx, rd.Client, int64(u+1), es); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := m.BuildWriter().WriteChunk(ctx, rd.Client, c, func() int64 { return nowMs }, &BuildBuffers{}); err != nil {
+	if err := m.WriteChunk(ctx, rd.Client, c, func() int64 { return nowMs }, &BuildBuffers{}); err != nil {
 		t.Fatal(err)
 	}
 	for u := range 20 {
 		built, rebuilt := int64(100+u), int64(u+1)
-		a := readPacked(t, ctx, rd.Client, m, built, MaxScoreMs, 40)
-		b := readPacked(t, ctx, rd.Client, m, rebuilt, MaxScoreMs, 40)
+		a := readPacked(t, ctx, rd.Client, m, built, readmodel.MaxScoreMs, 40)
+		b := readPacked(t, ctx, rd.Client, m, rebuilt, readmodel.MaxScoreMs, 40)
 		if fmt.Sprint(a.Entries, deref(a.Floor), a.Built) != fmt.Sprint(b.Entries, deref(b.Floor), b.Built) || !a.Built || len(a.Entries) != len(c.inboxes[u].Kept) {
 			t.Fatalf("inbox %d: built %v %v %v, rebuilt %v %v %v", u, a.Entries, deref(a.Floor), a.Built, b.Entries, deref(b.Floor), b.Built)
 		}
@@ -658,7 +489,7 @@ func TestPackedBuildWriter(t *testing.T) {
 	post := snow(testBaseMs+20_000, 1)
 	pushPacked(t, ctx, rd.Client, m, 100, post)
 	mergeNow(t, ctx, rd.Client, m, 100)
-	if p := readPacked(t, ctx, rd.Client, m, 100, MaxScoreMs, 1); p.Entries[0].ID != post || !p.Built {
+	if p := readPacked(t, ctx, rd.Client, m, 100, readmodel.MaxScoreMs, 1); p.Entries[0].ID != post || !p.Built {
 		t.Fatalf("after a merge: %v", p.Entries)
 	}
 }
@@ -673,7 +504,7 @@ func TestPackedBufferMerge(t *testing.T) {
 	t.Parallel()
 	rd := testenv.NewRedis(t)
 	ctx := context.Background()
-	m := NewPackedInboxes(Keys{Prefix: rd.Prefix}, Policy{})
+	m := NewInboxes(readmodel.Keys{Prefix: rd.Prefix}, readmodel.Policy{})
 	shuffledPosts := func(from int64) (posts, shuffled []int64) {
 		for i := range int64(10) {
 			posts = append(posts, snow(testBaseMs+from+i, from+i))
@@ -686,7 +517,7 @@ func TestPackedBufferMerge(t *testing.T) {
 	// older than them, and reads the buffer as FollowUp does.
 	fill := func(user int64) (posts []int64, read *redis.StringCmd) {
 		t.Helper()
-		old := []Entry{{ID: snow(testBaseMs, 0), Ms: testBaseMs}}
+		old := []readmodel.Entry{{ID: snow(testBaseMs, 0), Ms: testBaseMs}}
 		if err := m.WriteRebuilt(ctx, rd.Client, user, old); err != nil {
 			t.Fatal(err)
 		}
@@ -703,7 +534,7 @@ func TestPackedBufferMerge(t *testing.T) {
 	}
 	merge := func(user int64, read *redis.StringCmd) {
 		t.Helper()
-		if err := Exec(ctx, rd.Client, func(pipe redis.Pipeliner) {
+		if err := readmodel.Exec(ctx, rd.Client, func(pipe redis.Pipeliner) {
 			if !m.QueueBufferMerge(ctx, pipe, user, read) {
 				t.Fatal("nothing queued for a buffer read")
 			}
@@ -716,7 +547,7 @@ func TestPackedBufferMerge(t *testing.T) {
 		s, b := m.Keys(user)
 		raw := rd.Client.Get(ctx, s).Val()
 		var got []int64
-		for i := 0; i+8 <= len(raw)-packedHeader; i += 8 {
+		for i := 0; i+8 <= len(raw)-header; i += 8 {
 			got = append(got, int64(binary.BigEndian.Uint64([]byte(raw[i:]))))
 		}
 		if !slices.Equal(got, sealed) {
@@ -780,7 +611,7 @@ func TestPackedBufferMerge(t *testing.T) {
 func TestPushAllocations(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // only queued, never sent
 	defer rdb.Close()
-	m := NewPackedInboxes(Keys{Prefix: "t9:", Versions: Versions{Inbox: 2}}, Policy{})
+	m := NewInboxes(readmodel.Keys{Prefix: "t9:", Versions: readmodel.Versions{Inbox: 2}}, readmodel.Policy{})
 	p, ctx := m.NewPush(1234567), context.Background()
 	pipe := rdb.Pipeline()
 	for range 2000 { // grow the pipeline's slice first
@@ -789,4 +620,11 @@ func TestPushAllocations(t *testing.T) {
 	if n := testing.AllocsPerRun(1000, func() { m.QueuePush(ctx, pipe, 123456, p) }); n > 4 {
 		t.Errorf("QueuePush: %v allocations, want at most 4", n)
 	}
+}
+
+func deref(p *int64) any {
+	if p == nil {
+		return nil
+	}
+	return *p
 }

@@ -1,7 +1,9 @@
-package readmodel
+package homefeed
 
 import (
 	"context"
+	"github.com/feedco/feed/readmodel"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -31,11 +33,10 @@ import (
 // post from an inbox (the deletion fan-out's step). Run it with
 // -benchtime=1x; each sub-benchmark is one whole run.
 //
-//   - zset-listpack: today's path (projections.Inbox.pushPage): ZADD, one
-//     push in InboxTrimEvery sampled for ZCARD and EXPIRE NX, trimScript
-//     when over the band; zset-max-listpack-entries 1024.
-//   - zset-skiplist: the same with zset-max-listpack-entries 128.
-//   - zset-skiplist-pair: the raw ZADD + ZREMRANGEBYRANK pair per push.
+//   - zset-listpack: the baseline of a sorted set per inbox (zsetBaseline,
+//     here: the product has no sorted-set inbox), the raw ZADD +
+//     ZREMRANGEBYRANK pair per push; zset-max-listpack-entries 1024.
+//   - zset-skiplist-pair: the same with zset-max-listpack-entries 128.
 //   - packed: APPEND to the buffer, the merge script when the reply says so
 //     (packed.go).
 //   - packed-interleaved: the same, the posts pushed in a shuffled order
@@ -49,8 +50,7 @@ func BenchmarkInboxLayouts(b *testing.B) {
 		push       func(benchCtx, []int64, int64, int64)
 		interleave int
 	}{
-		{"zset-listpack", 1024, benchZsetPush, 1},
-		{"zset-skiplist", 128, benchZsetPush, 1},
+		{"zset-listpack", 1024, benchZsetPair, 1},
 		{"zset-skiplist-pair", 128, benchZsetPair, 1},
 		{"packed", 1024, benchPackedPush, 1},
 		{"packed-interleaved", 1024, benchPackedPush, benchInterleave},
@@ -84,9 +84,9 @@ const (
 type benchCtx struct {
 	ctx context.Context
 	rdb *redis.Client
-	zs  Inboxes
-	pk  PackedInboxes
-	pol Policy
+	zs  zsetBaseline
+	pk  Inboxes
+	pol readmodel.Policy
 	b   *testing.B
 }
 
@@ -95,9 +95,9 @@ func benchLayout(b *testing.B, ctx context.Context, rdb *redis.Client, name stri
 	if err := rdb.FlushAll(ctx).Err(); err != nil { // the benchmark's own server
 		b.Fatal(err)
 	}
-	pol := DefaultPolicy()
-	keys := Keys{Prefix: "b:"}
-	c := benchCtx{ctx: ctx, rdb: rdb, zs: NewInboxes(keys, pol), pk: NewPackedInboxes(keys, pol), pol: pol, b: b}
+	pol := readmodel.DefaultPolicy()
+	keys := readmodel.Keys{Prefix: "b:"}
+	c := benchCtx{ctx: ctx, rdb: rdb, zs: zsetBaseline{prefix: keys.Prefix}, pk: NewInboxes(keys, pol), pol: pol, b: b}
 	for u := int64(1); u <= benchInboxes; u++ { // built, empty inboxes
 		var err error
 		if packed {
@@ -181,7 +181,7 @@ func benchLayout(b *testing.B, ctx context.Context, rdb *redis.Client, name stri
 			p := rdb.Pipeline()
 			var fl []*redis.FloatCmd
 			for u := int64(1); u <= benchInboxes; u++ {
-				fl = append(fl, p.ZScore(ctx, c.zs.Key(u), SentinelFloor))
+				fl = append(fl, p.ZScore(ctx, c.zs.Key(u), readmodel.SentinelFloor))
 			}
 			_, _ = p.Exec(ctx)
 			for _, f := range fl {
@@ -207,7 +207,7 @@ func benchLayout(b *testing.B, ctx context.Context, rdb *redis.Client, name stri
 	// and a page from a cursor in the middle of the inbox.
 	readUs := func(deep bool) (redisUs, clientUs float64) {
 		r0, c0 := redisCPU(b, ctx, rdb), clientCPU()
-		from := int64(MaxScoreMs)
+		from := int64(readmodel.MaxScoreMs)
 		if deep {
 			from = testBaseMs + k - int64(pol.InboxMax)*benchInboxes/benchFanout/2 // about half way down a full inbox
 		}
@@ -217,8 +217,8 @@ func benchLayout(b *testing.B, ctx context.Context, rdb *redis.Client, name stri
 			var err error
 			if packed {
 				r := c.pk.QueueRead(ctx, pipe, u, from, benchReadN)
-				if err = ExecReads(ctx, pipe); err == nil {
-					var p PackedPage
+				if err = readmodel.ExecReads(ctx, pipe); err == nil {
+					var p Page
 					p, err = r.Result()
 					if err == nil && len(p.Entries) != benchReadN {
 						b.Fatalf("read %d: %d entries", i, len(p.Entries))
@@ -226,7 +226,7 @@ func benchLayout(b *testing.B, ctx context.Context, rdb *redis.Client, name stri
 				}
 			} else {
 				r := c.zs.QueueRead(ctx, pipe, u, from, benchReadN)
-				if err = ExecReads(ctx, pipe); err == nil {
+				if err = readmodel.ExecReads(ctx, pipe); err == nil {
 					_, err = r.Result()
 				}
 			}
@@ -245,7 +245,7 @@ func benchLayout(b *testing.B, ctx context.Context, rdb *redis.Client, name stri
 	removals := 0
 	for i := range benchRemovals {
 		post := snow(testBaseMs+k-1-int64(i), k-1-int64(i))
-		if err := Exec(ctx, rdb, func(pipe redis.Pipeliner) {
+		if err := readmodel.Exec(ctx, rdb, func(pipe redis.Pipeliner) {
 			for u := int64(1); u <= benchInboxes; u += benchInboxes / benchFanout {
 				if packed {
 					c.pk.QueueRemove(ctx, pipe, u, []int64{post})
@@ -275,40 +275,6 @@ func benchLayout(b *testing.B, ctx context.Context, rdb *redis.Client, name stri
 	b.ReportMetric(deepRedis, "redis-µs/deep-read")
 	b.ReportMetric(removeRedis, "redis-µs/remove")
 	b.Logf("%s: %d bytes over %d entries (encoding %q), %d posts x %d; steady phase:\n%s", name, mem, entries, enc, fillPosts+steadyPosts, benchFanout, stats)
-}
-
-// benchZsetPush is projections.Inbox.pushPage's path for one post.
-func benchZsetPush(c benchCtx, users []int64, post, ms int64) {
-	p := c.zs.NewPush(post, ms)
-	var cards []*redis.IntCmd
-	var sampledUsers []int64
-	pipe := c.rdb.Pipeline()
-	for _, u := range users {
-		c.zs.QueuePush(c.ctx, pipe, u, p)
-		if Sampled(post, u, c.pol.InboxTrimEvery) {
-			cards = append(cards, c.zs.QueueCheck(c.ctx, pipe, u, p))
-			sampledUsers = append(sampledUsers, u)
-		}
-	}
-	if _, err := pipe.Exec(c.ctx); err != nil {
-		c.b.Fatal(err)
-	}
-	var over []int64
-	for i, card := range cards {
-		if p.NeedsTrim(card) {
-			over = append(over, sampledUsers[i])
-		}
-	}
-	if len(over) == 0 {
-		return
-	}
-	if err := Exec(c.ctx, c.rdb, func(pipe redis.Pipeliner) {
-		for _, u := range over {
-			c.zs.QueueTrim(c.ctx, pipe, u)
-		}
-	}); err != nil {
-		c.b.Fatal(err)
-	}
 }
 
 // benchZsetPair is the raw pair: ZADD and ZREMRANGEBYRANK to InboxMax.
@@ -346,4 +312,34 @@ func clientCPU() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// zsetBaseline is a sorted set per inbox, `feed:{u}` (member the post id,
+// score its millisecond, ~built at +inf), the baseline the packed layout is
+// measured against.
+type zsetBaseline struct{ prefix string }
+
+func (z zsetBaseline) Key(u int64) string {
+	return z.prefix + "feed:{" + strconv.FormatInt(u, 10) + "}"
+}
+
+func (z zsetBaseline) WriteRebuilt(ctx context.Context, rdb redis.UniversalClient, u int64, _ []readmodel.Entry) error {
+	return rdb.ZAdd(ctx, z.Key(u), redis.Z{Score: math.Inf(1), Member: readmodel.SentinelBuilt}).Err()
+}
+
+// zsetRead is a queued first or deeper page of a baseline inbox.
+type zsetRead struct{ cmd *redis.ZSliceCmd }
+
+func (r zsetRead) Result() ([]redis.Z, error) { return r.cmd.Result() }
+
+func (z zsetBaseline) QueueRead(ctx context.Context, pipe redis.Pipeliner, u, fromMs int64, n int) zsetRead {
+	max := "+inf"
+	if fromMs < readmodel.MaxScoreMs {
+		max = strconv.FormatInt(fromMs, 10)
+	}
+	return zsetRead{pipe.ZRevRangeByScoreWithScores(ctx, z.Key(u), &redis.ZRangeBy{Max: max, Min: "-inf", Count: int64(n + 1)})}
+}
+
+func (z zsetBaseline) QueueRemove(ctx context.Context, pipe redis.Pipeliner, u, post int64) {
+	pipe.ZRem(ctx, z.Key(u), strconv.FormatInt(post, 10))
 }

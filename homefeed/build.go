@@ -1,4 +1,4 @@
-package projections
+package homefeed
 
 import (
 	"context"
@@ -24,9 +24,9 @@ import (
 // InboxMax are kept, the floor is the score of the one after them when
 // there is one (entries at or below it are left out, the bounded-add rule),
 // then ~built; the TTL is the user's last activity plus the inbox TTL (an
-// inbox that would expire before it is written is not written). Scores are created_at in milliseconds, members the post ids in decimal.
-// build_inbox_test.go checks it key by key, byte for byte, against that
-// SQL build and against a replay of the events through the projector.
+// inbox that would expire before it is written is not written).
+// build_inbox_test.go checks it inbox by inbox against a replay of the
+// events through the projector.
 //
 // How, with the cost and the memory of each step:
 //
@@ -42,12 +42,10 @@ import (
 //     only the edges of the chunks in flight are in memory; workers merge,
 //     per user, the newest posts of the followees and the user (a k-way
 //     merge that stops at InboxMax+1) and write the chunk in one pipeline,
-//     BuildWorkers chunks at once.
+//     workers chunks at once.
 //
-// Each inbox is written by readmodel.Inboxes.RestoreBuildWriter: one
-// RESTORE of the finished sorted set in Redis's listpack encoding, with
-// its TTL, falling back to ZADD + PEXPIRE (ZaddBuildWriter) when the
-// server refuses the payload.
+// Each inbox is written by Inboxes.WriteChunk: one SET of
+// the finished sealed string, with its TTL.
 
 // Beginner starts the snapshot transaction of the inbox build;
 // *pgxpool.Pool implements it.
@@ -150,16 +148,13 @@ type inboxChunk struct {
 	followees []int64
 }
 
-// BuildInboxes writes the inbox of every user whose inbox lives (seen within
+// Build writes the inbox of every user whose inbox lives (seen within
 // the inbox TTL), as described at the top of this file. Others get none, as
 // in the live version, where theirs expired. A post committed after the
 // snapshot is pushed by the projector's catch-up, which the rebuild starts
 // at offsets taken before it. It returns the number of active users.
-func (p *Inbox) BuildInboxes(ctx context.Context, db Beginner, progress BuildProgress) (int64, error) {
-	return p.buildInboxes(ctx, db, progress, true)
-}
-
-func (p *Inbox) buildInboxes(ctx context.Context, db Beginner, progress BuildProgress, restore bool) (int64, error) {
+func (m *Manager) Build(ctx context.Context, db Beginner, progress BuildProgress, workers int) (int64, error) {
+	workers = max(workers, 1)
 	if progress == nil {
 		progress = noProgress{}
 	}
@@ -169,7 +164,7 @@ func (p *Inbox) buildInboxes(ctx context.Context, db Beginner, progress BuildPro
 	// version starts with them backfilled (readmodel.Backfilled). One the
 	// followers projector records later is pulled until that author's next
 	// crossing: a pull the inbox duplicates, never a missing post.
-	leaving, err := readmodel.NewCelebrities(p.cfg.Keys).Leaving(ctx, p.rdb)
+	leaving, err := readmodel.NewCelebrities(m.keys).Leaving(ctx, m.rdb)
 	if err != nil {
 		return 0, fmt.Errorf("build inboxes: %w", err)
 	}
@@ -188,7 +183,7 @@ func (p *Inbox) buildInboxes(ctx context.Context, db Beginner, progress BuildPro
 	ref := time.Now()
 	nowMs := func() int64 { return pgNow + time.Since(ref).Milliseconds() }
 
-	rows, err := tx.Query(ctx, inboxUsersSQL, p.cfg.inboxTTL())
+	rows, err := tx.Query(ctx, inboxUsersSQL, m.pol.InboxTTL())
 	if err != nil {
 		return 0, fmt.Errorf("build inboxes: read active users: %w", err)
 	}
@@ -200,7 +195,7 @@ func (p *Inbox) buildInboxes(ctx context.Context, db Beginner, progress BuildPro
 		return 0, fmt.Errorf("build inboxes: read active users: %w", err)
 	}
 
-	keep := p.cfg.InboxMax
+	keep := m.pol.InboxMax
 	progress.Stage("read posts", "posts", 0)
 	posts, err := readAuthorPosts(ctx, tx, keep+1, progress)
 	if err != nil {
@@ -208,10 +203,10 @@ func (p *Inbox) buildInboxes(ctx context.Context, db Beginner, progress BuildPro
 	}
 
 	progress.Stage("write inboxes", "active users", int64(len(users)))
-	w := &inboxWriter{posts: posts, keep: keep, nowMs: nowMs, rdb: p.rdb, out: p.store.InboxBuildWriter(restore)}
-	chunks := make(chan inboxChunk, BuildWorkers)
+	w := &inboxWriter{posts: posts, keep: keep, nowMs: nowMs, rdb: m.rdb, out: m.inbox}
+	chunks := make(chan inboxChunk, workers)
 	g, gctx := errgroup.WithContext(ctx)
-	for range BuildWorkers {
+	for range workers {
 		g.Go(func() error {
 			var b inboxBuffers
 			for c := range chunks {
@@ -244,7 +239,7 @@ func (p *Inbox) buildInboxes(ctx context.Context, db Beginner, progress BuildPro
 	if readErr != nil {
 		return 0, fmt.Errorf("build inboxes: %w", readErr)
 	}
-	if err := readmodel.NewBackfilled(p.cfg.Keys).Record(ctx, p.rdb, leaving); err != nil {
+	if err := readmodel.NewBackfilled(m.keys).Record(ctx, m.rdb, leaving); err != nil {
 		return 0, fmt.Errorf("build inboxes: %w", err)
 	}
 	return int64(len(users)), ctx.Err()
@@ -325,14 +320,14 @@ type inboxWriter struct {
 	keep  int
 	nowMs func() int64
 	rdb   redis.UniversalClient
-	out   readmodel.InboxBuildWriter
+	out   Inboxes
 }
 
 // inboxBuffers are one worker's reusable buffers.
 type inboxBuffers struct {
 	heap   []inboxCursor
 	merged []inboxPost
-	out    readmodel.BuildBuffers
+	out    BuildBuffers
 }
 
 // inboxCursor is the unread rest of one author's posts in a merge.
@@ -393,7 +388,7 @@ func siftDown(h []inboxCursor, i int) {
 // there is nothing to write. The newest keep are kept; the floor is the
 // score of the one after them when there is one, and entries sharing its
 // millisecond are left out too (the bounded-add rule).
-func (w *inboxWriter) set(user int64, followees []int64, b *inboxBuffers, s *readmodel.BuiltInbox) bool {
+func (w *inboxWriter) set(user int64, followees []int64, b *inboxBuffers, s *BuiltInbox) bool {
 	es := w.merge(user, followees, w.keep+1, b)
 	if len(es) == 0 {
 		return false
@@ -413,7 +408,7 @@ func (w *inboxWriter) set(user int64, followees []int64, b *inboxBuffers, s *rea
 	return true
 }
 
-// chunkInboxes is one chunk as a readmodel.InboxChunk.
+// chunkInboxes is one chunk as a Chunk.
 type chunkInboxes struct {
 	w *inboxWriter
 	c inboxChunk
@@ -422,7 +417,7 @@ type chunkInboxes struct {
 
 func (x chunkInboxes) Len() int { return len(x.c.users) }
 
-func (x chunkInboxes) Inbox(i int, s *readmodel.BuiltInbox) (user, expireMs int64, ok bool) {
+func (x chunkInboxes) Inbox(i int, s *BuiltInbox) (user, expireMs int64, ok bool) {
 	u := x.c.users[i]
 	return u.id, u.expireMs, x.w.set(u.id, x.c.followees[x.c.offs[i]:x.c.offs[i+1]], x.b, s)
 }

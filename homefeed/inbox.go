@@ -1,4 +1,4 @@
-package readmodel
+package homefeed
 
 import (
 	"context"
@@ -7,17 +7,17 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/feedco/feed/internal/snowflake"
+	"github.com/feedco/feed/readmodel"
 )
 
-// The packed inbox layout, the default (Policy.InboxLayout, recorded
-// with the active inbox version), measured beside the sorted set
-// (inbox.go) by BenchmarkInboxLayouts and reached through InboxStore and
-// the projectors' and the query side's packed paths.
+// The inbox's Redis layout (Inboxes), measured beside a sorted set per
+// inbox by BenchmarkInboxLayouts.
 //
 // A post id is a Snowflake whose high bits are its created_at millisecond
 // (snowflake.Time), so the order of ids is the feed order, and an inbox
@@ -30,18 +30,47 @@ import (
 //
 // header (at the end, so the newest ids and it are one GETRANGE) =
 // built(1 byte: 1 or 0) hasFloor(1 byte) floor(6 bytes, epoch ms,
-// big-endian): ~built and ~floor of the sorted set. A push is one APPEND
-// to the buffer; when its reply says the buffer holds PackedMergeAt ids
-// or more, packedMergeScript folds it into the sealed string (sorted,
+// big-endian): ~built and ~floor (readmodel's sentinels). A push is one APPEND
+// to the buffer; when its reply says the buffer holds MergeAt ids
+// or more, mergeScript folds it into the sealed string (sorted,
 // deduplicated, entries at or below the floor dropped, trimmed by the
 // Policy's bound rule) and deletes it. Readers take the sealed page and
-// the whole buffer and merge them (PackedRead).
+// the whole buffer and merge them (Read).
 
-// PackedMergeAt is the buffer length, in ids, from which a push's reply
+// MergeAt is the buffer length, in ids, from which a push's reply
 // asks for a merge.
-const PackedMergeAt = 64
+const MergeAt = 64
 
-const packedHeader = 8
+const header = 8
+
+// keyName is the family of the inbox keys (Keys): `pfeed:{u}` and its
+// buffer `pfeed:{u}+`. legacyKeyName is the sorted-set inbox of earlier
+// releases, `feed:{u}`: registered with readmodel so that the cleanup
+// after `feed rebuild inbox` deletes such keys with their version.
+const (
+	keyName       = "pfeed:"
+	legacyKeyName = "feed:"
+)
+
+func init() {
+	readmodel.RegisterFamily(readmodel.ProjectionInbox, keyName)
+	readmodel.RegisterFamily(readmodel.ProjectionInbox, legacyKeyName)
+}
+
+// Key is user's inbox key under keys (its sealed string; the buffer is the
+// same name and "+").
+func Key(keys readmodel.Keys, user int64) string {
+	return keys.Tagged(readmodel.ProjectionInbox, keyName, user, "")
+}
+
+// scripts are this package's scripts, loaded by exec on NOSCRIPT.
+var scripts = []*redis.Script{mergeScript, removeScript}
+
+// exec is readmodel.Exec for pipelines that may hold this package's
+// scripts.
+func exec(ctx context.Context, rdb redis.UniversalClient, fill func(redis.Pipeliner)) error {
+	return readmodel.ExecWith(ctx, rdb, scripts, fill)
+}
 
 // snowEpochMs is the Snowflake epoch in Unix milliseconds.
 var snowEpochMs = snowflake.Epoch.UnixMilli()
@@ -52,8 +81,8 @@ func idMs(id int64) int64 { return id>>22 + snowEpochMs }
 // maxIDAt is the highest id a post of millisecond ms can have.
 func maxIDAt(ms int64) int64 { return (ms-snowEpochMs+1)<<22 - 1 }
 
-// packedMergeScript is the one place that writes a packed inbox's sealed
-// string (besides removals, packedRemoveScript). It folds the buffer and
+// mergeScript is the one place that writes a packed inbox's sealed
+// string (besides removals, removeScript). It folds the buffer and
 // the ids of ARGV[7] into it, raises the floor, sets ~built and the TTL,
 // and trims.
 //
@@ -76,10 +105,10 @@ func maxIDAt(ms int64) int64 { return (ms-snowEpochMs+1)<<22 - 1 }
 // before the merge (sorting 64 ids here costs as much as the rest of the
 // merge). Returns {ids added (new and above the floor), real entries
 // after}.
-var packedMergeScript = redis.NewScript(`
+var mergeScript = redis.NewScript(`
 local sk, bk = KEYS[1], KEYS[2]
 local keep, over = tonumber(ARGV[1]), tonumber(ARGV[2])
-local E = ` + itoa(snowEpochMs) + `
+local E = ` + strconv.FormatInt(snowEpochMs, 10) + `
 local b = redis.call('GET', bk)
 local add
 local sorted = false -- add is ascending and distinct (the client sorted it)
@@ -282,14 +311,14 @@ setTTL()
 return {added, #body / 8}
 `)
 
-// packedRemoveScript removes ids from a packed inbox's sealed string and
+// removeScript removes ids from a packed inbox's sealed string and
 // buffer; the floor and ~built are left alone. Ids are found by plain
 // string.find (at 8-byte offsets; equality, unlike order, is exact in
 // Lua), and a string is written only when it lost an id.
 //
 // KEYS[1] sealed, KEYS[2] buffer; ARGV[1] the ids, 8 bytes each. Returns
 // the number of sealed entries removed.
-var packedRemoveScript = redis.NewScript(`
+var removeScript = redis.NewScript(`
 local sk, bk = KEYS[1], KEYS[2]
 -- the 8-aligned offsets (1-based) of id in str, below limit, by plain find
 local function find(str, id, limit, acc)
@@ -332,27 +361,27 @@ end
 return removed
 `)
 
-// PackedInboxes is the packed inbox layout's operations (see above).
-type PackedInboxes struct {
-	keys Keys
-	pol  Policy
+// Inboxes is the packed inbox layout's operations (see above).
+type Inboxes struct {
+	keys readmodel.Keys
+	pol  readmodel.Policy
 }
 
-// NewPackedInboxes returns the packed inbox operations under keys by pol
+// NewInboxes returns the packed inbox operations under keys by pol
 // (defaulted here).
-func NewPackedInboxes(keys Keys, pol Policy) PackedInboxes {
-	return PackedInboxes{keys: keys, pol: pol.WithDefaults()}
+func NewInboxes(keys readmodel.Keys, pol readmodel.Policy) Inboxes {
+	return Inboxes{keys: keys, pol: pol.WithDefaults()}
 }
 
 // Keys returns user's sealed and buffer keys.
-func (m PackedInboxes) Keys(user int64) (sealed, buf string) {
-	buf = m.keys.tagged(ProjectionInbox, "pfeed:", user, "+") // one allocation for both
+func (m Inboxes) Keys(user int64) (sealed, buf string) {
+	buf = m.keys.Tagged(readmodel.ProjectionInbox, keyName, user, "+") // one allocation for both
 	return buf[:len(buf)-1], buf
 }
 
 // AppendBufferKey appends user's buffer key to b: the sealed key and "+".
-func (m PackedInboxes) AppendBufferKey(b []byte, user int64) []byte {
-	return m.keys.appendTagged(b, ProjectionInbox, "pfeed:", user, "+")
+func (m Inboxes) AppendBufferKey(b []byte, user int64) []byte {
+	return m.keys.AppendTagged(b, readmodel.ProjectionInbox, keyName, user, "+")
 }
 
 func packID(id int64) []byte { return binary.BigEndian.AppendUint64(nil, uint64(id)) }
@@ -365,22 +394,22 @@ func packIDs(ids []int64) []byte {
 	return b
 }
 
-// PackedPush is one post's fan-out, prepared once and queued per follower:
+// Push is one post's fan-out, prepared once and queued per follower:
 // the APPEND's value, boxed once.
-type PackedPush struct {
+type Push struct {
 	id any // the post's 8 bytes, as a string
 }
 
 // NewPush prepares the fan-out of post.
-func (m PackedInboxes) NewPush(post int64) PackedPush {
-	return PackedPush{id: string(packID(post))}
+func (m Inboxes) NewPush(post int64) Push {
+	return Push{id: string(packID(post))}
 }
 
 // QueuePush queues the APPEND of the post to user's buffer. Give its
 // reply to FollowUp after the pipeline ran. It is paid once per
 // delivered entry: four allocations (both keys in one string, its
 // interface value, the arguments, the command; TestPushAllocations).
-func (m PackedInboxes) QueuePush(ctx context.Context, pipe redis.Pipeliner, user int64, p PackedPush) *redis.IntCmd {
+func (m Inboxes) QueuePush(ctx context.Context, pipe redis.Pipeliner, user int64, p Push) *redis.IntCmd {
 	_, buf := m.Keys(user)
 	cmd := redis.NewIntCmd(ctx, "append", buf, p.id)
 	_ = pipe.Process(ctx, cmd) // a pipeline only queues: its error is Exec's
@@ -390,14 +419,14 @@ func (m PackedInboxes) QueuePush(ctx context.Context, pipe redis.Pipeliner, user
 // FollowUp queues what a push's APPEND reply asks for on a later
 // pipeline: the fallback TTL of a buffer the push created (it is deleted
 // at the next merge; this only bounds a buffer whose owner went away), and
-// once the buffer holds PackedMergeAt ids, the GET of the buffer, returned
+// once the buffer holds MergeAt ids, the GET of the buffer, returned
 // as merge, whose reply QueueBufferMerge takes on the pipeline after. It
 // reports whether it queued anything. A lost follow-up (the process died
 // between two pipelines) is done by the next push's.
-func (m PackedInboxes) FollowUp(ctx context.Context, pipe redis.Pipeliner, user int64, reply *redis.IntCmd) (merge *redis.StringCmd, queued bool) {
+func (m Inboxes) FollowUp(ctx context.Context, pipe redis.Pipeliner, user int64, reply *redis.IntCmd) (merge *redis.StringCmd, queued bool) {
 	n := reply.Val()
 	switch {
-	case n >= 8*PackedMergeAt:
+	case n >= 8*MergeAt:
 		_, buf := m.Keys(user)
 		return pipe.Get(ctx, buf), true
 	case n == 8:
@@ -412,9 +441,9 @@ func (m PackedInboxes) FollowUp(ctx context.Context, pipe redis.Pipeliner, user 
 // FollowUp's GET), its ids sorted and deduplicated here: the script then
 // appends them without sorting when they are all newer than the sealed
 // ones, the common case, and checks that the buffer still starts with
-// what was read (packedMergeScript, ARGV[8]). A buffer gone meanwhile (an
+// what was read (mergeScript, ARGV[8]). A buffer gone meanwhile (an
 // earlier merge took it) queues nothing.
-func (m PackedInboxes) QueueBufferMerge(ctx context.Context, pipe redis.Pipeliner, user int64, read *redis.StringCmd) bool {
+func (m Inboxes) QueueBufferMerge(ctx context.Context, pipe redis.Pipeliner, user int64, read *redis.StringCmd) bool {
 	seen, err := read.Bytes()
 	if err != nil || len(seen) == 0 {
 		return false
@@ -445,7 +474,7 @@ func sortedIDs(b []byte) []byte {
 // of the merges (QueueBufferMerge). It returns the number of merges run.
 // Every step is idempotent up to duplicates in a buffer, which the merge
 // and the readers drop, so a failed call can be retried whole.
-func (m PackedInboxes) PushAll(ctx context.Context, rdb redis.UniversalClient, users []int64, p PackedPush) (int, error) {
+func (m Inboxes) PushAll(ctx context.Context, rdb redis.UniversalClient, users []int64, p Push) (int, error) {
 	replies := make([]*redis.IntCmd, len(users))
 	pipe := rdb.Pipeline()
 	for i, u := range users {
@@ -468,14 +497,14 @@ func (m PackedInboxes) PushAll(ctx context.Context, rdb redis.UniversalClient, u
 	if !followUps {
 		return 0, nil
 	}
-	if err := ExecReads(ctx, pipe); err != nil { // a buffer merged meanwhile is redis.Nil
+	if err := readmodel.ExecReads(ctx, pipe); err != nil { // a buffer merged meanwhile is redis.Nil
 		return 0, fmt.Errorf("push follow-ups: %w", err)
 	}
 	if len(toMerge) == 0 {
 		return 0, nil
 	}
 	merges := 0
-	err := Exec(ctx, rdb, func(pipe redis.Pipeliner) {
+	err := exec(ctx, rdb, func(pipe redis.Pipeliner) {
 		merges = 0
 		for i, u := range toMerge {
 			if m.QueueBufferMerge(ctx, pipe, u, reads[i]) {
@@ -489,8 +518,8 @@ func (m PackedInboxes) PushAll(ctx context.Context, rdb redis.UniversalClient, u
 	return merges, nil
 }
 
-// mergeArgs are packedMergeScript's arguments.
-func (m PackedInboxes) mergeArgs(ids []byte, raise string, built bool, ttlMode string) []any {
+// mergeArgs are mergeScript's arguments.
+func (m Inboxes) mergeArgs(ids []byte, raise string, built bool, ttlMode string) []any {
 	b := "0"
 	if built {
 		b = "1"
@@ -499,49 +528,55 @@ func (m PackedInboxes) mergeArgs(ids []byte, raise string, built bool, ttlMode s
 	return []any{m.pol.InboxKeep(), m.pol.InboxTrimOver(), raise, b, ttl, ttlMode, ids}
 }
 
-func (m PackedInboxes) queueMergeScript(ctx context.Context, pipe redis.Pipeliner, user int64, args []any) *redis.Cmd {
+func (m Inboxes) queueMergeScript(ctx context.Context, pipe redis.Pipeliner, user int64, args []any) *redis.Cmd {
 	s, b := m.Keys(user)
-	return packedMergeScript.EvalSha(ctx, pipe, []string{s, b}, args...)
+	return mergeScript.EvalSha(ctx, pipe, []string{s, b}, args...)
 }
 
 // QueueBackfill queues the copy of posts (a followee's newest) into user's
-// inbox and, when raise is set, the floor raise to floorMs (see
-// Inboxes.NewBackfill), with the buffer's merge.
-func (m PackedInboxes) QueueBackfill(ctx context.Context, pipe redis.Pipeliner, user int64, posts []Entry, floorMs int64, raise bool) *redis.Cmd {
+// inbox and, when raise is set (the followee has more posts than were
+// copied), the floor raise to floorMs, the oldest copied one's, with the
+// buffer's merge. The floor is raised unconditionally, not only when more
+// posts lie above the inbox's current floor: the conditional rule would
+// leave a floor that depends on which partition's pushes and trims came
+// first.
+func (m Inboxes) QueueBackfill(ctx context.Context, pipe redis.Pipeliner, user int64, posts []readmodel.Entry, floorMs int64, raise bool) *redis.Cmd {
 	ids := make([]int64, len(posts))
 	for i, e := range posts {
 		ids[i] = e.ID
 	}
 	r := ""
 	if raise {
-		r = itoa(floorMs)
+		r = strconv.FormatInt(floorMs, 10)
 	}
 	return m.queueMergeScript(ctx, pipe, user, m.mergeArgs(packIDs(ids), r, false, "nx"))
 }
 
-// WriteRebuilt writes a cold rebuild (see Inboxes.WriteRebuilt): posts,
-// newest first, at most InboxMax, the floor at the oldest one's
-// millisecond when the rebuild was cut at the bound, ~built and the TTL.
-// It only adds (pushes that landed meanwhile survive, the buffer is folded
-// in) and does not trim, in one script.
-func (m PackedInboxes) WriteRebuilt(ctx context.Context, rdb redis.UniversalClient, user int64, posts []Entry) error {
+// WriteRebuilt writes a cold rebuild: posts (the user's followees' and
+// the user's newest, newest first, at most InboxMax), the floor at the
+// oldest one's millisecond when the rebuild was cut at the bound (its own
+// millisecond may have lost same-ms posts to the cut), ~built and the
+// TTL. It only adds (pushes that landed between the caller's snapshot and
+// this write survive, the buffer is folded in) and does not trim, in one
+// script, so no reader sees ~built over a half-written inbox.
+func (m Inboxes) WriteRebuilt(ctx context.Context, rdb redis.UniversalClient, user int64, posts []readmodel.Entry) error {
 	ids := make([]int64, len(posts))
 	for i, e := range posts {
 		ids[i] = e.ID
 	}
 	r := ""
 	if len(posts) >= m.pol.InboxMax {
-		r = itoa(posts[len(posts)-1].Ms)
+		r = strconv.FormatInt(posts[len(posts)-1].Ms, 10)
 	}
 	args := m.mergeArgs(packIDs(ids), r, true, "set")
-	args[1] = math.MaxInt32 // no trim, as the sorted set's rebuild: the next merge trims
-	return Exec(ctx, rdb, func(pipe redis.Pipeliner) {
+	args[1] = math.MaxInt32 // no trim: the next merge trims
+	return exec(ctx, rdb, func(pipe redis.Pipeliner) {
 		m.queueMergeScript(ctx, pipe, user, args)
 	})
 }
 
 // Touch moves the inbox's expiry to Policy.InboxTTL from now.
-func (m PackedInboxes) Touch(ctx context.Context, rdb redis.Cmdable, user int64) error {
+func (m Inboxes) Touch(ctx context.Context, rdb redis.Cmdable, user int64) error {
 	s, b := m.Keys(user)
 	pipe := rdb.Pipeline()
 	pipe.Expire(ctx, s, m.pol.InboxTTL())
@@ -552,22 +587,22 @@ func (m PackedInboxes) Touch(ctx context.Context, rdb redis.Cmdable, user int64)
 
 // QueueRemove queues the removal of posts from user's inbox (sealed and
 // buffer; the floor is left alone).
-func (m PackedInboxes) QueueRemove(ctx context.Context, pipe redis.Pipeliner, user int64, posts []int64) *redis.Cmd {
+func (m Inboxes) QueueRemove(ctx context.Context, pipe redis.Pipeliner, user int64, posts []int64) *redis.Cmd {
 	s, b := m.Keys(user)
-	return packedRemoveScript.EvalSha(ctx, pipe, []string{s, b}, packIDs(posts))
+	return removeScript.EvalSha(ctx, pipe, []string{s, b}, packIDs(posts))
 }
 
 // Remove removes posts from user's inbox.
-func (m PackedInboxes) Remove(ctx context.Context, rdb redis.UniversalClient, user int64, posts []int64) error {
+func (m Inboxes) Remove(ctx context.Context, rdb redis.UniversalClient, user int64, posts []int64) error {
 	if len(posts) == 0 {
 		return nil
 	}
-	return Exec(ctx, rdb, func(pipe redis.Pipeliner) { m.QueueRemove(ctx, pipe, user, posts) })
+	return exec(ctx, rdb, func(pipe redis.Pipeliner) { m.QueueRemove(ctx, pipe, user, posts) })
 }
 
 // Posts returns every post id in user's inbox (sealed and buffer,
 // distinct, newest first), whatever the floor.
-func (m PackedInboxes) Posts(ctx context.Context, rdb redis.Cmdable, user int64) ([]int64, error) {
+func (m Inboxes) Posts(ctx context.Context, rdb redis.Cmdable, user int64) ([]int64, error) {
 	s, b := m.Keys(user)
 	pipe := rdb.Pipeline()
 	bc := pipe.Get(ctx, b) // the buffer first, as QueueRead
@@ -576,8 +611,8 @@ func (m PackedInboxes) Posts(ctx context.Context, rdb redis.Cmdable, user int64)
 		return nil, err
 	}
 	var ids []int64
-	if v := sc.Val(); len(v) >= packedHeader {
-		ids = appendIDs(ids, v[:len(v)-packedHeader])
+	if v := sc.Val(); len(v) >= header {
+		ids = appendIDs(ids, v[:len(v)-header])
 	}
 	ids = appendIDs(ids, bc.Val())
 	slices.SortFunc(ids, func(a, b int64) int { return cmpDesc(a, b) })
@@ -601,8 +636,8 @@ func appendIDs(ids []int64, s string) []int64 {
 	return ids
 }
 
-// PackedRead is a queued page read of a packed inbox.
-type PackedRead struct {
+// Read is a queued page read of a packed inbox.
+type Read struct {
 	sealed, buf *redis.StringCmd
 	maxID       int64
 	n           int
@@ -610,18 +645,18 @@ type PackedRead struct {
 }
 
 // QueueRead queues the read of user's inbox from fromMs (inclusive;
-// MaxScoreMs or more: the first page) with n entries: the first page is
+// readmodel.MaxScoreMs or more: the first page) with n entries: the first page is
 // one GETRANGE of the newest n+1 sealed ids and the header, deeper pages
 // read the whole sealed string; both read the buffer.
-func (m PackedInboxes) QueueRead(ctx context.Context, pipe redis.Pipeliner, user, fromMs int64, n int) PackedRead {
+func (m Inboxes) QueueRead(ctx context.Context, pipe redis.Pipeliner, user, fromMs int64, n int) Read {
 	s, b := m.Keys(user)
-	r := PackedRead{n: n, maxID: 1<<63 - 1, first: fromMs >= MaxScoreMs}
+	r := Read{n: n, maxID: 1<<63 - 1, first: fromMs >= readmodel.MaxScoreMs}
 	// The buffer first: a merge that runs between the two reads then
 	// leaves its ids in both (the read drops the duplicates), where the
 	// other order could miss them.
 	r.buf = pipe.Get(ctx, b)
 	if r.first {
-		r.sealed = pipe.GetRange(ctx, s, -int64(packedHeader+8*(n+1)), -1)
+		r.sealed = pipe.GetRange(ctx, s, -int64(header+8*(n+1)), -1)
 	} else {
 		r.maxID = maxIDAt(fromMs)
 		r.sealed = pipe.Get(ctx, s)
@@ -629,19 +664,19 @@ func (m PackedInboxes) QueueRead(ctx context.Context, pipe redis.Pipeliner, user
 	return r
 }
 
-// PackedPage is a read page: Entries newest first, distinct, strictly
+// Page is a read page: Entries newest first, distinct, strictly
 // above the floor, at most the n asked; More when the inbox holds more
 // entries (above the floor) below the last one; the floor and ~built.
-type PackedPage struct {
-	Entries []Entry
+type Page struct {
+	Entries []readmodel.Entry
 	More    bool
 	Floor   *int64
 	Built   bool
 }
 
 // Result is the page once the pipeline ran (ExecReads).
-func (r PackedRead) Result() (PackedPage, error) {
-	var p PackedPage
+func (r Read) Result() (Page, error) {
+	var p Page
 	s, err := r.sealed.Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return p, err
@@ -652,8 +687,8 @@ func (r PackedRead) Result() (PackedPage, error) {
 	}
 	floorID := int64(-1) // entries must be above it
 	var body string      // ascending
-	if len(s) >= packedHeader {
-		h := s[len(s)-packedHeader:]
+	if len(s) >= header {
+		h := s[len(s)-header:]
 		p.Built = h[0] == 1
 		if h[1] == 1 {
 			var x [8]byte
@@ -662,7 +697,7 @@ func (r PackedRead) Result() (PackedPage, error) {
 			p.Floor = &f
 			floorID = maxIDAt(f)
 		}
-		body = s[:len(s)-packedHeader]
+		body = s[:len(s)-header]
 	}
 	// sealed ids at or below maxID, newest first: the first page's are all
 	// of them
@@ -689,9 +724,9 @@ func (r PackedRead) Result() (PackedPage, error) {
 		p.More = true
 		ids = ids[:r.n]
 	}
-	p.Entries = make([]Entry, len(ids))
+	p.Entries = make([]readmodel.Entry, len(ids))
 	for i, id := range ids {
-		p.Entries[i] = Entry{ID: id, Ms: idMs(id)}
+		p.Entries[i] = readmodel.Entry{ID: id, Ms: idMs(id)}
 	}
 	return p, nil
 }
@@ -711,16 +746,37 @@ func sealedSearch(body string, maxID int64) int {
 	return 8 * lo
 }
 
-// BuildWriter returns the InboxBuildWriter of the packed layout for `feed
-// rebuild`: per inbox one SET of the finished sealed string (ids oldest
-// first, the floor, ~built) with its TTL; no buffer. Ids are taken in id
-// order (the build orders a millisecond's posts more finely than ids do).
-func (m PackedInboxes) BuildWriter() InboxBuildWriter { return packedWriter{m} }
+// BuiltInbox is one user's inbox as a bulk build computed it: the posts
+// kept, newest first, all scoring above Floor when HasFloor.
+type BuiltInbox struct {
+	Kept     []readmodel.Entry
+	Floor    int64
+	HasFloor bool
+}
 
-type packedWriter struct{ m PackedInboxes }
+// Chunk is a run of built inboxes for WriteChunk: Len of them, the i-th
+// computed on demand (a writer may ask for one again). Inbox fills b
+// (reusing its slices) and returns the owner and when the inbox expires
+// (epoch ms); ok is false when there is nothing to write.
+type Chunk interface {
+	Len() int
+	Inbox(i int, b *BuiltInbox) (user, expireMs int64, ok bool)
+}
 
-// WriteChunk implements InboxBuildWriter.
-func (w packedWriter) WriteChunk(ctx context.Context, rdb redis.UniversalClient, c InboxChunk, nowMs func() int64, b *BuildBuffers) error {
+// BuildBuffers are one build worker's reusable buffers.
+type BuildBuffers struct {
+	in    BuiltInbox
+	arena []byte
+}
+
+// WriteChunk writes the inboxes of c for `feed rebuild`, in one pipeline:
+// per inbox one SET of the finished sealed string (ids oldest first, the
+// floor, ~built) with its TTL (expireMs minus nowMs; an inbox that would
+// expire before it is written is not written); no buffer. Ids are taken in
+// id order (the build orders a millisecond's posts more finely than ids
+// do). Safe for concurrent use by the build's workers, each with its own
+// BuildBuffers.
+func (m Inboxes) WriteChunk(ctx context.Context, rdb redis.UniversalClient, c Chunk, nowMs func() int64, b *BuildBuffers) error {
 	pipe := rdb.Pipeline()
 	b.arena = b.arena[:0]
 	var ids []int64
@@ -752,7 +808,7 @@ func (w packedWriter) WriteChunk(ctx context.Context, rdb redis.UniversalClient,
 			h[0], h[1] = 1, 1
 		}
 		b.arena = append(b.arena, h[:]...)
-		s, _ := w.m.Keys(user)
+		s, _ := m.Keys(user)
 		pipe.Set(ctx, s, b.arena[start:len(b.arena):len(b.arena)], time.Duration(ttl)*time.Millisecond)
 	}
 	if pipe.Len() == 0 {
