@@ -273,12 +273,18 @@ type Decoded struct {
 // ApplyBatch applies follow and mute events, in order, in one pipeline, with the
 // same scripts and effects as Apply. Order is kept: one connection, one
 // pipeline. On NOSCRIPT the scripts are loaded and the whole batch runs
-// again, which the per-pair version guard makes harmless.
+// again, which the scripts' guards (a followee's newest applied position,
+// a pair's version) make harmless.
 func (p *Followers) ApplyBatch(ctx context.Context, batch []Decoded) error {
 	n := 0
 	for _, d := range batch {
 		switch d.Ev.(type) {
-		case events.Followed, events.Unfollowed, events.Muted, events.Unmuted:
+		case events.Followed, events.Unfollowed:
+			// The followee's count is guarded by the position.
+			if d.Env.Position < 1 {
+				return fmt.Errorf("follow event %s without log position: %w", d.Env.EventID, ErrPermanent)
+			}
+		case events.Muted, events.Unmuted:
 		default:
 			continue
 		}
@@ -293,10 +299,9 @@ func (p *Followers) ApplyBatch(ctx context.Context, batch []Decoded) error {
 	err := readmodel.Exec(ctx, p.rdb, func(pipe redis.Pipeliner) {
 		for _, d := range batch {
 			var follower, followee, after int64
-			follow := false
 			switch e := d.Ev.(type) {
 			case events.Followed:
-				follower, followee, after, follow = e.FollowerID, e.FolloweeID, e.FolloweeFollowers, true
+				follower, followee, after = e.FollowerID, e.FolloweeID, e.FolloweeFollowers
 			case events.Unfollowed:
 				follower, followee, after = e.FollowerID, e.FolloweeID, e.FolloweeFollowers
 			case events.Muted:
@@ -308,7 +313,8 @@ func (p *Followers) ApplyBatch(ctx context.Context, batch []Decoded) error {
 			default:
 				continue
 			}
-			p.follows.QueueApply(ctx, pipe, follower, followee, d.Env.StreamVersion, follow)
+			p.follows.QueueApply(ctx, pipe, readmodel.FollowEvent{Follower: follower, Followee: followee,
+				Version: d.Env.StreamVersion, Position: d.Env.Position, Followers: after})
 			// An event whose count lies inside the celebrity band decides
 			// nothing (the state before it holds): the set is what the
 			// followee's newest event outside the band decided, in log

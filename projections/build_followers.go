@@ -31,13 +31,14 @@ import (
 //
 // Memory: 24 bytes per follow event of the log while it builds, in one
 // slice sized by a count first (about 54 bytes per event of peak RSS with
-// the garbage collector's headroom, docs/rebuild.md).
+// the garbage collector's headroom, docs/rebuild.md), and a map entry per
+// followee (its newest event's position).
 func (p *Followers) BuildFollowers(ctx context.Context, pg Querier, horizon uint64, progress BuildProgress) (int64, error) {
 	if progress == nil {
 		progress = noProgress{}
 	}
 	progress.Stage("read follow events", "events", 0)
-	edges, last, err := p.readFollowEdges(ctx, pg, horizon, progress)
+	edges, last, newest, err := p.readFollowEdges(ctx, pg, horizon, progress)
 	if err != nil {
 		return 0, err
 	}
@@ -49,7 +50,7 @@ func (p *Followers) BuildFollowers(ctx context.Context, pg Querier, horizon uint
 	}
 
 	progress.Stage("write followers", "pairs", int64(len(edges)))
-	if err := p.writeFollowerHashes(ctx, edges, last, progress); err != nil {
+	if err := p.writeFollowerHashes(ctx, edges, last, newest, progress); err != nil {
 		return n, err
 	}
 	slices.SortFunc(edges, func(a, b followEdge) int {
@@ -122,33 +123,37 @@ func readMutes(ctx context.Context, pg Querier, horizon uint64) (map[int64]map[i
 }
 
 // readFollowEdges reads every follow event below horizon in one streamed
-// query, in no particular order, into a slice sized by a count first:
+// query, in no particular order, into a slice sized by a count first
+// (and, per followee, the position of its newest follow event: what its
+// followers hash has applied, readmodel.Follows):
 // grown by appends instead, it held about four times its contents at its
 // peak (the arrays it outgrew, and the garbage collector's headroom over
 // them).
-func (p *Followers) readFollowEdges(ctx context.Context, pg Querier, horizon uint64, progress BuildProgress) ([]followEdge, map[int64]lastEvent, error) {
+func (p *Followers) readFollowEdges(ctx context.Context, pg Querier, horizon uint64, progress BuildProgress) ([]followEdge, map[int64]lastEvent, map[int64]int64, error) {
 	var count int64
 	if err := pg.QueryRow(ctx, followEventCountSQL).Scan(&count); err != nil {
-		return nil, nil, fmt.Errorf("build followers: count follow events: %w", err)
+		return nil, nil, nil, fmt.Errorf("build followers: count follow events: %w", err)
 	}
 	rows, err := pg.Query(ctx, followEdgesSQL, strconv.FormatUint(horizon, 10))
 	if err != nil {
-		return nil, nil, fmt.Errorf("build followers: read follow events: %w", err)
+		return nil, nil, nil, fmt.Errorf("build followers: read follow events: %w", err)
 	}
 	defer rows.Close()
 	edges := make([]followEdge, 0, count)
 	last := map[int64]lastEvent{}
+	newest := map[int64]int64{}
 	const tick = 50_000
 	for rows.Next() {
 		var pos, version, after int64
 		var follow bool
 		var e followEdge
 		if err := rows.Scan(&pos, &version, &follow, &e.follower, &e.followee, &after); err != nil {
-			return nil, nil, fmt.Errorf("build followers: read follow events: %w", err)
+			return nil, nil, nil, fmt.Errorf("build followers: read follow events: %w", err)
 		}
 		if version < 1 || version > 1<<61 {
-			return nil, nil, fmt.Errorf("build followers: follow event at %d with stream version %d: %w", pos, version, ErrPermanent)
+			return nil, nil, nil, fmt.Errorf("build followers: follow event at %d with stream version %d: %w", pos, version, ErrPermanent)
 		}
+		newest[e.followee] = max(newest[e.followee], pos)
 		e.vf = version << 1
 		if follow {
 			e.vf |= 1
@@ -164,10 +169,10 @@ func (p *Followers) readFollowEdges(ctx context.Context, pg Querier, horizon uin
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("build followers: read follow events: %w", err)
+		return nil, nil, nil, fmt.Errorf("build followers: read follow events: %w", err)
 	}
 	progress.Add(len(edges) % tick)
-	return edges, last, nil
+	return edges, last, newest, nil
 }
 
 // newestPerPair sorts edges by (followee, follower) and keeps each pair's
@@ -250,28 +255,20 @@ func (w *pipelines) wait() error {
 	return w.g.Wait()
 }
 
-// writeFollowerHashes writes followers:{a} (each follower's newest pair
-// version and the count of current followers) and the celebrity set, from
-// edges sorted by followee.
-func (p *Followers) writeFollowerHashes(ctx context.Context, edges []followEdge, last map[int64]lastEvent, progress BuildProgress) error {
+// writeFollowerHashes writes followers:{a} (the count of current
+// followers and the position of a's newest follow event below the
+// horizon) and the celebrity set, from edges sorted by followee.
+func (p *Followers) writeFollowerHashes(ctx context.Context, edges []followEdge, last map[int64]lastEvent, newest map[int64]int64, progress BuildProgress) error {
 	w := newPipelines(ctx, p.rdb, progress)
 	eachRun(edges, func(e followEdge) int64 { return e.followee }, func(a int64, run []followEdge) {
 		var count int64
-		args := make([]any, 0, 2*min(len(run), followerChunk)+2)
-		for x, e := range run {
+		for _, e := range run {
 			if e.follows() {
 				count++
 			}
-			args = append(args, e.follower, e.version())
-			if len(args) == 2*followerChunk {
-				p.follows.QueueBuildFollowers(w.ctx, w.pipe, a, args)
-				w.added(len(args), len(args)/2)
-				args = make([]any, 0, 2*min(len(run)-x-1, followerChunk)+2)
-			}
 		}
-		args = readmodel.BuildFollowersDone(args, count)
-		p.follows.QueueBuildFollowers(w.ctx, w.pipe, a, args)
-		w.added(len(args), len(args)/2-2)
+		p.follows.QueueBuildFollowers(w.ctx, w.pipe, a, count, newest[a])
+		w.added(6, len(run))
 	})
 	var celebs []any
 	for a, l := range last {
@@ -294,8 +291,9 @@ func (p *Followers) writeFollowerHashes(ctx context.Context, edges []followEdge,
 
 // writeFollowing writes following:{u} (the accounts u follows and does
 // not mute now) and following_v:{u} (u's newest version of every follow
-// pair and, under readmodel.MuteField, of every mute pair), from edges
-// sorted by follower and mutes per muter.
+// pair the set does not imply, readmodel.ImpliedFollowVersion, and, under
+// readmodel.MuteField, of every mute pair), from edges sorted by follower
+// and mutes per muter.
 func (p *Followers) writeFollowing(ctx context.Context, edges []followEdge, mutes map[int64]map[int64]int64, progress BuildProgress) error {
 	w := newPipelines(ctx, p.rdb, progress)
 	eachRun(edges, func(e followEdge) int64 { return e.follower }, func(u int64, run []followEdge) {
@@ -304,12 +302,14 @@ func (p *Followers) writeFollowing(ctx context.Context, edges []followEdge, mute
 		for len(run) > 0 {
 			chunk := run[:min(len(run), followerChunk)]
 			run = run[len(chunk):]
-			vers := make([]any, 0, 2*len(chunk))
-			var members []any
+			var vers, members []any
 			for _, e := range chunk {
-				vers = append(vers, e.followee, e.version())
-				if e.follows() && muted[e.followee]%2 == 0 {
+				member := e.follows() && muted[e.followee]%2 == 0
+				if member {
 					members = append(members, e.followee)
+				}
+				if !readmodel.ImpliedFollowVersion(e.version(), member) {
+					vers = append(vers, e.followee, e.version())
 				}
 			}
 			last := len(run) == 0

@@ -203,8 +203,13 @@ func TestBuildFollowersMatchesProjectorReplay(t *testing.T) {
 	if c := rd.Client.HGet(ctx, built.Followers(users[13]), "count").Val(); c != "0" {
 		t.Errorf("users[13] follower count %q, want 0", c)
 	}
-	if v, _ := strconv.Atoi(rd.Client.HGet(ctx, built.Followers(users[4]), idstr(users[5])).Val()); v < 6 {
+	if v, _ := strconv.Atoi(rd.Client.HGet(ctx, built.FollowingVersions(users[5]), idstr(users[4])).Val()); v < 6 {
 		t.Errorf("users[5] -> users[4] version %d, want at least 6", v)
+	}
+	// A followers hash holds its count, its position and ~built, no
+	// follower.
+	if f := rd.Client.HKeys(ctx, built.Followers(users[4])).Val(); len(f) != 3 {
+		t.Errorf("followers:{users[4]} fields %v, want count, %s, %s", f, readmodel.FollowersPositionField, readmodel.SentinelBuilt)
 	}
 	// Progress: every event read is counted, each write stage to its total.
 	if len(st.names) != 3 || st.added[0] != n || st.added[1] != st.totals[1] || st.added[2] != st.totals[2] || st.totals[1] == 0 {

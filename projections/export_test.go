@@ -20,7 +20,7 @@ func EffectiveConfig(cfg Config) Config { return cfg.withDefaults() }
 // FollowEdgesRead is what the followers build reads below horizon: the
 // events kept and the capacity the slice was given for them.
 func FollowEdgesRead(ctx context.Context, pg Querier, horizon uint64) (n, capacity int, err error) {
-	edges, _, err := (&Followers{pol: readmodel.DefaultPolicy()}).readFollowEdges(ctx, pg, horizon, noProgress{})
+	edges, _, _, err := (&Followers{pol: readmodel.DefaultPolicy()}).readFollowEdges(ctx, pg, horizon, noProgress{})
 	return len(edges), cap(edges), err
 }
 

@@ -81,12 +81,16 @@ func (w *world) record(version int64, ev events.Event) {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	w.pos++
-	env := events.Envelope{EventID: uuid.NewString(), Position: w.pos, StreamID: ev.StreamID(), StreamVersion: version,
+	// The envelope carries the row's position, as CDC's do: the followers
+	// projector's guard and the bulk build's both read it.
+	id := uuid.NewString()
+	if err := w.db.Pool.QueryRow(context.Background(), `INSERT INTO events (event_id, stream_id, stream_version, type, payload)
+		VALUES ($1, $2, $3, $4, $5) RETURNING position`, id, ev.StreamID(), version, ev.EventType(), []byte(payload)).Scan(&w.pos); err != nil {
+		w.t.Fatal(err)
+	}
+	env := events.Envelope{EventID: id, Position: w.pos, StreamID: ev.StreamID(), StreamVersion: version,
 		Type: ev.EventType(), Payload: payload, Metadata: events.Metadata{CorrelationID: uuid.NewString()},
 		RecordedAt: time.Now().UTC(), CommitLSN: fmt.Sprintf("0/%X", w.pos*64), AudienceKey: ev.AudienceKey()}
-	w.exec(`INSERT INTO events (event_id, stream_id, stream_version, type, payload) VALUES ($1, $2, $3, $4, $5)`,
-		env.EventID, env.StreamID, version, env.Type, []byte(payload))
 	w.envs = append(w.envs, env)
 }
 

@@ -13,11 +13,12 @@ import (
 // accounts each user follows and does not mute (`following:{u}`) and the
 // celebrity set.
 //
-// A count never counts one event twice: the followee's hash also keeps,
-// per follower, the last applied stream version of the pair, and one script
-// checks and moves it together with the count. The following set has its
-// own version hash under the follower's hash tag (Redis Cluster: a script
-// touches one slot only).
+// A count never counts one event twice: it is set, not moved, to the
+// count the followee's newest applied event carries, and the followee's
+// hash keeps that event's log position, checked and moved in the same
+// script (readmodel.Follows). The following set has its own version hash
+// under the follower's hash tag (Redis Cluster: a script touches one slot
+// only).
 type Followers struct {
 	cfg     Config
 	pol     readmodel.Policy

@@ -11,11 +11,21 @@ import (
 	"github.com/feedco/feed/testkit/testenv"
 )
 
-// apply runs one follow-pair event through the projector's scripts.
+// apply runs one follow-pair event through the projector's scripts (the
+// following side: the followee's count is left at 0, from position 1).
 func apply(t *testing.T, rdb redis.UniversalClient, m Follows, follower, followee, version int64, follow bool) {
 	t.Helper()
+	if follow != (version%2 == 1) {
+		t.Fatalf("follow %v at version %d: Followed versions are odd", follow, version)
+	}
+	applyEvent(t, rdb, m, FollowEvent{Follower: follower, Followee: followee, Version: version, Position: 1})
+}
+
+// applyEvent runs one follow-pair event through the projector's scripts.
+func applyEvent(t *testing.T, rdb redis.UniversalClient, m Follows, e FollowEvent) {
+	t.Helper()
 	err := Exec(context.Background(), rdb, func(p redis.Pipeliner) {
-		m.QueueApply(context.Background(), p, follower, followee, version, follow)
+		m.QueueApply(context.Background(), p, e)
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -38,11 +38,12 @@
 //	newest:{a}          | string | {a}      | timeline.go    | queries.PostCreated (MarkNewest: the API's mark of a post it committed); projections.Timelines (Add)    | queries (home read of the caller's own: QueueNewest)                                        | the author's newest post id, read-your-writes. TTL NewestTTL
 //	post:{p}            | string | {p}      | posts.go       | projections.Posts (Create: SET NX; Edit: newer version only; Set: tombstone); BuildPosts (QueueSet);   | queries (hydration: QueueGet, MGET on one node, GETs on a cluster)                           | JSON Post; a tombstone (deleted, no content) is final. No TTL
 //	                    |        |          |                | queries.PostEdited (QueueEdit)                                                                          |                                                                                              |
-//	followers:{a}       | hash   | {a}      | followers.go   | projections.Followers.ApplyBatch (QueueApply: followerCountScript); BuildFollowers                     | none on the read path (counts come with the events); CountOf                                 | field count; per follower the last applied pair version;
-//	                    |        |          |                | (QueueBuildFollowers)                                                                                    |                                                                                              | ~built from the bulk build only. No TTL
+//	followers:{a}       | hash   | {a}      | followers.go   | projections.Followers.ApplyBatch (QueueApply: followerCountScript); BuildFollowers                     | none on the read path (counts come with the events); CountOf                                 | fields count (the newest applied event's) and pos (its log
+//	                    |        |          |                | (QueueBuildFollowers)                                                                                    |                                                                                              | position); ~built from the bulk build only. No TTL
 //	following:{u}       | set    | {u}      | followers.go   | projections.Followers.ApplyBatch (QueueApply: followingScript); BuildFollowers (QueueBuildFollowing)    | queries (home read: QueueFollows; hydration: QueueFollows,                                  | complete only when following_v:{u} has ~built. No TTL
 //	                    |        |          |                |                                                                                                          | FollowsEach)                                                                                 |
-//	following_v:{u}     | hash   | {u}      | followers.go   | as following:{u}, in the same script; queries (rebuild: WriteRebuiltFollowing)                          | queries (QueueFollowingBuilt: it outlives an emptied following set)                         | per followee the last applied pair version; ~built from a build
+//	following_v:{u}     | hash   | {u}      | followers.go   | as following:{u}, in the same script; queries (rebuild: WriteRebuiltFollowing)                          | queries (QueueFollowingBuilt: it outlives an emptied following set)                         | per followee the last applied pair version unless the set implies
+//	                    |        |          |                |                                                                                                          |                                                                                              | it (ImpliedFollowVersion); ~built from a build
 //	                    |        |          |                |                                                                                                          |                                                                                              | (BuildFollowers, WriteRebuiltFollowing), else not known. No TTL
 //	celebrities         | set    | none     | celebrities.go | projections.Followers.ApplyBatch (QueueSet, by Policy.Decided); BuildFollowers (QueueAdd,              | queries (celebrity cache: Members)                                                           | member ~built from a build, else not known (rebuilt from
 //	                    |        |          |                | QueueBuilt); queries (rebuild: WriteRebuilt)                                                             |                                                                                              | LoadCelebrities). No TTL
@@ -53,9 +54,10 @@
 //	projection:rebuild  | hash   | none     | registry.go    | rebuild (Registry.SetRebuildInfo, ClearRebuildInfo)                                                      | rebuild (Registry.RebuildInfo: `feed status`, a busy rebuild's error)                        | projection, version, phase, started, updated; the build's stage, unit, done and total (every second), the catch-up's lag. Not versioned
 //
 // following:{u} holds the accounts u follows and does not mute;
-// following_v:{u} keeps, beside each follow pair's version, each mute
-// pair's under the field "m:{a}" (MuteField), and followingScript
-// (QueueApply, QueueApplyMute) sets a member from both (followers.go).
+// following_v:{u} keeps, beside the follow pairs' versions the set does
+// not imply, each mute pair's under the field "m:{a}" (MuteField), and
+// followingScript (QueueApply, QueueApplyMute) sets a member from both
+// (followers.go).
 //
 // # Redis Cluster
 //
@@ -69,7 +71,8 @@
 // for the single keys celebrities, projection:versions and
 // projection:rebuild. Every script and MULTI names keys of one slot; a
 // follow event is two scripts (QueueApply), one per account, each guarded
-// by the pair's version. The namespace prefix and `v{n}:` precede the tag,
+// (the count by the followee's newest applied position, the set by the
+// pair's version). The namespace prefix and `v{n}:` precede the tag,
 // so they never move a key's slot. Pipelines may span slots (the cluster
 // client splits them per node); SCANs go to every master (eachNode in
 // cluster.go: Registry.Sweep, CountKeys). TestScriptKeysShareASlot checks

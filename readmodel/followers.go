@@ -9,106 +9,160 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Follows is the follow graph read model: `followers:{a}` (a hash: the
-// follower count in field "count", and per follower the last applied
-// stream version of the pair), `following:{u}` (a set: the accounts u
-// follows) and `following_v:{u}` (a hash: per followee, u's last applied
-// stream version of the pair). Follow-pair stream versions alternate
-// Followed (odd), Unfollowed (even), so each script applies an event at
-// most once.
+// Follows is the follow graph read model, in the compact layout:
 //
-// Each hash is complete only with its ~built field, which only a build
+//   - `followers:{a}`, a hash of three fields per followee: "count", the
+//     follower count after the newest applied follow event of a (the
+//     event's followeeFollowers), "pos", that event's log position, and
+//     ~built from a build;
+//   - `following:{u}`, a set: the accounts u follows and does not mute
+//     (an intset of ids while it holds at most set-max-intset-entries);
+//   - `following_v:{u}`, a hash: the pair versions the set does not imply,
+//     and ~built from a build.
+//
+// followers:{a} keeps no version per follower. Follow events are keyed
+// by the followee and every follow or unfollow of a holds a's user row
+// locked from before its append to its commit (commands.changeFollow), so
+// a's events are appended, committed and delivered in one order in which
+// their positions increase; each carries a's count after it. Applying an
+// event only when its position is above "pos", and setting the count to
+// the event's, is then idempotent in any order of delivery: the count is
+// always the newest applied event's.
+//
+// following:{u} gets events from many partitions (each followee's), so
+// it keeps per pair the pair stream's version (Followed odd, Unfollowed
+// even): a script applies an event only when it is newer than the pair's.
+// A version is implied and not stored for the commonest pair: followed
+// once and not muted (version 1, a member of the set). Every other pair
+// has its version in following_v:{u} (followVersionLua), so the hash holds
+// only the pairs with a history: unfollowed, followed again, muted.
+//
+// Each state is complete only with its ~built field, which only a build
 // from the log writes (the bulk build of `feed rebuild followers`, or
 // WriteRebuiltFollowing, the query side's rebuild of one user's following
 // state from PostgreSQL). The projector's scripts apply events to a hash
 // with or without it: a key lost with Redis and recreated by the next
 // follow holds that pair alone, reads as not built, and is rebuilt, never
 // read as the user's whole graph.
+//
+// The keys of the layout before this one (a version per follower in
+// followers:{a}, every pair's version in following_v:{u}) are read and
+// written correctly by these scripts: their extra fields are versions
+// these scripts also honour, or fields they never read. `feed rebuild
+// followers` builds a version without them (docs/rebuild.md).
 type Follows struct{ keys Keys }
 
 // NewFollows returns the follow graph operations under keys.
 func NewFollows(keys Keys) Follows { return Follows{keys: keys} }
 
+// FollowersPositionField is the field of followers:{a} that holds the log
+// position of the newest follow event of a applied to it.
+const FollowersPositionField = "pos"
+
 // followerCountScript applies one follow-pair event to the followee's
-// followers hash, at most once: the hash keeps, per follower, the last
-// applied stream version of the pair, checked and moved in the same atomic
-// step as the count. Versions alternate Followed (odd), Unfollowed (even).
+// followers hash, at most once and in any order: only an event newer
+// (by log position) than the newest applied sets the count, to the
+// count the event carries.
 //
-// KEYS[1] followers:{followee}; ARGV[1] follower id; ARGV[2] stream
-// version; ARGV[3] '1' for Followed, '0' for Unfollowed.
-// Returns the count after the event, or -1 when it was already applied.
-var followerCountScript = redis.NewScript(lua(`
-local k = KEYS[1]
-local v = tonumber(ARGV[2])
-local cur = tonumber(redis.call('HGET', k, ARGV[1]) or '0')
-if v <= cur then return -1 end
-local was = 0
-if cur % 2 == 1 then was = 1 end
-local now = tonumber(ARGV[3])
-redis.call('HSET', k, ARGV[1], ARGV[2])
-return redis.call('HINCRBY', k, 'count', now - was)
-`))
+// KEYS[1] followers:{followee}; ARGV[1] the event's position; ARGV[2]
+// the followee's follower count after it.
+// Returns 1 when applied, 0 when an event as new or newer was.
+var followerCountScript = redis.NewScript(`
+local cur = tonumber(redis.call('HGET', KEYS[1], 'pos') or '0')
+if tonumber(ARGV[1]) <= cur then return 0 end
+redis.call('HSET', KEYS[1], 'count', ARGV[2], 'pos', ARGV[1])
+return 1
+`)
 
 // A mute lives in the muter's following state: following_v:{u} keeps,
-// beside each followee's pair version, the muted account's mute-pair
+// beside the follow pairs' versions, the muted account's mute-pair
 // version under the field "m:" + id (odd: muted, even: unmuted), and
 // following:{u} holds exactly the accounts u follows and does not mute.
 // So the query side's one follow check (SMISMEMBER following:{u}) hides a
 // muted author at no cost to readers who mute no one, and a mute of a
 // celebrity stops its pull. The membership is a function of the two
 // versions, so follow and mute events of a pair apply in any order, each
-// at most once (membershipLua).
+// at most once (followVersionLua).
 
 // MuteField is the field of following_v:{u} that holds the mute-pair
 // version of muted.
 func MuteField(muted int64) string { return "m:" + itoa(muted) }
 
-// membershipLua sets followee a's membership of KEYS[1] from the versions
-// in KEYS[2]: a member iff its follow version is odd and its mute version
-// is not.
-const membershipLua = `
-local function membership(a)
-  local f = tonumber(redis.call('HGET', KEYS[2], a) or '0')
-  local m = tonumber(redis.call('HGET', KEYS[2], 'm:' .. a) or '0')
-  if f % 2 == 1 and m % 2 == 0 then
+// ImpliedFollowVersion reports whether a follow pair at version, a member
+// of the following set or not, has its version implied by the set: then
+// following_v:{u} does not store it.
+func ImpliedFollowVersion(version int64, member bool) bool { return version == 1 && member }
+
+// followVersionLua reads and writes the pair versions of KEYS[1]
+// (following:{u}) and KEYS[2] (following_v:{u}). A follow pair's version
+// is its field in KEYS[2] when there is one, else 1 for a member of
+// KEYS[1] (ImpliedFollowVersion), else 0 (never applied). apply(a, field,
+// v) applies one pair event, follow (field a) or mute (field 'm:' .. a),
+// at version v when it is newer than the pair's, then sets a's membership
+// (followed: odd follow version; not muted: even mute version) and stores
+// the follow version unless the membership implies it.
+const followVersionLua = `
+local function apply(a, field, v)
+  local stored = redis.call('HGET', KEYS[2], a)
+  local f = tonumber(stored or '0')
+  if not stored and redis.call('SISMEMBER', KEYS[1], a) == 1 then f = 1 end
+  local mf = 'm:' .. a
+  local m = tonumber(redis.call('HGET', KEYS[2], mf) or '0')
+  if field == a then
+    if v <= f then return 0 end
+    f = v
+  else
+    if v <= m then return 0 end
+    m = v
+    redis.call('HSET', KEYS[2], mf, v)
+  end
+  local member = f % 2 == 1 and m % 2 == 0
+  if member then
     redis.call('SADD', KEYS[1], a)
   else
     redis.call('SREM', KEYS[1], a)
   end
+  if (f == 1 and member) or f == 0 then
+    if stored then redis.call('HDEL', KEYS[2], a) end
+  elseif tostring(f) ~= stored then
+    redis.call('HSET', KEYS[2], a, f)
+  end
+  return 1
 end
 `
 
 // followingScript applies one follow-pair or mute-pair event to the
-// follower's following set, guarded by its own per-pair version hash under
-// the same hash tag.
+// follower's following state, guarded by the pair's version
+// (followVersionLua).
 //
 // KEYS[1] following:{follower}; KEYS[2] following_v:{follower};
 // ARGV[1] followee id; ARGV[2] stream version; ARGV[3] the version field
 // (the followee id for a follow pair, MuteField for a mute pair).
 // Returns 1 when applied, 0 when already applied.
-var followingScript = redis.NewScript(lua(membershipLua + `
-local v = tonumber(ARGV[2])
-local cur = tonumber(redis.call('HGET', KEYS[2], ARGV[3]) or '0')
-if v <= cur then return 0 end
-redis.call('HSET', KEYS[2], ARGV[3], ARGV[2])
-membership(ARGV[1])
-return 1
-`))
+var followingScript = redis.NewScript(followVersionLua + `
+return apply(ARGV[1], ARGV[3], tonumber(ARGV[2]))
+`)
 
-// QueueApply queues one follow-pair event (Followed when follow, else
-// Unfollowed, at stream version) on the followee's count and the
-// follower's following set: two scripts, each guarded by its pair's
-// version. Run the pipeline with Exec (it loads the scripts on NOSCRIPT).
-// The versions alternate Followed (odd) and Unfollowed (even), so follow
-// says nothing the version does not; it is checked against it.
-func (m Follows) QueueApply(ctx context.Context, pipe redis.Pipeliner, follower, followee, version int64, follow bool) {
-	f := "0"
-	if follow {
-		f = "1"
-	}
-	followerCountScript.EvalSha(ctx, pipe, []string{m.keys.Followers(followee)}, itoa(follower), version, f)
-	followingScript.EvalSha(ctx, pipe, []string{m.keys.Following(follower), m.keys.FollowingVersions(follower)},
-		itoa(followee), version, itoa(followee))
+// FollowEvent is one follow-pair event (Followed or Unfollowed) as the
+// followers projector applies it.
+type FollowEvent struct {
+	Follower, Followee int64
+	// Version is the pair stream's version: odd for Followed, even for
+	// Unfollowed.
+	Version int64
+	// Position is the event's log position, Followers the followee's
+	// follower count after it (followeeFollowers).
+	Position, Followers int64
+}
+
+// QueueApply queues one follow-pair event on the followee's count and the
+// follower's following set: two scripts, one per account (each in its own
+// slot), each applying the event at most once. Run the pipeline with Exec
+// (it loads the scripts on NOSCRIPT).
+func (m Follows) QueueApply(ctx context.Context, pipe redis.Pipeliner, e FollowEvent) {
+	followerCountScript.EvalSha(ctx, pipe, []string{m.keys.Followers(e.Followee)}, e.Position, e.Followers)
+	followingScript.EvalSha(ctx, pipe, []string{m.keys.Following(e.Follower), m.keys.FollowingVersions(e.Follower)},
+		itoa(e.Followee), e.Version, itoa(e.Followee))
 }
 
 // QueueApplyMute queues one mute-pair event (Muted or Unmuted, at stream
@@ -152,7 +206,8 @@ type FollowPair struct {
 
 // rebuiltFollowingScript merges a snapshot of user's followees and mutes
 // into their following state and marks it built. Each pair is applied like
-// an event (only when its version is newer than the hash's): a pair the
+// an event (only when its version is newer than the pair's,
+// followVersionLua): a pair the
 // projector moved after the snapshot keeps the projector's answer, and a
 // pair unfollowed (or unmuted) before the snapshot but not yet applied
 // leaves with its Unfollowed (Unmuted), which the projector applies later
@@ -163,13 +218,9 @@ type FollowPair struct {
 // ~built after this chunk; ARGV[2..] account, field, version triples
 // (field: the account for a follow pair, MuteField for a mute pair;
 // versions odd: the snapshot holds followed and muted pairs only).
-var rebuiltFollowingScript = redis.NewScript(lua(membershipLua + `
+var rebuiltFollowingScript = redis.NewScript(lua(followVersionLua + `
 for i = 2, #ARGV, 3 do
-  local cur = tonumber(redis.call('HGET', KEYS[2], ARGV[i+1]) or '0')
-  if tonumber(ARGV[i+2]) > cur then
-    redis.call('HSET', KEYS[2], ARGV[i+1], ARGV[i+2])
-    membership(ARGV[i])
-  end
+  apply(ARGV[i], ARGV[i+1], tonumber(ARGV[i+2]))
 end
 if ARGV[1] == '1' then redis.call('HSET', KEYS[2], $BUILT, '1') end
 return 1
@@ -233,36 +284,35 @@ func (m Follows) FollowsEach(ctx context.Context, rdb redis.Cmdable, user int64,
 	return rdb.SMIsMember(ctx, m.keys.Following(user), authors...).Result()
 }
 
-// QueueBuildFollowers queues part of the bulk build of followee's
-// followers hash: follower, version pairs (and, in the last call, "count"
-// and ~built: BuildFollowersDone).
-func (m Follows) QueueBuildFollowers(ctx context.Context, pipe redis.Pipeliner, followee int64, fields []any) {
-	pipe.HSet(ctx, m.keys.Followers(followee), fields...)
-}
-
-// BuildFollowersDone is the last fields of a followers hash's bulk build:
-// its count of current followers, and ~built.
-func BuildFollowersDone(fields []any, count int64) []any {
-	return append(fields, "count", count, SentinelBuilt, 1)
+// QueueBuildFollowers queues the bulk build of followee's followers hash:
+// its count of current followers, the log position of the newest follow
+// event of followee the count includes, and ~built.
+func (m Follows) QueueBuildFollowers(ctx context.Context, pipe redis.Pipeliner, followee, count, position int64) {
+	pipe.HSet(ctx, m.keys.Followers(followee), "count", count, FollowersPositionField, position, SentinelBuilt, 1)
 }
 
 // QueueBuildFollowing queues part of the bulk build of follower's
-// following state: followee, version pairs for the version hash, and the
-// followees followed now for the set (none: no set written); last marks
-// the state built.
+// following state: field, version pairs for the version hash (the follow
+// pairs whose version the set does not imply, ImpliedFollowVersion, and
+// the mute pairs under MuteField), and the followees followed and not
+// muted now for the set (none: no set written); last marks the state
+// built.
 func (m Follows) QueueBuildFollowing(ctx context.Context, pipe redis.Pipeliner, follower int64, versions, following []any, last bool) {
 	if last {
 		versions = append(versions, SentinelBuilt, 1)
 	}
-	pipe.HSet(ctx, m.keys.FollowingVersions(follower), versions...)
+	if len(versions) > 0 {
+		pipe.HSet(ctx, m.keys.FollowingVersions(follower), versions...)
+	}
 	if len(following) > 0 {
 		pipe.SAdd(ctx, m.keys.Following(follower), following...)
 	}
 }
 
 // CountOf reads followee's follower count from their followers hash, and
-// whether the hash is complete (~built); a count without it covers only
-// the events since the hash was lost.
+// whether the hash was built (~built). A hash without it was recreated by
+// the projector after a loss: its count is the newest applied event's, and
+// absent (0) until a follow event of followee comes.
 func (m Follows) CountOf(ctx context.Context, rdb redis.Cmdable, followee int64) (n int64, built bool, err error) {
 	vs, err := rdb.HMGet(ctx, m.keys.Followers(followee), "count", SentinelBuilt).Result()
 	if err != nil {
