@@ -121,8 +121,10 @@ func TestRebuildFollowersIntoCompactUnderLoad(t *testing.T) {
 		if err := s.DB.Pool.QueryRow(ctx, `SELECT follower_count FROM users WHERE id = $1`, u).Scan(&want); err != nil {
 			t.Fatal(err)
 		}
+		// A user nobody ever followed has no follow event in the log, so
+		// the build writes no key for them: count 0, not built.
 		n, built, err := readmodel.NewFollows(v2).CountOf(ctx, s.Redis, u)
-		if err != nil || n != want || !built {
+		if err != nil || n != want || (!built && want != 0) {
 			t.Fatalf("count of %d at version 2: %d (built %v, %v), want %d", u, n, built, err, want)
 		}
 	}
