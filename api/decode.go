@@ -21,7 +21,26 @@ type registerUserRequest struct {
 	Name string `json:"name"`
 }
 
+// createPostRequest is POST /api/posts's body: replyTo and quoteOf are
+// post ids as JSON strings (null or absent: none).
 type createPostRequest struct {
+	Content string         `json:"content"`
+	ReplyTo *string        `json:"replyTo"`
+	QuoteOf *string        `json:"quoteOf"`
+	Media   []mediaRequest `json:"media"`
+}
+
+type mediaRequest struct {
+	URL      string `json:"url"`
+	MIMEType string `json:"mimeType"`
+	Alt      string `json:"alt"`
+	Width    int    `json:"width"`
+	Height   int    `json:"height"`
+}
+
+// editPostRequest is PATCH /api/posts/{id}'s body: an edit replaces the
+// content only.
+type editPostRequest struct {
 	Content string `json:"content"`
 }
 

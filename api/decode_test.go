@@ -79,9 +79,19 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Add([]byte("{\"content\":\"\xff\"}"), "abc", "0")
 	f.Add([]byte(`{"name":"ana"}`), "+1", "+5")
 	f.Add([]byte(`{"content":"\\u"}`), "0", "1e1")
+	f.Add([]byte(`{"content":"re","replyTo":"12","quoteOf":null,"media":[{"url":"https://cdn.example/a.png","mimeType":"image/png","alt":"\u00e9","width":1,"height":2}]}`), "12", "")
+	f.Add([]byte(`{"content":"re","replyTo":"-1","media":[{"width":1e9}]}`), "1", "")
 	f.Fuzz(func(t *testing.T, body []byte, id, limit string) {
 		var post createPostRequest
 		if err := decodeJSON(body, &post); err == nil {
+			if cmd, err := toCreatePost(7, post); err == nil && (cmd.ReplyTo < 0 || cmd.QuoteOf < 0 || (post.ReplyTo != nil && cmd.ReplyTo == 0) || len(cmd.Media) != len(post.Media)) {
+				t.Fatalf("toCreatePost(%q) = %+v", body, cmd)
+			}
+			for _, m := range post.Media {
+				if !utf8.ValidString(m.URL) || !utf8.ValidString(m.Alt) || !utf8.ValidString(m.MIMEType) {
+					t.Fatalf("accepted invalid UTF-8 media %+v from %q", m, body)
+				}
+			}
 			if !utf8.ValidString(post.Content) {
 				t.Fatalf("accepted invalid UTF-8 content %q from %q", post.Content, body)
 			}

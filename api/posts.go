@@ -20,6 +20,24 @@ type postJSON struct {
 	CreatedAt string `json:"createdAt"`
 	// EditedAt is the last edit's time; absent for a post never edited.
 	EditedAt string `json:"editedAt,omitempty"`
+	// ReplyTo is a reply's parent, QuoteOf a quote's quoted post, Media
+	// the attachments; each absent when the post has none.
+	ReplyTo *postRefJSON `json:"replyTo,omitempty"`
+	QuoteOf string       `json:"quoteOf,omitempty"`
+	Media   []mediaJSON  `json:"media,omitempty"`
+}
+
+type postRefJSON struct {
+	ID       string `json:"id"`
+	AuthorID string `json:"authorId"`
+}
+
+type mediaJSON struct {
+	URL      string `json:"url"`
+	MIMEType string `json:"mimeType"`
+	Alt      string `json:"alt"`
+	Width    int    `json:"width"`
+	Height   int    `json:"height"`
 }
 
 func toPostJSON(p commands.Post) postJSON {
@@ -32,7 +50,37 @@ func toPostJSON(p commands.Post) postJSON {
 	if p.EditedAt != nil {
 		j.EditedAt = p.EditedAt.UTC().Format(events.CreatedAtLayout)
 	}
+	if p.ReplyTo != nil {
+		j.ReplyTo = &postRefJSON{ID: strconv.FormatInt(p.ReplyTo.ID, 10), AuthorID: strconv.FormatInt(p.ReplyTo.AuthorID, 10)}
+	}
+	if p.QuoteOf != 0 {
+		j.QuoteOf = strconv.FormatInt(p.QuoteOf, 10)
+	}
+	for _, m := range p.Media {
+		j.Media = append(j.Media, mediaJSON(m))
+	}
 	return j
+}
+
+// toCreatePost is the command of a POST /api/posts body: the ids parsed
+// (malformed: 400), the media as given (the command validates them).
+func toCreatePost(caller int64, req createPostRequest) (commands.CreatePost, error) {
+	cmd := commands.CreatePost{AuthorID: caller, Content: req.Content}
+	var err error
+	if req.ReplyTo != nil {
+		if cmd.ReplyTo, err = parseID("replyTo", *req.ReplyTo); err != nil {
+			return cmd, err
+		}
+	}
+	if req.QuoteOf != nil {
+		if cmd.QuoteOf, err = parseID("quoteOf", *req.QuoteOf); err != nil {
+			return cmd, err
+		}
+	}
+	for _, m := range req.Media {
+		cmd.Media = append(cmd.Media, events.Media(m))
+	}
+	return cmd, nil
 }
 
 // postETag is the entity tag of a post's version: the version in quotes
@@ -74,13 +122,19 @@ func ifMatchVersion(r *http.Request) (int64, error) {
 	return n, nil
 }
 
-// POST /api/posts {"content"} -> 201 post.
+// POST /api/posts {"content", "replyTo"?, "quoteOf"?, "media"?} -> 201
+// post; a reply to or quote of a missing or deleted post is 422, of a
+// post whose author blocks the caller 403.
 func (s *Server) createPost(w http.ResponseWriter, r *http.Request, caller int64) error {
 	var req createPostRequest
 	if err := decodeBody(r, &req); err != nil {
 		return err
 	}
-	cmd := commands.CreatePost{AuthorID: caller, Content: req.Content, Trace: s.trace(r)}
+	cmd, err := toCreatePost(caller, req)
+	if err != nil {
+		return err
+	}
+	cmd.Trace = s.trace(r)
 	p, replayed, err := runCommand(w, r, s.deps.Commands.CreatePost, cmd, http.StatusCreated, func(p commands.Post) any { return toPostJSON(p) },
 		postHeaders)
 	if err != nil {
@@ -111,7 +165,7 @@ func (s *Server) editPost(w http.ResponseWriter, r *http.Request, caller int64) 
 	if err != nil {
 		return err
 	}
-	var req createPostRequest
+	var req editPostRequest
 	if err := decodeBody(r, &req); err != nil {
 		return err
 	}

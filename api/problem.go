@@ -43,6 +43,7 @@ var (
 	probConflict     = Problem{Type: ProblemBase + "version-conflict", Title: "Version conflict", Status: http.StatusConflict}
 	probTooLarge     = Problem{Type: ProblemBase + "payload-too-large", Title: "Payload too large", Status: http.StatusRequestEntityTooLarge}
 	probKeyReused    = Problem{Type: ProblemBase + "idempotency-key-reused", Title: "Idempotency key reused", Status: http.StatusUnprocessableEntity}
+	probPostGone     = Problem{Type: ProblemBase + "post-unavailable", Title: "Post unavailable", Status: http.StatusUnprocessableEntity}
 	probOverloaded   = Problem{Type: ProblemBase + "overloaded", Title: "Too many requests", Status: http.StatusTooManyRequests}
 	probUnavailable  = Problem{Type: ProblemBase + "unavailable", Title: "Service unavailable", Status: http.StatusServiceUnavailable}
 	probUnknown      = Problem{Type: ProblemBase + "outcome-unknown", Title: "Outcome unknown", Status: http.StatusServiceUnavailable}
@@ -104,6 +105,12 @@ func problemFor(err error) (p Problem, internal bool) {
 	case errors.Is(err, errUnauthenticated), errors.Is(err, auth.ErrInvalidToken):
 		p = probUnauthorized
 		p.Detail = "a valid identity is required"
+	case errors.Is(err, commands.ErrBlockedByAuthor):
+		p = probForbidden
+		p.Detail = "the post's author blocks the caller"
+	case errors.Is(err, commands.ErrPostUnavailable):
+		p = probPostGone
+		p.Detail = err.Error()
 	case errors.Is(err, commands.ErrBlocked):
 		p = probForbidden
 		p.Detail = "one of these accounts blocks the other: no follow while the block stands"

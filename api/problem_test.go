@@ -46,6 +46,8 @@ func TestProblemFor(t *testing.T) {
 		{wrap(commands.ErrVersionConflict), 409, false},
 		{wrap(&http.MaxBytesError{Limit: 10}), 413, false},
 		{wrap(commands.ErrIdempotencyKeyReused), 422, false},
+		{wrap(commands.ErrPostUnavailable), 422, false},
+		{wrap(commands.ErrBlockedByAuthor), 403, false},
 		{wrap(errFeedUnavailable), 503, false},
 		{wrap(&pgconn.ConnectError{}), 503, true},
 		{wrap(context.DeadlineExceeded), 503, true},

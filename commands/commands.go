@@ -109,8 +109,14 @@ type Commands struct {
 	// Block and Unblock report whether they changed anything.
 	Block   *Handler[Block, bool]
 	Unblock *Handler[Unblock, bool]
-	db      DB
-	cfg     Config
+	// Repost, Unrepost, Like and Unlike report whether they changed
+	// anything.
+	Repost   *Handler[Repost, bool]
+	Unrepost *Handler[Unrepost, bool]
+	Like     *Handler[Like, bool]
+	Unlike   *Handler[Unlike, bool]
+	db       DB
+	cfg      Config
 }
 
 // New builds every handler. ids issues post ids; its node id must be unique
@@ -130,17 +136,22 @@ func New(db DB, ids *snowflake.Generator, cfg Config) (*Commands, error) {
 	return &Commands{
 		Tx:           tx,
 		RegisterUser: newHandler(tx, "register-user", registerUser(cfg)),
-		CreatePost:   newHandler(tx, "create-post", createPost(cfg, ids)).withStatement(createPostStatement(cfg, ids)),
-		DeletePost:   newHandler(tx, "delete-post", deletePost),
-		EditPost:     newHandler(tx, "edit-post", editPost(cfg)),
-		Follow:       newHandler(tx, "follow", follow).withStatement(followStatement),
-		Unfollow:     newHandler(tx, "unfollow", unfollow).withStatement(unfollowStatement),
-		Mute:         newHandler(tx, "mute", mute).withStatement(muteStatement),
-		Unmute:       newHandler(tx, "unmute", unmute).withStatement(unmuteStatement),
-		Block:        newHandler(tx, "block", block),
-		Unblock:      newHandler(tx, "unblock", unblock),
-		db:           db,
-		cfg:          cfg,
+		CreatePost: newHandler(tx, "create-post", createPost(cfg, ids)).withStatementIf(func(c CreatePost) bool { return !refersToPost(c) },
+			createPostStatement(cfg, ids)),
+		DeletePost: newHandler(tx, "delete-post", deletePost),
+		EditPost:   newHandler(tx, "edit-post", editPost(cfg)),
+		Follow:     newHandler(tx, "follow", follow).withStatement(followStatement),
+		Unfollow:   newHandler(tx, "unfollow", unfollow).withStatement(unfollowStatement),
+		Mute:       newHandler(tx, "mute", mute).withStatement(muteStatement),
+		Unmute:     newHandler(tx, "unmute", unmute).withStatement(unmuteStatement),
+		Block:      newHandler(tx, "block", block),
+		Unblock:    newHandler(tx, "unblock", unblock),
+		Repost:     newHandler(tx, "repost", repost(ids)),
+		Unrepost:   newHandler(tx, "unrepost", unrepost),
+		Like:       newHandler(tx, "like", like),
+		Unlike:     newHandler(tx, "unlike", unlike),
+		db:         db,
+		cfg:        cfg,
 	}, nil
 }
 

@@ -26,7 +26,9 @@ func (c DeletePost) Actor() int64 { return c.ActorID }
 // deletePost is DeletePost's work: PostDeleted at the version after the
 // post's last (2 for a post never edited, posts.version + 1).
 // The post row is locked first, so concurrent deletes serialise and the
-// later ones see it deleted and append nothing.
+// later ones see it deleted and append nothing. A reply's parent counts
+// one reply less. Its reposts and likes stay (readers hide what points at
+// a deleted post), and so do the replies and quotes of it.
 func deletePost(ctx context.Context, tx pgx.Tx, cmd DeletePost) (bool, error) {
 	if err := validateID("actorId", cmd.ActorID); err != nil {
 		return false, err
@@ -35,8 +37,9 @@ func deletePost(ctx context.Context, tx pgx.Tx, cmd DeletePost) (bool, error) {
 		return false, err
 	}
 	var author, version int64
+	var replyTo *int64
 	var deleted bool
-	err := tx.QueryRow(ctx, `SELECT author_id, deleted, version FROM posts WHERE id = $1 FOR UPDATE`, cmd.PostID).Scan(&author, &deleted, &version)
+	err := tx.QueryRow(ctx, `SELECT author_id, deleted, version, reply_to FROM posts WHERE id = $1 FOR UPDATE`, cmd.PostID).Scan(&author, &deleted, &version, &replyTo)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, fmt.Errorf("post %d: %w", cmd.PostID, ErrNotFound)
 	}
@@ -53,8 +56,15 @@ func deletePost(ctx context.Context, tx pgx.Tx, cmd DeletePost) (bool, error) {
 	if err := tx.QueryRow(ctx, `UPDATE posts SET deleted = true, deleted_at = now() WHERE id = $1 RETURNING deleted_at`, cmd.PostID).Scan(&at); err != nil {
 		return false, fmt.Errorf("mark post %d deleted: %w", cmd.PostID, err)
 	}
+	ev := events.PostDeleted{PostID: cmd.PostID, AuthorID: author, DeletedAt: at.UTC()}
+	if replyTo != nil {
+		ev.ReplyTo = *replyTo
+		if _, err := tx.Exec(ctx, `UPDATE posts SET reply_count = reply_count - 1 WHERE id = $1`, *replyTo); err != nil {
+			return false, fmt.Errorf("count reply to %d: %w", *replyTo, err)
+		}
+	}
 	meta := cmd.Trace.metadata(cmd.ActorID)
-	if err := Append(ctx, tx, version, meta, events.PostDeleted{PostID: cmd.PostID, AuthorID: author, DeletedAt: at.UTC()}); err != nil {
+	if err := Append(ctx, tx, version, meta, ev); err != nil {
 		return false, err
 	}
 	return true, nil

@@ -47,12 +47,17 @@ func editPost(cfg Config) TxHandler[EditPost, Post] {
 			return Post{}, err
 		}
 		var (
-			p       Post
-			deleted bool
-			edited  *time.Time
+			p                                         Post
+			deleted                                   bool
+			edited                                    *time.Time
+			replyTo, replyToAuthor, replyRoot, quoted *int64
+			quoteAuthor                               *int64
 		)
-		err := tx.QueryRow(ctx, `SELECT author_id, content, created_at, deleted, version, edited_at FROM posts WHERE id = $1 FOR UPDATE`,
-			cmd.PostID).Scan(&p.AuthorID, &p.Content, &p.CreatedAt, &deleted, &p.Version, &edited)
+		err := tx.QueryRow(ctx, `SELECT author_id, content, created_at, deleted, version, edited_at,
+			       reply_to, reply_to_author, reply_root, quote_of, quote_author, media
+			FROM posts WHERE id = $1 FOR UPDATE`,
+			cmd.PostID).Scan(&p.AuthorID, &p.Content, &p.CreatedAt, &deleted, &p.Version, &edited,
+			&replyTo, &replyToAuthor, &replyRoot, &quoted, &quoteAuthor, &p.Media)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return Post{}, fmt.Errorf("post %d: %w", cmd.PostID, ErrNotFound)
 		}
@@ -61,6 +66,12 @@ func editPost(cfg Config) TxHandler[EditPost, Post] {
 		}
 		p.ID = cmd.PostID
 		p.CreatedAt = p.CreatedAt.UTC()
+		if replyTo != nil && replyToAuthor != nil && replyRoot != nil {
+			p.ReplyTo, p.ReplyRoot = &PostRef{ID: *replyTo, AuthorID: *replyToAuthor}, *replyRoot
+		}
+		if quoted != nil && quoteAuthor != nil {
+			p.QuoteOf, p.QuoteAuthor = *quoted, *quoteAuthor
+		}
 		if edited != nil {
 			t := edited.UTC()
 			p.EditedAt = &t

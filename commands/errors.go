@@ -19,6 +19,14 @@ var (
 	// ErrBlocked means a follow between two accounts one of which blocks
 	// the other. It matches ErrForbidden with errors.Is.
 	ErrBlocked = fmt.Errorf("one of the accounts blocks the other: %w", ErrForbidden)
+	// ErrPostUnavailable means a post the command refers to (a reply's
+	// parent, a quoted post) does not exist or was deleted: the request
+	// is well formed but cannot be carried out.
+	ErrPostUnavailable = errors.New("the post referred to does not exist or was deleted")
+	// ErrBlockedByAuthor means the author of the post the command acts on
+	// or refers to (a reply, quote, repost or like) blocks the actor. It
+	// matches ErrForbidden with errors.Is.
+	ErrBlockedByAuthor = fmt.Errorf("the post's author blocks the caller: %w", ErrForbidden)
 	// ErrVersionConflict means another transaction appended to the same
 	// stream first, and retries did not get past it. Retrying later may work.
 	ErrVersionConflict = errors.New("version conflict")

@@ -33,8 +33,10 @@ type Handler[C Command, R any] struct {
 	exec TxHandler[C, R]
 	idem KeyedTxHandler[C, R]
 	// stmt, when set, runs the command without an idempotency key; it must
-	// write exactly what exec writes.
-	stmt StmtHandler[C, R]
+	// write exactly what exec writes. stmtIf, when set, limits it to the
+	// commands it answers true for; the others run as exec's transaction.
+	stmt   StmtHandler[C, R]
+	stmtIf func(C) bool
 }
 
 // newHandler builds the entry point of the command called name (the name
@@ -50,6 +52,12 @@ func (h *Handler[C, R]) withStatement(stmt StmtHandler[C, R]) *Handler[C, R] {
 	return h
 }
 
+// withStatementIf is withStatement for the commands when answers true for.
+func (h *Handler[C, R]) withStatementIf(when func(C) bool, stmt StmtHandler[C, R]) *Handler[C, R] {
+	h.stmt, h.stmtIf = stmt, when
+	return h
+}
+
 // Do runs cmd in its own transaction and returns its result. With a
 // non-empty idempotencyKey it runs idempotently: when the actor already
 // completed a command under that key, cmd is not run, and the stored result
@@ -61,7 +69,7 @@ func (h *Handler[C, R]) withStatement(stmt StmtHandler[C, R]) *Handler[C, R] {
 // ErrOutcomeUnknown. A command with a single-statement form runs without a
 // key as that one autocommitted statement (see Runner.RunStatement).
 func (h *Handler[C, R]) Do(ctx context.Context, cmd C, idempotencyKey string) (res R, replayed bool, err error) {
-	if idempotencyKey == "" && h.stmt != nil {
+	if idempotencyKey == "" && h.stmt != nil && (h.stmtIf == nil || h.stmtIf(cmd)) {
 		err = h.tx.RunStatement(ctx, func(ctx context.Context, db DB) error {
 			var err error
 			res, err = h.stmt(ctx, db, cmd)

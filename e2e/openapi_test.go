@@ -268,6 +268,33 @@ func TestOpenAPIResponses(t *testing.T) {
 	want(c.do(base, "POST", "/api/posts", js(map[string]string{"content": " "}), "Authorization", B), 400, "blank post")
 	want(c.do(base, "POST", "/api/posts", big, "Authorization", B), 413, "post too large")
 	want(c.do(base, "POST", "/api/posts", js(map[string]string{"content": "x"})), 401, "post without token")
+	media := []map[string]any{{"url": "https://cdn.example/a.png", "mimeType": "image/png", "alt": "a cat", "width": 640, "height": 480}}
+	want(c.do(base, "POST", "/api/posts", js(map[string]any{"content": "re", "replyTo": post, "quoteOf": post, "media": media}), "Authorization", B), 201, "a reply that quotes, with media")
+	want(c.do(base, "POST", "/api/posts", js(map[string]any{"content": "re", "replyTo": "999999999"}), "Authorization", B), 422, "a reply to a missing post")
+	want(c.do(base, "POST", "/api/posts", js(map[string]any{"content": "x", "media": append(media, media[0], media[0], media[0], media[0])}), "Authorization", B), 400, "five media")
+
+	// Reposts and likes (ana's, of bob's post).
+	for _, rel := range []string{"repost", "like"} {
+		p := "/api/posts/" + post + "/" + rel
+		want(c.do(base, "PUT", p, nil, "Authorization", A, "Idempotency-Key", rel+"-1"), 204, rel)
+		ex = want(c.do(base, "PUT", p, nil, "Authorization", A, "Idempotency-Key", rel+"-1"), 204, rel+" replay")
+		if ex.header.Get("Idempotent-Replayed") != "true" {
+			t.Errorf("%s replay: headers %v", rel, ex.header)
+		}
+		want(c.do(base, "PUT", p, nil, "Authorization", A), 204, rel+" again")
+		want(c.do(base, "PUT", "/api/posts/"+post+"/"+rel, nil, "Authorization", B, "Idempotency-Key", "post-1"), 422, rel+" key reused")
+		want(c.do(base, "PUT", "/api/posts/x/"+rel, nil, "Authorization", A), 400, rel+" a bad id")
+		want(c.do(base, "PUT", "/api/posts/999999999/"+rel, nil, "Authorization", A), 404, rel+" an unknown post")
+		want(c.do(base, "PUT", p, nil), 401, rel+" without token")
+		want(c.do(base, "PUT", p, big, "Authorization", A), 413, rel+" with a huge body")
+		want(c.do(base, "DELETE", p, nil, "Authorization", A, "Idempotency-Key", "un"+rel+"-1"), 204, "un"+rel)
+		want(c.do(base, "DELETE", p, nil, "Authorization", A, "Idempotency-Key", "un"+rel+"-1"), 204, "un"+rel+" replay")
+		want(c.do(base, "DELETE", p, nil, "Authorization", B, "Idempotency-Key", "post-1"), 422, "un"+rel+" key reused")
+		want(c.do(base, "DELETE", "/api/posts/0/"+rel, nil, "Authorization", A), 400, "un"+rel+" id 0")
+		want(c.do(base, "DELETE", "/api/posts/999999999/"+rel, nil, "Authorization", A), 404, "un"+rel+" an unknown post")
+		want(c.do(base, "DELETE", p, nil), 401, "un"+rel+" without token")
+		want(c.do(base, "DELETE", p, big, "Authorization", A), 413, "un"+rel+" with a huge body")
+	}
 
 	// Following.
 	want(c.do(base, "PUT", "/api/following/"+bob, nil, "Authorization", A, "Idempotency-Key", "f-1"), 204, "follow")
@@ -321,6 +348,10 @@ func TestOpenAPIResponses(t *testing.T) {
 		want(c.do(base, "PUT", p+cy, big, "Authorization", A), 413, rel+" with a huge body")
 		if rel == "blocking" {
 			want(c.do(base, "PUT", "/api/following/"+ana, nil, "Authorization", C), 403, "follow of one's blocker")
+			anas := id(want(c.do(base, "POST", "/api/posts", js(map[string]string{"content": "ana's"}), "Authorization", A), 201, "ana's post"))
+			want(c.do(base, "POST", "/api/posts", js(map[string]any{"content": "re", "replyTo": anas}), "Authorization", C), 403, "a reply to one's blocker")
+			want(c.do(base, "PUT", "/api/posts/"+anas+"/repost", nil, "Authorization", C), 403, "a repost of one's blocker")
+			want(c.do(base, "PUT", "/api/posts/"+anas+"/like", nil, "Authorization", C), 403, "a like of one's blocker")
 		}
 		want(c.do(base, "DELETE", p+cy, nil, "Authorization", A, "Idempotency-Key", rel+"-2"), 204, "un"+rel)
 		want(c.do(base, "DELETE", p+cy, nil, "Authorization", A, "Idempotency-Key", rel+"-2"), 204, "un"+rel+" replay")
@@ -372,20 +403,22 @@ func TestOpenAPIResponses(t *testing.T) {
 	// Unknown paths and methods.
 	want(c.do(base, "GET", "/api/nothing", nil), 404, "unknown path")
 	for path, allow := range map[string]string{
-		"/api/posts":         "POST",
-		"/api/users/1":       "GET",
-		"/api/following/1":   "DELETE, PUT",
-		"/api/muting/1":      "DELETE, PUT",
-		"/api/blocking/1":    "DELETE, PUT",
-		"/healthz":           "GET, HEAD",
-		"/api/feed":          "GET",
-		"/api/posts/1":       "DELETE, PATCH",
-		"/api/users/1/posts": "GET",
-		"/api/users":         "POST",
-		"/metrics":           "GET",
-		"/openapi.json":      "GET, HEAD",
-		"/readyz":            "GET, HEAD",
-		"/status":            "GET, HEAD",
+		"/api/posts":          "POST",
+		"/api/users/1":        "GET",
+		"/api/following/1":    "DELETE, PUT",
+		"/api/muting/1":       "DELETE, PUT",
+		"/api/blocking/1":     "DELETE, PUT",
+		"/healthz":            "GET, HEAD",
+		"/api/feed":           "GET",
+		"/api/posts/1":        "DELETE, PATCH",
+		"/api/posts/1/repost": "DELETE, PUT",
+		"/api/posts/1/like":   "DELETE, PUT",
+		"/api/users/1/posts":  "GET",
+		"/api/users":          "POST",
+		"/metrics":            "GET",
+		"/openapi.json":       "GET, HEAD",
+		"/readyz":             "GET, HEAD",
+		"/status":             "GET, HEAD",
 	} {
 		m := "PATCH"
 		if strings.Contains(allow, m) {
@@ -404,6 +437,8 @@ func TestOpenAPIResponses(t *testing.T) {
 		{"GET", "/api/users/" + ana}, {"GET", "/api/users/" + ana + "/posts"}, {"GET", "/api/feed"},
 		{"POST", "/api/posts"}, {"PATCH", "/api/posts/" + post}, {"DELETE", "/api/posts/" + post}, {"PUT", "/api/following/" + bob}, {"DELETE", "/api/following/" + bob},
 		{"PUT", "/api/muting/" + bob}, {"DELETE", "/api/muting/" + bob}, {"PUT", "/api/blocking/" + bob}, {"DELETE", "/api/blocking/" + bob},
+		{"PUT", "/api/posts/" + post + "/repost"}, {"DELETE", "/api/posts/" + post + "/repost"},
+		{"PUT", "/api/posts/" + post + "/like"}, {"DELETE", "/api/posts/" + post + "/like"},
 	} {
 		var body []byte
 		if r.path == "/api/posts" || r.method == "PATCH" {
@@ -425,6 +460,8 @@ func TestOpenAPIResponses(t *testing.T) {
 		{"GET", "/api/users/" + ana}, {"GET", "/api/users/" + ana + "/posts"}, {"GET", "/api/feed"},
 		{"POST", "/api/posts"}, {"PATCH", "/api/posts/" + post}, {"DELETE", "/api/posts/" + post}, {"PUT", "/api/following/" + bob}, {"DELETE", "/api/following/" + bob},
 		{"PUT", "/api/muting/" + bob}, {"DELETE", "/api/muting/" + bob}, {"PUT", "/api/blocking/" + bob}, {"DELETE", "/api/blocking/" + bob},
+		{"PUT", "/api/posts/" + post + "/repost"}, {"DELETE", "/api/posts/" + post + "/repost"},
+		{"PUT", "/api/posts/" + post + "/like"}, {"DELETE", "/api/posts/" + post + "/like"},
 	} {
 		var body []byte
 		if r.method != "GET" && r.method != "DELETE" && r.method != "PUT" {

@@ -410,7 +410,7 @@ func (o *oracle) coverageBefore() {
 	err := o.s.DB.Pool.QueryRow(ctx, `SELECT
 		count(*) FILTER (WHERE type = 'user.followed.v1' AND (payload->>'followeeFollowers')::bigint = $1),
 		count(*) FILTER (WHERE type = 'user.unfollowed.v1' AND (payload->>'followeeFollowers')::bigint = $1 - 1),
-		count(*) FILTER (WHERE type = 'post.created.v1' AND (payload->>'authorFollowers')::bigint >= $1)
+		count(*) FILTER (WHERE type LIKE 'post.created.%' AND (payload->>'authorFollowers')::bigint >= $1)
 		FROM events`, thr).Scan(&up, &down, &pulled)
 	if err != nil {
 		o.fatalf("count crossings: %v", err)

@@ -29,8 +29,16 @@ func NewCodec(upcasters map[string]Upcaster) *Codec {
 	return c
 }
 
-// DefaultCodec knows the current types; no old versions exist yet.
-var DefaultCodec = NewCodec(nil)
+// DefaultCodec knows the current types and upcasts the old versions
+// (post.created.v1 to post.created.v2).
+var DefaultCodec = NewCodec(map[string]Upcaster{TypePostCreatedV1: upcastPostCreatedV1})
+
+// upcastPostCreatedV1 reads a post.created.v1 as post.created.v2: the v2
+// payload is v1's plus optional fields (reply, quote, media) that a v1
+// post does not have, so the payload is the same.
+func upcastPostCreatedV1(payload json.RawMessage) (string, json.RawMessage, error) {
+	return TypePostCreated, payload, nil
+}
 
 // Encode returns the JSON payload of an event.
 func Encode(e Event) (json.RawMessage, error) {
@@ -80,6 +88,14 @@ func (c *Codec) Decode(typ string, payload json.RawMessage) (Event, error) {
 		e = &Blocked{}
 	case TypeUnblocked:
 		e = &Unblocked{}
+	case TypePostReposted:
+		e = &PostReposted{}
+	case TypePostUnreposted:
+		e = &PostUnreposted{}
+	case TypePostLiked:
+		e = &PostLiked{}
+	case TypePostUnliked:
+		e = &PostUnliked{}
 	default:
 		return nil, fmt.Errorf("decode %q: %w", typ, ErrUnknownType)
 	}
@@ -115,6 +131,14 @@ func deref(e Event) Event {
 	case *Blocked:
 		return *v
 	case *Unblocked:
+		return *v
+	case *PostReposted:
+		return *v
+	case *PostUnreposted:
+		return *v
+	case *PostLiked:
+		return *v
+	case *PostUnliked:
 		return *v
 	}
 	return e

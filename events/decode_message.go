@@ -46,6 +46,14 @@ func newEvent(typ string) Event {
 		return &Blocked{}
 	case TypeUnblocked:
 		return &Unblocked{}
+	case TypePostReposted:
+		return &PostReposted{}
+	case TypePostUnreposted:
+		return &PostUnreposted{}
+	case TypePostLiked:
+		return &PostLiked{}
+	case TypePostUnliked:
+		return &PostUnliked{}
 	}
 	return nil
 }

@@ -15,7 +15,7 @@ import (
 // rename one.
 const (
 	TypeUserRegistered = "user.registered.v1"
-	TypePostCreated    = "post.created.v1"
+	TypePostCreated    = "post.created.v2"
 	TypePostDeleted    = "post.deleted.v1"
 	TypePostEdited     = "post.edited.v1"
 	TypeFollowed       = "user.followed.v1"
@@ -24,6 +24,18 @@ const (
 	TypeUnmuted        = "user.unmuted.v1"
 	TypeBlocked        = "user.blocked.v1"
 	TypeUnblocked      = "user.unblocked.v1"
+	TypePostReposted   = "post.reposted.v1"
+	TypePostUnreposted = "post.unreposted.v1"
+	TypePostLiked      = "post.liked.v1"
+	TypePostUnliked    = "post.unliked.v1"
+)
+
+// Old versions: stored in logs written before their successor, read
+// through an upcaster (DefaultCodec), never written.
+const (
+	// TypePostCreatedV1 is a post without reply, quote or media; it reads
+	// as TypePostCreated with those fields empty.
+	TypePostCreatedV1 = "post.created.v1"
 )
 
 // Event is implemented by every payload type.
@@ -46,22 +58,105 @@ type UserRegistered struct {
 	Name   string `json:"name"`
 }
 
-// PostCreated: an author published a post. AuthorFollowers is the author's
-// follower count in the transaction that created the post (facts, not policy:
-// projectors decide push or pull from it with their own threshold).
+// PostCreated (post.created.v2): an author published a post.
+// AuthorFollowers is the author's follower count in the transaction that
+// created the post (facts, not policy: projectors decide push or pull from
+// it with their own threshold).
+//
+// A reply names its parent (ReplyTo), the parent's author (ReplyToAuthor)
+// and the thread's root (ReplyRoot: the parent's root, or the parent when
+// it is no reply); a quote names the quoted post and its author (QuoteOf,
+// QuoteAuthor). A post may be both. The ids are those of posts (a repost's
+// id given by the client is resolved to its original by the write side).
+// Media are references to objects stored elsewhere, at most 4. Every one
+// of these fields is absent (zero) for a plain post, which is how a
+// post.created.v1 reads.
 type PostCreated struct {
 	PostID          int64     `json:"postId,string"`
 	AuthorID        int64     `json:"authorId,string"`
 	Content         string    `json:"content"`
 	CreatedAt       time.Time `json:"createdAt"`
 	AuthorFollowers int64     `json:"authorFollowers"`
+	ReplyTo         int64     `json:"replyTo,string,omitempty"`
+	ReplyRoot       int64     `json:"replyRoot,string,omitempty"`
+	ReplyToAuthor   int64     `json:"replyToAuthor,string,omitempty"`
+	QuoteOf         int64     `json:"quoteOf,string,omitempty"`
+	QuoteAuthor     int64     `json:"quoteAuthor,string,omitempty"`
+	Media           []Media   `json:"media,omitempty"`
 }
 
-// PostDeleted: the author deleted a post.
+// Media is one attachment of a post: a reference to an image or a video
+// stored elsewhere (an https URL), its MIME type, its alternative text
+// (may be empty) and its dimensions in pixels.
+type Media struct {
+	URL      string `json:"url"`
+	MIMEType string `json:"mimeType"`
+	Alt      string `json:"alt"`
+	Width    int    `json:"width"`
+	Height   int    `json:"height"`
+}
+
+// PostDeleted: the author deleted a post. ReplyTo is the post's parent
+// when it is a reply (whose reply count the deletion lowered), absent
+// otherwise. Reposts and likes of the post stay as they are: no
+// unrepost or unlike follows a deletion; readers hide what points at a
+// deleted post.
 type PostDeleted struct {
 	PostID    int64     `json:"postId,string"`
 	AuthorID  int64     `json:"authorId,string"`
 	DeletedAt time.Time `json:"deletedAt"`
+	ReplyTo   int64     `json:"replyTo,string,omitempty"`
+}
+
+// PostReposted: ReposterID reposted PostID (by AuthorID). The repost is
+// an entry of its own in feeds: RepostID is a Snowflake id of its own and
+// CreatedAt its millisecond. A repost of a repost names the original.
+// Reposts are facts of the reposter's audience (keyed by ReposterID):
+// its followers see it, pushed or pulled by ReposterFollowers, the
+// reposter's follower count in the same transaction, as a post by the
+// reposter would be. Reposts is the original's repost count after this
+// event.
+type PostReposted struct {
+	RepostID          int64     `json:"repostId,string"`
+	ReposterID        int64     `json:"reposterId,string"`
+	PostID            int64     `json:"postId,string"`
+	AuthorID          int64     `json:"authorId,string"`
+	CreatedAt         time.Time `json:"createdAt"`
+	ReposterFollowers int64     `json:"reposterFollowers"`
+	Reposts           int64     `json:"reposts"`
+}
+
+// PostUnreposted: ReposterID undid its repost RepostID of PostID (by
+// AuthorID). Reposts is the original's repost count after this event.
+type PostUnreposted struct {
+	RepostID     int64     `json:"repostId,string"`
+	ReposterID   int64     `json:"reposterId,string"`
+	PostID       int64     `json:"postId,string"`
+	AuthorID     int64     `json:"authorId,string"`
+	UnrepostedAt time.Time `json:"unrepostedAt"`
+	Reposts      int64     `json:"reposts"`
+}
+
+// PostLiked: LikerID liked PostID (by AuthorID). Likes are facts of the
+// liked post's author (keyed by AuthorID): they sit in commit order with
+// that author's posts and deletions, and whoever notifies the author reads
+// one partition. Likes is the post's like count after this event.
+type PostLiked struct {
+	LikerID  int64     `json:"likerId,string"`
+	PostID   int64     `json:"postId,string"`
+	AuthorID int64     `json:"authorId,string"`
+	LikedAt  time.Time `json:"likedAt"`
+	Likes    int64     `json:"likes"`
+}
+
+// PostUnliked: LikerID took back its like of PostID (by AuthorID). Likes
+// is the post's like count after this event.
+type PostUnliked struct {
+	LikerID   int64     `json:"likerId,string"`
+	PostID    int64     `json:"postId,string"`
+	AuthorID  int64     `json:"authorId,string"`
+	UnlikedAt time.Time `json:"unlikedAt"`
+	Likes     int64     `json:"likes"`
 }
 
 // PostEdited: the author replaced a post's content. Version is the
@@ -156,6 +251,21 @@ func (PostEdited) EventType() string  { return TypePostEdited }
 func (Followed) EventType() string    { return TypeFollowed }
 func (Unfollowed) EventType() string  { return TypeUnfollowed }
 
+func (PostReposted) EventType() string   { return TypePostReposted }
+func (PostUnreposted) EventType() string { return TypePostUnreposted }
+func (PostLiked) EventType() string      { return TypePostLiked }
+func (PostUnliked) EventType() string    { return TypePostUnliked }
+
+func (e PostReposted) StreamID() string   { return RepostStream(e.ReposterID, e.PostID) }
+func (e PostUnreposted) StreamID() string { return RepostStream(e.ReposterID, e.PostID) }
+func (e PostLiked) StreamID() string      { return LikeStream(e.LikerID, e.PostID) }
+func (e PostUnliked) StreamID() string    { return LikeStream(e.LikerID, e.PostID) }
+
+func (e PostReposted) AudienceKey() int64   { return e.ReposterID }
+func (e PostUnreposted) AudienceKey() int64 { return e.ReposterID }
+func (e PostLiked) AudienceKey() int64      { return e.AuthorID }
+func (e PostUnliked) AudienceKey() int64    { return e.AuthorID }
+
 func (e UserRegistered) StreamID() string { return UserStream(e.UserID) }
 func (e PostCreated) StreamID() string    { return PostStream(e.PostID) }
 func (e PostDeleted) StreamID() string    { return PostStream(e.PostID) }
@@ -194,4 +304,16 @@ func MuteStream(muterID, mutedID int64) string {
 // alternate Blocked (odd) and Unblocked (even).
 func BlockStream(blockerID, blockedID int64) string {
 	return "block-" + strconv.FormatInt(blockerID, 10) + "-" + strconv.FormatInt(blockedID, 10)
+}
+
+// RepostStream is the stream of one (reposter, original) pair; its
+// versions alternate PostReposted (odd) and PostUnreposted (even).
+func RepostStream(reposterID, postID int64) string {
+	return "repost-" + strconv.FormatInt(reposterID, 10) + "-" + strconv.FormatInt(postID, 10)
+}
+
+// LikeStream is the stream of one (liker, post) pair; its versions
+// alternate PostLiked (odd) and PostUnliked (even).
+func LikeStream(likerID, postID int64) string {
+	return "like-" + strconv.FormatInt(likerID, 10) + "-" + strconv.FormatInt(postID, 10)
 }

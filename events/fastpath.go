@@ -21,6 +21,10 @@ var audienceField = map[string]string{
 	TypeUnmuted:        "mutedId",
 	TypeBlocked:        "blockedId",
 	TypeUnblocked:      "blockedId",
+	TypePostReposted:   "reposterId",
+	TypePostUnreposted: "reposterId",
+	TypePostLiked:      "authorId",
+	TypePostUnliked:    "authorId",
 }
 
 // AudienceKeyOf returns the audience key of a stored event (its Kafka key,

@@ -28,6 +28,10 @@ func TestAudienceFastPath(t *testing.T) {
 		Unmuted{MuterID: 21, MutedID: 16, Following: true, MutedFollowers: 2},
 		Blocked{BlockerID: 22, BlockedID: 17},
 		Unblocked{BlockerID: 22, BlockedID: 17},
+		PostReposted{RepostID: 30, ReposterID: 23, PostID: 6, AuthorID: 18, CreatedAt: now, ReposterFollowers: 1, Reposts: 1},
+		PostUnreposted{RepostID: 30, ReposterID: 23, PostID: 6, AuthorID: 18, UnrepostedAt: now},
+		PostLiked{LikerID: 24, PostID: 6, AuthorID: 19, LikedAt: now, Likes: 1},
+		PostUnliked{LikerID: 24, PostID: 6, AuthorID: 19, UnlikedAt: now},
 	}
 	if len(evs) != len(audienceField) {
 		t.Fatalf("%d types tested, %d in audienceField", len(evs), len(audienceField))

@@ -14,7 +14,9 @@ type Filter struct {
 	// From and To bound the range; each is a position, a commit LSN or a
 	// recorded_at timestamp, independently of the other.
 	From, To Bound
-	// Types are event type names (e.g. post.created.v1); any of them matches.
+	// Types are event type names as stored (e.g. post.created.v2; an old
+	// version, post.created.v1, is matched by its own name); any of them
+	// matches.
 	Types []string
 	// Stream is one stream id (e.g. post-123).
 	Stream string
@@ -56,9 +58,10 @@ func (f Filter) Validate() error {
 }
 
 var knownTypes = []string{
-	events.TypeUserRegistered, events.TypePostCreated, events.TypePostDeleted, events.TypePostEdited,
+	events.TypeUserRegistered, events.TypePostCreatedV1, events.TypePostCreated, events.TypePostDeleted, events.TypePostEdited,
 	events.TypeFollowed, events.TypeUnfollowed, events.TypeMuted, events.TypeUnmuted,
 	events.TypeBlocked, events.TypeUnblocked,
+	events.TypePostReposted, events.TypePostUnreposted, events.TypePostLiked, events.TypePostUnliked,
 }
 
 // Match reports whether e passes every condition of the filter. A commit

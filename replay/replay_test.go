@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -69,7 +70,7 @@ func TestBothSourcesMatchGolden(t *testing.T) {
 	}{
 		{name: "all", golden: "all.jsonl"},
 		{name: "all csv", golden: "all.csv", format: CSV},
-		{name: "one type", golden: "type_post_created.jsonl", filter: Filter{Types: []string{events.TypePostCreated}}},
+		{name: "one type", golden: "type_post_created.jsonl", filter: Filter{Types: []string{events.TypePostCreatedV1}}},
 		{name: "edits", golden: "type_post_edited.jsonl", filter: Filter{Types: []string{events.TypePostEdited}}},
 		{name: "edits csv", golden: "type_post_edited.csv", filter: Filter{Types: []string{events.TypePostEdited}}, format: CSV},
 		{name: "two types", golden: "type_follows.jsonl", filter: Filter{Types: []string{events.TypeFollowed, events.TypeUnfollowed}}},
@@ -82,7 +83,7 @@ func TestBothSourcesMatchGolden(t *testing.T) {
 			From: mustBound(t, "2026-11-30T09:41:15.345678Z"), // event 3, exactly: inclusive
 			To:   mustBound(t, "2026-11-30T09:41:19.845678Z"), // event 6, exactly: inclusive
 		}},
-		{name: "mixed", golden: "mixed.jsonl", filter: Filter{Author: 1, Types: []string{events.TypePostCreated}, From: mustBound(t, "2026-11-30T09:41:15Z")}},
+		{name: "mixed", golden: "mixed.jsonl", filter: Filter{Author: 1, Types: []string{events.TypePostCreatedV1}, From: mustBound(t, "2026-11-30T09:41:15Z")}},
 		{name: "limit", golden: "limit_3.jsonl", limit: 3},
 		{name: "limit after filter", golden: "limit_author_2.jsonl", filter: Filter{Author: 2}, limit: 2},
 		{name: "nothing", golden: "empty.txt", filter: Filter{Author: 999}},
@@ -167,6 +168,18 @@ func TestInvalid(t *testing.T) {
 	for _, c := range bad {
 		if !errors.Is(c.err, ErrInvalid) {
 			t.Errorf("%s: %v, want ErrInvalid", c.name, c.err)
+		}
+	}
+	// Every type the log may hold is a filter: the current ones, the old
+	// post.created.v1, and reposts and likes with their undo.
+	for _, typ := range knownTypes {
+		if err := (Filter{Types: []string{typ}}).Validate(); err != nil {
+			t.Errorf("--type %s: %v", typ, err)
+		}
+	}
+	for _, typ := range []string{events.TypePostCreatedV1, events.TypePostCreated, events.TypePostReposted, events.TypePostUnreposted, events.TypePostLiked, events.TypePostUnliked} {
+		if !slices.Contains(knownTypes, typ) {
+			t.Errorf("%s is not among the known types", typ)
 		}
 	}
 	if _, err := NewPG(nil, PGConfig{}); err == nil {
