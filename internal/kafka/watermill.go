@@ -30,9 +30,39 @@ const (
 	MetaPoisonGroup   = "poison_group"
 )
 
+// CloudEvents 1.0 attributes in the Kafka protocol binding's binary
+// mode: each attribute is a header "ce_<name>", the data content type is
+// "content-type", and the record's value is the data (the envelope's
+// JSON). The mapping is written here rather than taken from the
+// CloudEvents Go SDK: the SDK's Kafka binding (protocol/kafka_sarama)
+// builds sarama messages through its own producer and event type, where
+// CDC publishes watermill messages through watermill-kafka and the
+// Marshaler below; the attributes are a few strings of the envelope, set
+// beside watermill's metadata without building an event per message.
+const (
+	MetaCESpecVersion = "ce_specversion"
+	MetaCEID          = "ce_id"
+	MetaCESource      = "ce_source"
+	MetaCEType        = "ce_type"
+	MetaCETime        = "ce_time"
+	MetaCESubject     = "ce_subject"
+	MetaCEDataSchema  = "ce_dataschema"
+	MetaCEPartition   = "ce_partitionkey"
+	MetaContentType   = "content-type"
+
+	// CloudEventsSource is every event's ce_source: the feed service,
+	// whose log gives each event its unique ce_id.
+	CloudEventsSource = "https://github.com/feedco/feed"
+	// CloudEventsDataSchema is every event's ce_dataschema: the
+	// envelope's published schema (events/schema, docs/events.md).
+	CloudEventsDataSchema = "https://github.com/feedco/feed/blob/main/events/schema/envelope.json"
+)
+
 // EventMetadata is the metadata of the message that carries env: what
-// consumers route and order by without decoding the payload.
+// consumers route and order by without decoding the payload, and its
+// CloudEvents attributes (docs/events.md, CloudEvents).
 func EventMetadata(env *events.Envelope) message.Metadata {
+	key := strconv.FormatInt(env.AudienceKey, 10)
 	return message.Metadata{
 		MetaName:          env.Type,
 		MetaStreamID:      env.StreamID,
@@ -40,7 +70,17 @@ func EventMetadata(env *events.Envelope) message.Metadata {
 		MetaPosition:      strconv.FormatInt(env.Position, 10),
 		MetaCommitLSN:     env.CommitLSN,
 		MetaCorrelationID: env.Metadata.CorrelationID,
-		MetaPartitionKey:  strconv.FormatInt(env.AudienceKey, 10),
+		MetaPartitionKey:  key,
+
+		MetaCESpecVersion: "1.0",
+		MetaCEID:          env.EventID,
+		MetaCESource:      CloudEventsSource,
+		MetaCEType:        env.Type,
+		MetaCETime:        env.RecordedAt.UTC().Format(time.RFC3339Nano),
+		MetaCESubject:     env.StreamID,
+		MetaCEDataSchema:  CloudEventsDataSchema,
+		MetaCEPartition:   key,
+		MetaContentType:   "application/json",
 	}
 }
 
