@@ -67,7 +67,11 @@ func generateEnvelope(r *jsonschema.Reflector, types []events.Event) ([]byte, er
 	// new version (docs/events.md): their schemas leave other properties
 	// open, where a payload's schema is closed.
 	s.AdditionalProperties = nil
-	prop("metadata").AdditionalProperties = nil
+	meta := prop("metadata")
+	meta.AdditionalProperties = nil
+	if tp, ok := meta.Properties.Get("traceparent"); ok {
+		tp.Pattern = `^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$`
+	}
 	payload := prop("payload")
 	payload.Type = "object"
 	payload.Description = "The event's payload: valid against the schema of its type, <type>.json beside this file."

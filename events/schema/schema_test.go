@@ -51,7 +51,7 @@ func TestSchemasMatchTypes(t *testing.T) {
 		}
 		if !bytes.Equal(cur, b) {
 			t.Errorf("%s differs from what the Go types generate; run `go generate ./events/schema` "+
-				"(a released version's payload does not change: a change is a new version, docs/events.md)", name)
+				"(a released version's payload does not change, a change is a new version; the envelope only gains optional fields: docs/events.md)", name)
 		}
 	}
 	files, err := filepath.Glob("*.json")
@@ -136,7 +136,8 @@ func TestEncodedEventsValidate(t *testing.T) {
 			}
 			env := events.Envelope{EventID: "0194f1c2-7b3a-7d4e-9f00-112233445566", Position: 42, StreamID: ev.StreamID(),
 				StreamVersion: 1, Type: typ, Payload: p, RecordedAt: time.Now(),
-				Metadata:  events.Metadata{CorrelationID: "c", CausationID: "r", Actor: "7"},
+				Metadata: events.Metadata{CorrelationID: "c", CausationID: "r", Actor: "7",
+					TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
 				CommitLSN: "16/B374D848", AudienceKey: ev.AudienceKey()}
 			b, err := env.AppendJSON(nil, false)
 			if err != nil {

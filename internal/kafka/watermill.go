@@ -28,6 +28,9 @@ const (
 	MetaPartitionKey  = "partition_key"
 	MetaPoisonReason  = "poison_reason"
 	MetaPoisonGroup   = "poison_group"
+	// MetaTraceParent is the W3C traceparent of the trace the event
+	// belongs to, when its writer was traced (internal/tracing).
+	MetaTraceParent = "traceparent"
 )
 
 // CloudEvents 1.0 attributes in the Kafka protocol binding's binary
@@ -63,7 +66,7 @@ const (
 // CloudEvents attributes (docs/events.md, CloudEvents).
 func EventMetadata(env *events.Envelope) message.Metadata {
 	key := strconv.FormatInt(env.AudienceKey, 10)
-	return message.Metadata{
+	m := message.Metadata{
 		MetaName:          env.Type,
 		MetaStreamID:      env.StreamID,
 		MetaStreamVersion: strconv.FormatInt(env.StreamVersion, 10),
@@ -82,6 +85,10 @@ func EventMetadata(env *events.Envelope) message.Metadata {
 		MetaCEPartition:   key,
 		MetaContentType:   "application/json",
 	}
+	if env.Metadata.TraceParent != "" {
+		m[MetaTraceParent] = env.Metadata.TraceParent
+	}
+	return m
 }
 
 // PoisonTopic is where a consumer group parks messages it cannot handle.
