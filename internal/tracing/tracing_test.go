@@ -43,3 +43,12 @@ func TestChildrenOnly(t *testing.T) {
 		t.Fatalf("want the child under its parent, got %v", spans)
 	}
 }
+
+// Off (no span in the context), asking for the traceparent allocates
+// nothing: the API asks on every write.
+func TestTraceParentOffAllocatesNothing(t *testing.T) {
+	ctx := context.Background()
+	if n := testing.AllocsPerRun(100, func() { _ = TraceParent(ctx) }); n != 0 {
+		t.Fatalf("%v allocations, want 0", n)
+	}
+}
