@@ -17,6 +17,7 @@ import (
 
 	"github.com/gorilla/mux"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/semaphore"
 
 	"github.com/feedco/feed/commands"
@@ -216,6 +217,9 @@ type Deps struct {
 	Registry *prometheus.Registry
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// TracerProvider, when set, traces every request (tracing.go). Nil:
+	// no tracing.
+	TracerProvider trace.TracerProvider
 }
 
 // Server is the HTTP API.
@@ -319,7 +323,7 @@ func (s *Server) routes() http.Handler {
 	}
 	*allowed = *a
 
-	return s.recoverPanics(s.withRequestID(r))
+	return s.traced(r, s.recoverPanics(s.withRequestID(r)))
 }
 
 // Route is one method on one path template of the API.

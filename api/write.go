@@ -11,6 +11,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/feedco/feed/commands"
+	"github.com/feedco/feed/internal/tracing"
 )
 
 // commandHandler is a command's entry point as the API uses it;
@@ -133,5 +134,6 @@ func writeJSON(w http.ResponseWriter, status int, v any) error {
 }
 
 func (s *Server) trace(r *http.Request) commands.Trace {
-	return commands.Trace{CorrelationID: correlationID(r.Context()), CausationID: requestID(r.Context())}
+	return commands.Trace{CorrelationID: correlationID(r.Context()), CausationID: requestID(r.Context()),
+		TraceParent: tracing.TraceParent(r.Context())}
 }

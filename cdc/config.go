@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // DefaultPublication is the publication migrations/002_cdc.up.sql creates.
@@ -68,6 +69,11 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// TracerProvider, when set, makes the publishing of an event written
+	// by a traced request a span of that trace (its traceparent from the
+	// event's metadata), and the traceparent header CDC sets that span's.
+	// Nil: no spans; the header carries the stored traceparent as it is.
+	TracerProvider trace.TracerProvider
 	// OnStreaming, when set, is called once, when Run's first replication
 	// session streams from the slot (a process's readiness).
 	OnStreaming func()

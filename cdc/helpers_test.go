@@ -159,6 +159,7 @@ type record struct {
 	offset    int64
 	env       events.Envelope
 	headers   map[string]string
+	value     []byte
 }
 
 // consumer reads the topic from the start with franz-go's kgo: the topic
@@ -194,7 +195,7 @@ func (c *consumer) readUntil(t testing.TB, timeout time.Duration, what string, c
 			t.Fatalf("timed out after %v waiting for %s (read %d records, %d distinct)", timeout, what, len(c.recs), len(c.byID))
 		}
 		fs.EachRecord(func(r *kgo.Record) {
-			rec := record{key: string(r.Key), partition: r.Partition, offset: r.Offset, headers: map[string]string{}}
+			rec := record{key: string(r.Key), partition: r.Partition, offset: r.Offset, headers: map[string]string{}, value: r.Value}
 			for _, h := range r.Headers {
 				rec.headers[h.Key] = string(h.Value)
 			}

@@ -9,6 +9,11 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/feedco/feed/internal/kafka"
+	"github.com/feedco/feed/internal/tracing"
 )
 
 // Publisher is what CDC needs from the sink: a synchronous publish that
@@ -42,6 +47,7 @@ type processor struct {
 	minBO  time.Duration
 	maxBO  time.Duration
 	stopMu sync.Once
+	tracer trace.Tracer // nil: no spans
 }
 
 func newProcessor(cfg Config, pubs []Publisher, m *metrics, acked *atomic.Int64) *processor {
@@ -49,6 +55,9 @@ func newProcessor(cfg Config, pubs []Publisher, m *metrics, acked *atomic.Int64)
 		topic: cfg.Topic, pubs: pubs, seed: maphash.MakeSeed(), log: cfg.Logger, m: m, acked: acked,
 		lanes: make([]chan item, cfg.Lanes),
 		minBO: cfg.MinBackoff, maxBO: cfg.MaxBackoff,
+	}
+	if cfg.TracerProvider != nil {
+		p.tracer = cfg.TracerProvider.Tracer(tracing.Name)
 	}
 	per := max(cfg.MaxInFlight/cfg.Lanes, 1)
 	for i := range p.lanes {
@@ -87,6 +96,7 @@ func (p *processor) runLane(ctx context.Context, q chan item, pub Publisher) {
 			p.log.Error("cdc: incomplete envelope", "err", err)
 			msg, _ = messageOf(&eventRow{env: it.row.env, metadata: []byte("{}"), recordedAt: "1970-01-01 00:00:00+00"})
 		}
+		span := p.startSpan(ctx, msg)
 		backoff := p.minBO
 		for {
 			err := pub.Publish(p.topic, msg)
@@ -97,11 +107,13 @@ func (p *processor) runLane(ctx context.Context, q chan item, pub Publisher) {
 			p.log.Warn("cdc: publish failed, retrying in order", "event", msg.UUID, "backoff", backoff, "err", err)
 			select {
 			case <-ctx.Done():
+				span.End()
 				return
 			case <-time.After(backoff):
 			}
 			backoff = min(backoff*2, p.maxBO)
 		}
+		span.End()
 		now := time.Now()
 		it.txn.ack()
 		p.m.published.Inc()
@@ -123,3 +135,34 @@ func (p *processor) stop() {
 	})
 	p.wg.Wait()
 }
+
+// startSpan starts the span of msg's publishing when tracing is on and
+// the event carries a traceparent (it was written by a traced request): a
+// producer span, child of the writer's, whose own traceparent replaces
+// the header, so the projectors' spans are its children. Otherwise it
+// returns a span that records nothing.
+func (p *processor) startSpan(ctx context.Context, msg *message.Message) trace.Span {
+	parent := msg.Metadata[kafka.MetaTraceParent]
+	if p.tracer == nil || parent == "" {
+		return noSpan
+	}
+	typ := msg.Metadata[kafka.MetaName]
+	ctx, span := p.tracer.Start(tracing.WithRemoteParent(ctx, parent), "cdc publish "+typ,
+		trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(
+			attribute.String("messaging.system", "kafka"),
+			attribute.String("messaging.operation.type", "send"),
+			attribute.String("messaging.destination.name", p.topic),
+			attribute.String("messaging.message.id", msg.UUID),
+			attribute.String("messaging.kafka.message.key", msg.Metadata[kafka.MetaPartitionKey]),
+			attribute.String("feed.event.type", typ),
+			attribute.String("feed.stream.id", msg.Metadata[kafka.MetaStreamID]),
+		))
+	if tp := tracing.TraceParent(ctx); tp != "" {
+		msg.Metadata[kafka.MetaTraceParent] = tp
+	}
+	return span
+}
+
+// noSpan is the span of an event that is not traced.
+var noSpan = trace.SpanFromContext(context.Background())

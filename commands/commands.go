@@ -76,11 +76,15 @@ type Trace struct {
 	// CausationID is the id of the request (or message) that caused this
 	// command.
 	CausationID string
+	// TraceParent is the W3C traceparent of the caller's span (the API
+	// takes it from the request's context), "" when it is not traced.
+	TraceParent string
 }
 
 // metadata is the event metadata of a command traced by t and done by actor.
 func (t Trace) metadata(actor int64) events.Metadata {
-	return events.Metadata{CorrelationID: t.CorrelationID, CausationID: t.CausationID, Actor: strconv.FormatInt(actor, 10)}
+	return events.Metadata{CorrelationID: t.CorrelationID, CausationID: t.CausationID, Actor: strconv.FormatInt(actor, 10),
+		TraceParent: t.TraceParent}
 }
 
 // Commands bundles the write side's entry points over one database.

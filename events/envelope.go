@@ -11,6 +11,10 @@ type Metadata struct {
 	CausationID   string `json:"causationId,omitempty"`
 	// Actor is the acting user's id ("" for system actions).
 	Actor string `json:"actor,omitempty"`
+	// TraceParent is the W3C Trace Context traceparent of the span that
+	// wrote the event (the HTTP request's), when it was traced: CDC and
+	// the projectors continue that trace (docs/events.md, Tracing).
+	TraceParent string `json:"traceparent,omitempty"`
 }
 
 // Envelope is one stored event: the unit the log holds, CDC publishes and

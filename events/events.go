@@ -85,6 +85,28 @@ type PostCreated struct {
 	Media           []Media   `json:"media,omitempty"`
 }
 
+// PostCreatedV1 is the payload of post.created.v1, the first version of
+// PostCreated: a post without reply, quote or media. The writer no longer
+// writes it; logs written before post.created.v2 hold it, and the codec
+// upcasts it (DefaultCodec). It stays a type so that its published schema
+// is still generated.
+type PostCreatedV1 struct {
+	PostID          int64     `json:"postId,string"`
+	AuthorID        int64     `json:"authorId,string"`
+	Content         string    `json:"content"`
+	CreatedAt       time.Time `json:"createdAt"`
+	AuthorFollowers int64     `json:"authorFollowers"`
+}
+
+// EventType implements Event.
+func (PostCreatedV1) EventType() string { return TypePostCreatedV1 }
+
+// StreamID implements Event.
+func (e PostCreatedV1) StreamID() string { return PostStream(e.PostID) }
+
+// AudienceKey implements Event.
+func (e PostCreatedV1) AudienceKey() int64 { return e.AuthorID }
+
 // Media is one attachment of a post: a reference to an image or a video
 // stored elsewhere (an https URL), its MIME type, its alternative text
 // (may be empty) and its dimensions in pixels.

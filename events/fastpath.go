@@ -107,8 +107,11 @@ func parseMetadataFast(b []byte, m *Metadata) bool {
 			dst = &m.CausationID
 		case "actor":
 			dst = &m.Actor
+		case "traceparent":
+			dst = &m.TraceParent
 		default:
-			if strings.EqualFold(k, "correlationId") || strings.EqualFold(k, "causationId") || strings.EqualFold(k, "actor") {
+			if strings.EqualFold(k, "correlationId") || strings.EqualFold(k, "causationId") || strings.EqualFold(k, "actor") ||
+				strings.EqualFold(k, "traceparent") {
 				return false
 			}
 		}

@@ -41,6 +41,7 @@ func (e *Envelope) AppendJSON(dst []byte, rawPayload bool) ([]byte, error) {
 		{`"correlationId":`, e.Metadata.CorrelationID},
 		{`"causationId":`, e.Metadata.CausationID},
 		{`"actor":`, e.Metadata.Actor},
+		{`"traceparent":`, e.Metadata.TraceParent},
 	} {
 		if f.v == "" {
 			continue

@@ -12,9 +12,13 @@ import (
 
 	wk "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/feedco/feed/events"
 	"github.com/feedco/feed/internal/kafka"
+	"github.com/feedco/feed/internal/tracing"
 )
 
 // Conn is the brokers with their security settings.
@@ -49,6 +53,11 @@ type RunnerConfig struct {
 	Logger *slog.Logger
 	// Metrics may be nil.
 	Metrics *Metrics
+	// TracerProvider, when set, makes each projector's handling of an
+	// event written by a traced request a span, child of CDC's publishing
+	// span (the message's traceparent header), with the projector's
+	// reads and writes under it. Nil: no spans.
+	TracerProvider trace.TracerProvider
 }
 
 func (c RunnerConfig) withDefaults() RunnerConfig {
@@ -86,6 +95,7 @@ type Runner struct {
 	cfg        RunnerConfig
 	projectors []Projector
 	codec      *events.Codec
+	tracer     trace.Tracer // nil: no spans
 
 	// running is closed once every handler subscribed (Running).
 	running chan struct{}
@@ -115,6 +125,9 @@ func NewRunner(cfg RunnerConfig, projectors ...Projector) (*Runner, error) {
 	}
 	r := &Runner{cfg: cfg, projectors: projectors, codec: events.DefaultCodec, running: make(chan struct{})}
 	r.idle = sync.NewCond(&r.mu)
+	if cfg.TracerProvider != nil {
+		r.tracer = cfg.TracerProvider.Tracer(tracing.Name)
+	}
 	return r, nil
 }
 
@@ -277,13 +290,47 @@ func (r *Runner) handler(p Projector) message.NoPublishHandlerFunc {
 				ctx = withDelivery(ctx, delivery{topic: r.cfg.Topic, partition: part, offset: off})
 			}
 		}
+		var span trace.Span
+		if r.tracer != nil {
+			if parent := msg.Metadata.Get(kafka.MetaTraceParent); parent != "" {
+				ctx, span = r.startSpan(ctx, p, parent, msg, &env)
+				defer span.End()
+			}
+		}
 		if err := p.Apply(ctx, env, ev); err != nil {
-			return fmt.Errorf("%s: apply %s %s: %w", p.Name(), env.Type, env.EventID, err)
+			err = fmt.Errorf("%s: apply %s %s: %w", p.Name(), env.Type, env.EventID, err)
+			if span != nil {
+				span.RecordError(err)
+				span.SetStatus(codes.Error, "apply failed")
+			}
+			return err
 		}
 		r.cfg.Metrics.observe(p.Name(), time.Since(start))
 		r.cfg.Metrics.outcome(p.Name(), env.Type, "ok")
 		return nil
 	}
+}
+
+// startSpan starts the consumer span of p's handling of msg, child of
+// the span whose traceparent the message carries.
+func (r *Runner) startSpan(ctx context.Context, p Projector, parent string, msg *message.Message, env *events.Envelope) (context.Context, trace.Span) {
+	attrs := []attribute.KeyValue{
+		attribute.String("messaging.system", "kafka"),
+		attribute.String("messaging.operation.type", "process"),
+		attribute.String("messaging.destination.name", r.cfg.Topic),
+		attribute.String("messaging.consumer.group.name", r.cfg.GroupPrefix+p.Group()),
+		attribute.String("messaging.message.id", msg.UUID),
+		attribute.String("feed.event.type", env.Type),
+		attribute.String("feed.stream.id", env.StreamID),
+	}
+	if part, ok := wk.MessagePartitionFromCtx(msg.Context()); ok {
+		attrs = append(attrs, attribute.Int64("messaging.destination.partition.id", int64(part)))
+	}
+	if off, ok := wk.MessagePartitionOffsetFromCtx(msg.Context()); ok {
+		attrs = append(attrs, attribute.Int64("messaging.kafka.offset", off))
+	}
+	return r.tracer.Start(tracing.WithRemoteParent(ctx, parent), p.Name()+" apply "+env.Type,
+		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
 }
 
 // decode turns a message into its envelope and current-version event, in

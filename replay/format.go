@@ -42,9 +42,10 @@ func ParseFormat(s string) (Format, error) {
 }
 
 // ParquetRow is one event in the Parquet format: CSV's columns, typed
-// (64-bit ids as INT64, recorded_at a microsecond timestamp in UTC, the
-// payload the JSON text JSON lines print, commit_lsn null unless asked
-// for).
+// (64-bit ids as INT64, recorded_at a microsecond timestamp adjusted to
+// UTC, which readers load as a timestamp with time zone, the payload the
+// JSON text JSON lines print, of the JSON logical type, commit_lsn null
+// unless asked for).
 type ParquetRow struct {
 	Position      int64   `parquet:"position"`
 	EventID       string  `parquet:"event_id"`
@@ -57,7 +58,7 @@ type ParquetRow struct {
 	CausationID   string  `parquet:"causation_id"`
 	Actor         string  `parquet:"actor"`
 	CommitLSN     *string `parquet:"commit_lsn,optional"`
-	Payload       string  `parquet:"payload"`
+	Payload       string  `parquet:"payload,json"`
 }
 
 // CSVHeader returns the fixed CSV columns; commit_lsn is there only when
@@ -85,6 +86,7 @@ type Writer struct {
 	pqRow   []ParquetRow
 	closed  bool
 	count   atomic.Int64
+	parts   *partitions // set: the output is a partitioned directory
 }
 
 // NewWriter returns a writer of format f on w. Unless withLSN, the commit
@@ -110,6 +112,9 @@ func NewWriter(w io.Writer, f Format, withLSN bool) *Writer {
 
 // Write encodes one envelope.
 func (w *Writer) Write(e *events.Envelope) error {
+	if w.parts != nil {
+		return w.parts.write(e)
+	}
 	c := *e
 	if !w.withLSN {
 		c.CommitLSN = ""
@@ -170,6 +175,9 @@ func (w *Writer) Write(e *events.Envelope) error {
 // Close finishes the output: Flush, and for Parquet the file's footer
 // (after it nothing more can be written).
 func (w *Writer) Close() error {
+	if w.parts != nil {
+		return w.parts.close()
+	}
 	if w.pq != nil && !w.closed {
 		w.closed = true
 		if err := w.pq.Close(); err != nil {
@@ -183,6 +191,9 @@ func (w *Writer) Close() error {
 // in CSV too (no header): a filter that matches nothing prints nothing.
 // Parquet rows are held until Close (a file is readable only whole).
 func (w *Writer) Flush() error {
+	if w.parts != nil {
+		return w.parts.flush()
+	}
 	if w.cw != nil {
 		w.cw.Flush()
 		if err := w.cw.Error(); err != nil {
@@ -196,4 +207,13 @@ func (w *Writer) Flush() error {
 }
 
 // Count is the number of events written so far.
-func (w *Writer) Count() int64 { return w.count.Load() }
+func (w *Writer) Count() int64 {
+	if w.parts != nil {
+		return w.parts.count.Load()
+	}
+	return w.count.Load()
+}
+
+// wholeFiles reports whether the output is readable only once closed
+// (Parquet), so that saving a checkpoint before the end is pointless.
+func (w *Writer) wholeFiles() bool { return w.format == Parquet }

@@ -99,7 +99,7 @@ type Checkpoint struct {
 func CopyCheckpointed(ctx context.Context, src *PG, w *Writer, limit int64, cp Checkpoint) (int64, error) {
 	last := time.Now()
 	var after func() error
-	if cp.Every > 0 && w.pq == nil {
+	if cp.Every > 0 && !w.wholeFiles() {
 		after = func() error {
 			if time.Since(last) < cp.Every {
 				return nil

@@ -3,7 +3,8 @@
 # idempotently: starts them when they are not running, turns on
 # wal_level=logical (restarting PostgreSQL only when needed), creates the
 # `feed` database, and keeps full inboxes in Redis's compact listpack encoding
-# (zset-max-listpack-entries 1024), and installs promtool when missing.
+# (zset-max-listpack-entries 1024), and installs promtool and DuckDB (npm,
+# under tools/duckdb) when missing.
 # Safe to run any number of times.
 set -euo pipefail
 
@@ -148,4 +149,23 @@ if ! command -v promtool >/dev/null 2>&1; then
     else sudo RUNLEVEL=1 apt-get install -y --no-install-recommends prometheus >/dev/null; fi
   }
   apt_install || { if [ "$(id -u)" = 0 ]; then apt-get update >/dev/null; else sudo apt-get update >/dev/null; fi; apt_install; }
+fi
+
+# 9. DuckDB for the suite's run of the analysts' queries (replay,
+#    TestDuckDBReadsExports; docs/replay.md): npm's @duckdb/node-api under
+#    tools/duckdb (its node_modules is not committed), with Debian's nodejs
+#    and npm when missing.
+duck="$(cd "$(dirname "$0")/.." && pwd)/tools/duckdb"
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  say "installing Debian's nodejs and npm (for DuckDB)"
+  if [ "$(id -u)" = 0 ]; then
+    apt-get install -y -q --no-install-recommends nodejs npm >/dev/null ||
+      { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends nodejs npm >/dev/null; }
+  else
+    sudo apt-get install -y -q --no-install-recommends nodejs npm >/dev/null
+  fi
+fi
+if [ ! -d "$duck/node_modules/@duckdb/node-api" ]; then
+  say "installing DuckDB (npm @duckdb/node-api) into tools/duckdb"
+  npm ci --prefix "$duck" --no-audit --no-fund >/dev/null
 fi

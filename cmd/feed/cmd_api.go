@@ -92,6 +92,9 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiService, func(), er
 		return apiService{}, nil, err
 	}
 	deps := api.Deps{Logger: p.Log, Registry: p.Registry, Users: users}
+	if tracerProvider != nil {
+		deps.TracerProvider = tracerProvider
+	}
 	if cfg.AuthMode == api.AuthJWT {
 		if cfg.JWTSecret == devSecret && !p.AllowDevSecret {
 			return apiService{}, nil, usageError{"FEED_JWT_SECRET is unset (the built-in development secret is only accepted by `feed dev` or with FEED_ALLOW_DEV_SECRET=1)"}

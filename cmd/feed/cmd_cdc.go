@@ -74,6 +74,8 @@ func cdcConfig(cfg Config, reg prometheus.Registerer, log *slog.Logger) cdc.Conf
 		OnSlotLoss:   cdc.SlotLossMode(cfg.OnSlotLoss), // "heal" (default) or "stop": docs/cdc.md, Slot loss
 		Registerer:   reg,
 		Logger:       log,
+		// Nil unless OTEL_* turns tracing on (tracing.go).
+		TracerProvider: tracerProvider,
 	}
 }
 

@@ -60,6 +60,8 @@ func newEventsCommand(c *cli) *cobra.Command {
 	fs.StringVar(&f.checkpoint, "checkpoint", "", "save the resume token to this file, replaced atomically (pg source)")
 	fs.DurationVar(&f.checkpointEvery, "checkpoint-every", 5*time.Second, "how often --checkpoint saves while running (it also saves at the end)")
 	fs.StringVar(&f.resume, "resume", "", "continue after this token (the content of a --checkpoint file; pg source, not with --from)")
+	fs.StringVar(&f.partitionBy, "partition-by", "", "write into --output DIR, one Hive-style directory per day and/or type (day, type or day,type)")
+	fs.StringVar(&f.output, "output", "", "with --partition-by: the directory to write into (instead of stdout)")
 	return cmd
 }
 
@@ -69,6 +71,7 @@ type eventsFlags struct {
 	follow, withLSN                                        bool
 	checkpoint, resume                                     string
 	checkpointEvery                                        time.Duration
+	partitionBy, output                                    string
 }
 
 // eventsOptions is a parsed `feed events` command line.
@@ -84,6 +87,8 @@ type eventsOptions struct {
 	checkpoint      string
 	checkpointEvery time.Duration
 	resume          *replay.Token
+	partitionBy     []replay.PartitionKey
+	output          string
 }
 
 // parseEventsFlags checks the flags; a bad one is a usage error.
@@ -128,6 +133,15 @@ func parseEventsFlags(f eventsFlags) (eventsOptions, error) {
 	}
 	if o.format == replay.Parquet && o.follow {
 		return o, usageError{"--format parquet: a Parquet file is complete only when closed; not with --follow (use jsonl or csv)"}
+	}
+	if (f.partitionBy == "") != (f.output == "") {
+		return o, usageError{"--partition-by and --output go together: the partitions are directories under --output"}
+	}
+	if f.partitionBy != "" {
+		if o.partitionBy, err = replay.ParsePartitionBy(f.partitionBy); err != nil {
+			return o, usageError{err.Error()}
+		}
+		o.output = f.output
 	}
 	o.checkpoint, o.checkpointEvery = f.checkpoint, f.checkpointEvery
 	if (o.checkpoint != "" || f.resume != "") && o.source != "pg" {
@@ -180,6 +194,11 @@ func eventsTo(ctx context.Context, o eventsOptions, cfg Config, stdout, stderr i
 	}
 
 	w := replay.NewWriter(stdout, o.format, o.withLSN)
+	if o.output != "" {
+		if w, err = replay.NewPartitionedWriter(o.output, o.format, o.withLSN, o.partitionBy); err != nil {
+			return asUsage(err)
+		}
+	}
 	start := time.Now()
 	var shown *service.Service
 	if tty {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -89,6 +90,14 @@ func TestEventsCommand(t *testing.T) {
 	if pq, _, code := run("--format", "parquet"); code != 0 || !strings.HasPrefix(pq, "PAR1") {
 		t.Fatalf("--format parquet: exit %d, %d bytes", code, len(pq))
 	}
+	// Partitioned into a directory: nothing on stdout, one file per type.
+	dir := t.TempDir() + "/events"
+	if out, stderr, code := run("--format", "parquet", "--partition-by", "type", "--output", dir); code != 0 || out != "" {
+		t.Fatalf("--partition-by type: exit %d %s, out %q", code, stderr, out)
+	}
+	if files, _ := filepath.Glob(dir + "/type=*/part-00000.parquet"); len(files) == 0 {
+		t.Fatalf("--partition-by type wrote no type=*/part-00000.parquet under %s", dir)
+	}
 
 	// Bad filters and flags: usage errors (exit 2), nothing printed.
 	for _, args := range [][]string{
@@ -110,6 +119,10 @@ func TestEventsCommand(t *testing.T) {
 		{"--source", "kafka", "--checkpoint", "ckpt"},
 		{"--source", "kafka", "--resume", "pg1.0.1.2"},
 		{"--checkpoint-every", "-1s"},
+		{"--partition-by", "day"},
+		{"--output", "dir"},
+		{"--partition-by", "month", "--output", "dir"},
+		{"--partition-by", "day,day", "--output", "dir"},
 		{"--bogus"},
 		{"extra"},
 	} {

@@ -110,9 +110,10 @@ func newProjectors(ctx context.Context, cfg Config, pool *pgxpool.Pool, rdb redi
 	}
 	s, err := projections.NewSupervisor(projections.SupervisorConfig{
 		Projections: projectionConfig(cfg),
-		Runner:      projections.RunnerConfig{Brokers: brokersOf(cfg), Security: cfg.KafkaSecurity, Topic: cfg.Topic, Logger: log, Metrics: m},
-		Names:       names,
-		Poison:      poison,
+		Runner: projections.RunnerConfig{Brokers: brokersOf(cfg), Security: cfg.KafkaSecurity, Topic: cfg.Topic, Logger: log, Metrics: m,
+			TracerProvider: tracerProvider},
+		Names:  names,
+		Poison: poison,
 	}, pool, rdb, m)
 	if err != nil {
 		return nil, fmt.Errorf("build the projectors: %w", err)

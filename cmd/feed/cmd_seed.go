@@ -30,7 +30,8 @@ func newSeedCommand(c *cli) *cobra.Command {
 		Use:   "seed",
 		Short: "Load a deterministic, heavy-tailed social graph through the event log",
 		Long: longHelp("Generates a deterministic social graph (the same seed and sizes give the same dataset) and appends it as events,\n"+
-			"then vacuums and analyzes the tables (docs/bench.md). Start `feed dev` or `feed cdc` first: the slot must exist.",
+			"then vacuums and analyzes the tables (docs/bench.md). It applies the migrations first, as `feed migrate` does.\n"+
+			"Start `feed dev` or `feed cdc` first (or run `feed migrate`, which creates it): the replication slot must exist.",
 			envPostgres, []string{"FEED_SLOT", "FEED_CELEBRITY_THRESHOLD"}),
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -75,9 +76,18 @@ func runSeed(ctx context.Context, cfg Config, log *slog.Logger, o seedOptions, s
 	}
 	var a *App
 	if !o.dryRun {
-		if a, err = openApp(ctx, cfg, log, true, false); err != nil {
+		// The schema first, as `feed migrate` applies it (idempotent, under
+		// its advisory lock): a seed on a fresh database needs no other
+		// command before it.
+		pool, err := openPostgres(ctx, cfg, 64, false)
+		if err != nil {
 			return err
 		}
+		if _, err := migrate(ctx, pool, log); err != nil {
+			pool.Close()
+			return err
+		}
+		a = &App{Cfg: cfg, Log: log, Pool: pool}
 		defer a.Close()
 		off, nonEmpty, err := seed.IDOffset(ctx, a.Pool)
 		if err != nil {

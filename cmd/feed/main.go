@@ -14,8 +14,10 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/redis/go-redis/v9"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/feedco/feed/internal/kafka"
 	"github.com/feedco/feed/internal/service"
@@ -51,6 +53,13 @@ func execute(ctx context.Context, args []string, stdout, stderr io.Writer, loadC
 	if c.pprof != nil {
 		_ = c.pprof.Stop()
 	}
+	if c.tracing != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if serr := c.tracing.Shutdown(sctx); serr != nil {
+			fmt.Fprintf(stderr, "feed: flush traces: %v\n", serr)
+		}
+		cancel()
+	}
 	if err == nil || errors.Is(err, context.Canceled) {
 		return 0
 	}
@@ -72,6 +81,9 @@ type cli struct {
 	// pprof serves the profiles while the command runs (FEED_PPROF_ADDR):
 	// config starts it, execute stops it.
 	pprof *service.Service
+	// tracing is the tracer provider of the OTEL_* variables (nil: off):
+	// config builds it, execute flushes it.
+	tracing *sdktrace.TracerProvider
 }
 
 // config loads the configuration (a failure is a usage error) and the
@@ -98,6 +110,14 @@ func (c *cli) config() (Config, *slog.Logger, error) {
 		kafka.ClientMetrics(true)
 	}
 	kafka.SetFetch(cfg.KafkaFetchMinBytes, cfg.KafkaFetchMaxWait)
+	if c.tracing == nil {
+		if c.tracing, err = newTracing(context.Background(), os.Getenv); err != nil {
+			return cfg, nil, usageError{err.Error()}
+		}
+		if c.tracing != nil {
+			tracerProvider = c.tracing
+		}
+	}
 	return cfg, log, nil
 }
 

@@ -168,6 +168,10 @@ func openRedis(ctx context.Context, cfg Config, poolSize int) (redis.UniversalCl
 		_ = c.Close()
 		return nil, fmt.Errorf("connect to Redis at %s: %s", redactDSN(cfg.RedisURL), dsnReason(cfg.RedisURL, err))
 	}
+	if err := traceRedis(c); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
 	return c, nil
 }
 

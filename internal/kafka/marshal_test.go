@@ -54,8 +54,20 @@ func TestMarshalerAgreesWithWatermill(t *testing.T) {
 	wkey, _ := want.Key.Encode()
 	gv, _ := got.Value.Encode()
 	wv, _ := want.Value.Encode()
+	// Watermill's headers, and the CloudEvents attributes of an event.
+	gotHeaders := headerMap(got.Headers)
+	ce := map[string]string{
+		MetaCESpecVersion: "1.0", MetaCEID: msg.UUID, MetaCESource: CloudEventsSource, MetaCEType: "post.created.v1",
+		MetaCESubject: "post-7", MetaCEDataSchema: CloudEventsDataSchema, MetaCEPartition: "1234", MetaContentType: "application/json",
+	}
+	for k, v := range ce {
+		if gotHeaders[k] != v {
+			t.Errorf("header %s: %q, want %q", k, gotHeaders[k], v)
+		}
+		delete(gotHeaders, k)
+	}
 	if got.Topic != want.Topic || string(gk) != string(wkey) || string(gv) != string(wv) ||
-		len(got.Headers) != len(want.Headers) || !maps.Equal(headerMap(got.Headers), headerMap(want.Headers)) {
+		len(got.Headers) != len(want.Headers)+len(ce) || !maps.Equal(gotHeaders, headerMap(want.Headers)) {
 		t.Fatalf("got %+v\nwant %+v", got, want)
 	}
 	back, err := Marshaler.Unmarshal(&sarama.ConsumerMessage{Key: gk, Value: gv, Headers: func() []*sarama.RecordHeader {
@@ -65,8 +77,24 @@ func TestMarshalerAgreesWithWatermill(t *testing.T) {
 		}
 		return hs
 	}()})
-	if err != nil || back.UUID != msg.UUID || !maps.Equal(back.Metadata, msg.Metadata) || string(back.Payload) != string(msg.Payload) {
+	if err != nil || back.UUID != msg.UUID || string(back.Payload) != string(msg.Payload) {
 		t.Fatalf("round trip: %+v, %v", back, err)
+	}
+	for k, v := range ce {
+		if back.Metadata[k] != v {
+			t.Errorf("round trip: metadata %s %q, want %q", k, back.Metadata[k], v)
+		}
+	}
+	if backMeta := maps.Clone(back.Metadata); !maps.Equal(func() message.Metadata {
+		maps.DeleteFunc(backMeta, func(k, _ string) bool { _, derived := ce[k]; return derived })
+		return backMeta
+	}(), msg.Metadata) {
+		t.Fatalf("round trip: metadata %v, want %v and the CloudEvents attributes", back.Metadata, msg.Metadata)
+	}
+	// Republished as it was consumed (the poison queue): each header once.
+	again, err := Marshaler.Marshal("events.poison", back)
+	if err != nil || len(again.Headers) != len(got.Headers) || !maps.Equal(headerMap(again.Headers), headerMap(got.Headers)) {
+		t.Fatalf("republished: %v, %v; want the headers of the first publish", again, err)
 	}
 
 	noKey := testMessage()

@@ -28,12 +28,49 @@ const (
 	MetaPartitionKey  = "partition_key"
 	MetaPoisonReason  = "poison_reason"
 	MetaPoisonGroup   = "poison_group"
+	// MetaTraceParent is the W3C traceparent of the trace the event
+	// belongs to, when its writer was traced (internal/tracing).
+	MetaTraceParent = "traceparent"
+)
+
+// CloudEvents 1.0 attributes in the Kafka protocol binding's binary
+// mode: each attribute is a header "ce_<name>", the data content type is
+// "content-type", and the record's value is the data (the envelope's
+// JSON). The mapping is written here rather than taken from the
+// CloudEvents Go SDK: the SDK's Kafka binding (protocol/kafka_sarama)
+// builds sarama messages through its own producer and event type, where
+// CDC publishes watermill messages through watermill-kafka and the
+// Marshaler below. Most attributes repeat what an event message says
+// already (ce_id its UUID, ce_type its name, ce_subject its stream_id,
+// ce_partitionkey its key) or are constants: the Marshaler adds them to
+// the record of every message that has a name, sharing the bytes of the
+// headers it writes anyway; only ce_time is metadata of its own
+// (EventMetadata).
+const (
+	MetaCESpecVersion = "ce_specversion"
+	MetaCEID          = "ce_id"
+	MetaCESource      = "ce_source"
+	MetaCEType        = "ce_type"
+	MetaCETime        = "ce_time"
+	MetaCESubject     = "ce_subject"
+	MetaCEDataSchema  = "ce_dataschema"
+	MetaCEPartition   = "ce_partitionkey"
+	MetaContentType   = "content-type"
+
+	// CloudEventsSource is every event's ce_source: the feed service,
+	// whose log gives each event its unique ce_id.
+	CloudEventsSource = "https://github.com/feedco/feed"
+	// CloudEventsDataSchema is every event's ce_dataschema: the
+	// envelope's published schema (events/schema, docs/events.md).
+	CloudEventsDataSchema = "https://github.com/feedco/feed/blob/main/events/schema/envelope.json"
 )
 
 // EventMetadata is the metadata of the message that carries env: what
-// consumers route and order by without decoding the payload.
+// consumers route and order by without decoding the payload, and
+// ce_time; the Marshaler adds the other CloudEvents attributes
+// (docs/events.md, CloudEvents).
 func EventMetadata(env *events.Envelope) message.Metadata {
-	return message.Metadata{
+	m := message.Metadata{
 		MetaName:          env.Type,
 		MetaStreamID:      env.StreamID,
 		MetaStreamVersion: strconv.FormatInt(env.StreamVersion, 10),
@@ -41,7 +78,12 @@ func EventMetadata(env *events.Envelope) message.Metadata {
 		MetaCommitLSN:     env.CommitLSN,
 		MetaCorrelationID: env.Metadata.CorrelationID,
 		MetaPartitionKey:  strconv.FormatInt(env.AudienceKey, 10),
+		MetaCETime:        env.RecordedAt.UTC().Format(time.RFC3339Nano),
 	}
+	if env.Metadata.TraceParent != "" {
+		m[MetaTraceParent] = env.Metadata.TraceParent
+	}
+	return m
 }
 
 // PoisonTopic is where a consumer group parks messages it cannot handle.
@@ -132,12 +174,39 @@ func SubscriberSaramaConfig() *sarama.Config {
 // every metadata entry, with watermill's message UUID, in the headers: the
 // records watermill-kafka's partitioning marshaler writes, built with one
 // allocation for the headers instead of a slice grown per entry (CDC
-// marshals every event; see BenchmarkMarshal). Unmarshal is watermill's.
+// marshals every event; see BenchmarkMarshal), and for a message with a
+// name (an event) the CloudEvents attributes beside them. Unmarshal is
+// watermill's: the CloudEvents headers come back as metadata, which a
+// republish does not write twice.
 var Marshaler wk.MarshalerUnmarshaler = marshaler{}
 
 type marshaler struct{ wk.DefaultMarshaler }
 
 var uuidHeaderKey = []byte(wk.UUIDHeaderKey)
+
+// The constant CloudEvents headers, shared by every record (the producer
+// only reads them).
+var (
+	ceSpecVersion = sarama.RecordHeader{Key: []byte(MetaCESpecVersion), Value: []byte("1.0")}
+	ceSource      = sarama.RecordHeader{Key: []byte(MetaCESource), Value: []byte(CloudEventsSource)}
+	ceDataSchema  = sarama.RecordHeader{Key: []byte(MetaCEDataSchema), Value: []byte(CloudEventsDataSchema)}
+	ceContentType = sarama.RecordHeader{Key: []byte(MetaContentType), Value: []byte("application/json")}
+	ceIDKey       = []byte(MetaCEID)
+	ceTypeKey     = []byte(MetaCEType)
+	ceSubjectKey  = []byte(MetaCESubject)
+	cePartKey     = []byte(MetaCEPartition)
+)
+
+// derivedCE says which metadata keys the Marshaler writes itself: a
+// consumed message republished (the poison queue) carries them as
+// metadata, and they are not written twice.
+func derivedCE(key string) bool {
+	switch key {
+	case MetaCESpecVersion, MetaCEID, MetaCESource, MetaCEType, MetaCESubject, MetaCEDataSchema, MetaCEPartition, MetaContentType:
+		return true
+	}
+	return false
+}
 
 func (marshaler) Marshal(topic string, msg *message.Message) (*sarama.ProducerMessage, error) {
 	if msg.Metadata.Get(wk.UUIDHeaderKey) != "" {
@@ -147,14 +216,36 @@ func (marshaler) Marshal(topic string, msg *message.Message) (*sarama.ProducerMe
 	if k == "" {
 		return nil, fmt.Errorf("cannot generate partition key: message %s has no %s metadata", msg.UUID, MetaPartitionKey)
 	}
-	headers := make([]sarama.RecordHeader, 1, len(msg.Metadata)+1)
-	headers[0] = sarama.RecordHeader{Key: uuidHeaderKey, Value: []byte(msg.UUID)}
-	for key, value := range msg.Metadata {
-		headers = append(headers, sarama.RecordHeader{Key: []byte(key), Value: []byte(value)})
+	headers := make([]sarama.RecordHeader, 1, len(msg.Metadata)+9)
+	id := []byte(msg.UUID)
+	headers[0] = sarama.RecordHeader{Key: uuidHeaderKey, Value: id}
+	key := []byte(k)
+	var name, stream []byte
+	for mk, mv := range msg.Metadata {
+		if derivedCE(mk) {
+			continue
+		}
+		h := sarama.RecordHeader{Key: []byte(mk), Value: []byte(mv)}
+		switch mk {
+		case MetaName:
+			name = h.Value
+		case MetaStreamID:
+			stream = h.Value
+		}
+		headers = append(headers, h)
+	}
+	if name != nil {
+		// An event: the CloudEvents attributes (binary mode).
+		headers = append(headers, ceSpecVersion, ceSource, ceDataSchema, ceContentType,
+			sarama.RecordHeader{Key: ceIDKey, Value: id}, sarama.RecordHeader{Key: ceTypeKey, Value: name},
+			sarama.RecordHeader{Key: cePartKey, Value: key})
+		if stream != nil {
+			headers = append(headers, sarama.RecordHeader{Key: ceSubjectKey, Value: stream})
+		}
 	}
 	return &sarama.ProducerMessage{
 		Topic:   topic,
-		Key:     sarama.ByteEncoder(k),
+		Key:     sarama.ByteEncoder(key),
 		Value:   sarama.ByteEncoder(msg.Payload),
 		Headers: headers,
 	}, nil

@@ -18,13 +18,16 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/extra/redisotel/v9"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/feedco/feed/cdc"
 	"github.com/feedco/feed/commands"
 	"github.com/feedco/feed/internal/kafka"
 	"github.com/feedco/feed/internal/snowflake"
+	"github.com/feedco/feed/internal/tracing"
 	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/queries"
 	"github.com/feedco/feed/readmodel"
@@ -55,6 +58,9 @@ type Config struct {
 	// testenv.NewRedisCluster (skipped, or failed in CI, when it is not
 	// running) instead of NewRedis's server.
 	RedisCluster bool
+	// TracerProvider, when set, traces CDC, the projectors and their Redis
+	// calls (internal/tracing), as OTEL_* does for feed's roles.
+	TracerProvider trace.TracerProvider
 }
 
 // System is a running pipeline and the handles a test reads it with.
@@ -86,6 +92,7 @@ type System struct {
 
 	pcfg       projections.Config
 	pm         *projections.Metrics
+	tp         trace.TracerProvider
 	supervised bool
 	stopCDC    func()
 	stopProj   func()
@@ -121,6 +128,7 @@ func (s *System) CDCConfig() cdc.Config {
 		MinBackoff:      50 * time.Millisecond,
 		MaxBackoff:      time.Second,
 		Logger:          s.Log,
+		TracerProvider:  s.tp,
 	}
 }
 
@@ -211,6 +219,12 @@ func Start(t testing.TB, cfg Config) *System {
 		r = testenv.NewRedis(t)
 	}
 	s.Redis, s.Prefix, s.Keys = r.Client, r.Prefix, readmodel.Keys{Prefix: r.Prefix}
+	if cfg.TracerProvider != nil {
+		s.tp = cfg.TracerProvider
+		if err := redisotel.InstrumentTracing(s.Redis, redisotel.WithTracerProvider(tracing.ChildrenOnly(s.tp))); err != nil {
+			t.Fatal(err)
+		}
+	}
 	s.Topic = s.Broker.Topic(t, cfg.Partitions)
 	s.Slot = "feed_" + cfg.Name + "_" + s.DB.Name
 	s.GroupPrefix = testenv.RandomName(cfg.Name) + "."
@@ -286,6 +300,8 @@ func (s *System) RunnerConfig() projections.RunnerConfig {
 		DrainTimeout: 10 * time.Second,
 		LagInterval:  -1,
 		Logger:       s.Log,
+		// Nil unless Config.TracerProvider.
+		TracerProvider: s.tp,
 	}
 }
 
