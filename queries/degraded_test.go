@@ -29,7 +29,7 @@ func setupOwnRedis(t *testing.T, cfg Config) (*bundle, *testenv.RedisServer) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(f.Close)
+	runFeed(t, f)
 	return &bundle{t: t, ctx: context.Background(), feed: f, db: db, rdb: rdb, keys: cfg.Keys, reg: reg}, srv
 }
 

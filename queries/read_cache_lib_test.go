@@ -88,7 +88,7 @@ func BenchmarkHomeClientSideCache(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.Cleanup(f.Close)
+		runFeed(b, f)
 		a.f = f
 		return a
 	}
@@ -130,7 +130,7 @@ func BenchmarkHomeClientSideCache(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			a.f.bg.Wait()
+			waitIdle(a.f)
 		}
 		if c := a.f.cache; c != nil {
 			if err := c.sync(ctx); err != nil {

@@ -117,7 +117,7 @@ func cachedFeedOn(b *bundle) (u, a int64) {
 			// The first read's activity write moves the inbox's expiry,
 			// which invalidates it: let it land (the tests' client syncs
 			// the cache).
-			b.feed.bg.Wait()
+			waitIdle(b.feed)
 		}
 		rt = countRoundTrips(b)
 		hits = b.feed.cache.stats.hits.Load()
@@ -223,7 +223,7 @@ func TestReadCacheHydrationFollows(t *testing.T) {
 		t.Fatal(err)
 	}
 	firstItem(b, u) // finds the set large: its authors become the hint
-	b.feed.bg.Wait()
+	waitIdle(b.feed)
 	c := b.user()
 	b.follow(u, c) // following:{u} written: its cached answers are dropped
 	k := addToInbox(b, other, u, c, base+10)
@@ -236,7 +236,7 @@ func TestReadCacheHydrationFollows(t *testing.T) {
 		if got, n := firstItem(b, u); got != k || n != 4 {
 			t.Fatalf("first item %v of %d, want c's post %v of 4", got, n, k)
 		}
-		b.feed.bg.Wait()
+		waitIdle(b.feed)
 		if h := b.feed.hints.get(u); !slices.Contains(h, c) {
 			t.Fatalf("follow hint %v lacks %d", h, c)
 		}
@@ -284,7 +284,7 @@ func TestReadCacheFollowSetAnswersNewAuthors(t *testing.T) {
 	if _, n := firstItem(b, u); n != 3 {
 		t.Fatalf("page of %d, want a's 3 posts", n)
 	}
-	b.feed.bg.Wait()
+	waitIdle(b.feed)
 	if h := b.feed.hints.get(u); slices.Contains(h, c) {
 		t.Fatalf("follow hint %v has %d before any post of theirs", h, c)
 	}
@@ -346,7 +346,7 @@ func TestReadCacheLargeFollowSetAnswersPerMember(t *testing.T) {
 			if got, n := firstItem(b, u); got != kc || n != 4 {
 				t.Fatalf("first item %v of %d, want c's post %v of 4 (a's 3; d's hidden)", got, n, kc)
 			}
-			b.feed.bg.Wait()
+			waitIdle(b.feed)
 		}
 		v = cachedVal(b, kF, wholeSig)
 		var tl tally

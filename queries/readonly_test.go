@@ -20,7 +20,7 @@ func TestReadOnlyWritesNothing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(ro.Close)
+		runFeed(t, ro)
 		r, a := b.user(), b.user()
 		b.follow(r, a)
 		for i := range 3 {
