@@ -25,7 +25,9 @@ func TestReadsBeforeRunAndAfterStop(t *testing.T) {
 	for i := range 3 {
 		b.cachePost(b.post(a, base+int64(i)))
 	}
-	deferred := func() float64 { return counter(f.metrics.Rebuilds.WithLabelValues(string(rebuildInboxKind), "deferred")) }
+	deferred := func() float64 {
+		return counter(f.metrics.Rebuilds.WithLabelValues(string(rebuildInboxKind), "deferred"))
+	}
 	activity := func(u int64) int {
 		t.Helper()
 		var n int

@@ -115,6 +115,8 @@ type readCache struct {
 	topo    string // the slot map (CLUSTER SLOTS) last read; "" before the first
 
 	closing  atomic.Bool // run is ending: retire connections at once
+	genMu    sync.Mutex
+	genCh    chan struct{} // closed (and replaced) when a generation starts or ends: tests wait on it (genChanged)
 	retMu    sync.Mutex
 	retiring map[*cacheGen]*time.Timer // ended generations whose connections close after their reads in flight
 }
@@ -327,7 +329,7 @@ func newReadCache(rdb redis.UniversalClient, maxKeys int, log *slog.Logger, dial
 		return nil
 	}
 	rc := &readCache{log: log, maxAge: int64(readCacheMaxAge), seed: maphash.MakeSeed(), dial: dial, dataDial: dataDial,
-		retiring: make(map[*cacheGen]*time.Timer)}
+		retiring: make(map[*cacheGen]*time.Timer), genCh: make(chan struct{})}
 	rc.shards = make([]rcShard, readCacheShards)
 	for i := range rc.shards {
 		half := max(maxKeys/2/readCacheShards, 1)
@@ -747,7 +749,24 @@ func (t *tracker) up(ctx context.Context, id int64) error {
 	t.gen.Store(g)
 	t.gens.Add(1)
 	t.c.stats.generations.Add(1)
+	t.c.genChange()
 	return nil
+}
+
+// genChanged returns a channel closed when a generation of any node next
+// starts or ends.
+func (c *readCache) genChanged() <-chan struct{} {
+	c.genMu.Lock()
+	defer c.genMu.Unlock()
+	return c.genCh
+}
+
+// genChange closes the channel genChanged returned.
+func (c *readCache) genChange() {
+	c.genMu.Lock()
+	defer c.genMu.Unlock()
+	close(c.genCh)
+	c.genCh = make(chan struct{})
 }
 
 // watch pings the idle data connections of the running generation every
@@ -789,6 +808,7 @@ func (t *tracker) endGen(g *cacheGen) {
 	}
 	t.c.flush()
 	t.retire(g)
+	t.c.genChange()
 }
 
 // retire closes g's connections once the reads in flight on it are done
@@ -819,6 +839,7 @@ func (t *tracker) down() {
 	t.wakeAll() // sync() callers: nothing cached is left to be stale
 	if g != nil {
 		t.retire(g)
+		t.c.genChange()
 	}
 }
 

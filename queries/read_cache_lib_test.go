@@ -120,8 +120,12 @@ func BenchmarkHomeClientSideCache(b *testing.B) {
 	}
 	warm := func(b *testing.B, a arm) {
 		if c := a.f.cache; c != nil {
-			for c.current() == nil { // the first generation starts in the background
-				time.Sleep(time.Millisecond)
+			for { // the first generation starts in the background
+				changed := c.genChanged()
+				if c.current() != nil {
+					break
+				}
+				<-changed
 			}
 		}
 		for range 2 {

@@ -25,15 +25,17 @@ func genOf(b *bundle, u int64) *cacheGen {
 // reader u's node serves reads, and returns it.
 func cacheUp(b *bundle, u int64, gen int64) *cacheGen {
 	b.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	timeout := time.After(20 * time.Second)
 	for {
+		changed := b.feed.cache.genChanged()
 		if g := genOf(b, u); g != nil && g.t.gens.Load() >= gen {
 			return g
 		}
-		if time.Now().After(deadline) {
+		select {
+		case <-changed:
+		case <-timeout:
 			b.t.Fatalf("read cache generation %d of reader %d's node not up (%d generations in all)", gen, u, b.feed.cache.stats.generations.Load())
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
