@@ -207,7 +207,7 @@ func BenchmarkReadHTTP(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.Cleanup(feed.Close)
+		testenv.Start(b, feed.Service())
 		srv, err := api.New(api.Config{}, api.Deps{Commands: cmds, Tokens: signer, Users: knownUsers, Feed: feed, Registry: prometheus.NewRegistry()})
 		if err != nil {
 			b.Fatal(err)

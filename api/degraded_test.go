@@ -35,7 +35,7 @@ func TestRedisDownServesDegraded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(f.Close)
+		testenv.Start(t, f.Service())
 		feed = f
 		d.Feed = f
 		d.AfterPostCreated = func(ctx context.Context, p commands.Post) {

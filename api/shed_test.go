@@ -130,7 +130,7 @@ func shedFeed(t *testing.T, cfg api.Config) (*env, *testenv.RedisServer, *querie
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(f.Close)
+		testenv.Start(t, f.Service())
 		feed = f
 		d.Feed = f
 		d.AfterPostCreated = func(ctx context.Context, p commands.Post) {
@@ -361,7 +361,7 @@ func TestRedisDownReadsBeyondTheFallbackAre503(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(f.Close)
+		testenv.Start(t, f.Service())
 		d.Feed = f
 		d.Degradable = map[string]func(context.Context) error{"redis": func(ctx context.Context) error { return rdb.Ping(ctx).Err() }}
 	}})

@@ -155,13 +155,9 @@ func TestPackedFollowUpsFlushWhenIdle(t *testing.T) {
 	if err := m.PushCarried(ctx, rd.Client, []int64{2}, nil, m.NewPush(snow(testBaseMs+500, 1)), c); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for c.Pending() > 0 || c.Merges() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("5 s after the last push: %d follow-ups pending, %d merges", c.Pending(), c.Merges())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.Eventually(t, 5*time.Second, "the carried follow-ups flushed and merged after the last push", func() bool {
+		return c.Pending() == 0 && c.Merges() > 0
+	})
 	s, b := m.Keys(1)
 	if rd.Client.Exists(ctx, b).Val() != 0 || rd.Client.StrLen(ctx, s).Val() != header+8*MergeAt {
 		t.Fatal("inbox 1's full buffer was not merged")

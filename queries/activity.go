@@ -1,17 +1,31 @@
 package queries
 
 import (
-	"errors"
-
 	"context"
-	"github.com/feedco/feed/homefeed"
+	"errors"
 	"time"
+
+	"github.com/feedco/feed/homefeed"
+)
+
+const (
+	// activityWorkers is how many activity writes Run's workers make at
+	// once.
+	activityWorkers = 4
+	// activityQueue bounds the activity writes waiting for a worker; a
+	// mark that finds the queue full is not written (the next read of
+	// that user asks again).
+	activityQueue = 1024
+	// activityTimeout bounds one activity write.
+	activityTimeout = 5 * time.Second
 )
 
 // touch marks user active in the background, at most once per
 // ActivityWriteInterval per process (f.activity remembers the writes), so a
 // busy reader costs PostgreSQL one write per interval, not one per page.
 // Fan-out skips users not seen for weeks, so minutes of slack are harmless.
+// The write is queued for Run's workers; when Run does not run or the
+// queue is full it is not, and the next read tries again.
 func (f *Feed) touch(user int64) {
 	if f.cfg.ReadOnly {
 		return
@@ -19,16 +33,23 @@ func (f *Feed) touch(user int64) {
 	if !f.activity.markUnlessRecent(user, f.now()) {
 		return
 	}
-	f.bg.Add(1)
-	go func() {
-		defer f.bg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := f.recordActivity(ctx, user); err != nil {
+	if !f.work.queueActivity(user) {
+		f.activity.forget(user)
+	}
+}
+
+// runActivityWorker writes the queued activity marks, each bounded by
+// activityTimeout under ctx, until the queue closes and is empty.
+func (f *Feed) runActivityWorker(ctx context.Context) {
+	for user := range f.work.activity {
+		wctx, cancel := context.WithTimeout(ctx, activityTimeout)
+		if err := f.recordActivity(wctx, user); err != nil {
 			f.log.Warn("queries: activity write failed", "user", user, "err", err)
 			f.activity.forget(user) // the next read tries again
 		}
-	}()
+		cancel()
+		f.work.done()
+	}
 }
 
 // recordActivity marks user active through the home feed's owner

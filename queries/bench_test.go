@@ -43,7 +43,7 @@ SELECT ((1767225600000 + g * 1000 - $1::bigint) << 22) | g, 1 + g % 50, 'post ' 
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(f.Close)
+	runFeed(b, f)
 	bb := &bundle{t: b, ctx: ctx, feed: f, db: db, rdb: r.Client, keys: keys}
 	var readers []int64
 	for u := int64(51); u <= 250; u++ {
@@ -142,7 +142,7 @@ func BenchmarkHomeReadCache(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(off.Close)
+	runFeed(b, off)
 	ctx := context.Background()
 	redisCPU := func() time.Duration {
 		var mu sync.Mutex
@@ -191,7 +191,7 @@ func BenchmarkHomeReadCache(b *testing.B) {
 							b.Fatal(err)
 						}
 					}
-					f.bg.Wait()
+					waitIdle(f)
 				}
 				if f.cache != nil {
 					if err := f.cache.sync(ctx); err != nil {

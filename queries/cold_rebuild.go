@@ -13,8 +13,9 @@ import (
 // everything (a restart without persistence, a FLUSHDB, evictions) heals
 // by itself as readers come back, with bounded load on PostgreSQL: one
 // rebuild per key at a time in a process (rebuildFlights), at most
-// Config.RebuildConcurrency at once; a rebuild that finds no slot is not
-// started (counted "deferred"), and the next read of that key asks again.
+// Config.RebuildConcurrency at once (Feed.Run's workers); a rebuild that
+// finds no slot, or no Run to take it, is not queued (counted
+// "deferred"), and the next read of that key asks again.
 
 // rebuildKind names a rebuilt read model (the metric's model label).
 type rebuildKind string
@@ -35,6 +36,105 @@ type rebuildKey struct {
 type rebuildFlights struct {
 	mu      sync.Mutex
 	running map[rebuildKey]bool
+}
+
+// workQueues carry the background work reads ask for to Feed.Run's
+// workers: activity writes and rebuilds. They take work only while Run
+// runs (open), and close when it ends; the workers then finish what is
+// queued.
+type workQueues struct {
+	mu       sync.RWMutex
+	running  bool
+	activity chan int64
+	rebuilds chan rebuildKey
+
+	pmu     sync.Mutex
+	pending int           // work queued and not done
+	idle    chan struct{} // closed while pending is 0
+}
+
+// newWorkQueues returns closed queues; rebuilds holds every rebuild the
+// slots admit (rebuildSlots: a queued rebuild holds its slot until done),
+// so queueing one never blocks.
+func newWorkQueues(rebuildSlots int) *workQueues {
+	idle := make(chan struct{})
+	close(idle)
+	return &workQueues{activity: make(chan int64, activityQueue), rebuilds: make(chan rebuildKey, rebuildSlots), idle: idle}
+}
+
+// add counts a piece of work queued, done one done.
+func (q *workQueues) add() {
+	q.pmu.Lock()
+	defer q.pmu.Unlock()
+	if q.pending == 0 {
+		q.idle = make(chan struct{})
+	}
+	q.pending++
+}
+
+func (q *workQueues) done() {
+	q.pmu.Lock()
+	defer q.pmu.Unlock()
+	q.pending--
+	if q.pending == 0 {
+		close(q.idle)
+	}
+}
+
+// idleCh is closed once no work queued before the call is left (tests
+// wait on it).
+func (q *workQueues) idleCh() <-chan struct{} {
+	q.pmu.Lock()
+	defer q.pmu.Unlock()
+	return q.idle
+}
+
+func (q *workQueues) open() {
+	q.mu.Lock()
+	q.running = true
+	q.mu.Unlock()
+}
+
+// close stops taking work and closes the channels, so that the workers
+// end once they are empty. A Feed runs once: the queues never reopen.
+func (q *workQueues) close() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.running {
+		q.running = false
+		close(q.activity)
+		close(q.rebuilds)
+	}
+}
+
+// queueActivity queues an activity write of user, and reports whether it
+// did (not when Run does not run or the queue is full).
+func (q *workQueues) queueActivity(user int64) bool {
+	q.mu.RLock()
+	defer q.mu.RUnlock()
+	if !q.running {
+		return false
+	}
+	select {
+	case q.activity <- user:
+		q.add()
+		return true
+	default:
+		return false
+	}
+}
+
+// queueRebuild queues k's rebuild, whose slot the caller holds, and
+// reports whether it did (not when Run does not run).
+func (q *workQueues) queueRebuild(k rebuildKey) bool {
+	q.mu.RLock()
+	defer q.mu.RUnlock()
+	if !q.running {
+		return false
+	}
+	q.add()
+	q.rebuilds <- k // never blocks: as many places as slots
+	return true
 }
 
 // coldParts says which of a reader's read models a home read found
@@ -59,9 +159,10 @@ func (f *Feed) startRebuilds(user int64, c coldParts) {
 	}
 }
 
-// startRebuild rebuilds k in the background, unless this process is
-// already doing it or is at its limit of rebuilds. The read that found
-// the key incomplete is served from PostgreSQL meanwhile.
+// startRebuild queues k's rebuild for Run's workers, unless this process
+// is already doing it, is at its limit of rebuilds, or Run does not run.
+// The read that found the key incomplete is served from PostgreSQL
+// meanwhile.
 func (f *Feed) startRebuild(k rebuildKey) {
 	if f.cfg.ReadOnly {
 		return
@@ -82,33 +183,50 @@ func (f *Feed) startRebuild(k rebuildKey) {
 	}
 	r.running[k] = true
 	r.mu.Unlock()
-	f.bg.Add(1)
-	go func() {
-		defer f.bg.Done()
-		defer func() {
-			r.mu.Lock()
-			delete(r.running, k)
-			r.mu.Unlock()
-			f.rebuildSlots.Release(1)
-		}()
-		ctx, cancel := context.WithTimeout(context.Background(), f.cfg.RebuildTimeout)
-		defer cancel()
-		var err error
-		switch k.kind {
-		case rebuildInboxKind:
-			err = f.rebuildInbox(ctx, k.id)
-		case rebuildFollowingKind:
-			err = f.rebuildFollowing(ctx, k.id)
-		case rebuildTimelineKind:
-			err = f.rebuildTimeline(ctx, k.id)
-		}
-		if err != nil {
-			f.metrics.Rebuilds.WithLabelValues(string(k.kind), "error").Inc()
-			f.log.Warn("queries: rebuild failed", "model", string(k.kind), "id", k.id, "err", err)
-			return
-		}
-		f.metrics.Rebuilds.WithLabelValues(string(k.kind), "ok").Inc()
-	}()
+	if !f.work.queueRebuild(k) {
+		f.doneRebuild(k)
+		f.metrics.Rebuilds.WithLabelValues(string(k.kind), "deferred").Inc()
+	}
+}
+
+// doneRebuild ends k's flight and frees its slot.
+func (f *Feed) doneRebuild(k rebuildKey) {
+	r := &f.flights
+	r.mu.Lock()
+	delete(r.running, k)
+	r.mu.Unlock()
+	f.rebuildSlots.Release(1)
+}
+
+// runRebuildWorker runs the queued rebuilds, each bounded by
+// RebuildTimeout under ctx, until the queue closes and is empty.
+func (f *Feed) runRebuildWorker(ctx context.Context) {
+	for k := range f.work.rebuilds {
+		f.rebuild(ctx, k)
+		f.doneRebuild(k)
+		f.work.done()
+	}
+}
+
+// rebuild rebuilds k, counted by its result.
+func (f *Feed) rebuild(ctx context.Context, k rebuildKey) {
+	ctx, cancel := context.WithTimeout(ctx, f.cfg.RebuildTimeout)
+	defer cancel()
+	var err error
+	switch k.kind {
+	case rebuildInboxKind:
+		err = f.rebuildInbox(ctx, k.id)
+	case rebuildFollowingKind:
+		err = f.rebuildFollowing(ctx, k.id)
+	case rebuildTimelineKind:
+		err = f.rebuildTimeline(ctx, k.id)
+	}
+	if err != nil {
+		f.metrics.Rebuilds.WithLabelValues(string(k.kind), "error").Inc()
+		f.log.Warn("queries: rebuild failed", "model", string(k.kind), "id", k.id, "err", err)
+		return
+	}
+	f.metrics.Rebuilds.WithLabelValues(string(k.kind), "ok").Inc()
 }
 
 // rebuildFollowing rebuilds user's following state through its owner

@@ -93,7 +93,7 @@ func TestHomeHealsAfterRedisLosesEverything(t *testing.T) {
 		}
 		return built && cb
 	})
-	b.feed.bg.Wait()
+	waitIdle(b.feed)
 	following := []int64{}
 	for _, m := range b.rdb.SMembers(b.ctx, b.keys.Following(r3)).Val() {
 		var id int64

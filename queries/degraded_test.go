@@ -29,7 +29,7 @@ func setupOwnRedis(t *testing.T, cfg Config) (*bundle, *testenv.RedisServer) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(f.Close)
+	runFeed(t, f)
 	return &bundle{t: t, ctx: context.Background(), feed: f, db: db, rdb: rdb, keys: cfg.Keys, reg: reg}, srv
 }
 
@@ -66,18 +66,13 @@ func TestHomeDegradedWhileRedisDown(t *testing.T) {
 	// answers the pages it holds as it would with Redis up: right pages,
 	// and successes for the circuit. On a loaded machine that can outlast
 	// the reads below, so read until the pages come from PostgreSQL.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	testenv.Eventually(t, 10*time.Second, "home pages degraded after Redis stopped (the read cache no longer answers)", func() bool {
 		p, err := b.feed.Home(b.ctx, reader, "", 3)
 		if err != nil {
 			t.Fatalf("home read on a stopped Redis: %v", err)
 		}
-		if p.Degraded {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("home pages not degraded 10 s after Redis stopped: the read cache still answers")
-		}
-	}
+		return p.Degraded
+	})
 	for range 3 {
 		sameFeed(t, "redis down", b.readHome(reader, 3), b.truth(reader))
 	}
@@ -98,8 +93,7 @@ func TestHomeDegradedWhileRedisDown(t *testing.T) {
 	sameFeed(t, "author posts, redis down", got, b.authorTruth(author))
 
 	srv.Start() // back, empty
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testenv.Eventually(t, 10*time.Second, "reads no longer degraded and the read circuit closed after Redis came back", func() bool {
 		p, err := b.feed.Home(b.ctx, reader, "", 50)
 		if err != nil {
 			t.Fatalf("home read after Redis came back empty: %v", err)
@@ -109,14 +103,8 @@ func TestHomeDegradedWhileRedisDown(t *testing.T) {
 			keys[i] = itemKey(t, it)
 		}
 		sameFeed(t, "redis back empty", keys, b.truth(reader))
-		if !p.Degraded && b.feed.Circuits().Reads == "closed" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("reads still degraded 10 s after Redis came back (circuit %s)", b.feed.Circuits().Reads)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return !p.Degraded && b.feed.Circuits().Reads == "closed"
+	})
 	sameFeed(t, "redis back, paged", b.readHome(reader, 3), b.truth(reader))
 }
 
@@ -157,7 +145,7 @@ func TestPostCreatedCircuitOpensWhileRedisDown(t *testing.T) {
 	// fails and opens the circuit again, and a later one closes it.
 	deadline := time.Now().Add(10 * time.Second)
 	for ms := base + 20; ; ms++ {
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(250 * time.Millisecond) // the scenario: past RedisBreakerOpen, so this call is the probe
 		k = b.post(reader, ms)
 		err := b.feed.PostCreated(b.ctx, NewPost{ID: k.id, AuthorID: reader, Content: fmt.Sprint("post ", k.id), CreatedAt: time.UnixMilli(k.ms)})
 		if err == nil {

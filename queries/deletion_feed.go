@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -17,7 +16,7 @@ import (
 // only by an edit (post.edited.v1, with the whole new content and the
 // post's version) or its deletion (post.deleted.v1), both events in the
 // event log. So each process polls the log for them (one small indexed
-// query per DeletionPollInterval, only while it serves reads), applies
+// query per DeletionPollInterval, only while it serves reads, from Feed.Run), applies
 // them to its post cache, and knows "every deletion and edit committed
 // before T is applied"; while T is fresh (now - T < PostCacheTTL) a cached
 // live body needs no confirmation from Redis. See docs/queries.md "Post
@@ -74,9 +73,6 @@ type deletionFeed struct {
 	interval  time.Duration
 	scanLimit int64
 	wake      chan struct{}
-	stop      chan struct{}
-	done      chan struct{}
-	once      sync.Once
 
 	horizon string       // xid8 of the previous poll's xmin; "" = (re)start
 	pruned  time.Time    // last forgetDeletionsBefore
@@ -102,18 +98,17 @@ func (d *deletionFeed) touch(now time.Time, ttl time.Duration) {
 	}
 }
 
-// runDeletionFeed polls until Close. It skips polls while no read used the
-// cache for a few TTLs (an idle process costs PostgreSQL nothing); a read
-// finding the feed stale wakes it.
-func (f *Feed) runDeletionFeed() {
+// runDeletionFeed polls until ctx ends. It skips polls while no read used
+// the cache for a few TTLs (an idle process costs PostgreSQL nothing); a
+// read finding the feed stale wakes it.
+func (f *Feed) runDeletionFeed(ctx context.Context) {
 	d := &f.deletions
-	defer close(d.done)
 	t := time.NewTicker(d.interval)
 	defer t.Stop()
 	backoff := 0
 	for {
 		select {
-		case <-d.stop:
+		case <-ctx.Done():
 			return
 		case <-t.C:
 		case <-d.wake:
@@ -126,10 +121,10 @@ func (f *Feed) runDeletionFeed() {
 			backoff--
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), max(2*d.interval, time.Second))
-		err := f.pollDeletions(ctx)
+		pctx, cancel := context.WithTimeout(ctx, max(2*d.interval, time.Second))
+		err := f.pollDeletions(pctx)
 		cancel()
-		if err != nil {
+		if err != nil && ctx.Err() == nil {
 			f.log.Warn("queries: deletion feed poll failed (cached bodies fall back to PostCacheTTL)", "err", err)
 			backoff = 10 // a failing database is not asked every interval
 		}

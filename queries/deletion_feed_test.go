@@ -13,20 +13,11 @@ import (
 // feed.
 func (b *bundle) knowsDeleted(id int64) bool { return b.feed.posts.knowsDeleted(id) }
 
-// stopDeletionFeed stops the poller for good: the feed then goes stale and
-// cached bodies fall back to PostCacheTTL.
-func (b *bundle) stopDeletionFeed() {
-	d := &b.feed.deletions
-	d.once.Do(func() { close(d.done) })
-	close(d.stop)
-	<-d.done
-}
-
-// The feed's polls are called directly here (no read ever started the
-// poller of this Feed), so every step is deterministic.
+// The feed's polls are called directly here (the Feed runs no poller),
+// so every step is deterministic.
 func TestDeletionFeedSeesEveryCommittedDeletion(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{})
+	b := setup(t, Config{noDeletionFeed: true})
 	ctx := context.Background()
 	a := b.user()
 	old, p1, p2, p3 := b.post(a, base), b.post(a, base+1), b.post(a, base+2), b.post(a, base+3)

@@ -107,9 +107,8 @@ func TestHomeShowsEditSeenByFeedBeforeProjector(t *testing.T) {
 // the Redis post cache, where an older edit then changes nothing.
 func TestPostEditedWriteThrough(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{})
+	b := setup(t, Config{noDeletionFeed: true})
 	u, a, all := b.projectedFollow(3)
-	b.stopDeletionFeed()
 	wantContents(t, "before", b.contents(u, 0), all, nil)
 	b.editRow(all[0], "v2")
 	b.editRow(all[0], "v3")

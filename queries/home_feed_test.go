@@ -328,7 +328,9 @@ func testHomeColdInboxServedFromPostgresAndRebuilt(t *testing.T) {
 		_, _, built := b.inboxState(u)
 		return built
 	})
-	b.feed.Close() // the rebuild's bookkeeping is done
+	if err := b.svc.Stop(); err != nil { // the rebuild's bookkeeping is done
+		t.Fatal(err)
+	}
 	// ~built and ~floor (the rebuild was cut at InboxMax); of the 8 posts
 	// the inbox keeps only those strictly above the floor.
 	ids, floor, _ := b.inboxState(u)
@@ -444,7 +446,7 @@ func TestHomeOwnPostVisibleBeforeProjectors(t *testing.T) {
 	}
 	// Its activity write (an EXPIRE, in the background) must not land in
 	// the measured read's round trips.
-	b.feed.bg.Wait()
+	waitIdle(b.feed)
 	mine := b.post(u, time.Now().UnixMilli())
 	b.created(u, mine)
 	// A read that a generation's end disturbed is measured again, from

@@ -22,7 +22,7 @@ func (b *bundle) instance(rdb redis.UniversalClient, cfg Config) *Feed {
 	if err != nil {
 		b.t.Fatal(err)
 	}
-	b.t.Cleanup(f.Close)
+	runFeed(b.t, f)
 	return f
 }
 

@@ -29,8 +29,8 @@ type Metrics struct {
 	Hydrations *prometheus.CounterVec
 	// Rebuilds counts background rebuilds of read models from PostgreSQL,
 	// by model ("inbox", "following", "timeline", "celebrities") and
-	// result ("ok", "error", "deferred": no slot free, asked again by the
-	// next read).
+	// result ("ok", "error", "deferred": no slot free or Run not running,
+	// asked again by the next read).
 	Rebuilds *prometheus.CounterVec
 	// WriteThroughs counts the Redis writes of PostCreated (the author's
 	// newest-post marker) and PostEdited (the edited body) by result

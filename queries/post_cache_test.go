@@ -54,7 +54,7 @@ type clock struct{ ns atomic.Int64 }
 func (c *clock) now() time.Time      { return time.Unix(0, c.ns.Load()) }
 func (c *clock) add(d time.Duration) { c.ns.Add(int64(d)) }
 func newClock(t time.Time) *clock    { c := &clock{}; c.ns.Store(t.UnixNano()); return c }
-func (b *bundle) useClock(c *clock)  { b.feed.now = c.now }
+func (b *bundle) useClock(c *clock)  { b.feed.setClock(c.now) }
 func (b *bundle) hydrated(from string) float64 {
 	return counter(b.feed.metrics.Hydrations.WithLabelValues(from))
 }
@@ -66,10 +66,9 @@ func (b *bundle) hydrated(from string) float64 {
 // (never asked again). Warm pages hydrate from process memory.
 func TestHomeDeletionHiddenWithinPostCacheTTL(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Config{PostCacheTTL: time.Second})
+	b := setup(t, Config{PostCacheTTL: time.Second, noDeletionFeed: true})
 	clk := newClock(time.Now())
 	b.useClock(clk)
-	b.stopDeletionFeed()
 	u, _, all := b.projectedFollow(6)
 	first := func() []key {
 		t.Helper()

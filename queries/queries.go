@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/feedco/feed/events"
+	"github.com/feedco/feed/internal/service"
 	"github.com/feedco/feed/readmodel"
 )
 
@@ -90,7 +91,8 @@ type Config struct {
 	// or PostCacheTTL/2 if that is shorter; it must be below PostCacheTTL). See docs/queries.md "Post body cache".
 	DeletionPollInterval time.Duration
 	// RebuildTimeout bounds one background rebuild of a read model from
-	// PostgreSQL (default 10 s).
+	// PostgreSQL (default 10 s), and the drain of the queued background
+	// work when Run ends.
 	RebuildTimeout time.Duration
 	// RebuildConcurrency bounds the rebuilds from PostgreSQL a process runs
 	// at once (inboxes, following states, timelines; default 4): after
@@ -138,6 +140,9 @@ type Config struct {
 	invalDial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// dataDial, when set (tests), dials the read cache's data connections.
 	dataDial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// noDeletionFeed (tests) keeps Run from polling the deletion feed:
+	// cached bodies then always fall back to PostCacheTTL.
+	noDeletionFeed bool
 	// ReadOnly makes the Feed change nothing, for `feed verify`: no
 	// activity write (a verified user does not become active), no rebuild
 	// of a read model found incomplete (the page is served from
@@ -269,15 +274,17 @@ type Feed struct {
 
 	// the read models, under cfg.Keys (live versions); the inboxes
 	// through view (inboxes(), inbox_view.go), which follows the inbox
-	// version's bound from live (nil with fixed versions)
+	// version's bound from live (nil with fixed versions); ownLive: New
+	// made live, so Run runs its refreshes
 	live    *readmodel.LiveVersions
+	ownLive bool
 	view    atomic.Pointer[inboxView]
 	tl      readmodel.Timelines
 	follows readmodel.Follows
 	bodies  readmodel.PostCache
 
-	log *slog.Logger
-	now func() time.Time
+	log   *slog.Logger
+	clock atomic.Pointer[func() time.Time] // now's source (tests set it: setClock); nil: time.Now
 	// refreshScan is refresh.go's refreshScan (tests lower it).
 	refreshScan int
 
@@ -286,14 +293,17 @@ type Feed struct {
 	timelines timelineCache
 	activity  recentSet // activity writes of this process (ActivityWriteInterval)
 	flights   rebuildFlights
-	bg        sync.WaitGroup // background rebuilds and activity writes
-	deletions deletionFeed   // post deletions from the event log (deletion_feed.go)
-	hints     *followHints   // per reader, the authors to ask about in the first pipeline
-	cache     *readCache     // per-reader Redis reads (read_cache.go); nil when off
+	work      *workQueues  // activity writes and rebuilds, for Run's workers
+	deletions deletionFeed // post deletions from the event log (deletion_feed.go)
+	hints     *followHints // per reader, the authors to ask about in the first pipeline
+	cache     *readCache   // per-reader Redis reads (read_cache.go); nil when off
 
 	readCircuit, writeCircuit *breaker            // Redis circuits (degraded.go)
 	fallback                  *semaphore.Weighted // concurrent PostgreSQL fallbacks of reads
 	rebuildSlots              *semaphore.Weighted // concurrent rebuilds from PostgreSQL (cold_rebuild.go)
+
+	ran   atomic.Bool   // Run was called
+	ready chan struct{} // closed when Run takes work
 }
 
 // followHintUsers bounds the readers whose follow hints a process keeps
@@ -301,7 +311,8 @@ type Feed struct {
 const followHintUsers = 50_000
 
 // New returns the read side over PostgreSQL (the source of truth) and Redis
-// (the read models).
+// (the read models). It reads the active projection versions (when
+// cfg.Keys has none) and builds; its background work runs in Run.
 func New(cfg Config, db DB, rdb redis.UniversalClient) (*Feed, error) {
 	if db == nil {
 		return nil, errors.New("queries: nil PostgreSQL pool")
@@ -313,10 +324,11 @@ func New(cfg Config, db DB, rdb redis.UniversalClient) (*Feed, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	ownLive := false
 	if cfg.Keys.Versions == nil {
 		// Follow the projection versions `feed rebuild` switches, without
 		// a restart: read from PostgreSQL now, then from the Redis
-		// registry at most once a second in the background, and from
+		// registry at most once a second in the background (Run), and from
 		// PostgreSQL again when the registry lost or changed them
 		// (docs/rebuild.md).
 		vctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -326,6 +338,7 @@ func New(cfg Config, db DB, rdb redis.UniversalClient) (*Feed, error) {
 			return nil, fmt.Errorf("queries: %w", err)
 		}
 		cfg.Keys.Versions = lv
+		ownLive = true
 	}
 	live, _ := cfg.Keys.Versions.(*readmodel.LiveVersions)
 	cacheKeys, err := readCacheKeys(cfg.ReadCacheKeys)
@@ -336,7 +349,8 @@ func New(cfg Config, db DB, rdb redis.UniversalClient) (*Feed, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &Feed{cfg: cfg, db: db, rdb: rdb, metrics: m, log: cfg.Logger, now: time.Now, refreshScan: refreshScan, live: live,
+	f := &Feed{cfg: cfg, db: db, rdb: rdb, metrics: m, log: cfg.Logger, refreshScan: refreshScan, live: live, ownLive: ownLive,
+		ready:   make(chan struct{}),
 		tl:      readmodel.NewTimelines(cfg.Keys, readmodel.DefaultTimelineMax),
 		follows: readmodel.NewFollows(cfg.Keys), bodies: readmodel.NewPostCache(cfg.Keys)}
 	if live == nil {
@@ -349,43 +363,124 @@ func New(cfg Config, db DB, rdb redis.UniversalClient) (*Feed, error) {
 	f.activity.window = cfg.ActivityWriteInterval
 	f.posts = newPostCache(cfg.PostCacheSize, cfg.PostCacheTTL)
 	f.hints = newFollowHints(followHintUsers)
-	f.deletions = deletionFeed{interval: cfg.DeletionPollInterval, scanLimit: deletionScanLimit, wake: make(chan struct{}, 1),
-		stop: make(chan struct{}), done: make(chan struct{})}
+	f.deletions = deletionFeed{interval: cfg.DeletionPollInterval, scanLimit: deletionScanLimit, wake: make(chan struct{}, 1)}
 	f.readCircuit = newBreaker("reads", cfg.RedisBreakerFailures, cfg.RedisBreakerOpen, readFailed, cfg.Logger, m.Circuits)
 	f.writeCircuit = newBreaker("writes", cfg.RedisBreakerFailures, cfg.RedisBreakerOpen, writeFailed, cfg.Logger, m.Circuits)
 	f.fallback = newFallback(cfg.FallbackReads)
 	f.rebuildSlots = semaphore.NewWeighted(int64(cfg.RebuildConcurrency))
+	f.work = newWorkQueues(cfg.RebuildConcurrency)
 	f.cache = newReadCache(rdb, cacheKeys, cfg.Logger, cfg.invalDial, cfg.dataDial)
 	if err := m.registerReadCache(cfg.Registerer, f.cache); err != nil {
-		f.cache.close()
 		return nil, err
 	}
 	return f, nil
 }
 
-// Close stops the deletion feed and waits for background work (inbox
-// rebuilds, activity writes), each bounded by its own timeout, so a
-// shutdown does not cut a rebuild in half.
-func (f *Feed) Close() {
-	d := &f.deletions
-	d.once.Do(func() { close(d.done) }) // never started: nothing to wait for
-	select {
-	case <-d.stop:
-	default:
-		close(d.stop)
+// ErrRunTwice is returned by a second Run of a Feed.
+var ErrRunTwice = errors.New("queries: Run called twice")
+
+// Run is the Feed's background work, until ctx ends: the workers of the
+// activity writes (activity.go) and of the rebuilds from PostgreSQL
+// (cold_rebuild.go) that reads queue, the deletion feed's poller, the
+// read cache's invalidation connections, and, when New made the live
+// versions, their refreshes. Ready is closed once it takes work. When ctx
+// ends the queues close, the work queued before runs to its end (what
+// has not started within RebuildTimeout is cancelled), and Run returns
+// once every goroutine it started has. A Feed runs once (ErrRunTwice).
+//
+// Reads are served before Run and after it, without that work: an
+// incomplete read model is read from PostgreSQL and its rebuild not
+// queued (counted "deferred"), no activity is written (the first read
+// after Run writes it), cached post bodies fall back to PostCacheTTL, the
+// read cache is off, and the live versions are refreshed by the reads
+// themselves once stale (readmodel.LiveVersions).
+func (f *Feed) Run(ctx context.Context) error {
+	if !f.ran.CompareAndSwap(false, true) {
+		return ErrRunTwice
 	}
-	<-d.done
-	f.bg.Wait()
-	f.cache.close()
+	var wg sync.WaitGroup
+	spawn := func(run func()) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			run()
+		}()
+	}
+	if f.ownLive {
+		spawn(func() { _ = f.live.Run(ctx) })
+	}
+	if f.cache != nil {
+		spawn(func() { f.cache.run(ctx) })
+	}
+	if !f.cfg.noDeletionFeed {
+		spawn(func() { f.runDeletionFeed(ctx) })
+	}
+
+	// The queued work runs under jobs, which outlives ctx by the drain.
+	jobs, stopJobs := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopJobs()
+	var workers sync.WaitGroup
+	for range activityWorkers {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			f.runActivityWorker(jobs)
+		}()
+	}
+	for range f.cfg.RebuildConcurrency {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			f.runRebuildWorker(jobs)
+		}()
+	}
+	f.work.open()
+	close(f.ready)
+
+	<-ctx.Done()
+	f.work.close() // the workers end once the queues are empty
+	drained := make(chan struct{})
+	spawn(func() {
+		workers.Wait()
+		close(drained)
+	})
+	drain := time.NewTimer(f.cfg.RebuildTimeout)
+	select {
+	case <-drained:
+	case <-drain.C:
+		stopJobs() // what runs ends within its own bound; what is queued fails at once
+	}
+	drain.Stop()
+	wg.Wait()
+	return nil
 }
 
-// useDeletionFeed is called by every read that hydrates: it starts the
-// poller on the first read (so a Feed that serves nothing costs
-// PostgreSQL nothing) and reports whether the feed vouches for cached
-// bodies now.
+// now is the time by the Feed's clock.
+func (f *Feed) now() time.Time {
+	if c := f.clock.Load(); c != nil {
+		return (*c)()
+	}
+	return time.Now()
+}
+
+// setClock makes now read c (tests), safely while Run runs.
+func (f *Feed) setClock(c func() time.Time) { f.clock.Store(&c) }
+
+// Ready is closed once Run takes work.
+func (f *Feed) Ready() <-chan struct{} { return f.ready }
+
+// Service returns a service that runs f (Run), ready when Run takes work,
+// its stop bounded by the drain of the queued work and one rebuild.
+func (f *Feed) Service() *service.Service {
+	return service.New("queries", f.Run, service.ReadyWhen(f.ready),
+		service.StopTimeout(2*f.cfg.RebuildTimeout+10*time.Second))
+}
+
+// useDeletionFeed is called by every read that hydrates: it records that
+// a read wants the feed (the poller skips its polls while none did) and
+// reports whether the feed vouches for cached bodies now.
 func (f *Feed) useDeletionFeed(now time.Time) bool {
 	d := &f.deletions
-	d.once.Do(func() { go f.runDeletionFeed() })
 	d.touch(now, f.cfg.PostCacheTTL)
 	return d.fresh(now, f.cfg.PostCacheTTL)
 }

@@ -114,10 +114,11 @@ type readCache struct {
 	nodes   map[string]*tracker
 	topo    string // the slot map (CLUSTER SLOTS) last read; "" before the first
 
-	ctx     context.Context
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup // the trackers' and the topology watcher's goroutines
-	closing atomic.Bool    // close(): retire connections at once
+	closing  atomic.Bool // run is ending: retire connections at once
+	genMu    sync.Mutex
+	genCh    chan struct{} // closed (and replaced) when a generation starts or ends: tests wait on it (genChanged)
+	retMu    sync.Mutex
+	retiring map[*cacheGen]*time.Timer // ended generations whose connections close after their reads in flight
 }
 
 // tracker is the invalidation connection of one Redis node (the server,
@@ -130,9 +131,9 @@ type tracker struct {
 	inval   *redis.Client // the invalidation connection's client (RESP2: pubsub messages)
 	pending atomic.Int64  // CLIENT ID of the invalidation connection, set when it connects
 	gen     atomic.Pointer[cacheGen]
-	gens    atomic.Int64 // generations started
-	cancel  context.CancelFunc
-	done    chan struct{}
+	gens    atomic.Int64       // generations started
+	cancel  context.CancelFunc // ends the tracker's run (a cluster's tracker: set by runTopology)
+	done    chan struct{}      // closed when its run returned
 
 	// Pings of the invalidation connection, in the order they were sent,
 	// and the pongs received: sync() waits for its own ping's pong, a
@@ -190,21 +191,27 @@ type trackConn struct {
 type batchReq struct {
 	cmds []redis.Cmder
 	err  error
-	done chan struct{}
+	// done receives true when the request is to lead (send the queued
+	// batch, its own in it), and is closed once it is answered.
+	done chan bool
 }
 
 // do sends cmds in the connection's next batch and returns the first
 // error of theirs (redis.Nil is an answer, not an error). The reader that
-// finds no batch in flight sends batches until its own is answered, then
-// hands what is queued to a drain.
+// finds no batch in flight sends the queue as one batch, its own request
+// in it; once that is answered, it hands the lead to the first request
+// queued meanwhile (which sends the next batch), so that no reader waits
+// for more than the batch in flight and its own.
 func (tc *trackConn) do(cmds []redis.Cmder) error {
-	r := &batchReq{cmds: cmds, done: make(chan struct{})}
+	r := &batchReq{cmds: cmds, done: make(chan bool, 1)}
 	tc.qmu.Lock()
 	tc.queue = append(tc.queue, r)
 	if tc.leading {
 		tc.qmu.Unlock()
-		<-r.done
-		return r.err
+		if lead := <-r.done; !lead {
+			return r.err // answered in another's batch
+		}
+		tc.qmu.Lock() // handed the lead: r is the first of the queue
 	}
 	tc.leading = true
 	batch := tc.queue
@@ -214,28 +221,11 @@ func (tc *trackConn) do(cmds []redis.Cmder) error {
 	tc.qmu.Lock()
 	if len(tc.queue) == 0 {
 		tc.leading = false
-		tc.qmu.Unlock()
 	} else {
-		tc.qmu.Unlock()
-		go tc.drain()
+		tc.queue[0].done <- true // buffered, and nothing else sends to it
 	}
+	tc.qmu.Unlock()
 	return r.err
-}
-
-// drain sends the queued batches until none is left.
-func (tc *trackConn) drain() {
-	for {
-		tc.qmu.Lock()
-		batch := tc.queue
-		tc.queue = nil
-		if len(batch) == 0 {
-			tc.leading = false
-			tc.qmu.Unlock()
-			return
-		}
-		tc.qmu.Unlock()
-		tc.send(batch)
-	}
 }
 
 // send runs one batch as one pipeline. Not cancelled with any request: a
@@ -327,22 +317,24 @@ func readCacheKeys(cfg int) (int, error) {
 // 60 MB.
 const defaultReadCacheKeys = 40_000
 
-// newReadCache starts a cache of maxKeys keys over the server rdb talks
+// newReadCache builds a cache of maxKeys keys over the server rdb talks
 // to: the invalidation connection of a single-node client
 // (*redis.Client), or one per master of a cluster client
 // (*redis.ClusterClient). Other clients get no cache (nil). dial, if not
-// nil, dials the invalidation connections (tests).
+// nil, dials the invalidation connections (tests). Nothing connects
+// before run: until then (and after it) the cache is off and reads go to
+// Redis.
 func newReadCache(rdb redis.UniversalClient, maxKeys int, log *slog.Logger, dial, dataDial func(ctx context.Context, network, addr string) (net.Conn, error)) *readCache {
 	if maxKeys <= 0 {
 		return nil
 	}
-	rc := &readCache{log: log, maxAge: int64(readCacheMaxAge), seed: maphash.MakeSeed(), dial: dial, dataDial: dataDial}
+	rc := &readCache{log: log, maxAge: int64(readCacheMaxAge), seed: maphash.MakeSeed(), dial: dial, dataDial: dataDial,
+		retiring: make(map[*cacheGen]*time.Timer), genCh: make(chan struct{})}
 	rc.shards = make([]rcShard, readCacheShards)
 	for i := range rc.shards {
 		half := max(maxKeys/2/readCacheShards, 1)
 		rc.shards[i] = rcShard{half: half, cur: make(map[string]*rcEntry)}
 	}
-	rc.ctx, rc.cancel = context.WithCancel(context.Background())
 	switch c := rdb.(type) {
 	case *redis.Client:
 		rc.single = rc.newTracker(c.Options())
@@ -353,17 +345,14 @@ func newReadCache(rdb redis.UniversalClient, maxKeys int, log *slog.Logger, dial
 		o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 		rc.topoCl = redis.NewClusterClient(&o)
 		rc.nodes = make(map[string]*tracker)
-		rc.wg.Add(1)
-		go rc.watchTopology()
 	default:
-		rc.cancel()
 		return nil
 	}
 	return rc
 }
 
-// newTracker starts the invalidation connection of the node whose client
-// options are o.
+// newTracker builds the tracker of the node whose client options are o;
+// its run connects.
 func (c *readCache) newTracker(o *redis.Options) *tracker {
 	t := &tracker{c: c, addr: o.Addr, base: *o, done: make(chan struct{})}
 	// go-redis updates a client's MaintNotificationsConfig in place as
@@ -386,30 +375,39 @@ func (c *readCache) newTracker(o *redis.Options) *tracker {
 		return nil
 	}
 	t.inval = redis.NewClient(&io)
-	ctx, cancel := context.WithCancel(c.ctx)
-	t.cancel = cancel
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		t.run(ctx)
-	}()
 	return t
 }
 
-// close stops the invalidation connections and the data connections.
-func (c *readCache) close() {
-	if c == nil {
-		return
+// run keeps the cache on until ctx ends: the node's tracker, or the
+// cluster's topology watcher and a tracker per master. It returns once
+// their goroutines have, every connection of the cache closed (the cache
+// is off from then on). One run per cache.
+func (c *readCache) run(ctx context.Context) {
+	if c.single != nil {
+		c.single.run(ctx)
+	} else {
+		c.runTopology(ctx)
 	}
+	c.close()
+}
+
+// close closes the invalidation connections and the data connections,
+// once nothing runs.
+func (c *readCache) close() {
 	c.closing.Store(true)
-	c.cancel()
-	c.wg.Wait()
 	for _, t := range c.trackers() {
 		t.down()
 		_ = t.inval.Close()
 	}
 	if c.topoCl != nil {
 		_ = c.topoCl.Close()
+	}
+	c.retMu.Lock()
+	defer c.retMu.Unlock()
+	for g, tm := range c.retiring {
+		tm.Stop()
+		_ = g.client.Close()
+		delete(c.retiring, g)
 	}
 }
 
@@ -435,16 +433,26 @@ func (t *tracker) stop() {
 	_ = t.inval.Close()
 }
 
-// watchTopology reads the cluster's slot map every readCachePing, until
-// the cache closes: see topology.
-func (c *readCache) watchTopology() {
-	defer c.wg.Done()
+// runTopology reads the cluster's slot map every readCachePing until ctx
+// ends (see topology), running a tracker for each master; it returns once
+// every tracker's run has.
+func (c *readCache) runTopology(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	tk := time.NewTicker(readCachePing)
 	defer tk.Stop()
 	for {
-		c.topology(c.ctx)
+		for _, t := range c.topology(ctx) {
+			tctx, cancel := context.WithCancel(ctx)
+			t.cancel = cancel
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				t.run(tctx)
+			}()
+		}
 		select {
-		case <-c.ctx.Done():
+		case <-ctx.Done():
 			return
 		case <-tk.C:
 		}
@@ -455,16 +463,16 @@ func (c *readCache) watchTopology() {
 // from the one read before, the whole cache is flushed: a slot that moved
 // (resharding, a failover) takes its keys to a node that never tracked
 // them for us, whose writes would invalidate nothing here. It then stops
-// the trackers of nodes that are no longer masters and starts one for
-// each master without one. No tracker runs (so nothing is cached) before
-// the first slot map is read.
-func (c *readCache) topology(ctx context.Context) {
+// the trackers of nodes that are no longer masters and returns a new one
+// for each master without one, for runTopology to run. No tracker runs
+// (so nothing is cached) before the first slot map is read.
+func (c *readCache) topology(ctx context.Context) []*tracker {
 	slots, err := c.topoCl.ClusterSlots(ctx).Result()
 	if err != nil || len(slots) == 0 {
 		if ctx.Err() == nil {
 			c.log.Debug("queries: read cache: CLUSTER SLOTS", "err", err)
 		}
-		return // the nodes' own connections notice a node that is gone
+		return nil // the nodes' own connections notice a node that is gone
 	}
 	slices.SortFunc(slots, func(a, b redis.ClusterSlot) int { return cmp.Compare(a.Start, b.Start) })
 	masters := make(map[string]bool)
@@ -496,8 +504,9 @@ func (c *readCache) topology(ctx context.Context) {
 		t.stop()
 	}
 	if !missing {
-		return
+		return nil
 	}
+	var started []*tracker
 	_ = c.topoCl.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
 		o := node.Options()
 		if !masters[o.Addr] {
@@ -506,16 +515,27 @@ func (c *readCache) topology(ctx context.Context) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		if c.nodes[o.Addr] == nil && !c.closing.Load() {
-			c.nodes[o.Addr] = c.newTracker(o)
+			t := c.newTracker(o)
+			c.nodes[o.Addr] = t
+			started = append(started, t)
 		}
 		return nil
 	})
+	return started
 }
 
 // run keeps the invalidation connection subscribed and applies what it
-// receives, until ctx ends.
+// receives, until ctx ends; beside it, keepAlive watches the connection
+// and watch the generation's data connections. It returns once they have.
 func (t *tracker) run(ctx context.Context) {
 	defer close(t.done)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t.watch(ctx)
+	}()
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
 		ps := t.inval.Subscribe(ctx, invalidationChannel)
@@ -523,7 +543,17 @@ func (t *tracker) run(ctx context.Context) {
 		t.ps, t.sent, t.recv = ps, 0, 0
 		t.pingMu.Unlock()
 		gens := t.gens.Load()
-		err := t.receive(ctx, ps)
+		var last atomic.Int64 // unix nanos of the last message received; busy while a generation starts
+		last.Store(time.Now().UnixNano())
+		kctx, stopKeepAlive := context.WithCancel(ctx)
+		silent := make(chan error, 1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t.keepAlive(kctx, ps, &last, silent)
+		}()
+		err := t.receive(ctx, ps, &last, silent)
+		stopKeepAlive()
 		if t.gens.Load() != gens {
 			backoff = 50 * time.Millisecond // it worked for a while
 		}
@@ -555,14 +585,9 @@ func (t *tracker) run(ctx context.Context) {
 // timeout is not a broken connection to it): the rest of the message
 // would then be read as the next one, and a key's name read as a pong is
 // an invalidation lost without a trace. keepAlive, beside it, notices a
-// silent connection instead, and closes it.
-func (t *tracker) receive(ctx context.Context, ps *redis.PubSub) error {
-	var last atomic.Int64 // unix nanos of the last message received; busy while a generation starts
-	last.Store(time.Now().UnixNano())
-	kctx, stop := context.WithCancel(ctx)
-	silent := make(chan error, 1)
-	go t.keepAlive(kctx, ps, &last, silent)
-	defer stop()
+// silent connection instead, and closes it (saying why on silent); last
+// is the time of the last message received, which receive keeps.
+func (t *tracker) receive(ctx context.Context, ps *redis.PubSub, last *atomic.Int64, silent <-chan error) error {
 	// up connects the data connections (a round trip each, longer on a
 	// loaded machine) while nothing reads this connection: keepAlive
 	// must not take that time for silence, or it would close the
@@ -724,14 +749,31 @@ func (t *tracker) up(ctx context.Context, id int64) error {
 	t.gen.Store(g)
 	t.gens.Add(1)
 	t.c.stats.generations.Add(1)
-	go t.watch(ctx, g)
+	t.c.genChange()
 	return nil
 }
 
-// watch pings g's idle data connections every readCachePing while g runs:
-// a connection the server closed while idle (its tracked keys forgotten)
-// ends the generation within that time, not at its next use.
-func (t *tracker) watch(ctx context.Context, g *cacheGen) {
+// genChanged returns a channel closed when a generation of any node next
+// starts or ends.
+func (c *readCache) genChanged() <-chan struct{} {
+	c.genMu.Lock()
+	defer c.genMu.Unlock()
+	return c.genCh
+}
+
+// genChange closes the channel genChanged returned.
+func (c *readCache) genChange() {
+	c.genMu.Lock()
+	defer c.genMu.Unlock()
+	close(c.genCh)
+	c.genCh = make(chan struct{})
+}
+
+// watch pings the idle data connections of the running generation every
+// readCachePing until ctx ends: a connection the server closed while idle
+// (its tracked keys forgotten) ends the generation within that time, not
+// at its next use.
+func (t *tracker) watch(ctx context.Context) {
 	tk := time.NewTicker(readCachePing)
 	defer tk.Stop()
 	for {
@@ -740,8 +782,9 @@ func (t *tracker) watch(ctx context.Context, g *cacheGen) {
 			return
 		case <-tk.C:
 		}
-		if t.gen.Load() != g {
-			return
+		g := t.gen.Load()
+		if g == nil {
+			continue
 		}
 		for _, tc := range g.conns {
 			if !tc.mu.TryLock() {
@@ -751,7 +794,7 @@ func (t *tracker) watch(ctx context.Context, g *cacheGen) {
 			tc.mu.Unlock()
 			if err != nil {
 				t.endGen(g)
-				return
+				break
 			}
 		}
 	}
@@ -765,16 +808,28 @@ func (t *tracker) endGen(g *cacheGen) {
 	}
 	t.c.flush()
 	t.retire(g)
+	t.c.genChange()
 }
 
 // retire closes g's connections once the reads in flight on it are done
-// (they will not store: their tickets hold g).
+// (they will not store: their tickets hold g): 10 s later, or when the
+// cache's run ends, whichever comes first.
 func (t *tracker) retire(g *cacheGen) {
-	if t.c.closing.Load() {
+	c := t.c
+	c.retMu.Lock()
+	defer c.retMu.Unlock()
+	if c.closing.Load() {
 		_ = g.client.Close()
 		return
 	}
-	time.AfterFunc(10*time.Second, func() { _ = g.client.Close() })
+	c.retiring[g] = time.AfterFunc(10*time.Second, func() {
+		c.retMu.Lock()
+		defer c.retMu.Unlock()
+		if _, ok := c.retiring[g]; ok {
+			delete(c.retiring, g)
+			_ = g.client.Close()
+		}
+	})
 }
 
 // down ends the generation: the cache is flushed and off until the next.
@@ -784,6 +839,7 @@ func (t *tracker) down() {
 	t.wakeAll() // sync() callers: nothing cached is left to be stale
 	if g != nil {
 		t.retire(g)
+		t.c.genChange()
 	}
 }
 
@@ -808,7 +864,7 @@ func (c *readCache) currentFor(k string) *cacheGen {
 	if c.single != nil {
 		return c.single.gen.Load()
 	}
-	node, err := c.cluster.MasterForKey(c.ctx, k)
+	node, err := c.cluster.MasterForKey(context.Background(), k)
 	if err != nil {
 		return nil
 	}

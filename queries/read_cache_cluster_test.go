@@ -58,7 +58,7 @@ func clusterReaders(t *testing.T) (b *bundle, readers map[string]int64, a int64)
 		inOneGeneration(b, u, func() {
 			for range 2 {
 				firstItem(b, u)
-				b.feed.bg.Wait()
+				waitIdle(b.feed)
 			}
 			rt = countRoundTrips(b)
 			misses = b.feed.cache.stats.misses.Load()

@@ -69,7 +69,7 @@ func TestReadCacheSurvivesFlush(t *testing.T) {
 	// cached again, from the same generation
 	hits := b.feed.cache.stats.hits.Load()
 	firstItem(b, u)
-	b.feed.bg.Wait()
+	waitIdle(b.feed)
 	firstItem(b, u)
 	if b.feed.cache.stats.hits.Load() == hits {
 		t.Fatal("no cache hits after FLUSHDB: the cache is not caching")

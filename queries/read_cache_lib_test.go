@@ -88,7 +88,7 @@ func BenchmarkHomeClientSideCache(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.Cleanup(f.Close)
+		runFeed(b, f)
 		a.f = f
 		return a
 	}
@@ -120,8 +120,12 @@ func BenchmarkHomeClientSideCache(b *testing.B) {
 	}
 	warm := func(b *testing.B, a arm) {
 		if c := a.f.cache; c != nil {
-			for c.current() == nil { // the first generation starts in the background
-				time.Sleep(time.Millisecond)
+			for { // the first generation starts in the background
+				changed := c.genChanged()
+				if c.current() != nil {
+					break
+				}
+				<-changed
 			}
 		}
 		for range 2 {
@@ -130,7 +134,7 @@ func BenchmarkHomeClientSideCache(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			a.f.bg.Wait()
+			waitIdle(a.f)
 		}
 		if c := a.f.cache; c != nil {
 			if err := c.sync(ctx); err != nil {

@@ -25,15 +25,17 @@ func genOf(b *bundle, u int64) *cacheGen {
 // reader u's node serves reads, and returns it.
 func cacheUp(b *bundle, u int64, gen int64) *cacheGen {
 	b.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	timeout := time.After(20 * time.Second)
 	for {
+		changed := b.feed.cache.genChanged()
 		if g := genOf(b, u); g != nil && g.t.gens.Load() >= gen {
 			return g
 		}
-		if time.Now().After(deadline) {
+		select {
+		case <-changed:
+		case <-timeout:
 			b.t.Fatalf("read cache generation %d of reader %d's node not up (%d generations in all)", gen, u, b.feed.cache.stats.generations.Load())
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -117,7 +119,7 @@ func cachedFeedOn(b *bundle) (u, a int64) {
 			// The first read's activity write moves the inbox's expiry,
 			// which invalidates it: let it land (the tests' client syncs
 			// the cache).
-			b.feed.bg.Wait()
+			waitIdle(b.feed)
 		}
 		rt = countRoundTrips(b)
 		hits = b.feed.cache.stats.hits.Load()
@@ -223,7 +225,7 @@ func TestReadCacheHydrationFollows(t *testing.T) {
 		t.Fatal(err)
 	}
 	firstItem(b, u) // finds the set large: its authors become the hint
-	b.feed.bg.Wait()
+	waitIdle(b.feed)
 	c := b.user()
 	b.follow(u, c) // following:{u} written: its cached answers are dropped
 	k := addToInbox(b, other, u, c, base+10)
@@ -236,7 +238,7 @@ func TestReadCacheHydrationFollows(t *testing.T) {
 		if got, n := firstItem(b, u); got != k || n != 4 {
 			t.Fatalf("first item %v of %d, want c's post %v of 4", got, n, k)
 		}
-		b.feed.bg.Wait()
+		waitIdle(b.feed)
 		if h := b.feed.hints.get(u); !slices.Contains(h, c) {
 			t.Fatalf("follow hint %v lacks %d", h, c)
 		}
@@ -284,7 +286,7 @@ func TestReadCacheFollowSetAnswersNewAuthors(t *testing.T) {
 	if _, n := firstItem(b, u); n != 3 {
 		t.Fatalf("page of %d, want a's 3 posts", n)
 	}
-	b.feed.bg.Wait()
+	waitIdle(b.feed)
 	if h := b.feed.hints.get(u); slices.Contains(h, c) {
 		t.Fatalf("follow hint %v has %d before any post of theirs", h, c)
 	}
@@ -346,7 +348,7 @@ func TestReadCacheLargeFollowSetAnswersPerMember(t *testing.T) {
 			if got, n := firstItem(b, u); got != kc || n != 4 {
 				t.Fatalf("first item %v of %d, want c's post %v of 4 (a's 3; d's hidden)", got, n, kc)
 			}
-			b.feed.bg.Wait()
+			waitIdle(b.feed)
 		}
 		v = cachedVal(b, kF, wholeSig)
 		var tl tally

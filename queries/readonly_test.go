@@ -20,7 +20,7 @@ func TestReadOnlyWritesNothing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(ro.Close)
+		runFeed(t, ro)
 		r, a := b.user(), b.user()
 		b.follow(r, a)
 		for i := range 3 {
@@ -34,7 +34,7 @@ func TestReadOnlyWritesNothing(t *testing.T) {
 			t.Fatalf("read-only read of a cold reader: cold %v, %d items; want cold, 3", p.Cold, len(p.Items))
 		}
 		sameFeed(t, "read-only", b.readAll(func(c string) (Page, error) { return ro.Home(b.ctx, r, c, 2) }, 2), b.truth(r))
-		time.Sleep(300 * time.Millisecond) // what a background write would take
+		waitIdle(ro) // every background write the reads queued is done (a read-only Feed queues none)
 		var n int
 		if err := b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM user_activity WHERE user_id = $1`, r).Scan(&n); err != nil {
 			t.Fatal(err)

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/feedco/feed/testkit/testenv"
 )
 
 // refreshed follows prevCursor from cursor with after=, page after page,
@@ -155,19 +157,13 @@ func testRefreshSeesEveryPostOnce(t *testing.T, cold bool) {
 			got = append(got, seen...)
 		}
 	}
-	deadline := time.Now().Add(time.Minute)
-	for {
+	// The clock moves the horizon: refresh until it passed the last post.
+	testenv.Eventually(t, time.Minute, "the settled horizon passes the last post", func() bool {
 		settled := b.feed.settled().ms > lastMs
 		seen, next := refreshed(t, read, cursor, 3)
 		got, cursor = append(got, seen...), next
-		if settled {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the settled horizon did not pass the last post")
-		}
-		time.Sleep(20 * time.Millisecond) // the clock moves the horizon
-	}
+		return settled
+	})
 	sortNewestFirst(want)
 	for i, j := 0, len(want)-1; i < j; i, j = i+1, j-1 {
 		want[i], want[j] = want[j], want[i]

@@ -21,6 +21,7 @@ import (
 
 	"github.com/feedco/feed/events"
 	"github.com/feedco/feed/homefeed"
+	"github.com/feedco/feed/internal/service"
 	"github.com/feedco/feed/internal/snowflake"
 	"github.com/feedco/feed/readmodel"
 	"github.com/feedco/feed/testkit/testenv"
@@ -33,6 +34,7 @@ type bundle struct {
 	t     testing.TB
 	ctx   context.Context
 	feed  *Feed
+	svc   *service.Service // runs feed until the test ends
 	db    *testenv.DB
 	rdb   redis.UniversalClient
 	keys  readmodel.Keys
@@ -60,7 +62,7 @@ func setupOn(t *testing.T, cfg Config, r *testenv.Redis) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(f.Close)
+	svc := runFeed(t, f)
 	// The tests write the read models with this client, then read: with the
 	// read cache on, each write waits until its invalidation has reached
 	// the cache (as the projectors' lag does in production), so the next
@@ -72,7 +74,14 @@ func setupOn(t *testing.T, cfg Config, r *testenv.Redis) *bundle {
 	}
 	// Snowflake-sized ids, with some of other lengths below (ties in one
 	// millisecond must order numerically, not as Redis orders bytes).
-	return &bundle{t: t, ctx: context.Background(), feed: f, db: db, rdb: r.Client, keys: cfg.Keys, reg: reg}
+	return &bundle{t: t, ctx: context.Background(), feed: f, svc: svc, db: db, rdb: r.Client, keys: cfg.Keys, reg: reg}
+}
+
+// runFeed runs f's background work (its Service) until the test ends,
+// and returns once it is ready.
+func runFeed(t testing.TB, f *Feed) *service.Service {
+	t.Helper()
+	return testenv.Start(t, f.Service())
 }
 
 // inboxKey is user's inbox key (its sealed string; its buffer is the same
@@ -557,3 +566,7 @@ func countQueries(b *bundle) *authorQueries {
 	b.feed.db = q
 	return q
 }
+
+// waitIdle returns once f's background work queued so far (activity
+// writes, rebuilds) is done.
+func waitIdle(f *Feed) { <-f.work.idleCh() }

@@ -47,8 +47,9 @@ type LiveVersionsConfig struct {
 // and the projectors' supervisor. PostgreSQL (projection_versions) is the
 // truth and the Redis registry its cache: the versions are read from
 // PostgreSQL at start-up, then the Redis registry once per Interval (in
-// the background of the reads, or synchronously by the first read after
-// MaxStale without a refresh: no read uses versions older than that); when
+// the background of the reads, by Run, or synchronously by the first read
+// after MaxStale without a refresh: no read uses versions older than
+// that); when
 // the registry lacks a projection or disagrees with the versions in use
 // (a switch, or a Redis that lost or rolled back the hash), and every
 // VerifyInterval, PostgreSQL is read again, its versions are used, and the
@@ -65,11 +66,12 @@ type LiveVersions struct {
 	verifyAt time.Time  // guarded by mu
 
 	cur        atomic.Pointer[Active]
-	base       time.Time    // when l was made: next and fresh are monotonic nanos since
-	next       atomic.Int64 // of the next background refresh
-	fresh      atomic.Int64 // of the last successful refresh
-	waitFailed atomic.Bool  // the last synchronous refresh failed; cleared by a success
-	refreshing atomic.Bool
+	base       time.Time          // when l was made: next and fresh are monotonic nanos since
+	next       atomic.Int64       // of the next background refresh
+	fresh      atomic.Int64       // of the last successful refresh
+	waitFailed atomic.Bool        // the last synchronous refresh failed; cleared by a success
+	refreshing atomic.Bool        // a background refresh is asked for (wake) or running
+	wake       chan struct{}      // the reads' requests of a background refresh, served by Run
 	stale      singleflight.Group // the synchronous refreshes of reads that found the versions stale
 }
 
@@ -78,7 +80,9 @@ type LiveVersions struct {
 // restores the Redis registry from them where it differs, and returns the follower (so the
 // first read already uses the active versions). It fails when either
 // server cannot be read, and with ErrNoVersion, naming the projection,
-// when PostgreSQL lacks one.
+// when PostgreSQL lacks one. The background refreshes the reads ask for
+// run in Run; without it, a read refreshes the versions itself once they
+// are stale (MaxStale).
 func NewLiveVersions(ctx context.Context, cfg LiveVersionsConfig, rdb redis.UniversalClient, db VersionQuerier) (*LiveVersions, error) {
 	if rdb == nil || db == nil {
 		return nil, errors.New("live versions: nil Redis or PostgreSQL")
@@ -90,7 +94,7 @@ func NewLiveVersions(ctx context.Context, cfg LiveVersionsConfig, rdb redis.Univ
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	l := &LiveVersions{cfg: cfg, rdb: rdb, db: db, reg: NewRegistry(cfg.Prefix), base: time.Now()}
+	l := &LiveVersions{cfg: cfg, rdb: rdb, db: db, reg: NewRegistry(cfg.Prefix), base: time.Now(), wake: make(chan struct{}, 1)}
 	cached, err := l.reg.cached(ctx, rdb)
 	if err != nil {
 		return nil, err
@@ -115,7 +119,7 @@ func NewLiveVersions(ctx context.Context, cfg LiveVersionsConfig, rdb redis.Univ
 func (l *LiveVersions) clock() int64 { return int64(time.Since(l.base)) }
 
 // Version implements VersionSource. It answers from memory and, at most
-// once per Interval, starts a Refresh in the background: a read of a
+// once per Interval, asks Run for a Refresh in the background: a read of a
 // process that reads often never waits on Redis or PostgreSQL for the
 // versions. Only when the versions were last refreshed more than MaxStale
 // ago (nothing read them since: an idle process, which a switch and the
@@ -150,7 +154,22 @@ func (l *LiveVersions) follow() {
 		return
 	}
 	if l.refreshing.CompareAndSwap(false, true) {
-		go l.refreshBackground()
+		l.wake <- struct{}{} // never blocks: one request at a time (refreshing)
+	}
+}
+
+// Run serves the reads' requests of a background refresh until ctx ends,
+// and returns once none runs. A request made while Run does not run (not
+// started yet, or stopped) waits for the next Run; until then the reads
+// refresh the versions themselves once they are stale (MaxStale).
+func (l *LiveVersions) Run(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-l.wake:
+		}
+		l.refreshBackground(ctx)
 	}
 }
 
@@ -256,9 +275,10 @@ func (l *LiveVersions) markFresh() {
 	l.waitFailed.Store(false)
 }
 
-func (l *LiveVersions) refreshBackground() {
+// refreshBackground runs one refresh a read asked for, bounded by 2 s.
+func (l *LiveVersions) refreshBackground(ctx context.Context) {
 	defer l.refreshing.Store(false)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	l.refresh(ctx)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/feedco/feed/internal/service"
 	"github.com/feedco/feed/testkit/testenv"
 )
 
@@ -112,6 +113,7 @@ func TestLiveVersionsRestoreLostRegistry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	runLive(t, lv)
 	if got := lv.Current(); got != want {
 		t.Fatalf("start-up without a registry: %+v, want %+v", got, want)
 	}
@@ -261,11 +263,12 @@ func TestLiveVersionsIdleReaderFollowsSwitch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	runLive(t, lv)
 	if v := lv.Version(ProjectionFollowers); v != 1 {
 		t.Fatalf("before the switch: followers at %d", v)
 	}
 	switchTo(t, db.Pool, r, ProjectionFollowers, 1, 2)
-	time.Sleep(300 * time.Millisecond) // no read: the versions in memory go stale
+	time.Sleep(300 * time.Millisecond) // the scenario: no read while MaxStale passes, the versions in memory go stale
 	if v := lv.Version(ProjectionFollowers); v != 2 {
 		t.Fatalf("the first read after an idle switch used followers version %d, want 2", v)
 	}
@@ -276,7 +279,7 @@ func TestLiveVersionsIdleReaderFollowsSwitch(t *testing.T) {
 	// by a background refresh, within about an Interval.
 	switchTo(t, db.Pool, r, ProjectionFollowers, 2, 3)
 	testenv.Eventually(t, 5*time.Second, "a busy reader follows the switch", func() bool {
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // the scenario: a reader that reads every 10 ms
 		return lv.Version(ProjectionFollowers) == 3
 	})
 }
@@ -339,4 +342,54 @@ func TestActivateVersionsTogether(t *testing.T) {
 	if cached.Get(ProjectionFollowers) != 2 || cached.Get(ProjectionInbox) != 3 {
 		t.Errorf("registry after ActivateAll: %+v", cached)
 	}
+}
+
+// runLive runs lv's background refreshes (Run) as a service until the test
+// ends.
+func runLive(t *testing.T, lv *LiveVersions) {
+	t.Helper()
+	s := service.New("live versions", lv.Run)
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// TestLiveVersionsWithoutRun: a LiveVersions whose Run does not run starts
+// no goroutine: a read that finds the versions due for a refresh only asks
+// for one, and the request waits for Run; once the versions are stale the
+// read refreshes them itself.
+func TestLiveVersionsWithoutRun(t *testing.T) {
+	t.Parallel()
+	db, r := testenv.NewDB(t), testenv.NewRedis(t)
+	ctx := context.Background()
+	lv, err := NewLiveVersions(ctx, LiveVersionsConfig{Prefix: r.Prefix, Interval: time.Millisecond, MaxStale: time.Hour}, r.Client, db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	switchTo(t, db.Pool, r, ProjectionFollowers, 1, 2)
+	testenv.Eventually(t, 5*time.Second, "a read asks for a background refresh", func() bool {
+		lv.Version(ProjectionFollowers)
+		return len(lv.wake) == 1
+	})
+	if v := lv.Version(ProjectionFollowers); v != 1 {
+		t.Fatalf("without Run: followers at %d, want 1 (nothing refreshed them)", v)
+	}
+	runLive(t, lv)
+	testenv.Eventually(t, 5*time.Second, "Run serves the pending request", func() bool {
+		return lv.Version(ProjectionFollowers) == 2
+	})
+
+	stale, err := NewLiveVersions(ctx, LiveVersionsConfig{Prefix: r.Prefix, Interval: time.Millisecond, MaxStale: time.Millisecond}, r.Client, db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	switchTo(t, db.Pool, r, ProjectionFollowers, 2, 3)
+	testenv.Eventually(t, 5*time.Second, "a read refreshes stale versions itself", func() bool {
+		return stale.Version(ProjectionFollowers) == 3
+	})
 }

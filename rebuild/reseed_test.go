@@ -13,6 +13,7 @@ import (
 	"github.com/feedco/feed/cdc"
 	"github.com/feedco/feed/internal/kafka"
 	"github.com/feedco/feed/readmodel"
+	"github.com/feedco/feed/testkit/testenv"
 	"github.com/feedco/feed/verify"
 )
 
@@ -116,7 +117,7 @@ func TestReseedNewTopicThenRebuildAll(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(fresh.Close)
+	testenv.Start(t, fresh.Service())
 	s.Feed = fresh
 	s.checkConverged(t)
 	vs, err := readmodel.LoadVersions(ctx, s.DB.Pool)

@@ -186,7 +186,17 @@ func Run(ctx context.Context, cfg Config, pool *pgxpool.Pool, rdb redis.Universa
 	if err != nil {
 		return rep, err
 	}
-	defer feed.Close()
+	// Its background work (the deletion feed; read-only, it writes
+	// nothing) runs while the verification does.
+	fsvc := feed.Service()
+	if err := fsvc.Start(ctx); err != nil {
+		return rep, err
+	}
+	defer func() {
+		if err := fsvc.Stop(); err != nil {
+			cfg.Logger.Warn("verify: stop the query side", "err", err)
+		}
+	}()
 	v := &verifier{cfg: cfg, pool: pool, rdb: rdb, keys: keys, pol: pol, feed: feed, vs: vs}
 
 	users, err := v.sample(ctx)

@@ -51,13 +51,12 @@ func runAPI(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer)
 		return err
 	}
 	reg := newRoleRegistry()
-	a, closeAPI, err := newAPI(ctx, cfg, apiParts{Pool: pool, Redis: rdb, Registry: reg, Log: log, Stdout: stdout, AllowDevSecret: cfg.AllowDevSecret})
+	a, err := newAPI(ctx, cfg, apiParts{Pool: pool, Redis: rdb, Registry: reg, Log: log, Stdout: stdout, AllowDevSecret: cfg.AllowDevSecret})
 	if err != nil {
 		return err
 	}
-	defer closeAPI()
 	log.Info("api: starting", "http", "http://"+a.addr)
-	return service.Run(ctx, log, "api", a.svc)
+	return service.Run(ctx, log, "api", a.services()...)
 }
 
 // apiParts are what the API is built from.
@@ -76,20 +75,26 @@ type apiParts struct {
 }
 
 // apiService is the API server bound to its address: its service serves
-// it (ready once started: the listener already accepts connections).
+// it (ready once started: the listener already accepts connections), and
+// feed runs the query side's background work (queries.Feed.Run).
 type apiService struct {
 	svc  *service.Service
+	feed *service.Service
 	addr string
 }
+
+// services are the API's services in their starting order: the query
+// side's background work, then the server (stopped first).
+func (a apiService) services() []*service.Service { return []*service.Service{a.feed, a.svc} }
 
 // newAPI builds the API: token verification, the write side, the query
 // side (GET /api/feed and GET /api/users/{id}/posts, with every post the
 // API creates written through to its author's read models at once), and
-// the server listening on HTTP_ADDR. The cleanup closes the query side.
-func newAPI(ctx context.Context, cfg Config, p apiParts) (apiService, func(), error) {
+// the server listening on HTTP_ADDR.
+func newAPI(ctx context.Context, cfg Config, p apiParts) (apiService, error) {
 	users, err := auth.NewUsers(p.Pool, 0)
 	if err != nil {
-		return apiService{}, nil, err
+		return apiService{}, err
 	}
 	deps := api.Deps{Logger: p.Log, Registry: p.Registry, Users: users}
 	if tracerProvider != nil {
@@ -97,20 +102,20 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiService, func(), er
 	}
 	if cfg.AuthMode == api.AuthJWT {
 		if cfg.JWTSecret == devSecret && !p.AllowDevSecret {
-			return apiService{}, nil, usageError{"FEED_JWT_SECRET is unset (the built-in development secret is only accepted by `feed dev` or with FEED_ALLOW_DEV_SECRET=1)"}
+			return apiService{}, usageError{"FEED_JWT_SECRET is unset (the built-in development secret is only accepted by `feed dev` or with FEED_ALLOW_DEV_SECRET=1)"}
 		}
 		signer, err := auth.New(cfg.JWT())
 		if err != nil {
-			return apiService{}, nil, usageError{err.Error()}
+			return apiService{}, usageError{err.Error()}
 		}
 		deps.Tokens = signer
 	}
 	ids, err := snowflake.New(cfg.NodeID)
 	if err != nil {
-		return apiService{}, nil, usageError{fmt.Sprintf("FEED_NODE_ID: %v", err)}
+		return apiService{}, usageError{fmt.Sprintf("FEED_NODE_ID: %v", err)}
 	}
 	if deps.Commands, err = feedcmd.New(p.Pool, ids, feedcmd.Config{MaxContentChars: cfg.MaxContentChars}); err != nil {
-		return apiService{}, nil, err
+		return apiService{}, err
 	}
 	deps.Ready = map[string]func(context.Context) error{"postgres": p.Pool.Ping}
 	// Without Redis the API still answers (feeds from PostgreSQL, writes
@@ -129,7 +134,7 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiService, func(), er
 		Logger:             p.Log,
 	}.WithPolicy(cfg.Policy), p.Pool, p.Redis)
 	if err != nil {
-		return apiService{}, nil, fmt.Errorf("build the query side: %w", err)
+		return apiService{}, fmt.Errorf("build the query side: %w", err)
 	}
 	deps.Feed = f
 	// The operators' page, GET /status: the model of `feed status`,
@@ -164,19 +169,17 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiService, func(), er
 		FullHomeReads: offIsNegative(cfg.FullHomeReads),
 	}, deps)
 	if err != nil {
-		f.Close()
-		return apiService{}, nil, err
+		return apiService{}, err
 	}
 	l, err := listen(cfg.HTTPAddr)
 	if err != nil {
-		f.Close()
-		return apiService{}, nil, err
+		return apiService{}, err
 	}
 	addr := l.Addr().String()
 	fmt.Fprintf(p.Stdout, "api: listening on http://%s\n", addr)
-	return apiService{addr: addr, svc: service.New("api", func(ctx context.Context) error {
+	return apiService{addr: addr, feed: f.Service(), svc: service.New("api", func(ctx context.Context) error {
 		return srv.Serve(ctx, l)
-	})}, f.Close, nil
+	})}, nil
 }
 
 // offIsNegative maps a load-shedding variable's 0 (off) to api.Config's

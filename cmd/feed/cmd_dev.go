@@ -79,11 +79,10 @@ func runDev(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer)
 	if err != nil {
 		return err
 	}
-	a, closeAPI, err := newAPI(ctx, cfg, apiParts{Pool: pool, Redis: rdb, Registry: reg, Log: log, Stdout: stdout, AllowDevSecret: true})
+	a, err := newAPI(ctx, cfg, apiParts{Pool: pool, Redis: rdb, Registry: reg, Log: log, Stdout: stdout, AllowDevSecret: true})
 	if err != nil {
 		return err
 	}
-	defer closeAPI()
 	vs, err := verifyService(cfg, pool, rdb, reg, log)
 	if err != nil {
 		return err
@@ -91,13 +90,14 @@ func runDev(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer)
 
 	// Started in this order, each once the one before is ready: the
 	// pipeline streams and consumes before the API takes its first
-	// request; stopped in the reverse order, the API first. The embedded
+	// request (the query side's background work starts just before the
+	// server); stopped in the reverse order, the API first. The embedded
 	// broker (deferred above) stops after all of them.
 	svcs := []*service.Service{cdcService(cfg, pool, reg, log), projectors}
 	if vs != nil {
 		svcs = append(svcs, vs)
 	}
-	svcs = append(svcs, a.svc)
+	svcs = append(svcs, a.services()...)
 	log.Info("dev: starting", "http", "http://"+a.addr, "kafka", cfg.KafkaBrokers, "state", cfg.StateDir)
 	return service.Run(ctx, log, "dev", svcs...)
 }

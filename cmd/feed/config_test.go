@@ -124,15 +124,14 @@ func TestAPIDevSecret(t *testing.T) {
 	cfg := Config{AuthMode: "jwt", JWTSecret: devSecret, HTTPAddr: "127.0.0.1:0", MaxContentChars: 100, InboxMax: 500, InactiveAfter: 720 * time.Hour, CelebrityCacheTTL: time.Second}
 	parts := apiParts{Pool: db.Pool, Redis: rdb.Client, Registry: prometheus.NewRegistry(), Log: slog.New(slog.DiscardHandler), Stdout: io.Discard}
 	var ue usageError
-	if _, _, err := newAPI(ctx, cfg, parts); !errors.As(err, &ue) || !strings.Contains(err.Error(), "FEED_JWT_SECRET is unset") {
+	if _, err := newAPI(ctx, cfg, parts); !errors.As(err, &ue) || !strings.Contains(err.Error(), "FEED_JWT_SECRET is unset") {
 		t.Fatalf("without the permission: %v, want a usage error", err)
 	}
 	parts.AllowDevSecret = true
-	at, closeAPI, err := newAPI(ctx, cfg, parts)
+	at, err := newAPI(ctx, cfg, parts)
 	if err != nil {
 		t.Fatalf("with the permission: %v", err)
 	}
-	defer closeAPI()
 	if err := at.svc.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

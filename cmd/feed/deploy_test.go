@@ -278,11 +278,10 @@ func roleRegistries(t *testing.T) map[string]*prometheus.Registry {
 	}
 
 	api := newRoleRegistry()
-	at, closeAPI, err := newAPI(ctx, cfg, apiParts{Pool: db.Pool, Redis: rdb.Client, Registry: api, Log: log, Stdout: io.Discard, AllowDevSecret: true})
+	at, err := newAPI(ctx, cfg, apiParts{Pool: db.Pool, Redis: rdb.Client, Registry: api, Log: log, Stdout: io.Discard, AllowDevSecret: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(closeAPI)
 	if err := at.svc.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

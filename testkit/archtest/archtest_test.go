@@ -318,3 +318,47 @@ func TestRolesStartGoroutinesThroughServices(t *testing.T) {
 		})
 	}
 }
+
+// TestReadSideStartsGoroutinesInRun fails when a product file of queries/,
+// readmodel/ or homefeed/ has a go statement outside a function named Run
+// or run...: the read side's background work is what a service runs
+// (queries.Feed.Run, readmodel.LiveVersions.Run), and its parts start
+// their goroutines in their own run functions, called from there, never
+// in a constructor or on a first call (docs/architecture.md, Background
+// services).
+func TestReadSideStartsGoroutinesInRun(t *testing.T) {
+	for _, f := range repoFiles(t) {
+		if f.test || !(under(f.dir, "queries") || under(f.dir, "readmodel") || under(f.dir, "homefeed")) {
+			continue
+		}
+		for _, d := range f.ast.Decls {
+			fn, ok := d.(*ast.FuncDecl)
+			if !ok || fn.Body == nil {
+				continue
+			}
+			name := fn.Name.Name
+			if name == "Run" || strings.HasPrefix(name, "run") {
+				continue
+			}
+			ast.Inspect(fn.Body, func(n ast.Node) bool {
+				if _, ok := n.(*ast.GoStmt); ok {
+					t.Errorf("%s: %s has a go statement: start goroutines in the Run a service runs, or in a run function called from it", f.path, name)
+				}
+				return true
+			})
+		}
+		// A go statement outside any function (in a package-level
+		// variable's initializer) is not possible; one in a func literal
+		// of a package-level variable is.
+		for _, d := range f.ast.Decls {
+			if g, ok := d.(*ast.GenDecl); ok {
+				ast.Inspect(g, func(n ast.Node) bool {
+					if _, ok := n.(*ast.GoStmt); ok {
+						t.Errorf("%s: a package-level function literal has a go statement: start goroutines in Run", f.path)
+					}
+					return true
+				})
+			}
+		}
+	}
+}

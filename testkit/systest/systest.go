@@ -266,7 +266,7 @@ func Start(t testing.TB, cfg Config) *System {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(s.Feed.Close)
+	testenv.Start(t, s.Feed.Service())
 	ids, err := snowflake.New(1)
 	if err != nil {
 		t.Fatal(err)

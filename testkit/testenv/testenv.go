@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/feedco/feed/internal/service"
 	"github.com/feedco/feed/migrations"
 )
 
@@ -238,6 +239,26 @@ func Go(t testing.TB, name string, fn func(context.Context) error) (stop func())
 	}
 	t.Cleanup(stop)
 	return stop
+}
+
+// Start starts s, waits until it is ready, and stops it when the test
+// ends (a failed or late stop fails the test). It returns s.
+func Start(t testing.TB, s *service.Service) *service.Service {
+	t.Helper()
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Stop(); err != nil {
+			t.Errorf("stop %s: %v", s.Name(), err)
+		}
+	})
+	select {
+	case <-s.Ready():
+	case <-s.Done():
+		t.Fatalf("%s ended before it was ready: %v", s.Name(), s.Err())
+	}
+	return s
 }
 
 // Logger is the logger of components under test: their warnings and
