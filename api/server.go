@@ -75,7 +75,7 @@ type Config struct {
 	MaxHeaderBytes int
 	// ShutdownTimeout bounds the graceful shutdown. Default 10s.
 	ShutdownTimeout time.Duration
-	// MaxReadsInFlight bounds the reads (GET of feeds, author posts and
+	// MaxReadsInFlight bounds the reads (GET of feeds, posts, replies, author posts and
 	// users) served at once; a read beyond it is 429 at once (shed.go).
 	// Default 256; negative: no bound.
 	MaxReadsInFlight int
