@@ -656,6 +656,14 @@ func (f *stubFeed) AuthorPostsAfter(ctx context.Context, author int64, after str
 	return f.read(ctx, author, "after:"+after, limit)
 }
 
+func (f *stubFeed) PostView(context.Context, int64, int64) (queries.PostView, error) {
+	return queries.PostView{}, queries.ErrPostNotFound
+}
+
+func (f *stubFeed) Replies(context.Context, int64, int64, string, int) (queries.PostViewPage, error) {
+	return queries.PostViewPage{}, queries.ErrPostNotFound
+}
+
 func (f *stubFeed) read(ctx context.Context, user int64, cursor string, limit int) (queries.Page, error) {
 	if f.panicOnRead {
 		panic("boom")

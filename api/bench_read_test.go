@@ -1011,6 +1011,12 @@ func (s staticFeed) HomeAfter(context.Context, int64, string, int) (queries.Page
 func (s staticFeed) AuthorPostsAfter(context.Context, int64, string, int) (queries.Page, error) {
 	return s.p, nil
 }
+func (s staticFeed) PostView(context.Context, int64, int64) (queries.PostView, error) {
+	return queries.PostView{}, queries.ErrPostNotFound
+}
+func (s staticFeed) Replies(context.Context, int64, int64, string, int) (queries.PostViewPage, error) {
+	return queries.PostViewPage{}, queries.ErrPostNotFound
+}
 
 // serveForBench serves srv the way `feed api` does (api.Server.Serve: its
 // timeouts, its handler) on a loopback port, until the benchmark ends.

@@ -37,6 +37,11 @@ type FeedReader interface {
 	HomeAfter(ctx context.Context, userID int64, after string, limit int) (queries.Page, error)
 	// AuthorPostsAfter is the refresh page of authorID's posts just above after.
 	AuthorPostsAfter(ctx context.Context, authorID int64, after string, limit int) (queries.Page, error)
+	// PostView is post id as viewer sees it; queries.ErrPostNotFound is 404.
+	PostView(ctx context.Context, viewer, id int64) (queries.PostView, error)
+	// Replies is a page of post id's direct replies as viewer sees them,
+	// oldest first; queries.ErrPostNotFound is 404.
+	Replies(ctx context.Context, viewer, id int64, cursor string, limit int) (queries.PostViewPage, error)
 }
 
 // maxCursorLen bounds the opaque cursor before it reaches the reader (a

@@ -78,7 +78,8 @@ func TestAllowAndLocation(t *testing.T) {
 		{"GET", "/api/following/7", "DELETE, PUT"},
 		{"POST", "/healthz", "GET, HEAD"},
 		{"DELETE", "/api/feed", "GET"},
-		{"GET", "/api/posts/9", "DELETE, PATCH"},
+		{"PUT", "/api/posts/9", "DELETE, GET, PATCH"},
+		{"POST", "/api/posts/9/replies", "GET"},
 	} {
 		r := e.do(t, c.method, c.path, "")
 		if r.Status != 405 || r.Header.Get("Allow") != c.allow {

@@ -117,7 +117,7 @@ func problemFor(err error) (p Problem, internal bool) {
 	case errors.Is(err, commands.ErrForbidden):
 		p = probForbidden
 		p.Detail = "only the owner may do this"
-	case errors.Is(err, commands.ErrNotFound), errors.Is(err, errRouteNotFound):
+	case errors.Is(err, commands.ErrNotFound), errors.Is(err, queries.ErrPostNotFound), errors.Is(err, errRouteNotFound):
 		p = probNotFound
 		p.Detail = err.Error()
 	case errors.Is(err, errMethodNotAllowed):

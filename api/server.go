@@ -75,7 +75,7 @@ type Config struct {
 	MaxHeaderBytes int
 	// ShutdownTimeout bounds the graceful shutdown. Default 10s.
 	ShutdownTimeout time.Duration
-	// MaxReadsInFlight bounds the reads (GET of feeds, author posts and
+	// MaxReadsInFlight bounds the reads (GET of feeds, posts, replies, author posts and
 	// users) served at once; a read beyond it is 429 at once (shed.go).
 	// Default 256; negative: no bound.
 	MaxReadsInFlight int
@@ -304,6 +304,8 @@ func (s *Server) routes() http.Handler {
 	r.Handle("/api/users/{id}", s.read(s.authed(s.getUser))).Methods(http.MethodGet)
 	r.Handle("/api/users/{id}/posts", s.read(s.authed(s.authorPosts))).Methods(http.MethodGet)
 	r.Handle("/api/posts", s.write(s.authed(s.createPost))).Methods(http.MethodPost)
+	r.Handle("/api/posts/{id}", s.read(s.authed(s.getPost))).Methods(http.MethodGet)
+	r.Handle("/api/posts/{id}/replies", s.read(s.authed(s.postReplies))).Methods(http.MethodGet)
 	r.Handle("/api/posts/{id}", s.write(s.authed(s.deletePost))).Methods(http.MethodDelete)
 	r.Handle("/api/posts/{id}", s.write(s.authed(s.editPost))).Methods(http.MethodPatch)
 	r.Handle("/api/posts/{id}/repost", s.write(s.authed(s.repost))).Methods(http.MethodPut)

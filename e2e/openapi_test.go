@@ -269,9 +269,28 @@ func TestOpenAPIResponses(t *testing.T) {
 	want(c.do(base, "POST", "/api/posts", big, "Authorization", B), 413, "post too large")
 	want(c.do(base, "POST", "/api/posts", js(map[string]string{"content": "x"})), 401, "post without token")
 	media := []map[string]any{{"url": "https://cdn.example/a.png", "mimeType": "image/png", "alt": "a cat", "width": 640, "height": 480}}
-	want(c.do(base, "POST", "/api/posts", js(map[string]any{"content": "re", "replyTo": post, "quoteOf": post, "media": media}), "Authorization", B), 201, "a reply that quotes, with media")
+	reply := id(want(c.do(base, "POST", "/api/posts", js(map[string]any{"content": "re", "replyTo": post, "quoteOf": post, "media": media}), "Authorization", B), 201, "a reply that quotes, with media"))
 	want(c.do(base, "POST", "/api/posts", js(map[string]any{"content": "re", "replyTo": "999999999"}), "Authorization", B), 422, "a reply to a missing post")
 	want(c.do(base, "POST", "/api/posts", js(map[string]any{"content": "x", "media": append(media, media[0], media[0], media[0], media[0])}), "Authorization", B), 400, "five media")
+
+	// Reading posts: hydrated items (a quote, a quote of a quote), replies
+	// paged with a cursor.
+	want(c.do(base, "GET", "/api/posts/"+reply, nil, "Authorization", A), 200, "get a reply that quotes")
+	quotes := id(want(c.do(base, "POST", "/api/posts", js(map[string]any{"content": "qq", "quoteOf": reply}), "Authorization", A), 201, "a quote of a quote"))
+	want(c.do(base, "GET", "/api/posts/"+quotes, nil, "Authorization", B), 200, "get a quote of a quote")
+	want(c.do(base, "POST", "/api/posts", js(map[string]any{"content": "re 2", "replyTo": post}), "Authorization", A), 201, "a second reply")
+	ex = want(c.do(base, "GET", "/api/posts/"+post+"/replies?limit=1", nil, "Authorization", A), 200, "replies")
+	var replies struct{ NextCursor string }
+	if err := json.Unmarshal(ex.body, &replies); err != nil || replies.NextCursor == "" {
+		t.Fatalf("replies: no nextCursor in %s", ex.body)
+	}
+	want(c.do(base, "GET", "/api/posts/"+post+"/replies?limit=1&cursor="+replies.NextCursor, nil, "Authorization", A), 200, "replies, second page")
+	want(c.do(base, "GET", "/api/posts/x", nil, "Authorization", A), 400, "get a bad post id")
+	want(c.do(base, "GET", "/api/posts/"+post+"/replies?limit=0", nil, "Authorization", A), 400, "replies limit 0")
+	want(c.do(base, "GET", "/api/posts/"+post, nil), 401, "get a post without token")
+	want(c.do(base, "GET", "/api/posts/"+post+"/replies", nil), 401, "replies without token")
+	want(c.do(base, "GET", "/api/posts/999999999", nil, "Authorization", A), 404, "get an unknown post")
+	want(c.do(base, "GET", "/api/posts/999999999/replies", nil, "Authorization", A), 404, "replies of an unknown post")
 
 	// Reposts and likes (ana's, of bob's post).
 	for _, rel := range []string{"repost", "like"} {
@@ -382,6 +401,11 @@ func TestOpenAPIResponses(t *testing.T) {
 	want(c.do(base, "PATCH", "/api/posts/"+post, big, "Authorization", B), 413, "edit with a huge body")
 	want(c.do(base, "DELETE", "/api/posts/"+post, nil, "Authorization", B, "Idempotency-Key", "d-1"), 204, "delete")
 	want(c.do(base, "PATCH", "/api/posts/"+post, js(map[string]string{"content": "x"}), "Authorization", B), 404, "edit a deleted post")
+	want(c.do(base, "GET", "/api/posts/"+post, nil, "Authorization", A), 404, "get a deleted post")
+	ex = want(c.do(base, "GET", "/api/posts/"+reply, nil, "Authorization", A), 200, "get a quote of a deleted post")
+	if !bytes.Contains(ex.body, []byte(`"quote":{"id":"`+post+`","unavailable":true}`)) {
+		t.Errorf("a quote of a deleted post: %s", ex.body)
+	}
 	want(c.do(base, "DELETE", "/api/posts/"+post, nil, "Authorization", B, "Idempotency-Key", "d-1"), 204, "delete replay")
 	other := id(want(c.do(base, "POST", "/api/posts", js(map[string]string{"content": "second"}), "Authorization", B), 201, "second post"))
 	want(c.do(base, "DELETE", "/api/posts/"+other, nil, "Authorization", B, "Idempotency-Key", "d-1"), 422, "delete key reused")
@@ -403,22 +427,23 @@ func TestOpenAPIResponses(t *testing.T) {
 	// Unknown paths and methods.
 	want(c.do(base, "GET", "/api/nothing", nil), 404, "unknown path")
 	for path, allow := range map[string]string{
-		"/api/posts":          "POST",
-		"/api/users/1":        "GET",
-		"/api/following/1":    "DELETE, PUT",
-		"/api/muting/1":       "DELETE, PUT",
-		"/api/blocking/1":     "DELETE, PUT",
-		"/healthz":            "GET, HEAD",
-		"/api/feed":           "GET",
-		"/api/posts/1":        "DELETE, PATCH",
-		"/api/posts/1/repost": "DELETE, PUT",
-		"/api/posts/1/like":   "DELETE, PUT",
-		"/api/users/1/posts":  "GET",
-		"/api/users":          "POST",
-		"/metrics":            "GET",
-		"/openapi.json":       "GET, HEAD",
-		"/readyz":             "GET, HEAD",
-		"/status":             "GET, HEAD",
+		"/api/posts":           "POST",
+		"/api/users/1":         "GET",
+		"/api/following/1":     "DELETE, PUT",
+		"/api/muting/1":        "DELETE, PUT",
+		"/api/blocking/1":      "DELETE, PUT",
+		"/healthz":             "GET, HEAD",
+		"/api/feed":            "GET",
+		"/api/posts/1":         "DELETE, GET, PATCH",
+		"/api/posts/1/replies": "GET",
+		"/api/posts/1/repost":  "DELETE, PUT",
+		"/api/posts/1/like":    "DELETE, PUT",
+		"/api/users/1/posts":   "GET",
+		"/api/users":           "POST",
+		"/metrics":             "GET",
+		"/openapi.json":        "GET, HEAD",
+		"/readyz":              "GET, HEAD",
+		"/status":              "GET, HEAD",
 	} {
 		m := "PATCH"
 		if strings.Contains(allow, m) {
@@ -439,6 +464,7 @@ func TestOpenAPIResponses(t *testing.T) {
 		{"PUT", "/api/muting/" + bob}, {"DELETE", "/api/muting/" + bob}, {"PUT", "/api/blocking/" + bob}, {"DELETE", "/api/blocking/" + bob},
 		{"PUT", "/api/posts/" + post + "/repost"}, {"DELETE", "/api/posts/" + post + "/repost"},
 		{"PUT", "/api/posts/" + post + "/like"}, {"DELETE", "/api/posts/" + post + "/like"},
+		{"GET", "/api/posts/" + post}, {"GET", "/api/posts/" + post + "/replies"},
 	} {
 		var body []byte
 		if r.path == "/api/posts" || r.method == "PATCH" {
@@ -462,6 +488,7 @@ func TestOpenAPIResponses(t *testing.T) {
 		{"PUT", "/api/muting/" + bob}, {"DELETE", "/api/muting/" + bob}, {"PUT", "/api/blocking/" + bob}, {"DELETE", "/api/blocking/" + bob},
 		{"PUT", "/api/posts/" + post + "/repost"}, {"DELETE", "/api/posts/" + post + "/repost"},
 		{"PUT", "/api/posts/" + post + "/like"}, {"DELETE", "/api/posts/" + post + "/like"},
+		{"GET", "/api/posts/" + post}, {"GET", "/api/posts/" + post + "/replies"},
 	} {
 		var body []byte
 		if r.method != "GET" && r.method != "DELETE" && r.method != "PUT" {
