@@ -42,6 +42,7 @@ var (
 	probMethod       = Problem{Type: ProblemBase + "method-not-allowed", Title: "Method not allowed", Status: http.StatusMethodNotAllowed}
 	probConflict     = Problem{Type: ProblemBase + "version-conflict", Title: "Version conflict", Status: http.StatusConflict}
 	probTooLarge     = Problem{Type: ProblemBase + "payload-too-large", Title: "Payload too large", Status: http.StatusRequestEntityTooLarge}
+	probSlowBody     = Problem{Type: ProblemBase + "request-timeout", Title: "Request timeout", Status: http.StatusRequestTimeout}
 	probKeyReused    = Problem{Type: ProblemBase + "idempotency-key-reused", Title: "Idempotency key reused", Status: http.StatusUnprocessableEntity}
 	probOverloaded   = Problem{Type: ProblemBase + "overloaded", Title: "Too many requests", Status: http.StatusTooManyRequests}
 	probUnavailable  = Problem{Type: ProblemBase + "unavailable", Title: "Service unavailable", Status: http.StatusServiceUnavailable}
@@ -89,6 +90,9 @@ func problemFor(err error) (p Problem, internal bool) {
 	case errors.As(err, &mbe):
 		p = probTooLarge
 		p.Detail = "the request body is larger than the limit"
+	case errors.Is(err, errBodyTimeout):
+		p = probSlowBody
+		p.Detail = err.Error() + "; the connection is closed"
 	case errors.As(err, &bi):
 		p = probBadRequest
 		p.Detail = bi.msg

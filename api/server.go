@@ -74,6 +74,18 @@ type Config struct {
 	MaxHeaderBytes int
 	// ShutdownTimeout bounds the graceful shutdown. Default 10s.
 	ShutdownTimeout time.Duration
+	// BodyReadTimeout bounds the reading of a write's body, from when
+	// its identity is checked: slower is 408 and the connection closed,
+	// before the write takes a slot (admission.go). Default 5s.
+	BodyReadTimeout time.Duration
+	// MaxConns bounds the connections Serve holds open at once: beyond
+	// it, new connections wait in the listen backlog until one closes
+	// (conns.go). Default 10,000; negative: no bound.
+	MaxConns int
+	// MaxIdleConns bounds the kept-alive connections waiting for their
+	// next request: a connection that goes idle beyond it is closed.
+	// Default 1,000; negative: no bound.
+	MaxIdleConns int
 	// MaxReadsInFlight bounds the reads (GET of feeds, author posts and
 	// users) served at once; a read beyond it is 429 at once (shed.go).
 	// Default 256; negative: no bound.
@@ -99,6 +111,9 @@ func (c Config) withDefaults() Config {
 	c.WriteTimeout = cmp.Or(c.WriteTimeout, 20*time.Second)
 	c.IdleTimeout = cmp.Or(c.IdleTimeout, 60*time.Second)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 10*time.Second)
+	c.BodyReadTimeout = cmp.Or(c.BodyReadTimeout, 5*time.Second)
+	c.MaxConns = cmp.Or(c.MaxConns, DefaultMaxConns)
+	c.MaxIdleConns = cmp.Or(c.MaxIdleConns, DefaultMaxIdleConns)
 	c.MaxHeaderBytes = cmp.Or(c.MaxHeaderBytes, http.DefaultMaxHeaderBytes)
 	c.MaxReadsInFlight = cmp.Or(c.MaxReadsInFlight, DefaultMaxReadsInFlight)
 	c.MaxWritesInFlight = cmp.Or(c.MaxWritesInFlight, DefaultMaxWritesInFlight)
@@ -122,6 +137,14 @@ const (
 	DefaultFullHomeReads     = 128
 )
 
+// The defaults of the connection bounds: a process may open about 20,000
+// files on the machines it runs on, and an idle connection costs about
+// 20 KB (docs/api.md, Connections).
+const (
+	DefaultMaxConns     = 10_000
+	DefaultMaxIdleConns = 1_000
+)
+
 // Validate reports the first setting that cannot work.
 func (c Config) Validate() error {
 	switch {
@@ -129,7 +152,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("auth mode %q: want %s or %s", c.AuthMode, AuthJWT, AuthTrustedHeader)
 	case c.MaxBodyBytes < 1024:
 		return fmt.Errorf("max body bytes %d: want at least 1024", c.MaxBodyBytes)
-	case c.RequestTimeout <= 0, c.ReadHeaderTimeout <= 0, c.ReadTimeout <= 0, c.WriteTimeout <= 0, c.IdleTimeout <= 0, c.ShutdownTimeout <= 0:
+	case c.RequestTimeout <= 0, c.ReadHeaderTimeout <= 0, c.ReadTimeout <= 0, c.WriteTimeout <= 0, c.IdleTimeout <= 0, c.ShutdownTimeout <= 0, c.BodyReadTimeout <= 0:
 		return errors.New("timeouts must be positive")
 	case c.MaxHeaderBytes < 1024:
 		return fmt.Errorf("max header bytes %d: want at least 1024", c.MaxHeaderBytes)
@@ -230,6 +253,7 @@ type Server struct {
 	metrics *metrics
 
 	reads, writes limiter             // requests in flight by class (shed.go)
+	conns         connTracker         // open and idle connections (conns.go)
 	fullHome      *semaphore.Weighted // full home reads at once; nil: never degraded
 }
 
@@ -264,6 +288,10 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s.reads.max, s.writes.max = int64(max(cfg.MaxReadsInFlight, 0)), int64(max(cfg.MaxWritesInFlight, 0))
 	if cfg.FullHomeReads > 0 {
 		s.fullHome = semaphore.NewWeighted(int64(cfg.FullHomeReads))
+	}
+	s.conns.maxOpen, s.conns.maxIdle = int64(max(cfg.MaxConns, 0)), int64(max(cfg.MaxIdleConns, 0))
+	if err := s.conns.register(s.reg); err != nil {
+		return nil, fmt.Errorf("api: register connection metrics: %w", err)
 	}
 	if err := newShedMetrics(s.reg, &s.reads, &s.writes); err != nil {
 		return nil, fmt.Errorf("api: register shedding metrics: %w", err)
@@ -372,7 +400,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+		ConnState:         s.conns.state,
 	}
+	ln = s.conns.listener(ln)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {

@@ -161,6 +161,8 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiService, func(), er
 		GatewaySecret: cfg.GatewaySecret, TrustedNetworks: cfg.TrustedNetworks,
 		MaxReadsInFlight: offIsNegative(cfg.MaxReadsInFlight), MaxWritesInFlight: offIsNegative(cfg.MaxWritesInFlight),
 		FullHomeReads: offIsNegative(cfg.FullHomeReads),
+		MaxConns:      offIsNegative(cfg.MaxConns), MaxIdleConns: offIsNegative(cfg.MaxIdleConns),
+		BodyReadTimeout: cfg.BodyReadTimeout,
 	}, deps)
 	if err != nil {
 		f.Close()

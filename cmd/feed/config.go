@@ -85,7 +85,14 @@ type Config struct {
 	MaxReadsInFlight  int
 	MaxWritesInFlight int
 	FullHomeReads     int
-	LagWarnBytes      int64
+	// MaxConns (FEED_MAX_CONNS) and MaxIdleConns (FEED_MAX_IDLE_CONNS)
+	// bound the API's open and kept-alive connections, BodyReadTimeout
+	// (FEED_BODY_READ_TIMEOUT) the reading of a write's body (api.Config);
+	// 0 turns a bound off.
+	MaxConns        int
+	MaxIdleConns    int
+	BodyReadTimeout time.Duration
+	LagWarnBytes    int64
 	// VerifyEvery is FEED_VERIFY_EVERY: how often `feed project` and `feed
 	// dev` run the verification of `feed verify` (0: never).
 	VerifyEvery time.Duration
@@ -236,6 +243,8 @@ func LoadConfig() (Config, error) {
 		{"FEED_MAX_READS_IN_FLIGHT", api.DefaultMaxReadsInFlight, func(v int64) { c.MaxReadsInFlight = int(v) }},
 		{"FEED_MAX_WRITES_IN_FLIGHT", api.DefaultMaxWritesInFlight, func(v int64) { c.MaxWritesInFlight = int(v) }},
 		{"FEED_FULL_HOME_READS", api.DefaultFullHomeReads, func(v int64) { c.FullHomeReads = int(v) }},
+		{"FEED_MAX_CONNS", api.DefaultMaxConns, func(v int64) { c.MaxConns = int(v) }},
+		{"FEED_MAX_IDLE_CONNS", api.DefaultMaxIdleConns, func(v int64) { c.MaxIdleConns = int(v) }},
 		{"FEED_KAFKA_FETCH_MIN_BYTES", kafka.FetchMinBytes, func(v int64) { c.KafkaFetchMinBytes = int32(min(v, math.MaxInt32)) }},
 	}
 	for _, i := range ints {
@@ -249,6 +258,9 @@ func LoadConfig() (Config, error) {
 		return c, err
 	}
 	if c.CelebrityCacheTTL, err = envDuration("FEED_CELEBRITY_CACHE_TTL", 3*time.Second); err != nil {
+		return c, err
+	}
+	if c.BodyReadTimeout, err = envDuration("FEED_BODY_READ_TIMEOUT", 5*time.Second); err != nil {
 		return c, err
 	}
 	if c.VerifyEvery, err = envDuration("FEED_VERIFY_EVERY", 0); err != nil {
@@ -349,6 +361,12 @@ func (c Config) Validate() error {
 	case c.FullHomeReads < 0 || (c.MaxReadsInFlight > 0 && c.FullHomeReads > c.MaxReadsInFlight):
 		return fmt.Errorf("FEED_FULL_HOME_READS=%d: want 0 (never degrade) to FEED_MAX_READS_IN_FLIGHT (%d): "+
 			"home reads degrade before reads are shed", c.FullHomeReads, c.MaxReadsInFlight)
+	case c.MaxConns < 0 || c.MaxConns > 1_000_000:
+		return fmt.Errorf("FEED_MAX_CONNS=%d: want 0 (no bound) to 1000000", c.MaxConns)
+	case c.MaxIdleConns < 0 || (c.MaxConns > 0 && c.MaxIdleConns > c.MaxConns):
+		return fmt.Errorf("FEED_MAX_IDLE_CONNS=%d: want 0 (no bound) to FEED_MAX_CONNS (%d)", c.MaxIdleConns, c.MaxConns)
+	case c.BodyReadTimeout <= 0 || c.BodyReadTimeout > time.Minute:
+		return fmt.Errorf("FEED_BODY_READ_TIMEOUT=%v: want more than 0, at most 1m", c.BodyReadTimeout)
 	case c.RebuildConcurrency < 1 || c.RebuildConcurrency > 1000:
 		return fmt.Errorf("FEED_REBUILD_CONCURRENCY=%d: want 1..1000", c.RebuildConcurrency)
 	case c.ReadCacheKeys < 0:

@@ -1,0 +1,189 @@
+package api_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/feedco/feed/api"
+	"github.com/feedco/feed/testkit/testenv"
+)
+
+// The abuse suite: each attack a hostile client can make on the public
+// port, and the answer it gets (docs/faults.md, the abuse rows). Every
+// test serves through Server.Serve on a loopback listener, so the
+// connection-level defences (deadlines, connection bounds, framing
+// checks) are the ones in production.
+
+// served is a test server listening on loopback, with its address.
+func served(t *testing.T, opt options) (*env, string) {
+	t.Helper()
+	e := setup(t, opt)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveOn(t, e.srv, ln)
+	e.url = "http://" + ln.Addr().String()
+	return e, ln.Addr().String()
+}
+
+// rawDial opens a connection for hand-written requests; a hang fails the
+// test rather than blocking it.
+func rawDial(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if err := c.SetDeadline(time.Now().Add(60 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// readAnswer reads one response from br and its problem type ("" for
+// none).
+func readAnswer(t *testing.T, br *bufio.Reader) (*http.Response, string) {
+	t.Helper()
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("read the answer: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var p api.Problem
+	_ = json.Unmarshal(b, &p)
+	return resp, strings.TrimPrefix(p.Type, api.ProblemBase)
+}
+
+// closedAfter reports whether the server closed the connection after its
+// answer (the next read sees EOF or a reset, not a time-out).
+func closedAfter(br *bufio.Reader, c net.Conn) bool {
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, err := br.ReadByte()
+	if err == nil {
+		return false
+	}
+	ne, ok := err.(net.Error)
+	return !ok || !ne.Timeout()
+}
+
+// Attack: many anonymous connections announce a body (Expect:
+// 100-continue, or a Content-Length they never fill) on the write routes
+// and hold it. Answer: none holds a write slot (an unidentified post is
+// 401 before its body is read; a registration's body must arrive within
+// BodyReadTimeout, else 408 and the connection closed), so a logged-in
+// user's writes succeed meanwhile, with a write bound of 2.
+func TestAbuseHeldBodiesDoNotTakeWriteSlots(t *testing.T) {
+	t.Parallel()
+	e, addr := served(t, options{cfg: api.Config{MaxWritesInFlight: 2, BodyReadTimeout: 2 * time.Second}})
+	e.user(t, 1)
+	const holders = 40
+	var wg sync.WaitGroup
+	answers := make(chan string, holders)
+	for i := range holders {
+		c := rawDial(t, addr)
+		path, extra := "/api/users", ""
+		if i%2 == 0 {
+			path, extra = "/api/posts", "Expect: 100-continue\r\n"
+		}
+		if _, err := fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: feed\r\nContent-Type: application/json\r\n%sContent-Length: 100\r\n\r\n{\"na", path, extra); err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			br := bufio.NewReader(c)
+			resp, typ := readAnswer(t, br)
+			answers <- fmt.Sprintf("%s %d %s closed=%v", path, resp.StatusCode, typ, resp.Close || closedAfter(br, c))
+		}()
+	}
+	// Every holder is connected and its headers are read: a write now
+	// must not wait for them.
+	testenv.Eventually(t, 10*time.Second, "the holders' connections open", func() bool {
+		open, _ := e.srv.Conns()
+		return open >= holders
+	})
+	for i := range 10 {
+		r := e.do(t, "POST", "/api/posts", fmt.Sprintf(`{"content":"held %d"}`, i), "Authorization", e.bearer(1))
+		if r.Status != 201 {
+			t.Fatalf("a logged-in post while %d anonymous bodies are held: %d %s", holders, r.Status, r.Body)
+		}
+	}
+	wg.Wait()
+	close(answers)
+	for a := range answers {
+		switch {
+		case strings.HasPrefix(a, "/api/posts 401 unauthorized"):
+		case a == "/api/users 408 request-timeout closed=true":
+		default:
+			t.Errorf("a held body answered %q", a)
+		}
+	}
+	if _, writes := e.srv.InFlight(); writes != 0 {
+		t.Fatalf("%d writes in flight after the attack", writes)
+	}
+}
+
+// Attack: more connections than the server holds. Answer: it accepts
+// MaxConns and no more (the rest wait in the backlog, no file descriptor
+// spent), a closed one makes room, and kept-alive connections beyond
+// MaxIdleConns are closed as they go idle.
+func TestAbuseConnectionBounds(t *testing.T) {
+	t.Parallel()
+	e, addr := served(t, options{cfg: api.Config{MaxConns: 8, MaxIdleConns: 4}})
+	// Eight kept-alive connections, each after one request: four stay.
+	var idle []*bufio.Reader
+	var conns []net.Conn
+	for range 8 {
+		c := rawDial(t, addr)
+		if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: feed\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(c)
+		if resp, _ := readAnswer(t, br); resp.StatusCode != 200 {
+			t.Fatalf("healthz: %d", resp.StatusCode)
+		}
+		idle, conns = append(idle, br), append(conns, c)
+		// One at a time, so that the first four are the ones kept.
+		want := min(len(conns), 4)
+		testenv.Eventually(t, 10*time.Second, fmt.Sprintf("%d idle connections left open", want), func() bool {
+			open, idleNow := e.srv.Conns()
+			return open == want && idleNow == want
+		})
+	}
+	for i := 4; i < 8; i++ { // the four that went idle beyond the bound
+		if !closedAfter(idle[i], conns[i]) {
+			t.Fatalf("connection %d, idle beyond the bound of 4, is still open", i)
+		}
+	}
+	// Fill the bound with connections that send nothing: the ninth is
+	// not accepted until one closes.
+	for range 4 {
+		rawDial(t, addr)
+	}
+	testenv.Eventually(t, 10*time.Second, "eight connections open", func() bool {
+		open, _ := e.srv.Conns()
+		return open == 8
+	})
+	ninth := rawDial(t, addr) // the kernel completes the handshake; the server has not accepted it
+	if _, err := io.WriteString(ninth, "GET /healthz HTTP/1.1\r\nHost: feed\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	if open, _ := e.srv.Conns(); open != 8 {
+		t.Fatalf("%d connections open, want the bound of 8", open)
+	}
+	conns[0].Close() // room for the ninth
+	if resp, _ := readAnswer(t, bufio.NewReader(ninth)); resp.StatusCode != 200 {
+		t.Fatalf("the ninth connection once another closed: %d", resp.StatusCode)
+	}
+}
