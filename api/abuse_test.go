@@ -7,12 +7,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/feedco/feed/api"
+	"github.com/feedco/feed/readmodel"
 	"github.com/feedco/feed/testkit/testenv"
 )
 
@@ -185,5 +187,58 @@ func TestAbuseConnectionBounds(t *testing.T) {
 	conns[0].Close() // room for the ninth
 	if resp, _ := readAnswer(t, bufio.NewReader(ninth)); resp.StatusCode != 200 {
 		t.Fatalf("the ninth connection once another closed: %d", resp.StatusCode)
+	}
+}
+
+// Attack: one user writes as fast as it can, through two API processes
+// that share Redis; one client address registers account after account.
+// Answer: past the quota (counted across both processes), 429
+// rate-limited with Retry-After and the RateLimit fields, having done
+// nothing; under it, the fields say what is left.
+func TestAbuseQuotas(t *testing.T) {
+	t.Parallel()
+	rd := testenv.NewRedis(t)
+	quota := func(d *api.Deps) { d.QuotaRedis, d.QuotaKeys = rd.Client, readmodel.Keys{Prefix: rd.Prefix} }
+	cfg := api.Config{WritesPerMinute: 3, RegistrationsPerHour: 2, ReadsPerSecond: 1000}
+	a := setup(t, options{cfg: cfg, tweak: quota})
+	// A second process, on a database of its own but the same Redis:
+	// the quota is the user's wherever it writes.
+	b := setup(t, options{cfg: cfg, tweak: quota})
+	b.user(t, 1001)
+
+	a.user(t, 1001)
+	for i, e := range []*env{a, b, a} {
+		r := e.do(t, "POST", "/api/posts", fmt.Sprintf(`{"content":"quota %d"}`, i), "Authorization", a.bearer(1001))
+		if r.Status != 201 {
+			t.Fatalf("post %d under the quota: %d %s", i, r.Status, r.Body)
+		}
+		if p := r.Header.Get("RateLimit-Policy"); p != `"writes";q=3;w=60` {
+			t.Fatalf("RateLimit-Policy %q", p)
+		}
+		if want := fmt.Sprintf(`"writes";r=%d;t=`, 2-i); !strings.HasPrefix(r.Header.Get("RateLimit"), want) {
+			t.Fatalf("post %d: RateLimit %q, want %s...", i, r.Header.Get("RateLimit"), want)
+		}
+	}
+	r := b.do(t, "POST", "/api/posts", `{"content":"one too many"}`, "Authorization", a.bearer(1001))
+	wantProblem(t, r, http.StatusTooManyRequests, "rate-limited")
+	if ra, err := strconv.Atoi(r.Header.Get("Retry-After")); err != nil || ra < 1 || ra > 60 {
+		t.Fatalf("Retry-After %q", r.Header.Get("Retry-After"))
+	}
+	if !strings.HasPrefix(r.Header.Get("RateLimit"), `"writes";r=0;t=`) {
+		t.Fatalf("RateLimit %q past the quota", r.Header.Get("RateLimit"))
+	}
+	if n := countRows(t, a.pool, `SELECT count(*) FROM posts WHERE author_id = 1001`) + countRows(t, b.pool, `SELECT count(*) FROM posts WHERE author_id = 1001`); n != 3 {
+		t.Fatalf("%d posts, want the 3 answered 201", n)
+	}
+
+	// Registrations: two per address per hour, then 429.
+	for i := range 3 {
+		r := a.do(t, "POST", "/api/users", fmt.Sprintf(`{"name":"signup %d"}`, i))
+		switch {
+		case i < 2 && r.Status != 201:
+			t.Fatalf("registration %d: %d %s", i, r.Status, r.Body)
+		case i == 2:
+			wantProblem(t, r, http.StatusTooManyRequests, "rate-limited")
+		}
 	}
 }

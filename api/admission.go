@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/feedco/feed/internal/transient"
@@ -17,17 +18,17 @@ import (
 //  1. the caller's identity (authed routes): an anonymous or forged
 //     request is 401 without ever holding a slot, and without its body
 //     being read (no `100 Continue` is sent to it);
-//  2. for writes, the whole body, read within Config.BodyReadTimeout of
-//     the request's start: a client that trickles a body, or announces
-//     one with `Expect: 100-continue` and never sends it, is 408 with the
-//     connection closed, having held no slot;
-//  3. only then the slot of its class: 429 at once when the class is at
-//     its bound.
+//  2. its quota (quota.go): the user's, or for the anonymous write
+//     (registration) the client address's; past it, 429 `rate-limited`;
+//  3. for writes, the whole body, read within Config.BodyReadTimeout: a
+//     client that trickles a body, or announces one with `Expect:
+//     100-continue` and never sends it, is 408 with the connection
+//     closed, having held no slot;
+//  4. only then the slot of its class: 429 `overloaded` at once when the
+//     class is at its bound.
 //
 // A slot is thus held only by an identified caller whose request is
-// complete in memory, for the time of the work itself. The anonymous
-// write (registration) is bounded per client address by the quotas
-// (quota.go).
+// complete in memory, for the time of the work itself.
 
 // endpoint is an API route's handler: public or authed builds it, read or
 // write gives it its class.
@@ -51,10 +52,26 @@ func (e *endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func (e *endpoint) serve(w http.ResponseWriter, r *http.Request) error {
 	var caller int64
-	if !e.anonymous {
+	s := e.s
+	if e.anonymous {
+		if e.body { // an anonymous write: registration
+			if err := s.checkQuota(r.Context(), w, s.quotas.signup, s.clientAddr(r)); err != nil {
+				return err
+			}
+		}
+	} else {
 		var err error
-		if caller, err = e.s.identify(r); err != nil {
+		if caller, err = s.identify(r); err != nil {
 			return err
+		}
+		q := s.quotas.reads
+		if e.body {
+			q = s.quotas.writes
+		}
+		if q != nil {
+			if err := s.checkQuota(r.Context(), w, q, strconv.FormatInt(caller, 10)); err != nil {
+				return err
+			}
 		}
 	}
 	if e.body {

@@ -17,9 +17,11 @@ import (
 
 	"github.com/gorilla/mux"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/semaphore"
 
 	"github.com/feedco/feed/commands"
+	"github.com/feedco/feed/readmodel"
 )
 
 // Authentication modes.
@@ -82,6 +84,13 @@ type Config struct {
 	// it, new connections wait in the listen backlog until one closes
 	// (conns.go). Default 10,000; negative: no bound.
 	MaxConns int
+	// WritesPerMinute and ReadsPerSecond are each user's quotas, and
+	// RegistrationsPerHour each client address's, shared by every process
+	// through Deps.QuotaRedis (quota.go); past one, 429 rate-limited.
+	// 0: no quota.
+	WritesPerMinute      int
+	ReadsPerSecond       int
+	RegistrationsPerHour int
 	// MaxIdleConns bounds the kept-alive connections waiting for their
 	// next request: a connection that goes idle beyond it is closed.
 	// Default 1,000; negative: no bound.
@@ -154,6 +163,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("max body bytes %d: want at least 1024", c.MaxBodyBytes)
 	case c.RequestTimeout <= 0, c.ReadHeaderTimeout <= 0, c.ReadTimeout <= 0, c.WriteTimeout <= 0, c.IdleTimeout <= 0, c.ShutdownTimeout <= 0, c.BodyReadTimeout <= 0:
 		return errors.New("timeouts must be positive")
+	case c.WritesPerMinute < 0, c.ReadsPerSecond < 0, c.RegistrationsPerHour < 0:
+		return errors.New("quotas must not be negative")
 	case c.MaxHeaderBytes < 1024:
 		return fmt.Errorf("max header bytes %d: want at least 1024", c.MaxHeaderBytes)
 	case c.AuthMode != AuthTrustedHeader:
@@ -237,6 +248,10 @@ type Deps struct {
 	// one to share it with the other components of the process (e.g. the
 	// query side's). Default: a new registry of the server's own.
 	Registry *prometheus.Registry
+	// QuotaRedis keeps the quotas' counts (Config.WritesPerMinute, ...),
+	// under QuotaKeys's namespace. Optional: without it no quota applies.
+	QuotaRedis redis.UniversalClient
+	QuotaKeys  readmodel.Keys
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -254,6 +269,7 @@ type Server struct {
 
 	reads, writes limiter             // requests in flight by class (shed.go)
 	conns         connTracker         // open and idle connections (conns.go)
+	quotas        quotas              // per-caller quotas (quota.go)
 	fullHome      *semaphore.Weighted // full home reads at once; nil: never degraded
 }
 
@@ -292,6 +308,10 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s.conns.maxOpen, s.conns.maxIdle = int64(max(cfg.MaxConns, 0)), int64(max(cfg.MaxIdleConns, 0))
 	if err := s.conns.register(s.reg); err != nil {
 		return nil, fmt.Errorf("api: register connection metrics: %w", err)
+	}
+	s.quotas.init(cfg, deps.QuotaRedis, deps.QuotaKeys)
+	if err := s.quotas.register(s.reg); err != nil {
+		return nil, fmt.Errorf("api: register quota metrics: %w", err)
 	}
 	if err := newShedMetrics(s.reg, &s.reads, &s.writes); err != nil {
 		return nil, fmt.Errorf("api: register shedding metrics: %w", err)

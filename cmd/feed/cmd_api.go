@@ -91,7 +91,7 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiService, func(), er
 	if err != nil {
 		return apiService{}, nil, err
 	}
-	deps := api.Deps{Logger: p.Log, Registry: p.Registry, Users: users}
+	deps := api.Deps{Logger: p.Log, Registry: p.Registry, Users: users, QuotaRedis: p.Redis}
 	if cfg.AuthMode == api.AuthJWT {
 		if cfg.JWTSecret == devSecret && !p.AllowDevSecret {
 			return apiService{}, nil, usageError{"FEED_JWT_SECRET is unset (the built-in development secret is only accepted by `feed dev` or with FEED_ALLOW_DEV_SECRET=1)"}
@@ -163,6 +163,8 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiService, func(), er
 		FullHomeReads: offIsNegative(cfg.FullHomeReads),
 		MaxConns:      offIsNegative(cfg.MaxConns), MaxIdleConns: offIsNegative(cfg.MaxIdleConns),
 		BodyReadTimeout: cfg.BodyReadTimeout,
+		WritesPerMinute: cfg.QuotaWritesPerMinute, ReadsPerSecond: cfg.QuotaReadsPerSecond,
+		RegistrationsPerHour: cfg.QuotaRegistrationsPerHour,
 	}, deps)
 	if err != nil {
 		f.Close()

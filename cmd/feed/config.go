@@ -92,7 +92,13 @@ type Config struct {
 	MaxConns        int
 	MaxIdleConns    int
 	BodyReadTimeout time.Duration
-	LagWarnBytes    int64
+	// QuotaWritesPerMinute, QuotaReadsPerSecond (per user) and
+	// QuotaRegistrationsPerHour (per client address) are the API's quotas
+	// (FEED_QUOTA_*, api.Config); 0 turns one off.
+	QuotaWritesPerMinute      int
+	QuotaReadsPerSecond       int
+	QuotaRegistrationsPerHour int
+	LagWarnBytes              int64
 	// VerifyEvery is FEED_VERIFY_EVERY: how often `feed project` and `feed
 	// dev` run the verification of `feed verify` (0: never).
 	VerifyEvery time.Duration
@@ -244,6 +250,9 @@ func LoadConfig() (Config, error) {
 		{"FEED_MAX_WRITES_IN_FLIGHT", api.DefaultMaxWritesInFlight, func(v int64) { c.MaxWritesInFlight = int(v) }},
 		{"FEED_FULL_HOME_READS", api.DefaultFullHomeReads, func(v int64) { c.FullHomeReads = int(v) }},
 		{"FEED_MAX_CONNS", api.DefaultMaxConns, func(v int64) { c.MaxConns = int(v) }},
+		{"FEED_QUOTA_WRITES_PER_MINUTE", 60, func(v int64) { c.QuotaWritesPerMinute = int(v) }},
+		{"FEED_QUOTA_READS_PER_SECOND", 20, func(v int64) { c.QuotaReadsPerSecond = int(v) }},
+		{"FEED_QUOTA_REGISTRATIONS_PER_HOUR", 20, func(v int64) { c.QuotaRegistrationsPerHour = int(v) }},
 		{"FEED_MAX_IDLE_CONNS", api.DefaultMaxIdleConns, func(v int64) { c.MaxIdleConns = int(v) }},
 		{"FEED_KAFKA_FETCH_MIN_BYTES", kafka.FetchMinBytes, func(v int64) { c.KafkaFetchMinBytes = int32(min(v, math.MaxInt32)) }},
 	}
@@ -365,6 +374,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("FEED_MAX_CONNS=%d: want 0 (no bound) to 1000000", c.MaxConns)
 	case c.MaxIdleConns < 0 || (c.MaxConns > 0 && c.MaxIdleConns > c.MaxConns):
 		return fmt.Errorf("FEED_MAX_IDLE_CONNS=%d: want 0 (no bound) to FEED_MAX_CONNS (%d)", c.MaxIdleConns, c.MaxConns)
+	case c.QuotaWritesPerMinute < 0 || c.QuotaWritesPerMinute > 1_000_000:
+		return fmt.Errorf("FEED_QUOTA_WRITES_PER_MINUTE=%d: want 0 (no quota) to 1000000", c.QuotaWritesPerMinute)
+	case c.QuotaReadsPerSecond < 0 || c.QuotaReadsPerSecond > 1_000_000:
+		return fmt.Errorf("FEED_QUOTA_READS_PER_SECOND=%d: want 0 (no quota) to 1000000", c.QuotaReadsPerSecond)
+	case c.QuotaRegistrationsPerHour < 0 || c.QuotaRegistrationsPerHour > 1_000_000:
+		return fmt.Errorf("FEED_QUOTA_REGISTRATIONS_PER_HOUR=%d: want 0 (no quota) to 1000000", c.QuotaRegistrationsPerHour)
 	case c.BodyReadTimeout <= 0 || c.BodyReadTimeout > time.Minute:
 		return fmt.Errorf("FEED_BODY_READ_TIMEOUT=%v: want more than 0, at most 1m", c.BodyReadTimeout)
 	case c.RebuildConcurrency < 1 || c.RebuildConcurrency > 1000:

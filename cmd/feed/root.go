@@ -169,6 +169,9 @@ var envDocs = map[string]string{
 	"FEED_MAX_READS_IN_FLIGHT":            "reads served at once; more are 429 at once, 0 no bound (default 256)",
 	"FEED_MAX_WRITES_IN_FLIGHT":           "writes served at once; more are 429 at once, 0 no bound (default 32)",
 	"FEED_FULL_HOME_READS":                "home reads doing the full merge at once; more are degraded (inbox and own posts), 0 never (default 128)",
+	"FEED_QUOTA_WRITES_PER_MINUTE":        "writes per minute per user, shared by every API process through Redis; more are 429, 0 no quota (default 60)",
+	"FEED_QUOTA_READS_PER_SECOND":         "reads per second per user, likewise (default 20)",
+	"FEED_QUOTA_REGISTRATIONS_PER_HOUR":   "registrations per hour per client address, likewise (default 20)",
 	"FEED_MAX_CONNS":                      "connections the API holds open; more wait in the listen backlog, 0 no bound (default 10000)",
 	"FEED_MAX_IDLE_CONNS":                 "kept-alive connections the API holds between requests; more are closed as they go idle, 0 no bound (default 1000)",
 	"FEED_BODY_READ_TIMEOUT":              "a write's body must arrive within this, else 408 and the connection closed (default 5s)",
@@ -216,7 +219,8 @@ var (
 		"FEED_ALLOW_DEV_SECRET", "FEED_NODE_ID",
 		"FEED_MAX_CONTENT_CHARS", "FEED_INBOX_MAX", "FEED_INBOX_LAYOUT", "FEED_CELEBRITY_CACHE_TTL", "FEED_REFRESH_SETTLE", "FEED_INACTIVE_AFTER", "FEED_READ_CACHE_KEYS", "FEED_READ_CACHE_BARRIER", "FEED_REBUILD_CONCURRENCY",
 		"FEED_MAX_READS_IN_FLIGHT", "FEED_MAX_WRITES_IN_FLIGHT", "FEED_FULL_HOME_READS",
-		"FEED_MAX_CONNS", "FEED_MAX_IDLE_CONNS", "FEED_BODY_READ_TIMEOUT"}
+		"FEED_MAX_CONNS", "FEED_MAX_IDLE_CONNS", "FEED_BODY_READ_TIMEOUT",
+		"FEED_QUOTA_WRITES_PER_MINUTE", "FEED_QUOTA_READS_PER_SECOND", "FEED_QUOTA_REGISTRATIONS_PER_HOUR"}
 	envProjections = []string{"FEED_CELEBRITY_THRESHOLD", "FEED_CELEBRITY_BAND", "FEED_INBOX_MAX", "FEED_INBOX_LAYOUT", "FEED_INACTIVE_AFTER", "FEED_FOLLOWER_CACHE_ROWS"}
 	envCDC         = []string{"FEED_PARTITIONS", "FEED_SLOT", "FEED_LAG_WARN_BYTES", "FEED_CDC_ON_SLOT_LOSS"}
 )
