@@ -242,3 +242,58 @@ func TestAbuseQuotas(t *testing.T) {
 		}
 	}
 }
+
+// Attack: request smuggling past a proxy that frames by Content-Length:
+// a request with both Content-Length and Transfer-Encoding, or with a
+// Transfer-Encoding folded onto the next line, whose body hides a second
+// request. Answer: 400 bad-request and the connection closed; the hidden
+// request is never answered. A connection's ordinary requests (a chunked
+// body, a Content-Length body, a bodiless one) are served on one
+// keep-alive connection as before.
+func TestAbuseSmuggling(t *testing.T) {
+	t.Parallel()
+	e, addr := served(t, options{})
+	e.user(t, 1001)
+	auth := "Authorization: " + e.bearer(1001) + "\r\n"
+	smuggled := "GET /api/users/1001 HTTP/1.1\r\nHost: feed\r\n" + auth + "\r\n"
+	for _, c := range []struct{ name, head string }{
+		{"CL then TE", "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n"},
+		{"TE then CL", "Transfer-Encoding: chunked\r\nContent-Length: 5\r\n"},
+		{"folded TE", "Transfer-Encoding:\r\n chunked\r\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			conn := rawDial(t, addr)
+			req := "POST /api/posts HTTP/1.1\r\nHost: feed\r\n" + auth + "Content-Type: application/json\r\n" + c.head + "\r\n0\r\n\r\n" + smuggled
+			if _, err := io.WriteString(conn, req); err != nil {
+				t.Fatal(err)
+			}
+			br := bufio.NewReader(conn)
+			resp, typ := readAnswer(t, br)
+			if resp.StatusCode != 400 || typ != "bad-request" || !resp.Close {
+				t.Fatalf("answer %d %s, Connection: close %v; want 400 bad-request, closed", resp.StatusCode, typ, resp.Close)
+			}
+			if !closedAfter(br, conn) {
+				t.Fatal("the connection is open after the refusal: the hidden request may be served")
+			}
+		})
+	}
+	t.Run("keep-alive", func(t *testing.T) {
+		conn := rawDial(t, addr)
+		br := bufio.NewReader(conn)
+		body := `{"content":"chunked"}`
+		reqs := []string{
+			"POST /api/posts HTTP/1.1\r\nHost: feed\r\n" + auth + "Transfer-Encoding: chunked\r\n\r\n" +
+				fmt.Sprintf("%x;note=1\r\n%s\r\n0\r\nX-Trailer: 1\r\n\r\n", len(body), body),
+			"POST /api/posts HTTP/1.1\r\nHost: feed\r\n" + auth + fmt.Sprintf("Content-Length: %d\r\n\r\n%s", len(`{"content":"length"}`), `{"content":"length"}`),
+			smuggled,
+		}
+		for i, want := range []int{201, 201, 200} {
+			if _, err := io.WriteString(conn, reqs[i]); err != nil {
+				t.Fatal(err)
+			}
+			if resp, typ := readAnswer(t, br); resp.StatusCode != want || resp.Close {
+				t.Fatalf("request %d: %d %s (close %v), want %d on a kept-alive connection", i, resp.StatusCode, typ, resp.Close, want)
+			}
+		}
+	})
+}

@@ -48,11 +48,15 @@ func (l *trackedListener) Accept() (net.Conn, error) {
 	return &trackedConn{Conn: c}, nil
 }
 
-// trackedConn is a connection of the server's, with its last state.
+// trackedConn is a connection of the server's, with its last state and
+// its requests' framing (framing.go).
 type trackedConn struct {
 	net.Conn
 	idle atomic.Bool
+	framedConn
 }
+
+func (c *trackedConn) Read(p []byte) (int, error) { return c.read(c.Conn, p) }
 
 // state is the http.Server's ConnState hook.
 func (t *connTracker) state(c net.Conn, s http.ConnState) {

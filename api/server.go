@@ -412,7 +412,7 @@ func (s *Server) ListenAndServe(ctx context.Context, onListen func(addr net.Addr
 // did not finish).
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs := &http.Server{
-		Handler:           s.handler,
+		Handler:           s.framingCheck(s.handler),
 		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
 		ReadTimeout:       s.cfg.ReadTimeout,
 		WriteTimeout:      s.cfg.WriteTimeout,
@@ -421,6 +421,12 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 		ConnState:         s.conns.state,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, connKey{}, c)
+		},
+		// OPTIONS * reaches the handler (a 404), so that framingCheck
+		// sees every request the server hands over.
+		DisableGeneralOptionsHandler: true,
 	}
 	ln = s.conns.listener(ln)
 	errc := make(chan error, 1)
