@@ -241,10 +241,12 @@ type Deps struct {
 	// e.g. so the query side shows the new content at once. It runs on the
 	// request path: keep it fast.
 	AfterPostEdited func(ctx context.Context, p commands.Post)
-	// Status is the source of the operators' page GET /status. Optional:
-	// without it the page answers 503.
+	// Status is the source of the operators' page GET /status, on the
+	// admin listener (AdminHandler). Optional: without it the page
+	// answers 503.
 	Status StatusSource
-	// Registry is served at /metrics and receives the HTTP metrics; pass
+	// Registry is served at the admin listener's /metrics (AdminHandler)
+	// and receives the HTTP metrics; pass
 	// one to share it with the other components of the process (e.g. the
 	// query side's). Default: a new registry of the server's own.
 	Registry *prometheus.Registry
@@ -323,7 +325,8 @@ func New(cfg Config, deps Deps) (*Server, error) {
 // Handler returns the API as an http.Handler (for tests and embedding).
 func (s *Server) Handler() http.Handler { return s.handler }
 
-// Registry is the Prometheus registry served at /metrics.
+// Registry is the Prometheus registry the admin listener serves at
+// /metrics.
 func (s *Server) Registry() *prometheus.Registry { return s.reg }
 
 func (s *Server) routes() http.Handler {
@@ -338,8 +341,6 @@ func (s *Server) routes() http.Handler {
 	r.Handle("/api/feed", s.read(s.authed(s.homeFeed))).Methods(http.MethodGet)
 	r.Handle("/healthz", http.HandlerFunc(s.healthz)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/readyz", http.HandlerFunc(s.readyz)).Methods(http.MethodGet, http.MethodHead)
-	r.Handle("/metrics", s.metrics.handler(s.reg)).Methods(http.MethodGet)
-	r.Handle("/status", http.HandlerFunc(s.statusPage)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/openapi.json", http.HandlerFunc(serveOpenAPI)).Methods(http.MethodGet, http.MethodHead)
 
 	// Full paths on the root router, not a subrouter: mux answers 404

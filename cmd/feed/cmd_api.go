@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"time"
+	"net/http"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,7 +19,6 @@ import (
 	"github.com/feedco/feed/internal/service"
 	"github.com/feedco/feed/internal/snowflake"
 	"github.com/feedco/feed/queries"
-	"github.com/feedco/feed/status"
 )
 
 func newAPICommand(c *cli) *cobra.Command {
@@ -27,7 +26,8 @@ func newAPICommand(c *cli) *cobra.Command {
 		Use:   "api",
 		Short: "The HTTP API: the write side and the query side",
 		Long: longHelp("The HTTP API: the write side (commands) and the query side (home feed, author timelines),\n"+
-			"with /healthz, /readyz, /metrics and the operators' status page /status (which reads Kafka too).", envPostgres, envRedis, envKafka, envAPI, []string{"FEED_SLOT", "FEED_LAG_WARN_BYTES"}),
+			"with /healthz and /readyz; /metrics, the operators' status page /status (which reads Kafka too) and pprof\n"+
+			"on the admin listener (FEED_ADMIN_ADDR).", envPostgres, envRedis, envKafka, envAPI, []string{"FEED_SLOT", "FEED_LAG_WARN_BYTES"}),
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, log, err := c.config()
@@ -57,7 +57,11 @@ func runAPI(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer)
 	}
 	defer closeAPI()
 	log.Info("api: starting", "http", "http://"+a.addr)
-	return service.Run(ctx, log, "api", a.svc)
+	svcs, err := withAdmin(cfg, a, stdout, a.svc)
+	if err != nil {
+		return err
+	}
+	return service.Run(ctx, log, "api", svcs...)
 }
 
 // apiParts are what the API is built from.
@@ -78,8 +82,25 @@ type apiParts struct {
 // apiService is the API server bound to its address: its service serves
 // it (ready once started: the listener already accepts connections).
 type apiService struct {
-	svc  *service.Service
-	addr string
+	svc   *service.Service
+	addr  string
+	admin http.Handler // the server's admin handler (api.Server.Admin)
+}
+
+// withAdmin returns svcs after the API's admin listener on
+// FEED_ADMIN_ADDR (none when it is ""), whose address it prints on
+// stdout: the operators' pages serve from the start.
+func withAdmin(cfg Config, a apiService, stdout io.Writer, svcs ...*service.Service) ([]*service.Service, error) {
+	if cfg.AdminAddr == "" {
+		return svcs, nil
+	}
+	l, err := adminListener(cfg.AdminAddr)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(stdout, "admin: listening on http://%s\n", l.Addr())
+	h := a.admin
+	return append([]*service.Service{service.New("admin", func(ctx context.Context) error { return serveHTTP(ctx, l, h) })}, svcs...), nil
 }
 
 // newAPI builds the API: token verification, the write side, the query
@@ -130,10 +151,8 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiService, func(), er
 		return apiService{}, nil, fmt.Errorf("build the query side: %w", err)
 	}
 	deps.Feed = f
-	// The operators' page, GET /status: the model of `feed status`,
-	// gathered at most once a second.
-	deps.Status = status.NewCache(status.Config{Pool: p.Pool, Redis: p.Redis, Kafka: connOf(cfg), Topic: cfg.Topic,
-		Slot: cfg.Slot, LagWarnBytes: cfg.LagWarnBytes}, time.Second)
+	// The operators' page, GET /status on the admin listener.
+	deps.Status = statusSource(cfg, p.Pool, p.Redis)
 	deps.AfterPostCreated = func(ctx context.Context, post feedcmd.Post) {
 		err := f.PostCreated(ctx, queries.NewPost{ID: post.ID, AuthorID: post.AuthorID, Content: post.Content, CreatedAt: post.CreatedAt})
 		if err != nil && !errors.Is(err, queries.ErrCircuitOpen) { // skipped while Redis is down: the circuit logs that once
@@ -177,7 +196,7 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiService, func(), er
 	}
 	addr := l.Addr().String()
 	fmt.Fprintf(p.Stdout, "api: listening on http://%s\n", addr)
-	return apiService{addr: addr, svc: service.New("api", func(ctx context.Context) error {
+	return apiService{addr: addr, admin: srv.Admin(), svc: service.New("api", func(ctx context.Context) error {
 		return srv.Serve(ctx, l)
 	})}, f.Close, nil
 }

@@ -96,6 +96,7 @@ var configSettings = []configSetting{
 	{"FEED_KAFKA_FETCH_MIN_BYTES", func(c Config, _ func(string) string) string { return strconv.Itoa(int(c.KafkaFetchMinBytes)) }, ""},
 	{"FEED_KAFKA_FETCH_MAX_WAIT", func(c Config, _ func(string) string) string { return c.KafkaFetchMaxWait.String() }, ""},
 	{"HTTP_ADDR", func(c Config, _ func(string) string) string { return c.HTTPAddr }, ""},
+	{"FEED_ADMIN_ADDR", func(c Config, _ func(string) string) string { return c.AdminAddr }, ""},
 	{"FEED_AUTH", func(c Config, _ func(string) string) string { return c.AuthMode }, ""},
 	{"FEED_JWT_SECRET", func(c Config, _ func(string) string) string { return c.JWTSecret }, "secret"},
 	{"FEED_JWT_PREVIOUS_SECRET", func(c Config, _ func(string) string) string { return c.JWTPreviousSecret }, "secret"},

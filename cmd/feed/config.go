@@ -38,7 +38,10 @@ type Config struct {
 	// FEED_KAFKA_TLS_* and FEED_KAFKA_SASL_*.
 	KafkaSecurity kafka.Security
 	HTTPAddr      string
-	JWTSecret     string
+	// AdminAddr (FEED_ADMIN_ADDR) is every role's admin listener: /metrics,
+	// /status, /healthz and pprof ("": none).
+	AdminAddr string
+	JWTSecret string
 	// JWTPreviousSecret (FEED_JWT_PREVIOUS_SECRET) verifies tokens during
 	// a rotation; JWTIssuer and JWTAudience (FEED_JWT_ISSUER,
 	// FEED_JWT_AUDIENCE), when set, are written into tokens and required
@@ -200,6 +203,7 @@ func LoadConfig() (Config, error) {
 		DatabaseURL:       envOr("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/feed?sslmode=disable"),
 		RedisURL:          envOr("REDIS_URL", "redis://127.0.0.1:6379/0"),
 		HTTPAddr:          envOr("HTTP_ADDR", "127.0.0.1:8080"),
+		AdminAddr:         envOr("FEED_ADMIN_ADDR", "127.0.0.1:9100"),
 		JWTSecret:         envOr("FEED_JWT_SECRET", devSecret),
 		AuthMode:          envOr("FEED_AUTH", "jwt"),
 		JWTPreviousSecret: os.Getenv("FEED_JWT_PREVIOUS_SECRET"),

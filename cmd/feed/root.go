@@ -185,6 +185,7 @@ var envDocs = map[string]string{
 	"FEED_KAFKA_FETCH_MIN_BYTES":          "a consumer group's fetch waits for this many bytes (default 16384) ...",
 	"FEED_KAFKA_FETCH_MAX_WAIT":           "... or this long (default 20ms; longer: less CPU while idle, a lone event waits longer)",
 	"FEED_READ_CACHE_BARRIER":             "1: a cached read first waits for a shared PING, so another API instance's acknowledged write is never served stale (set it with several API instances behind a balancer without affinity)",
+	"FEED_ADMIN_ADDR":                     "the roles' admin listener: /metrics, /status, /healthz, /debug/pprof/; keep it off public interfaces (default 127.0.0.1:9100)",
 	"FEED_PPROF_ADDR":                     "serve Go's profiles (/debug/pprof/) on this address (default: off)",
 	"GOGC":                                "Go's GC target (feed cdc sets 400 unless set)",
 }
@@ -215,14 +216,14 @@ var (
 	envRedis    = []string{"REDIS_URL"}
 	envKafka    = []string{"KAFKA_BROKERS", "FEED_KAFKA_ADDR", "FEED_TOPIC", "FEED_KAFKA_CLIENT_METRICS", "FEED_KAFKA_FETCH_MIN_BYTES", "FEED_KAFKA_FETCH_MAX_WAIT", "FEED_KAFKA_TLS", "FEED_KAFKA_TLS_CA", "FEED_KAFKA_TLS_CERT", "FEED_KAFKA_TLS_KEY",
 		"FEED_KAFKA_TLS_SERVER_NAME", "FEED_KAFKA_TLS_INSECURE_SKIP_VERIFY", "FEED_KAFKA_SASL_MECHANISM", "FEED_KAFKA_SASL_USER", "FEED_KAFKA_SASL_PASSWORD"}
-	envAPI = []string{"HTTP_ADDR", "FEED_AUTH", "FEED_GATEWAY_SECRET", "FEED_TRUSTED_NETWORKS", "FEED_JWT_SECRET", "FEED_JWT_PREVIOUS_SECRET", "FEED_JWT_ISSUER", "FEED_JWT_AUDIENCE",
+	envAPI = []string{"HTTP_ADDR", "FEED_ADMIN_ADDR", "FEED_AUTH", "FEED_GATEWAY_SECRET", "FEED_TRUSTED_NETWORKS", "FEED_JWT_SECRET", "FEED_JWT_PREVIOUS_SECRET", "FEED_JWT_ISSUER", "FEED_JWT_AUDIENCE",
 		"FEED_ALLOW_DEV_SECRET", "FEED_NODE_ID",
 		"FEED_MAX_CONTENT_CHARS", "FEED_INBOX_MAX", "FEED_INBOX_LAYOUT", "FEED_CELEBRITY_CACHE_TTL", "FEED_REFRESH_SETTLE", "FEED_INACTIVE_AFTER", "FEED_READ_CACHE_KEYS", "FEED_READ_CACHE_BARRIER", "FEED_REBUILD_CONCURRENCY",
 		"FEED_MAX_READS_IN_FLIGHT", "FEED_MAX_WRITES_IN_FLIGHT", "FEED_FULL_HOME_READS",
 		"FEED_MAX_CONNS", "FEED_MAX_IDLE_CONNS", "FEED_BODY_READ_TIMEOUT",
 		"FEED_QUOTA_WRITES_PER_MINUTE", "FEED_QUOTA_READS_PER_SECOND", "FEED_QUOTA_REGISTRATIONS_PER_HOUR"}
-	envProjections = []string{"FEED_CELEBRITY_THRESHOLD", "FEED_CELEBRITY_BAND", "FEED_INBOX_MAX", "FEED_INBOX_LAYOUT", "FEED_INACTIVE_AFTER", "FEED_FOLLOWER_CACHE_ROWS"}
-	envCDC         = []string{"FEED_PARTITIONS", "FEED_SLOT", "FEED_LAG_WARN_BYTES", "FEED_CDC_ON_SLOT_LOSS"}
+	envProjections = []string{"FEED_ADMIN_ADDR", "FEED_CELEBRITY_THRESHOLD", "FEED_CELEBRITY_BAND", "FEED_INBOX_MAX", "FEED_INBOX_LAYOUT", "FEED_INACTIVE_AFTER", "FEED_FOLLOWER_CACHE_ROWS"}
+	envCDC         = []string{"FEED_ADMIN_ADDR", "FEED_PARTITIONS", "FEED_SLOT", "FEED_LAG_WARN_BYTES", "FEED_CDC_ON_SLOT_LOSS"}
 )
 
 // joinEnv concatenates variable lists, without repeats, for envHelp.
