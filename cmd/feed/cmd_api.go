@@ -1,12 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -57,7 +59,7 @@ func runAPI(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer)
 	}
 	defer closeAPI()
 	log.Info("api: starting", "http", "http://"+a.addr)
-	svcs, err := withAdmin(cfg, a, stdout, a.svc)
+	svcs, err := withAdmin(cfg, a, stdout, a.lease, a.svc)
 	if err != nil {
 		return err
 	}
@@ -82,6 +84,9 @@ type apiParts struct {
 // apiService is the API server bound to its address: its service serves
 // it (ready once started: the listener already accepts connections).
 type apiService struct {
+	// lease renews the Snowflake node id's lease and releases it; it
+	// starts before the API and stops after it.
+	lease *service.Service
 	svc   *service.Service
 	addr  string
 	admin http.Handler // the server's admin handler (api.Server.Admin)
@@ -123,11 +128,17 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiService, func(), er
 		}
 		deps.Tokens = signer
 	}
-	ids, err := snowflake.New(cfg.NodeID)
-	if err != nil {
-		return apiService{}, nil, usageError{fmt.Sprintf("FEED_NODE_ID: %v", err)}
+	// The Snowflake node id, leased: two live processes never share one.
+	lease, err := snowflake.AcquireLease(ctx, p.Pool, snowflake.LeaseConfig{Node: cfg.NodeID, Holder: leaseHolder(), Logger: p.Log})
+	switch {
+	case errors.Is(err, snowflake.ErrNodeTaken):
+		return apiService{}, nil, usageError{fmt.Sprintf("FEED_NODE_ID=%d: %v: another live process issues ids with it. "+
+			"Give this process another FEED_NODE_ID, or leave it unset to lease a free one", cfg.NodeID, err)}
+	case err != nil:
+		return apiService{}, nil, err
 	}
-	if deps.Commands, err = feedcmd.New(p.Pool, ids, feedcmd.Config{MaxContentChars: cfg.MaxContentChars}); err != nil {
+	p.Log.Info("api: leased a Snowflake node id", "node", lease.Node())
+	if deps.Commands, err = feedcmd.New(p.Pool, lease.Generator(), feedcmd.Config{MaxContentChars: cfg.MaxContentChars}); err != nil {
 		return apiService{}, nil, err
 	}
 	deps.Ready = map[string]func(context.Context) error{"postgres": p.Pool.Ping}
@@ -196,9 +207,15 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiService, func(), er
 	}
 	addr := l.Addr().String()
 	fmt.Fprintf(p.Stdout, "api: listening on http://%s\n", addr)
-	return apiService{addr: addr, admin: srv.Admin(), svc: service.New("api", func(ctx context.Context) error {
+	return apiService{addr: addr, admin: srv.Admin(), lease: service.New("node-lease", lease.Run), svc: service.New("api", func(ctx context.Context) error {
 		return srv.Serve(ctx, l)
 	})}, f.Close, nil
+}
+
+// leaseHolder names this process in the node id's lease: host and pid.
+func leaseHolder() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s pid %d", cmp.Or(host, "unknown host"), os.Getpid())
 }
 
 // offIsNegative maps a load-shedding variable's 0 (off) to api.Config's

@@ -111,7 +111,12 @@ var configSettings = []configSetting{
 		}
 		return strings.Join(nets, ",")
 	}, ""},
-	{"FEED_NODE_ID", func(c Config, _ func(string) string) string { return strconv.FormatInt(c.NodeID, 10) }, ""},
+	{"FEED_NODE_ID", func(c Config, _ func(string) string) string {
+		if c.NodeID < 0 {
+			return "(a free one, leased at start)"
+		}
+		return strconv.FormatInt(c.NodeID, 10)
+	}, ""},
 	{"FEED_MAX_CONTENT_CHARS", func(c Config, _ func(string) string) string { return strconv.Itoa(c.MaxContentChars) }, ""},
 	{"FEED_MAX_READS_IN_FLIGHT", func(c Config, _ func(string) string) string { return strconv.Itoa(c.MaxReadsInFlight) }, ""},
 	{"FEED_MAX_WRITES_IN_FLIGHT", func(c Config, _ func(string) string) string { return strconv.Itoa(c.MaxWritesInFlight) }, ""},

@@ -97,7 +97,7 @@ func runDev(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer)
 	if vs != nil {
 		svcs = append(svcs, vs)
 	}
-	if svcs, err = withAdmin(cfg, a, stdout, append(svcs, a.svc)...); err != nil {
+	if svcs, err = withAdmin(cfg, a, stdout, append(svcs, a.lease, a.svc)...); err != nil {
 		return err
 	}
 	log.Info("dev: starting", "http", "http://"+a.addr, "kafka", cfg.KafkaBrokers, "state", cfg.StateDir)

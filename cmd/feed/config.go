@@ -245,7 +245,7 @@ func LoadConfig() (Config, error) {
 		{"FEED_CELEBRITY_BAND", 0, func(v int64) { c.CelebrityBand = v }},
 		{"FEED_INBOX_MAX", 500, func(v int64) { c.InboxMax = int(v) }},
 		{"FEED_FOLLOWER_CACHE_ROWS", int64(projections.DefaultConfig().FollowerCacheRows), func(v int64) { c.FollowerCacheRows = int(v) }},
-		{"FEED_NODE_ID", 0, func(v int64) { c.NodeID = v }},
+		{"FEED_NODE_ID", -1, func(v int64) { c.NodeID = v }},
 		{"FEED_MAX_CONTENT_CHARS", 2000, func(v int64) { c.MaxContentChars = int(v) }},
 		{"FEED_LAG_WARN_BYTES", 256 << 20, func(v int64) { c.LagWarnBytes = v }},
 		{"FEED_READ_CACHE_KEYS", 40_000, func(v int64) { c.ReadCacheKeys = int(v) }},
@@ -358,8 +358,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("FEED_CELEBRITY_BAND=%d: want 0..FEED_CELEBRITY_THRESHOLD-1 (%d)", c.CelebrityBand, c.CelebrityThreshold-1)
 	case c.InboxMax < 20:
 		return fmt.Errorf("FEED_INBOX_MAX=%d: want at least 20", c.InboxMax)
-	case c.NodeID < 0 || c.NodeID > 1023:
-		return fmt.Errorf("FEED_NODE_ID=%d: want 0..1023", c.NodeID)
+	case c.NodeID < -1 || c.NodeID > 1023:
+		return fmt.Errorf("FEED_NODE_ID=%d: want 0..1023 (or unset: a free one is leased)", c.NodeID)
 	case c.MaxContentChars < 1:
 		return fmt.Errorf("FEED_MAX_CONTENT_CHARS=%d: want at least 1", c.MaxContentChars)
 	case c.CelebrityCacheTTL < 0:

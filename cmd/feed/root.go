@@ -176,7 +176,7 @@ var envDocs = map[string]string{
 	"FEED_MAX_IDLE_CONNS":                 "kept-alive connections the API holds between requests; more are closed as they go idle, 0 no bound (default 1000)",
 	"FEED_BODY_READ_TIMEOUT":              "a write's body must arrive within this, else 408 and the connection closed (default 5s)",
 	"FEED_MAX_CONTENT_CHARS":              "post length limit in characters (default 2000)",
-	"FEED_NODE_ID":                        "Snowflake node id, unique per API process, 0..1023 (default 0)",
+	"FEED_NODE_ID":                        "Snowflake node id 0..1023, leased in PostgreSQL; refused while another live process holds it (default: lease a free one)",
 	"FEED_LAG_WARN_BYTES":                 "CDC warns when the slot lags more (default 268435456)",
 	"FEED_CDC_ON_SLOT_LOSS":               "what CDC does when its slot is gone: heal (republish from the event log; default) or stop",
 	"FEED_LOG_FORMAT":                     "log lines as text (default) or json",
