@@ -14,6 +14,7 @@ import (
 	"github.com/feedco/feed/commands"
 	"github.com/feedco/feed/events"
 	"github.com/feedco/feed/internal/snowflake"
+	"github.com/feedco/feed/internal/transient"
 	"github.com/feedco/feed/testkit/testenv"
 )
 
@@ -254,5 +255,28 @@ func TestDuplicatePostIDIsRetried(t *testing.T) {
 	var n int
 	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM posts WHERE author_id = $1`, author).Scan(&n); err != nil || n != 2*each {
 		t.Fatalf("%d posts (%v), want %d", n, err, 2*each)
+	}
+}
+
+// A PostgreSQL that refuses connections received nothing: a post is a
+// plain unavailable error (503 with Retry-After), never an unknown
+// outcome.
+func TestRefusedConnectionIsNotAnUnknownOutcome(t *testing.T) {
+	t.Parallel()
+	pool, err := pgxpool.New(context.Background(), "postgres://postgres@127.0.0.1:1/none?sslmode=disable&connect_timeout=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	ids, _ := snowflake.New(1)
+	c, err := commands.New(pool, ids, commands.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"", "key-1"} {
+		_, _, err = c.CreatePost.Do(context.Background(), commands.CreatePost{AuthorID: 1, Content: "x"}, key)
+		if err == nil || errors.Is(err, commands.ErrOutcomeUnknown) || !transient.Unavailable(err) {
+			t.Fatalf("a post against a refused PostgreSQL (key %q): %v; want unavailable, not an unknown outcome", key, err)
+		}
 	}
 }

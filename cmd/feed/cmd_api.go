@@ -157,7 +157,7 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiService, func(), er
 		OwnPostsHints:      p.Pool, // read-your-writes across API instances when a write-through fails
 		Registerer:         p.Registry,
 		Logger:             p.Log,
-	}.WithPolicy(cfg.Policy), p.Pool, p.Redis)
+	}.WithPolicy(cfg.Policy), readRetryDB{p.Pool}, p.Redis)
 	if err != nil {
 		return apiService{}, nil, fmt.Errorf("build the query side: %w", err)
 	}

@@ -96,6 +96,7 @@ func openPostgres(ctx context.Context, cfg Config, maxConns int32, checkSchema b
 	if maxConns > 0 {
 		pc.MaxConns = maxConns
 	}
+	pc.ShouldPing = pingAfterDeadConn
 	if _, set := pc.ConnConfig.RuntimeParams["application_name"]; !set && cfg.AppName != "" {
 		pc.ConnConfig.RuntimeParams["application_name"] = cfg.AppName
 	}
@@ -154,6 +155,7 @@ func openRedis(ctx context.Context, cfg Config, poolSize int) (redis.UniversalCl
 		if poolSize > 0 {
 			opt.PoolSize = poolSize
 		}
+		failFast(&opt.DialTimeout, &opt.DialerRetries, &opt.MaxRetries, &opt.MinRetryBackoff, &opt.MaxRetryBackoff)
 		c = redis.NewClusterClient(opt)
 	} else {
 		opt, err := redis.ParseURL(cfg.RedisURL)
@@ -163,6 +165,7 @@ func openRedis(ctx context.Context, cfg Config, poolSize int) (redis.UniversalCl
 		if poolSize > 0 {
 			opt.PoolSize = poolSize
 		}
+		failFast(&opt.DialTimeout, &opt.DialerRetries, &opt.MaxRetries, &opt.MinRetryBackoff, &opt.MaxRetryBackoff)
 		c = redis.NewClient(opt)
 	}
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -172,6 +175,25 @@ func openRedis(ctx context.Context, cfg Config, poolSize int) (redis.UniversalCl
 		return nil, fmt.Errorf("connect to Redis at %s: %s", redactDSN(cfg.RedisURL), dsnReason(cfg.RedisURL, err))
 	}
 	return c, nil
+}
+
+// failFast sets go-redis's dialing and retries, where REDIS_URL leaves
+// them unset, so that a Redis that is down fails a command at once and the
+// query side's circuit breaker opens on the first failures: one dial per
+// attempt (go-redis dials 5 times, 100 ms apart, by default), within 1 s,
+// and one retry at once (for a pooled connection Redis closed, e.g. after
+// a restart), not three with a backoff.
+func failFast(dialTimeout *time.Duration, dialerRetries, maxRetries *int, minBackoff, maxBackoff *time.Duration) {
+	if *dialTimeout == 0 {
+		*dialTimeout = time.Second
+	}
+	if *dialerRetries == 0 {
+		*dialerRetries = 1
+	}
+	if *maxRetries == 0 {
+		*maxRetries = 1
+		*minBackoff, *maxBackoff = -1, -1
+	}
 }
 
 // pingRedis checks that Redis answers: on a cluster, every master (which
