@@ -13,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/feedco/feed/api"
+	"github.com/feedco/feed/queries"
 	"github.com/feedco/feed/readmodel"
 	"github.com/feedco/feed/testkit/testenv"
 )
@@ -296,4 +299,81 @@ func TestAbuseSmuggling(t *testing.T) {
 			}
 		}
 	})
+}
+
+// withFeed gives the server the query side on the test's database and a
+// Redis namespace of its own.
+func withFeed(t *testing.T) func(*pgxpool.Pool, *api.Deps) {
+	rd := testenv.NewRedis(t)
+	return func(pool *pgxpool.Pool, d *api.Deps) {
+		f, err := queries.New(queries.Config{Keys: readmodel.Keys{Prefix: rd.Prefix}, ReadCacheKeys: -1, Logger: testenv.Logger()}, pool, rd.Client)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(f.Close)
+		d.Feed = f
+	}
+}
+
+// pageIDs reads every page of path as user and returns the posts' ids.
+func (e *env) pageIDs(t *testing.T, path string, user int64) []string {
+	t.Helper()
+	var ids []string
+	cursor := ""
+	for range 100 {
+		p := path + "?limit=50"
+		if cursor != "" {
+			p += "&cursor=" + cursor
+		}
+		r := e.do(t, "GET", p, "", "Authorization", e.bearer(user))
+		if r.Status != 200 {
+			t.Fatalf("GET %s as %d: %d %s", p, user, r.Status, r.Body)
+		}
+		var page struct {
+			Items []struct {
+				ID string `json:"id"`
+			} `json:"items"`
+			NextCursor *string `json:"nextCursor"`
+		}
+		if err := json.Unmarshal(r.Body, &page); err != nil {
+			t.Fatal(err)
+		}
+		for _, it := range page.Items {
+			ids = append(ids, it.ID)
+		}
+		if page.NextCursor == nil {
+			return ids
+		}
+		cursor = *page.NextCursor
+	}
+	t.Fatalf("%s: more than 100 pages", path)
+	return nil
+}
+
+// Attack: a blocked user reads the blocker's posts at their author
+// page. Answer: an empty page while the block stands; the blocker's
+// posts again once it is lifted; others see them throughout.
+func TestAbuseBlockedUserReadsBlockersPosts(t *testing.T) {
+	t.Parallel()
+	e := setup(t, options{withPool: withFeed(t)})
+	ana, bob, cy := e.register(t, "ana"), e.register(t, "bob"), e.register(t, "cy")
+	post := e.post(t, ana, "ana's post")
+	path := fmt.Sprintf("/api/users/%d/posts", ana)
+	if r := e.do(t, "PUT", fmt.Sprintf("/api/blocking/%d", bob), "", "Authorization", e.bearer(ana)); r.Status != 204 {
+		t.Fatalf("block: %d %s", r.Status, r.Body)
+	}
+	if got := e.pageIDs(t, path, bob); len(got) != 0 {
+		t.Fatalf("the blocked user reads the blocker's posts %v", got)
+	}
+	for _, u := range []int64{ana, cy} {
+		if got := e.pageIDs(t, path, u); len(got) != 1 || got[0] != post {
+			t.Fatalf("user %d reads %v at ana's page, want [%s]", u, got, post)
+		}
+	}
+	if r := e.do(t, "DELETE", fmt.Sprintf("/api/blocking/%d", bob), "", "Authorization", e.bearer(ana)); r.Status != 204 {
+		t.Fatalf("unblock: %d %s", r.Status, r.Body)
+	}
+	if got := e.pageIDs(t, path, bob); len(got) != 1 || got[0] != post {
+		t.Fatalf("after the unblock bob reads %v, want [%s]", got, post)
+	}
 }
