@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/golang-jwt/jwt/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/feedco/feed/api"
@@ -376,4 +377,176 @@ func TestAbuseBlockedUserReadsBlockersPosts(t *testing.T) {
 	if got := e.pageIDs(t, path, bob); len(got) != 1 || got[0] != post {
 		t.Fatalf("after the unblock bob reads %v, want [%s]", got, post)
 	}
+}
+
+// Attack: posts and names that show nothing, or other than what was
+// written; tokens a lax verifier reads otherwise; the operators' pages
+// asked for on the public port. Answer: 400 bad-request, 401
+// unauthorized, 404 not-found; nothing is written.
+func TestAbuseContentTokensAndPages(t *testing.T) {
+	t.Parallel()
+	e := setup(t, options{})
+	ana := e.register(t, "ana")
+	for _, content := range []string{"\u200b\u200b", "\ufeff", "\u3164", "a\x1b[2Jb", "pay\u202eexe.gpj", "\u2066x\u2069"} {
+		b, _ := json.Marshal(map[string]string{"content": content})
+		wantProblem(t, e.do(t, "POST", "/api/posts", string(b), "Authorization", e.bearer(ana)), 400, "bad-request")
+	}
+	wantProblem(t, e.do(t, "POST", "/api/users", `{"name":"\u200d"}`), 400, "bad-request")
+	if n := countRows(t, e.pool, `SELECT count(*) FROM posts`); n != 0 {
+		t.Fatalf("%d posts written by refused requests", n)
+	}
+	key := []byte(secret)
+	for name, tok := range map[string]string{
+		"numeric-string exp": forgeToken(t, key, nil, map[string]any{"sub": fmt.Sprint(ana), "exp": fmt.Sprint(time.Now().Add(time.Hour).Unix())}),
+		"crit header":        forgeToken(t, key, map[string]any{"crit": []string{"exp"}}, map[string]any{"sub": fmt.Sprint(ana), "exp": time.Now().Add(time.Hour).Unix()}),
+		"iat in the future":  forgeToken(t, key, nil, map[string]any{"sub": fmt.Sprint(ana), "exp": time.Now().Add(2 * time.Hour).Unix(), "iat": time.Now().Add(time.Hour).Unix()}),
+	} {
+		r := e.do(t, "GET", fmt.Sprintf("/api/users/%d", ana), "", "Authorization", "Bearer "+tok)
+		if r.Status != 401 {
+			t.Errorf("a token with a %s: %d, want 401", name, r.Status)
+		}
+	}
+	for _, p := range []string{"/metrics", "/status", "/debug/pprof/", "/debug/pprof/cmdline"} {
+		if r := e.do(t, "GET", p, ""); r.Status != 404 {
+			t.Errorf("GET %s on the public port: %d, want 404", p, r.Status)
+		}
+		if r := e.admin(t, p); r.Status == 404 {
+			t.Errorf("GET %s on the admin listener: 404", p)
+		}
+	}
+}
+
+// forgeToken is an HS256 token with the given header fields and claims.
+func forgeToken(t *testing.T, key []byte, header, claims map[string]any) string {
+	t.Helper()
+	tok := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims(claims))
+	for k, v := range header {
+		tok.Header[k] = v
+	}
+	s, err := tok.SignedString(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// The invariant under attack: every post answered 201 reaches its
+// readers. While anonymous clients hold bodies open, smuggle requests and
+// post invisible content, and the author's own writes run past their
+// quota and the write bound, each post answered 201 is in the author's
+// page and in a follower's home feed, and nothing refused is.
+func TestAbuseEvery201ReachesItsReaders(t *testing.T) {
+	t.Parallel()
+	rd := testenv.NewRedis(t)
+	cfg := api.Config{MaxWritesInFlight: 4, BodyReadTimeout: time.Second, WritesPerMinute: 40}
+	e, addr := served(t, options{cfg: cfg, withPool: withFeed(t), tweak: func(d *api.Deps) {
+		d.QuotaRedis, d.QuotaKeys = rd.Client, readmodel.Keys{Prefix: rd.Prefix}
+	}})
+	ana, bob := e.register(t, "ana"), e.register(t, "bob")
+	if r := e.do(t, "PUT", fmt.Sprintf("/api/following/%d", ana), "", "Authorization", e.bearer(bob)); r.Status != 204 {
+		t.Fatalf("follow: %d %s", r.Status, r.Body)
+	}
+	var wg sync.WaitGroup
+	// The attackers: held bodies and smuggling attempts, on their own
+	// connections, until the writes are done.
+	done := make(chan struct{})
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				c, err := net.Dial("tcp", addr)
+				if err != nil {
+					return
+				}
+				req := "POST /api/users HTTP/1.1\r\nHost: feed\r\nContent-Length: 50\r\n\r\n{\"na"
+				if i%2 == 1 {
+					req = "POST /api/posts HTTP/1.1\r\nHost: feed\r\nAuthorization: " + e.bearer(ana) +
+						"\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nPOST /api/posts HTTP/1.1\r\nContent-Length: 20\r\n\r\n{\"content\":\"smuggled\"}"
+				}
+				_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+				_, _ = io.WriteString(c, req)
+				_, _ = io.Copy(io.Discard, c) // until the server closes it
+				c.Close()
+			}
+		}()
+	}
+	// The author: 60 posts from 4 clients, a sixth of them invisible.
+	type answer struct {
+		status  int
+		id      string
+		content string
+	}
+	answers := make(chan answer, 60)
+	var writers sync.WaitGroup
+	for w := range 4 {
+		writers.Add(1)
+		go func() {
+			defer writers.Done()
+			for i := range 15 {
+				content := fmt.Sprintf("post %d-%d", w, i)
+				if i%6 == 5 {
+					content = "\u200b" + strings.Repeat("\ufeff", w+1)
+				}
+				b, _ := json.Marshal(map[string]string{"content": content})
+				req, _ := http.NewRequest("POST", e.url+"/api/posts", strings.NewReader(string(b)))
+				req.Header.Set("Authorization", e.bearer(ana))
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Errorf("post: %v", err)
+					return
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				var p struct{ ID string }
+				_ = json.Unmarshal(body, &p)
+				answers <- answer{resp.StatusCode, p.ID, content}
+			}
+		}()
+	}
+	writers.Wait()
+	close(done)
+	wg.Wait()
+	close(answers)
+	created := map[string]bool{}
+	counts := map[int]int{}
+	for a := range answers {
+		counts[a.status]++
+		switch a.status {
+		case 201:
+			created[a.id] = true
+		case 400, 429:
+		default:
+			t.Errorf("a post answered %d", a.status)
+		}
+		if a.status == 201 && strings.Trim(a.content, "\u200b\ufeff") == "" {
+			t.Errorf("invisible content %q answered 201", a.content)
+		}
+	}
+	if counts[201] == 0 || counts[429] == 0 || counts[400] == 0 {
+		t.Fatalf("answers %v: want 201s, 400s (invisible) and 429s (past the quota)", counts)
+	}
+	for _, read := range []struct {
+		who  int64
+		path string
+	}{{bob, "/api/feed"}, {bob, fmt.Sprintf("/api/users/%d/posts", ana)}, {ana, "/api/feed"}} {
+		got := map[string]bool{}
+		for _, id := range e.pageIDs(t, read.path, read.who) {
+			got[id] = true
+		}
+		for id := range created {
+			if !got[id] {
+				t.Errorf("post %s answered 201 is not in %s as read by %d", id, read.path, read.who)
+			}
+		}
+		if len(got) != len(created) {
+			t.Errorf("%s as read by %d holds %d posts, %d were answered 201", read.path, read.who, len(got), len(created))
+		}
+	}
+	t.Logf("answers to the author's posts under attack: %v", counts)
 }
