@@ -132,12 +132,18 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiService, func(), er
 	lease, err := snowflake.AcquireLease(ctx, p.Pool, snowflake.LeaseConfig{Node: cfg.NodeID, Holder: leaseHolder(), Logger: p.Log})
 	switch {
 	case errors.Is(err, snowflake.ErrNodeTaken):
-		return apiService{}, nil, usageError{fmt.Sprintf("FEED_NODE_ID=%d: %v: another live process issues ids with it. "+
+		return apiService{}, nil, usageError{fmt.Sprintf("FEED_NODE_ID=%d: %v. "+
 			"Give this process another FEED_NODE_ID, or leave it unset to lease a free one", cfg.NodeID, err)}
 	case err != nil:
 		return apiService{}, nil, err
 	}
 	p.Log.Info("api: leased a Snowflake node id", "node", lease.Node())
+	built := false
+	defer func() {
+		if !built { // a start that fails gives the node id back at once
+			_ = lease.Release()
+		}
+	}()
 	if deps.Commands, err = feedcmd.New(p.Pool, lease.Generator(), feedcmd.Config{MaxContentChars: cfg.MaxContentChars}); err != nil {
 		return apiService{}, nil, err
 	}
@@ -206,10 +212,11 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiService, func(), er
 		return apiService{}, nil, err
 	}
 	addr := l.Addr().String()
+	built = true
 	fmt.Fprintf(p.Stdout, "api: listening on http://%s\n", addr)
 	return apiService{addr: addr, admin: srv.Admin(), lease: service.New("node-lease", lease.Run), svc: service.New("api", func(ctx context.Context) error {
 		return srv.Serve(ctx, l)
-	})}, f.Close, nil
+	})}, func() { f.Close(); _ = lease.Release() }, nil
 }
 
 // leaseHolder names this process in the node id's lease: host and pid.

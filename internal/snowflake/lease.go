@@ -159,12 +159,12 @@ func (l *Lease) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			return l.release()
+			return l.Release()
 		case <-t.C:
 		}
 		if err := l.renew(ctx, 2*every); err != nil {
 			if ctx.Err() != nil {
-				return l.release()
+				return l.Release()
 			}
 			if time.Now().After(l.markAt.Add(-every / 2)) {
 				return fmt.Errorf("node id %d: the lease could not be renewed in time: %w", l.Node(), err)
@@ -192,9 +192,12 @@ func (l *Lease) renew(ctx context.Context, ahead time.Duration) error {
 	return nil
 }
 
-// release gives the lease up, its high-water mark the last millisecond
-// used, so that the next holder may take it at once.
-func (l *Lease) release() error {
+// Release gives the lease up, its high-water mark the last millisecond
+// used, so that the next holder may take it at once. Run releases it when
+// it ends; a process that never ran it (it failed to start) releases it
+// itself. Once released, the generator must issue no more ids; releasing
+// again changes nothing (a new holder's row is not this holder's).
+func (l *Lease) Release() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_, err := l.db.Exec(ctx, `
