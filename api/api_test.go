@@ -31,11 +31,13 @@ import (
 const secret = "test-secret-at-least-16-bytes"
 
 type env struct {
-	url    string
-	dbName string
-	pool   *pgxpool.Pool
-	signer *auth.Signer
-	srv    *api.Server
+	url string
+	// adminURL serves the server's admin handler (Server.Admin).
+	adminURL string
+	dbName   string
+	pool     *pgxpool.Pool
+	signer   *auth.Signer
+	srv      *api.Server
 }
 
 type options struct {
@@ -85,7 +87,9 @@ func setup(t *testing.T, opt options) *env {
 	}
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
-	return &env{url: hs.URL, dbName: db.Name, pool: db.Pool, signer: signer, srv: srv}
+	admin := httptest.NewServer(srv.Admin())
+	t.Cleanup(admin.Close)
+	return &env{url: hs.URL, adminURL: admin.URL, dbName: db.Name, pool: db.Pool, signer: signer, srv: srv}
 }
 
 type response struct {
@@ -123,6 +127,12 @@ func (e *env) do(t *testing.T, method, path, body string, headers ...string) res
 		t.Fatal(err)
 	}
 	return response{Status: resp.StatusCode, Header: resp.Header, Body: b}
+}
+
+// admin GETs path from the server's admin handler.
+func (e *env) admin(t *testing.T, path string) response {
+	t.Helper()
+	return (&env{url: e.adminURL}).do(t, "GET", path, "")
 }
 
 func (e *env) bearer(user int64) string { return "Bearer " + e.signer.Sign(user, time.Hour) }
@@ -563,7 +573,7 @@ func TestMetrics(t *testing.T) {
 	e.post(t, ana, "x")
 	e.do(t, "DELETE", "/api/posts/abc", "", "Authorization", e.bearer(ana))
 	e.do(t, "GET", "/nope", "")
-	r := e.do(t, "GET", "/metrics", "")
+	r := e.admin(t, "/metrics")
 	for _, want := range []string{
 		`feed_http_requests_total{code="201",method="POST",route="/api/posts"} 1`,
 		`feed_http_requests_total{code="201",method="POST",route="/api/users"} 1`,
@@ -733,7 +743,7 @@ func TestPanicRecovery(t *testing.T) {
 	if r := e.do(t, "GET", "/healthz", ""); r.Status != 200 {
 		t.Fatalf("after panic: %d", r.Status)
 	}
-	if r := e.do(t, "GET", "/metrics", ""); !strings.Contains(string(r.Body), `feed_http_requests_total{code="500",method="GET",route="/api/feed"} 1`) {
+	if r := e.admin(t, "/metrics"); !strings.Contains(string(r.Body), `feed_http_requests_total{code="500",method="GET",route="/api/feed"} 1`) {
 		t.Fatal("the panic was not counted as a 500")
 	}
 }
@@ -746,7 +756,7 @@ func TestSharedRegistry(t *testing.T) {
 	reg.MustRegister(other)
 	other.Inc()
 	e := setup(t, options{tweak: func(d *api.Deps) { d.Registry = reg }})
-	r := e.do(t, "GET", "/metrics", "")
+	r := e.admin(t, "/metrics")
 	if !strings.Contains(string(r.Body), "feed_other_component_total 1") || !strings.Contains(string(r.Body), "go_goroutines") {
 		t.Fatalf("shared registry not served:\n%s", r.Body)
 	}
@@ -775,7 +785,7 @@ func TestFeedRoute(t *testing.T) {
 		t.Fatalf("HEAD /api/feed: %d", r.Status)
 	}
 	wantProblem(t, e.do(t, "GET", "/api/feed/", "", "Authorization", tok), 404, "not-found")
-	m := string(e.do(t, "GET", "/metrics", "").Body)
+	m := string(e.admin(t, "/metrics").Body)
 	for _, want := range []string{
 		`feed_http_requests_total{code="200",method="GET",route="/api/feed"} 2`,
 		`feed_http_requests_total{code="405",method="POST",route="unmatched"} 1`,

@@ -50,6 +50,9 @@ func readBody(r *http.Request) ([]byte, error) {
 	if r.Body == nil {
 		return nil, nil
 	}
+	if bb, ok := r.Body.(bufferedBody); ok {
+		return bb.b, nil
+	}
 	b, err := io.ReadAll(r.Body)
 	if err != nil {
 		var mbe *http.MaxBytesError

@@ -66,17 +66,35 @@ func (s *Server) homeFeed(w http.ResponseWriter, r *http.Request, caller int64) 
 }
 
 // GET /api/users/{id}/posts?cursor=&limit= or ?after=&limit= -> 200 page.
-func (s *Server) authorPosts(w http.ResponseWriter, r *http.Request, _ int64) error {
+func (s *Server) authorPosts(w http.ResponseWriter, r *http.Request, caller int64) error {
 	author, err := parseID("id", mux.Vars(r)["id"])
 	if err != nil {
 		return err
 	}
 	return s.page(w, r, func(ctx context.Context, cursor string, after bool, limit int) (queries.Page, error) {
+		if blocked, err := s.blockedBy(ctx, author, caller); err != nil || blocked {
+			return queries.Page{Items: []queries.Post{}}, err // the blocker's posts are hidden from the blocked
+		}
 		if after {
 			return s.deps.Feed.AuthorPostsAfter(ctx, author, cursor, limit)
 		}
 		return s.deps.Feed.AuthorPosts(ctx, author, cursor, limit)
 	})
+}
+
+// blockChecker is a FeedReader that knows blocks; *queries.Feed is one.
+type blockChecker interface {
+	Blocks(ctx context.Context, blocker, blocked int64) (bool, error)
+}
+
+// blockedBy reports whether author blocks caller (false when the reader
+// does not know blocks).
+func (s *Server) blockedBy(ctx context.Context, author, caller int64) (bool, error) {
+	bc, ok := s.deps.Feed.(blockChecker)
+	if !ok || author == caller {
+		return false, nil
+	}
+	return bc.Blocks(ctx, author, caller)
 }
 
 // page answers a page read: read gets the `cursor` (after false) or, on a

@@ -11,7 +11,6 @@ import (
 	"github.com/gorilla/mux"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/feedco/feed/internal/procio"
 	"github.com/feedco/feed/internal/schedlat"
@@ -75,10 +74,6 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 		}
 	}
 	return m, nil
-}
-
-func (m *metrics) handler(reg *prometheus.Registry) http.Handler {
-	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
 }
 
 func (m *metrics) observe(route, method string, status int, start time.Time) {

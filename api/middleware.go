@@ -165,31 +165,12 @@ func asStatusWriter(w http.ResponseWriter) *statusWriter {
 type handlerFunc func(w http.ResponseWriter, r *http.Request, caller int64) error
 
 // public wraps an endpoint that needs no identity: body limit, request
-// timeout, error answering.
-func (s *Server) public(h handlerFunc) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		r, cancel := s.prepare(w, r)
-		defer cancel()
-		if err := h(w, r, 0); err != nil {
-			writeError(w, r, s.log, err)
-		}
-	})
-}
+// timeout, error answering, and the admission of its class when read or
+// write wraps it (admission.go).
+func (s *Server) public(h handlerFunc) http.Handler { return &endpoint{s: s, h: h, anonymous: true} }
 
 // authed is public plus the caller's identity; none is 401.
-func (s *Server) authed(h handlerFunc) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		r, cancel := s.prepare(w, r)
-		defer cancel()
-		caller, err := s.identify(r)
-		if err == nil {
-			err = h(w, r, caller)
-		}
-		if err != nil {
-			writeError(w, r, s.log, err)
-		}
-	})
-}
+func (s *Server) authed(h handlerFunc) http.Handler { return &endpoint{s: s, h: h} }
 
 // prepare bounds the body and the request's time; the caller defers the
 // returned cancel (the wrappers above, so no endpoint has to), which

@@ -55,7 +55,7 @@ func TestOpenAPIRoutes(t *testing.T) {
 	// under ProblemBase.
 	enum := fmt.Sprint(doc.Components.Schemas["Problem"].Value.Properties["type"].Value.Enum)
 	for _, typ := range []string{"bad-request", "unauthorized", "forbidden", "not-found", "method-not-allowed", "version-conflict",
-		"payload-too-large", "idempotency-key-reused", "post-unavailable", "internal", "unavailable", "outcome-unknown"} {
+		"payload-too-large", "idempotency-key-reused", "post-unavailable", "internal", "unavailable", "outcome-unknown", "request-timeout", "rate-limited"} {
 		if !strings.Contains(enum, api.ProblemBase+typ+" ") && !strings.Contains(enum, api.ProblemBase+typ+"]") {
 			t.Errorf("problem type %s is not in the document", typ)
 		}

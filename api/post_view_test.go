@@ -23,7 +23,7 @@ func withQueries(t *testing.T) options {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(f.Close)
+		testenv.Start(t, f.Service())
 		d.Feed = f
 	}}
 }

@@ -42,8 +42,10 @@ var (
 	probMethod       = Problem{Type: ProblemBase + "method-not-allowed", Title: "Method not allowed", Status: http.StatusMethodNotAllowed}
 	probConflict     = Problem{Type: ProblemBase + "version-conflict", Title: "Version conflict", Status: http.StatusConflict}
 	probTooLarge     = Problem{Type: ProblemBase + "payload-too-large", Title: "Payload too large", Status: http.StatusRequestEntityTooLarge}
+	probSlowBody     = Problem{Type: ProblemBase + "request-timeout", Title: "Request timeout", Status: http.StatusRequestTimeout}
 	probKeyReused    = Problem{Type: ProblemBase + "idempotency-key-reused", Title: "Idempotency key reused", Status: http.StatusUnprocessableEntity}
 	probPostGone     = Problem{Type: ProblemBase + "post-unavailable", Title: "Post unavailable", Status: http.StatusUnprocessableEntity}
+	probRateLimited  = Problem{Type: ProblemBase + "rate-limited", Title: "Rate limited", Status: http.StatusTooManyRequests}
 	probOverloaded   = Problem{Type: ProblemBase + "overloaded", Title: "Too many requests", Status: http.StatusTooManyRequests}
 	probUnavailable  = Problem{Type: ProblemBase + "unavailable", Title: "Service unavailable", Status: http.StatusServiceUnavailable}
 	probUnknown      = Problem{Type: ProblemBase + "outcome-unknown", Title: "Outcome unknown", Status: http.StatusServiceUnavailable}
@@ -82,14 +84,21 @@ func problemFor(err error) (p Problem, internal bool) {
 		mbe *http.MaxBytesError
 		bc  badCursor
 		ov  *overloadedError
+		rl  *rateLimitedError
 	)
 	switch {
+	case errors.As(err, &rl):
+		p = probRateLimited
+		p.Detail = "past the caller's quota of " + rl.quota + " (RateLimit-Policy); retry after Retry-After"
 	case errors.As(err, &ov):
 		p = probOverloaded
 		p.Detail = "the server is at its bound of " + ov.class + "s in flight; retry after Retry-After"
 	case errors.As(err, &mbe):
 		p = probTooLarge
 		p.Detail = "the request body is larger than the limit"
+	case errors.Is(err, errBodyTimeout):
+		p = probSlowBody
+		p.Detail = err.Error() + "; the connection is closed"
 	case errors.As(err, &bi):
 		p = probBadRequest
 		p.Detail = bi.msg
@@ -182,7 +191,12 @@ func writeErrorWith(w http.ResponseWriter, r *http.Request, log *slog.Logger, er
 	case http.StatusUnauthorized:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="feed"`)
 	case http.StatusServiceUnavailable, http.StatusTooManyRequests:
-		w.Header().Set("Retry-After", retryAfterSeconds)
+		var rl *rateLimitedError
+		if errors.As(err, &rl) {
+			w.Header().Set("Retry-After", rl.retryAfterHeader())
+		} else {
+			w.Header().Set("Retry-After", retryAfterSeconds)
+		}
 	}
 	writeProblem(w, p)
 }

@@ -17,10 +17,12 @@ import (
 
 	"github.com/gorilla/mux"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/semaphore"
 
 	"github.com/feedco/feed/commands"
+	"github.com/feedco/feed/readmodel"
 )
 
 // Authentication modes.
@@ -75,6 +77,25 @@ type Config struct {
 	MaxHeaderBytes int
 	// ShutdownTimeout bounds the graceful shutdown. Default 10s.
 	ShutdownTimeout time.Duration
+	// BodyReadTimeout bounds the reading of a write's body, from when
+	// its identity is checked: slower is 408 and the connection closed,
+	// before the write takes a slot (admission.go). Default 5s.
+	BodyReadTimeout time.Duration
+	// MaxConns bounds the connections Serve holds open at once: beyond
+	// it, new connections wait in the listen backlog until one closes
+	// (conns.go). Default 10,000; negative: no bound.
+	MaxConns int
+	// WritesPerMinute and ReadsPerSecond are each user's quotas, and
+	// RegistrationsPerHour each client address's, shared by every process
+	// through Deps.QuotaRedis (quota.go); past one, 429 rate-limited.
+	// 0: no quota.
+	WritesPerMinute      int
+	ReadsPerSecond       int
+	RegistrationsPerHour int
+	// MaxIdleConns bounds the kept-alive connections waiting for their
+	// next request: a connection that goes idle beyond it is closed.
+	// Default 1,000; negative: no bound.
+	MaxIdleConns int
 	// MaxReadsInFlight bounds the reads (GET of feeds, posts, replies, author posts and
 	// users) served at once; a read beyond it is 429 at once (shed.go).
 	// Default 256; negative: no bound.
@@ -100,6 +121,9 @@ func (c Config) withDefaults() Config {
 	c.WriteTimeout = cmp.Or(c.WriteTimeout, 20*time.Second)
 	c.IdleTimeout = cmp.Or(c.IdleTimeout, 60*time.Second)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 10*time.Second)
+	c.BodyReadTimeout = cmp.Or(c.BodyReadTimeout, 5*time.Second)
+	c.MaxConns = cmp.Or(c.MaxConns, DefaultMaxConns)
+	c.MaxIdleConns = cmp.Or(c.MaxIdleConns, DefaultMaxIdleConns)
 	c.MaxHeaderBytes = cmp.Or(c.MaxHeaderBytes, http.DefaultMaxHeaderBytes)
 	c.MaxReadsInFlight = cmp.Or(c.MaxReadsInFlight, DefaultMaxReadsInFlight)
 	c.MaxWritesInFlight = cmp.Or(c.MaxWritesInFlight, DefaultMaxWritesInFlight)
@@ -123,6 +147,14 @@ const (
 	DefaultFullHomeReads     = 128
 )
 
+// The defaults of the connection bounds: a process may open about 20,000
+// files on the machines it runs on, and an idle connection costs about
+// 20 KB (docs/api.md, Connections).
+const (
+	DefaultMaxConns     = 10_000
+	DefaultMaxIdleConns = 1_000
+)
+
 // Validate reports the first setting that cannot work.
 func (c Config) Validate() error {
 	switch {
@@ -130,8 +162,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("auth mode %q: want %s or %s", c.AuthMode, AuthJWT, AuthTrustedHeader)
 	case c.MaxBodyBytes < 1024:
 		return fmt.Errorf("max body bytes %d: want at least 1024", c.MaxBodyBytes)
-	case c.RequestTimeout <= 0, c.ReadHeaderTimeout <= 0, c.ReadTimeout <= 0, c.WriteTimeout <= 0, c.IdleTimeout <= 0, c.ShutdownTimeout <= 0:
+	case c.RequestTimeout <= 0, c.ReadHeaderTimeout <= 0, c.ReadTimeout <= 0, c.WriteTimeout <= 0, c.IdleTimeout <= 0, c.ShutdownTimeout <= 0, c.BodyReadTimeout <= 0:
 		return errors.New("timeouts must be positive")
+	case c.WritesPerMinute < 0, c.ReadsPerSecond < 0, c.RegistrationsPerHour < 0:
+		return errors.New("quotas must not be negative")
 	case c.MaxHeaderBytes < 1024:
 		return fmt.Errorf("max header bytes %d: want at least 1024", c.MaxHeaderBytes)
 	case c.AuthMode != AuthTrustedHeader:
@@ -208,13 +242,19 @@ type Deps struct {
 	// e.g. so the query side shows the new content at once. It runs on the
 	// request path: keep it fast.
 	AfterPostEdited func(ctx context.Context, p commands.Post)
-	// Status is the source of the operators' page GET /status. Optional:
-	// without it the page answers 503.
+	// Status is the source of the operators' page GET /status, on the
+	// admin listener (AdminHandler). Optional: without it the page
+	// answers 503.
 	Status StatusSource
-	// Registry is served at /metrics and receives the HTTP metrics; pass
+	// Registry is served at the admin listener's /metrics (AdminHandler)
+	// and receives the HTTP metrics; pass
 	// one to share it with the other components of the process (e.g. the
 	// query side's). Default: a new registry of the server's own.
 	Registry *prometheus.Registry
+	// QuotaRedis keeps the quotas' counts (Config.WritesPerMinute, ...),
+	// under QuotaKeys's namespace. Optional: without it no quota applies.
+	QuotaRedis redis.UniversalClient
+	QuotaKeys  readmodel.Keys
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// TracerProvider, when set, traces every request (tracing.go). Nil:
@@ -234,6 +274,8 @@ type Server struct {
 	metrics *metrics
 
 	reads, writes limiter             // requests in flight by class (shed.go)
+	conns         connTracker         // open and idle connections (conns.go)
+	quotas        quotas              // per-caller quotas (quota.go)
 	fullHome      *semaphore.Weighted // full home reads at once; nil: never degraded
 }
 
@@ -269,6 +311,14 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if cfg.FullHomeReads > 0 {
 		s.fullHome = semaphore.NewWeighted(int64(cfg.FullHomeReads))
 	}
+	s.conns.maxOpen, s.conns.maxIdle = int64(max(cfg.MaxConns, 0)), int64(max(cfg.MaxIdleConns, 0))
+	if err := s.conns.register(s.reg); err != nil {
+		return nil, fmt.Errorf("api: register connection metrics: %w", err)
+	}
+	s.quotas.init(cfg, deps.QuotaRedis, deps.QuotaKeys)
+	if err := s.quotas.register(s.reg); err != nil {
+		return nil, fmt.Errorf("api: register quota metrics: %w", err)
+	}
 	if err := newShedMetrics(s.reg, &s.reads, &s.writes); err != nil {
 		return nil, fmt.Errorf("api: register shedding metrics: %w", err)
 	}
@@ -279,7 +329,8 @@ func New(cfg Config, deps Deps) (*Server, error) {
 // Handler returns the API as an http.Handler (for tests and embedding).
 func (s *Server) Handler() http.Handler { return s.handler }
 
-// Registry is the Prometheus registry served at /metrics.
+// Registry is the Prometheus registry the admin listener serves at
+// /metrics.
 func (s *Server) Registry() *prometheus.Registry { return s.reg }
 
 func (s *Server) routes() http.Handler {
@@ -294,8 +345,6 @@ func (s *Server) routes() http.Handler {
 	r.Handle("/api/feed", s.read(s.authed(s.homeFeed))).Methods(http.MethodGet)
 	r.Handle("/healthz", http.HandlerFunc(s.healthz)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/readyz", http.HandlerFunc(s.readyz)).Methods(http.MethodGet, http.MethodHead)
-	r.Handle("/metrics", s.metrics.handler(s.reg)).Methods(http.MethodGet)
-	r.Handle("/status", http.HandlerFunc(s.statusPage)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/openapi.json", http.HandlerFunc(serveOpenAPI)).Methods(http.MethodGet, http.MethodHead)
 
 	// Full paths on the root router, not a subrouter: mux answers 404
@@ -374,7 +423,7 @@ func (s *Server) ListenAndServe(ctx context.Context, onListen func(addr net.Addr
 // did not finish).
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs := &http.Server{
-		Handler:           s.handler,
+		Handler:           s.framingCheck(s.handler),
 		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
 		ReadTimeout:       s.cfg.ReadTimeout,
 		WriteTimeout:      s.cfg.WriteTimeout,
@@ -382,7 +431,15 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+		ConnState:         s.conns.state,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, connKey{}, c)
+		},
+		// OPTIONS * reaches the handler (a 404), so that framingCheck
+		// sees every request the server hands over.
+		DisableGeneralOptionsHandler: true,
 	}
+	ln = s.conns.listener(ln)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {

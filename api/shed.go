@@ -9,8 +9,9 @@ import (
 
 // Load shedding: the server bounds the requests it works on at once, reads
 // and writes apart (Config.MaxReadsInFlight, Config.MaxWritesInFlight). A
-// request over its bound is answered at once, before any other work
-// (identity, body, database), with 429 `overloaded` and Retry-After: it
+// request over its bound is answered at once, once its caller is known
+// and a write's body read (admission.go), before any other work
+// (database, Redis), with 429 `overloaded` and Retry-After: it
 // never waits in a queue, and a shed write did nothing, so its retry (with
 // or without Idempotency-Key) is a first attempt. Below the read bound, the
 // home feed degrades first: beyond Config.FullHomeReads home reads doing
@@ -47,20 +48,23 @@ func (e *overloadedError) Error() string {
 	return "too many " + e.class + "s in flight: shed"
 }
 
-// read and write wrap a route of their class with its admission.
-func (s *Server) read(next http.Handler) http.Handler  { return s.shedding(&s.reads, "read", next) }
-func (s *Server) write(next http.Handler) http.Handler { return s.shedding(&s.writes, "write", next) }
+// read and write give an endpoint (public or authed) its class and its
+// admission (admission.go): over the class's bound, 429 at once, after
+// the caller is identified and, for a write, its body read.
+func (s *Server) read(next http.Handler) http.Handler {
+	return s.classify(next, &s.reads, "read", false)
+}
+func (s *Server) write(next http.Handler) http.Handler {
+	return s.classify(next, &s.writes, "write", true)
+}
 
-// shedding wraps next with l's admission: over the bound, 429 at once.
-func (s *Server) shedding(l *limiter, class string, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !l.acquire() {
-			writeError(w, r, s.log, &overloadedError{class})
-			return
-		}
-		defer l.release()
-		next.ServeHTTP(w, r)
-	})
+func (s *Server) classify(next http.Handler, l *limiter, class string, body bool) http.Handler {
+	e, ok := next.(*endpoint)
+	if !ok {
+		panic("api: read and write wrap an endpoint made by public or authed")
+	}
+	e.class, e.className, e.body = l, class, body
+	return e
 }
 
 // shedMetrics registers the gauges of the requests in flight and the

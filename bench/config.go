@@ -20,6 +20,9 @@ import (
 type Config struct {
 	// BaseURL is the API, e.g. http://127.0.0.1:8080.
 	BaseURL string
+	// MetricsURL serves the API's /metrics: its admin listener
+	// (FEED_ADMIN_ADDR), e.g. http://127.0.0.1:9100. Default BaseURL.
+	MetricsURL string
 	// Duration of the mixed phase. Default 60s.
 	Duration time.Duration
 	// Rate is the open-loop arrival rate of operations per second (reads

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -831,31 +832,31 @@ type scraped struct {
 	retries retryCount  // feed_projection_retries_total by projector; nil when absent
 }
 
-// scrapeMetrics reads the API's /metrics (feed dev serves every role's
-// metrics there).
+// scrapeMetrics reads the API's /metrics on its admin listener (feed dev
+// serves every role's metrics there).
 func (r *Runner) scrapeMetrics(parent context.Context) scraped {
 	ctx, cancel := context.WithTimeout(parent, 2*time.Second)
 	defer cancel()
 	none := scraped{entries: -1, cdcLag: -1, cpu: -1, io: noIO}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.cfg.BaseURL+"/metrics", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cmp.Or(r.cfg.MetricsURL, r.cfg.BaseURL)+"/metrics", nil)
 	if err != nil {
 		return none
 	}
 	resp, err := r.client.Do(req)
 	if err != nil {
 		if parent.Err() == nil { // (a sampler stopped mid-scrape is no news)
-			fmt.Fprintf(r.deps.Log, "bench: reading %s/metrics: %v\n", r.cfg.BaseURL, err)
+			fmt.Fprintf(r.deps.Log, "bench: reading %s/metrics: %v\n", cmp.Or(r.cfg.MetricsURL, r.cfg.BaseURL), err)
 		}
 		return none
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		fmt.Fprintf(r.deps.Log, "bench: reading %s/metrics: %s\n", r.cfg.BaseURL, resp.Status)
+		fmt.Fprintf(r.deps.Log, "bench: reading %s/metrics: %s\n", cmp.Or(r.cfg.MetricsURL, r.cfg.BaseURL), resp.Status)
 		return none
 	}
 	out := parseMetrics(resp.Body)
 	if out.entries < 0 {
-		fmt.Fprintf(r.deps.Log, "bench: %s/metrics has no feed_projection_entries_written_total{projector=\"inbox\"}: no CPU per delivered entry\n", r.cfg.BaseURL)
+		fmt.Fprintf(r.deps.Log, "bench: %s/metrics has no feed_projection_entries_written_total{projector=\"inbox\"}: no CPU per delivered entry\n", cmp.Or(r.cfg.MetricsURL, r.cfg.BaseURL))
 	}
 	return out
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/feedco/feed/events"
 	"github.com/feedco/feed/internal/snowflake"
@@ -127,6 +128,9 @@ func createPost(cfg Config, ids *snowflake.Generator) TxHandler[CreatePost, Post
 				err = fmt.Errorf("insert post: %w", err)
 			}
 		}
+		if isDuplicatePostID(err) {
+			return Post{}, duplicateID(ids, p.ID)
+		}
 		if err != nil {
 			return Post{}, err
 		}
@@ -178,6 +182,22 @@ func createReferring(ctx context.Context, tx pgx.Tx, p *Post, cmd CreatePost, me
 		return 0, fmt.Errorf("insert post: %w", err)
 	}
 	return followers, nil
+}
+
+// isDuplicatePostID reports an insert of a post id that exists: another
+// process issued the same id (two generators on one node id, which node
+// leases prevent, or a clock stepped back). The command runs again, with a
+// new id.
+func isDuplicatePostID(err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && pg.Code == "23505" && pg.ConstraintName == "posts_pkey"
+}
+
+// duplicateID is the retryable error of a post id that exists; ids skips
+// ahead, so that its next id is unlikely to be taken too.
+func duplicateID(ids *snowflake.Generator, id int64) error {
+	ids.Skip()
+	return fmt.Errorf("post id %d exists: %w", id, ErrVersionConflict)
 }
 
 // newPost validates cmd and gives the post its id and time.
@@ -247,6 +267,9 @@ func createPostStatement(cfg Config, ids *snowflake.Generator) StmtHandler[Creat
 			return Post{}, fmt.Errorf("author %d: %w", cmd.AuthorID, ErrNotFound)
 		}
 		if err != nil {
+			if isDuplicatePostID(err) {
+				return Post{}, duplicateID(ids, p.ID)
+			}
 			if isVersionConflict(err) {
 				return Post{}, fmt.Errorf("append to %s at version 0: %w", stream, ErrVersionConflict)
 			}

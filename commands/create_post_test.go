@@ -3,6 +3,8 @@ package commands_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +13,8 @@ import (
 
 	"github.com/feedco/feed/commands"
 	"github.com/feedco/feed/events"
+	"github.com/feedco/feed/internal/snowflake"
+	"github.com/feedco/feed/internal/transient"
 	"github.com/feedco/feed/testkit/testenv"
 )
 
@@ -199,5 +203,80 @@ func TestCreatePostStatementTerminatedMidStatement(t *testing.T) {
 	}
 	if n, e := postCount(t, b.pool, author); n != 0 || e != 0 {
 		t.Fatalf("%d posts and %d events after a killed statement", n, e)
+	}
+}
+
+// Two processes that issue the same post ids (one node id for both and
+// one stopped clock: what node leases and their high-water marks
+// prevent): every post is created once, each with an id of its own, with
+// or without an Idempotency-Key; a duplicate id is retried with a new
+// one, never an error.
+func TestDuplicatePostIDIsRetried(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	var procs []*commands.Commands
+	stopped := time.Now()
+	for range 2 {
+		ids, err := snowflake.NewWithClock(9, func() time.Time { return stopped }) // the same node id and time
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := commands.New(db.Pool, ids, commands.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		procs = append(procs, c)
+	}
+	author := register(t, procs[0], "author")
+	ctx := context.Background()
+	const each = 300
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*each)
+	for p, c := range procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				key := ""
+				if i%2 == 0 {
+					key = fmt.Sprintf("k-%d-%d", p, i)
+				}
+				if _, _, err := c.CreatePost.Do(ctx, commands.CreatePost{AuthorID: author, Content: fmt.Sprint("post ", p, i)}, key); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("a post failed: %v", err)
+	}
+	var n int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM posts WHERE author_id = $1`, author).Scan(&n); err != nil || n != 2*each {
+		t.Fatalf("%d posts (%v), want %d", n, err, 2*each)
+	}
+}
+
+// A PostgreSQL that refuses connections received nothing: a post is a
+// plain unavailable error (503 with Retry-After), never an unknown
+// outcome.
+func TestRefusedConnectionIsNotAnUnknownOutcome(t *testing.T) {
+	t.Parallel()
+	pool, err := pgxpool.New(context.Background(), "postgres://postgres@127.0.0.1:1/none?sslmode=disable&connect_timeout=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	ids, _ := snowflake.New(1)
+	c, err := commands.New(pool, ids, commands.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"", "key-1"} {
+		_, _, err = c.CreatePost.Do(context.Background(), commands.CreatePost{AuthorID: 1, Content: "x"}, key)
+		if err == nil || errors.Is(err, commands.ErrOutcomeUnknown) || !transient.Unavailable(err) {
+			t.Fatalf("a post against a refused PostgreSQL (key %q): %v; want unavailable, not an unknown outcome", key, err)
+		}
 	}
 }

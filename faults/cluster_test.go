@@ -188,6 +188,12 @@ func startTopology(t *testing.T, top topology) *cluster {
 		"FEED_PARTITIONS=4",
 		"FEED_SLOT="+c.slot,
 		"FEED_AUTH=trusted-header",
+		// The workload registers every user from one address and posts
+		// faster than a person: the quotas are the abuse suite's.
+		"FEED_QUOTA_WRITES_PER_MINUTE=0", "FEED_QUOTA_READS_PER_SECOND=0", "FEED_QUOTA_REGISTRATIONS_PER_HOUR=0",
+		// Several roles on one machine: each admin listener on a port of
+		// its own (cdc and project take --metrics-addr's).
+		"FEED_ADMIN_ADDR=127.0.0.1:0",
 		"FEED_CELEBRITY_THRESHOLD="+itoa(celebrityThreshold),
 		"FEED_INBOX_MAX=20",
 		"FEED_CELEBRITY_CACHE_TTL=500ms",

@@ -92,3 +92,22 @@ func (f *Feed) authorItems(ctx context.Context, authorID int64, cur key, need in
 	}
 	return items, nil
 }
+
+// Blocks reports whether blocker blocks blocked, from PostgreSQL's blocks
+// (the write side's inline state, so a block hides at once): the API
+// shows a blocked account none of the blocker's posts.
+func (f *Feed) Blocks(ctx context.Context, blocker, blocked int64) (bool, error) {
+	if blocker == blocked {
+		return false, nil
+	}
+	rows, err := f.db.Query(ctx, `SELECT 1 FROM blocks WHERE blocker_id = $1 AND blocked_id = $2`, blocker, blocked)
+	if err != nil {
+		return false, fmt.Errorf("read block of %d by %d: %w", blocked, blocker, err)
+	}
+	defer rows.Close()
+	found := rows.Next()
+	if err := rows.Err(); err != nil {
+		return false, fmt.Errorf("read block of %d by %d: %w", blocked, blocker, err)
+	}
+	return found, nil
+}

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"time"
+	"net/http"
+	"os"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,7 +21,6 @@ import (
 	"github.com/feedco/feed/internal/service"
 	"github.com/feedco/feed/internal/snowflake"
 	"github.com/feedco/feed/queries"
-	"github.com/feedco/feed/status"
 )
 
 func newAPICommand(c *cli) *cobra.Command {
@@ -27,7 +28,8 @@ func newAPICommand(c *cli) *cobra.Command {
 		Use:   "api",
 		Short: "The HTTP API: the write side and the query side",
 		Long: longHelp("The HTTP API: the write side (commands) and the query side (home feed, author timelines),\n"+
-			"with /healthz, /readyz, /metrics and the operators' status page /status (which reads Kafka too).", envPostgres, envRedis, envKafka, envAPI, []string{"FEED_SLOT", "FEED_LAG_WARN_BYTES"}),
+			"with /healthz and /readyz; /metrics, the operators' status page /status (which reads Kafka too) and pprof\n"+
+			"on the admin listener (FEED_ADMIN_ADDR).", envPostgres, envRedis, envKafka, envAPI, []string{"FEED_SLOT", "FEED_LAG_WARN_BYTES"}),
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, log, err := c.config()
@@ -56,7 +58,11 @@ func runAPI(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer)
 		return err
 	}
 	log.Info("api: starting", "http", "http://"+a.addr)
-	return service.Run(ctx, log, "api", a.services()...)
+	svcs, err := withAdmin(cfg, a, stdout, a.services()...)
+	if err != nil {
+		return err
+	}
+	return service.Run(ctx, log, "api", svcs...)
 }
 
 // apiParts are what the API is built from.
@@ -78,14 +84,37 @@ type apiParts struct {
 // it (ready once started: the listener already accepts connections), and
 // feed runs the query side's background work (queries.Feed.Run).
 type apiService struct {
-	svc  *service.Service
-	feed *service.Service
-	addr string
+	// lease renews the Snowflake node id's lease and releases it; it
+	// starts before the API and stops after it.
+	lease *service.Service
+	feed  *service.Service
+	svc   *service.Service
+	addr  string
+	admin http.Handler // the server's admin handler (api.Server.Admin)
 }
 
-// services are the API's services in their starting order: the query
-// side's background work, then the server (stopped first).
-func (a apiService) services() []*service.Service { return []*service.Service{a.feed, a.svc} }
+// withAdmin returns svcs after the API's admin listener on
+// FEED_ADMIN_ADDR (none when it is ""), whose address it prints on
+// stdout: the operators' pages serve from the start.
+func withAdmin(cfg Config, a apiService, stdout io.Writer, svcs ...*service.Service) ([]*service.Service, error) {
+	if cfg.AdminAddr == "" {
+		return svcs, nil
+	}
+	l, err := adminListener(cfg.AdminAddr)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(stdout, "admin: listening on http://%s\n", l.Addr())
+	h := a.admin
+	return append([]*service.Service{service.New("admin", func(ctx context.Context) error { return serveHTTP(ctx, l, h) })}, svcs...), nil
+}
+
+// services are the API's services in their starting order: the node id's
+// lease, the query side's background work, then the server (stopped
+// first; the lease is released last).
+func (a apiService) services() []*service.Service {
+	return []*service.Service{a.lease, a.feed, a.svc}
+}
 
 // newAPI builds the API: token verification, the write side, the query
 // side (GET /api/feed and GET /api/users/{id}/posts, with every post the
@@ -96,7 +125,7 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiService, error) {
 	if err != nil {
 		return apiService{}, err
 	}
-	deps := api.Deps{Logger: p.Log, Registry: p.Registry, Users: users}
+	deps := api.Deps{Logger: p.Log, Registry: p.Registry, Users: users, QuotaRedis: p.Redis}
 	if tracerProvider != nil {
 		deps.TracerProvider = tracerProvider
 	}
@@ -110,11 +139,23 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiService, error) {
 		}
 		deps.Tokens = signer
 	}
-	ids, err := snowflake.New(cfg.NodeID)
-	if err != nil {
-		return apiService{}, usageError{fmt.Sprintf("FEED_NODE_ID: %v", err)}
+	// The Snowflake node id, leased: two live processes never share one.
+	lease, err := snowflake.AcquireLease(ctx, p.Pool, snowflake.LeaseConfig{Node: cfg.NodeID, Holder: leaseHolder(), Logger: p.Log})
+	switch {
+	case errors.Is(err, snowflake.ErrNodeTaken):
+		return apiService{}, usageError{fmt.Sprintf("FEED_NODE_ID=%d: %v. "+
+			"Give this process another FEED_NODE_ID, or leave it unset to lease a free one", cfg.NodeID, err)}
+	case err != nil:
+		return apiService{}, err
 	}
-	if deps.Commands, err = feedcmd.New(p.Pool, ids, feedcmd.Config{MaxContentChars: cfg.MaxContentChars}); err != nil {
+	p.Log.Info("api: leased a Snowflake node id", "node", lease.Node())
+	built := false
+	defer func() {
+		if !built { // a start that fails gives the node id back at once
+			_ = lease.Release()
+		}
+	}()
+	if deps.Commands, err = feedcmd.New(p.Pool, lease.Generator(), feedcmd.Config{MaxContentChars: cfg.MaxContentChars}); err != nil {
 		return apiService{}, err
 	}
 	deps.Ready = map[string]func(context.Context) error{"postgres": p.Pool.Ping}
@@ -132,15 +173,13 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiService, error) {
 		RebuildConcurrency: cfg.RebuildConcurrency,
 		Registerer:         p.Registry,
 		Logger:             p.Log,
-	}.WithPolicy(cfg.Policy), p.Pool, p.Redis)
+	}.WithPolicy(cfg.Policy), readRetryDB{p.Pool}, p.Redis)
 	if err != nil {
 		return apiService{}, fmt.Errorf("build the query side: %w", err)
 	}
 	deps.Feed = f
-	// The operators' page, GET /status: the model of `feed status`,
-	// gathered at most once a second.
-	deps.Status = status.NewCache(status.Config{Pool: p.Pool, Redis: p.Redis, Kafka: connOf(cfg), Topic: cfg.Topic,
-		Slot: cfg.Slot, LagWarnBytes: cfg.LagWarnBytes}, time.Second)
+	// The operators' page, GET /status on the admin listener.
+	deps.Status = statusSource(cfg, p.Pool, p.Redis)
 	deps.AfterPostCreated = func(ctx context.Context, post feedcmd.Post) {
 		err := f.PostCreated(ctx, queries.NewPost{ID: post.ID, AuthorID: post.AuthorID, Content: post.Content, CreatedAt: post.CreatedAt})
 		if err != nil && !errors.Is(err, queries.ErrCircuitOpen) { // skipped while Redis is down: the circuit logs that once
@@ -167,6 +206,10 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiService, error) {
 		GatewaySecret: cfg.GatewaySecret, TrustedNetworks: cfg.TrustedNetworks,
 		MaxReadsInFlight: offIsNegative(cfg.MaxReadsInFlight), MaxWritesInFlight: offIsNegative(cfg.MaxWritesInFlight),
 		FullHomeReads: offIsNegative(cfg.FullHomeReads),
+		MaxConns:      offIsNegative(cfg.MaxConns), MaxIdleConns: offIsNegative(cfg.MaxIdleConns),
+		BodyReadTimeout: cfg.BodyReadTimeout,
+		WritesPerMinute: cfg.QuotaWritesPerMinute, ReadsPerSecond: cfg.QuotaReadsPerSecond,
+		RegistrationsPerHour: cfg.QuotaRegistrationsPerHour,
 	}, deps)
 	if err != nil {
 		return apiService{}, err
@@ -176,10 +219,17 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiService, error) {
 		return apiService{}, err
 	}
 	addr := l.Addr().String()
+	built = true
 	fmt.Fprintf(p.Stdout, "api: listening on http://%s\n", addr)
-	return apiService{addr: addr, feed: f.Service(), svc: service.New("api", func(ctx context.Context) error {
+	return apiService{addr: addr, admin: srv.Admin(), lease: service.New("node-lease", lease.Run), feed: f.Service(), svc: service.New("api", func(ctx context.Context) error {
 		return srv.Serve(ctx, l)
 	})}, nil
+}
+
+// leaseHolder names this process in the node id's lease: host and pid.
+func leaseHolder() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s pid %d", cmp.Or(host, "unknown host"), os.Getpid())
 }
 
 // offIsNegative maps a load-shedding variable's 0 (off) to api.Config's

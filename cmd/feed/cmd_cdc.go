@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -37,7 +38,7 @@ func newCDCCommand(c *cli) *cobra.Command {
 			return runCDC(cmd.Context(), cfg, log, metricsAddr)
 		},
 	}
-	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address (default: none)")
+	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "", "the admin listener's address (/metrics, /healthz, /status, pprof), over FEED_ADMIN_ADDR")
 	cmd.AddCommand(newDropSlotCommand(c), newReseedCommand(c))
 	return cmd
 }
@@ -61,7 +62,7 @@ func runCDC(ctx context.Context, cfg Config, log *slog.Logger, metricsAddr strin
 		return err
 	}
 	reg := newRoleRegistry()
-	return runRole(ctx, log, "cdc", metricsAddr, reg, cdcService(cfg, pool, reg, log))
+	return runRole(ctx, log, "cdc", cmp.Or(metricsAddr, cfg.AdminAddr), reg, statusSource(cfg, pool, nil), cdcService(cfg, pool, reg, log))
 }
 
 // cdcConfig is CDC's configuration from the process's.

@@ -96,6 +96,7 @@ var configSettings = []configSetting{
 	{"FEED_KAFKA_FETCH_MIN_BYTES", func(c Config, _ func(string) string) string { return strconv.Itoa(int(c.KafkaFetchMinBytes)) }, ""},
 	{"FEED_KAFKA_FETCH_MAX_WAIT", func(c Config, _ func(string) string) string { return c.KafkaFetchMaxWait.String() }, ""},
 	{"HTTP_ADDR", func(c Config, _ func(string) string) string { return c.HTTPAddr }, ""},
+	{"FEED_ADMIN_ADDR", func(c Config, _ func(string) string) string { return c.AdminAddr }, ""},
 	{"FEED_AUTH", func(c Config, _ func(string) string) string { return c.AuthMode }, ""},
 	{"FEED_JWT_SECRET", func(c Config, _ func(string) string) string { return c.JWTSecret }, "secret"},
 	{"FEED_JWT_PREVIOUS_SECRET", func(c Config, _ func(string) string) string { return c.JWTPreviousSecret }, "secret"},
@@ -110,11 +111,24 @@ var configSettings = []configSetting{
 		}
 		return strings.Join(nets, ",")
 	}, ""},
-	{"FEED_NODE_ID", func(c Config, _ func(string) string) string { return strconv.FormatInt(c.NodeID, 10) }, ""},
+	{"FEED_NODE_ID", func(c Config, _ func(string) string) string {
+		if c.NodeID < 0 {
+			return "(a free one, leased at start)"
+		}
+		return strconv.FormatInt(c.NodeID, 10)
+	}, ""},
 	{"FEED_MAX_CONTENT_CHARS", func(c Config, _ func(string) string) string { return strconv.Itoa(c.MaxContentChars) }, ""},
 	{"FEED_MAX_READS_IN_FLIGHT", func(c Config, _ func(string) string) string { return strconv.Itoa(c.MaxReadsInFlight) }, ""},
 	{"FEED_MAX_WRITES_IN_FLIGHT", func(c Config, _ func(string) string) string { return strconv.Itoa(c.MaxWritesInFlight) }, ""},
 	{"FEED_FULL_HOME_READS", func(c Config, _ func(string) string) string { return strconv.Itoa(c.FullHomeReads) }, ""},
+	{"FEED_QUOTA_WRITES_PER_MINUTE", func(c Config, _ func(string) string) string { return strconv.Itoa(c.QuotaWritesPerMinute) }, ""},
+	{"FEED_QUOTA_READS_PER_SECOND", func(c Config, _ func(string) string) string { return strconv.Itoa(c.QuotaReadsPerSecond) }, ""},
+	{"FEED_QUOTA_REGISTRATIONS_PER_HOUR", func(c Config, _ func(string) string) string {
+		return strconv.Itoa(c.QuotaRegistrationsPerHour)
+	}, ""},
+	{"FEED_MAX_CONNS", func(c Config, _ func(string) string) string { return strconv.Itoa(c.MaxConns) }, ""},
+	{"FEED_MAX_IDLE_CONNS", func(c Config, _ func(string) string) string { return strconv.Itoa(c.MaxIdleConns) }, ""},
+	{"FEED_BODY_READ_TIMEOUT", func(c Config, _ func(string) string) string { return c.BodyReadTimeout.String() }, ""},
 	{"FEED_READ_CACHE_BARRIER", func(c Config, _ func(string) string) string { return strconv.FormatBool(c.ReadCacheBarrier) }, ""},
 	{"FEED_READ_CACHE_KEYS", func(c Config, _ func(string) string) string { return strconv.Itoa(c.ReadCacheKeys) }, ""},
 	{"FEED_REBUILD_CONCURRENCY", func(c Config, _ func(string) string) string { return strconv.Itoa(c.RebuildConcurrency) }, ""},

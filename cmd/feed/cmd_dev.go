@@ -97,7 +97,9 @@ func runDev(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer)
 	if vs != nil {
 		svcs = append(svcs, vs)
 	}
-	svcs = append(svcs, a.services()...)
+	if svcs, err = withAdmin(cfg, a, stdout, append(svcs, a.services()...)...); err != nil {
+		return err
+	}
 	log.Info("dev: starting", "http", "http://"+a.addr, "kafka", cfg.KafkaBrokers, "state", cfg.StateDir)
 	return service.Run(ctx, log, "dev", svcs...)
 }

@@ -18,7 +18,7 @@ import (
 
 // TestDev runs `feed dev` in-process over a keyword-form DATABASE_URL
 // with the embedded broker: the API answers, CDC streams a write to the
-// projections (its metrics on the API's /metrics), and an interrupt stops
+// projections (its metrics on the admin listener's /metrics), and an interrupt stops
 // every part cleanly with exit code 0.
 func TestDev(t *testing.T) {
 	db := testenv.NewDB(t)
@@ -47,7 +47,8 @@ func TestDev(t *testing.T) {
 	go func() { done <- execute(ctx, []string{"dev"}, &stdout, &stderr, LoadConfig) }()
 
 	listening := regexp.MustCompile(`api: listening on (http://\S+)`)
-	var api string
+	adminListening := regexp.MustCompile(`admin: listening on (http://\S+)`)
+	var api, admin string
 	testenv.Eventually(t, 60*time.Second, "feed dev listens", func() bool {
 		select {
 		case code := <-done:
@@ -57,14 +58,21 @@ func TestDev(t *testing.T) {
 		if m := listening.FindStringSubmatch(stdout.String()); m != nil {
 			api = m[1]
 		}
-		return api != ""
+		if m := adminListening.FindStringSubmatch(stdout.String()); m != nil {
+			admin = m[1]
+		}
+		return api != "" && admin != ""
 	})
 	// Ready once CDC streams, every projector consumes and the API serves.
 	testenv.Eventually(t, 60*time.Second, "feed dev ready", func() bool {
 		return strings.Contains(stderr.String(), "dev: ready")
 	})
 	get := func(path string) (int, string) {
-		resp, err := http.Get(api + path)
+		base := api
+		if path == "/metrics" || path == "/status" {
+			base = admin // the operators' pages are on the admin listener only
+		}
+		resp, err := http.Get(base + path)
 		if err != nil {
 			return 0, err.Error()
 		}
@@ -74,6 +82,20 @@ func TestDev(t *testing.T) {
 	}
 	if code, body := get("/readyz"); code != http.StatusOK {
 		t.Fatalf("/readyz: %d %s", code, body)
+	}
+	// The public port serves the API, /healthz and /readyz only.
+	for _, p := range []string{"/metrics", "/status", "/debug/pprof/"} {
+		resp, err := http.Get(api + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound {
+			t.Errorf("GET %s on the API's port: %d, want 404", p, resp.StatusCode)
+		}
+	}
+	if code, body := get("/status"); code != http.StatusOK || !strings.Contains(body, "<html") {
+		t.Errorf("/status on the admin listener: %d %.200s", code, body)
 	}
 	register := func() {
 		resp, err := http.Post(api+"/api/users", "application/json", strings.NewReader(`{"name":"ana"}`))

@@ -24,6 +24,11 @@ import (
 const feedChildEnv = "FEED_TEST_CHILD"
 
 func TestMain(m *testing.M) {
+	// Many feed processes run at once here: none takes the admin
+	// listener's default port.
+	if os.Getenv("FEED_ADMIN_ADDR") == "" {
+		_ = os.Setenv("FEED_ADMIN_ADDR", "127.0.0.1:0")
+	}
 	testenv.ChildMain(m, feedChildEnv, func() int {
 		ctx, stop := context.WithCancel(context.Background())
 		defer stop()

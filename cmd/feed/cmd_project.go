@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -45,7 +46,7 @@ func newProjectCommand(c *cli) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringSliceVar(&only, "only", nil, "comma-separated projectors to run (default: all of "+strings.Join(projections.Names(), ",")+")")
-	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address (default: none)")
+	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "", "the admin listener's address (/metrics, /healthz, /status, pprof), over FEED_ADMIN_ADDR")
 	return cmd
 }
 
@@ -68,7 +69,7 @@ func runProject(ctx context.Context, cfg Config, log *slog.Logger, names []strin
 	if err != nil {
 		return err
 	}
-	return runRole(ctx, log, "project", metricsAddr, reg, svcs...)
+	return runRole(ctx, log, "project", cmp.Or(metricsAddr, cfg.AdminAddr), reg, statusSource(cfg, pool, rdb), svcs...)
 }
 
 // projectServices builds the services of `feed project`, their metrics on reg:

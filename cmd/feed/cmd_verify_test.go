@@ -107,7 +107,13 @@ func TestVerifyCommand(t *testing.T) {
 
 	// The periodic run in feed dev sees it too.
 	testenv.Eventually(t, 40*time.Second, "feed dev's periodic verify counts a run with differences", func() bool {
-		_, body := get("/metrics", "")
+		resp, err := http.Get(dev.Admin + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		body := string(b)
 		return regexp.MustCompile(`(?m)^feed_verify_runs_total\{result="differences"\} [1-9]`).MatchString(body) &&
 			regexp.MustCompile(`(?m)^feed_verify_differences [1-9]`).MatchString(body)
 	})

@@ -40,7 +40,10 @@ type Config struct {
 	// FEED_KAFKA_TLS_* and FEED_KAFKA_SASL_*.
 	KafkaSecurity kafka.Security
 	HTTPAddr      string
-	JWTSecret     string
+	// AdminAddr (FEED_ADMIN_ADDR) is every role's admin listener: /metrics,
+	// /status, /healthz and pprof ("": none).
+	AdminAddr string
+	JWTSecret string
 	// JWTPreviousSecret (FEED_JWT_PREVIOUS_SECRET) verifies tokens during
 	// a rotation; JWTIssuer and JWTAudience (FEED_JWT_ISSUER,
 	// FEED_JWT_AUDIENCE), when set, are written into tokens and required
@@ -88,7 +91,20 @@ type Config struct {
 	MaxReadsInFlight  int
 	MaxWritesInFlight int
 	FullHomeReads     int
-	LagWarnBytes      int64
+	// MaxConns (FEED_MAX_CONNS) and MaxIdleConns (FEED_MAX_IDLE_CONNS)
+	// bound the API's open and kept-alive connections, BodyReadTimeout
+	// (FEED_BODY_READ_TIMEOUT) the reading of a write's body (api.Config);
+	// 0 turns a bound off.
+	MaxConns        int
+	MaxIdleConns    int
+	BodyReadTimeout time.Duration
+	// QuotaWritesPerMinute, QuotaReadsPerSecond (per user) and
+	// QuotaRegistrationsPerHour (per client address) are the API's quotas
+	// (FEED_QUOTA_*, api.Config); 0 turns one off.
+	QuotaWritesPerMinute      int
+	QuotaReadsPerSecond       int
+	QuotaRegistrationsPerHour int
+	LagWarnBytes              int64
 	// VerifyEvery is FEED_VERIFY_EVERY: how often `feed project` and `feed
 	// dev` run the verification of `feed verify` (0: never).
 	VerifyEvery time.Duration
@@ -198,6 +214,7 @@ func LoadConfig() (Config, error) {
 		DatabaseURL:       envOr("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/feed?sslmode=disable"),
 		RedisURL:          envOr("REDIS_URL", "redis://127.0.0.1:6379/0"),
 		HTTPAddr:          envOr("HTTP_ADDR", "127.0.0.1:8080"),
+		AdminAddr:         envOr("FEED_ADMIN_ADDR", "127.0.0.1:9100"),
 		JWTSecret:         envOr("FEED_JWT_SECRET", devSecret),
 		AuthMode:          envOr("FEED_AUTH", "jwt"),
 		JWTPreviousSecret: os.Getenv("FEED_JWT_PREVIOUS_SECRET"),
@@ -238,7 +255,7 @@ func LoadConfig() (Config, error) {
 		{"FEED_CELEBRITY_BAND", 0, func(v int64) { c.CelebrityBand = v }},
 		{"FEED_INBOX_MAX", 500, func(v int64) { c.InboxMax = int(v) }},
 		{"FEED_FOLLOWER_CACHE_ROWS", int64(projections.DefaultConfig().FollowerCacheRows), func(v int64) { c.FollowerCacheRows = int(v) }},
-		{"FEED_NODE_ID", 0, func(v int64) { c.NodeID = v }},
+		{"FEED_NODE_ID", -1, func(v int64) { c.NodeID = v }},
 		{"FEED_MAX_CONTENT_CHARS", 2000, func(v int64) { c.MaxContentChars = int(v) }},
 		{"FEED_LAG_WARN_BYTES", 256 << 20, func(v int64) { c.LagWarnBytes = v }},
 		{"FEED_READ_CACHE_KEYS", 40_000, func(v int64) { c.ReadCacheKeys = int(v) }},
@@ -246,6 +263,11 @@ func LoadConfig() (Config, error) {
 		{"FEED_MAX_READS_IN_FLIGHT", api.DefaultMaxReadsInFlight, func(v int64) { c.MaxReadsInFlight = int(v) }},
 		{"FEED_MAX_WRITES_IN_FLIGHT", api.DefaultMaxWritesInFlight, func(v int64) { c.MaxWritesInFlight = int(v) }},
 		{"FEED_FULL_HOME_READS", api.DefaultFullHomeReads, func(v int64) { c.FullHomeReads = int(v) }},
+		{"FEED_MAX_CONNS", api.DefaultMaxConns, func(v int64) { c.MaxConns = int(v) }},
+		{"FEED_QUOTA_WRITES_PER_MINUTE", 60, func(v int64) { c.QuotaWritesPerMinute = int(v) }},
+		{"FEED_QUOTA_READS_PER_SECOND", 20, func(v int64) { c.QuotaReadsPerSecond = int(v) }},
+		{"FEED_QUOTA_REGISTRATIONS_PER_HOUR", 20, func(v int64) { c.QuotaRegistrationsPerHour = int(v) }},
+		{"FEED_MAX_IDLE_CONNS", api.DefaultMaxIdleConns, func(v int64) { c.MaxIdleConns = int(v) }},
 		{"FEED_KAFKA_FETCH_MIN_BYTES", kafka.FetchMinBytes, func(v int64) { c.KafkaFetchMinBytes = int32(min(v, math.MaxInt32)) }},
 	}
 	for _, i := range ints {
@@ -259,6 +281,9 @@ func LoadConfig() (Config, error) {
 		return c, err
 	}
 	if c.CelebrityCacheTTL, err = envDuration("FEED_CELEBRITY_CACHE_TTL", 3*time.Second); err != nil {
+		return c, err
+	}
+	if c.BodyReadTimeout, err = envDuration("FEED_BODY_READ_TIMEOUT", 5*time.Second); err != nil {
 		return c, err
 	}
 	if c.VerifyEvery, err = envDuration("FEED_VERIFY_EVERY", 0); err != nil {
@@ -341,8 +366,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("FEED_CELEBRITY_BAND=%d: want 0..FEED_CELEBRITY_THRESHOLD-1 (%d)", c.CelebrityBand, c.CelebrityThreshold-1)
 	case c.InboxMax < 20:
 		return fmt.Errorf("FEED_INBOX_MAX=%d: want at least 20", c.InboxMax)
-	case c.NodeID < 0 || c.NodeID > 1023:
-		return fmt.Errorf("FEED_NODE_ID=%d: want 0..1023", c.NodeID)
+	case c.NodeID < -1 || c.NodeID > 1023:
+		return fmt.Errorf("FEED_NODE_ID=%d: want 0..1023 (or unset: a free one is leased)", c.NodeID)
 	case c.MaxContentChars < 1:
 		return fmt.Errorf("FEED_MAX_CONTENT_CHARS=%d: want at least 1", c.MaxContentChars)
 	case c.CelebrityCacheTTL < 0:
@@ -357,6 +382,18 @@ func (c Config) Validate() error {
 	case c.FullHomeReads < 0 || (c.MaxReadsInFlight > 0 && c.FullHomeReads > c.MaxReadsInFlight):
 		return fmt.Errorf("FEED_FULL_HOME_READS=%d: want 0 (never degrade) to FEED_MAX_READS_IN_FLIGHT (%d): "+
 			"home reads degrade before reads are shed", c.FullHomeReads, c.MaxReadsInFlight)
+	case c.MaxConns < 0 || c.MaxConns > 1_000_000:
+		return fmt.Errorf("FEED_MAX_CONNS=%d: want 0 (no bound) to 1000000", c.MaxConns)
+	case c.MaxIdleConns < 0 || (c.MaxConns > 0 && c.MaxIdleConns > c.MaxConns):
+		return fmt.Errorf("FEED_MAX_IDLE_CONNS=%d: want 0 (no bound) to FEED_MAX_CONNS (%d)", c.MaxIdleConns, c.MaxConns)
+	case c.QuotaWritesPerMinute < 0 || c.QuotaWritesPerMinute > 1_000_000:
+		return fmt.Errorf("FEED_QUOTA_WRITES_PER_MINUTE=%d: want 0 (no quota) to 1000000", c.QuotaWritesPerMinute)
+	case c.QuotaReadsPerSecond < 0 || c.QuotaReadsPerSecond > 1_000_000:
+		return fmt.Errorf("FEED_QUOTA_READS_PER_SECOND=%d: want 0 (no quota) to 1000000", c.QuotaReadsPerSecond)
+	case c.QuotaRegistrationsPerHour < 0 || c.QuotaRegistrationsPerHour > 1_000_000:
+		return fmt.Errorf("FEED_QUOTA_REGISTRATIONS_PER_HOUR=%d: want 0 (no quota) to 1000000", c.QuotaRegistrationsPerHour)
+	case c.BodyReadTimeout <= 0 || c.BodyReadTimeout > time.Minute:
+		return fmt.Errorf("FEED_BODY_READ_TIMEOUT=%v: want more than 0, at most 1m", c.BodyReadTimeout)
 	case c.RebuildConcurrency < 1 || c.RebuildConcurrency > 1000:
 		return fmt.Errorf("FEED_REBUILD_CONCURRENCY=%d: want 1..1000", c.RebuildConcurrency)
 	case c.ReadCacheKeys < 0:

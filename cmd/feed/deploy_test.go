@@ -469,9 +469,9 @@ func keys[V any](m map[string]V) []string {
 
 // TestComposeSecretAndMetrics parses compose.yaml: FEED_JWT_SECRET has no
 // default (compose refuses to start without it), and every feed service
-// serves the metrics that deploy/prometheus/prometheus.yml scrapes: the
-// API on HTTP_ADDR, cdc and project with --metrics-addr on the port of
-// their job's target.
+// serves the metrics that deploy/prometheus/prometheus.yml scrapes on its
+// admin listener: the API's FEED_ADMIN_ADDR, cdc's and project's
+// --metrics-addr, on the port of their job's target.
 func TestComposeSecretAndMetrics(t *testing.T) {
 	var compose struct {
 		Services map[string]struct {
@@ -512,7 +512,7 @@ func TestComposeSecretAndMetrics(t *testing.T) {
 			}
 			addr = svc.Command[i+1]
 		case "api":
-			addr, _ = svc.Environment["HTTP_ADDR"].(string)
+			addr, _ = svc.Environment["FEED_ADMIN_ADDR"].(string)
 		default:
 			continue
 		}
@@ -817,7 +817,7 @@ func TestComposeObservability(t *testing.T) {
 					t.Errorf("job %s scrapes %s, which only runs in profiles %v", sc.JobName, tg, svc.Profiles)
 				}
 				scraped++
-				addr, _ := svc.Environment["HTTP_ADDR"].(string)
+				addr, _ := svc.Environment["FEED_ADMIN_ADDR"].(string)
 				if i := slices.Index(svc.Command, "--metrics-addr"); i >= 0 && i+1 < len(svc.Command) {
 					addr = svc.Command[i+1]
 				}

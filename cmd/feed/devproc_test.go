@@ -17,9 +17,10 @@ import (
 type devProcess struct {
 	DB       *testenv.DB
 	RedisURL string
-	// API is the API's base URL, Broker the embedded broker's address.
-	API, Broker string
-	Stderr      *testenv.SyncBuffer
+	// API is the API's base URL, Admin the admin listener's, Broker the
+	// embedded broker's address.
+	API, Admin, Broker string
+	Stderr             *testenv.SyncBuffer
 }
 
 // startDev starts `feed dev` with FEED_VERIFY_EVERY set to verifyEvery
@@ -57,6 +58,7 @@ func startDev(t *testing.T, verifyEvery string) *devProcess {
 		}
 	})
 	listening := regexp.MustCompile(`api: listening on (http://\S+)`)
+	adminListening := regexp.MustCompile(`admin: listening on (http://\S+)`)
 	broker := regexp.MustCompile(`dev: starting.* kafka=\[(\S+)\]`)
 	testenv.Eventually(t, 60*time.Second, "feed dev starts", func() bool {
 		select {
@@ -67,10 +69,13 @@ func startDev(t *testing.T, verifyEvery string) *devProcess {
 		if m := listening.FindStringSubmatch(stdout.String()); m != nil {
 			d.API = m[1]
 		}
+		if m := adminListening.FindStringSubmatch(stdout.String()); m != nil {
+			d.Admin = m[1]
+		}
 		if m := broker.FindStringSubmatch(d.Stderr.String()); m != nil {
 			d.Broker = m[1]
 		}
-		return d.API != "" && d.Broker != ""
+		return d.API != "" && d.Admin != "" && d.Broker != ""
 	})
 	return d
 }

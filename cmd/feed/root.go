@@ -168,8 +168,14 @@ var envDocs = map[string]string{
 	"FEED_MAX_READS_IN_FLIGHT":            "reads served at once; more are 429 at once, 0 no bound (default 256)",
 	"FEED_MAX_WRITES_IN_FLIGHT":           "writes served at once; more are 429 at once, 0 no bound (default 32)",
 	"FEED_FULL_HOME_READS":                "home reads doing the full merge at once; more are degraded (inbox and own posts), 0 never (default 128)",
+	"FEED_QUOTA_WRITES_PER_MINUTE":        "writes per minute per user, shared by every API process through Redis; more are 429, 0 no quota (default 60)",
+	"FEED_QUOTA_READS_PER_SECOND":         "reads per second per user, likewise (default 20)",
+	"FEED_QUOTA_REGISTRATIONS_PER_HOUR":   "registrations per hour per client address, likewise (default 20)",
+	"FEED_MAX_CONNS":                      "connections the API holds open; more wait in the listen backlog, 0 no bound (default 10000)",
+	"FEED_MAX_IDLE_CONNS":                 "kept-alive connections the API holds between requests; more are closed as they go idle, 0 no bound (default 1000)",
+	"FEED_BODY_READ_TIMEOUT":              "a write's body must arrive within this, else 408 and the connection closed (default 5s)",
 	"FEED_MAX_CONTENT_CHARS":              "post length limit in characters (default 2000)",
-	"FEED_NODE_ID":                        "Snowflake node id, unique per API process, 0..1023 (default 0)",
+	"FEED_NODE_ID":                        "Snowflake node id 0..1023, leased in PostgreSQL; refused while another live process holds it (default: lease a free one)",
 	"FEED_LAG_WARN_BYTES":                 "CDC warns when the slot lags more (default 268435456)",
 	"FEED_CDC_ON_SLOT_LOSS":               "what CDC does when its slot is gone: heal (republish from the event log; default) or stop",
 	"FEED_LOG_FORMAT":                     "log lines as text (default) or json",
@@ -178,6 +184,7 @@ var envDocs = map[string]string{
 	"FEED_KAFKA_FETCH_MIN_BYTES":          "a consumer group's fetch waits for this many bytes (default 16384) ...",
 	"FEED_KAFKA_FETCH_MAX_WAIT":           "... or this long (default 20ms; longer: less CPU while idle, a lone event waits longer)",
 	"FEED_READ_CACHE_BARRIER":             "1: a cached read first waits for a shared PING, so another API instance's acknowledged write is never served stale (set it with several API instances behind a balancer without affinity)",
+	"FEED_ADMIN_ADDR":                     "the roles' admin listener: /metrics, /status, /healthz, /debug/pprof/; keep it off public interfaces (default 127.0.0.1:9100)",
 	"FEED_PPROF_ADDR":                     "serve Go's profiles (/debug/pprof/) on this address (default: off)",
 	"GOGC":                                "Go's GC target (feed cdc sets 400 unless set)",
 }
@@ -208,12 +215,14 @@ var (
 	envRedis    = []string{"REDIS_URL"}
 	envKafka    = []string{"KAFKA_BROKERS", "FEED_KAFKA_ADDR", "FEED_TOPIC", "FEED_KAFKA_CLIENT_METRICS", "FEED_KAFKA_FETCH_MIN_BYTES", "FEED_KAFKA_FETCH_MAX_WAIT", "FEED_KAFKA_TLS", "FEED_KAFKA_TLS_CA", "FEED_KAFKA_TLS_CERT", "FEED_KAFKA_TLS_KEY",
 		"FEED_KAFKA_TLS_SERVER_NAME", "FEED_KAFKA_TLS_INSECURE_SKIP_VERIFY", "FEED_KAFKA_SASL_MECHANISM", "FEED_KAFKA_SASL_USER", "FEED_KAFKA_SASL_PASSWORD"}
-	envAPI = []string{"HTTP_ADDR", "FEED_AUTH", "FEED_GATEWAY_SECRET", "FEED_TRUSTED_NETWORKS", "FEED_JWT_SECRET", "FEED_JWT_PREVIOUS_SECRET", "FEED_JWT_ISSUER", "FEED_JWT_AUDIENCE",
+	envAPI = []string{"HTTP_ADDR", "FEED_ADMIN_ADDR", "FEED_AUTH", "FEED_GATEWAY_SECRET", "FEED_TRUSTED_NETWORKS", "FEED_JWT_SECRET", "FEED_JWT_PREVIOUS_SECRET", "FEED_JWT_ISSUER", "FEED_JWT_AUDIENCE",
 		"FEED_ALLOW_DEV_SECRET", "FEED_NODE_ID",
 		"FEED_MAX_CONTENT_CHARS", "FEED_INBOX_MAX", "FEED_CELEBRITY_CACHE_TTL", "FEED_REFRESH_SETTLE", "FEED_INACTIVE_AFTER", "FEED_READ_CACHE_KEYS", "FEED_READ_CACHE_BARRIER", "FEED_REBUILD_CONCURRENCY",
-		"FEED_MAX_READS_IN_FLIGHT", "FEED_MAX_WRITES_IN_FLIGHT", "FEED_FULL_HOME_READS"}
-	envProjections = []string{"FEED_CELEBRITY_THRESHOLD", "FEED_CELEBRITY_BAND", "FEED_INBOX_MAX", "FEED_INACTIVE_AFTER", "FEED_FOLLOWER_CACHE_ROWS"}
-	envCDC         = []string{"FEED_PARTITIONS", "FEED_SLOT", "FEED_LAG_WARN_BYTES", "FEED_CDC_ON_SLOT_LOSS"}
+		"FEED_MAX_READS_IN_FLIGHT", "FEED_MAX_WRITES_IN_FLIGHT", "FEED_FULL_HOME_READS",
+		"FEED_MAX_CONNS", "FEED_MAX_IDLE_CONNS", "FEED_BODY_READ_TIMEOUT",
+		"FEED_QUOTA_WRITES_PER_MINUTE", "FEED_QUOTA_READS_PER_SECOND", "FEED_QUOTA_REGISTRATIONS_PER_HOUR"}
+	envProjections = []string{"FEED_ADMIN_ADDR", "FEED_CELEBRITY_THRESHOLD", "FEED_CELEBRITY_BAND", "FEED_INBOX_MAX", "FEED_INACTIVE_AFTER", "FEED_FOLLOWER_CACHE_ROWS"}
+	envCDC         = []string{"FEED_ADMIN_ADDR", "FEED_PARTITIONS", "FEED_SLOT", "FEED_LAG_WARN_BYTES", "FEED_CDC_ON_SLOT_LOSS"}
 )
 
 // joinEnv concatenates variable lists, without repeats, for envHelp.

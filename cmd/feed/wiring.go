@@ -4,21 +4,24 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/feedco/feed/api"
 	"github.com/feedco/feed/internal/service"
 	"github.com/feedco/feed/migrations"
+	"github.com/feedco/feed/status"
 )
 
 // The parts the roles' wiring functions compose: connections, and running
@@ -93,6 +96,7 @@ func openPostgres(ctx context.Context, cfg Config, maxConns int32, checkSchema b
 	if maxConns > 0 {
 		pc.MaxConns = maxConns
 	}
+	pc.ShouldPing = pingAfterDeadConn
 	if _, set := pc.ConnConfig.RuntimeParams["application_name"]; !set && cfg.AppName != "" {
 		pc.ConnConfig.RuntimeParams["application_name"] = cfg.AppName
 	}
@@ -151,6 +155,7 @@ func openRedis(ctx context.Context, cfg Config, poolSize int) (redis.UniversalCl
 		if poolSize > 0 {
 			opt.PoolSize = poolSize
 		}
+		failFast(&opt.DialTimeout, &opt.DialerRetries, &opt.MaxRetries, &opt.MinRetryBackoff, &opt.MaxRetryBackoff)
 		c = redis.NewClusterClient(opt)
 	} else {
 		opt, err := redis.ParseURL(cfg.RedisURL)
@@ -160,6 +165,7 @@ func openRedis(ctx context.Context, cfg Config, poolSize int) (redis.UniversalCl
 		if poolSize > 0 {
 			opt.PoolSize = poolSize
 		}
+		failFast(&opt.DialTimeout, &opt.DialerRetries, &opt.MaxRetries, &opt.MinRetryBackoff, &opt.MaxRetryBackoff)
 		c = redis.NewClient(opt)
 	}
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -173,6 +179,25 @@ func openRedis(ctx context.Context, cfg Config, poolSize int) (redis.UniversalCl
 		return nil, err
 	}
 	return c, nil
+}
+
+// failFast sets go-redis's dialing and retries, where REDIS_URL leaves
+// them unset, so that a Redis that is down fails a command at once and the
+// query side's circuit breaker opens on the first failures: one dial per
+// attempt (go-redis dials 5 times, 100 ms apart, by default), within 1 s,
+// and one retry at once (for a pooled connection Redis closed, e.g. after
+// a restart), not three with a backoff.
+func failFast(dialTimeout *time.Duration, dialerRetries, maxRetries *int, minBackoff, maxBackoff *time.Duration) {
+	if *dialTimeout == 0 {
+		*dialTimeout = time.Second
+	}
+	if *dialerRetries == 0 {
+		*dialerRetries = 1
+	}
+	if *maxRetries == 0 {
+		*maxRetries = 1
+		*minBackoff, *maxBackoff = -1, -1
+	}
 }
 
 // pingRedis checks that Redis answers: on a cluster, every master (which
@@ -217,21 +242,86 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) ([]int, 
 	return applied, nil
 }
 
-// runRole runs a role's services with service.Run, after its metrics
-// registry on metricsAddr ("": not served) and a start-up line with what
-// it serves.
-func runRole(ctx context.Context, log *slog.Logger, role, metricsAddr string, reg *prometheus.Registry, svcs ...*service.Service) error {
+// runRole runs a role's services with service.Run, after its admin
+// listener on adminAddr ("": not served; adminListener) and a start-up
+// line with what it serves.
+func runRole(ctx context.Context, log *slog.Logger, role, adminAddr string, reg *prometheus.Registry, st api.StatusSource, svcs ...*service.Service) error {
 	served := []any{}
-	if metricsAddr != "" {
-		l, err := listen(metricsAddr)
+	if adminAddr != "" {
+		l, err := adminListener(adminAddr)
 		if err != nil {
 			return err
 		}
-		svcs = append([]*service.Service{metricsService(l, reg)}, svcs...)
+		svcs = append([]*service.Service{adminService(l, reg, st, log)}, svcs...)
 		served = append(served, "metrics", "http://"+l.Addr().String()+"/metrics", "health", "http://"+l.Addr().String()+"/healthz")
 	}
 	log.Info(role+": starting", served...)
 	return service.Run(ctx, log, role, svcs...)
+}
+
+// adminListener binds the admin listener (FEED_ADMIN_ADDR), or says which
+// variable to change.
+func adminListener(addr string) (net.Listener, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("the admin listener (/metrics, /status, pprof): listen on FEED_ADMIN_ADDR=%s: %w "+
+			"(another process of feed on this machine holds it? give each its own, e.g. 127.0.0.1:0)", addr, err)
+	}
+	return l, nil
+}
+
+// statusSource is the operators' page of a role (GET /status on the admin
+// listener): the model of `feed status`, gathered at most once a second
+// with what the role has (rdb may be nil), redacted as `feed config`
+// redacts (redactedStatus).
+func statusSource(cfg Config, pool *pgxpool.Pool, rdb redis.UniversalClient) api.StatusSource {
+	sc := status.Config{Pool: pool, Redis: rdb, Kafka: connOf(cfg), Topic: cfg.Topic, Slot: cfg.Slot, LagWarnBytes: cfg.LagWarnBytes}
+	if rdb == nil {
+		sc.RedisErr = errors.New("this role does not connect to Redis")
+	}
+	return redactedStatus{Cache: status.NewCache(sc, time.Second), secrets: connectionSecrets(cfg)}
+}
+
+// redactedStatus is a status cache whose reports are redacted.
+type redactedStatus struct {
+	*status.Cache
+	secrets []string
+}
+
+func (r redactedStatus) Status(ctx context.Context) status.Report {
+	return status.Redact(r.Cache.Status(ctx), r.secrets...)
+}
+
+// connectionSecrets are what the status page must not show of cfg's
+// connections: the hosts, ports, users, databases and passwords of
+// DATABASE_URL and REDIS_URL, and the Kafka brokers' addresses.
+func connectionSecrets(cfg Config) []string {
+	var out []string
+	if pc, err := pgconn.ParseConfig(cfg.DatabaseURL); err == nil {
+		out = append(out, pc.Host, net.JoinHostPort(pc.Host, strconv.Itoa(int(pc.Port))), pc.User, pc.Database, pc.Password)
+		for _, fb := range pc.Fallbacks {
+			out = append(out, fb.Host, net.JoinHostPort(fb.Host, strconv.Itoa(int(fb.Port))))
+		}
+	}
+	if u, err := url.Parse(cfg.RedisURL); err == nil {
+		out = append(out, u.Host, u.Hostname(), u.User.Username())
+		if pw, ok := u.User.Password(); ok {
+			out = append(out, pw)
+		}
+		for _, a := range u.Query()["addr"] {
+			out = append(out, a)
+			if h, _, err := net.SplitHostPort(a); err == nil {
+				out = append(out, h)
+			}
+		}
+	}
+	for _, b := range append(slices.Clone(cfg.KafkaBrokers), cfg.KafkaAddr) {
+		out = append(out, b)
+		if h, _, err := net.SplitHostPort(b); err == nil {
+			out = append(out, h)
+		}
+	}
+	return slices.DeleteFunc(out, func(s string) bool { return s == "" })
 }
 
 // listen opens a TCP listener on addr, for a service that serves HTTP.
@@ -258,19 +348,14 @@ func serveHTTP(ctx context.Context, l net.Listener, h http.Handler) error {
 	return nil
 }
 
-// metricsService serves reg's /metrics on l for a role that has no HTTP
-// API of its own (`feed cdc`, `feed project`), and GET /healthz: 200 while
-// the process serves (what `feed healthcheck` asks in compose.yaml; like
-// the API's /healthz it checks no dependency). l is bound, so it is ready
-// once started.
-func metricsService(l net.Listener, reg *prometheus.Registry) *service.Service {
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"status":"ok"}`+"\n")
-	})
-	return service.New("metrics", func(ctx context.Context) error { return serveHTTP(ctx, l, mux) })
+// adminService serves the admin listener on l (api.AdminHandler): reg's
+// /metrics, st's /status, Go's profiles, and GET /healthz: 200 while the
+// process serves (what `feed healthcheck` asks of cdc and project in
+// compose.yaml; like the API's /healthz it checks no dependency). l is
+// bound, so it is ready once started.
+func adminService(l net.Listener, reg *prometheus.Registry, st api.StatusSource, log *slog.Logger) *service.Service {
+	h := api.AdminHandler(reg, st, log)
+	return service.New("admin", func(ctx context.Context) error { return serveHTTP(ctx, l, h) })
 }
 
 // statusRedis is the App's Redis client, or, when the App has none, a

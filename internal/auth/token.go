@@ -5,6 +5,7 @@
 package auth
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -61,6 +62,25 @@ func (c Config) Validate() error {
 // claims are a token's claims: the registered ones, sub holding the user id.
 type claims = jwt.RegisteredClaims
 
+// strictClaims are claims whose dates (exp, iat, nbf) must be JSON
+// numbers, as RFC 7519 §2 has them: golang-jwt also takes a numeric
+// string ("exp":"1700000000"), which another verifier of the same token
+// may read otherwise.
+type strictClaims struct{ claims }
+
+func (c *strictClaims) UnmarshalJSON(b []byte) error {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	for _, k := range []string{"exp", "iat", "nbf"} {
+		if v, ok := raw[k]; ok && (len(v) == 0 || v[0] < '0' || v[0] > '9') {
+			return fmt.Errorf("claim %s is not a number", k)
+		}
+	}
+	return json.Unmarshal(b, &c.claims)
+}
+
 // Signer issues and verifies tokens.
 type Signer struct {
 	cfg    Config
@@ -86,6 +106,7 @@ func New(cfg Config) (*Signer, error) {
 	opts := []jwt.ParserOption{
 		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
 		jwt.WithExpirationRequired(),
+		jwt.WithIssuedAt(), // an iat in the future is refused
 		jwt.WithStrictDecoding(),
 		jwt.WithTimeFunc(func() time.Time { return s.now() }),
 	}
@@ -147,8 +168,14 @@ func (s *Signer) Verify(token string) (int64, error) {
 // verify checks token from scratch and returns its user id and exp (unix
 // seconds).
 func (s *Signer) verify(token string) (id, exp int64, err error) {
-	var c claims
-	if _, err := s.parser.ParseWithClaims(token, &c, s.keyfunc); err != nil {
+	var c strictClaims
+	tok, err := s.parser.ParseWithClaims(token, &c, s.keyfunc)
+	if err != nil {
+		return 0, 0, ErrInvalidToken
+	}
+	if _, ok := tok.Header["crit"]; ok {
+		// RFC 7515 §4.1.11: a header parameter the token says must be
+		// understood; this verifier understands no extension.
 		return 0, 0, ErrInvalidToken
 	}
 	id, ok := ParseUserID(c.Subject)

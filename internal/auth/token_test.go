@@ -24,6 +24,20 @@ func forge(t testing.TB, method jwt.SigningMethod, key any, c jwt.MapClaims) str
 	return tok
 }
 
+// forgeHeader is an HS256 token with header fields of its own.
+func forgeHeader(t testing.TB, key []byte, header map[string]any, c jwt.MapClaims) string {
+	t.Helper()
+	tok := jwt.NewWithClaims(jwt.SigningMethodHS256, c)
+	for k, v := range header {
+		tok.Header[k] = v
+	}
+	s, err := tok.SignedString(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func mustNew(t testing.TB, cfg Config) *Signer {
 	t.Helper()
 	s, err := New(cfg)
@@ -84,6 +98,14 @@ func TestTokenRules(t *testing.T) {
 		{"alg none", forge(t, jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType, jwt.MapClaims{"sub": "9", "exp": in(time.Hour)}), false, false},
 		{"sub a number", forge(t, jwt.SigningMethodHS256, key, jwt.MapClaims{"sub": 9, "exp": in(time.Hour)}), false, false},
 		{"no sub", forge(t, jwt.SigningMethodHS256, key, jwt.MapClaims{"exp": in(time.Hour)}), false, false},
+		{"exp a numeric string", forge(t, jwt.SigningMethodHS256, key, jwt.MapClaims{"sub": "9", "exp": fmt.Sprint(in(time.Hour))}), false, false},
+		{"nbf a numeric string", forge(t, jwt.SigningMethodHS256, key, jwt.MapClaims{"sub": "9", "exp": in(time.Hour), "nbf": fmt.Sprint(in(-time.Minute))}), false, false},
+		{"iat past", forge(t, jwt.SigningMethodHS256, key, jwt.MapClaims{"sub": "9", "exp": in(time.Hour), "iat": in(-time.Minute)}), true, false},
+		{"iat future", forge(t, jwt.SigningMethodHS256, key, jwt.MapClaims{"sub": "9", "exp": in(time.Hour), "iat": in(time.Hour)}), false, false},
+		{"iat a numeric string", forge(t, jwt.SigningMethodHS256, key, jwt.MapClaims{"sub": "9", "exp": in(time.Hour), "iat": fmt.Sprint(in(-time.Minute))}), false, false},
+		{"a claim of its own", forge(t, jwt.SigningMethodHS256, key, jwt.MapClaims{"sub": "9", "exp": in(time.Hour), "name": "ana"}), true, false},
+		{"crit header", forgeHeader(t, key, map[string]any{"crit": []string{"exp"}}, jwt.MapClaims{"sub": "9", "exp": in(time.Hour)}), false, false},
+		{"empty crit header", forgeHeader(t, key, map[string]any{"crit": []string{}}, jwt.MapClaims{"sub": "9", "exp": in(time.Hour)}), false, false},
 	} {
 		for _, v := range []struct {
 			s    *Signer

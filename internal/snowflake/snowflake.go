@@ -4,6 +4,7 @@ package snowflake
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 )
@@ -37,6 +38,17 @@ func New(node int64) (*Generator, error) {
 	return &Generator{node: node, now: time.Now}, nil
 }
 
+// NewWithClock is New with the clock now instead of time.Now: for tests
+// and simulations of clocks that stop or step back.
+func NewWithClock(node int64, now func() time.Time) (*Generator, error) {
+	g, err := New(node)
+	if err != nil {
+		return nil, err
+	}
+	g.now = now
+	return g, nil
+}
+
 // Next returns a new id and the millisecond it encodes. If the clock goes
 // backwards, it keeps using the last millisecond until the clock catches up,
 // so ids never decrease.
@@ -61,6 +73,39 @@ func (g *Generator) Next() (id int64, at time.Time) {
 	id = ms<<(nodeBits+seqBits) | g.node<<seqBits | g.seq
 	return id, Time(id)
 }
+
+// Resume makes g issue only ids past the millisecond ms (since Epoch),
+// whatever the clock says: the high-water mark of its node's lease.
+func (g *Generator) Resume(ms int64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if ms > g.lastMs {
+		g.lastMs, g.seq = ms, maxSeq // the next id is in the millisecond after ms
+	}
+}
+
+// Skip moves g past a random number (1 to 256) of the ids it would issue
+// next: after one of its ids was found taken (issued by another process
+// on the same node id), its next ones are unlikely to be the other's too.
+func (g *Generator) Skip() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.seq += 1 + rand.Int64N(256)
+	if g.seq > maxSeq {
+		g.lastMs++
+		g.seq = 0
+	}
+}
+
+// last is the last millisecond g issued an id in (or resumed past).
+func (g *Generator) last() int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.lastMs
+}
+
+// msSince is t in milliseconds since Epoch.
+func msSince(t time.Time) int64 { return t.Sub(Epoch).Milliseconds() }
 
 // Time returns the millisecond an id encodes, in UTC.
 func Time(id int64) time.Time {

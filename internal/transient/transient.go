@@ -61,8 +61,39 @@ func postgresDownCode(code string) bool {
 }
 
 // NotSent reports whether PostgreSQL certainly never received the request
-// that failed (pgconn.SafeToRetry): running it again cannot apply it twice.
-func NotSent(err error) bool { return err != nil && pgconn.SafeToRetry(err) }
+// that failed: running it again cannot apply it twice. Either pgconn says
+// so (pgconn.SafeToRetry), or no connection was made at all
+// (pgconn.ConnectError: refused, reset during start-up, the server not
+// accepting connections), so nothing was sent on one.
+func NotSent(err error) bool {
+	if err == nil {
+		return false
+	}
+	var ce *pgconn.ConnectError
+	return pgconn.SafeToRetry(err) || errors.As(err, &ce)
+}
+
+// DeadConn reports whether err says the pooled connection a statement
+// went out on was already dead: the server had terminated it (57P01 admin
+// shutdown, pg_terminate_backend; 57P02 crash shutdown; 57P05 idle
+// session timeout) or it was closed under the statement (EOF, reset,
+// broken pipe). A read-only statement is safe to run once more on another
+// connection; the pool's other idle connections are likely dead too.
+func DeadConn(err error) bool {
+	if err == nil || pgconn.Timeout(err) {
+		return false
+	}
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		return pg.Code == "57P01" || pg.Code == "57P02" || pg.Code == "57P05"
+	}
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return false // no connection: not a dead pooled one
+	}
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed)
+}
 
 // TxConflict reports whether PostgreSQL rolled a transaction back because
 // it lost a race with another one: SQLSTATE 40001 (serialization failure)

@@ -172,3 +172,38 @@ func TestNotSent(t *testing.T) {
 		t.Error("NotSent: wrong class")
 	}
 }
+
+// A refused connection sent nothing: a write may be run again, and its
+// failure is not an unknown outcome. A dead pooled connection is one the
+// server terminated or that closed under a statement, never a refused
+// one or a time-out.
+func TestNotSentAndDeadConn(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, refused := pgconn.Connect(ctx, "postgres://postgres@"+closedAddr(t)+"/feed?sslmode=disable&connect_timeout=5")
+	if refused == nil {
+		t.Fatal("connected to a closed port")
+	}
+	if !NotSent(fmt.Errorf("create post: %w", refused)) {
+		t.Errorf("a refused connection is not NotSent: %v", refused)
+	}
+	for _, c := range []struct {
+		err  error
+		dead bool
+	}{
+		{fmt.Errorf("query: %w", &pgconn.PgError{Code: "57P01"}), true},
+		{&pgconn.PgError{Code: "57P02"}, true},
+		{fmt.Errorf("read: %w", io.ErrUnexpectedEOF), true},
+		{io.EOF, true},
+		{refused, false},
+		{&pgconn.PgError{Code: "57P03"}, false}, // starting up: no pooled connection was dead
+		{&pgconn.PgError{Code: "23505"}, false},
+		{context.DeadlineExceeded, false},
+		{nil, false},
+	} {
+		if got := DeadConn(c.err); got != c.dead {
+			t.Errorf("DeadConn(%v) = %v, want %v", c.err, got, c.dead)
+		}
+	}
+}

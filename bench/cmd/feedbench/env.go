@@ -22,11 +22,13 @@ import (
 // the system it measures, with feed's defaults (README.md, Configuration).
 type config struct {
 	databaseURL, redisURL, httpAddr string
-	jwt                             auth.Config
-	slot                            string // "": cdc.DefaultSlot of the database
-	brokers                         []string
-	kafkaSecurity                   kafka.Security
-	topic                           string
+	// adminAddr is the API's admin listener (FEED_ADMIN_ADDR), for its /metrics.
+	adminAddr     string
+	jwt           auth.Config
+	slot          string // "": cdc.DefaultSlot of the database
+	brokers       []string
+	kafkaSecurity kafka.Security
+	topic         string
 }
 
 // envDocs are the variables loadConfig reads, for the help.
@@ -34,6 +36,7 @@ var envDocs = [][2]string{
 	{"DATABASE_URL", "PostgreSQL event log, URL or keyword form (default postgres://postgres@127.0.0.1:5432/feed?sslmode=disable)"},
 	{"REDIS_URL", "Redis read models; the cluster form redis://h1:p1?addr=h2:p2 for a cluster (default redis://127.0.0.1:6379/0)"},
 	{"HTTP_ADDR", "the API's address, when --url is not given (default 127.0.0.1:8080)"},
+	{"FEED_ADMIN_ADDR", "the API's admin listener, for its /metrics (default 127.0.0.1:9100)"},
 	{"FEED_JWT_SECRET", "HS256 token secret the API verifies with (default: feed's development secret)"},
 	{"FEED_JWT_ISSUER", "the iss of the tokens, when the API checks it (default: none)"},
 	{"FEED_JWT_AUDIENCE", "the aud of the tokens, when the API checks it (default: none)"},
@@ -75,6 +78,7 @@ func loadConfig() (config, error) {
 		databaseURL: envOr("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/feed?sslmode=disable"),
 		redisURL:    envOr("REDIS_URL", "redis://127.0.0.1:6379/0"),
 		httpAddr:    envOr("HTTP_ADDR", "127.0.0.1:8080"),
+		adminAddr:   envOr("FEED_ADMIN_ADDR", "127.0.0.1:9100"),
 		jwt: auth.Config{
 			Secret:   envOr("FEED_JWT_SECRET", auth.DevSecret),
 			Issuer:   os.Getenv("FEED_JWT_ISSUER"),

@@ -204,6 +204,7 @@ func run(ctx context.Context, cfg config, c bench.Config, o options, command str
 	if c.BaseURL == "" {
 		c.BaseURL = "http://" + cfg.httpAddr
 	}
+	c.MetricsURL = "http://" + cfg.adminAddr
 	signer, err := auth.New(cfg.jwt)
 	if err != nil {
 		return usageError{err.Error()}
