@@ -140,7 +140,7 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiService, error) {
 		deps.Tokens = signer
 	}
 	// The Snowflake node id, leased: two live processes never share one.
-	lease, err := snowflake.AcquireLease(ctx, p.Pool, snowflake.LeaseConfig{Node: cfg.NodeID, Holder: leaseHolder(), Logger: p.Log})
+	lease, err := snowflake.AcquireLease(ctx, p.Pool, snowflake.LeaseConfig{Node: cfg.NodeID, Holder: leaseHolder(), WaitForExpiry: true, Logger: p.Log})
 	switch {
 	case errors.Is(err, snowflake.ErrNodeTaken):
 		return apiService{}, usageError{fmt.Sprintf("FEED_NODE_ID=%d: %v. "+

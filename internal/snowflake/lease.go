@@ -14,8 +14,9 @@ import (
 
 // Leases: two live processes never share a node id. A process leases its
 // node id in PostgreSQL's node_leases at start-up (migration 053): a given
-// one (FEED_NODE_ID), refused while another process holds it, or the
-// lowest free one. It renews the lease every TTL/3 and gives it up when
+// one (FEED_NODE_ID), refused while another live process holds it (a
+// start may wait for a killed holder's lease to run out, WaitForExpiry),
+// or the lowest free one. It renews the lease every TTL/3 and gives it up when
 // it stops; a process that could not renew it before it expired stops
 // issuing ids (Run returns an error, and the role stops). Another process
 // takes a node id only once its lease expired or was released.
@@ -44,8 +45,15 @@ type LeaseConfig struct {
 	// message of a refused start. Required.
 	Holder string
 	// TTL is how long a lease lasts without renewal. Default 30s.
-	TTL    time.Duration
-	Logger *slog.Logger
+	TTL time.Duration
+	// WaitForExpiry makes a lease of a given Node that another holder
+	// has wait, up to about a TTL, for that lease to expire, as a process
+	// killed without releasing it leaves it: a restart with the same
+	// node id then starts once the dead holder's lease ran out. A holder
+	// that renews its lease meanwhile is live, and the node is refused
+	// (ErrNodeTaken) as without it.
+	WaitForExpiry bool
+	Logger        *slog.Logger
 }
 
 // ErrNodeTaken is a node id another live process holds.
@@ -79,10 +87,14 @@ func AcquireLease(ctx context.Context, db LeaseDB, cfg LeaseConfig) (*Lease, err
 		node, hw int64
 		err      error
 	)
-	if cfg.Node >= 0 {
+	switch {
+	case cfg.Node >= 0 && cfg.WaitForExpiry:
+		node = cfg.Node
+		hw, err = l.takeWhenExpired(ctx, node)
+	case cfg.Node >= 0:
 		node = cfg.Node
 		hw, err = l.take(ctx, node)
-	} else {
+	default:
 		node, hw, err = l.takeFree(ctx)
 	}
 	if err != nil {
@@ -106,9 +118,8 @@ func (l *Lease) take(ctx context.Context, node int64) (int64, error) {
 		WHERE l.expires_at < now() OR l.holder = EXCLUDED.holder
 		RETURNING high_water_ms`, node, l.cfg.Holder, l.cfg.TTL.String()).Scan(&hw)
 	if errors.Is(err, pgx.ErrNoRows) {
-		var holder string
-		var until time.Time
-		if qerr := l.db.QueryRow(ctx, `SELECT holder, expires_at FROM node_leases WHERE node_id = $1`, node).Scan(&holder, &until); qerr != nil {
+		holder, until, qerr := l.holderOf(ctx, node)
+		if qerr != nil {
 			return 0, fmt.Errorf("node id %d: %w", node, ErrNodeTaken)
 		}
 		return 0, fmt.Errorf("node id %d: %w (%s, until %s unless renewed)", node, ErrNodeTaken, holder, until.UTC().Format(time.RFC3339))
@@ -119,6 +130,42 @@ func (l *Lease) take(ctx context.Context, node int64) (int64, error) {
 	// Taken at the node's mark: the next renewal moves it ahead.
 	l.markAt = start.Add(l.cfg.TTL / 3)
 	return hw, nil
+}
+
+// holderOf returns who holds node's lease and until when.
+func (l *Lease) holderOf(ctx context.Context, node int64) (holder string, until time.Time, err error) {
+	err = l.db.QueryRow(ctx, `SELECT holder, expires_at FROM node_leases WHERE node_id = $1`, node).Scan(&holder, &until)
+	return holder, until, err
+}
+
+// takeWhenExpired leases node as take does, but while another holder has
+// it, polls until that lease expires (then takes it) or is renewed (then
+// the holder is live: ErrNodeTaken). It waits about a TTL at most.
+func (l *Lease) takeWhenExpired(ctx context.Context, node int64) (int64, error) {
+	var first time.Time
+	for {
+		hw, err := l.take(ctx, node)
+		if !errors.Is(err, ErrNodeTaken) {
+			return hw, err
+		}
+		holder, until, qerr := l.holderOf(ctx, node)
+		switch {
+		case qerr != nil:
+			// Released between the two statements: take it now.
+		case first.IsZero():
+			first = until
+			l.cfg.Logger.Warn("snowflake: waiting for the lease of a node id to expire (a holder that renews it is live, and the start is refused)",
+				"node", node, "holder", holder, "until", until.UTC().Format(time.RFC3339))
+		case until.After(first):
+			return 0, err
+		}
+		wait := min(max(time.Until(until), 50*time.Millisecond), time.Second)
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("lease node id %d: %w", node, ctx.Err())
+		case <-time.After(wait):
+		}
+	}
 }
 
 // takeFree leases the lowest node id no live process holds.

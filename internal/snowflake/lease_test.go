@@ -111,3 +111,28 @@ func TestLeasedGeneratorsDoNotCollide(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// A restart with the same node id after its process was killed (the lease
+// left unreleased and unrenewed) waits for the lease to run out and takes
+// it; a holder that renews its lease is live, and the same wait refuses.
+func TestLeaseWaitsForAKilledHolder(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	ctx := context.Background()
+	if _, err := AcquireLease(ctx, db.Pool, LeaseConfig{Node: 9, Holder: "killed pid 1", TTL: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := AcquireLease(ctx, db.Pool, LeaseConfig{Node: 9, Holder: "restarted pid 2", TTL: time.Second, WaitForExpiry: true})
+	if err != nil || b.Node() != 9 {
+		t.Fatalf("node 9 after its holder was killed: %v", err)
+	}
+
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- b.Run(runCtx) }()
+	t.Cleanup(func() { stop(); <-done })
+	_, err = AcquireLease(ctx, db.Pool, LeaseConfig{Node: 9, Holder: "other pid 3", TTL: time.Second, WaitForExpiry: true})
+	if !errors.Is(err, ErrNodeTaken) || !strings.Contains(err.Error(), "restarted pid 2") {
+		t.Fatalf("node 9 while its holder renews it: %v, want ErrNodeTaken naming the holder", err)
+	}
+}
