@@ -47,20 +47,6 @@ CROSS JOIN LATERAL (
 ORDER BY p.created_at DESC, p.id DESC
 LIMIT $4`
 
-// pullKeysSQL is pullSQL without the content, for inbox rebuilds.
-const pullKeysSQL = `
-SELECT p.id, p.created_at
-FROM (SELECT f.followee_id AS author_id FROM follows f WHERE f.follower_id = $1
-        AND NOT EXISTS (SELECT 1 FROM mutes m WHERE m.muter_id = $1 AND m.muted_id = f.followee_id)
-      UNION ALL SELECT $1::bigint) a
-CROSS JOIN LATERAL (
-    SELECT id, created_at FROM posts
-    WHERE posts.author_id = a.author_id AND NOT deleted
-    ORDER BY created_at DESC, id DESC
-    LIMIT $2) p
-ORDER BY p.created_at DESC, p.id DESC
-LIMIT $2`
-
 // authorSQL is one author's non-deleted posts strictly older than ($2, $3)
 // and strictly newer than ($4, $5), newest first.
 const authorSQL = `
