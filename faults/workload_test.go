@@ -20,11 +20,15 @@ import (
 )
 
 // codes counts answers by HTTP status; "conn" is a request that got no
-// answer (the API down or restarting).
+// answer (the API down or restarting), readUnavailable the 503s (counted
+// under "503" too) that answered a read.
 type codes struct {
 	mu sync.Mutex
 	m  map[string]int
 }
+
+// readUnavailable counts the 503 answers to reads, beside "503".
+const readUnavailable = "503-of-reads"
 
 func newCodes() *codes { return &codes{m: map[string]int{}} }
 
@@ -64,7 +68,7 @@ func (s *codes) forbidden() map[string]int {
 	defer s.mu.Unlock()
 	out := map[string]int{}
 	for k, n := range s.m {
-		if strings.HasPrefix(k, "5") && k != "503" {
+		if strings.HasPrefix(k, "5") && k != "503" && k != readUnavailable {
 			out[k] = n
 		}
 	}
@@ -106,6 +110,9 @@ func (cl client) do(ctx context.Context, method, path string, user int64, idemKe
 	b, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	cl.codes.add(strconv.Itoa(resp.StatusCode))
+	if resp.StatusCode == http.StatusServiceUnavailable && method == http.MethodGet {
+		cl.codes.add(readUnavailable) // which of the 503s were reads
+	}
 	if err != nil {
 		return resp.StatusCode, fmt.Errorf("%s %s: read body: %w", method, path, err)
 	}
