@@ -49,7 +49,7 @@ func TestRebuildFollowersIntoCompactUnderLoad(t *testing.T) {
 				fail(err)
 			}
 			writes.Add(1)
-			time.Sleep(3 * time.Millisecond)
+			time.Sleep(3 * time.Millisecond) // pacing
 		}
 	}()
 	for range 2 {
@@ -70,7 +70,7 @@ func TestRebuildFollowersIntoCompactUnderLoad(t *testing.T) {
 		}()
 	}
 	// The load's events reach the previous layout's keys first.
-	time.Sleep(time.Second)
+	goesOn(t, "the load before the rebuild", 50, &writes, &reads)
 	res, err := s.rebuilder(t, nil).Run(ctx, readmodel.ProjectionFollowers)
 	if err != nil {
 		stop()
@@ -78,7 +78,7 @@ func TestRebuildFollowersIntoCompactUnderLoad(t *testing.T) {
 		t.Fatalf("rebuild followers: %v", err)
 	}
 	// Keep the load on past the cleanup of version 1.
-	time.Sleep(3 * time.Second)
+	goesOn(t, "the load after the cleanup", 100, &writes, &reads)
 	stop()
 	wg.Wait()
 	t.Logf("during the switch: %d writes, %d reads, %d read errors, %d empty pages; %+v",

@@ -84,7 +84,7 @@ func TestRebuildInboxFromSortedSetsUnderLoad(t *testing.T) {
 				fail(err)
 			}
 			writes.Add(1)
-			time.Sleep(3 * time.Millisecond)
+			time.Sleep(3 * time.Millisecond) // pacing
 		}
 	}()
 	for range 2 { // readers of the seeded users
@@ -133,7 +133,7 @@ func TestRebuildInboxFromSortedSetsUnderLoad(t *testing.T) {
 	}
 	// Keep the load on past the cleanup of the sorted-set version, so the
 	// readers cross the switch and the deletion of the old keys.
-	time.Sleep(3 * time.Second)
+	goesOn(t, "the load after the cleanup", 100, &writes, &reads, &frozenReads)
 	stop()
 	wg.Wait()
 	t.Logf("during the switch: %d writes, %d reads, %d whole frozen feeds read, %d read errors, %d empty pages; %+v",

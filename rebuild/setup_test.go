@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -373,4 +374,23 @@ func (s *system) frozenReaders(t *testing.T) (readers, authors []int64) {
 		}
 	}
 	return readers, authors
+}
+
+// goesOn waits until each counter has moved on by n from now: the load
+// has run on a while (past a switch, past a cleanup), however fast or
+// slow the machine is.
+func goesOn(t *testing.T, what string, n int64, counters ...*atomic.Int64) {
+	t.Helper()
+	from := make([]int64, len(counters))
+	for i, c := range counters {
+		from[i] = c.Load()
+	}
+	testenv.Eventually(t, time.Minute, what, func() bool {
+		for i, c := range counters {
+			if c.Load() < from[i]+n {
+				return false
+			}
+		}
+		return true
+	})
 }
