@@ -3,10 +3,7 @@ package rebuild
 import (
 	"context"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/feedco/feed/readmodel"
 	"github.com/feedco/feed/testkit/systest"
@@ -36,58 +33,24 @@ func TestRebuildFollowersIntoCompactUnderLoad(t *testing.T) {
 	}
 	s.checkConverged(t)
 
-	loadCtx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	var writes, reads, readErrs, empties atomic.Int64
-	var firstErr atomic.Value
-	fail := func(err error) { firstErr.CompareAndSwap(nil, err) }
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for loadCtx.Err() == nil {
-			if err := s.step(ctx); err != nil {
-				fail(err)
-			}
-			writes.Add(1)
-			time.Sleep(3 * time.Millisecond) // pacing
-		}
-	}()
-	for range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for loadCtx.Err() == nil {
-				p, err := s.Feed.Home(ctx, s.pick(), "", 20)
-				reads.Add(1)
-				switch {
-				case err != nil:
-					readErrs.Add(1)
-					fail(err)
-				case len(p.Items) == 0:
-					empties.Add(1)
-				}
-			}
-		}()
-	}
+	l := s.startLoad(ctx, nil, nil)
 	// The load's events reach the previous layout's keys first.
-	goesOn(t, "the load before the rebuild", 50, &writes, &reads)
+	goesOn(t, "the load before the rebuild", 50, &l.writes, &l.reads)
 	res, err := s.rebuilder(t, nil).Run(ctx, readmodel.ProjectionFollowers)
 	if err != nil {
-		stop()
-		wg.Wait()
+		l.end()
 		t.Fatalf("rebuild followers: %v", err)
 	}
 	// Keep the load on past the cleanup of version 1.
-	goesOn(t, "the load after the cleanup", 100, &writes, &reads)
-	stop()
-	wg.Wait()
+	goesOn(t, "the load after the cleanup", 100, &l.writes, &l.reads)
+	l.end()
 	t.Logf("during the switch: %d writes, %d reads, %d read errors, %d empty pages; %+v",
-		writes.Load(), reads.Load(), readErrs.Load(), empties.Load(), res)
-	if e := firstErr.Load(); e != nil {
+		l.writes.Load(), l.reads.Load(), l.readErrs.Load(), l.empties.Load(), res)
+	if e := l.firstErr.Load(); e != nil {
 		t.Fatalf("a write or read failed during the switch: %v", e)
 	}
-	if readErrs.Load() > 0 || empties.Load() > 0 {
-		t.Fatalf("%d reads failed and %d were empty during the switch", readErrs.Load(), empties.Load())
+	if l.readErrs.Load() > 0 || l.empties.Load() > 0 {
+		t.Fatalf("%d reads failed and %d were empty during the switch", l.readErrs.Load(), l.empties.Load())
 	}
 	s.quiesce(t)
 	if kv := s.keyVersions(t); kv["followers/v1"] != 0 || kv["followers/v2"] == 0 {

@@ -7,10 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -71,84 +68,31 @@ func TestRebuildInboxFromSortedSetsUnderLoad(t *testing.T) {
 		t.Fatal("no sorted-set inbox before the switch")
 	}
 
-	loadCtx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	var writes, reads, frozenReads, readErrs, empties atomic.Int64
-	var firstErr atomic.Value
-	fail := func(err error) { firstErr.CompareAndSwap(nil, err) }
-	wg.Add(1)
-	go func() { // writer, on the seeded users only
-		defer wg.Done()
-		for loadCtx.Err() == nil {
-			if err := s.step(ctx); err != nil {
-				fail(err)
-			}
-			writes.Add(1)
-			time.Sleep(3 * time.Millisecond) // pacing
-		}
-	}()
-	for range 2 { // readers of the seeded users
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for loadCtx.Err() == nil {
-				p, err := s.Feed.Home(ctx, s.pick(), "", 20)
-				reads.Add(1)
-				switch {
-				case err != nil:
-					readErrs.Add(1)
-					fail(err)
-				case len(p.Items) == 0:
-					empties.Add(1)
-				}
-			}
-		}()
-	}
-	var mismatch atomic.Value
-	wg.Add(1)
-	go func() { // readers of the frozen feeds, whole feeds page by page
-		defer wg.Done()
-		for i := 0; loadCtx.Err() == nil; i++ {
-			r := frozen[i%len(frozen)]
-			got, err := s.read(ctx, r)
-			frozenReads.Add(1)
-			if err != nil {
-				readErrs.Add(1)
-				fail(err)
-				continue
-			}
-			if !slices.Equal(got, want[r]) {
-				mismatch.CompareAndSwap(nil, []any{r, got})
-			}
-		}
-	}()
-
+	l := s.startLoad(ctx, frozen, want)
 	pcfg := policies
 	r := s.rebuilderWith(t, pcfg, nil)
 	res, err := r.Run(ctx, readmodel.ProjectionInbox)
 	if err != nil {
-		stop()
-		wg.Wait()
+		l.end()
 		t.Fatalf("rebuild inbox: %v", err)
 	}
 	// Keep the load on past the cleanup of the sorted-set version, so the
 	// readers cross the switch and the deletion of the old keys.
-	goesOn(t, "the load after the cleanup", 100, &writes, &reads, &frozenReads)
-	stop()
-	wg.Wait()
+	goesOn(t, "the load after the cleanup", 100, &l.writes, &l.reads, &l.frozenReads)
+	l.end()
 	t.Logf("during the switch: %d writes, %d reads, %d whole frozen feeds read, %d read errors, %d empty pages; %+v",
-		writes.Load(), reads.Load(), frozenReads.Load(), readErrs.Load(), empties.Load(), res)
-	if e := firstErr.Load(); e != nil {
+		l.writes.Load(), l.reads.Load(), l.frozenReads.Load(), l.readErrs.Load(), l.empties.Load(), res)
+	if e := l.firstErr.Load(); e != nil {
 		t.Fatalf("a write or read failed during the switch: %v", e)
 	}
-	if readErrs.Load() > 0 || empties.Load() > 0 {
-		t.Fatalf("%d reads failed and %d were empty during the switch", readErrs.Load(), empties.Load())
+	if l.readErrs.Load() > 0 || l.empties.Load() > 0 {
+		t.Fatalf("%d reads failed and %d were empty during the switch", l.readErrs.Load(), l.empties.Load())
 	}
-	if m := mismatch.Load(); m != nil {
+	if m := l.mismatch.Load(); m != nil {
 		v := m.([]any)
 		t.Fatalf("frozen reader %d read %v during the switch, want %v", v[0], v[1], want[v[0].(int64)])
 	}
-	if frozenReads.Load() == 0 {
+	if l.frozenReads.Load() == 0 {
 		t.Fatal("no frozen feed was read during the switch")
 	}
 

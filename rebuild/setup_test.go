@@ -394,3 +394,76 @@ func goesOn(t *testing.T, what string, n int64, counters ...*atomic.Int64) {
 		return true
 	})
 }
+
+// switchLoad is the load a blue/green switch runs under: a writer on the
+// seeded users, two readers of their first pages and, given frozen
+// readers, a reader of their whole feeds, each compared with want.
+type switchLoad struct {
+	stop                                          context.CancelFunc
+	wg                                            sync.WaitGroup
+	writes, reads, frozenReads, readErrs, empties atomic.Int64
+	firstErr                                      atomic.Value // the first write or read error
+	mismatch                                      atomic.Value // []any{reader, got}: a frozen feed read unlike want
+}
+
+// startLoad starts the load until end.
+func (s *system) startLoad(ctx context.Context, frozen []int64, want map[int64][]string) *switchLoad {
+	loadCtx, stop := context.WithCancel(ctx)
+	l := &switchLoad{stop: stop}
+	fail := func(err error) { l.firstErr.CompareAndSwap(nil, err) }
+	l.wg.Add(1)
+	go func() { // writer, on the seeded users only
+		defer l.wg.Done()
+		for loadCtx.Err() == nil {
+			if err := s.step(ctx); err != nil {
+				fail(err)
+			}
+			l.writes.Add(1)
+			time.Sleep(3 * time.Millisecond) // pacing
+		}
+	}()
+	for range 2 { // readers of the seeded users
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for loadCtx.Err() == nil {
+				p, err := s.Feed.Home(ctx, s.pick(), "", 20)
+				l.reads.Add(1)
+				switch {
+				case err != nil:
+					l.readErrs.Add(1)
+					fail(err)
+				case len(p.Items) == 0:
+					l.empties.Add(1)
+				}
+			}
+		}()
+	}
+	if len(frozen) == 0 {
+		return l
+	}
+	l.wg.Add(1)
+	go func() { // readers of the frozen feeds, whole feeds page by page
+		defer l.wg.Done()
+		for i := 0; loadCtx.Err() == nil; i++ {
+			r := frozen[i%len(frozen)]
+			got, err := s.read(ctx, r)
+			l.frozenReads.Add(1)
+			if err != nil {
+				l.readErrs.Add(1)
+				fail(err)
+				continue
+			}
+			if !slices.Equal(got, want[r]) {
+				l.mismatch.CompareAndSwap(nil, []any{r, got})
+			}
+		}
+	}()
+	return l
+}
+
+// end stops the load and waits for it.
+func (l *switchLoad) end() {
+	l.stop()
+	l.wg.Wait()
+}

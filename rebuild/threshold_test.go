@@ -3,8 +3,6 @@ package rebuild
 import (
 	"context"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -140,84 +138,32 @@ func (s *system) switchThresholdUnderLoad(t *testing.T, name string, threshold i
 		}
 		want[r] = w
 	}
-	loadCtx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	var writes, reads, frozenReads, readErrs, empties atomic.Int64
-	var firstErr, mismatch atomic.Value
-	fail := func(err error) { firstErr.CompareAndSwap(nil, err) }
-	wg.Add(1)
-	go func() { // writer, on the seeded users only
-		defer wg.Done()
-		for loadCtx.Err() == nil {
-			if err := s.step(ctx); err != nil {
-				fail(err)
-			}
-			writes.Add(1)
-			time.Sleep(3 * time.Millisecond) // pacing
-		}
-	}()
-	for range 2 { // readers of the seeded users
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for loadCtx.Err() == nil {
-				p, err := s.Feed.Home(ctx, s.pick(), "", 20)
-				reads.Add(1)
-				switch {
-				case err != nil:
-					readErrs.Add(1)
-					fail(err)
-				case len(p.Items) == 0:
-					empties.Add(1)
-				}
-			}
-		}()
-	}
-	wg.Add(1)
-	go func() { // readers of the frozen feeds, whole feeds page by page
-		defer wg.Done()
-		for i := 0; loadCtx.Err() == nil; i++ {
-			r := frozen[i%len(frozen)]
-			got, err := s.read(ctx, r)
-			frozenReads.Add(1)
-			if err != nil {
-				readErrs.Add(1)
-				fail(err)
-				continue
-			}
-			if !slices.Equal(got, want[r]) {
-				mismatch.CompareAndSwap(nil, []any{r, got})
-			}
-		}
-	}()
-
+	l := s.startLoad(ctx, frozen, want)
 	pcfg := policies
 	pcfg.CelebrityThreshold = threshold
 	r := s.rebuilderWith(t, pcfg, nil)
 	res, err := r.Run(ctx, name)
 	if err != nil {
-		stop()
-		wg.Wait()
+		l.end()
 		t.Fatalf("rebuild %s at celebrity threshold %d: %v", name, threshold, err)
 	}
 	// Run returns once the old versions are cleaned up: the load goes on
 	// until every frozen feed was read whole, and the others read and
 	// written, after the deletion of the old keys.
-	w0, r0, f0 := writes.Load(), reads.Load(), frozenReads.Load()
+	w0, r0, f0 := l.writes.Load(), l.reads.Load(), l.frozenReads.Load()
 	testenv.Eventually(t, 60*time.Second, "reads and writes after the cleanup", func() bool {
-		return frozenReads.Load() >= f0+int64(len(frozen)) && reads.Load() > r0 && writes.Load() > w0
+		return l.frozenReads.Load() >= f0+int64(len(frozen)) && l.reads.Load() > r0 && l.writes.Load() > w0
 	})
-	stop()
-	wg.Wait()
+	l.end()
 	t.Logf("threshold %d: %d writes, %d reads, %d whole frozen feeds read, %d read errors, %d empty pages during the switch",
-		threshold, writes.Load(), reads.Load(), frozenReads.Load(), readErrs.Load(), empties.Load())
-	if e := firstErr.Load(); e != nil {
+		threshold, l.writes.Load(), l.reads.Load(), l.frozenReads.Load(), l.readErrs.Load(), l.empties.Load())
+	if e := l.firstErr.Load(); e != nil {
 		t.Fatalf("a write or read failed during the switch: %v", e)
 	}
-	if readErrs.Load() > 0 || empties.Load() > 0 || frozenReads.Load() == 0 {
-		t.Fatalf("%d reads failed, %d were empty, %d frozen feeds read during the switch", readErrs.Load(), empties.Load(), frozenReads.Load())
+	if l.readErrs.Load() > 0 || l.empties.Load() > 0 || l.frozenReads.Load() == 0 {
+		t.Fatalf("%d reads failed, %d were empty, %d frozen feeds read during the switch", l.readErrs.Load(), l.empties.Load(), l.frozenReads.Load())
 	}
-	if m := mismatch.Load(); m != nil {
+	if m := l.mismatch.Load(); m != nil {
 		v := m.([]any)
 		t.Fatalf("frozen reader %d read %v during the switch, want %v", v[0], v[1], want[v[0].(int64)])
 	}
