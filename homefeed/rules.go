@@ -2,10 +2,18 @@ package homefeed
 
 // The feed rules: which entries a home feed shows. They are pure
 // functions over what a reader already knows about an entry and the
-// viewer's relations to the accounts it names, so that the read side (the
-// truth), the fan-out (which uses them to skip pushes that could never
-// show) and tests share one definition. The convergence oracle (package
-// verify) computes the same rules independently from PostgreSQL.
+// viewer's relations to the accounts it names; the read side applies them
+// to every page (the inbox holds candidates, not answers). The
+// convergence oracle (package verify) computes the same rules
+// independently from PostgreSQL.
+//
+// The fan-out does not apply them: a reply or a repost is pushed to every
+// active follower of its author like a post. A filter at push time would
+// decide on relations that may change later (a follower who follows the
+// original's author at the push and unfollows them after must then see
+// the repost; one who follows a parent's author only later must then see
+// the reply), and no backfill would bring such an entry back. The cost is
+// inbox room and read-time hydration for entries a reader may never see.
 //
 // An original post appears at most once in a feed: as itself when the
 // viewer follows its author (or is its author), otherwise as the earliest
@@ -98,22 +106,6 @@ func ReplyShown(viewer, author, parentAuthor int64, rel func(int64) Relation) bo
 		return false
 	}
 	return parentAuthor == author || r.Follows
-}
-
-// ReplyReaches is the fan-out's form of the reply rule for follower, who
-// follows author: whether a reply by author to parentAuthor can ever show
-// in follower's feed, followsParent being whether follower follows
-// parentAuthor. Mutes and blocks are left to the read.
-func ReplyReaches(follower, author, parentAuthor int64, followsParent bool) bool {
-	return parentAuthor == 0 || parentAuthor == follower || parentAuthor == author || followsParent
-}
-
-// RepostReaches is the fan-out's form of the repost rule for follower:
-// a repost of a post by originalAuthor can show in follower's feed only
-// when follower is not originalAuthor and does not follow them (else the
-// original shows as itself).
-func RepostReaches(follower, originalAuthor int64, followsOriginalAuthor bool) bool {
-	return follower != originalAuthor && !followsOriginalAuthor
 }
 
 // Repost is one live repost of an original, as the reposts read model

@@ -87,7 +87,7 @@ func (p *Inbox) Apply(ctx context.Context, env events.Envelope, ev events.Event)
 		if err != nil || celeb {
 			return err // a celebrity's post is pulled at read time from the author's timeline
 		}
-		return p.push(ctx, e.PostID, homefeed.Reach{Author: e.AuthorID, ReplyToAuthor: e.ReplyToAuthor})
+		return p.push(ctx, e.PostID, e.AuthorID)
 	case events.PostDeleted:
 		return p.feed.EachFollowerPage(ctx, e.AuthorID, false, func(ids []int64, _ []bool) error {
 			return p.feed.RemoveDeleted(ctx, e.PostID, ids)
@@ -100,7 +100,7 @@ func (p *Inbox) Apply(ctx context.Context, env events.Envelope, ev events.Event)
 		if err != nil || celeb {
 			return err
 		}
-		return p.push(ctx, e.RepostID, homefeed.Reach{Author: e.ReposterID, RepostOfAuthor: e.AuthorID})
+		return p.push(ctx, e.RepostID, e.ReposterID)
 	case events.PostUnreposted:
 		// As a deletion of the repost's entry: hidden at read at once by
 		// its tombstone, reclaimed from the inboxes here.
@@ -197,14 +197,15 @@ WHERE a.last_seen_at > now() - $2::interval`
 // is acknowledged only after every page succeeded (a failed page fails the
 // message, which is retried: every command here is idempotent).
 //
-// A reply or a repost first goes through the home feed's fan-out filters
-// per page (homefeed.Manager.PushEntry): the followers it could never
-// show to are not written.
-func (p *Inbox) push(ctx context.Context, entry int64, r homefeed.Reach) error {
+// A reply or a repost is pushed to every active follower of its author
+// like any post: whether it shows is the read's decision (homefeed's
+// rules), since a follower's relations may change after the push (see
+// homefeed/rules.go).
+func (p *Inbox) push(ctx context.Context, entry, author int64) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(p.cfg.FanoutParallel)
-	err := p.eachPushPage(gctx, r.Author, func(ids []int64, expiring []bool) error {
-		g.Go(func() error { return p.pushPage(gctx, entry, r, ids, expiring) })
+	err := p.eachPushPage(gctx, author, func(ids []int64, expiring []bool) error {
+		g.Go(func() error { return p.pushPage(gctx, entry, ids, expiring) })
 		return nil
 	})
 	if werr := g.Wait(); werr != nil {
@@ -215,18 +216,18 @@ func (p *Inbox) push(ctx context.Context, entry int64, r homefeed.Reach) error {
 
 // pushPage writes one page of a post's fan-out (see push), holding one of
 // the FanoutInflight slots.
-func (p *Inbox) pushPage(ctx context.Context, entry int64, r homefeed.Reach, ids []int64, expiring []bool) error {
+func (p *Inbox) pushPage(ctx context.Context, entry int64, ids []int64, expiring []bool) error {
 	select {
 	case p.inflight <- struct{}{}:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	n, err := p.feed.PushEntry(ctx, entry, r, ids, expiring)
+	err := p.feed.Push(ctx, entry, ids, expiring)
 	<-p.inflight
 	if err != nil {
 		return err
 	}
-	p.m.entries(NameInbox, n)
+	p.m.entries(NameInbox, len(ids))
 	return nil
 }
 
