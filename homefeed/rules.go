@@ -76,7 +76,7 @@ func Judge(viewer int64, e Entry, rel func(account int64) Relation) Verdict {
 		return Hide
 	}
 	if e.RepostOf == 0 {
-		if !ReplyShown(viewer, e.Author, e.ReplyToAuthor, rel) {
+		if e.Author != viewer && !ReplyShown(viewer, e.Author, e.ReplyToAuthor, rel) {
 			return Hide
 		}
 		return Show
