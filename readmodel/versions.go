@@ -34,7 +34,9 @@ type Versions struct {
 
 // DefaultVersions is every projection at version 1, where a deployment
 // starts (migration 006).
-func DefaultVersions() Versions { return Versions{Inbox: 1, Timelines: 1, Followers: 1, Posts: 1, Notifications: 1} }
+func DefaultVersions() Versions {
+	return Versions{Inbox: 1, Timelines: 1, Followers: 1, Posts: 1, Notifications: 1}
+}
 
 // Version implements VersionSource.
 func (v Versions) Version(projection string) int { return max(v.Get(projection), 1) }
