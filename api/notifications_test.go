@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/feedco/feed/api"
@@ -256,4 +257,71 @@ func TestNotificationsAPI(t *testing.T) {
 			t.Errorf("%s without a token: %d", m, r.Status)
 		}
 	}
+}
+
+// TestNotificationsOpenAPI validates the responses of the notifications
+// and markers routes against the OpenAPI document: every type, a deleted
+// post (unavailable), markers unset and set, the problems.
+func TestNotificationsOpenAPI(t *testing.T) {
+	ne := setupNotifications(t)
+	loader := openapi3.NewLoader()
+	doc, err := loader.LoadFromData(api.OpenAPI())
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(method, path string, status int, r response) {
+		t.Helper()
+		op := doc.Paths.Value(path).GetOperation(method)
+		ref := op.Responses.Status(status)
+		if ref == nil {
+			t.Fatalf("%s %s: status %d is not in the document", method, path, status)
+		}
+		if status == 204 {
+			return
+		}
+		mt := r.Header.Get("Content-Type")
+		media := ref.Value.Content.Get(mt)
+		if media == nil {
+			t.Fatalf("%s %s %d: Content-Type %q is not the document's", method, path, status, mt)
+		}
+		var v any
+		if err := json.Unmarshal(r.Body, &v); err != nil {
+			t.Fatal(err)
+		}
+		if err := media.Schema.Value.VisitJSON(v, openapi3.EnableJSONSchema2020()); err != nil {
+			t.Errorf("%s %s %d: %s does not match the document: %v", method, path, status, r.Body, err)
+		}
+	}
+	ana, bob := ne.register(t, "ana"), ne.register(t, "bob")
+	A, B := ne.bearer(ana), ne.bearer(bob)
+	post := ne.post(t, A, `{"content":"hello"}`)
+	gone := ne.post(t, A, `{"content":"soon gone"}`)
+	ne.put(t, B, "/api/posts/"+post+"/like")
+	ne.put(t, B, "/api/posts/"+gone+"/repost")
+	ne.post(t, B, fmt.Sprintf(`{"content":"re","replyTo":%q,"quoteOf":%q}`, post, post))
+	ne.put(t, B, fmt.Sprintf("/api/following/%d", ana))
+	ne.do(t, "DELETE", "/api/posts/"+gone, "", "Authorization", A)
+	ne.project(t)
+
+	r := ne.do(t, "GET", "/api/markers", "", "Authorization", A)
+	check("GET", "/api/markers", 200, r)
+	r = ne.do(t, "GET", "/api/notifications?limit=3", "", "Authorization", A)
+	check("GET", "/api/notifications", 200, r)
+	var p notifPage
+	if err := json.Unmarshal(r.Body, &p); err != nil || p.NextCursor == nil || len(p.Items) != 3 {
+		t.Fatalf("first page %s", r.Body)
+	}
+	check("GET", "/api/notifications", 200, ne.do(t, "GET", "/api/notifications?cursor="+*p.NextCursor, "", "Authorization", A))
+	all := ne.page(t, A, "")
+	if len(all.Items) != 5 || !all.Items[3].Post.Unavailable {
+		t.Fatalf("want 5 notifications, the repost of the deleted post unavailable: %+v", all.Items)
+	}
+	r = ne.do(t, "PUT", "/api/markers", fmt.Sprintf(`{"notifications":%q}`, p.Items[0].ID), "Authorization", A)
+	check("PUT", "/api/markers", r.Status, r)
+	check("GET", "/api/markers", 200, ne.do(t, "GET", "/api/markers", "", "Authorization", A))
+	check("GET", "/api/notifications", 400, ne.do(t, "GET", "/api/notifications?cursor=x", "", "Authorization", A))
+	check("PUT", "/api/markers", 400, ne.do(t, "PUT", "/api/markers", `{"notifications":"x"}`, "Authorization", A))
+	check("GET", "/api/notifications", 401, ne.do(t, "GET", "/api/notifications", ""))
+	check("PUT", "/api/markers", 401, ne.do(t, "PUT", "/api/markers", `{}`))
+	check("GET", "/api/markers", 401, ne.do(t, "GET", "/api/markers", ""))
 }
