@@ -18,8 +18,9 @@ import (
 )
 
 // notifEnv is the API with a query side over a Redis prefix, and the
-// notifications projector applied straight from the events table (CDC
-// and Kafka are the pipeline's tests').
+// notifications and followers projectors (mutes and blocks) applied
+// straight from the events table (CDC and Kafka are the pipeline's
+// tests').
 type notifEnv struct {
 	*env
 	rd   *testenv.Redis
@@ -46,7 +47,7 @@ func setupNotifications(t *testing.T) *notifEnv {
 func (ne *notifEnv) project(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
-	p, err := projections.NewNotifications(projections.Config{Keys: ne.keys}, ne.pool, ne.rd.Client)
+	ps, err := projections.New(projections.Config{Keys: ne.keys}, ne.pool, ne.rd.Client, nil, projections.NameNotifications, projections.NameFollowers)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,8 +70,10 @@ func (ne *notifEnv) project(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := p.Apply(ctx, e, ev); err != nil {
-			t.Fatal(err)
+		for _, p := range ps {
+			if err := p.Apply(ctx, e, ev); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 }
@@ -207,14 +210,10 @@ func TestNotificationsAPI(t *testing.T) {
 	}
 
 	// Mutes and blocks hide the actor's notifications at read time, either
-	// way (the followers projector writes these fields; here directly).
-	f := readmodel.NewFollows(ne.keys)
-	pipe := ne.rd.Client.Pipeline()
-	f.QueueApplyMute(context.Background(), pipe, ana, bob, 1)
-	f.QueueApplyBlock(context.Background(), pipe, cy, ana, 1) // cy blocks ana
-	if _, err := pipe.Exec(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	// way: ana mutes bob, cy blocks ana.
+	ne.put(t, A, fmt.Sprintf("/api/muting/%d", bob))
+	ne.put(t, C, fmt.Sprintf("/api/blocking/%d", ana))
+	ne.project(t)
 	hidden := ne.page(t, A, "")
 	if len(hidden.Items) != 1 || hidden.Items[0].Type != "follow" {
 		t.Fatalf("with bob muted and cy blocking: %+v", hidden.Items)
@@ -225,10 +224,8 @@ func TestNotificationsAPI(t *testing.T) {
 
 	// Undo and deletion: the like goes, a deleted post shows unavailable.
 	ne.do(t, "DELETE", "/api/posts/"+post, "", "Authorization", A)
-	pipe = ne.rd.Client.Pipeline()
-	f.QueueApplyMute(context.Background(), pipe, ana, bob, 2)
-	if _, err := pipe.Exec(context.Background()); err != nil {
-		t.Fatal(err)
+	if r := ne.do(t, "DELETE", fmt.Sprintf("/api/muting/%d", bob), "", "Authorization", A); r.Status != 204 {
+		t.Fatalf("unmute: %d", r.Status)
 	}
 	if r := ne.do(t, "DELETE", "/api/posts/"+post+"/like", "", "Authorization", B); r.Status != 204 {
 		t.Fatalf("unlike: %d", r.Status)
