@@ -291,6 +291,13 @@ func TestNotificationsPartitionInterleavings(t *testing.T) {
 		rng := rand.New(rand.NewPCG(seed, 52))
 		keys := readmodel.Keys{Prefix: r.rd.Prefix + "o" + string(rune('a'+seed)) + ":"}
 		p := r.projector(keys, nil)
+		// The set of a built deployment (the bulk build of a user with no
+		// notifications yet): complete, floor 0.
+		pipe := r.rd.Client.Pipeline()
+		readmodel.NewNotifications(keys, 5, 0).WriteRebuilt(ctx, pipe, alice, nil)
+		if _, err := pipe.Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
 		next := map[int64]int{}
 		for {
 			var live []int64

@@ -175,9 +175,10 @@ func (m Notifications) guardKey(user int64) string {
 // stream version, the bound, the guard's TTL in ms. An event at or below
 // the pair's guarded version changes nothing (a late event of a moved
 // partition); an add at or below the floor neither (it was trimmed away
-// or older than what the set keeps). Past the bound the oldest entries go
-// and the floor rises to the highest score removed (every entry at it
-// goes too). Returns 1 when the set changed.
+// or older than what the set keeps). Past the bound the oldest entries
+// go; in a built set (one with the floor sentinel) the floor rises to the
+// highest score removed (every entry at it goes too); a set not built
+// stays so. Returns 1 when the set changed.
 var notifScript = redis.NewScript(`
 local v = tonumber(ARGV[4])
 local g = tonumber(redis.call('HGET', KEYS[2], ARGV[2]) or '0')
@@ -192,19 +193,51 @@ end
 local s = tonumber(ARGV[3])
 local f = redis.call('ZSCORE', KEYS[1], '\0')
 if f and s <= tonumber(f) then return 0 end
-local added = redis.call('ZADD', KEYS[1], s, ARGV[2])
+redis.call('ZADD', KEYS[1], s, ARGV[2])
 local hasF = 0
 if f then hasF = 1 end
 local excess = redis.call('ZCARD', KEYS[1]) - hasF - tonumber(ARGV[5])
 if excess > 0 then
-  local cut = redis.call('ZRANGE', KEYS[1], hasF + excess - 1, hasF + excess - 1, 'WITHSCORES')
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', cut[2])
-  redis.call('ZADD', KEYS[1], cut[2], '\0')
+  if hasF == 0 then
+    redis.call('ZREMRANGEBYRANK', KEYS[1], 0, excess - 1)
+  else
+    local cut = redis.call('ZRANGE', KEYS[1], excess, excess, 'WITHSCORES')
+    redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', cut[2])
+    redis.call('ZADD', KEYS[1], cut[2], '\0')
+  end
 end
 return 1
 `)
 
-func init() { scripts = append(scripts, notifScript) }
+// notifBuildScript completes a set that is not built from the truth, and
+// marks it built. KEYS: the set, the guard hash. ARGV: the floor (the
+// truth's cut: entries at or below it are not kept), the bound, then
+// member and score pairs. It only adds (ZADD NX), so what the projector
+// applied meanwhile stays; a pair with a guard (an undo, or a do above
+// version 1, applied since the truth was read or before) is left to the
+// projector: the truth's entry may be older than the pair's last event.
+// A set already built is left alone. Returns 1 when it built the set.
+var notifBuildScript = redis.NewScript(`
+if redis.call('ZSCORE', KEYS[1], '\0') then return 0 end
+local floor = tonumber(ARGV[1])
+for i = 3, #ARGV, 2 do
+  local s = tonumber(ARGV[i + 1])
+  if s > floor and not redis.call('HGET', KEYS[2], ARGV[i]) then
+    redis.call('ZADD', KEYS[1], 'NX', s, ARGV[i])
+  end
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', floor)
+local excess = redis.call('ZCARD', KEYS[1]) - tonumber(ARGV[2])
+if excess > 0 then
+  local cut = redis.call('ZRANGE', KEYS[1], excess - 1, excess - 1, 'WITHSCORES')
+  floor = tonumber(cut[2])
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', floor)
+end
+redis.call('ZADD', KEYS[1], floor, '\0')
+return 1
+`)
+
+func init() { scripts = append(scripts, notifScript, notifBuildScript) }
 
 // Add applies the do of n to user's set at the pair's stream version;
 // it reports whether the set changed (false: already there, guarded,
@@ -229,32 +262,59 @@ func (m Notifications) run(ctx context.Context, rdb redis.Scripter, op string, u
 }
 
 // WriteRebuilt replaces user's set with ns (a bulk build's: the user's
-// live notifications, any order): the newest Max are kept, and when more
-// exist the floor is the score of the newest one left out (entries at it
-// are left out too), as the projector's trim leaves it.
+// live notifications, any order) and marks it built: the newest Max are
+// kept, and when more exist the floor is the score of the newest one left
+// out (entries at it are left out too), as the projector's trim leaves
+// it; else the floor is 0 (complete).
 func (m Notifications) WriteRebuilt(ctx context.Context, pipe redis.Pipeliner, user int64, ns []Notification) {
 	key := m.Key(user)
 	pipe.Del(ctx, key)
-	if len(ns) == 0 {
-		return
-	}
 	sorted := append([]Notification(nil), ns...)
 	sortNewestFirst(sorted)
-	zs := make([]redis.Z, 0, min(len(sorted), m.max)+1)
-	if len(sorted) > m.max {
-		floor := sorted[m.max].MS
-		for _, n := range sorted[:m.max] {
-			if n.MS > floor {
-				zs = append(zs, redis.Z{Score: float64(n.MS), Member: n.Member()})
-			}
-		}
-		zs = append(zs, redis.Z{Score: float64(floor), Member: notifFloor})
-	} else {
-		for _, n := range sorted {
-			zs = append(zs, redis.Z{Score: float64(n.MS), Member: n.Member()})
-		}
+	floor, keep := cut(sorted, m.max)
+	zs := make([]redis.Z, 0, len(keep)+1)
+	for _, n := range keep {
+		zs = append(zs, redis.Z{Score: float64(n.MS), Member: n.Member()})
 	}
+	zs = append(zs, redis.Z{Score: float64(floor), Member: notifFloor})
 	pipe.ZAdd(ctx, key, zs...)
+}
+
+// cut returns the floor and the entries kept of newest-first ns under
+// bound max: all with floor 0 when they fit, else those above the
+// (max+1)-th's score, which is the floor.
+func cut(ns []Notification, max int) (int64, []Notification) {
+	if len(ns) <= max {
+		return 0, ns
+	}
+	floor := ns[max].MS
+	keep := ns[:max]
+	for len(keep) > 0 && keep[len(keep)-1].MS <= floor {
+		keep = keep[:len(keep)-1]
+	}
+	return floor, keep
+}
+
+// Complete builds user's set from truth (the user's newest live
+// notifications, more than Max of them when there are more, any order)
+// unless it is built already: the query side's cold path, when it finds a
+// set without the floor sentinel (lost, or made by the projector alone).
+// It only adds, so it is right whatever the projector applies meanwhile
+// (notifBuildScript). It reports whether it built the set.
+func (m Notifications) Complete(ctx context.Context, rdb redis.Scripter, user int64, truth []Notification) (bool, error) {
+	sorted := append([]Notification(nil), truth...)
+	sortNewestFirst(sorted)
+	floor, keep := cut(sorted, m.max)
+	args := make([]any, 0, 2+2*len(keep))
+	args = append(args, floor, m.max)
+	for _, n := range keep {
+		args = append(args, n.Member(), n.MS)
+	}
+	r, err := notifBuildScript.Run(ctx, rdb, []string{m.Key(user), m.guardKey(user)}, args...).Int()
+	if err != nil {
+		return false, fmt.Errorf("build notifications of %d: %w", user, err)
+	}
+	return r == 1, nil
 }
 
 func sortNewestFirst(ns []Notification) {
@@ -268,10 +328,13 @@ func sortNewestFirst(ns []Notification) {
 }
 
 // NotificationRange is what one read of a user's set returned: entries
-// newest first, and the floor (math.MinInt64 when none: complete).
+// newest first, and the floor. Built is false for a set without the floor
+// sentinel: lost, or made by the projector alone, so not known to be
+// complete (Floor is then math.MinInt64).
 type NotificationRange struct {
 	Items []Notification
 	Floor int64
+	Built bool
 	// More is true when the read stopped at its count (more may follow).
 	More bool
 }
@@ -310,7 +373,7 @@ func (r NotificationRead) Result() (NotificationRange, error) {
 	f, err := r.floor.Result()
 	switch {
 	case err == nil:
-		out.Floor = int64(f)
+		out.Floor, out.Built = int64(f), true
 	case !errors.Is(err, redis.Nil):
 		return out, err
 	}

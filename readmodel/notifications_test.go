@@ -47,6 +47,12 @@ func TestNotificationsBoundAndFloor(t *testing.T) {
 		}
 		return ok
 	}
+	// A built set (the bulk build's of a user with none yet).
+	pipe := rd.Client.Pipeline()
+	m.WriteRebuilt(ctx, pipe, 1, nil)
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
 	for a := int64(1); a <= 5; a++ {
 		add(a, 100*a, 1)
 	}
@@ -72,5 +78,45 @@ func TestNotificationsBoundAndFloor(t *testing.T) {
 	got, _ = m.All(ctx, rd.Client, 1)
 	if len(got.Items) != 3 || got.Items[1].Actor != 4 || got.Items[1].MS != 450 {
 		t.Fatalf("after the refollow: %+v", got)
+	}
+}
+
+// TestNotificationsCompleteAColdSet: a set the projector made alone (no
+// floor sentinel: not built) is trimmed without claiming a floor; the
+// cold path's Complete adds the truth it lacks but an entry whose pair
+// has a newer event (a guard), keeps what the projector added, cuts at
+// the bound and marks it built; a second Complete changes nothing.
+func TestNotificationsCompleteAColdSet(t *testing.T) {
+	ctx := context.Background()
+	rd := testenv.NewRedis(t)
+	m := NewNotifications(Keys{Prefix: rd.Prefix}, 3, 0)
+	f := func(actor, ms int64) Notification { return Notification{Type: NotifyFollow, Actor: actor, MS: ms} }
+	for a := int64(1); a <= 4; a++ {
+		if _, err := m.Add(ctx, rd.Client, 1, f(a, 1000+a), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, _ := m.All(ctx, rd.Client, 1)
+	if got.Built || len(got.Items) != 3 {
+		t.Fatalf("a projector-made set past its bound: %+v", got)
+	}
+	// Actor 9 unfollowed after the truth was read: its guard stops the add.
+	if _, err := m.Remove(ctx, rd.Client, 1, f(9, 0), 2); err != nil {
+		t.Fatal(err)
+	}
+	truth := []Notification{f(8, 1003), f(9, 1002), f(7, 500), f(6, 400)}
+	if ok, err := m.Complete(ctx, rd.Client, 1, truth); err != nil || !ok {
+		t.Fatalf("Complete: %v, %v", ok, err)
+	}
+	got, _ = m.All(ctx, rd.Client, 1)
+	var actors []int64
+	for _, n := range got.Items {
+		actors = append(actors, n.Actor)
+	}
+	if !got.Built || got.Floor != 1002 || len(actors) != 3 || actors[0] != 4 || actors[1] != 8 || actors[2] != 3 {
+		t.Fatalf("completed: built %v, floor %d, actors %v; want built, floor 1002, [4 8 3] (ties by member)", got.Built, got.Floor, actors)
+	}
+	if ok, err := m.Complete(ctx, rd.Client, 1, nil); err != nil || ok {
+		t.Fatalf("a second Complete: %v, %v", ok, err)
 	}
 }
