@@ -236,6 +236,16 @@ func TestNotificationsAPI(t *testing.T) {
 		t.Fatalf("after the unlike and the deletion: %+v", p.Items)
 	}
 
+	// A lost set is not read as the truth: the next read completes it
+	// from PostgreSQL (the cold path), the same page.
+	if err := ne.rd.Client.Del(context.Background(), readmodel.NewNotifications(ne.keys, 0, 0).Key(ana)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	again := ne.page(t, A, "")
+	if len(again.Items) != len(p.Items) || again.Items[0].ID != p.Items[0].ID || again.Items[1].ID != p.Items[1].ID || again.Unread != p.Unread {
+		t.Fatalf("after the set was lost: %+v, want %+v", again, p)
+	}
+
 	// Errors: problem+json 400 and 401.
 	for _, q := range []string{"?cursor=nope", "?cursor=AAAA", "?limit=0"} {
 		if r := ne.do(t, "GET", "/api/notifications"+q, "", "Authorization", A); r.Status != 400 || r.Header.Get("Content-Type") != "application/problem+json" {

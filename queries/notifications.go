@@ -166,6 +166,7 @@ func (f *Feed) scanNotifications(ctx context.Context, user int64, from readmodel
 	model := readmodel.NewNotifications(f.cfg.Keys, 0, 0)
 	chunk := max(want, 20)
 	offset := 0
+	completed := false
 	for {
 		pipe := f.rdb.Pipeline()
 		read := model.QueueRange(ctx, pipe, user, from.MS, offset, chunk)
@@ -175,6 +176,15 @@ func (f *Feed) scanNotifications(ctx context.Context, user int64, from readmodel
 		rng, err := read.Result()
 		if err != nil {
 			return nil, false, fmt.Errorf("read notifications of %d: %w", user, err)
+		}
+		if !rng.Built && !completed && !f.cfg.ReadOnly {
+			// Not built (lost, or made by the projector alone): complete
+			// it from PostgreSQL, then read it again from the start.
+			if err := f.completeNotifications(ctx, user); err != nil {
+				return nil, false, err
+			}
+			completed, offset, shown = true, 0, nil
+			continue
 		}
 		offset += chunk
 		var cand []readmodel.Notification
@@ -203,6 +213,60 @@ func (f *Feed) scanNotifications(ctx context.Context, user int64, from readmodel
 			return shown, false, nil
 		}
 	}
+}
+
+// userNotificationsSQL is user $1's newest $2 live notifications of each
+// kind, from the tables (the definition of projections.NotificationsSQL,
+// for one user): each kind one index range, stopped at $2 rows.
+const userNotificationsSQL = `
+SELECT typ, actor, post, floor(extract(epoch FROM at) * 1000)::bigint FROM (
+    (SELECT 1 AS typ, l.user_id AS actor, l.post_id AS post, l.created_at AS at
+       FROM posts p JOIN likes l ON l.post_id = p.id WHERE p.author_id = $1 AND l.user_id <> $1
+      ORDER BY l.created_at DESC LIMIT $2)
+    UNION ALL
+    (SELECT 2, r.user_id, r.post_id, r.created_at
+       FROM posts p JOIN reposts r ON r.post_id = p.id WHERE p.author_id = $1 AND r.user_id <> $1
+      ORDER BY r.created_at DESC LIMIT $2)
+    UNION ALL
+    (SELECT 3, q.author_id, q.id, q.created_at
+       FROM posts p JOIN posts q ON q.quote_of = p.id WHERE p.author_id = $1 AND q.author_id <> $1 AND NOT q.deleted
+      ORDER BY q.created_at DESC LIMIT $2)
+    UNION ALL
+    (SELECT 4, r.author_id, r.id, r.created_at
+       FROM posts p JOIN posts r ON r.reply_to = p.id WHERE p.author_id = $1 AND r.author_id <> $1 AND NOT r.deleted
+      ORDER BY r.created_at DESC LIMIT $2)
+    UNION ALL
+    (SELECT 5, f.follower_id, 0, f.created_at FROM follows f WHERE f.followee_id = $1
+      ORDER BY f.created_at DESC LIMIT $2)
+) n`
+
+// completeNotifications builds user's notifications set from PostgreSQL
+// through its owner (readmodel.Notifications.Complete: adds only, so the
+// projector's writes meanwhile stay right).
+func (f *Feed) completeNotifications(ctx context.Context, user int64) error {
+	model := readmodel.NewNotifications(f.cfg.Keys, 0, 0)
+	rows, err := f.db.Query(ctx, userNotificationsSQL, user, model.Max()+1)
+	if err != nil {
+		return fmt.Errorf("notifications of %d from PostgreSQL: %w", user, err)
+	}
+	defer rows.Close()
+	var truth []readmodel.Notification
+	for rows.Next() {
+		var (
+			n   readmodel.Notification
+			typ int32
+		)
+		if err := rows.Scan(&typ, &n.Actor, &n.Post, &n.MS); err != nil {
+			return fmt.Errorf("notifications of %d from PostgreSQL: %w", user, err)
+		}
+		n.Type = byte(typ)
+		truth = append(truth, n)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("notifications of %d from PostgreSQL: %w", user, err)
+	}
+	_, err = model.Complete(ctx, f.rdb, user, truth)
+	return err
 }
 
 // visibleNotifications leaves out of ns those whose actor user mutes,
