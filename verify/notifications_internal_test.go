@@ -161,4 +161,3 @@ func TestVerifyNotifications(t *testing.T) {
 		t.Fatalf("unread differences %v, want users %d's (its newest lost) and %d's (a foreign one)", got, u[1], u[2])
 	}
 }
-
