@@ -76,7 +76,7 @@ func scanItems(rows pgx.Rows) ([]item, error) {
 }
 
 func newItem(id, author int64, content string, ms int64) item {
-	return item{key: key{ms: ms, id: id}, post: encodePost(id, author, content, ms)}
+	return item{key: key{ms: ms, id: id}, post: encodePost(postFacts{id: id, author: author, content: content, ms: ms})}
 }
 
 // pgPull reads up to n feed items of user strictly older than cur.

@@ -8,84 +8,12 @@ import (
 	"math"
 	"strconv"
 	"time"
-
-	"github.com/feedco/feed/events"
 )
 
 // ErrPostNotFound is returned by PostView and Replies for a post that does
 // not exist, is deleted, or whose author blocks the viewer (the api
 // answers 404).
 var ErrPostNotFound = errors.New("post not found")
-
-// PostView is one post as an app shows it: its author, the post it
-// replies to, the post it quotes (hydrated one level deep), its counts and
-// the viewer's own state.
-type PostView struct {
-	ID        string         `json:"id"`
-	AuthorID  string         `json:"authorId"`
-	Author    Author         `json:"author"`
-	Content   string         `json:"content"`
-	CreatedAt string         `json:"createdAt"`          // RFC 3339, UTC, milliseconds
-	EditedAt  string         `json:"editedAt,omitempty"` // absent: never edited
-	Media     []events.Media `json:"media,omitempty"`    // absent: none
-	ReplyTo   *PostRef       `json:"replyTo,omitempty"`  // absent: not a reply
-	Quote     *Quote         `json:"quote,omitempty"`    // absent: not a quote
-	Counts    Counts         `json:"counts"`             // live replies, reposts, likes
-	Viewer    ViewerState    `json:"viewer"`             // the viewer's own likes and reposts
-}
-
-// Author is a post's author as items carry it.
-type Author struct {
-	ID   string `json:"id"`
-	Name string `json:"name"`
-}
-
-// PostRef names a post and its author (a reply's parent).
-type PostRef struct {
-	ID       string `json:"id"`
-	AuthorID string `json:"authorId"`
-}
-
-// Counts are a post's live replies, reposts and likes.
-type Counts struct {
-	Likes   int64 `json:"likes"`
-	Reposts int64 `json:"reposts"`
-	Replies int64 `json:"replies"`
-}
-
-// ViewerState says whether the viewer likes and reposted the post.
-type ViewerState struct {
-	Liked    bool `json:"liked"`
-	Reposted bool `json:"reposted"`
-}
-
-// Quote is the post a post quotes: the quoted item (Post), or, when the
-// viewer may not see it (deleted; a block between its author and the
-// viewer, either way), only its id with Unavailable. A quote inside a
-// quoted post is its id alone (or Unavailable): hydration goes one level
-// deep.
-type Quote struct {
-	ID          string
-	Unavailable bool
-	Post        *PostView
-}
-
-// MarshalJSON writes the quoted item, {"id","unavailable":true}, or {"id"}.
-func (q Quote) MarshalJSON() ([]byte, error) {
-	switch {
-	case q.Post != nil:
-		return json.Marshal(q.Post)
-	case q.Unavailable:
-		return json.Marshal(struct {
-			ID          string `json:"id"`
-			Unavailable bool   `json:"unavailable"`
-		}{q.ID, true})
-	default:
-		return json.Marshal(struct {
-			ID string `json:"id"`
-		}{q.ID})
-	}
-}
 
 // PostViewPage is a page of PostViews, the shape of a feed page: NextCursor
 // is nil when nothing follows, PrevCursor the cursor of the first item
@@ -214,20 +142,21 @@ func (r *viewRow) view() (PostView, error) {
 
 func makeView(id, author int64, name, content string, at time.Time, edited *time.Time, media []byte,
 	replyTo, replyToAuthor *int64, counts Counts, viewer ViewerState) (PostView, error) {
-	a := strconv.FormatInt(author, 10)
-	v := PostView{ID: strconv.FormatInt(id, 10), AuthorID: a, Author: Author{ID: a, Name: name}, Content: content,
-		CreatedAt: formatTime(at.UnixMilli()), Counts: counts, Viewer: viewer}
+	fa := postFacts{id: id, author: author, content: content, ms: at.UnixMilli()}
 	if edited != nil {
-		v.EditedAt = formatTime(edited.UnixMilli())
+		fa.editedAt = formatTime(edited.UnixMilli())
 	}
 	if len(media) > 0 {
-		if err := json.Unmarshal(media, &v.Media); err != nil {
+		if err := json.Unmarshal(media, &fa.media); err != nil {
 			return PostView{}, fmt.Errorf("decode media of post %d: %w", id, err)
 		}
 	}
 	if replyTo != nil && replyToAuthor != nil {
-		v.ReplyTo = &PostRef{ID: strconv.FormatInt(*replyTo, 10), AuthorID: strconv.FormatInt(*replyToAuthor, 10)}
+		fa.replyTo, fa.replyToAuthor = *replyTo, *replyToAuthor
 	}
+	v := encodePost(fa)
+	v.Author.Name = name
+	v.Counts, v.Viewer = &counts, &viewer
 	return v, nil
 }
 

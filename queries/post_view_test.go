@@ -95,8 +95,8 @@ func TestPostViewEveryField(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v.Viewer != (ViewerState{Liked: true}) || v.Quote.Post.Viewer != (ViewerState{Liked: true}) {
-		t.Errorf("viewer state of another viewer: %+v, quote %+v", v.Viewer, v.Quote.Post.Viewer)
+	if *v.Viewer != (ViewerState{Liked: true}) || *v.Quote.Post.Viewer != (ViewerState{Liked: true}) {
+		t.Errorf("viewer state of another viewer: %+v, quote %+v", *v.Viewer, *v.Quote.Post.Viewer)
 	}
 	// A repost's id answers its original.
 	r, err := b.feed.PostView(b.ctx, other, p.id+1000)

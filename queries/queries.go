@@ -227,20 +227,6 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Post is one feed item as the HTTP API returns it. Ids are decimal strings
-// (JavaScript numbers lose precision past 2^53).
-type Post struct {
-	ID        string `json:"id"`
-	AuthorID  string `json:"authorId"`
-	Content   string `json:"content"`
-	CreatedAt string `json:"createdAt"` // RFC 3339, UTC, milliseconds
-
-	// enc is the post's JSON as the query side encoded it once (newItem),
-	// copied into every page that shows the post; AppendJSON uses it only
-	// while the fields above are still the ones it was made from.
-	enc *postJSON
-}
-
 // Page is one page of a feed. NextCursor is nil when nothing older exists
 // (and on a refresh page, which is read upwards: see HomeAfter).
 // PrevCursor is the cursor of the newest item, nil on an empty page: the
