@@ -127,7 +127,9 @@ func (k Keys) Classify(key string) (projection string, version int, ok bool) {
 		return ProjectionInbox, version, true
 	case strings.HasPrefix(rest, "timeline:{"), strings.HasPrefix(rest, "newest:{"):
 		return ProjectionTimelines, version, true
-	case strings.HasPrefix(rest, "post:{"):
+	case strings.HasPrefix(rest, "post:{"), strings.HasPrefix(rest, "counts:{"),
+		strings.HasPrefix(rest, "liked:{"), strings.HasPrefix(rest, "reposted:{"),
+		strings.HasPrefix(rest, "reposts:{"), strings.HasPrefix(rest, "name:{"):
 		return ProjectionPosts, version, true
 	case strings.HasPrefix(rest, "followers:{"), strings.HasPrefix(rest, "following:{"),
 		strings.HasPrefix(rest, "following_v:{"), rest == "celebrities",
