@@ -33,7 +33,7 @@ func (b *bundle) contents(user, author int64) map[int64]string {
 		var p Page
 		var err error
 		if author != 0 {
-			p, err = b.feed.AuthorPosts(b.ctx, author, cursor, 3)
+			p, err = b.feed.AuthorPosts(b.ctx, author, author, cursor, 3)
 		} else {
 			p, err = b.feed.Home(b.ctx, user, cursor, 3)
 		}

@@ -552,7 +552,7 @@ func TestHomeRejectsBadInput(t *testing.T) {
 			if _, err := b.feed.Home(b.ctx, tc.user, tc.cursor, tc.limit); err == nil {
 				t.Fatal("no error")
 			}
-			if _, err := b.feed.AuthorPosts(b.ctx, tc.user, tc.cursor, tc.limit); err == nil {
+			if _, err := b.feed.AuthorPosts(b.ctx, 1, tc.user, tc.cursor, tc.limit); err == nil {
 				t.Fatal("no error")
 			}
 		})

@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/feedco/feed/events"
+	"github.com/feedco/feed/readmodel"
 )
 
 // Post is one item as the HTTP API returns it: a post, or a repost entry.
@@ -121,6 +122,27 @@ type postFacts struct {
 	replyTo       int64
 	replyToAuthor int64
 	repost        bool // a repost entry (content, media and replyTo unset)
+
+	// Not in the static JSON: what the rules and the page's hydration
+	// need to know of the item.
+	quoteOf, quoteAuthor     int64 // the quoted post and its author, 0: none
+	repostOf, repostOfAuthor int64 // a repost entry's original and its author
+}
+
+// factsOf are the facts of a body of the Redis post cache, shown at ms.
+func factsOf(p readmodel.Post, ms int64) postFacts {
+	fa := postFacts{id: p.ID, author: p.AuthorID, content: p.Content, ms: ms, editedAt: p.EditedAt,
+		replyTo: p.ReplyTo, replyToAuthor: p.ReplyToAuthor, quoteOf: p.QuoteOf, quoteAuthor: p.QuoteAuthor,
+		repostOf: p.RepostOf, repostOfAuthor: p.RepostOfAuthor, repost: p.RepostOf != 0}
+	for _, m := range p.Media {
+		fa.media = append(fa.media, events.Media{URL: m.URL, MIMEType: m.MIMEType, Alt: m.Alt, Width: m.Width, Height: m.Height})
+	}
+	return fa
+}
+
+// itemOf is the item of fa at its own key.
+func itemOf(fa postFacts) item {
+	return item{key: key{ms: fa.ms, id: fa.id}, post: encodePost(fa)}
 }
 
 // encodePost makes the Post of an item with the static part of its JSON
