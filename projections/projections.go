@@ -278,7 +278,8 @@ func isPostEvent(typ string) bool {
 func isCurrentType(typ string) bool {
 	switch typ {
 	case events.TypeUserRegistered, events.TypePostCreated, events.TypePostDeleted, events.TypePostEdited, events.TypeFollowed, events.TypeUnfollowed,
-		events.TypeMuted, events.TypeUnmuted, events.TypeBlocked, events.TypeUnblocked:
+		events.TypeMuted, events.TypeUnmuted, events.TypeBlocked, events.TypeUnblocked,
+		events.TypePostReposted, events.TypePostUnreposted, events.TypePostLiked, events.TypePostUnliked:
 		return true
 	}
 	return false
