@@ -37,8 +37,9 @@ const resolveSQL = `COALESCE((SELECT rp.post_id FROM reposts rp WHERE rp.id = $2
 
 // viewSQL selects the hydrated columns of the posts p for the viewer $1:
 // the author's name, the viewer's like and repost, and the quoted post q
-// (its columns null when there is none or the viewer may not see it) with
-// whether its own quote is visible. Everything is joined in PostgreSQL, so
+// (its columns null when there is none or the viewer may not see it: it
+// is deleted, its author is muted by the viewer or in a block with them,
+// as in feeds). Everything is joined in PostgreSQL, so
 // a page is one round trip.
 var viewSQL = `
 SELECT p.id AS id, p.author_id AS author_id, u.name AS name, p.content AS content, p.created_at AS created_at,
@@ -49,17 +50,17 @@ SELECT p.id AS id, p.author_id AS author_id, u.name AS name, p.content AS conten
        q.id AS q_id, q.author_id AS q_author_id, q.name AS q_name, q.content AS q_content, q.created_at AS q_created_at,
        q.edited_at AS q_edited_at, q.media AS q_media, q.reply_to AS q_reply_to, q.reply_to_author AS q_reply_to_author,
        q.quote_of AS q_quote_of, q.like_count AS q_like_count, q.repost_count AS q_repost_count,
-       q.reply_count AS q_reply_count, q.liked AS q_liked, q.reposted AS q_reposted, q.quote_visible AS q_quote_visible
+       q.reply_count AS q_reply_count, q.liked AS q_liked, q.reposted AS q_reposted
 FROM %s
 JOIN users u ON u.id = p.author_id
 LEFT JOIN LATERAL (
     SELECT q.id, q.author_id, qu.name, q.content, q.created_at, q.edited_at, q.media, q.reply_to, q.reply_to_author,
            q.quote_of, q.like_count, q.repost_count, q.reply_count,
            EXISTS (SELECT 1 FROM likes l WHERE l.user_id = $1 AND l.post_id = q.id) AS liked,
-           EXISTS (SELECT 1 FROM reposts r WHERE r.user_id = $1 AND r.post_id = q.id) AS reposted,
-           EXISTS (SELECT 1 FROM posts q2 WHERE q2.id = q.quote_of AND NOT q2.deleted AND ` + visibleTo("q2.author_id") + `) AS quote_visible
+           EXISTS (SELECT 1 FROM reposts r WHERE r.user_id = $1 AND r.post_id = q.id) AS reposted
     FROM posts q JOIN users qu ON qu.id = q.author_id
     WHERE q.id = p.quote_of AND NOT q.deleted AND ` + visibleTo("q.author_id") + `
+      AND NOT EXISTS (SELECT 1 FROM mutes m WHERE m.muter_id = $1 AND m.muted_id = q.author_id)
 ) q ON true`
 
 // postViewSQL is the post $2 (or a repost's original) for the viewer $1:
@@ -103,14 +104,14 @@ type viewRow struct {
 	qMedia                             []byte
 	qReplyTo, qReplyToAuthor, qQuoteOf *int64
 	qLikes, qReposts, qReplies         *int64
-	qLiked, qReposted, qQuoteVisible   *bool
+	qLiked, qReposted                  *bool
 }
 
 func (r *viewRow) dest() []any {
 	return []any{&r.id, &r.author, &r.name, &r.content, &r.createdAt, &r.editedAt, &r.media,
 		&r.replyTo, &r.replyToAuthor, &r.quoteOf, &r.likes, &r.reposts, &r.replies, &r.liked, &r.reposted,
 		&r.qID, &r.qAuthor, &r.qName, &r.qContent, &r.qCreatedAt, &r.qEditedAt, &r.qMedia,
-		&r.qReplyTo, &r.qReplyToAuthor, &r.qQuoteOf, &r.qLikes, &r.qReposts, &r.qReplies, &r.qLiked, &r.qReposted, &r.qQuoteVisible}
+		&r.qReplyTo, &r.qReplyToAuthor, &r.qQuoteOf, &r.qLikes, &r.qReposts, &r.qReplies, &r.qLiked, &r.qReposted}
 }
 
 // view builds the PostView of the row (whose id is not null).
@@ -134,7 +135,7 @@ func (r *viewRow) view() (PostView, error) {
 		return PostView{}, err
 	}
 	if r.qQuoteOf != nil {
-		q.Quote = &Quote{ID: strconv.FormatInt(*r.qQuoteOf, 10), Unavailable: !*r.qQuoteVisible}
+		q.Quote = &Quote{ID: strconv.FormatInt(*r.qQuoteOf, 10)} // one level deep: the id alone, as in feeds
 	}
 	v.Quote.Post = &q
 	return v, nil
