@@ -69,6 +69,8 @@ type shareAsk struct {
 	name    map[int64]string
 	earlier map[int64][]homefeed.Repost // per repost id, the live reposts of its original before it
 	more    map[int64]bool              // per repost id: the first page was full, more may follow
+
+	dyn []dynamic // the items' counts and states (plain)
 }
 
 func (a *shareAsk) init() {
@@ -121,10 +123,11 @@ func (vis visibility) home() bool { return vis.author == 0 }
 // to vis.viewer, hydrated. known answers the follows the page already
 // asked (ok false: not asked).
 func (f *Feed) show(ctx context.Context, src shareSource, vis visibility, known func(a int64) (follows, ok bool), cands []cand, out []item, limit int) ([]item, error) {
-	if len(cands) == 0 {
+	if len(cands) == 0 || len(out) >= limit {
 		return out, nil
 	}
 	viewer := vis.viewer
+	cands = sureCut(vis, cands, limit-len(out))
 	// The originals and quoted posts, then the posts the originals quote.
 	var need []int64
 	for _, c := range cands {
@@ -157,7 +160,7 @@ func (f *Feed) show(ctx context.Context, src shareSource, vis visibility, known 
 		return nil
 	}
 
-	a := shareAsk{viewer: viewer}
+	a := shareAsk{viewer: viewer, dyn: make([]dynamic, 0, len(cands)+len(cands)/4)}
 	a.init()
 	account := func(x int64) {
 		if x != viewer {
@@ -288,6 +291,27 @@ func (f *Feed) show(ctx context.Context, src shareSource, vis visibility, known 
 	return out, nil
 }
 
+// sureCut drops the candidates that cannot be shown because need
+// candidates before them are shown whatever the answers: a post that
+// neither reposts nor replies (or replies to the viewer) is shown on a
+// home page once its author's follow is checked (the caller did), and
+// every post is on an author's page. A batch over-fetches in case some
+// entries are hidden; this keeps its questions to the entries that may
+// be shown, so a page of plain posts asks about exactly its items.
+func sureCut(vis visibility, cands []cand, need int) []cand {
+	sure := 0
+	for i, c := range cands {
+		fa := &c.cp.facts
+		if c.cp.deleted || fa.repostOf != 0 || (vis.home() && fa.replyToAuthor != 0 && fa.replyToAuthor != vis.viewer) {
+			continue
+		}
+		if sure++; sure == need {
+			return cands[:i+1]
+		}
+	}
+	return cands
+}
+
 // authorVerdict is an author page's rule: a post shows; a repost while
 // its original is live and the original's author is neither muted by the
 // viewer nor in a block with them.
@@ -332,9 +356,20 @@ func (a *shareAsk) item(cp *cachedPost, live func(int64) *cachedPost, rel func(i
 func (a *shareAsk) plain(cp *cachedPost) Post {
 	p := cp.it.post
 	p.Author.Name = a.name[cp.author]
-	c, s := a.counts[cp.facts.id], a.state[cp.facts.id]
-	p.Counts, p.Viewer = &c, &s
+	if len(a.dyn) == cap(a.dyn) {
+		a.dyn = make([]dynamic, 0, max(2*cap(a.dyn), 8))
+	}
+	a.dyn = append(a.dyn, dynamic{a.counts[cp.facts.id], a.state[cp.facts.id]})
+	d := &a.dyn[len(a.dyn)-1]
+	p.Counts, p.Viewer = &d.counts, &d.state
 	return p
+}
+
+// dynamic is the part of an item a page sets, allocated for a batch's
+// items together.
+type dynamic struct {
+	counts Counts
+	state  ViewerState
 }
 
 // askShares answers a: names from the process cache first, the rest from
