@@ -189,7 +189,7 @@ func (f *Feed) applyChanges(deleted []int64, edits []string, now time.Time) {
 			}
 			continue
 		}
-		f.posts.markEdited(e.PostID, e.Version, e.Content, now)
+		f.posts.markEdited(e.PostID, e.Version, e.Content, e.EditedAt, now)
 	}
 }
 

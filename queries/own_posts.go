@@ -102,7 +102,7 @@ func (f *Feed) PostEdited(ctx context.Context, p EditedPost) error {
 	if p.Version < 2 {
 		return nil // no edit (an unchanged content at version 1)
 	}
-	f.posts.markEdited(p.ID, p.Version, p.Content, f.now())
+	f.posts.markEdited(p.ID, p.Version, p.Content, p.EditedAt, f.now())
 	done, err := f.writeCircuit.Allow()
 	if err != nil {
 		f.metrics.WriteThroughs.WithLabelValues("skipped").Inc()

@@ -57,9 +57,10 @@ type postShard struct {
 // postEdit is an edit learnt from the change feed (or made by this
 // process): the post's content as of version.
 type postEdit struct {
-	version int64
-	content string
-	learnt  int64 // unix nanos
+	version  int64
+	content  string
+	editedAt string // RFC 3339 ms, "" when not known
+	learnt   int64  // unix nanos
 }
 
 // cachedPost is one post body and what is known of its deletion.
@@ -80,6 +81,9 @@ func (p *cachedPost) withEdit(id int64, e postEdit) *cachedPost {
 		d.facts = postFacts{id: id, author: p.author, ms: p.it.key.ms}
 	}
 	d.facts.content = e.content
+	if e.editedAt != "" {
+		d.facts.editedAt = e.editedAt
+	}
 	d.it = itemOf(d.facts)
 	d.version = e.version
 	return &d
@@ -175,7 +179,7 @@ func (c *postCache) store(p *cachedPost) *cachedPost {
 // markEdited applies an edit (from the change feed, or made by this
 // process) at now: the cached body, if older, shows it, and a body read
 // later from a source that has not got it yet does too (store).
-func (c *postCache) markEdited(id, version int64, content string, now time.Time) {
+func (c *postCache) markEdited(id, version int64, content string, editedAt, now time.Time) {
 	sh := c.shard(id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -183,6 +187,9 @@ func (c *postCache) markEdited(id, version int64, content string, now time.Time)
 		return
 	}
 	e := postEdit{version: version, content: content, learnt: now.UnixNano()}
+	if !editedAt.IsZero() {
+		e.editedAt = formatTime(editedAt.UnixMilli())
+	}
 	sh.edits[id] = e
 	sh.m.Update(id, func(p *cachedPost) *cachedPost {
 		if p.deleted || p.version >= version {
