@@ -71,28 +71,42 @@ func (f Progress) add(n int) {
 
 // BuildPosts writes every post of the posts table into the post cache, as
 // the projector would after seeing its events: the body with its latest
-// content and version, or for a deleted post the tombstone. Pages are read in id order and written by
+// content and version, or for a deleted post the tombstone; and beside
+// it the rest of the posts projection (buildShares): counts, the likers'
+// and reposters' sets, each original's reposts, the reposts' bodies and
+// the users' names. Pages are read in id order and written by
 // BuildWorkers pipelines at once (distinct keys: order does not matter).
 func (p *Posts) BuildPosts(ctx context.Context, pg Querier, progress Progress) (int64, error) {
-	const q = `SELECT id, author_id, content, created_at, deleted, version, edited_at FROM posts WHERE id > $1 ORDER BY id LIMIT $2`
+	const q = `SELECT id, author_id, content, created_at, deleted, version, edited_at,
+	coalesce(reply_to, 0), coalesce(reply_to_author, 0), coalesce(reply_root, 0), coalesce(quote_of, 0), coalesce(quote_author, 0),
+	media, like_count, repost_count, reply_count
+FROM posts WHERE id > $1 ORDER BY id LIMIT $2`
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(BuildWorkers)
 	var last, total int64
+	type built struct {
+		body   readmodel.Post
+		counts readmodel.Counts
+	}
 	for gctx.Err() == nil {
 		rows, err := pg.Query(gctx, q, last, BuildBatch)
 		if err != nil {
 			_ = g.Wait()
 			return total, fmt.Errorf("read posts: %w", err)
 		}
-		page := make([]readmodel.Post, 0, BuildBatch)
+		page := make([]built, 0, BuildBatch)
 		for rows.Next() {
 			var (
 				post    readmodel.Post
+				c       readmodel.Counts
 				at      time.Time
 				deleted bool
 				edited  *time.Time
+				media   []readmodel.Media
 			)
-			if err := rows.Scan(&post.ID, &post.AuthorID, &post.Content, &at, &deleted, &post.Version, &edited); err != nil {
+			if err := rows.Scan(&post.ID, &post.AuthorID, &post.Content, &at, &deleted, &post.Version, &edited,
+				&post.ReplyTo, &post.ReplyToAuthor, &post.ReplyRoot, &post.QuoteOf, &post.QuoteAuthor, &media,
+				&c.Likes, &c.Reposts, &c.Replies); err != nil {
 				rows.Close()
 				_ = g.Wait()
 				return total, fmt.Errorf("read posts: %w", err)
@@ -102,11 +116,12 @@ func (p *Posts) BuildPosts(ctx context.Context, pg Querier, progress Progress) (
 					CreatedAt: snowflake.Time(post.ID).Format(events.CreatedAtLayout)}
 			} else {
 				post.CreatedAt = at.UTC().Format(events.CreatedAtLayout)
+				post.Media = media
 				if edited != nil {
 					post.EditedAt = edited.UTC().Format(events.CreatedAtLayout)
 				}
 			}
-			page = append(page, post)
+			page = append(page, built{post, c})
 			last = post.ID
 		}
 		rows.Close()
@@ -117,13 +132,15 @@ func (p *Posts) BuildPosts(ctx context.Context, pg Querier, progress Progress) (
 		n := len(page)
 		if n > 0 {
 			g.Go(func() error {
-				pipe := p.rdb.Pipeline()
-				for _, post := range page {
-					if err := p.cache.QueueSet(gctx, pipe, post); err != nil {
-						return err
+				err := readmodel.Exec(gctx, p.rdb, func(pipe redis.Pipeliner) {
+					for _, b := range page {
+						_ = p.cache.QueueSet(gctx, pipe, b.body) // a Post always encodes
+						if b.counts != (readmodel.Counts{}) {
+							p.engage.QueueBuildCounts(gctx, pipe, b.body.ID, b.counts, BuildCountsGuard)
+						}
 					}
-				}
-				if _, err := pipe.Exec(gctx); err != nil {
+				})
+				if err != nil {
 					return fmt.Errorf("write posts: %w", err)
 				}
 				progress.add(n)
@@ -138,18 +155,141 @@ func (p *Posts) BuildPosts(ctx context.Context, pg Querier, progress Progress) (
 	if err := g.Wait(); err != nil {
 		return total, err
 	}
-	return total, ctx.Err()
+	if err := ctx.Err(); err != nil {
+		return total, err
+	}
+	n, err := p.buildShares(ctx, pg)
+	progress.add(int(n))
+	return total, err
 }
 
-// timelineRowsSQL is, for each owner in $1, up to $2 newest non-deleted
-// posts of the owner. One LATERAL index range scan per author.
+// BuildCountsGuard is the position the bulk build guards the counts it
+// writes with: below the position of every event that changes a count
+// (the log's first event is a registration). Not the snapshot's newest
+// position: positions are taken at INSERT, not at commit, so a count
+// change of a post in flight at the snapshot can have a lower position
+// than events the snapshot holds, and a guard that high would make the
+// catch-up skip it. With this guard the catch-up, which applies every
+// event from offsets taken before the snapshot, sets every count one of
+// its events touches, the newest position winning among them as it does
+// for the projector; a count none of them touches had every event before
+// the offsets, so in the snapshot.
+const BuildCountsGuard = 1
+
+// The rest of the posts projection, from the inline tables (and the
+// undone reposts from the log): each query is streamed and written in
+// pipelines of BuildBatch rows.
+const (
+	buildRepostsSQL = `SELECT r.id, r.user_id, r.post_id, p.author_id, r.created_at FROM reposts r JOIN posts p ON p.id = r.post_id`
+	buildLikesSQL   = `SELECT user_id, post_id FROM likes`
+	buildNamesSQL   = `SELECT id, name FROM users`
+	// buildUndoneRepostsSQL is every undone repost (its last event an
+	// unrepost, no reposts row): its body is a tombstone.
+	buildUndoneRepostsSQL = `SELECT (payload->>'repostId')::bigint, (payload->>'reposterId')::bigint,
+       (payload->>'postId')::bigint, (payload->>'authorId')::bigint
+FROM events e WHERE type = 'post.unreposted.v1'
+  AND NOT EXISTS (SELECT 1 FROM reposts r WHERE r.id = (e.payload->>'repostId')::bigint)`
+)
+
+// buildShares writes the reposts' bodies (tombstones for undone ones),
+// reposts:{O}, reposted:{u}, liked:{u} and name:{u}, and returns the rows
+// written.
+func (p *Posts) buildShares(ctx context.Context, pg Querier) (int64, error) {
+	var total int64
+	stream := func(what, q string, row func(pgx.Rows, redis.Pipeliner) error) error {
+		rows, err := pg.Query(ctx, q)
+		if err != nil {
+			return fmt.Errorf("read %s: %w", what, err)
+		}
+		defer rows.Close()
+		pipe := p.rdb.Pipeline()
+		flush := func() error {
+			if pipe.Len() == 0 {
+				return nil
+			}
+			_, err := pipe.Exec(ctx)
+			pipe = p.rdb.Pipeline()
+			return err
+		}
+		n := 0
+		for rows.Next() {
+			if err := row(rows, pipe); err != nil {
+				return fmt.Errorf("read %s: %w", what, err)
+			}
+			if n++; n%BuildBatch == 0 {
+				if err := flush(); err != nil {
+					return fmt.Errorf("write %s: %w", what, err)
+				}
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("read %s: %w", what, err)
+		}
+		total += int64(n)
+		if err := flush(); err != nil {
+			return fmt.Errorf("write %s: %w", what, err)
+		}
+		return nil
+	}
+	err := stream("reposts", buildRepostsSQL, func(rows pgx.Rows, pipe redis.Pipeliner) error {
+		var e events.PostReposted
+		if err := rows.Scan(&e.RepostID, &e.ReposterID, &e.PostID, &e.AuthorID, &e.CreatedAt); err != nil {
+			return err
+		}
+		p.engage.QueueAddRepost(ctx, pipe, e.PostID, readmodel.Repost{ID: e.RepostID, Reposter: e.ReposterID})
+		p.engage.QueueReposted(ctx, pipe, e.ReposterID, e.PostID, true)
+		return p.cache.QueueSet(ctx, pipe, RepostBody(e))
+	})
+	if err == nil {
+		err = stream("undone reposts", buildUndoneRepostsSQL, func(rows pgx.Rows, pipe redis.Pipeliner) error {
+			var id, reposter, post, author int64
+			if err := rows.Scan(&id, &reposter, &post, &author); err != nil {
+				return err
+			}
+			return p.cache.QueueSet(ctx, pipe, RepostTombstone(id, reposter, post, author))
+		})
+	}
+	if err == nil {
+		err = stream("likes", buildLikesSQL, func(rows pgx.Rows, pipe redis.Pipeliner) error {
+			var user, post int64
+			if err := rows.Scan(&user, &post); err != nil {
+				return err
+			}
+			p.engage.QueueLiked(ctx, pipe, user, post, true)
+			return nil
+		})
+	}
+	if err == nil {
+		err = stream("names", buildNamesSQL, func(rows pgx.Rows, pipe redis.Pipeliner) error {
+			var user int64
+			var name string
+			if err := rows.Scan(&user, &name); err != nil {
+				return err
+			}
+			p.names.QueueSet(ctx, pipe, user, name)
+			return nil
+		})
+	}
+	return total, err
+}
+
+// timelineRowsSQL is, for each owner in $1, up to $2 newest entries of
+// the owner: non-deleted posts and live reposts (a repost is an entry of
+// the reposter's timeline). Two LATERAL index range scans per author.
 const (
 	timelineRowsSQL = `
 SELECT o.id, p.id, p.created_at
 FROM unnest($1::bigint[]) AS o(id)
 CROSS JOIN LATERAL (
-    SELECT id, created_at FROM posts
-    WHERE author_id = o.id AND NOT deleted
+    (SELECT id, created_at FROM posts
+     WHERE author_id = o.id AND NOT deleted
+     ORDER BY created_at DESC, id DESC
+     LIMIT $2)
+    UNION ALL
+    (SELECT id, created_at FROM reposts
+     WHERE user_id = o.id
+     ORDER BY created_at DESC, id DESC
+     LIMIT $2)
     ORDER BY created_at DESC, id DESC
     LIMIT $2) p`
 )

@@ -60,7 +60,47 @@ func (p *Followers) BuildFollowers(ctx context.Context, pg Querier, horizon uint
 	if err := p.writeFollowing(ctx, edges, mutes, progress); err != nil {
 		return n, err
 	}
+	if err := p.writeBlocks(ctx, pg, horizon); err != nil {
+		return n, err
+	}
 	return n, nil
+}
+
+// blockEventsSQL is every block pair's newest stream version below the
+// horizon (odd: blocked).
+const blockEventsSQL = `SELECT (payload->>'blockerId')::bigint, (payload->>'blockedId')::bigint, max(stream_version)
+FROM events
+WHERE type IN ('user.blocked.v1', 'user.unblocked.v1') AND tx_id < $1::text::xid8
+GROUP BY 1, 2`
+
+// writeBlocks writes the block fields of following_v (readmodel.BlockField
+// in the blocker's, readmodel.BlockedByField in the blocked account's) at
+// each block pair's newest version below horizon, as the projector's
+// events leave them (QueueApplyBlock). They sit beside the follow state
+// and do not touch ~built.
+func (p *Followers) writeBlocks(ctx context.Context, pg Querier, horizon uint64) error {
+	rows, err := pg.Query(ctx, blockEventsSQL, strconv.FormatUint(horizon, 10))
+	if err != nil {
+		return fmt.Errorf("build followers: read block events: %w", err)
+	}
+	defer rows.Close()
+	w := newPipelines(ctx, p.rdb, noProgress{})
+	for rows.Next() {
+		var blocker, blocked, version int64
+		if err := rows.Scan(&blocker, &blocked, &version); err != nil {
+			return fmt.Errorf("build followers: read block events: %w", err)
+		}
+		p.follows.QueueBuildFollowing(w.ctx, w.pipe, blocker, []any{readmodel.BlockField(blocked), version}, nil, false)
+		p.follows.QueueBuildFollowing(w.ctx, w.pipe, blocked, []any{readmodel.BlockedByField(blocker), version}, nil, false)
+		w.added(4, 0)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("build followers: read block events: %w", err)
+	}
+	if err := w.wait(); err != nil {
+		return fmt.Errorf("build followers: write block fields: %w", err)
+	}
+	return nil
 }
 
 // followEdge is one follow event: the pair and vf = version<<1 | 1 for

@@ -84,7 +84,7 @@ func TestFollowingRebuildMergesByVersion(t *testing.T) {
 	// The snapshot: 11 followed at v3 (older than the applied v4), 12 at
 	// v3, 13 at v1 (not applied yet), 14 at v5 (the projector has v1
 	// redelivered later).
-	snap := []FollowPair{{11, 3, false}, {12, 3, false}, {13, 1, false}, {14, 5, false}}
+	snap := []FollowPair{{11, 3, false, NoBlock}, {12, 3, false, NoBlock}, {13, 1, false, NoBlock}, {14, 5, false, NoBlock}}
 	if err := m.WriteRebuiltFollowing(ctx, rd.Client, u, snap); err != nil {
 		t.Fatal(err)
 	}

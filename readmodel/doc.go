@@ -38,6 +38,12 @@
 //	newest:{a}          | string | {a}      | timeline.go    | queries.PostCreated (MarkNewest: the API's mark of a post it committed); projections.Timelines (Add)    | queries (home read of the caller's own: QueueNewest)                                        | the author's newest post id, read-your-writes. TTL NewestTTL
 //	post:{p}            | string | {p}      | posts.go       | projections.Posts (Create: SET NX; Edit: newer version only; Set: tombstone); BuildPosts (QueueSet);   | queries (hydration: QueueGet, MGET on one node, GETs on a cluster)                           | JSON Post; a tombstone (deleted, no content) is final. No TTL
 //	                    |        |          |                | queries.PostEdited (QueueEdit)                                                                          |                                                                                              |
+//	counts:{p}          | hash   | {p}      | engagement.go  | projections.Posts (QueueSetCount: countsScript, a count only above its guard); BuildPosts (QueueBuildCounts) | queries (hydration: QueueCounts, one HMGET an item)                                          | fields l, r, p and their guards lv, rv, pv (log positions);
+//	                    |        |          |                |                                                                                                          |                                                                                              | absent is zero. No TTL
+//	liked:{u}           | set    | {u}      | engagement.go  | projections.Posts (QueueLiked, QueueReposted: SADD, SREM); BuildPosts (QueueBuildViewerState)            | queries (QueueViewerState: two SMISMEMBER a page)                                            | original post ids. No TTL
+//	and reposted:{u}    |        |          |                |                                                                                                          |                                                                                              |
+//	reposts:{O}         | zset   | {O}      | engagement.go  | projections.Posts (QueueAddRepost, QueueRemoveRepost); BuildPosts                                       | queries (QueueRepostsPage, EarlierReposts: ZRANGE BYLEX paged)                               | scores 0, members RepostMember (16 bytes). No TTL
+//	name:{u}            | string | {u}      | engagement.go  | projections.Posts (Names.QueueSet: SET NX on user.registered); BuildPosts                               | queries (QueueNames)                                                                         | immutable. No TTL
 //	followers:{a}       | hash   | {a}      | followers.go   | projections.Followers.ApplyBatch (QueueApply: followerCountScript); BuildFollowers                     | none on the read path (counts come with the events); CountOf                                 | fields count (the newest applied event's) and pos (its log
 //	                    |        |          |                | (QueueBuildFollowers)                                                                                    |                                                                                              | position); ~built from the bulk build only. No TTL
 //	following:{u}       | set    | {u}      | followers.go   | projections.Followers.ApplyBatch (QueueApply: followingScript); BuildFollowers (QueueBuildFollowing)    | queries (home read: QueueFollows; hydration: QueueFollows,                                  | complete only when following_v:{u} has ~built. No TTL
@@ -57,7 +63,9 @@
 // following_v:{u} keeps, beside the follow pairs' versions the set does
 // not imply, each mute pair's under the field "m:{a}" (MuteField), and
 // followingScript (QueueApply, QueueApplyMute) sets a member from both
-// (followers.go).
+// (followers.go). Beside them, each block pair's version under "b:{a}"
+// (u blocks a) and "x:{a}" (a blocks u), which the query side reads with
+// the mutes in one HMGET (QueueRelations, relations.go).
 //
 // # Redis Cluster
 //

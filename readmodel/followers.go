@@ -202,7 +202,22 @@ func (m Follows) QueueFollowingBuilt(ctx context.Context, pipe redis.Pipeliner, 
 type FollowPair struct {
 	Followee, Version int64
 	Mute              bool
+	// Block, instead, names a block pair with Followee: BlockField (the
+	// user blocks Followee) or BlockedByField (Followee blocks the user).
+	Block BlockKind
 }
+
+// BlockKind says which of a block pair's fields a FollowPair is.
+type BlockKind uint8
+
+const (
+	// NoBlock: a follow or mute pair.
+	NoBlock BlockKind = iota
+	// Blocks: the user blocks the account (BlockField).
+	Blocks
+	// BlockedBy: the account blocks the user (BlockedByField).
+	BlockedBy
+)
 
 // rebuiltFollowingScript merges a snapshot of user's followees and mutes
 // into their following state and marks it built. Each pair is applied like
@@ -216,11 +231,19 @@ type FollowPair struct {
 //
 // KEYS[1] following:{u}; KEYS[2] following_v:{u}; ARGV[1] '1' to set
 // ~built after this chunk; ARGV[2..] account, field, version triples
-// (field: the account for a follow pair, MuteField for a mute pair;
-// versions odd: the snapshot holds followed and muted pairs only).
+// (field: the account for a follow pair, MuteField for a mute pair,
+// BlockField or BlockedByField for a block pair, set only above the
+// stored version as blockFieldScript does; versions odd: the snapshot
+// holds followed, muted and blocked pairs only).
 var rebuiltFollowingScript = redis.NewScript(lua(followVersionLua + `
 for i = 2, #ARGV, 3 do
-  apply(ARGV[i], ARGV[i+1], tonumber(ARGV[i+2]))
+  local kind = string.sub(ARGV[i+1], 1, 2)
+  if kind == 'b:' or kind == 'x:' then
+    local cur = tonumber(redis.call('HGET', KEYS[2], ARGV[i+1]) or '0')
+    if tonumber(ARGV[i+2]) > cur then redis.call('HSET', KEYS[2], ARGV[i+1], ARGV[i+2]) end
+  else
+    apply(ARGV[i], ARGV[i+1], tonumber(ARGV[i+2]))
+  end
 end
 if ARGV[1] == '1' then redis.call('HSET', KEYS[2], $BUILT, '1') end
 return 1
@@ -246,7 +269,12 @@ func (m Follows) WriteRebuiltFollowing(ctx context.Context, rdb redis.UniversalC
 		args = append(args, last)
 		for _, p := range chunk {
 			field := itoa(p.Followee)
-			if p.Mute {
+			switch {
+			case p.Block == Blocks:
+				field = BlockField(p.Followee)
+			case p.Block == BlockedBy:
+				field = BlockedByField(p.Followee)
+			case p.Mute:
 				field = MuteField(p.Followee)
 			}
 			args = append(args, itoa(p.Followee), field, p.Version)
@@ -326,8 +354,10 @@ func (m Follows) CountOf(ctx context.Context, rdb redis.Cmdable, followee int64)
 	return n, vs[1] != nil, nil
 }
 
-// followingSnapshotSQL is user's followees and muted accounts now, each
-// with its pair stream's version and whether it is a mute pair (one
+// followingSnapshotSQL is user's followees, muted accounts and block
+// pairs both ways now, each with its pair stream's version and its kind
+// (0 a follow pair, -1 a mute pair, 1 a block by user, 2 a block of user:
+// FollowPair.Block; one
 // statement: one snapshot; the version is read by the events table's
 // (stream_id, stream_version) key). A follows or mutes row without its
 // event (a database filled by other means than the commands) counts as the
@@ -335,13 +365,23 @@ func (m Follows) CountOf(ctx context.Context, rdb redis.Cmdable, followee int64)
 const followingSnapshotSQL = `
 SELECT f.followee_id,
        coalesce((SELECT max(e.stream_version) FROM events e
-                 WHERE e.stream_id = 'follow-' || $1::bigint || '-' || f.followee_id), 1), false
+                 WHERE e.stream_id = 'follow-' || $1::bigint || '-' || f.followee_id), 1), 0
 FROM follows f WHERE f.follower_id = $1
 UNION ALL
 SELECT m.muted_id,
        coalesce((SELECT max(e.stream_version) FROM events e
-                 WHERE e.stream_id = 'mute-' || $1::bigint || '-' || m.muted_id), 1), true
-FROM mutes m WHERE m.muter_id = $1`
+                 WHERE e.stream_id = 'mute-' || $1::bigint || '-' || m.muted_id), 1), -1
+FROM mutes m WHERE m.muter_id = $1
+UNION ALL
+SELECT b.blocked_id,
+       coalesce((SELECT max(e.stream_version) FROM events e
+                 WHERE e.stream_id = 'block-' || $1::bigint || '-' || b.blocked_id), 1), 1
+FROM blocks b WHERE b.blocker_id = $1
+UNION ALL
+SELECT b.blocker_id,
+       coalesce((SELECT max(e.stream_version) FROM events e
+                 WHERE e.stream_id = 'block-' || b.blocker_id || '-' || $1::bigint), 1), 2
+FROM blocks b WHERE b.blocked_id = $1`
 
 // RebuildFollowing rebuilds user's following state from PostgreSQL, for a
 // read that found it not built: user's followees and mutes as PostgreSQL
@@ -355,7 +395,10 @@ func (m Follows) RebuildFollowing(ctx context.Context, db VersionQuerier, rdb re
 	}
 	pairs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (FollowPair, error) {
 		var p FollowPair
-		return p, r.Scan(&p.Followee, &p.Version, &p.Mute)
+		var kind int
+		err := r.Scan(&p.Followee, &p.Version, &kind)
+		p.Mute, p.Block = kind == -1, BlockKind(max(kind, 0))
+		return p, err
 	})
 	if err != nil {
 		return fmt.Errorf("read following of %d: %w", user, err)

@@ -78,7 +78,7 @@ func TestFollowingRebuildWithMutes(t *testing.T) {
 	ctx := context.Background()
 	const u = 1
 	applyMute(t, rd.Client, m, u, 12, 2) // unmuted v2, applied before the older snapshot
-	snap := []FollowPair{{11, 1, false}, {11, 1, true}, {12, 1, false}, {12, 1, true}, {13, 3, false}}
+	snap := []FollowPair{{11, 1, false, NoBlock}, {11, 1, true, NoBlock}, {12, 1, false, NoBlock}, {12, 1, true, NoBlock}, {13, 3, false, NoBlock}}
 	if err := m.WriteRebuiltFollowing(ctx, rd.Client, u, snap); err != nil {
 		t.Fatal(err)
 	}
