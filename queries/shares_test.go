@@ -214,6 +214,22 @@ func (b *bundle) bothWays(v int64, want ...string) Page {
 	if r, g := string(p.AppendJSON(nil)), string(pg.AppendJSON(nil)); r != g {
 		b.t.Fatalf("home of %d: Redis\n%s\nPostgreSQL\n%s", v, r, g)
 	}
+	// The inbox lost: Home serves the cold page from PostgreSQL (and
+	// queues the inbox's rebuild): the same items.
+	if err := b.rdb.Del(b.ctx, b.inboxKey(v), b.inboxKey(v)+"+").Err(); err != nil {
+		b.t.Fatal(err)
+	}
+	cold, err := b.feed.Home(b.ctx, v, "", 20)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	if !cold.Cold {
+		b.t.Fatalf("home of %d without its inbox: not read cold", v)
+	}
+	if r, c := string(p.AppendJSON(nil)), string(cold.AppendJSON(nil)); r != c {
+		b.t.Fatalf("home of %d: Redis\n%s\ncold\n%s", v, r, c)
+	}
+	waitIdle(b.feed) // the inbox's rebuild
 	return p
 }
 
