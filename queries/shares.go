@@ -59,8 +59,8 @@ type shareAsk struct {
 	follows  []int64 // follow questions the page did not answer
 	posts    []int64 // counts and viewer state
 	names    []int64 // names the process does not hold
-	reposts  []int64 // repost entries whose earlier reposts are asked; originals in originals
-	origs    []int64
+	reposts  []int64 // repost entries whose earlier reposts are asked
+	origs    []int64 // their originals (origs[i] of reposts[i])
 
 	rel     map[int64]readmodel.Relation
 	follow  map[int64]bool
@@ -113,8 +113,8 @@ func (c *nameCache) put(u int64, name string) {
 	c.mu.Unlock()
 }
 
-// pageMode says which rules a page applies: a home feed's (homefeed.Judge
-// for the viewer) or an author page's (every post of the author; a repost
+// home says which rules a page applies: a home feed's (homefeed.Judge
+// for the viewer), or else an author page's (every post of the author; a repost
 // while its original is live and its author neither muted by the viewer
 // nor in a block with them).
 func (vis visibility) home() bool { return vis.author == 0 }
