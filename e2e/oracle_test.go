@@ -212,7 +212,7 @@ func (o *oracle) feeds(limits []int) {
 				return
 			}
 			got, err := o.s.readAll(ctx, "/api/feed", o.wd.tokens[u], limit, len(want)/limit+10)
-			d := o.Diff(got, want)
+			d := o.Diff(u, got, want)
 			if err != nil {
 				d = append([]string{"error: " + err.Error()}, d...)
 			}
@@ -289,13 +289,14 @@ func (o *oracle) authorPosts(limits []int) {
 	}
 	slices.Sort(pick)
 	pick = slices.Compact(pick)
-	token := o.wd.tokens[o.wd.users[len(o.wd.users)-1]]
+	viewer := o.wd.users[len(o.wd.users)-1]
+	token := o.wd.tokens[viewer]
 	var bad []mismatch
 	for _, limit := range limits {
 		for _, a := range pick {
 			want := o.ByAuthor[a]
 			got, err := o.s.readAll(o.ctx(), "/api/users/"+itoa(a)+"/posts", token, limit, len(want)/limit+10)
-			d := o.Diff(got, want)
+			d := o.Diff(viewer, got, want)
 			if err != nil {
 				d = append([]string{"error: " + err.Error()}, d...)
 			}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"reflect"
 	"slices"
 	"strconv"
 	"sync"
@@ -577,7 +578,7 @@ func (c *client) editSome(i int) error {
 	if err := c.s.call(c.ctx, http.MethodPatch, path, c.tokens[author], key, body, &again, http.StatusOK, &c.st.retries); err != nil {
 		return err
 	}
-	if again != first {
+	if !reflect.DeepEqual(again, first) {
 		return fmt.Errorf("idempotent replay of an edit returned %+v, first %+v", again, first)
 	}
 	c.st.editReplays.Add(1)
