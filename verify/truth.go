@@ -273,9 +273,9 @@ func LoadTruth(ctx context.Context, pool *pgxpool.Pool) (*Truth, error) {
 // truthFeedSQL is the home feed's definition, by SQL, independent of the
 // query side's code (homefeed's rules): the entries of u and of the
 // accounts u follows and does not mute (shown), newest first, where
-//   - a post is non-deleted, and a reply only when its parent's author is
-//     u, or is the reply's own author or an account u shows, and is not
-//     hidden from u (muted, or a block either way);
+//   - a post is non-deleted, and a reply only when it is u's own, or its
+//     parent's author is u, or is the reply's own author or an account u
+//     shows, and is not hidden from u (muted, or a block either way);
 //   - a repost is live, of a non-deleted original whose author u neither
 //     shows nor hides (an original u's feed shows as itself is not shown
 //     again), whose parent's author (a reply's) is not hidden from u, and
@@ -294,7 +294,7 @@ hidden AS (
 entries AS (
     SELECT p.id, p.created_at FROM posts p
     WHERE NOT p.deleted AND p.author_id IN (SELECT a FROM shown)
-      AND (p.reply_to_author IS NULL OR p.reply_to_author = $1
+      AND (p.reply_to_author IS NULL OR p.reply_to_author = $1 OR p.author_id = $1
            OR (p.reply_to_author NOT IN (SELECT a FROM hidden)
                AND (p.reply_to_author = p.author_id OR p.reply_to_author IN (SELECT a FROM shown))))
     UNION ALL

@@ -131,7 +131,9 @@ func TestTruthFeedRules(t *testing.T) {
 	toQ2 := w.post(commands.CreatePost{AuthorID: q1, ReplyTo: pq2})
 	self := w.post(commands.CreatePost{AuthorID: q1, ReplyTo: toQ2})
 	_ = toB
-	w.want("replies under the home rule", v, self, toQ2, pq2, toV, pv)
+	own := w.post(commands.CreatePost{AuthorID: v, ReplyTo: pb})
+	w.want("replies under the home rule, the viewer's own to a stranger included", v, own, self, toQ2, pq2, toV, pv)
+	w.must(w.c.DeletePost.Handle(w.ctx, commands.DeletePost{ActorID: v, PostID: own}))
 
 	// A block between the reposter and the viewer: the block removes the
 	// follow, the repost leaves the feed.
