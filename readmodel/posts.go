@@ -91,47 +91,48 @@ func (m PostCache) QueueCreate(ctx context.Context, pipe redis.Pipeliner, p Post
 	return m.put(ctx, pipe, p, true)
 }
 
-// editScript replaces a post's body with an edited one (ARGV[2], the JSON
-// of a Post at version ARGV[1]) unless the cached body is a tombstone or
-// already holds that version or a later one: a redelivered or reordered
-// edit never brings older content back, nor a deleted post. An absent
-// body is written (the edit carries everything a body holds), so a
-// Create arriving after it (SET NX) changes nothing either. A body that
-// is not a readable JSON object is replaced.
+// editScript applies an edit (ARGV[2] the content, ARGV[3] editedAt, at
+// version ARGV[1]) to the cached body: it replaces the body's content,
+// version and editedAt and keeps the rest (a reply's parent, a quote,
+// media, which an edit does not change and its event does not carry),
+// unless the body is a tombstone or already holds that version or a later
+// one, so a redelivered or reordered edit never brings older content back,
+// nor a deleted post. An absent body stays absent (the post's create and
+// edits share a partition, so the create came first: a body absent now
+// expired or was lost, and a read asks PostgreSQL, which has all of it),
+// and so does one that is not a readable JSON object (deleted, for the
+// same reason). The body keeps its time to live.
 var editScript = redis.NewScript(`
 local cur = redis.call('GET', KEYS[1])
-if cur then
-  local ok, p = pcall(cjson.decode, cur)
-  if ok and type(p) == 'table' then
-    if p.deleted == true then return 0 end
-    local v = tonumber(p.version) or 1
-    if v >= tonumber(ARGV[1]) then return 0 end
-  end
+if not cur then return 0 end
+local ok, p = pcall(cjson.decode, cur)
+if not ok or type(p) ~= 'table' then
+  redis.call('DEL', KEYS[1])
+  return 0
 end
-redis.call('SET', KEYS[1], ARGV[2])
+if p.deleted == true then return 0 end
+local v = tonumber(p.version) or 1
+if v >= tonumber(ARGV[1]) then return 0 end
+p.content = ARGV[2]
+p.version = tonumber(ARGV[1])
+p.editedAt = ARGV[3]
+redis.call('SET', KEYS[1], cjson.encode(p), 'KEEPTTL')
 return 1
 `)
 
-// Edit caches p, an edited body (p.Version above 1), unless the cached
-// body is a tombstone or holds p.Version or a later one (editScript). It
-// reports whether it wrote.
+// Edit applies p, an edited body (p.Version above 1: its Content and
+// EditedAt), to the cached body, unless that is absent, a tombstone or
+// holds p.Version or a later one (editScript). It reports whether it
+// wrote.
 func (m PostCache) Edit(ctx context.Context, rdb redis.Cmdable, p Post) (bool, error) {
-	b, err := json.Marshal(p)
-	if err != nil {
-		return false, fmt.Errorf("encode post %d: %w", p.ID, err)
-	}
-	n, err := editScript.Run(ctx, rdb, []string{m.keys.Post(p.ID)}, p.ContentVersion(), b).Int()
+	n, err := editScript.Run(ctx, rdb, []string{m.keys.Post(p.ID)}, p.ContentVersion(), p.Content, p.EditedAt).Int()
 	return n == 1, err
 }
 
 // QueueEdit queues Edit on pipe (run it with Exec, which loads the script
 // when the server does not know it).
 func (m PostCache) QueueEdit(ctx context.Context, pipe redis.Pipeliner, p Post) error {
-	b, err := json.Marshal(p)
-	if err != nil {
-		return fmt.Errorf("encode post %d: %w", p.ID, err)
-	}
-	editScript.EvalSha(ctx, pipe, []string{m.keys.Post(p.ID)}, p.ContentVersion(), b)
+	editScript.EvalSha(ctx, pipe, []string{m.keys.Post(p.ID)}, p.ContentVersion(), p.Content, p.EditedAt)
 	return nil
 }
 
