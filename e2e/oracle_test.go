@@ -294,7 +294,7 @@ func (o *oracle) authorPosts(limits []int) {
 	var bad []mismatch
 	for _, limit := range limits {
 		for _, a := range pick {
-			want := o.ByAuthor[a]
+			want := o.AuthorPage(viewer, a)
 			got, err := o.s.readAll(o.ctx(), "/api/users/"+itoa(a)+"/posts", token, limit, len(want)/limit+10)
 			d := o.Diff(viewer, got, want)
 			if err != nil {

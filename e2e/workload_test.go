@@ -241,6 +241,16 @@ func runWorkload(t *testing.T, s *system, w workload) *world {
 				fail(fmt.Errorf("last lift: %w", err))
 			}
 		}
+		// Last shares, so that each case stands at the end whatever the
+		// mix and the interleaving left: an original reposted by two
+		// accounts, one of them the most followed (a celebrity after the
+		// lift: its repost pulled); an original reposted and then deleted;
+		// a quote of a post deleted after.
+		if firstErr == nil {
+			if err := cl.lastShares(cl.burst); err != nil {
+				fail(fmt.Errorf("last shares: %w", err))
+			}
+		}
 		// A last mute, of a followed account, so that one stands at the
 		// end whatever the mix and the interleaving left.
 		if f, e, ok := cl.existingFollow(); ok && firstErr == nil {
@@ -450,6 +460,63 @@ func (c *client) do(kind opKind, i int) error {
 		return nil
 	}
 	return fmt.Errorf("unknown operation kind %d", kind)
+}
+
+// lastShares plays the workload's last shares (see runWorkload), skipping
+// skip as an author.
+func (c *client) lastShares(skip int64) error {
+	c.mu.Lock()
+	var top int64
+	best := -1
+	for _, u := range c.users {
+		if n := len(c.followers[u]); u != skip && n > best {
+			top, best = u, n
+		}
+	}
+	c.mu.Unlock()
+	var others []int64
+	for _, u := range c.users {
+		if u != top && u != skip && len(others) < 4 {
+			others = append(others, u)
+		}
+	}
+	author, second, quoter, doomed := others[0], others[1], others[2], others[3]
+	post := func(a int64, body map[string]any) (int64, error) {
+		var p apiPost
+		if err := c.s.call(c.ctx, http.MethodPost, "/api/posts", c.tokens[a], "", body, &p, http.StatusCreated, &c.st.retries); err != nil {
+			return 0, err
+		}
+		return strconv.ParseInt(p.ID, 10, 64)
+	}
+	share := func(user, id int64) error {
+		return c.s.call(c.ctx, http.MethodPut, "/api/posts/"+itoa(id)+"/repost", c.tokens[user], "", nil, nil, http.StatusNoContent, &c.st.retries)
+	}
+	del := func(a, id int64) error {
+		return c.s.call(c.ctx, http.MethodDelete, "/api/posts/"+itoa(id), c.tokens[a], "", nil, nil, http.StatusNoContent, &c.st.retries)
+	}
+	twice, err := post(author, map[string]any{"content": "reposted twice at the end"})
+	if err != nil {
+		return err
+	}
+	if err := share(top, twice); err != nil {
+		return err
+	}
+	if err := share(second, twice); err != nil {
+		return err
+	}
+	gone, err := post(doomed, map[string]any{"content": "reposted, quoted, then deleted"})
+	if err != nil {
+		return err
+	}
+	if err := share(second, gone); err != nil {
+		return err
+	}
+	if _, err := post(quoter, map[string]any{"content": "a quote of a post deleted after", "quoteOf": itoa(gone)}); err != nil {
+		return err
+	}
+	c.st.reposts.Add(3)
+	c.st.quotes.Add(1)
+	return del(doomed, gone)
 }
 
 // somePost picks a live post, mostly a popular author's newest.

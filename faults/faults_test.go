@@ -343,7 +343,7 @@ func (o *convergence) differences() (int, []string, []int64) {
 						d = append(d, "error: "+err.Error())
 					}
 				}
-				mine := truth.ByAuthor[u]
+				mine := truth.AuthorPage(users[0], u)
 				got, err := o.cl.readAll(ctx, "/api/users/"+itoa(u)+"/posts", users[0], len(mine)/50+10)
 				da := truth.Diff(users[0], got, mine)
 				if err != nil {

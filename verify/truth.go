@@ -107,9 +107,9 @@ type Truth struct {
 	Reposts   map[int64]TrueRepost // by repost id
 	Following map[int64][]int64    // follower -> followees, ascending
 	Followers map[int64]int64      // followee -> count
-	// ByAuthor is each author's page (GET /api/users/{id}/posts): their
-	// non-deleted posts and their live reposts of non-deleted posts,
-	// newest first.
+	// ByAuthor is each author's entries: their non-deleted posts and their
+	// live reposts of non-deleted posts, newest first. AuthorPage is what
+	// a viewer's page of them shows.
 	ByAuthor map[int64][]int64
 	Muting   map[int64][]int64 // muter -> muted accounts, ascending
 	Blocks   int               // blocks standing
@@ -128,6 +128,22 @@ func (t *Truth) Shown(u int64) []int64 {
 		if !slices.Contains(t.Muting[u], a) {
 			out = append(out, a)
 		}
+	}
+	return out
+}
+
+// AuthorPage is author's page (GET /api/users/{id}/posts) as viewer reads
+// it: ByAuthor less the reposts of originals whose author viewer mutes or
+// is in a block with (the viewer's own posts reposted always show).
+func (t *Truth) AuthorPage(viewer, author int64) []int64 {
+	var out []int64
+	for _, id := range t.ByAuthor[author] {
+		if r, ok := t.Reposts[id]; ok {
+			if a := t.Posts[r.Post].Author; a != viewer && t.hidden(viewer, a) {
+				continue
+			}
+		}
+		out = append(out, id)
 	}
 	return out
 }
