@@ -28,6 +28,7 @@ type policies struct {
 	CacheTTL           time.Duration
 	RedisCluster       bool          // the read models on the local Redis Cluster
 	RefreshSettle      time.Duration // the refresh horizon (0: the query side's default)
+	OnlineRefresh      time.Duration // projections.Config.OnlineRefresh (0: its default)
 }
 
 func (p policies) String() string {
@@ -61,6 +62,7 @@ func startSystem(t *testing.T, pol policies) *system {
 			TimelineMax:        pol.TimelineMax,
 			BackfillPosts:      pol.BackfillPosts,
 			FanoutBatch:        pol.FanoutBatch,
+			OnlineRefresh:      pol.OnlineRefresh,
 		},
 		CacheTTL:      pol.CacheTTL,
 		RedisCluster:  pol.RedisCluster,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -27,6 +28,7 @@ type Posts struct {
 	cfg   Config
 	cache readmodel.PostCache
 	rdb   redis.UniversalClient
+	live  readmodel.Live
 }
 
 // NewPosts returns the posts projector.
@@ -35,7 +37,7 @@ func NewPosts(cfg Config, rdb redis.UniversalClient) (*Posts, error) {
 		return nil, errors.New("new posts projector: nil Redis")
 	}
 	cfg = cfg.withDefaults()
-	return &Posts{cfg: cfg, cache: readmodel.NewPostCache(cfg.Keys), rdb: rdb}, nil
+	return &Posts{cfg: cfg, cache: readmodel.NewPostCache(cfg.Keys), rdb: rdb, live: readmodel.NewLive(cfg.Keys)}, nil
 }
 
 // Name implements Projector.
@@ -57,6 +59,9 @@ func (p *Posts) Apply(ctx context.Context, _ events.Envelope, ev events.Event) e
 		if _, err := p.cache.Edit(ctx, p.rdb, EditedBody(e)); err != nil {
 			return fmt.Errorf("cache edit of post %d: %w", e.PostID, err)
 		}
+		// After the body: a stream woken by the change reads the new one.
+		return p.live.AppendChange(ctx, p.rdb, readmodel.Change{Post: e.PostID, Author: e.AuthorID,
+			Version: e.Version, Content: e.Content}, time.Now())
 	case events.PostDeleted:
 		// The Snowflake id carries the creation millisecond.
 		err := p.cache.Set(ctx, p.rdb, readmodel.Post{ID: e.PostID, AuthorID: e.AuthorID,
@@ -64,6 +69,7 @@ func (p *Posts) Apply(ctx context.Context, _ events.Envelope, ev events.Event) e
 		if err != nil {
 			return fmt.Errorf("cache tombstone %d: %w", e.PostID, err)
 		}
+		return p.live.AppendChange(ctx, p.rdb, readmodel.Change{Post: e.PostID, Author: e.AuthorID, Deleted: true}, time.Now())
 	}
 	return nil
 }

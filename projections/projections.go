@@ -135,6 +135,10 @@ type Config struct {
 	FollowerCacheRows int
 	// InactiveAfter is the policy's (see CelebrityThreshold).
 	InactiveAfter time.Duration
+	// OnlineRefresh is how old the inbox projector's copy of the users
+	// with an open live stream may get before a push reads it again
+	// (live.go; default 1 s); negative reads it at every push (tests).
+	OnlineRefresh time.Duration
 }
 
 // DefaultConfig returns the defaults of every setting: the feed policy's
@@ -147,6 +151,7 @@ func DefaultConfig() Config {
 		FanoutParallel:    4,
 		FanoutInflight:    2,
 		FollowerCacheRows: 1 << 24,
+		OnlineRefresh:     time.Second,
 	}.WithPolicy(readmodel.DefaultPolicy())
 }
 
@@ -191,6 +196,7 @@ func (c Config) withDefaults() Config {
 	c.FanoutParallel = cmp.Or(c.FanoutParallel, d.FanoutParallel)
 	c.FanoutInflight = cmp.Or(c.FanoutInflight, d.FanoutInflight)
 	c.FollowerCacheRows = cmp.Or(c.FollowerCacheRows, d.FollowerCacheRows)
+	c.OnlineRefresh = cmp.Or(c.OnlineRefresh, d.OnlineRefresh)
 	return c
 }
 
