@@ -153,8 +153,8 @@ func (c Config) withDefaults() Config {
 	c.MaxReadsInFlight = cmp.Or(c.MaxReadsInFlight, DefaultMaxReadsInFlight)
 	c.MaxWritesInFlight = cmp.Or(c.MaxWritesInFlight, DefaultMaxWritesInFlight)
 	c.FullHomeReads = cmp.Or(c.FullHomeReads, DefaultFullHomeReads)
-	c.StreamsPerUser = cmp.Or(c.StreamsPerUser, 4)
-	c.StreamsMax = cmp.Or(c.StreamsMax, 10_000)
+	c.StreamsPerUser = cmp.Or(c.StreamsPerUser, DefaultStreamsPerUser)
+	c.StreamsMax = cmp.Or(c.StreamsMax, DefaultStreamsMax)
 	c.StreamHeartbeat = cmp.Or(c.StreamHeartbeat, 15*time.Second)
 	c.StreamWriteTimeout = cmp.Or(c.StreamWriteTimeout, 10*time.Second)
 	c.StreamStartRead = cmp.Or(c.StreamStartRead, 2*time.Second)
@@ -185,6 +185,13 @@ const (
 const (
 	DefaultMaxConns     = 10_000
 	DefaultMaxIdleConns = 1_000
+)
+
+// The defaults of the live streams' bounds: a user's few devices, and
+// what one process holds (docs/streams.md measures the memory).
+const (
+	DefaultStreamsPerUser = 4
+	DefaultStreamsMax     = 10_000
 )
 
 // Validate reports the first setting that cannot work.

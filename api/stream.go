@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/feedco/feed/live"
+	"github.com/feedco/feed/queries"
 )
 
 // Live streams (docs/streams.md): GET /api/feed/stream is a Server-Sent
@@ -153,11 +154,6 @@ func (s *Server) CloseStreams() { s.streams.endAll() }
 // GET /api/feed/stream[?cursor=] with an optional Last-Event-ID -> 200
 // text/event-stream.
 func (s *Server) homeStream(w http.ResponseWriter, r *http.Request, caller int64) error {
-	hub := s.deps.Streams
-	src, ok := s.deps.Feed.(live.Source)
-	if hub == nil || !ok {
-		return errStreamsUnavailable
-	}
 	var cursor string
 	if r.URL.RawQuery != "" {
 		q := parsePageArgs(r.URL.RawQuery)
@@ -167,6 +163,21 @@ func (s *Server) homeStream(w http.ResponseWriter, r *http.Request, caller int64
 		return &badInput{"cursor is malformed (too long)"}
 	}
 	lastID := r.Header.Get("Last-Event-ID")
+	switch {
+	case lastID != "":
+		if _, err := live.DecodeResume(lastID); err != nil {
+			return &badInput{"Last-Event-ID is not an id this stream issued"}
+		}
+	case cursor != "":
+		if _, err := queries.CursorKey(cursor); err != nil {
+			return err
+		}
+	}
+	hub := s.deps.Streams
+	src, ok := s.deps.Feed.(live.Source)
+	if hub == nil || !ok {
+		return errStreamsUnavailable
+	}
 	o, err := s.streams.open(caller, s.cfg.StreamsMax, s.cfg.StreamsPerUser)
 	if err != nil {
 		s.smetrics.refused.Inc()

@@ -128,6 +128,8 @@ var configSettings = []configSetting{
 	}, ""},
 	{"FEED_MAX_CONNS", func(c Config, _ func(string) string) string { return strconv.Itoa(c.MaxConns) }, ""},
 	{"FEED_MAX_IDLE_CONNS", func(c Config, _ func(string) string) string { return strconv.Itoa(c.MaxIdleConns) }, ""},
+	{"FEED_STREAMS_PER_USER", func(c Config, _ func(string) string) string { return strconv.Itoa(c.StreamsPerUser) }, ""},
+	{"FEED_STREAMS_MAX", func(c Config, _ func(string) string) string { return strconv.Itoa(c.StreamsMax) }, ""},
 	{"FEED_BODY_READ_TIMEOUT", func(c Config, _ func(string) string) string { return c.BodyReadTimeout.String() }, ""},
 	{"FEED_READ_CACHE_BARRIER", func(c Config, _ func(string) string) string { return strconv.FormatBool(c.ReadCacheBarrier) }, ""},
 	{"FEED_READ_CACHE_KEYS", func(c Config, _ func(string) string) string { return strconv.Itoa(c.ReadCacheKeys) }, ""},
