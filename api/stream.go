@@ -3,6 +3,7 @@ package api
 import (
 	"errors"
 	"net/http"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -214,7 +215,6 @@ func (s *Server) homeStream(w http.ResponseWriter, r *http.Request, caller int64
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	if err := sw.comment("stream"); err != nil {
-		s.smetrics.cutoffs.WithLabelValues("slow").Inc()
 		return nil
 	}
 
@@ -257,7 +257,9 @@ func (s *Server) homeStream(w http.ResponseWriter, r *http.Request, caller int64
 	}
 	wrote := func(err error) bool {
 		if err != nil {
-			if ctx.Err() == nil {
+			// Past the write deadline: the client reads too slowly (a
+			// client that went away fails otherwise).
+			if errors.Is(err, os.ErrDeadlineExceeded) {
 				s.smetrics.cutoffs.WithLabelValues("slow").Inc()
 			}
 			return false

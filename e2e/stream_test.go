@@ -5,16 +5,20 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/feedco/feed/api"
+	"github.com/feedco/feed/events"
 	"github.com/feedco/feed/internal/auth"
 	"github.com/feedco/feed/live"
 	"github.com/feedco/feed/queries"
@@ -29,6 +33,13 @@ type streamInstance struct {
 }
 
 func startInstance(t *testing.T, s *system, cfg api.Config) *streamInstance {
+	t.Helper()
+	return startInstanceOn(t, s, cfg, nil)
+}
+
+// startInstanceOn is startInstance with its listener wrapped by wrap
+// (when not nil).
+func startInstanceOn(t *testing.T, s *system, cfg api.Config, wrap func(net.Listener) net.Listener) *streamInstance {
 	t.Helper()
 	feed, err := queries.New(queries.Config{Keys: s.Keys, InboxMax: s.pol.InboxMax,
 		CelebrityThreshold: s.pol.CelebrityThreshold, CelebrityCacheTTL: s.pol.CacheTTL,
@@ -52,7 +63,11 @@ func startInstance(t *testing.T, s *system, cfg api.Config) *streamInstance {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := httptest.NewServer(srv.Handler())
+	hs := httptest.NewUnstartedServer(srv.Handler())
+	if wrap != nil {
+		hs.Listener = wrap(hs.Listener)
+	}
+	hs.Start()
 	t.Cleanup(hs.Close)
 	t.Cleanup(srv.CloseStreams) // before hs.Close, which waits for the streams
 	in := &streamInstance{system: &system{System: s.System, pol: s.pol, signer: s.signer, baseURL: hs.URL, http: s.http}, srv: srv}
@@ -63,7 +78,8 @@ func startInstance(t *testing.T, s *system, cfg api.Config) *streamInstance {
 type sseEvent struct {
 	ID, Type, Data string
 	Retry          string // a retry: field
-	Comment        string
+	Comment        bool   // a comment line (a heartbeat when Text is empty)
+	Text           string // the comment's text
 }
 
 // sseClient reads one stream's events into a channel.
@@ -107,34 +123,41 @@ func openStream(t *testing.T, base, tok, lastID, query string, want int) *sseCli
 	go func() {
 		defer close(c.done)
 		defer close(c.events)
-		sc := bufio.NewScanner(resp.Body)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		var ev sseEvent
-		for sc.Scan() {
-			line := sc.Text()
-			if line == "" {
-				c.events <- ev
-				ev = sseEvent{}
-				continue
-			}
-			field, value, _ := strings.Cut(line, ":")
-			value = strings.TrimPrefix(value, " ")
-			switch field {
-			case "":
-				ev.Comment = value
-			case "id":
-				ev.ID = value
-			case "event":
-				ev.Type = value
-			case "data":
-				ev.Data = value
-			case "retry":
-				ev.Retry = value
-			}
-		}
+		readSSE(resp.Body, func(ev sseEvent) { c.events <- ev })
 	}()
 	t.Cleanup(c.close)
 	return c
+}
+
+// readSSE parses server-sent events from r until it ends, calling emit
+// with each complete one (a blank line ends an event; one cut short is
+// dropped).
+func readSSE(r io.Reader, emit func(sseEvent)) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	var ev sseEvent
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" {
+			emit(ev)
+			ev = sseEvent{}
+			continue
+		}
+		field, value, _ := strings.Cut(line, ":")
+		value = strings.TrimPrefix(value, " ")
+		switch field {
+		case "":
+			ev.Comment, ev.Text = true, value
+		case "id":
+			ev.ID = value
+		case "event":
+			ev.Type = value
+		case "data":
+			ev.Data = value
+		case "retry":
+			ev.Retry = value
+		}
+	}
 }
 
 func (c *sseClient) close() {
@@ -292,5 +315,220 @@ func TestStreamAcrossInstances(t *testing.T) {
 	}
 	if n := one.srv.OpenStreams(); n != 1 {
 		t.Fatalf("instance 1 has %d open streams, want 1", n)
+	}
+}
+
+// streamUsers makes a reader following an author, through in, and
+// returns their ids and tokens.
+func streamUsers(t *testing.T, in *streamInstance) (reader int64, rtok string, author int64, atok string) {
+	t.Helper()
+	ctx := context.Background()
+	newUser := func(name string) (int64, string) {
+		var u apiUser
+		if err := in.call(ctx, http.MethodPost, "/api/users", "", "", map[string]string{"name": name}, &u, http.StatusCreated, nil); err != nil {
+			t.Fatal(err)
+		}
+		id, _ := strconv.ParseInt(u.ID, 10, 64)
+		return id, in.signer.Sign(id, time.Hour)
+	}
+	reader, rtok = newUser("reader")
+	author, atok = newUser("author")
+	if err := in.call(ctx, http.MethodPut, fmt.Sprint("/api/following/", author), rtok, "", nil, nil, http.StatusNoContent, nil); err != nil {
+		t.Fatal(err)
+	}
+	return reader, rtok, author, atok
+}
+
+// counter reads a counter of reg by name and label value ("" for none).
+func counter(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if label == "" || len(m.GetLabel()) > 0 && m.GetLabel()[0].GetValue() == label {
+				if m.GetCounter() != nil {
+					return m.GetCounter().GetValue()
+				}
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+// smallBuffers returns a listener on loopback whose sockets have small
+// send buffers (set before listen, so accepted sockets inherit them and
+// the kernel does not grow them), so that a client that does not read
+// blocks the server's writes after a few KB.
+func smallBuffers(t *testing.T) func(net.Listener) net.Listener {
+	return func(old net.Listener) net.Listener {
+		_ = old.Close()
+		lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+			return c.Control(func(fd uintptr) {
+				_ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUF, 4096)
+			})
+		}}
+		l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+}
+
+// smallReadDialer dials with a small receive buffer, set before connect.
+var smallReadDialer = net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+	return c.Control(func(fd uintptr) {
+		_ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
+	})
+}}
+
+// TestStreamSlowClientCutOff: a client that does not read while its
+// stream catches up on many entries blocks the server's writes past their
+// deadline and is cut off; the last whole event it had is its resume
+// point: a reconnection with it receives exactly the rest.
+func TestStreamSlowClientCutOff(t *testing.T) {
+	t.Parallel()
+	s := startSystem(t, policies{CelebrityThreshold: 1000, InboxMax: 200, InboxTrimSlack: 10, TimelineMax: 200, BackfillPosts: 10,
+		FanoutBatch: 10, CacheTTL: 300 * time.Millisecond, RefreshSettle: 2 * time.Second})
+	in := startInstanceOn(t, s, api.Config{StreamWriteTimeout: 300 * time.Millisecond},
+		smallBuffers(t))
+	ctx := context.Background()
+	_, rtok, _, atok := streamUsers(t, in)
+	post := func(content string) apiPost {
+		var p apiPost
+		if err := in.call(ctx, http.MethodPost, "/api/posts", atok, "", map[string]string{"content": content}, &p, http.StatusCreated, nil); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	anchor := post("anchor")
+	var posts []apiPost
+	for i := range 120 {
+		posts = append(posts, post(fmt.Sprintf("%04d %s", i, strings.Repeat("x", 1900))))
+	}
+	s.quiesce(t, 2*time.Minute)
+
+	// A client that resumes from the anchor and reads nothing, on a
+	// socket with a small receive buffer.
+	ms := postMs(t, anchor)
+	id, _ := strconv.ParseInt(anchor.ID, 10, 64)
+	from := live.Resume{B: events.FeedKey{Ms: ms, ID: id}, B0: events.FeedKey{Ms: ms, ID: id}}.Encode()
+	conn, err := smallReadDialer.Dial("tcp", strings.TrimPrefix(in.baseURL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET /api/feed/stream HTTP/1.1\r\nHost: feed\r\nAuthorization: Bearer %s\r\nLast-Event-ID: %s\r\n\r\n", rtok, from)
+	reg := in.srv.Registry()
+	testenv.Eventually(t, time.Minute, "the slow client to be cut off", func() bool {
+		return counter(t, reg, "feed_stream_cutoffs_total", "slow") == 1
+	})
+	if n := in.srv.OpenStreams(); n != 0 {
+		t.Fatalf("%d streams open after the cut-off", n)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []sseEvent
+	readSSE(resp.Body, func(ev sseEvent) {
+		if ev.Type != "" {
+			got = append(got, ev)
+		}
+	})
+	if len(got) == 0 || len(got) >= len(posts) {
+		t.Fatalf("the slow client got %d of %d events before the cut-off", len(got), len(posts))
+	}
+	cut := len(got)
+	c := openStream(t, in.baseURL, rtok, got[len(got)-1].ID, "", http.StatusOK)
+	for len(got) < len(posts) {
+		got = append(got, c.next(t, time.Minute))
+	}
+	for i, ev := range got {
+		if p := streamPost(t, ev); ev.Type != "post" || p.ID != posts[i].ID {
+			t.Fatalf("event %d: %s %s, want post %s", i, ev.Type, p.ID, posts[i].ID)
+		}
+	}
+	// Nothing more: the next event is a new post.
+	last := post("after")
+	if ev := c.next(t, time.Minute); streamPost(t, ev).ID != last.ID {
+		t.Fatalf("after the resume: %s %q, want post %s", ev.Type, ev.Data, last.ID)
+	}
+	t.Logf("cut off after %d of %d events; the rest came on the resumed stream", cut, len(posts))
+}
+
+// TestStreamBoundsHeartbeatShutdown: a user's third stream ends the
+// first (with a retry hint); a process at its bound refuses a stream with
+// 503 and Retry-After; an idle stream gets heartbeats; the server's
+// shutdown ends every stream with a retry hint and refuses new ones.
+func TestStreamBoundsHeartbeatShutdown(t *testing.T) {
+	t.Parallel()
+	s := startSystem(t, policies{CelebrityThreshold: 1000, InboxMax: 50, InboxTrimSlack: 5, TimelineMax: 50, BackfillPosts: 10,
+		FanoutBatch: 10, CacheTTL: 300 * time.Millisecond, RefreshSettle: 2 * time.Second})
+	in := startInstance(t, s, api.Config{StreamsPerUser: 2, StreamsMax: 3, StreamHeartbeat: 50 * time.Millisecond})
+	_, rtok, _, atok := streamUsers(t, in)
+	ended := func(c *sseClient, why string) {
+		t.Helper()
+		retry := false
+		for ev := range c.events { // until the server closes it
+			if ev.Retry != "" && ev.Comment && ev.Text == why {
+				retry = true
+			}
+		}
+		if !retry {
+			t.Fatalf("a stream ended (%s) without a retry hint", why)
+		}
+	}
+	a := openStream(t, in.baseURL, rtok, "", "", http.StatusOK)
+	b := openStream(t, in.baseURL, rtok, "", "", http.StatusOK)
+	c := openStream(t, in.baseURL, rtok, "", "", http.StatusOK)
+	ended(a, "replaced")
+
+	// An idle stream's heartbeats.
+	for beats := 0; beats < 3; {
+		select {
+		case ev := <-b.events:
+			if ev.Comment && ev.Text == "" && ev.Type == "" {
+				beats++
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("no heartbeat")
+		}
+	}
+
+	// The process's bound: two of the reader's and one of the author's.
+	d := openStream(t, in.baseURL, atok, "", "", http.StatusOK)
+	e := openStream(t, in.baseURL, atok, "", "", http.StatusServiceUnavailable)
+	if e.resp.Header.Get("Retry-After") == "" || e.resp.Header.Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("a stream past the bound: %v", e.resp.Header)
+	}
+	if n := in.srv.OpenStreams(); n != 3 {
+		t.Fatalf("%d open streams, want 3", n)
+	}
+
+	// Shutdown.
+	in.srv.CloseStreams()
+	for _, x := range []*sseClient{b, c, d} {
+		ended(x, "shutdown")
+	}
+	openStream(t, in.baseURL, rtok, "", "", http.StatusServiceUnavailable)
+	reg := in.srv.Registry()
+	for reason, want := range map[string]float64{"replaced": 1, "shutdown": 3, "slow": 0} {
+		if got := counter(t, reg, "feed_stream_cutoffs_total", reason); got != want {
+			t.Errorf("cut-offs %s: %v, want %v", reason, got, want)
+		}
+	}
+	if got := counter(t, reg, "feed_streams_refused_total", ""); got != 2 {
+		t.Errorf("refused streams: %v, want 2", got)
+	}
+	if got := counter(t, reg, "feed_stream_events_total", "heartbeat"); got < 3 {
+		t.Errorf("heartbeats counted: %v, want at least 3", got)
 	}
 }
