@@ -56,7 +56,8 @@ func (l Live) WokenAuthor(channel string) (int64, bool) {
 // it appended an edit or a deletion to the changes stream.
 func (l Live) ChangesChannel() string { return l.prefix + "changes" }
 
-// changesKey is the Redis Stream of recent edits and deletions.
+// changesKey is the Redis Stream of recent edits and deletions (no hash
+// tag: Redis hashes the whole name, which the marks name as their tag).
 func (l Live) changesKey() string { return l.prefix + "changes" }
 
 // onlineKey is the sorted set of users with an open stream, each scored
@@ -151,23 +152,45 @@ func parseChangePos(s string) (ChangePos, error) {
 // deletions older than it (docs/streams.md).
 const ChangesKept = 15 * time.Minute
 
-// AppendChange adds c (its Pos ignored) to the changes stream, trimming
-// what is older than ChangesKept (XADD MINID ~), and publishes the
-// changes channel, in one pipeline. A redelivered event appends its
-// change again: readers take an edit or a deletion they saw already as
-// the same one.
-func (l Live) AppendChange(ctx context.Context, rdb redis.Cmdable, c Change, now time.Time) error {
-	values := map[string]any{"p": c.Post, "a": c.Author}
+// appendChangeScript appends a change to the changes stream (KEYS[1])
+// once: only when its mark (KEYS[2], kept as long as the stream keeps
+// entries) is new. ARGV: the mark's lifetime in ms, the MINID the stream
+// is trimmed to, then the entry's field and value pairs.
+var appendChangeScript = redis.NewScript(`
+if not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[1]) then return 0 end
+local entry = {}
+for i = 3, #ARGV do entry[#entry + 1] = ARGV[i] end
+redis.call('XADD', KEYS[1], 'MINID', '~', ARGV[2], '*', unpack(entry))
+return 1`)
+
+// changeMark is the key that says c is in the changes stream: an edit by
+// its post and version, a deletion by its post. Its hash tag is the
+// stream's name, so the script touches one slot.
+func (l Live) changeMark(c Change) string {
+	k := l.prefix + "changes:seen{" + l.prefix + "changes}:" + strconv.FormatInt(c.Post, 10)
 	if c.Deleted {
-		values["d"] = 1
-	} else {
-		values["v"], values["c"] = c.Version, c.Content
+		return k + ":d"
 	}
-	pipe := rdb.Pipeline()
-	pipe.XAdd(ctx, &redis.XAddArgs{Stream: l.changesKey(), MinID: strconv.FormatInt(now.Add(-ChangesKept).UnixMilli(), 10), Approx: true, Values: values})
-	pipe.SPublish(ctx, l.ChangesChannel(), "1")
-	if _, err := pipe.Exec(ctx); err != nil {
+	return k + ":" + strconv.FormatInt(c.Version, 10)
+}
+
+// AppendChange adds c (its Pos ignored) to the changes stream once,
+// trimming what is older than ChangesKept (XADD MINID ~), then publishes
+// the changes channel. A redelivered event finds its change's mark and
+// appends nothing, but publishes again: a crash between the two steps
+// loses no wake-up, and a stream never sees one change twice.
+func (l Live) AppendChange(ctx context.Context, rdb redis.Cmdable, c Change, now time.Time) error {
+	args := []any{ChangesKept.Milliseconds(), strconv.FormatInt(now.Add(-ChangesKept).UnixMilli(), 10), "p", c.Post, "a", c.Author}
+	if c.Deleted {
+		args = append(args, "d", 1)
+	} else {
+		args = append(args, "v", c.Version, "c", c.Content)
+	}
+	if err := appendChangeScript.Run(ctx, rdb, []string{l.changesKey(), l.changeMark(c)}, args...).Err(); err != nil && err != redis.Nil {
 		return fmt.Errorf("append change of post %d: %w", c.Post, err)
+	}
+	if err := rdb.SPublish(ctx, l.ChangesChannel(), "1").Err(); err != nil {
+		return fmt.Errorf("publish change of post %d: %w", c.Post, err)
 	}
 	return nil
 }
