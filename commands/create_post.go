@@ -110,8 +110,9 @@ func createPost(cfg Config, ids *snowflake.Generator) TxHandler[CreatePost, Post
 			return Post{}, err
 		}
 		var followers int64
+		var parentReplies *int64
 		if refersToPost(cmd) {
-			followers, err = createReferring(ctx, tx, &p, cmd, media)
+			followers, parentReplies, err = createReferring(ctx, tx, &p, cmd, media)
 		} else {
 			// One round trip: lock the author's row, insert the post only
 			// if the author exists, and read the follower count under the
@@ -134,7 +135,9 @@ func createPost(cfg Config, ids *snowflake.Generator) TxHandler[CreatePost, Post
 		if err != nil {
 			return Post{}, err
 		}
-		if err := Append(ctx, tx, 0, cmd.Trace.metadata(cmd.AuthorID), p.event(followers)); err != nil {
+		ev := p.event(followers)
+		ev.ParentReplies = parentReplies
+		if err := Append(ctx, tx, 0, cmd.Trace.metadata(cmd.AuthorID), ev); err != nil {
 			return Post{}, err
 		}
 		return p, nil
@@ -142,35 +145,46 @@ func createPost(cfg Config, ids *snowflake.Generator) TxHandler[CreatePost, Post
 }
 
 // createReferring inserts a reply or a quote, p, and returns the author's
-// follower count. The author's row is locked first (FOR SHARE, as for
-// any post), then the parent FOR NO KEY UPDATE (its reply count goes up)
-// and the quoted post FOR KEY SHARE: a deletion of either in flight
-// commits before (and the post is refused) or waits for this one.
-func createReferring(ctx context.Context, tx pgx.Tx, p *Post, cmd CreatePost, media *string) (int64, error) {
+// follower count and, for a reply, the parent's reply count after it.
+// The author's row is locked first (FOR SHARE, as for any post), then the
+// parent FOR NO KEY UPDATE (its reply count goes up) and the quoted post
+// FOR KEY SHARE: a deletion of either in flight commits before (and the
+// post is refused) or waits for this one.
+//
+// The parent's lock is held from before its count changes to the commit,
+// and the caller appends PostCreated after it, so the event's position
+// (taken at its INSERT) is above those of every earlier change of the
+// parent's counts (reply, like, repost and their undos, which all lock
+// the row the same way before their INSERT): for one post, position
+// order is the order of its counts, which the counts read model relies
+// on (readmodel.Engagement).
+func createReferring(ctx context.Context, tx pgx.Tx, p *Post, cmd CreatePost, media *string) (int64, *int64, error) {
 	var followers int64
 	err := tx.QueryRow(ctx, `SELECT follower_count FROM users WHERE id = $1 FOR SHARE`, p.AuthorID).Scan(&followers)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, fmt.Errorf("author %d: %w", cmd.AuthorID, ErrNotFound)
+		return 0, nil, fmt.Errorf("author %d: %w", cmd.AuthorID, ErrNotFound)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("lock author %d: %w", cmd.AuthorID, err)
+		return 0, nil, fmt.Errorf("lock author %d: %w", cmd.AuthorID, err)
 	}
-	var replyTo, replyToAuthor, replyRoot, quoteOf, quoteAuthor *int64
+	var replyTo, replyToAuthor, replyRoot, quoteOf, quoteAuthor, parentReplies *int64
 	if cmd.ReplyTo != 0 {
 		t, err := referTo(ctx, tx, "replyTo", cmd.ReplyTo, p.AuthorID, lockForCount)
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
-		if _, err := tx.Exec(ctx, `UPDATE posts SET reply_count = reply_count + 1 WHERE id = $1`, t.ID); err != nil {
-			return 0, fmt.Errorf("count reply to %d: %w", t.ID, err)
+		var n int64
+		if err := tx.QueryRow(ctx, `UPDATE posts SET reply_count = reply_count + 1 WHERE id = $1 RETURNING reply_count`, t.ID).Scan(&n); err != nil {
+			return 0, nil, fmt.Errorf("count reply to %d: %w", t.ID, err)
 		}
+		parentReplies = &n
 		p.ReplyTo, p.ReplyRoot = &PostRef{ID: t.ID, AuthorID: t.AuthorID}, t.Root
 		replyTo, replyToAuthor, replyRoot = &t.ID, &t.AuthorID, &t.Root
 	}
 	if cmd.QuoteOf != 0 {
 		t, err := referTo(ctx, tx, "quoteOf", cmd.QuoteOf, p.AuthorID, lockToRead)
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		p.QuoteOf, p.QuoteAuthor = t.ID, t.AuthorID
 		quoteOf, quoteAuthor = &t.ID, &t.AuthorID
@@ -179,9 +193,9 @@ func createReferring(ctx context.Context, tx pgx.Tx, p *Post, cmd CreatePost, me
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
 		p.ID, p.AuthorID, p.Content, p.CreatedAt, media, replyTo, replyToAuthor, replyRoot, quoteOf, quoteAuthor)
 	if err != nil {
-		return 0, fmt.Errorf("insert post: %w", err)
+		return 0, nil, fmt.Errorf("insert post: %w", err)
 	}
-	return followers, nil
+	return followers, parentReplies, nil
 }
 
 // isDuplicatePostID reports an insert of a post id that exists: another

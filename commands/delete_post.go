@@ -29,6 +29,13 @@ func (c DeletePost) Actor() int64 { return c.ActorID }
 // later ones see it deleted and append nothing. A reply's parent counts
 // one reply less. Its reposts and likes stay (readers hide what points at
 // a deleted post), and so do the replies and quotes of it.
+//
+// A deleted reply's PostDeleted carries the parent's reply count after
+// it. The UPDATE of the parent's count locks the parent's row (as FOR NO
+// KEY UPDATE does) until the commit, and the event is appended after it,
+// so for the parent, as for every change of a post's counts (a reply
+// created, a like, a repost and their undos lock the row before their
+// INSERT too), position order is the order of its counts.
 func deletePost(ctx context.Context, tx pgx.Tx, cmd DeletePost) (bool, error) {
 	if err := validateID("actorId", cmd.ActorID); err != nil {
 		return false, err
@@ -59,9 +66,11 @@ func deletePost(ctx context.Context, tx pgx.Tx, cmd DeletePost) (bool, error) {
 	ev := events.PostDeleted{PostID: cmd.PostID, AuthorID: author, DeletedAt: at.UTC()}
 	if replyTo != nil {
 		ev.ReplyTo = *replyTo
-		if _, err := tx.Exec(ctx, `UPDATE posts SET reply_count = reply_count - 1 WHERE id = $1`, *replyTo); err != nil {
+		var n int64
+		if err := tx.QueryRow(ctx, `UPDATE posts SET reply_count = reply_count - 1 WHERE id = $1 RETURNING reply_count`, *replyTo).Scan(&n); err != nil {
 			return false, fmt.Errorf("count reply to %d: %w", *replyTo, err)
 		}
+		ev.ParentReplies = &n
 	}
 	meta := cmd.Trace.metadata(cmd.ActorID)
 	if err := Append(ctx, tx, version, meta, ev); err != nil {

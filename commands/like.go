@@ -38,7 +38,11 @@ func (c Unlike) Actor() int64 { return c.UserID }
 // like is Like's work: the post's row locked FOR NO KEY UPDATE (actOn),
 // which serialises the likes and unlikes of one post and its deletion,
 // then the likes row (its primary key makes a repeat a no-op), the post's
-// like count and PostLiked with that count.
+// like count and PostLiked with that count. The event is inserted after
+// the lock is taken (its position comes from that INSERT), so for one
+// post position order is the lock order of all its count changes (likes,
+// reposts, replies and their undos), which the counts read model relies
+// on.
 func like(ctx context.Context, tx pgx.Tx, cmd Like) (bool, error) {
 	return changeLike(ctx, tx, cmd.UserID, cmd.PostID, cmd.Trace, true)
 }

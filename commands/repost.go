@@ -44,7 +44,9 @@ func (c Unrepost) Actor() int64 { return c.UserID }
 // agrees with the commit order of the log (the reposter's followers get
 // the repost as they would a post); then the original's row FOR NO KEY
 // UPDATE (actOn), which serialises the reposts and undos of one post and
-// its deletion. The reposts row's uniqueness makes a repeat a no-op.
+// its deletion. The reposts row's uniqueness makes a repeat a no-op. The
+// event is inserted after that lock is taken, so for one post position
+// order is the lock order of all its count changes (as for likes).
 func repost(ids *snowflake.Generator) TxHandler[Repost, bool] {
 	return func(ctx context.Context, tx pgx.Tx, cmd Repost) (bool, error) {
 		if err := validateID("userId", cmd.UserID); err != nil {

@@ -63,7 +63,7 @@ func TestReplyAndQuote(t *testing.T) {
 	}
 	deeper := post(t, c, commands.CreatePost{AuthorID: cy, Content: "re re", ReplyTo: reply.ID, QuoteOf: root.ID})
 	want := events.PostCreated{PostID: deeper.ID, AuthorID: cy, Content: "re re", CreatedAt: deeper.CreatedAt,
-		ReplyTo: reply.ID, ReplyToAuthor: bob, ReplyRoot: root.ID, QuoteOf: root.ID, QuoteAuthor: ana}
+		ReplyTo: reply.ID, ReplyToAuthor: bob, ReplyRoot: root.ID, QuoteOf: root.ID, QuoteAuthor: ana, ParentReplies: ptr(1)}
 	evs := streamEvents(t, b.pool, events.PostStream(deeper.ID))
 	if len(evs) != 1 || evs[0].Type != events.TypePostCreated || !reflect.DeepEqual(evs[0].Event, want) {
 		t.Fatalf("reply to a reply that quotes: %+v, want %+v", evs, want)
@@ -88,17 +88,35 @@ func TestReplyAndQuote(t *testing.T) {
 		t.Fatalf("a reply and quote of a repost: %+v, want the original %d", viaRepost, root.ID)
 	}
 
+	evs = streamEvents(t, b.pool, events.PostStream(viaRepost.ID))
+	if pc := evs[0].Event.(events.PostCreated); pc.ParentReplies == nil || *pc.ParentReplies != 2 {
+		t.Fatalf("second reply to the root: parentReplies %v, want 2", pc.ParentReplies)
+	}
+
 	// Deleting a reply takes it off its parent's count; the event says
-	// whose reply it was.
+	// whose reply it was and the parent's count after it, 0 included.
 	deletePost(t, c, bob, reply.ID)
 	if got := counts(t, b.pool, root.ID); got[0] != 1 {
 		t.Fatalf("root's replies %d after one of two was deleted", got[0])
 	}
 	evs = streamEvents(t, b.pool, events.PostStream(reply.ID))
+	if d := evs[len(evs)-1].Event.(events.PostDeleted); d.ReplyTo != root.ID || d.ParentReplies == nil || *d.ParentReplies != 1 {
+		t.Fatalf("deletion of a reply: %+v", d)
+	}
+	deletePost(t, c, bob, viaRepost.ID)
+	evs = streamEvents(t, b.pool, events.PostStream(viaRepost.ID))
+	if d := evs[len(evs)-1].Event.(events.PostDeleted); d.ParentReplies == nil || *d.ParentReplies != 0 {
+		t.Fatalf("deletion of the last reply: parentReplies %v, want 0", d.ParentReplies)
+	}
 	if d := evs[len(evs)-1].Event.(events.PostDeleted); d.ReplyTo != root.ID {
 		t.Fatalf("deletion of a reply: %+v", d)
 	}
+	if pc := streamEvents(t, b.pool, events.PostStream(root.ID))[0].Event.(events.PostCreated); pc.ParentReplies != nil {
+		t.Fatalf("a post that replies to nothing has parentReplies %v", *pc.ParentReplies)
+	}
 }
+
+func ptr(n int64) *int64 { return &n }
 
 // A reply or quote of a post that does not exist or is deleted is
 // ErrPostUnavailable; of a post whose author blocks the caller,

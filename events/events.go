@@ -71,6 +71,12 @@ type UserRegistered struct {
 // Media are references to objects stored elsewhere, at most 4. Every one
 // of these fields is absent (zero) for a plain post, which is how a
 // post.created.v1 reads.
+//
+// ParentReplies is a reply's parent's reply count after this post (the
+// parent's row is locked for the change, and the event appended after
+// it, so for one parent position order is the order of its counts).
+// Absent for a post that replies to nothing, and in events written
+// before it existed: a consumer then leaves the count to a rebuild.
 type PostCreated struct {
 	PostID          int64     `json:"postId,string"`
 	AuthorID        int64     `json:"authorId,string"`
@@ -83,6 +89,7 @@ type PostCreated struct {
 	QuoteOf         int64     `json:"quoteOf,string,omitempty"`
 	QuoteAuthor     int64     `json:"quoteAuthor,string,omitempty"`
 	Media           []Media   `json:"media,omitempty"`
+	ParentReplies   *int64    `json:"parentReplies,omitempty"`
 }
 
 // PostCreatedV1 is the payload of post.created.v1, the first version of
@@ -128,6 +135,11 @@ type PostDeleted struct {
 	AuthorID  int64     `json:"authorId,string"`
 	DeletedAt time.Time `json:"deletedAt"`
 	ReplyTo   int64     `json:"replyTo,string,omitempty"`
+	// ParentReplies is, for a deleted reply, its parent's reply count
+	// after the deletion (present when 0; absent for a post that is no
+	// reply and in events written before it existed), ordered by
+	// position as PostCreated.ParentReplies is.
+	ParentReplies *int64 `json:"parentReplies,omitempty"`
 }
 
 // PostReposted: ReposterID reposted PostID (by AuthorID). The repost is

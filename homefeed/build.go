@@ -19,8 +19,8 @@ import (
 //
 // What it writes is what the SQL build before it wrote (one LATERAL query
 // per batch of users, the query side's cold rebuild): for every user seen
-// within the inbox TTL, the newest InboxMax+1 non-deleted posts of their
-// followees and themselves, newest first by (created_at, id); the first
+// within the inbox TTL, the newest InboxMax+1 entries (non-deleted posts
+// and live reposts) of their followees and themselves, newest first by (created_at, id); the first
 // InboxMax are kept, the floor is the score of the one after them when
 // there is one (entries at or below it are left out, the bounded-add rule),
 // then ~built; the TTL is the user's last activity plus the inbox TTL (an
@@ -70,7 +70,10 @@ const (
 	inboxUsersSQL = `SELECT user_id, (extract(epoch FROM last_seen_at + $1::interval) * 1000)::bigint
 FROM user_activity WHERE last_seen_at > now() - $1::interval + interval '1 second'
 ORDER BY user_id`
-	inboxPostsSQL = `SELECT author_id, id, created_at FROM posts WHERE NOT deleted`
+	// inboxPostsSQL is every author's entries: non-deleted posts and live
+	// reposts (a repost is its reposter's entry, with its own id and time).
+	inboxPostsSQL = `SELECT author_id, id, created_at FROM posts WHERE NOT deleted
+UNION ALL SELECT user_id, id, created_at FROM reposts`
 	// inboxEdgesSQL leaves out the follows whose follower mutes the
 	// followee: the fan-out does not push those, and an unmute backfills.
 	inboxEdgesSQL = `SELECT follower_id, followee_id FROM follows f
@@ -250,8 +253,8 @@ type noProgress struct{}
 func (noProgress) Stage(string, string, int64) {}
 func (noProgress) Add(int)                     {}
 
-// readAuthorPosts reads every non-deleted post, keeping each author's
-// newest bound.
+// readAuthorPosts reads every non-deleted post and live repost, keeping
+// each author's (reposter's) newest bound.
 func readAuthorPosts(ctx context.Context, tx pgx.Tx, bound int, progress BuildProgress) (*authorPosts, error) {
 	rows, err := tx.Query(ctx, inboxPostsSQL)
 	if err != nil {

@@ -94,8 +94,17 @@ ORDER BY follower_id LIMIT $4`
 	isActiveSQL   = `SELECT EXISTS (SELECT 1 FROM user_activity WHERE user_id = $1 AND last_seen_at > now() - $2::interval)`
 	// newestPostsSQL reads one more than a backfill copies, to know
 	// whether more posts exist below the copied ones.
-	newestPostsSQL = `SELECT id, created_at FROM posts WHERE author_id = $1 AND NOT deleted
+	// The author's live reposts are entries of theirs as posts are (each
+	// with its own id and time), so a backfill copies both.
+	newestPostsSQL = `SELECT id, created_at FROM (
+  (SELECT id, created_at FROM posts WHERE author_id = $1 AND NOT deleted ORDER BY created_at DESC, id DESC LIMIT $2)
+  UNION ALL
+  (SELECT id, created_at FROM reposts WHERE user_id = $1 ORDER BY created_at DESC, id DESC LIMIT $2)) e
 ORDER BY created_at DESC, id DESC LIMIT $2`
+	// reposterRepostsAmongSQL picks the reposter's live reposts out of an
+	// inbox's members (RemoveAuthor; undone ones are reclaimed by their
+	// unrepost).
+	reposterRepostsAmongSQL = `SELECT id FROM reposts WHERE user_id = $1 AND id = ANY($2::bigint[])`
 	// authorPostsAmongSQL picks the author's posts out of an inbox's
 	// members, deleted ones included: they may still sit in inboxes. It
 	// scans the author's range of posts_author_time_idx (index-only) and
@@ -109,19 +118,24 @@ ORDER BY created_at DESC, id DESC LIMIT $2`
 	// against 20-50 hits and 0.2-0.6 ms, EXPLAIN under
 	// plan_cache_mode = force_generic_plan; TestAuthorPostsAmongPlan).
 	authorPostsAmongSQL = `SELECT id FROM posts WHERE author_id = $1 AND id + 0 = ANY($2::bigint[])`
-	// rebuildSQL is a cold rebuild's snapshot: the newest $2 non-deleted
-	// posts of the user's followees (less those the user mutes) and of the
-	// user.
+	// rebuildSQL is a cold rebuild's snapshot: the newest $2 entries
+	// (non-deleted posts and live reposts) of the user's followees (less
+	// those the user mutes) and of the user.
 	rebuildSQL = `
 SELECT p.id, p.created_at
 FROM (SELECT f.followee_id AS author_id FROM follows f WHERE f.follower_id = $1
         AND NOT EXISTS (SELECT 1 FROM mutes m WHERE m.muter_id = $1 AND m.muted_id = f.followee_id)
       UNION ALL SELECT $1::bigint) a
 CROSS JOIN LATERAL (
-    SELECT id, created_at FROM posts
-    WHERE posts.author_id = a.author_id AND NOT deleted
-    ORDER BY created_at DESC, id DESC
-    LIMIT $2) p
+    (SELECT id, created_at FROM posts
+     WHERE posts.author_id = a.author_id AND NOT deleted
+     ORDER BY created_at DESC, id DESC
+     LIMIT $2)
+    UNION ALL
+    (SELECT id, created_at FROM reposts
+     WHERE reposts.user_id = a.author_id
+     ORDER BY created_at DESC, id DESC
+     LIMIT $2)) p
 ORDER BY p.created_at DESC, p.id DESC
 LIMIT $2`
 	markActiveSQL = `INSERT INTO user_activity (user_id, last_seen_at) VALUES ($1, now())
@@ -218,6 +232,83 @@ func (m *Manager) Push(ctx context.Context, post int64, users []int64, expiring 
 		return fmt.Errorf("push post %d: %w", post, err)
 	}
 	return nil
+}
+
+// Reach is what the fan-out filters need to know of an entry pushed to
+// an author's followers: its author (the reposter of a repost), the
+// author of the post it replies to (0: no reply) and, for a repost, the
+// original's author (0: a post).
+type Reach struct {
+	Author, ReplyToAuthor, RepostOfAuthor int64
+}
+
+// filtered reports whether a push of the entry needs to know which
+// followers follow another account: a reply to someone else's post, or
+// a repost.
+func (r Reach) filtered() (other int64, ok bool) {
+	switch {
+	case r.RepostOfAuthor != 0:
+		return r.RepostOfAuthor, true
+	case r.ReplyToAuthor != 0 && r.ReplyToAuthor != r.Author:
+		return r.ReplyToAuthor, true
+	}
+	return 0, false
+}
+
+// followersAmongSQL picks, of the users $2, those who follow $1 (the
+// follows primary key, one probe each).
+const followersAmongSQL = `SELECT follower_id FROM follows WHERE followee_id = $1 AND follower_id = ANY($2::bigint[])`
+
+// Filter keeps, of users (a page of the author's active followers) and
+// their expiring flags, those the entry can ever show to: a reply only to
+// followers who pass the reply rule (ReplyReaches), a repost only to
+// followers who are not the original's author and do not follow them
+// (RepostReaches: else the original shows as itself). Whom a follower
+// follows is PostgreSQL's answer now, one query per page. The filters are
+// optimisations: the read applies the rules in full.
+func (m *Manager) Filter(ctx context.Context, r Reach, users []int64, expiring []bool) ([]int64, []bool, error) {
+	other, ok := r.filtered()
+	if !ok || len(users) == 0 {
+		return users, expiring, nil
+	}
+	rows, err := m.pg.Query(ctx, followersAmongSQL, other, users)
+	if err != nil {
+		return nil, nil, fmt.Errorf("query followers of %d among a page: %w", other, err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, nil, fmt.Errorf("query followers of %d among a page: %w", other, err)
+	}
+	follows := make(map[int64]bool, len(ids))
+	for _, id := range ids {
+		follows[id] = true
+	}
+	keep := make([]int64, 0, len(users))
+	keepExp := make([]bool, 0, len(users))
+	for i, u := range users {
+		var reaches bool
+		if r.RepostOfAuthor != 0 {
+			reaches = RepostReaches(u, r.RepostOfAuthor, follows[u])
+		} else {
+			reaches = ReplyReaches(u, r.Author, r.ReplyToAuthor, follows[u])
+		}
+		if reaches {
+			keep = append(keep, u)
+			keepExp = append(keepExp, expiring[i])
+		}
+	}
+	return keep, keepExp, nil
+}
+
+// PushEntry is Push of an entry (a post or a repost's own id) after
+// Filter: it writes entry into the inboxes of those of users it can show
+// to, and returns how many.
+func (m *Manager) PushEntry(ctx context.Context, entry int64, r Reach, users []int64, expiring []bool) (int, error) {
+	users, expiring, err := m.Filter(ctx, r, users, expiring)
+	if err != nil || len(users) == 0 {
+		return 0, err
+	}
+	return len(users), m.Push(ctx, entry, users, expiring)
 }
 
 // Backfill is what a follow copies: the followee's newest posts, and the
@@ -360,9 +451,9 @@ func (m *Manager) Unfollowed(ctx context.Context, follower, author int64) error 
 	return m.RemoveAuthor(ctx, follower, author)
 }
 
-// RemoveAuthor removes the author's posts from the follower's inbox (an
-// unfollow, a mute): the members PostgreSQL says are the author's (deleted
-// ones included), whatever their score. It asks about the inbox's own
+// RemoveAuthor removes the author's posts and live reposts from the
+// follower's inbox (an unfollow, a mute): the members PostgreSQL says are
+// the author's (deleted ones included), whatever their score. It asks about the inbox's own
 // members rather than the author's newest posts: an author who posted more
 // as a celebrity (pulled, never pushed) than the inbox holds would
 // otherwise crowd the pushed ones out, and they would stay. The floor is
@@ -384,6 +475,15 @@ func (m *Manager) RemoveAuthor(ctx context.Context, follower, author int64) erro
 	if err != nil {
 		return fmt.Errorf("query posts of %d: %w", author, err)
 	}
+	rows, err = m.pg.Query(ctx, reposterRepostsAmongSQL, author, ids)
+	if err != nil {
+		return fmt.Errorf("query reposts of %d: %w", author, err)
+	}
+	reposts, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return fmt.Errorf("query reposts of %d: %w", author, err)
+	}
+	members = append(members, reposts...)
 	if err := m.inbox.Remove(ctx, m.rdb, follower, members); err != nil {
 		return fmt.Errorf("remove posts of %d from inbox of %d: %w", author, follower, err)
 	}

@@ -270,7 +270,7 @@ type Decoded struct {
 	Ev  events.Event
 }
 
-// ApplyBatch applies follow and mute events, in order, in one pipeline, with the
+// ApplyBatch applies follow, mute and block events, in order, in one pipeline, with the
 // same scripts and effects as Apply. Order is kept: one connection, one
 // pipeline. On NOSCRIPT the scripts are loaded and the whole batch runs
 // again, which the scripts' guards (a followee's newest applied position,
@@ -284,7 +284,7 @@ func (p *Followers) ApplyBatch(ctx context.Context, batch []Decoded) error {
 			if d.Env.Position < 1 {
 				return fmt.Errorf("follow event %s without log position: %w", d.Env.EventID, ErrPermanent)
 			}
-		case events.Muted, events.Unmuted:
+		case events.Muted, events.Unmuted, events.Blocked, events.Unblocked:
 		default:
 			continue
 		}
@@ -309,6 +309,13 @@ func (p *Followers) ApplyBatch(ctx context.Context, batch []Decoded) error {
 				continue
 			case events.Unmuted:
 				p.follows.QueueApplyMute(ctx, pipe, e.MuterID, e.MutedID, d.Env.StreamVersion)
+				continue
+			case events.Blocked:
+				// The block pair's version (odd) in both accounts' hashes.
+				p.follows.QueueApplyBlock(ctx, pipe, e.BlockerID, e.BlockedID, d.Env.StreamVersion)
+				continue
+			case events.Unblocked:
+				p.follows.QueueApplyBlock(ctx, pipe, e.BlockerID, e.BlockedID, d.Env.StreamVersion)
 				continue
 			default:
 				continue

@@ -424,3 +424,115 @@ func (h *cacheHarness) has(user, post int64) bool {
 	ids, _, _ := inboxView(h.t, h.rd.Client, h.keys, user)
 	return slices.Contains(ids, idstr(post))
 }
+
+// nextID is a Snowflake id one millisecond after the previous post's or
+// repost's, and that millisecond.
+func (w *world) nextID() (int64, time.Time) {
+	w.clock = w.clock.Add(time.Millisecond)
+	return w.clock.Sub(snowflake.Epoch).Milliseconds()<<22 | 1<<12, w.clock
+}
+
+// reply creates a post by author replying to parent (by parentAuthor), with
+// the parent's reply count, as commands.CreatePost does.
+func (w *world) reply(author, parent, parentAuthor int64) int64 {
+	w.t.Helper()
+	id, at := w.nextID()
+	var n, replies int64
+	if err := w.db.Pool.QueryRow(context.Background(), `SELECT follower_count FROM users WHERE id = $1`, author).Scan(&n); err != nil {
+		w.t.Fatal(err)
+	}
+	if err := w.db.Pool.QueryRow(context.Background(), `UPDATE posts SET reply_count = reply_count + 1 WHERE id = $1 RETURNING reply_count`, parent).Scan(&replies); err != nil {
+		w.t.Fatal(err)
+	}
+	w.exec(`INSERT INTO posts (id, author_id, content, created_at, reply_to, reply_to_author, reply_root) VALUES ($1, $2, 're', $3, $4, $5, $4)`,
+		id, author, at, parent, parentAuthor)
+	w.record(1, events.PostCreated{PostID: id, AuthorID: author, Content: "re", CreatedAt: at, AuthorFollowers: n,
+		ReplyTo: parent, ReplyToAuthor: parentAuthor, ReplyRoot: parent, ParentReplies: &replies})
+	return id
+}
+
+// like records a like (on) or unlike of post (by author) by user, with the
+// likes row and the post's count, as commands.Like does.
+func (w *world) like(user, post, author int64, on bool) {
+	w.t.Helper()
+	delta := int64(1)
+	if on {
+		w.exec(`INSERT INTO likes (user_id, post_id) VALUES ($1, $2)`, user, post)
+	} else {
+		w.exec(`DELETE FROM likes WHERE user_id = $1 AND post_id = $2`, user, post)
+		delta = -1
+	}
+	var n int64
+	if err := w.db.Pool.QueryRow(context.Background(), `UPDATE posts SET like_count = like_count + $2 WHERE id = $1 RETURNING like_count`, post, delta).Scan(&n); err != nil {
+		w.t.Fatal(err)
+	}
+	v := w.nextVersion(events.LikeStream(user, post))
+	if on {
+		w.record(v, events.PostLiked{LikerID: user, PostID: post, AuthorID: author, LikedAt: time.Now().UTC(), Likes: n})
+	} else {
+		w.record(v, events.PostUnliked{LikerID: user, PostID: post, AuthorID: author, UnlikedAt: time.Now().UTC(), Likes: n})
+	}
+}
+
+// repost records user's repost of post (by author), with the reposts row
+// and the post's count, as commands.Repost does, and returns the repost's
+// id.
+func (w *world) repost(user, post, author int64) int64 {
+	w.t.Helper()
+	id, at := w.nextID()
+	var followers, n int64
+	if err := w.db.Pool.QueryRow(context.Background(), `SELECT follower_count FROM users WHERE id = $1`, user).Scan(&followers); err != nil {
+		w.t.Fatal(err)
+	}
+	w.exec(`INSERT INTO reposts (id, user_id, post_id, created_at) VALUES ($1, $2, $3, $4)`, id, user, post, at)
+	if err := w.db.Pool.QueryRow(context.Background(), `UPDATE posts SET repost_count = repost_count + 1 WHERE id = $1 RETURNING repost_count`, post).Scan(&n); err != nil {
+		w.t.Fatal(err)
+	}
+	w.record(w.nextVersion(events.RepostStream(user, post)), events.PostReposted{RepostID: id, ReposterID: user, PostID: post, AuthorID: author,
+		CreatedAt: at, ReposterFollowers: followers, Reposts: n})
+	return id
+}
+
+// unrepost undoes user's repost of post (by author).
+func (w *world) unrepost(user, post, author int64) {
+	w.t.Helper()
+	var id, n int64
+	if err := w.db.Pool.QueryRow(context.Background(), `DELETE FROM reposts WHERE user_id = $1 AND post_id = $2 RETURNING id`, user, post).Scan(&id); err != nil {
+		w.t.Fatal(err)
+	}
+	if err := w.db.Pool.QueryRow(context.Background(), `UPDATE posts SET repost_count = repost_count - 1 WHERE id = $1 RETURNING repost_count`, post).Scan(&n); err != nil {
+		w.t.Fatal(err)
+	}
+	w.record(w.nextVersion(events.RepostStream(user, post)), events.PostUnreposted{RepostID: id, ReposterID: user, PostID: post, AuthorID: author,
+		UnrepostedAt: time.Now().UTC(), Reposts: n})
+}
+
+// block records a Blocked (on) or Unblocked of the pair, with the blocks
+// row (the follows a block removes are the caller's to record).
+func (w *world) block(blocker, blocked int64, on bool) {
+	w.t.Helper()
+	if on {
+		w.exec(`INSERT INTO blocks (blocker_id, blocked_id) VALUES ($1, $2)`, blocker, blocked)
+	} else {
+		w.exec(`DELETE FROM blocks WHERE blocker_id = $1 AND blocked_id = $2`, blocker, blocked)
+	}
+	v := w.nextVersion(events.BlockStream(blocker, blocked))
+	if on {
+		w.record(v, events.Blocked{BlockerID: blocker, BlockedID: blocked})
+	} else {
+		w.record(v, events.Unblocked{BlockerID: blocker, BlockedID: blocked})
+	}
+}
+
+// delReply deletes a reply (by author, to parent), with the parent's
+// reply count after it, as commands.DeletePost does.
+func (w *world) delReply(author, post, parent int64) {
+	w.t.Helper()
+	var n int64
+	w.exec(`UPDATE posts SET deleted = true, deleted_at = now() WHERE id = $1`, post)
+	if err := w.db.Pool.QueryRow(context.Background(), `UPDATE posts SET reply_count = reply_count - 1 WHERE id = $1 RETURNING reply_count`, parent).Scan(&n); err != nil {
+		w.t.Fatal(err)
+	}
+	w.record(w.nextVersion(events.PostStream(post)), events.PostDeleted{PostID: post, AuthorID: author, DeletedAt: time.Now().UTC(),
+		ReplyTo: parent, ParentReplies: &n})
+}

@@ -10,8 +10,9 @@ import (
 )
 
 // Followers projects follower counts (`followers:{a}` field count), the
-// accounts each user follows and does not mute (`following:{u}`) and the
-// celebrity set.
+// accounts each user follows and does not mute (`following:{u}`), the
+// celebrity set, and the mute and block fields of `following_v:{u}` the
+// query side reads a page's relations from (readmodel.Follows.QueueRelations).
 //
 // A count never counts one event twice: it is set, not moved, to the
 // count the followee's newest applied event carries, and the followee's
@@ -51,10 +52,12 @@ func (p *Followers) Apply(ctx context.Context, env events.Envelope, ev events.Ev
 
 // Ignores implements Selective: the follower counts, following sets and
 // the celebrity set are made of follow and mute events only (a muted
-// account leaves the muter's following set, readmodel.Follows).
+// account leaves the muter's following set, readmodel.Follows), and the
+// block fields of following_v:{u} of block events.
 func (*Followers) Ignores(typ string) bool {
 	switch typ {
-	case events.TypeFollowed, events.TypeUnfollowed, events.TypeMuted, events.TypeUnmuted:
+	case events.TypeFollowed, events.TypeUnfollowed, events.TypeMuted, events.TypeUnmuted,
+		events.TypeBlocked, events.TypeUnblocked:
 		return false
 	}
 	return isCurrentType(typ)

@@ -90,10 +90,25 @@ func (p *Inbox) Apply(ctx context.Context, env events.Envelope, ev events.Event)
 		if err != nil || celeb {
 			return err // a celebrity's post is pulled at read time from the author's timeline
 		}
-		return p.push(ctx, e)
+		return p.push(ctx, e.PostID, homefeed.Reach{Author: e.AuthorID, ReplyToAuthor: e.ReplyToAuthor})
 	case events.PostDeleted:
 		return p.feed.EachFollowerPage(ctx, e.AuthorID, false, func(ids []int64, _ []bool) error {
 			return p.feed.RemoveDeleted(ctx, e.PostID, ids)
+		})
+	case events.PostReposted:
+		// A repost fans out as a post by the reposter would, decided by
+		// the reposter's celebrity status (a celebrity's is pulled from
+		// their timeline at read time).
+		celeb, err := p.celebrityAt(ctx, e.ReposterID, e.ReposterFollowers, env.Position)
+		if err != nil || celeb {
+			return err
+		}
+		return p.push(ctx, e.RepostID, homefeed.Reach{Author: e.ReposterID, RepostOfAuthor: e.AuthorID})
+	case events.PostUnreposted:
+		// As a deletion of the repost's entry: hidden at read at once by
+		// its tombstone, reclaimed from the inboxes here.
+		return p.feed.EachFollowerPage(ctx, e.ReposterID, false, func(ids []int64, _ []bool) error {
+			return p.feed.RemoveDeleted(ctx, e.RepostID, ids)
 		})
 	case events.Followed:
 		return p.followed(ctx, e.FollowerID, e.FolloweeID, e.FolloweeFollowers, env.Position)
@@ -187,11 +202,15 @@ WHERE a.last_seen_at > now() - $2::interval`
 // Pages write disjoint inboxes, so their order does not matter; the message
 // is acknowledged only after every page succeeded (a failed page fails the
 // message, which is retried: every command here is idempotent).
-func (p *Inbox) push(ctx context.Context, e events.PostCreated) error {
+//
+// A reply or a repost first goes through the home feed's fan-out filters
+// per page (homefeed.Manager.PushEntry): the followers it could never
+// show to are not written.
+func (p *Inbox) push(ctx context.Context, entry int64, r homefeed.Reach) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(p.cfg.FanoutParallel)
-	err := p.eachPushPage(gctx, e.AuthorID, func(ids []int64, expiring []bool) error {
-		g.Go(func() error { return p.pushPage(gctx, e.PostID, ids, expiring) })
+	err := p.eachPushPage(gctx, r.Author, func(ids []int64, expiring []bool) error {
+		g.Go(func() error { return p.pushPage(gctx, entry, r, ids, expiring) })
 		return nil
 	})
 	if werr := g.Wait(); werr != nil {
@@ -202,18 +221,21 @@ func (p *Inbox) push(ctx context.Context, e events.PostCreated) error {
 
 // pushPage writes one page of a post's fan-out (see push), holding one of
 // the FanoutInflight slots.
-func (p *Inbox) pushPage(ctx context.Context, post int64, ids []int64, expiring []bool) error {
+func (p *Inbox) pushPage(ctx context.Context, entry int64, r homefeed.Reach, ids []int64, expiring []bool) error {
 	select {
 	case p.inflight <- struct{}{}:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	err := p.feed.Push(ctx, post, ids, expiring)
+	n, err := p.feed.PushEntry(ctx, entry, r, ids, expiring)
 	<-p.inflight
 	if err != nil {
 		return err
 	}
-	p.m.entries(NameInbox, len(ids))
+	p.m.entries(NameInbox, n)
+	if n == 0 {
+		return nil
+	}
 	return p.wakes.wakeUsers(ctx, ids)
 }
 

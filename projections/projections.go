@@ -55,7 +55,9 @@ const (
 )
 
 // Names lists every projector name in start order.
-func Names() []string { return []string{NamePosts, NameFollowers, NameTimelines, NameInbox} }
+func Names() []string {
+	return []string{NamePosts, NameFollowers, NameTimelines, NameInbox, NameNotifications}
+}
 
 // ErrPermanent marks an error that no retry can fix (a message that cannot
 // be decoded); such messages go to the poison topic at once.
@@ -139,6 +141,12 @@ type Config struct {
 	// with an open live stream may get before a push reads it again
 	// (live.go; default 1 s); negative reads it at every push (tests).
 	OnlineRefresh time.Duration
+	// NotificationsMax bounds each user's notifications
+	// (FEED_NOTIFICATIONS_MAX; readmodel.DefaultNotificationsMax when 0).
+	NotificationsMax int
+	// Notifier, when set, is told of each notification the notifications
+	// projector added (the live streams).
+	Notifier Notifier
 }
 
 // DefaultConfig returns the defaults of every setting: the feed policy's
@@ -255,6 +263,8 @@ func New(cfg Config, pg Querier, rdb redis.UniversalClient, m *Metrics, names ..
 			p, err = NewFollowers(cfg, rdb)
 		case NamePosts:
 			p, err = NewPosts(cfg, rdb)
+		case NameNotifications:
+			p, err = NewNotifications(cfg, pg, rdb)
 		default:
 			return nil, fmt.Errorf("unknown projector %q (want one of %v)", n, Names())
 		}
@@ -284,7 +294,8 @@ func isPostEvent(typ string) bool {
 func isCurrentType(typ string) bool {
 	switch typ {
 	case events.TypeUserRegistered, events.TypePostCreated, events.TypePostDeleted, events.TypePostEdited, events.TypeFollowed, events.TypeUnfollowed,
-		events.TypeMuted, events.TypeUnmuted, events.TypeBlocked, events.TypeUnblocked:
+		events.TypeMuted, events.TypeUnmuted, events.TypeBlocked, events.TypeUnblocked,
+		events.TypePostReposted, events.TypePostUnreposted, events.TypePostLiked, events.TypePostUnliked:
 		return true
 	}
 	return false

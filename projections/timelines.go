@@ -52,12 +52,27 @@ func (p *Timelines) Apply(ctx context.Context, _ events.Envelope, ev events.Even
 		if err := p.timelines.Remove(ctx, p.rdb, e.AuthorID, e.PostID); err != nil {
 			return fmt.Errorf("remove post %d from timeline: %w", e.PostID, err)
 		}
+	case events.PostReposted:
+		// A repost is an entry of the reposter's timeline with its own id
+		// and time, as a post is (the newest-post marker is not used).
+		if err := p.timelines.AddRepost(ctx, p.rdb, e.ReposterID, e.RepostID, millis(e.CreatedAt)); err != nil {
+			return fmt.Errorf("add repost %d to timeline: %w", e.RepostID, err)
+		}
+		return p.live.Publish(ctx, p.rdb, p.live.WakeAuthor(e.ReposterID))
+	case events.PostUnreposted:
+		if err := p.timelines.Remove(ctx, p.rdb, e.ReposterID, e.RepostID); err != nil {
+			return fmt.Errorf("remove repost %d from timeline: %w", e.RepostID, err)
+		}
 	}
 	return nil
 }
 
 // Ignores implements Selective: timelines are made of post creations and
-// deletions only (an edit changes no timeline: a timeline holds ids).
+// deletions and of reposts and their undo only (an edit changes no
+// timeline: a timeline holds ids).
 func (*Timelines) Ignores(typ string) bool {
+	if typ == events.TypePostReposted || typ == events.TypePostUnreposted {
+		return false
+	}
 	return (!isPostEvent(typ) || typ == events.TypePostEdited) && isCurrentType(typ)
 }

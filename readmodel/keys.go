@@ -97,6 +97,31 @@ func (k Keys) Newest(authorID int64) string {
 // Post is the cached post body (JSON) used to hydrate feed pages.
 func (k Keys) Post(postID int64) string { return k.tagged(ProjectionPosts, "post:", postID, "") }
 
+// Counts is a post's counts hash: likes, reposts and replies (fields l,
+// r, p) of original p, each beside its guard (lv, rv, pv), the log
+// position of the event that set it (Engagement).
+func (k Keys) Counts(postID int64) string { return k.tagged(ProjectionPosts, "counts:", postID, "") }
+
+// Liked is the set of original post ids (decimal) user likes.
+func (k Keys) Liked(userID int64) string { return k.tagged(ProjectionPosts, "liked:", userID, "") }
+
+// Reposted is the set of original post ids (decimal) user has a live
+// repost of.
+func (k Keys) Reposted(userID int64) string {
+	return k.tagged(ProjectionPosts, "reposted:", userID, "")
+}
+
+// Reposts is the sorted set of an original's live reposts: every score 0,
+// member the repost id then the reposter id, each a big-endian uint64
+// (RepostMember), so BYLEX order is repost-id order.
+func (k Keys) Reposts(originalID int64) string {
+	return k.tagged(ProjectionPosts, "reposts:", originalID, "")
+}
+
+// Name is a user's display name (a string, written once: names never
+// change).
+func (k Keys) Name(userID int64) string { return k.tagged(ProjectionPosts, "name:", userID, "") }
+
 // Followers holds an account's follower count and its idempotency state.
 func (k Keys) Followers(userID int64) string {
 	return k.tagged(ProjectionFollowers, "followers:", userID, "")

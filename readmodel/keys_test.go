@@ -21,6 +21,11 @@ func TestKeyNames(t *testing.T) {
 			{k.Followers(5), ns + "followers:{5}"},
 			{k.Following(5), ns + "following:{5}"},
 			{k.FollowingVersions(5), ns + "following_v:{5}"},
+			{k.Counts(99), ns + "counts:{99}"},
+			{k.Liked(5), ns + "liked:{5}"},
+			{k.Reposted(5), ns + "reposted:{5}"},
+			{k.Reposts(99), ns + "reposts:{99}"},
+			{k.Name(5), ns + "name:{5}"},
 		} {
 			if c.got != c.want {
 				t.Errorf("version %d: key %q, want %q", ver, c.got, c.want)

@@ -22,6 +22,34 @@ type Post struct {
 	// EditedAt is the time of that edit (RFC 3339, UTC, milliseconds),
 	// absent for a post never edited.
 	EditedAt string `json:"editedAt,omitempty"`
+	// ReplyTo is the parent of a reply, ReplyToAuthor its author and
+	// ReplyRoot the thread's root; absent for a post that replies to
+	// nothing.
+	ReplyTo       int64 `json:"replyTo,string,omitempty"`
+	ReplyToAuthor int64 `json:"replyToAuthor,string,omitempty"`
+	ReplyRoot     int64 `json:"replyRoot,string,omitempty"`
+	// QuoteOf is the quoted post and QuoteAuthor its author; absent for a
+	// post that quotes nothing.
+	QuoteOf     int64 `json:"quoteOf,string,omitempty"`
+	QuoteAuthor int64 `json:"quoteAuthor,string,omitempty"`
+	// Media are the post's attachments (references, at most 4).
+	Media []Media `json:"media,omitempty"`
+	// RepostOf is set on a repost's own entry (post.reposted.v1, cached
+	// at post:{repostId}: AuthorID the reposter, CreatedAt the repost's
+	// time, no content): the original's id, and RepostOfAuthor its
+	// author. An undone repost is a tombstone (Deleted) that keeps them.
+	RepostOf       int64 `json:"repostOf,string,omitempty"`
+	RepostOfAuthor int64 `json:"repostOfAuthor,string,omitempty"`
+}
+
+// Media is one attachment of a post: a reference to an object stored
+// elsewhere, as post.created.v2 carries it.
+type Media struct {
+	URL      string `json:"url"`
+	MIMEType string `json:"mimeType"`
+	Alt      string `json:"alt"`
+	Width    int    `json:"width"`
+	Height   int    `json:"height"`
 }
 
 // ContentVersion is the version of the content p holds (1 when absent).

@@ -54,6 +54,14 @@ func (m Timelines) Add(ctx context.Context, rdb redis.UniversalClient, author, p
 	})
 }
 
+// AddRepost adds a repost's own entry (its id and millisecond) to the
+// reposter's timeline exactly, as Add adds a post, and leaves the
+// newest-post marker alone: the marker is the API's read-your-writes of
+// posts, and a repost is never marked.
+func (m Timelines) AddRepost(ctx context.Context, rdb redis.UniversalClient, reposter, repost, ms int64) error {
+	return boundedAddScript.Run(ctx, rdb, []string{m.keys.Timeline(reposter)}, m.max, 0, "", "", "0", "0", ms, itoa(repost)).Err()
+}
+
 // WriteRebuilt writes the rebuild of author's timeline from PostgreSQL:
 // posts, author's newest non-deleted posts newest first, at most the
 // bound (a full snapshot is cut: ~floor at its oldest millisecond), and

@@ -29,6 +29,8 @@ func TestVersionedNamesClassify(t *testing.T) {
 				k.FollowingVersions(7): ProjectionFollowers, k.Celebrities(): ProjectionFollowers,
 				k.CelebritiesOrder(): ProjectionFollowers, k.CelebritiesLeaving(): ProjectionFollowers,
 				k.InboxBackfilled(): ProjectionInbox,
+				k.Counts(7):         ProjectionPosts, k.Liked(7): ProjectionPosts, k.Reposted(7): ProjectionPosts,
+				k.Reposts(7): ProjectionPosts, k.Name(7): ProjectionPosts,
 			}
 			for name, want := range cases {
 				p, got, ok := Keys{Prefix: prefix}.Classify(name)
@@ -103,7 +105,7 @@ func TestLiveVersionsRestoreLostRegistry(t *testing.T) {
 	if err := ActivateVersion(ctx, db.Pool, ProjectionInbox, 1, 2, Policy{}); err != nil {
 		t.Fatal(err)
 	}
-	want := Versions{Inbox: 2, Timelines: 1, Followers: 1, Posts: 1}
+	want := Versions{Inbox: 2, Timelines: 1, Followers: 1, Posts: 1, Notifications: 1}
 	restored := func() bool {
 		c, err := reg.Cached(ctx, r.Client)
 		return err == nil && c == want
@@ -165,7 +167,7 @@ func TestMissingVersionRowIsAnError(t *testing.T) {
 	_, err = NewLiveVersions(ctx, LiveVersionsConfig{Prefix: r.Prefix}, r.Client, db.Pool)
 	check("NewLiveVersions", err)
 	check("Refresh", lv.Refresh(ctx))
-	if got := lv.Current(); got != (Versions{Inbox: 1, Timelines: 1, Followers: 1, Posts: 1}) {
+	if got := lv.Current(); got != (Versions{Inbox: 1, Timelines: 1, Followers: 1, Posts: 1, Notifications: 1}) {
 		t.Errorf("the running reader's versions changed: %+v", got)
 	}
 	check("ActivateVersion", ActivateVersion(ctx, db.Pool, ProjectionTimelines, 1, 2, Policy{}))
@@ -216,7 +218,7 @@ func TestLiveVersionsAdoptPreUpgradeRegistry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Versions{Inbox: 3, Timelines: 1, Followers: 1, Posts: 2}
+	want := Versions{Inbox: 3, Timelines: 1, Followers: 1, Posts: 2, Notifications: 1}
 	if got := lv.Current(); got != want {
 		t.Fatalf("after the upgrade: %+v, want %+v", got, want)
 	}
@@ -241,7 +243,7 @@ func TestLiveVersionsAdoptPreUpgradeRegistry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want = Versions{Inbox: 3, Timelines: 2, Followers: 1, Posts: 2}
+	want = Versions{Inbox: 3, Timelines: 2, Followers: 1, Posts: 2, Notifications: 1}
 	if got := lv2.Current(); got != want {
 		t.Fatalf("after a switch: %+v, want %+v (the registry's 5 and 7 are not adopted)", got, want)
 	}

@@ -551,6 +551,12 @@ func (v *verifier) user(ctx context.Context, u int64) (userResult, error) {
 			return res, err
 		}
 	}
+	// Notifications and their unread count (notifications.go).
+	nd, err := v.notifications(ctx, u)
+	if err != nil {
+		return res, err
+	}
+	res.diffs = append(res.diffs, nd...)
 	return res, nil
 }
 

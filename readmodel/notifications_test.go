@@ -1,0 +1,76 @@
+package readmodel
+
+import (
+	"context"
+	"testing"
+
+	"github.com/feedco/feed/testkit/testenv"
+)
+
+func TestNotificationIDs(t *testing.T) {
+	for _, n := range []Notification{
+		{Type: NotifyLike, Actor: 7, Post: 917313043103232000, MS: 1_796_541_408_035},
+		{Type: NotifyFollow, Actor: 1 << 40, MS: 1},
+	} {
+		got, err := ParseNotificationID(n.ID())
+		if err != nil || got != n {
+			t.Fatalf("%+v: parsed back %+v, %v", n, got, err)
+		}
+	}
+	for _, bad := range []string{"", "x", "AAAA", "!!!!", Notification{Type: 9, Actor: 1, Post: 1, MS: 1}.ID(),
+		Notification{Type: NotifyLike, Actor: 0, Post: 1, MS: 1}.ID()} {
+		if _, err := ParseNotificationID(bad); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+	k := Keys{Prefix: "p:", Versions: Versions{Notifications: 3}}
+	m := NewNotifications(k, 0, 0)
+	for _, key := range []string{m.Key(5), m.guardKey(5)} {
+		if p, v, ok := k.Classify(key); !ok || p != ProjectionNotifications || v != 3 {
+			t.Errorf("Classify(%q) = %s, %d, %v", key, p, v, ok)
+		}
+	}
+}
+
+// TestNotificationsBoundAndFloor: past the bound the oldest go and the
+// floor rises to them; an add at or below the floor is refused; a guard
+// refuses a do older than the pair's undo.
+func TestNotificationsBoundAndFloor(t *testing.T) {
+	ctx := context.Background()
+	rd := testenv.NewRedis(t)
+	m := NewNotifications(Keys{Prefix: rd.Prefix}, 3, 0)
+	add := func(actor, ms, version int64) bool {
+		t.Helper()
+		ok, err := m.Add(ctx, rd.Client, 1, Notification{Type: NotifyFollow, Actor: actor, MS: ms}, version)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	for a := int64(1); a <= 5; a++ {
+		add(a, 100*a, 1)
+	}
+	got, err := m.All(ctx, rd.Client, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Floor != 200 || len(got.Items) != 3 || got.Items[0].Actor != 5 || got.Items[2].Actor != 3 {
+		t.Fatalf("after 5 adds, bound 3: %+v", got)
+	}
+	if add(9, 150, 1) {
+		t.Fatal("an add below the floor was taken")
+	}
+	if _, err := m.Remove(ctx, rd.Client, 1, Notification{Type: NotifyFollow, Actor: 4}, 2); err != nil {
+		t.Fatal(err)
+	}
+	if add(4, 400, 1) {
+		t.Fatal("a follow at version 1 came back after its unfollow at 2")
+	}
+	if !add(4, 450, 3) {
+		t.Fatal("the follow at version 3 was refused")
+	}
+	got, _ = m.All(ctx, rd.Client, 1)
+	if len(got.Items) != 3 || got.Items[1].Actor != 4 || got.Items[1].MS != 450 {
+		t.Fatalf("after the refollow: %+v", got)
+	}
+}
