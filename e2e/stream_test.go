@@ -9,8 +9,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -531,4 +535,116 @@ func TestStreamBoundsHeartbeatShutdown(t *testing.T) {
 	if got := counter(t, reg, "feed_stream_events_total", "heartbeat"); got < 3 {
 		t.Errorf("heartbeats counted: %v, want at least 3", got)
 	}
+}
+
+// streamPage is the browser test's page: it opens the home stream with
+// EventSource and reports to the test server what it sees (the stream's
+// opens and each post's content and event id).
+const streamPage = `<!doctype html>
+<html><head><title>stream</title></head><body><ul id="posts"></ul><script>
+const report = (q) => fetch('/test/log?' + new URLSearchParams(q));
+const es = new EventSource('/api/feed/stream');
+let opens = 0;
+es.onopen = () => { opens++; report({e: 'open', n: opens}); };
+es.addEventListener('post', (m) => {
+  const p = JSON.parse(m.data);
+  const li = document.createElement('li');
+  li.textContent = p.content;
+  document.getElementById('posts').appendChild(li);
+  report({e: 'post', content: p.content, id: m.lastEventId});
+});
+es.onerror = () => report({e: 'error', state: es.readyState});
+</script></body></html>`
+
+// TestStreamInChromium: headless Chromium opens the home stream with
+// EventSource (behind a gateway that adds the reader's Authorization, as
+// EventSource sends no header of its own but Last-Event-ID), sees a post
+// arrive, and, when the server ends the stream (the reader opened one
+// stream more than FEED_STREAMS_PER_USER), reconnects by itself with
+// Last-Event-ID and receives the post made meanwhile.
+func TestStreamInChromium(t *testing.T) {
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Skip("chromium is not installed: `bash scripts/prepare.sh` installs Debian's chromium as root (apt-get install chromium)")
+	}
+	t.Parallel()
+	s := startSystem(t, policies{CelebrityThreshold: 1000, InboxMax: 50, InboxTrimSlack: 5, TimelineMax: 50, BackfillPosts: 10,
+		FanoutBatch: 10, CacheTTL: 300 * time.Millisecond, RefreshSettle: 2 * time.Second})
+	in := startInstance(t, s, api.Config{StreamsPerUser: 1, StreamRetry: 200 * time.Millisecond})
+	_, rtok, _, atok := streamUsers(t, in)
+	ctx := context.Background()
+	post := func(content string) {
+		if err := in.call(ctx, http.MethodPost, "/api/posts", atok, "", map[string]string{"content": content}, nil, http.StatusCreated, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	logs := make(chan url.Values, 100)
+	var lastIDs []string // the Last-Event-ID of each stream request
+	var mu sync.Mutex
+	target, _ := url.Parse(in.baseURL)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.FlushInterval = -1 // stream as it comes
+	mux := http.NewServeMux()
+	mux.HandleFunc("/test/page.html", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		_, _ = io.WriteString(w, streamPage)
+	})
+	mux.HandleFunc("/test/log", func(w http.ResponseWriter, r *http.Request) {
+		logs <- r.URL.Query()
+	})
+	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		lastIDs = append(lastIDs, r.Header.Get("Last-Event-ID"))
+		mu.Unlock()
+		r.Header.Set("Authorization", "Bearer "+rtok) // the gateway's part
+		proxy.ServeHTTP(w, r)
+	})
+	gw := httptest.NewServer(mux)
+	t.Cleanup(gw.Close)
+
+	bctx, stop := context.WithCancel(ctx)
+	cmd := exec.CommandContext(bctx, chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+		"--no-first-run", "--user-data-dir="+t.TempDir(), gw.URL+"/test/page.html")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stop(); _ = cmd.Wait() })
+	next := func(what string) url.Values {
+		t.Helper()
+		for {
+			select {
+			case v := <-logs:
+				t.Logf("page: %v", v)
+				if v.Get("e") == what {
+					return v
+				}
+			case <-time.After(time.Minute):
+				t.Fatalf("the page reported no %s", what)
+			}
+		}
+	}
+	next("open")
+	post("first, live")
+	first := next("post")
+	if first.Get("content") != "first, live" || first.Get("id") == "" {
+		t.Fatalf("the page got %v", first)
+	}
+
+	// The server ends the page's stream: the reader opens another one.
+	other := openStream(t, in.baseURL, rtok, "", "", http.StatusOK)
+	post("second, while reconnecting")
+	if v := next("open"); v.Get("n") != "2" {
+		t.Fatalf("the page reopened: %v", v)
+	}
+	second := next("post")
+	if second.Get("content") != "second, while reconnecting" {
+		t.Fatalf("after the reconnection the page got %v", second)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(lastIDs) < 2 || lastIDs[0] != "" || lastIDs[len(lastIDs)-1] != first.Get("id") {
+		t.Fatalf("the page's stream requests carried Last-Event-ID %q, want none then %q", lastIDs, first.Get("id"))
+	}
+	_ = other
 }

@@ -15,6 +15,9 @@ type Source interface {
 	// HomeAbove is every entry the home read shows above b, oldest first,
 	// up to max (more: there were more), and the settled horizon.
 	HomeAbove(ctx context.Context, user int64, b events.FeedKey, max int) ([]queries.Entry, events.FeedKey, bool, error)
+	// StreamOpened marks user active now: the fan-out pushes to the
+	// user's inbox (and so wakes the stream) from then on.
+	StreamOpened(ctx context.Context, user int64) error
 	// HomeTop is the newest entry's key (zero for an empty feed).
 	HomeTop(ctx context.Context, user int64) (events.FeedKey, error)
 	// HomeShown is, of ids, the posts the home feed shows, hydrated.
@@ -62,6 +65,9 @@ type Stream struct {
 // ErrBadID and a queries cursor error are the client's.
 func Open(ctx context.Context, hub *Hub, src Source, user int64, lastID, cursor string) (*Stream, error) {
 	s := &Stream{user: user, src: src, hub: hub}
+	if err := src.StreamOpened(ctx, user); err != nil {
+		return nil, err
+	}
 	switch {
 	case lastID != "":
 		r, err := DecodeResume(lastID)

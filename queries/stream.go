@@ -86,7 +86,6 @@ func (f *Feed) HomeTop(ctx context.Context, userID int64) (events.FeedKey, error
 	if userID <= 0 {
 		return events.FeedKey{}, ErrInvalidID
 	}
-	f.touch(userID) // a user with a stream is active: pushed to
 	got, _, err := f.homeItems(ctx, userID, startKey, 1, nil)
 	if err != nil || len(got) == 0 {
 		return events.FeedKey{}, err
@@ -182,4 +181,21 @@ func (f *Feed) ForgetTimelineHead(author int64) {
 	c.mu.Lock()
 	delete(c.heads, author)
 	c.mu.Unlock()
+}
+
+// StreamOpened marks userID active at once (not in the background, as a
+// page read does: touch), so that from the stream's first answer on the
+// fan-out pushes to the user's inbox, and so wakes the stream up.
+func (f *Feed) StreamOpened(ctx context.Context, userID int64) error {
+	if f.cfg.ReadOnly {
+		return nil
+	}
+	if !f.activity.markUnlessRecent(userID, f.now()) {
+		return nil
+	}
+	if err := f.recordActivity(ctx, userID); err != nil {
+		f.activity.forget(userID)
+		return err
+	}
+	return nil
 }
