@@ -17,6 +17,8 @@ import (
 // query side hydrates feed pages from, and beside it what hydration needs
 // of what people do with posts (readmodel.Engagement: counts:{p},
 // liked:{u}, reposted:{u}, reposts:{O}) and the users' names (name:{u}).
+// Each edit, deletion and undone repost is also appended, once, to the
+// live streams' changes log (readmodel.Live.AppendChange, docs/streams.md).
 //
 // Create is SET NX, an edit replaces the body only when its version is
 // above the cached one and the body is no tombstone (readmodel.PostCache.Edit),

@@ -14,7 +14,9 @@ import (
 // to TimelineMax with the same sentinels as inboxes. It is the pull side of
 // the hybrid feed: the query side reads the timelines of the celebrities a
 // reader follows. A timeline carries ~built because this projector sees
-// every post of the stream from the oldest offset.
+// every post of the stream from the oldest offset. Each post and repost
+// added publishes its author's live stream channel (wake:a:{a},
+// docs/streams.md).
 type Timelines struct {
 	cfg       Config
 	timelines readmodel.Timelines
