@@ -415,6 +415,7 @@ func (s *Server) routes() http.Handler {
 	r.Handle("/api/following/{userId}", s.write(s.authed(s.follow))).Methods(http.MethodPut)
 	r.Handle("/api/following/{userId}", s.write(s.authed(s.unfollow))).Methods(http.MethodDelete)
 	r.Handle("/api/notifications", s.read(s.authed(s.notifications))).Methods(http.MethodGet)
+	r.Handle("/api/notifications/stream", s.streaming(s.notificationsStream)).Methods(http.MethodGet)
 	r.Handle("/api/markers", s.read(s.authed(s.getMarkers))).Methods(http.MethodGet)
 	r.Handle("/api/markers", s.write(s.authed(s.putMarkers))).Methods(http.MethodPut)
 	r.Handle("/api/muting/{userId}", s.write(s.authed(s.mute))).Methods(http.MethodPut)

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"os"
@@ -179,6 +180,42 @@ func (s *Server) homeStream(w http.ResponseWriter, r *http.Request, caller int64
 	if hub == nil || !ok {
 		return errStreamsUnavailable
 	}
+	return s.serveStream(w, r, caller, func(ctx context.Context) (liveStream, error) {
+		return live.Open(ctx, hub, src, caller, lastID, cursor)
+	})
+}
+
+// GET /api/notifications/stream with an optional Last-Event-ID -> 200
+// text/event-stream of `notification` events.
+func (s *Server) notificationsStream(w http.ResponseWriter, r *http.Request, caller int64) error {
+	lastID := r.Header.Get("Last-Event-ID")
+	if lastID != "" {
+		if err := live.CheckNotifID(lastID); err != nil {
+			return &badInput{"Last-Event-ID is not an id this stream issued"}
+		}
+	}
+	hub := s.deps.Streams
+	src, ok := s.deps.Feed.(live.NotifSource)
+	if hub == nil || !ok {
+		return errStreamsUnavailable
+	}
+	return s.serveStream(w, r, caller, func(ctx context.Context) (liveStream, error) {
+		return live.OpenNotifications(ctx, hub, src, caller, lastID)
+	})
+}
+
+// liveStream is what serveStream serves: live.Stream, live.NotifStream.
+type liveStream interface {
+	Step(ctx context.Context, out []live.Event) ([]live.Event, bool, error)
+	Channels(ctx context.Context) ([]string, error)
+	Overflows() int
+}
+
+// serveStream serves one stream of caller's: the bounds, the hub's
+// wake-ups, the reads, heartbeats, the cut-off of a slow client, the end
+// with a retry hint.
+func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, caller int64, open func(ctx context.Context) (liveStream, error)) error {
+	hub := s.deps.Streams
 	o, err := s.streams.open(caller, s.cfg.StreamsMax, s.cfg.StreamsPerUser)
 	if err != nil {
 		s.smetrics.refused.Inc()
@@ -186,7 +223,7 @@ func (s *Server) homeStream(w http.ResponseWriter, r *http.Request, caller int64
 	}
 	defer s.streams.close(o)
 	ctx := r.Context()
-	st, err := live.Open(ctx, hub, src, caller, lastID, cursor)
+	st, err := open(ctx)
 	if errors.Is(err, live.ErrBadID) {
 		return &badInput{"Last-Event-ID is not an id this stream issued"}
 	}
@@ -232,9 +269,9 @@ func (s *Server) homeStream(w http.ResponseWriter, r *http.Request, caller int64
 		for {
 			var more bool
 			var err error
-			before := st.Overflowed
+			before := st.Overflows()
 			buf, more, err = st.Step(ctx, buf[:0])
-			s.smetrics.overflow.Add(float64(st.Overflowed - before))
+			s.smetrics.overflow.Add(float64(st.Overflows() - before))
 			for _, ev := range buf {
 				if err := sw.event(ev); err != nil {
 					return err

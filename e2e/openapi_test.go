@@ -488,16 +488,23 @@ func TestOpenAPIResponses(t *testing.T) {
 	want(c.do(base, "GET", "/api/feed/stream", nil, "Authorization", A, "Last-Event-ID", "AQ"), 400, "stream, bad Last-Event-ID")
 	want(c.do(base, "GET", "/api/feed/stream?cursor=%21", nil, "Authorization", A), 400, "stream, bad cursor")
 	want(c.do(base, "GET", "/api/feed/stream", nil, "Authorization", A), 503, "stream, no hub")
-	streams := startInstance(t, s, api.Config{})
-	go func() { // not the test's goroutine: no Fatal here
-		for deadline := time.Now().Add(time.Minute); streams.srv.OpenStreams() == 0 && time.Now().Before(deadline); {
-			time.Sleep(10 * time.Millisecond)
+	want(c.do(base, "GET", "/api/notifications/stream", nil), 401, "notifications stream, no token")
+	want(c.do(base, "GET", "/api/notifications/stream", nil, "Authorization", A, "Last-Event-ID", "AQ"), 400, "notifications stream, bad Last-Event-ID")
+	want(c.do(base, "GET", "/api/notifications/stream", nil, "Authorization", A), 503, "notifications stream, no hub")
+	// A stream's 200 on an instance with a hub: its body lasts until the
+	// server ends it, which another goroutine does once it is open.
+	for _, path := range []string{"/api/feed/stream", "/api/notifications/stream"} {
+		streams := startInstance(t, s, api.Config{})
+		go func() { // not the test's goroutine: no Fatal here
+			for deadline := time.Now().Add(time.Minute); streams.srv.OpenStreams() == 0 && time.Now().Before(deadline); {
+				time.Sleep(10 * time.Millisecond)
+			}
+			streams.srv.CloseStreams()
+		}()
+		ex = want(c.do(streams.baseURL, "GET", path, nil, "Authorization", A), 200, path)
+		if !strings.Contains(string(ex.body), "retry: ") {
+			t.Errorf("%s ended by the server: %q, want a retry hint", path, ex.body)
 		}
-		streams.srv.CloseStreams()
-	}()
-	ex = want(c.do(streams.baseURL, "GET", "/api/feed/stream", nil, "Authorization", A), 200, "stream")
-	if !strings.Contains(string(ex.body), "retry: ") {
-		t.Errorf("a stream ended by the server: %q, want a retry hint", ex.body)
 	}
 
 	// 503s: PostgreSQL unreachable, no query side.

@@ -99,7 +99,11 @@ type sseClient struct {
 func openStream(t *testing.T, base, tok, lastID, query string, want int) *sseClient {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/api/feed/stream"+query, nil)
+	path := "/api/feed/stream"
+	if strings.HasPrefix(query, "/") { // another stream's path
+		path, query = query, ""
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path+query, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -647,4 +651,78 @@ func TestStreamInChromium(t *testing.T) {
 		t.Fatalf("the page's stream requests carried Last-Event-ID %q, want none then %q", lastIDs, first.Get("id"))
 	}
 	_ = other
+}
+
+// TestNotificationsStream: a client streaming its notifications from
+// instance 1 receives a follow made through instance 2 (the projectors'
+// notifier publishes wake:n:{u}); it disconnects, misses two more
+// follows, reconnects with Last-Event-ID and gets exactly those,
+// in order, then a live one.
+func TestNotificationsStream(t *testing.T) {
+	t.Parallel()
+	s := startSystem(t, policies{CelebrityThreshold: 1000, InboxMax: 50, InboxTrimSlack: 5, TimelineMax: 50, BackfillPosts: 10,
+		FanoutBatch: 10, CacheTTL: 300 * time.Millisecond, RefreshSettle: 2 * time.Second, OnlineRefresh: -1})
+	one := startInstance(t, s, api.Config{StreamStartRead: time.Hour, StreamFollowUp: time.Hour})
+	two := startInstance(t, s, api.Config{})
+	ctx := context.Background()
+	newUser := func(name string) (int64, string) {
+		var u apiUser
+		if err := two.call(ctx, http.MethodPost, "/api/users", "", "", map[string]string{"name": name}, &u, http.StatusCreated, nil); err != nil {
+			t.Fatal(err)
+		}
+		id, _ := strconv.ParseInt(u.ID, 10, 64)
+		return id, s.signer.Sign(id, time.Hour)
+	}
+	do := func(method, path, tok string, body any, want int) {
+		t.Helper()
+		if err := two.call(ctx, method, path, tok, "", body, nil, want, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	me, mtok := newUser("me")
+	_, atok := newUser("ann")
+	_, btok := newUser("ben")
+	_, ctok := newUser("cid")
+	_, dtok := newUser("dan")
+	s.quiesce(t, 2*time.Minute)
+
+	type note struct {
+		ID    string `json:"id"`
+		Type  string `json:"type"`
+		Actor struct {
+			Name string `json:"name"`
+		} `json:"actor"`
+	}
+	nextNote := func(c *sseClient) (note, sseEvent) {
+		t.Helper()
+		ev := c.next(t, time.Minute)
+		var n note
+		if ev.Type != "notification" || json.Unmarshal([]byte(ev.Data), &n) != nil {
+			t.Fatalf("event %s %q, want a notification", ev.Type, ev.Data)
+		}
+		return n, ev
+	}
+	c := openStream(t, one.baseURL, mtok, "", "/api/notifications/stream", http.StatusOK)
+	do(http.MethodPut, fmt.Sprint("/api/following/", me), atok, nil, http.StatusNoContent)
+	n, ev := nextNote(c)
+	if n.Type != "follow" || n.Actor.Name != "ann" {
+		t.Fatalf("live notification %+v", n)
+	}
+	c.close()
+
+	do(http.MethodPut, fmt.Sprint("/api/following/", me), btok, nil, http.StatusNoContent)
+	s.quiesce(t, 2*time.Minute) // ben's first, in the set's order
+	do(http.MethodPut, fmt.Sprint("/api/following/", me), ctok, nil, http.StatusNoContent)
+	s.quiesce(t, 2*time.Minute)
+
+	c = openStream(t, one.baseURL, mtok, ev.ID, "/api/notifications/stream", http.StatusOK)
+	for _, want := range []string{"ben", "cid"} {
+		if n, _ := nextNote(c); n.Type != "follow" || n.Actor.Name != want {
+			t.Fatalf("resumed notification %+v, want %s's follow", n, want)
+		}
+	}
+	do(http.MethodPut, fmt.Sprint("/api/following/", me), dtok, nil, http.StatusNoContent)
+	if n, _ := nextNote(c); n.Type != "follow" || n.Actor.Name != "dan" {
+		t.Fatalf("live notification after the resume %+v", n)
+	}
 }

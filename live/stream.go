@@ -188,3 +188,7 @@ func (s *Stream) changes(ctx context.Context, out []Event) ([]Event, bool, error
 	}
 	return out, len(cs) == stepChanges, nil
 }
+
+// Overflows is how many times the stream's sent entries passed their
+// bound.
+func (s *Stream) Overflows() int { return s.Overflowed }

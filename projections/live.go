@@ -73,3 +73,16 @@ func (w *liveWakes) wakeUsers(ctx context.Context, users []int64) error {
 	_, err = pipe.Exec(ctx)
 	return err
 }
+
+// Notified implements Notifier: it publishes wake:n:{u} when user has an
+// open stream. A failure is logged by nobody and costs the stream its
+// wake-up only (its follow-up reads cover it).
+func (w *liveWakes) Notified(ctx context.Context, user int64, _ readmodel.Notification) {
+	online, err := w.onlineSet(ctx)
+	if err != nil {
+		return
+	}
+	if _, ok := online[user]; ok {
+		_ = w.live.Publish(ctx, w.rdb, w.live.WakeNotifications(user))
+	}
+}

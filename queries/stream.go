@@ -2,10 +2,12 @@ package queries
 
 import (
 	"context"
+	"fmt"
 	"math"
 
 	"github.com/feedco/feed/events"
 	"github.com/feedco/feed/internal/snowflake"
+	"github.com/feedco/feed/readmodel"
 )
 
 // The live streams' reads (docs/streams.md): a stream shows what a home
@@ -198,4 +200,45 @@ func (f *Feed) StreamOpened(ctx context.Context, userID int64) error {
 		return err
 	}
 	return nil
+}
+
+// NotifEntry is a notification with its place in the user's set: its
+// millisecond and its member (readmodel.Notification.Member).
+type NotifEntry struct {
+	MS     int64
+	Member string
+	View   NotificationView
+}
+
+// NotificationsAbove returns the notifications of userID shown now
+// (mutes and blocks applied, as a page) strictly above (ms, member),
+// oldest first, up to max (the ones closest to it when more lie above:
+// more is then true), and the settled horizon's millisecond: entries
+// older than it are taken as projected (RefreshSettle, as HomeAbove).
+func (f *Feed) NotificationsAbove(ctx context.Context, userID, ms int64, member string, max int) (entries []NotifEntry, settledMs int64, more bool, err error) {
+	if userID <= 0 {
+		return nil, 0, false, ErrInvalidID
+	}
+	settledMs = f.settled().ms
+	above := func(n readmodel.Notification) bool {
+		return n.MS > ms || n.MS == ms && n.Member() > member
+	}
+	shown, _, err := f.scanNotifications(ctx, userID, readmodel.Notification{MS: math.MaxInt64}, above, StreamScan)
+	if err != nil {
+		return nil, settledMs, false, err
+	}
+	more = len(shown) > max
+	shown = shown[len(shown)-min(len(shown), max):] // newest first: the closest are last
+	views, err := f.viewNotifications(ctx, shown, nil)
+	if err != nil {
+		return nil, settledMs, false, err
+	}
+	if len(views) != len(shown) {
+		return nil, settledMs, false, fmt.Errorf("notifications of %d: %d views of %d", userID, len(views), len(shown))
+	}
+	entries = make([]NotifEntry, len(shown))
+	for i, n := range shown {
+		entries[len(shown)-1-i] = NotifEntry{MS: n.MS, Member: n.Member(), View: views[i]}
+	}
+	return entries, settledMs, more, nil
 }

@@ -38,6 +38,13 @@ func (l Live) WakeAuthor(author int64) string {
 	return l.prefix + "wake:a:{" + strconv.FormatInt(author, 10) + "}"
 }
 
+// WakeNotifications is the channel the notifications projector's
+// notifier publishes on after it added a notification of user's (only
+// for users with an open stream).
+func (l Live) WakeNotifications(user int64) string {
+	return l.prefix + "wake:n:{" + strconv.FormatInt(user, 10) + "}"
+}
+
 // WokenAuthor returns the author of a WakeAuthor channel.
 func (l Live) WokenAuthor(channel string) (int64, bool) {
 	rest, ok := strings.CutPrefix(channel, l.prefix+"wake:a:{")
