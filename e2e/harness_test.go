@@ -50,7 +50,7 @@ const jwtSecret = "e2e-oracle-secret-0123456789abcdef"
 
 // startSystem starts everything and stops it, in reverse order, when the
 // test ends.
-func startSystem(t *testing.T, pol policies) *system {
+func startSystem(t testing.TB, pol policies) *system {
 	t.Helper()
 	s := &system{pol: pol, System: systest.Start(t, systest.Config{
 		Name:       "e2e",
@@ -103,7 +103,7 @@ func startSystem(t *testing.T, pol policies) *system {
 // after the last write, every consumer group has committed the end of every
 // partition (lag 0, as `feed status` reports it), and the query side's
 // in-process caches have outlived their TTL.
-func (s *system) quiesce(t *testing.T, timeout time.Duration) {
+func (s *system) quiesce(t testing.TB, timeout time.Duration) {
 	t.Helper()
 	start := time.Now()
 	lsn := s.WaitCDC(t, timeout)

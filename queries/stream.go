@@ -41,7 +41,9 @@ func (f *Feed) HomeAbove(ctx context.Context, userID int64, b events.FeedKey, ma
 	settled = events.FeedKey{Ms: h.ms, ID: h.id}
 	var above []item // newest first
 	cur := startKey
-	const batch = MaxLimit + 1
+	// A wake-up finds one or two entries above b: the first batch is
+	// small (hydration is most of a read's cost), the next ones double.
+	batch := 4
 	for len(above) <= f.refreshScan {
 		got, _, err := f.homeItems(ctx, userID, cur, batch, nil)
 		if err != nil {
@@ -65,6 +67,7 @@ func (f *Feed) HomeAbove(ctx context.Context, userID int64, b events.FeedKey, ma
 			return out, settled, more, nil
 		}
 		cur = got[len(got)-1].key
+		batch = min(2*batch, MaxLimit+1)
 	}
 	// Many entries above b: PostgreSQL answers the closest ones upwards.
 	items, err := f.pgPullAfter(ctx, userID, a, key{ms: maxCursorMs, id: math.MaxInt64}, max+1)
