@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"syscall"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/feedco/feed/api"
 	"github.com/feedco/feed/events"
 	"github.com/feedco/feed/live"
 	"github.com/feedco/feed/queries"
@@ -123,4 +125,73 @@ func cpuPerOp(b *testing.B) func() {
 	return func() {
 		b.ReportMetric(float64(cpu()-start)/float64(b.N), "cpu-ns/op")
 	}
+}
+
+// BenchmarkPostToStream measures post-to-stream latency on the whole
+// system in this process (CDC, broker, projectors, an API instance with
+// its hub), idle but for the benchmark: b.N posts of a followed author,
+// one at a time, each timed from its 201 to its event on the reader's
+// open stream, with the same post's post-to-visible for a polling
+// client beside it (the time from the 201 to the first page of
+// GET /api/feed that shows it, polled every 5 ms). Reports p50 and p99 of
+// both. Under the full mix this is feedbench's post-to-visible's
+// counterpart; that option is not built.
+func BenchmarkPostToStream(b *testing.B) {
+	s := startSystem(b, policies{CelebrityThreshold: 1000, InboxMax: 100, InboxTrimSlack: 10, TimelineMax: 100, BackfillPosts: 10,
+		FanoutBatch: 10, CacheTTL: 300 * time.Millisecond})
+	in := startInstance(b, s, api.Config{})
+	_, rtok, _, atok := streamUsers(b, in)
+	ctx := context.Background()
+	c := openStream(b, in.baseURL, rtok, "", "", http.StatusOK)
+	// Not timed: a post within the first second of a stream may wait for
+	// its read 2 s after the start (the projectors' copy of who is online
+	// is up to a second old).
+	time.Sleep(1100 * time.Millisecond)
+	var toStream, toPage []float64
+	b.ResetTimer()
+	for i := range b.N {
+		var p apiPost
+		if err := in.call(ctx, http.MethodPost, "/api/posts", atok, "", map[string]string{"content": fmt.Sprint("timed ", i)}, &p, http.StatusCreated, nil); err != nil {
+			b.Fatal(err)
+		}
+		t201 := time.Now()
+		seen := make(chan time.Time, 1)
+		go func() { // the polling client
+			for time.Since(t201) < time.Minute {
+				var page apiPage
+				if in.call(ctx, http.MethodGet, "/api/feed?limit=5", rtok, "", nil, &page, http.StatusOK, nil) == nil {
+					for _, it := range page.Items {
+						if it.ID == p.ID {
+							seen <- time.Now()
+							return
+						}
+					}
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			close(seen)
+		}()
+		ev := c.next(b, time.Minute)
+		at := time.Now()
+		if got := streamPost(b, ev); got.ID != p.ID {
+			b.Fatalf("stream event %s %s, want post %s", ev.Type, got.ID, p.ID)
+		}
+		toStream = append(toStream, float64(at.Sub(t201).Microseconds())/1000)
+		if v, ok := <-seen; ok {
+			toPage = append(toPage, float64(v.Sub(t201).Microseconds())/1000)
+		}
+	}
+	b.StopTimer()
+	pct := func(xs []float64, q float64) float64 {
+		if len(xs) == 0 {
+			return 0
+		}
+		ys := slices.Clone(xs)
+		slices.Sort(ys)
+		return ys[min(len(ys)-1, int(q*float64(len(ys))))]
+	}
+	b.ReportMetric(pct(toStream, 0.5), "stream-p50-ms")
+	b.ReportMetric(pct(toStream, 0.99), "stream-p99-ms")
+	b.ReportMetric(pct(toPage, 0.5), "poll-p50-ms")
+	b.ReportMetric(pct(toPage, 0.99), "poll-p99-ms")
 }

@@ -36,14 +36,14 @@ type streamInstance struct {
 	srv     *api.Server
 }
 
-func startInstance(t *testing.T, s *system, cfg api.Config) *streamInstance {
+func startInstance(t testing.TB, s *system, cfg api.Config) *streamInstance {
 	t.Helper()
 	return startInstanceOn(t, s, cfg, nil)
 }
 
 // startInstanceOn is startInstance with its listener wrapped by wrap
 // (when not nil).
-func startInstanceOn(t *testing.T, s *system, cfg api.Config, wrap func(net.Listener) net.Listener) *streamInstance {
+func startInstanceOn(t testing.TB, s *system, cfg api.Config, wrap func(net.Listener) net.Listener) *streamInstance {
 	t.Helper()
 	feed, err := queries.New(queries.Config{Keys: s.Keys, InboxMax: s.pol.InboxMax,
 		CelebrityThreshold: s.pol.CelebrityThreshold, CelebrityCacheTTL: s.pol.CacheTTL,
@@ -96,7 +96,7 @@ type sseClient struct {
 
 // openStream opens GET /api/feed/stream on base with tok, and lastID as
 // Last-Event-ID when not empty; want is the expected status.
-func openStream(t *testing.T, base, tok, lastID, query string, want int) *sseClient {
+func openStream(t testing.TB, base, tok, lastID, query string, want int) *sseClient {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	path := "/api/feed/stream"
@@ -176,7 +176,7 @@ func (c *sseClient) close() {
 
 // next returns the next event that is not a comment, waiting at most
 // timeout (a bound on a test that would hang, not a timing assertion).
-func (c *sseClient) next(t *testing.T, timeout time.Duration) sseEvent {
+func (c *sseClient) next(t testing.TB, timeout time.Duration) sseEvent {
 	t.Helper()
 	deadline := time.After(timeout)
 	for {
@@ -196,7 +196,7 @@ func (c *sseClient) next(t *testing.T, timeout time.Duration) sseEvent {
 }
 
 // streamPost decodes a post or edit event's item.
-func streamPost(t *testing.T, ev sseEvent) apiPost {
+func streamPost(t testing.TB, ev sseEvent) apiPost {
 	t.Helper()
 	var p apiPost
 	if err := json.Unmarshal([]byte(ev.Data), &p); err != nil {
@@ -328,7 +328,7 @@ func TestStreamAcrossInstances(t *testing.T) {
 
 // streamUsers makes a reader following an author, through in, and
 // returns their ids and tokens.
-func streamUsers(t *testing.T, in *streamInstance) (reader int64, rtok string, author int64, atok string) {
+func streamUsers(t testing.TB, in *streamInstance) (reader int64, rtok string, author int64, atok string) {
 	t.Helper()
 	ctx := context.Background()
 	newUser := func(name string) (int64, string) {

@@ -36,6 +36,10 @@ func (f *Feed) HomeAbove(ctx context.Context, userID int64, b events.FeedKey, ma
 	if userID <= 0 {
 		return nil, events.FeedKey{}, false, ErrInvalidID
 	}
+	// A stream reads because a projector just wrote: the read cache must
+	// have received that write's invalidations first (the barrier, as
+	// Config.ReadCacheBarrier gives every read).
+	ctx = context.WithValue(ctx, barrierKey{}, true)
 	a := key{ms: b.Ms, id: b.ID}
 	h := f.settled()
 	settled = events.FeedKey{Ms: h.ms, ID: h.id}
@@ -245,3 +249,7 @@ func (f *Feed) NotificationsAbove(ctx context.Context, userID, ms int64, member 
 	}
 	return entries, settledMs, more, nil
 }
+
+// barrierKey in a read's context makes its home read pass the read
+// cache's barrier (readHome) whatever Config.ReadCacheBarrier says.
+type barrierKey struct{}
