@@ -131,6 +131,11 @@ type Config struct {
 	// read cache's invalidations travel on another connection than the
 	// wake-up; default 1 s).
 	StreamFollowUp time.Duration
+	// StreamsHijacked serves live streams from a few shared goroutines
+	// instead of a goroutine each: the connection is taken from net/http
+	// after the request is read (stream_hijack.go; HTTP/1 only, HTTP/2
+	// streams are served the plain way).
+	StreamsHijacked bool
 	// StreamRetry is the reconnection delay a live stream ended by the
 	// server hints (SSE retry:, default 1 s).
 	StreamRetry time.Duration
@@ -323,6 +328,7 @@ type Server struct {
 	quotas        quotas              // per-caller quotas (quota.go)
 	fullHome      *semaphore.Weighted // full home reads at once; nil: never degraded
 	streams       streamRegistry      // open live streams (stream.go)
+	hijacked      hijackPool          // the hijacked ones (stream_hijack.go)
 	smetrics      *streamMetrics
 }
 

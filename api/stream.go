@@ -151,7 +151,10 @@ func (s *Server) OpenStreams() int {
 // CloseStreams ends every live stream with a retry hint (so clients
 // reconnect, elsewhere when this process stops) and refuses new ones;
 // Serve calls it when it shuts down.
-func (s *Server) CloseStreams() { s.streams.endAll() }
+func (s *Server) CloseStreams() {
+	s.streams.endAll()
+	s.hijacked.endHijacked()
+}
 
 // GET /api/feed/stream[?cursor=] with an optional Last-Event-ID -> 200
 // text/event-stream.
@@ -221,7 +224,12 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, caller int6
 		s.smetrics.refused.Inc()
 		return err
 	}
-	defer s.streams.close(o)
+	handed := false // to the hijacked streams' workers
+	defer func() {
+		if !handed {
+			s.streams.close(o)
+		}
+	}()
 	ctx := r.Context()
 	st, err := open(ctx)
 	if errors.Is(err, live.ErrBadID) {
@@ -233,6 +241,16 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, caller int6
 	chs, err := st.Channels(ctx)
 	if err != nil {
 		return err
+	}
+	if s.cfg.StreamsHijacked {
+		ok, err := s.serveHijacked(w, r, st, chs, caller, o)
+		if ok {
+			handed = err == nil
+			return nil // the response is the connection's now
+		}
+		if err != nil {
+			return err
+		}
 	}
 	l, err := hub.Listen(ctx, caller, chs)
 	if err != nil {

@@ -138,10 +138,20 @@ func memNow() (inUse, resident uint64) {
 // with its own channels on the hub's subscription) on loopback and
 // reports what one costs: Go heap and stacks, and process RSS, after
 // against before (the clients' connections, in the same process, count
-// too: a net.Conn each, no goroutine). Run it with -benchtime=Nx, e.g.
-// `go test -run '^$' -bench IdleStreams -benchtime 2000x ./api`.
-func BenchmarkIdleStreams(b *testing.B) {
-	s := newStreamServer(b, b.N, api.Config{StreamsPerUser: 1, StreamsMax: b.N + 1, StreamHeartbeat: time.Hour, StreamStartRead: time.Hour})
+// too: a net.Conn each, no goroutine), and goroutines. Each stream is
+// served by its request's goroutine (the plain way). Run it with
+// -benchtime=Nx, e.g. `go test -run '^$' -bench IdleStreams -benchtime
+// 2000x ./api`.
+func BenchmarkIdleStreams(b *testing.B) { benchIdleStreams(b, false) }
+
+// BenchmarkIdleStreamsHijacked is BenchmarkIdleStreams with
+// Config.StreamsHijacked: the streams' connections hijacked, served by a
+// few shared goroutines.
+func BenchmarkIdleStreamsHijacked(b *testing.B) { benchIdleStreams(b, true) }
+
+func benchIdleStreams(b *testing.B, hijacked bool) {
+	s := newStreamServer(b, b.N, api.Config{StreamsPerUser: 1, StreamsMax: b.N + 1, StreamHeartbeat: time.Hour, StreamStartRead: time.Hour,
+		StreamsHijacked: hijacked})
 	var buf = bufio.NewReaderSize(nil, 512)
 	heap0, rss0 := memNow()
 	gor0 := runtime.NumGoroutine()
@@ -151,14 +161,12 @@ func BenchmarkIdleStreams(b *testing.B) {
 		conns = append(conns, s.openIdle(b, s.users[i], buf))
 	}
 	b.StopTimer()
+	testenv.Eventually(b, time.Minute, "every stream's first read", func() bool { return s.srv.OpenStreams() == b.N })
 	heap1, rss1 := memNow()
 	n := float64(b.N)
 	b.ReportMetric(float64(heap1-heap0)/n, "heap-B/stream")
 	b.ReportMetric((float64(rss1)-float64(rss0))/n, "rss-B/stream")
 	b.ReportMetric(float64(runtime.NumGoroutine()-gor0)/n, "goroutines/stream")
-	if got := s.srv.OpenStreams(); got != b.N {
-		b.Fatalf("%d streams open, want %d", got, b.N)
-	}
 	for _, c := range conns {
 		_ = c.Close()
 	}

@@ -213,6 +213,15 @@ func streamPost(t testing.TB, ev sseEvent) apiPost {
 // Last-Event-ID and gets exactly those, in order, then live ones.
 func TestStreamAcrossInstances(t *testing.T) {
 	t.Parallel()
+	for _, hijacked := range []bool{false, true} {
+		t.Run(map[bool]string{false: "goroutine", true: "hijacked"}[hijacked], func(t *testing.T) {
+			t.Parallel()
+			testStreamAcrossInstances(t, hijacked)
+		})
+	}
+}
+
+func testStreamAcrossInstances(t *testing.T, hijacked bool) {
 	// The projectors read who is online at every push, and instance 1's
 	// streams read only when woken up (no read after their start, no
 	// follow-up read): what they receive came through Pub/Sub.
@@ -220,7 +229,7 @@ func TestStreamAcrossInstances(t *testing.T) {
 		FanoutBatch: 10, CacheTTL: 300 * time.Millisecond, RefreshSettle: 2 * time.Second, OnlineRefresh: -1}
 	s := startSystem(t, pol)
 	s.StartProjectors(t) // a second projector set, in the same groups
-	one := startInstance(t, s, api.Config{StreamStartRead: time.Hour, StreamFollowUp: time.Hour})
+	one := startInstance(t, s, api.Config{StreamStartRead: time.Hour, StreamFollowUp: time.Hour, StreamsHijacked: hijacked})
 	two := startInstance(t, s, api.Config{})
 	ctx := context.Background()
 	newUser := func(name string) (int64, string) {
@@ -403,9 +412,18 @@ var smallReadDialer = net.Dialer{Control: func(_, _ string, c syscall.RawConn) e
 // point: a reconnection with it receives exactly the rest.
 func TestStreamSlowClientCutOff(t *testing.T) {
 	t.Parallel()
+	for _, hijacked := range []bool{false, true} {
+		t.Run(map[bool]string{false: "goroutine", true: "hijacked"}[hijacked], func(t *testing.T) {
+			t.Parallel()
+			testStreamSlowClientCutOff(t, hijacked)
+		})
+	}
+}
+
+func testStreamSlowClientCutOff(t *testing.T, hijacked bool) {
 	s := startSystem(t, policies{CelebrityThreshold: 1000, InboxMax: 200, InboxTrimSlack: 10, TimelineMax: 200, BackfillPosts: 10,
 		FanoutBatch: 10, CacheTTL: 300 * time.Millisecond, RefreshSettle: 2 * time.Second})
-	in := startInstanceOn(t, s, api.Config{StreamWriteTimeout: 300 * time.Millisecond},
+	in := startInstanceOn(t, s, api.Config{StreamWriteTimeout: 300 * time.Millisecond, StreamsHijacked: hijacked},
 		smallBuffers(t))
 	ctx := context.Background()
 	_, rtok, _, atok := streamUsers(t, in)
@@ -478,9 +496,18 @@ func TestStreamSlowClientCutOff(t *testing.T) {
 // shutdown ends every stream with a retry hint and refuses new ones.
 func TestStreamBoundsHeartbeatShutdown(t *testing.T) {
 	t.Parallel()
+	for _, hijacked := range []bool{false, true} {
+		t.Run(map[bool]string{false: "goroutine", true: "hijacked"}[hijacked], func(t *testing.T) {
+			t.Parallel()
+			testStreamBoundsHeartbeatShutdown(t, hijacked)
+		})
+	}
+}
+
+func testStreamBoundsHeartbeatShutdown(t *testing.T, hijacked bool) {
 	s := startSystem(t, policies{CelebrityThreshold: 1000, InboxMax: 50, InboxTrimSlack: 5, TimelineMax: 50, BackfillPosts: 10,
 		FanoutBatch: 10, CacheTTL: 300 * time.Millisecond, RefreshSettle: 2 * time.Second})
-	in := startInstance(t, s, api.Config{StreamsPerUser: 2, StreamsMax: 3, StreamHeartbeat: 50 * time.Millisecond})
+	in := startInstance(t, s, api.Config{StreamsPerUser: 2, StreamsMax: 3, StreamHeartbeat: 50 * time.Millisecond, StreamsHijacked: hijacked})
 	_, rtok, _, atok := streamUsers(t, in)
 	ended := func(c *sseClient, why string) {
 		t.Helper()

@@ -85,6 +85,7 @@ func (h *Hub) Redis() redis.UniversalClient { return h.rdb }
 // reconnection (a wake-up may have been missed).
 type Listener struct {
 	C     chan struct{}
+	fn    func() // when set, called instead of a send on C (ListenFunc)
 	h     *Hub
 	user  int64
 	chans []string
@@ -94,6 +95,26 @@ type Listener struct {
 // user online.
 func (h *Hub) Listen(ctx context.Context, user int64, channels []string) (*Listener, error) {
 	l := &Listener{C: make(chan struct{}, 1), h: h, user: user}
+	h.mu.Lock()
+	h.users[user]++
+	first := h.users[user] == 1
+	h.mu.Unlock()
+	if first {
+		if err := h.live.MarkOnline(ctx, h.rdb, []int64{user}, time.Now().Add(h.cfg.OnlineTTL)); err != nil {
+			h.log.Warn("live: mark a user online", "user", user, "err", err)
+		}
+	}
+	if err := l.SetChannels(ctx, channels); err != nil {
+		l.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// ListenFunc is Listen with fn called on each wake-up instead of a send
+// on C: fn runs on the hub's receiving goroutine and must not block.
+func (h *Hub) ListenFunc(ctx context.Context, user int64, channels []string, fn func()) (*Listener, error) {
+	l := &Listener{fn: fn, h: h, user: user}
 	h.mu.Lock()
 	h.users[user]++
 	first := h.users[user] == 1
@@ -312,6 +333,10 @@ func (h *Hub) wake(channel string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for l := range h.chans[channel] {
+		if l.fn != nil {
+			l.fn()
+			continue
+		}
 		select {
 		case l.C <- struct{}{}:
 		default:
