@@ -15,16 +15,19 @@ import (
 	"github.com/feedco/feed/queries"
 )
 
-// Live streams (docs/streams.md): GET /api/feed/stream is a Server-Sent
-// Events stream of the home feed (live.Stream says what to send; the hub,
-// Deps.Streams, wakes it up). This file holds its HTTP side: the bounds
-// (streams per user, per process), the heartbeats, the cut-off of a
-// client too slow to read, and the end of every stream at shutdown with a
-// retry hint.
+// Live streams (docs/streams.md): GET /api/feed/stream and GET
+// /api/notifications/stream are Server-Sent Events streams of the home
+// feed and of the notifications (live.Stream and live.NotifStream say what
+// to send; the hub, Deps.Streams, wakes them up). This file holds their
+// HTTP side: the bounds (streams per user, per process), the heartbeats,
+// the cut-off of a client too slow to read, and the end of every stream
+// at shutdown with a retry hint.
 //
-// Each stream is served by its request's goroutine, as net/http serves
-// any request: BenchmarkIdleStreams (api/stream_bench_test.go) measures
-// what an idle one costs.
+// Here a stream is served by its request's goroutine, as net/http serves
+// any request; with Config.StreamsHijacked its connection goes to the
+// shared workers of stream_hijack.go instead. BenchmarkIdleStreams and
+// BenchmarkIdleStreamsHijacked (api/stream_bench_test.go) measure what an
+// idle one costs each way: about 42 KB against 5.
 
 // errStreamsUnavailable is a stream asked of a process without a hub.
 var errStreamsUnavailable = errors.New("live streams are not available in this process")

@@ -219,7 +219,7 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiService, error) {
 		BodyReadTimeout: cfg.BodyReadTimeout,
 		WritesPerMinute: cfg.QuotaWritesPerMinute, ReadsPerSecond: cfg.QuotaReadsPerSecond,
 		RegistrationsPerHour: cfg.QuotaRegistrationsPerHour,
-		StreamsPerUser:       cfg.StreamsPerUser, StreamsMax: cfg.StreamsMax,
+		StreamsPerUser:       cfg.StreamsPerUser, StreamsMax: cfg.StreamsMax, StreamsHijacked: !cfg.StreamsGoroutine,
 	}, deps)
 	if err != nil {
 		return apiService{}, err

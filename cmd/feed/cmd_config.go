@@ -132,6 +132,7 @@ var configSettings = []configSetting{
 	{"FEED_STREAMS_MAX", func(c Config, _ func(string) string) string { return strconv.Itoa(c.StreamsMax) }, ""},
 	{"FEED_BODY_READ_TIMEOUT", func(c Config, _ func(string) string) string { return c.BodyReadTimeout.String() }, ""},
 	{"FEED_READ_CACHE_BARRIER", func(c Config, _ func(string) string) string { return strconv.FormatBool(c.ReadCacheBarrier) }, ""},
+	{"FEED_STREAMS_GOROUTINE", func(c Config, _ func(string) string) string { return strconv.FormatBool(c.StreamsGoroutine) }, ""},
 	{"FEED_READ_CACHE_KEYS", func(c Config, _ func(string) string) string { return strconv.Itoa(c.ReadCacheKeys) }, ""},
 	{"FEED_REBUILD_CONCURRENCY", func(c Config, _ func(string) string) string { return strconv.Itoa(c.RebuildConcurrency) }, ""},
 	{"FEED_CELEBRITY_CACHE_TTL", func(c Config, _ func(string) string) string { return c.CelebrityCacheTTL.String() }, ""},

@@ -103,6 +103,10 @@ type Config struct {
 	// hold open (api.Config).
 	StreamsPerUser int
 	StreamsMax     int
+	// StreamsGoroutine (FEED_STREAMS_GOROUTINE=1) serves each live stream
+	// from its request's goroutine instead of hijacking its connection to
+	// the shared workers (api.Config.StreamsHijacked, the default).
+	StreamsGoroutine bool
 	// QuotaWritesPerMinute, QuotaReadsPerSecond (per user) and
 	// QuotaRegistrationsPerHour (per client address) are the API's quotas
 	// (FEED_QUOTA_*, api.Config); 0 turns one off.
@@ -235,6 +239,7 @@ func LoadConfig() (Config, error) {
 
 		AllowDevSecret:   os.Getenv("FEED_ALLOW_DEV_SECRET") == "1",
 		ReadCacheBarrier: os.Getenv("FEED_READ_CACHE_BARRIER") == "1",
+		StreamsGoroutine: os.Getenv("FEED_STREAMS_GOROUTINE") == "1",
 	}
 	if b := strings.TrimSpace(os.Getenv("KAFKA_BROKERS")); b != "" {
 		for _, s := range strings.Split(b, ",") {
