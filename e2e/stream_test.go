@@ -587,7 +587,7 @@ es.addEventListener('post', (m) => {
 es.onerror = () => report({e: 'error', state: es.readyState});
 </script></body></html>`
 
-// TestStreamInChromium: headless Chromium opens the home stream with
+// TestStreamInChromium (hijacked streams, the default): headless Chromium opens the home stream with
 // EventSource (behind a gateway that adds the reader's Authorization, as
 // EventSource sends no header of its own but Last-Event-ID), sees a post
 // arrive, and, when the server ends the stream (the reader opened one
@@ -601,7 +601,7 @@ func TestStreamInChromium(t *testing.T) {
 	t.Parallel()
 	s := startSystem(t, policies{CelebrityThreshold: 1000, InboxMax: 50, InboxTrimSlack: 5, TimelineMax: 50, BackfillPosts: 10,
 		FanoutBatch: 10, CacheTTL: 300 * time.Millisecond, RefreshSettle: 2 * time.Second})
-	in := startInstance(t, s, api.Config{StreamsPerUser: 1, StreamRetry: 200 * time.Millisecond})
+	in := startInstance(t, s, api.Config{StreamsPerUser: 1, StreamRetry: 200 * time.Millisecond, StreamsHijacked: true})
 	_, rtok, _, atok := streamUsers(t, in)
 	ctx := context.Background()
 	post := func(content string) {
@@ -689,7 +689,7 @@ func TestNotificationsStream(t *testing.T) {
 	t.Parallel()
 	s := startSystem(t, policies{CelebrityThreshold: 1000, InboxMax: 50, InboxTrimSlack: 5, TimelineMax: 50, BackfillPosts: 10,
 		FanoutBatch: 10, CacheTTL: 300 * time.Millisecond, RefreshSettle: 2 * time.Second, OnlineRefresh: -1})
-	one := startInstance(t, s, api.Config{StreamStartRead: time.Hour, StreamFollowUp: time.Hour})
+	one := startInstance(t, s, api.Config{StreamStartRead: time.Hour, StreamFollowUp: time.Hour, StreamsHijacked: true})
 	two := startInstance(t, s, api.Config{})
 	ctx := context.Background()
 	newUser := func(name string) (int64, string) {
