@@ -56,6 +56,7 @@ type hijackPool struct {
 	streams map[*hstream]struct{}
 	stop    chan struct{}
 	stopped sync.Once
+	started atomic.Bool // start ran
 }
 
 // start runs the workers and the ticker, once, until CloseStreams.
@@ -78,6 +79,7 @@ func (p *hijackPool) start(s *Server) {
 			}()
 		}
 		go p.tick(s)
+		p.started.Store(true)
 	})
 }
 
@@ -150,11 +152,20 @@ func (s *Server) serveHijacked(w http.ResponseWriter, r *http.Request, st liveSt
 	p := &s.hijacked
 	p.start(s)
 	h := &hstream{s: s, conn: conn, st: st, o: o}
+	// Known to the pool before the client sees a byte, and set up under
+	// its lock: CloseStreams, which serves every known stream, then ends
+	// this one too, after its setup.
+	h.mu.Lock()
+	p.mu.Lock()
+	p.streams[h] = struct{}{}
+	p.mu.Unlock()
+	s.smetrics.open.Inc()
 	h.out = append(h.out, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\nX-Accel-Buffering: no\r\nX-Request-Id: "...)
 	h.out = append(h.out, requestID(r.Context())...)
 	h.out = append(h.out, "\r\nConnection: close\r\n\r\n:stream\n\n"...)
 	if err := h.write(); err != nil {
-		_ = conn.Close()
+		h.end()
+		h.mu.Unlock()
 		return true, nil
 	}
 	h.out = h.out[:0]
@@ -163,17 +174,20 @@ func (s *Server) serveHijacked(w http.ResponseWriter, r *http.Request, st liveSt
 		p.enqueue(h)
 	})
 	if err != nil {
-		_ = conn.Close()
-		return true, err
+		h.end()
+		h.mu.Unlock()
+		return true, nil // the head is written: the client reconnects
 	}
 	h.l = l
 	h.readAt.Store(time.Now().Add(s.cfg.StreamStartRead).UnixNano())
 	h.wantRead.Store(true)
-	p.mu.Lock()
-	p.streams[h] = struct{}{}
-	p.mu.Unlock()
-	s.smetrics.open.Inc()
-	p.enqueue(h)
+	h.mu.Unlock()
+	select {
+	case <-p.stop: // CloseStreams ran: end it here
+		h.serve()
+	default:
+		p.enqueue(h)
+	}
 	return true, nil
 }
 
@@ -270,7 +284,9 @@ func (h *hstream) end() {
 		return
 	}
 	_ = h.conn.Close()
-	h.l.Close()
+	if h.l != nil {
+		h.l.Close()
+	}
 	p := &h.s.hijacked
 	p.mu.Lock()
 	delete(p.streams, h)
@@ -293,17 +309,21 @@ func appendEvent(b []byte, ev live.Event) []byte {
 // endHijacked has every hijacked stream ended now (CloseStreams), then
 // stops the workers once they are gone.
 func (p *hijackPool) endHijacked() {
-	if p.jobs == nil {
+	if !p.started.Load() {
 		return
 	}
-	p.mu.Lock()
-	hs := make([]*hstream, 0, len(p.streams))
-	for h := range p.streams {
-		hs = append(hs, h)
+	pass := func() {
+		p.mu.Lock()
+		hs := make([]*hstream, 0, len(p.streams))
+		for h := range p.streams {
+			hs = append(hs, h)
+		}
+		p.mu.Unlock()
+		for _, h := range hs {
+			h.serve() // the registry ended them: each writes its retry hint and closes
+		}
 	}
-	p.mu.Unlock()
-	for _, h := range hs {
-		h.serve() // the registry ended them: each writes its retry hint and closes
-	}
+	pass()
 	p.stopped.Do(func() { close(p.stop) }) // no stream comes after (the registry refuses)
+	pass()                                 // one set up meanwhile, queued to a worker that stopped
 }
