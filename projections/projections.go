@@ -144,8 +144,9 @@ type Config struct {
 	// NotificationsMax bounds each user's notifications
 	// (FEED_NOTIFICATIONS_MAX; readmodel.DefaultNotificationsMax when 0).
 	NotificationsMax int
-	// Notifier, when set, is told of each notification the notifications
-	// projector added (the live streams).
+	// Notifier is told of each notification the notifications projector
+	// added; nil is the live streams' own (live.go: wake:n:{u} for the
+	// users with an open stream).
 	Notifier Notifier
 }
 
