@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -39,12 +40,16 @@ type endpoint struct {
 	class     *limiter // nil: no admission (no class)
 	className string
 	body      bool // the body is read whole before admission (writes)
+	long      bool // a live stream: no request timeout (streaming)
 }
 
 func (e *endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s := e.s
-	r, cancel := s.prepare(w, r)
-	defer cancel()
+	if !e.long {
+		var cancel context.CancelFunc
+		r, cancel = s.prepare(w, r)
+		defer cancel()
+	}
 	if err := e.serve(w, r); err != nil {
 		writeError(w, r, s.log, err)
 	}

@@ -172,6 +172,11 @@ func (s *Server) public(h handlerFunc) http.Handler { return &endpoint{s: s, h: 
 // authed is public plus the caller's identity; none is 401.
 func (s *Server) authed(h handlerFunc) http.Handler { return &endpoint{s: s, h: h} }
 
+// streaming is authed for a long-lived response (a live stream): no
+// request timeout and no slot of the reads (its own bounds apply:
+// Config.StreamsMax, Config.StreamsPerUser).
+func (s *Server) streaming(h handlerFunc) http.Handler { return &endpoint{s: s, h: h, long: true} }
+
 // prepare bounds the body and the request's time; the caller defers the
 // returned cancel (the wrappers above, so no endpoint has to), which
 // releases the timer when the endpoint returns.

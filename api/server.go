@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/feedco/feed/commands"
+	"github.com/feedco/feed/live"
 	"github.com/feedco/feed/readmodel"
 )
 
@@ -109,6 +110,35 @@ type Config struct {
 	// read beyond it is degraded (FeedReader.HomeDegraded). Default 128;
 	// negative: never degraded.
 	FullHomeReads int
+	// StreamsPerUser bounds a user's open live streams in the process:
+	// opening one more ends the user's oldest (default 4).
+	StreamsPerUser int
+	// StreamsMax bounds the live streams open in the process: beyond it a
+	// stream is refused, 503 with Retry-After (default 10,000).
+	StreamsMax int
+	// StreamHeartbeat is how long a live stream stays silent before a
+	// heartbeat comment (default 15 s).
+	StreamHeartbeat time.Duration
+	// StreamWriteTimeout bounds each write to a live stream: a client
+	// that does not read it in time is cut off (default 10 s).
+	StreamWriteTimeout time.Duration
+	// StreamStartRead is when a live stream reads once more after its
+	// start, for a wake-up sent before the projectors saw its user online
+	// (default 2 s).
+	StreamStartRead time.Duration
+	// StreamFollowUp is when a live stream reads once more after a read a
+	// wake-up caused, for what the read's caches had not seen yet (the
+	// read cache's invalidations travel on another connection than the
+	// wake-up; default 1 s).
+	StreamFollowUp time.Duration
+	// StreamsHijacked serves live streams from a few shared goroutines
+	// instead of a goroutine each: the connection is taken from net/http
+	// after the request is read (stream_hijack.go; HTTP/1 only, HTTP/2
+	// streams are served the plain way).
+	StreamsHijacked bool
+	// StreamRetry is the reconnection delay a live stream ended by the
+	// server hints (SSE retry:, default 1 s).
+	StreamRetry time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -128,6 +158,13 @@ func (c Config) withDefaults() Config {
 	c.MaxReadsInFlight = cmp.Or(c.MaxReadsInFlight, DefaultMaxReadsInFlight)
 	c.MaxWritesInFlight = cmp.Or(c.MaxWritesInFlight, DefaultMaxWritesInFlight)
 	c.FullHomeReads = cmp.Or(c.FullHomeReads, DefaultFullHomeReads)
+	c.StreamsPerUser = cmp.Or(c.StreamsPerUser, DefaultStreamsPerUser)
+	c.StreamsMax = cmp.Or(c.StreamsMax, DefaultStreamsMax)
+	c.StreamHeartbeat = cmp.Or(c.StreamHeartbeat, 15*time.Second)
+	c.StreamWriteTimeout = cmp.Or(c.StreamWriteTimeout, 10*time.Second)
+	c.StreamStartRead = cmp.Or(c.StreamStartRead, 2*time.Second)
+	c.StreamRetry = cmp.Or(c.StreamRetry, time.Second)
+	c.StreamFollowUp = cmp.Or(c.StreamFollowUp, time.Second)
 	return c
 }
 
@@ -155,6 +192,13 @@ const (
 	DefaultMaxIdleConns = 1_000
 )
 
+// The defaults of the live streams' bounds: a user's few devices, and
+// what one process holds (docs/streams.md measures the memory).
+const (
+	DefaultStreamsPerUser = 4
+	DefaultStreamsMax     = 10_000
+)
+
 // Validate reports the first setting that cannot work.
 func (c Config) Validate() error {
 	switch {
@@ -164,6 +208,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("max body bytes %d: want at least 1024", c.MaxBodyBytes)
 	case c.RequestTimeout <= 0, c.ReadHeaderTimeout <= 0, c.ReadTimeout <= 0, c.WriteTimeout <= 0, c.IdleTimeout <= 0, c.ShutdownTimeout <= 0, c.BodyReadTimeout <= 0:
 		return errors.New("timeouts must be positive")
+	case c.StreamsPerUser < 1, c.StreamsMax < 1, c.StreamHeartbeat <= 0, c.StreamWriteTimeout <= 0, c.StreamStartRead <= 0, c.StreamRetry <= 0, c.StreamFollowUp <= 0:
+		return errors.New("stream bounds and intervals must be positive")
 	case c.WritesPerMinute < 0, c.ReadsPerSecond < 0, c.RegistrationsPerHour < 0:
 		return errors.New("quotas must not be negative")
 	case c.MaxHeaderBytes < 1024:
@@ -233,6 +279,10 @@ type Deps struct {
 	// Feed is the query side. Optional: without it the feed endpoints
 	// answer 503.
 	Feed FeedReader
+	// Streams is the process's live streams hub. Optional: without it
+	// (or with a Feed that is no live.Source) the stream endpoints answer
+	// 503.
+	Streams *live.Hub
 	// AfterPostCreated, if set, is called after a post is committed (not
 	// for an idempotent replay), e.g. so the query side can give its author
 	// read-your-writes. It runs on the request path: keep it fast.
@@ -277,6 +327,9 @@ type Server struct {
 	conns         connTracker         // open and idle connections (conns.go)
 	quotas        quotas              // per-caller quotas (quota.go)
 	fullHome      *semaphore.Weighted // full home reads at once; nil: never degraded
+	streams       streamRegistry      // open live streams (stream.go)
+	hijacked      hijackPool          // the hijacked ones (stream_hijack.go)
+	smetrics      *streamMetrics
 }
 
 // New builds the server and its routes.
@@ -319,6 +372,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if err := s.quotas.register(s.reg); err != nil {
 		return nil, fmt.Errorf("api: register quota metrics: %w", err)
 	}
+	if s.smetrics, err = newStreamMetrics(s.reg); err != nil {
+		return nil, fmt.Errorf("api: register stream metrics: %w", err)
+	}
 	if err := newShedMetrics(s.reg, &s.reads, &s.writes); err != nil {
 		return nil, fmt.Errorf("api: register shedding metrics: %w", err)
 	}
@@ -343,6 +399,7 @@ func (s *Server) routes() http.Handler {
 	// The home feed first: mux tries routes in order, and it is the
 	// hottest (no other route matches its path).
 	r.Handle("/api/feed", s.read(s.authed(s.homeFeed))).Methods(http.MethodGet)
+	r.Handle("/api/feed/stream", s.streaming(s.homeStream)).Methods(http.MethodGet)
 	r.Handle("/healthz", http.HandlerFunc(s.healthz)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/readyz", http.HandlerFunc(s.readyz)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/openapi.json", http.HandlerFunc(serveOpenAPI)).Methods(http.MethodGet, http.MethodHead)
@@ -364,6 +421,7 @@ func (s *Server) routes() http.Handler {
 	r.Handle("/api/following/{userId}", s.write(s.authed(s.follow))).Methods(http.MethodPut)
 	r.Handle("/api/following/{userId}", s.write(s.authed(s.unfollow))).Methods(http.MethodDelete)
 	r.Handle("/api/notifications", s.read(s.authed(s.notifications))).Methods(http.MethodGet)
+	r.Handle("/api/notifications/stream", s.streaming(s.notificationsStream)).Methods(http.MethodGet)
 	r.Handle("/api/markers", s.read(s.authed(s.getMarkers))).Methods(http.MethodGet)
 	r.Handle("/api/markers", s.write(s.authed(s.putMarkers))).Methods(http.MethodPut)
 	r.Handle("/api/muting/{userId}", s.write(s.authed(s.mute))).Methods(http.MethodPut)
@@ -450,6 +508,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return fmt.Errorf("serve http: %w", err)
 	case <-ctx.Done():
 	}
+	s.CloseStreams() // each ends with a retry hint, before Shutdown waits for them
 	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
 	if err := hs.Shutdown(sctx); err != nil {

@@ -28,6 +28,7 @@ type policies struct {
 	CacheTTL           time.Duration
 	RedisCluster       bool          // the read models on the local Redis Cluster
 	RefreshSettle      time.Duration // the refresh horizon (0: the query side's default)
+	OnlineRefresh      time.Duration // projections.Config.OnlineRefresh (0: its default)
 }
 
 func (p policies) String() string {
@@ -49,7 +50,7 @@ const jwtSecret = "e2e-oracle-secret-0123456789abcdef"
 
 // startSystem starts everything and stops it, in reverse order, when the
 // test ends.
-func startSystem(t *testing.T, pol policies) *system {
+func startSystem(t testing.TB, pol policies) *system {
 	t.Helper()
 	s := &system{pol: pol, System: systest.Start(t, systest.Config{
 		Name:       "e2e",
@@ -61,6 +62,7 @@ func startSystem(t *testing.T, pol policies) *system {
 			TimelineMax:        pol.TimelineMax,
 			BackfillPosts:      pol.BackfillPosts,
 			FanoutBatch:        pol.FanoutBatch,
+			OnlineRefresh:      pol.OnlineRefresh,
 		},
 		CacheTTL:      pol.CacheTTL,
 		RedisCluster:  pol.RedisCluster,
@@ -101,7 +103,7 @@ func startSystem(t *testing.T, pol policies) *system {
 // after the last write, every consumer group has committed the end of every
 // partition (lag 0, as `feed status` reports it), and the query side's
 // in-process caches have outlived their TTL.
-func (s *system) quiesce(t *testing.T, timeout time.Duration) {
+func (s *system) quiesce(t testing.TB, timeout time.Duration) {
 	t.Helper()
 	start := time.Now()
 	lsn := s.WaitCDC(t, timeout)

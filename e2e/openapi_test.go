@@ -49,6 +49,7 @@ func newSpecCheck(t *testing.T) *specCheck {
 	t.Helper()
 	// The status page is HTML, a string to the document's schema.
 	openapi3filter.RegisterBodyDecoder("text/html", openapi3filter.PlainBodyDecoder)
+	openapi3filter.RegisterBodyDecoder("text/event-stream", openapi3filter.PlainBodyDecoder)
 	loader := openapi3.NewLoader()
 	doc, err := loader.LoadFromData(api.OpenAPI())
 	if err != nil {
@@ -477,6 +478,32 @@ func TestOpenAPIResponses(t *testing.T) {
 		ex := want(c.do(base, m, path, nil, "Authorization", A), 405, m+" "+path)
 		if got := ex.header.Get("Allow"); got != allow {
 			t.Errorf("%s %s: Allow %q, want %q", m, path, got, allow)
+		}
+	}
+
+	// The live stream: 401, 400, 503 without a hub (the system's server
+	// has none), and a 200 on an instance with one, ended by the server
+	// (a stream's body lasts until then).
+	want(c.do(base, "GET", "/api/feed/stream", nil), 401, "stream, no token")
+	want(c.do(base, "GET", "/api/feed/stream", nil, "Authorization", A, "Last-Event-ID", "AQ"), 400, "stream, bad Last-Event-ID")
+	want(c.do(base, "GET", "/api/feed/stream?cursor=%21", nil, "Authorization", A), 400, "stream, bad cursor")
+	want(c.do(base, "GET", "/api/feed/stream", nil, "Authorization", A), 503, "stream, no hub")
+	want(c.do(base, "GET", "/api/notifications/stream", nil), 401, "notifications stream, no token")
+	want(c.do(base, "GET", "/api/notifications/stream", nil, "Authorization", A, "Last-Event-ID", "AQ"), 400, "notifications stream, bad Last-Event-ID")
+	want(c.do(base, "GET", "/api/notifications/stream", nil, "Authorization", A), 503, "notifications stream, no hub")
+	// A stream's 200 on an instance with a hub: its body lasts until the
+	// server ends it, which another goroutine does once it is open.
+	for _, path := range []string{"/api/feed/stream", "/api/notifications/stream"} {
+		streams := startInstance(t, s, api.Config{})
+		go func() { // not the test's goroutine: no Fatal here
+			for deadline := time.Now().Add(time.Minute); streams.srv.OpenStreams() == 0 && time.Now().Before(deadline); {
+				time.Sleep(10 * time.Millisecond)
+			}
+			streams.srv.CloseStreams()
+		}()
+		ex = want(c.do(streams.baseURL, "GET", path, nil, "Authorization", A), 200, path)
+		if !strings.Contains(string(ex.body), "retry: ") {
+			t.Errorf("%s ended by the server: %q, want a retry hint", path, ex.body)
 		}
 	}
 

@@ -269,7 +269,7 @@ func refreshBadRequests(t *testing.T, s *system, tok, cursor, authorPath string)
 	}
 }
 
-func postMs(t *testing.T, p apiPost) int64 {
+func postMs(t testing.TB, p apiPost) int64 {
 	t.Helper()
 	at, err := time.Parse(time.RFC3339Nano, p.CreatedAt)
 	if err != nil {

@@ -36,6 +36,8 @@ type Inbox struct {
 	activity *activityIndex
 	// inflight holds a slot per fan-out pipeline in flight (FanoutInflight).
 	inflight chan struct{}
+	// wakes publishes the live streams' wake-ups (live.go).
+	wakes *liveWakes
 }
 
 // NewInbox returns the inbox projector. m may be nil.
@@ -51,7 +53,8 @@ func NewInbox(cfg Config, pg Querier, rdb redis.UniversalClient, m *Metrics) (*I
 	// replays of posts by authors who are celebrities now: not kept.
 	cache := newFollowerCache(cfg.FollowerCacheRows, int(min(2*cfg.CelebrityThreshold, math.MaxInt32)))
 	feed := homefeed.New(homefeed.Config{Keys: cfg.Keys, Policy: cfg.Policy(), BackfillPosts: cfg.BackfillPosts, FollowerPage: cfg.FanoutBatch}, pg, rdb)
-	p := &Inbox{cfg: cfg, pol: cfg.Policy(), feed: feed, pg: pg, rdb: rdb, m: m, cache: cache, inflight: make(chan struct{}, cfg.FanoutInflight)}
+	p := &Inbox{cfg: cfg, pol: cfg.Policy(), feed: feed, pg: pg, rdb: rdb, m: m, cache: cache, inflight: make(chan struct{}, cfg.FanoutInflight),
+		wakes: newLiveWakes(cfg.Keys, rdb, cfg.OnlineRefresh)}
 	if cache != nil {
 		p.activity = newActivityIndex(cfg.FollowerCacheRows)
 	}
@@ -147,7 +150,10 @@ func (p *Inbox) followed(ctx context.Context, follower, author, followers, posit
 	}
 	n, err := p.feed.Followed(ctx, follower, author)
 	p.m.entries(NameInbox, n)
-	return err
+	if err != nil || n == 0 {
+		return err
+	}
+	return p.wakes.wakeUsers(ctx, []int64{follower})
 }
 
 // celebrityAt is the home feed's push decision (homefeed.Manager.CelebrityAt),
@@ -228,7 +234,7 @@ func (p *Inbox) pushPage(ctx context.Context, entry int64, ids []int64, expiring
 		return err
 	}
 	p.m.entries(NameInbox, len(ids))
-	return nil
+	return p.wakes.wakeUsers(ctx, ids)
 }
 
 // eachPushPage calls fn with the author's active followers, FanoutBatch at

@@ -17,7 +17,8 @@ import (
 const NameNotifications = readmodel.ProjectionNotifications
 
 // Notifier is told of every notification the projector added (the live
-// streams publish it); nil tells no one. Notified is called after the
+// streams publish it); nil in Config is the live streams' own (live.go:
+// wake:n:{u} for the users with an open stream). Notified is called after the
 // write, on the projector's goroutine: it must not block, and its failure
 // is its own (the notification is written either way).
 type Notifier interface {
@@ -57,8 +58,12 @@ func NewNotifications(cfg Config, pg Querier, rdb redis.UniversalClient) (*Notif
 	if pg == nil {
 		return nil, errors.New("new notifications projector: nil PostgreSQL")
 	}
+	notifier := cfg.Notifier
+	if notifier == nil {
+		notifier = newLiveWakes(cfg.Keys, rdb, cfg.OnlineRefresh)
+	}
 	return &Notifications{cfg: cfg, model: readmodel.NewNotifications(cfg.Keys, cfg.NotificationsMax, 0),
-		rdb: rdb, pg: pg, notifier: cfg.Notifier}, nil
+		rdb: rdb, pg: pg, notifier: notifier}, nil
 }
 
 // Name implements Projector.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -16,6 +17,8 @@ import (
 // query side hydrates feed pages from, and beside it what hydration needs
 // of what people do with posts (readmodel.Engagement: counts:{p},
 // liked:{u}, reposted:{u}, reposts:{O}) and the users' names (name:{u}).
+// Each edit, deletion and undone repost is also appended, once, to the
+// live streams' changes log (readmodel.Live.AppendChange, docs/streams.md).
 //
 // Create is SET NX, an edit replaces the body only when its version is
 // above the cached one and the body is no tombstone (readmodel.PostCache.Edit),
@@ -41,6 +44,7 @@ type Posts struct {
 	engage readmodel.Engagement
 	names  readmodel.Names
 	rdb    redis.UniversalClient
+	live   readmodel.Live
 }
 
 // NewPosts returns the posts projector.
@@ -50,7 +54,7 @@ func NewPosts(cfg Config, rdb redis.UniversalClient) (*Posts, error) {
 	}
 	cfg = cfg.withDefaults()
 	return &Posts{cfg: cfg, cache: readmodel.NewPostCache(cfg.Keys), engage: readmodel.NewEngagement(cfg.Keys),
-		names: readmodel.NewNames(cfg.Keys), rdb: rdb}, nil
+		names: readmodel.NewNames(cfg.Keys), rdb: rdb, live: readmodel.NewLive(cfg.Keys)}, nil
 }
 
 // Name implements Projector.
@@ -73,8 +77,11 @@ func (p *Posts) Apply(ctx context.Context, env events.Envelope, ev events.Event)
 		if _, err := p.cache.Edit(ctx, p.rdb, EditedBody(e)); err != nil {
 			return fmt.Errorf("cache edit of post %d: %w", e.PostID, err)
 		}
+		// After the body: a stream woken by the change reads the new one.
+		return p.live.AppendChange(ctx, p.rdb, readmodel.Change{Post: e.PostID, Author: e.AuthorID,
+			Version: e.Version, Content: e.Content, EditedAt: e.EditedAt}, time.Now())
 	case events.PostDeleted:
-		return p.exec(ctx, env, e.ParentReplies != nil && e.ReplyTo != 0, func(pipe redis.Pipeliner) error {
+		err := p.exec(ctx, env, e.ParentReplies != nil && e.ReplyTo != 0, func(pipe redis.Pipeliner) error {
 			if e.ParentReplies != nil && e.ReplyTo != 0 {
 				p.engage.QueueSetCount(ctx, pipe, e.ReplyTo, readmodel.CountReplies, *e.ParentReplies, env.Position)
 			}
@@ -82,6 +89,10 @@ func (p *Posts) Apply(ctx context.Context, env events.Envelope, ev events.Event)
 			return p.cache.QueueSet(ctx, pipe, readmodel.Post{ID: e.PostID, AuthorID: e.AuthorID,
 				CreatedAt: snowflake.Time(e.PostID).Format(events.CreatedAtLayout), Deleted: true})
 		}, "cache tombstone %d", e.PostID)
+		if err != nil {
+			return err
+		}
+		return p.live.AppendChange(ctx, p.rdb, readmodel.Change{Post: e.PostID, Author: e.AuthorID, Deleted: true}, time.Now())
 	case events.PostReposted:
 		return p.exec(ctx, env, true, func(pipe redis.Pipeliner) error {
 			p.engage.QueueSetCount(ctx, pipe, e.PostID, readmodel.CountReposts, e.Reposts, env.Position)
@@ -90,12 +101,18 @@ func (p *Posts) Apply(ctx context.Context, env events.Envelope, ev events.Event)
 			return p.cache.QueueCreate(ctx, pipe, RepostBody(e))
 		}, "cache repost %d", e.RepostID)
 	case events.PostUnreposted:
-		return p.exec(ctx, env, true, func(pipe redis.Pipeliner) error {
+		err := p.exec(ctx, env, true, func(pipe redis.Pipeliner) error {
 			p.engage.QueueSetCount(ctx, pipe, e.PostID, readmodel.CountReposts, e.Reposts, env.Position)
 			p.engage.QueueReposted(ctx, pipe, e.ReposterID, e.PostID, false)
 			p.engage.QueueRemoveRepost(ctx, pipe, e.PostID, readmodel.Repost{ID: e.RepostID, Reposter: e.ReposterID})
 			return p.cache.QueueSet(ctx, pipe, RepostTombstone(e.RepostID, e.ReposterID, e.PostID, e.AuthorID))
 		}, "cache undone repost %d", e.RepostID)
+		if err != nil {
+			return err
+		}
+		// A repost is an entry of its own: a stream that sent it is told
+		// it is gone, as of a deleted post.
+		return p.live.AppendChange(ctx, p.rdb, readmodel.Change{Post: e.RepostID, Author: e.ReposterID, Deleted: true}, time.Now())
 	case events.PostLiked:
 		return p.exec(ctx, env, true, func(pipe redis.Pipeliner) error {
 			p.engage.QueueSetCount(ctx, pipe, e.PostID, readmodel.CountLikes, e.Likes, env.Position)

@@ -137,11 +137,16 @@ type Config struct {
 	FollowerCacheRows int
 	// InactiveAfter is the policy's (see CelebrityThreshold).
 	InactiveAfter time.Duration
+	// OnlineRefresh is how old the inbox projector's copy of the users
+	// with an open live stream may get before a push reads it again
+	// (live.go; default 1 s); negative reads it at every push (tests).
+	OnlineRefresh time.Duration
 	// NotificationsMax bounds each user's notifications
 	// (FEED_NOTIFICATIONS_MAX; readmodel.DefaultNotificationsMax when 0).
 	NotificationsMax int
-	// Notifier, when set, is told of each notification the notifications
-	// projector added (the live streams).
+	// Notifier is told of each notification the notifications projector
+	// added; nil is the live streams' own (live.go: wake:n:{u} for the
+	// users with an open stream).
 	Notifier Notifier
 }
 
@@ -155,6 +160,7 @@ func DefaultConfig() Config {
 		FanoutParallel:    4,
 		FanoutInflight:    2,
 		FollowerCacheRows: 1 << 24,
+		OnlineRefresh:     time.Second,
 	}.WithPolicy(readmodel.DefaultPolicy())
 }
 
@@ -199,6 +205,7 @@ func (c Config) withDefaults() Config {
 	c.FanoutParallel = cmp.Or(c.FanoutParallel, d.FanoutParallel)
 	c.FanoutInflight = cmp.Or(c.FanoutInflight, d.FanoutInflight)
 	c.FollowerCacheRows = cmp.Or(c.FollowerCacheRows, d.FollowerCacheRows)
+	c.OnlineRefresh = cmp.Or(c.OnlineRefresh, d.OnlineRefresh)
 	return c
 }
 

@@ -14,11 +14,14 @@ import (
 // to TimelineMax with the same sentinels as inboxes. It is the pull side of
 // the hybrid feed: the query side reads the timelines of the celebrities a
 // reader follows. A timeline carries ~built because this projector sees
-// every post of the stream from the oldest offset.
+// every post of the stream from the oldest offset. Each post and repost
+// added publishes its author's live stream channel (wake:a:{a},
+// docs/streams.md).
 type Timelines struct {
 	cfg       Config
 	timelines readmodel.Timelines
 	rdb       redis.UniversalClient
+	live      readmodel.Live
 }
 
 // NewTimelines returns the timelines projector.
@@ -27,7 +30,7 @@ func NewTimelines(cfg Config, rdb redis.UniversalClient) (*Timelines, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Timelines{cfg: cfg, timelines: readmodel.NewTimelines(cfg.Keys, cfg.TimelineMax), rdb: rdb}, nil
+	return &Timelines{cfg: cfg, timelines: readmodel.NewTimelines(cfg.Keys, cfg.TimelineMax), rdb: rdb, live: readmodel.NewLive(cfg.Keys)}, nil
 }
 
 // Name implements Projector.
@@ -44,6 +47,9 @@ func (p *Timelines) Apply(ctx context.Context, _ events.Envelope, ev events.Even
 		if err := p.timelines.Add(ctx, p.rdb, e.AuthorID, e.PostID, millis(e.CreatedAt)); err != nil {
 			return fmt.Errorf("add post %d to timeline: %w", e.PostID, err)
 		}
+		// The live streams of the author and of the followers who pull
+		// the author's posts (celebrities') read now (docs/streams.md).
+		return p.live.Publish(ctx, p.rdb, p.live.WakeAuthor(e.AuthorID))
 	case events.PostDeleted:
 		if err := p.timelines.Remove(ctx, p.rdb, e.AuthorID, e.PostID); err != nil {
 			return fmt.Errorf("remove post %d from timeline: %w", e.PostID, err)
@@ -54,6 +60,7 @@ func (p *Timelines) Apply(ctx context.Context, _ events.Envelope, ev events.Even
 		if err := p.timelines.AddRepost(ctx, p.rdb, e.ReposterID, e.RepostID, millis(e.CreatedAt)); err != nil {
 			return fmt.Errorf("add repost %d to timeline: %w", e.RepostID, err)
 		}
+		return p.live.Publish(ctx, p.rdb, p.live.WakeAuthor(e.ReposterID))
 	case events.PostUnreposted:
 		if err := p.timelines.Remove(ctx, p.rdb, e.ReposterID, e.RepostID); err != nil {
 			return fmt.Errorf("remove repost %d from timeline: %w", e.RepostID, err)

@@ -70,7 +70,7 @@ func (f *Feed) readHome(ctx context.Context, iv *inboxView, user int64, cur key,
 		}
 		return f.readHomeDirect(ctx, iv, user, cur, n, members)
 	}
-	if f.cfg.ReadCacheBarrier {
+	if f.cfg.ReadCacheBarrier || ctx.Value(barrierKey{}) != nil {
 		if err := g.t.barrier(ctx); err != nil {
 			return homeReply{}, fmt.Errorf("read inbox of %d: %w", user, err)
 		}

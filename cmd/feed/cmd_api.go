@@ -20,6 +20,7 @@ import (
 	"github.com/feedco/feed/internal/auth"
 	"github.com/feedco/feed/internal/service"
 	"github.com/feedco/feed/internal/snowflake"
+	"github.com/feedco/feed/live"
 	"github.com/feedco/feed/queries"
 )
 
@@ -88,6 +89,7 @@ type apiService struct {
 	// starts before the API and stops after it.
 	lease *service.Service
 	feed  *service.Service
+	hub   *service.Service // the live streams' hub, started before the server and stopped after it
 	svc   *service.Service
 	addr  string
 	admin http.Handler // the server's admin handler (api.Server.Admin)
@@ -110,10 +112,11 @@ func withAdmin(cfg Config, a apiService, stdout io.Writer, svcs ...*service.Serv
 }
 
 // services are the API's services in their starting order: the node id's
-// lease, the query side's background work, then the server (stopped
-// first; the lease is released last).
+// lease, the query side's background work, the live streams' hub, then
+// the server (stopped first, ending its streams; the lease is released
+// last).
 func (a apiService) services() []*service.Service {
-	return []*service.Service{a.lease, a.feed, a.svc}
+	return []*service.Service{a.lease, a.feed, a.hub, a.svc}
 }
 
 // newAPI builds the API: token verification, the write side, the query
@@ -178,6 +181,12 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiService, error) {
 		return apiService{}, fmt.Errorf("build the query side: %w", err)
 	}
 	deps.Feed = f
+	// The live streams' hub: one Pub/Sub subscription for the process.
+	hub, err := live.NewHub(live.HubConfig{OnAuthorWake: f.ForgetTimelineHead, Logger: p.Log}, p.Redis)
+	if err != nil {
+		return apiService{}, err
+	}
+	deps.Streams = hub
 	// The operators' page, GET /status on the admin listener.
 	deps.Status = statusSource(cfg, p.Pool, p.Redis)
 	deps.AfterPostCreated = func(ctx context.Context, post feedcmd.Post) {
@@ -210,6 +219,7 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiService, error) {
 		BodyReadTimeout: cfg.BodyReadTimeout,
 		WritesPerMinute: cfg.QuotaWritesPerMinute, ReadsPerSecond: cfg.QuotaReadsPerSecond,
 		RegistrationsPerHour: cfg.QuotaRegistrationsPerHour,
+		StreamsPerUser:       cfg.StreamsPerUser, StreamsMax: cfg.StreamsMax, StreamsHijacked: !cfg.StreamsGoroutine,
 	}, deps)
 	if err != nil {
 		return apiService{}, err
@@ -221,7 +231,7 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiService, error) {
 	addr := l.Addr().String()
 	built = true
 	fmt.Fprintf(p.Stdout, "api: listening on http://%s\n", addr)
-	return apiService{addr: addr, admin: srv.Admin(), lease: service.New("node-lease", lease.Run), feed: f.Service(), svc: service.New("api", func(ctx context.Context) error {
+	return apiService{addr: addr, admin: srv.Admin(), lease: service.New("node-lease", lease.Run), feed: f.Service(), hub: hub.Service(), svc: service.New("api", func(ctx context.Context) error {
 		return srv.Serve(ctx, l)
 	})}, nil
 }

@@ -98,6 +98,15 @@ type Config struct {
 	MaxConns        int
 	MaxIdleConns    int
 	BodyReadTimeout time.Duration
+	// StreamsPerUser (FEED_STREAMS_PER_USER) and StreamsMax
+	// (FEED_STREAMS_MAX) bound the live streams a user and the process
+	// hold open (api.Config).
+	StreamsPerUser int
+	StreamsMax     int
+	// StreamsGoroutine (FEED_STREAMS_GOROUTINE=1) serves each live stream
+	// from its request's goroutine instead of hijacking its connection to
+	// the shared workers (api.Config.StreamsHijacked, the default).
+	StreamsGoroutine bool
 	// QuotaWritesPerMinute, QuotaReadsPerSecond (per user) and
 	// QuotaRegistrationsPerHour (per client address) are the API's quotas
 	// (FEED_QUOTA_*, api.Config); 0 turns one off.
@@ -230,6 +239,7 @@ func LoadConfig() (Config, error) {
 
 		AllowDevSecret:   os.Getenv("FEED_ALLOW_DEV_SECRET") == "1",
 		ReadCacheBarrier: os.Getenv("FEED_READ_CACHE_BARRIER") == "1",
+		StreamsGoroutine: os.Getenv("FEED_STREAMS_GOROUTINE") == "1",
 	}
 	if b := strings.TrimSpace(os.Getenv("KAFKA_BROKERS")); b != "" {
 		for _, s := range strings.Split(b, ",") {
@@ -268,6 +278,8 @@ func LoadConfig() (Config, error) {
 		{"FEED_QUOTA_READS_PER_SECOND", 20, func(v int64) { c.QuotaReadsPerSecond = int(v) }},
 		{"FEED_QUOTA_REGISTRATIONS_PER_HOUR", 20, func(v int64) { c.QuotaRegistrationsPerHour = int(v) }},
 		{"FEED_MAX_IDLE_CONNS", api.DefaultMaxIdleConns, func(v int64) { c.MaxIdleConns = int(v) }},
+		{"FEED_STREAMS_PER_USER", api.DefaultStreamsPerUser, func(v int64) { c.StreamsPerUser = int(v) }},
+		{"FEED_STREAMS_MAX", api.DefaultStreamsMax, func(v int64) { c.StreamsMax = int(v) }},
 		{"FEED_KAFKA_FETCH_MIN_BYTES", kafka.FetchMinBytes, func(v int64) { c.KafkaFetchMinBytes = int32(min(v, math.MaxInt32)) }},
 	}
 	for _, i := range ints {

@@ -173,6 +173,9 @@ var envDocs = map[string]string{
 	"FEED_QUOTA_REGISTRATIONS_PER_HOUR":   "registrations per hour per client address, likewise (default 20)",
 	"FEED_MAX_CONNS":                      "connections the API holds open; more wait in the listen backlog, 0 no bound (default 10000)",
 	"FEED_MAX_IDLE_CONNS":                 "kept-alive connections the API holds between requests; more are closed as they go idle, 0 no bound (default 1000)",
+	"FEED_STREAMS_PER_USER":               "live streams (GET /api/feed/stream) one user holds open in a process; one more ends the oldest (default 4)",
+	"FEED_STREAMS_MAX":                    "live streams a process holds open; more are 503 with Retry-After (default 10000)",
+	"FEED_STREAMS_GOROUTINE":              "1: serve each live stream from its request's goroutine (about 42 KB an idle stream) instead of the shared workers over hijacked connections (about 5 KB; HTTP/1)",
 	"FEED_BODY_READ_TIMEOUT":              "a write's body must arrive within this, else 408 and the connection closed (default 5s)",
 	"FEED_MAX_CONTENT_CHARS":              "post length limit in characters (default 2000)",
 	"FEED_NODE_ID":                        "Snowflake node id 0..1023, leased in PostgreSQL; refused while another live process holds it (default: lease a free one)",
@@ -219,7 +222,7 @@ var (
 		"FEED_ALLOW_DEV_SECRET", "FEED_NODE_ID",
 		"FEED_MAX_CONTENT_CHARS", "FEED_INBOX_MAX", "FEED_CELEBRITY_CACHE_TTL", "FEED_REFRESH_SETTLE", "FEED_INACTIVE_AFTER", "FEED_READ_CACHE_KEYS", "FEED_READ_CACHE_BARRIER", "FEED_REBUILD_CONCURRENCY",
 		"FEED_MAX_READS_IN_FLIGHT", "FEED_MAX_WRITES_IN_FLIGHT", "FEED_FULL_HOME_READS",
-		"FEED_MAX_CONNS", "FEED_MAX_IDLE_CONNS", "FEED_BODY_READ_TIMEOUT",
+		"FEED_MAX_CONNS", "FEED_MAX_IDLE_CONNS", "FEED_BODY_READ_TIMEOUT", "FEED_STREAMS_PER_USER", "FEED_STREAMS_MAX", "FEED_STREAMS_GOROUTINE",
 		"FEED_QUOTA_WRITES_PER_MINUTE", "FEED_QUOTA_READS_PER_SECOND", "FEED_QUOTA_REGISTRATIONS_PER_HOUR"}
 	envProjections = []string{"FEED_ADMIN_ADDR", "FEED_CELEBRITY_THRESHOLD", "FEED_CELEBRITY_BAND", "FEED_INBOX_MAX", "FEED_INACTIVE_AFTER", "FEED_FOLLOWER_CACHE_ROWS"}
 	envCDC         = []string{"FEED_ADMIN_ADDR", "FEED_PARTITIONS", "FEED_SLOT", "FEED_LAG_WARN_BYTES", "FEED_CDC_ON_SLOT_LOSS"}
