@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -19,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/feedco/feed/homefeed"
+	"github.com/feedco/feed/queries"
 	"github.com/feedco/feed/readmodel"
 	"github.com/feedco/feed/verify"
 )
@@ -112,6 +114,7 @@ func testOracle(t *testing.T, cluster bool) {
 	o.feeds([]int{7, 50})
 	o.authorPosts([]int{7, 50})
 	o.users()
+	o.notifications()
 	o.readModels()
 	if n := s.Poisoned(t); n != 0 {
 		t.Errorf("seed %d: %d messages went to the poison topic (a projector gave up on them)", w.Seed, n)
@@ -234,6 +237,62 @@ func (o *oracle) feeds(limits []int) {
 			}
 		}
 	}
+}
+
+// notifications reads every user's notifications through the API, page
+// by page to the end, and compares them and the unread count with the
+// truth (verify.TruthNotifications; no marker is set, so unread is every
+// shown notification up to queries.UnreadMax).
+func (o *oracle) notifications() {
+	var mu sync.Mutex
+	var bad []mismatch
+	total := 0
+	users := o.wd.users
+	parallel(8, len(users), func(i int) {
+		u := users[i]
+		ctx := o.ctx()
+		want, err := verify.TruthNotifications(ctx, o.s.DB.Pool, u)
+		var d []string
+		if err != nil {
+			d = append(d, "error: "+err.Error())
+		} else {
+			var got []string
+			unread, cursor := -1, ""
+			for page := 0; page < len(want)/7+10; page++ {
+				var p verify.APINotificationPage
+				path := "/api/notifications?limit=7"
+				if cursor != "" {
+					path += "&cursor=" + url.QueryEscape(cursor)
+				}
+				if err := o.s.call(ctx, http.MethodGet, path, o.wd.tokens[u], "", nil, &p, http.StatusOK, nil); err != nil {
+					d = append(d, "error: "+err.Error())
+					break
+				}
+				if unread < 0 {
+					unread = p.Unread
+				}
+				for _, it := range p.Items {
+					got = append(got, it.ID)
+				}
+				if p.NextCursor == nil {
+					break
+				}
+				cursor = *p.NextCursor
+			}
+			d = append(d, verify.DiffNotifications(got, unread, want, min(len(want), queries.UnreadMax))...)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		total += len(want)
+		if len(d) > 0 {
+			bad = append(bad, mismatch{who: fmt.Sprint("user ", u), user: u, diffs: d})
+		}
+	})
+	o.t.Logf("notifications: %d in all", total)
+	if total == 0 {
+		o.errorf("coverage: the run produced no notification")
+	}
+	o.report("notifications", len(users), bad)
 }
 
 // explain dumps what the read side and the source of truth hold for user

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/feedco/feed/queries"
 	"github.com/feedco/feed/readmodel"
@@ -137,4 +138,93 @@ func (v *verifier) notifications(ctx context.Context, u int64) ([]Difference, er
 			Text: fmt.Sprintf("notifications: unread %d served, %d by the truth and the marker", page.Unread, unread)})
 	}
 	return out, nil
+}
+
+// TruthNotifications is u's notifications as GET /api/notifications must
+// list them, from the tables (notificationsTruthSQL): live, not hidden
+// from u (an actor u mutes, or in a block with u), newest first, by their
+// ids.
+func TruthNotifications(ctx context.Context, pool *pgxpool.Pool, u int64) ([]string, error) {
+	rows, err := pool.Query(ctx, notificationsTruthSQL, u)
+	if err != nil {
+		return nil, fmt.Errorf("notifications truth of %d: %w", u, err)
+	}
+	var ns []readmodel.Notification
+	for rows.Next() {
+		var (
+			n      readmodel.Notification
+			typ    int32
+			hidden bool
+		)
+		if err := rows.Scan(&typ, &n.Actor, &n.Post, &n.MS, &hidden); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("notifications truth of %d: %w", u, err)
+		}
+		if !hidden {
+			n.Type = byte(typ)
+			ns = append(ns, n)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("notifications truth of %d: %w", u, err)
+	}
+	slices.SortFunc(ns, func(a, b readmodel.Notification) int {
+		if a.Newer(b) {
+			return -1
+		}
+		return 1
+	})
+	ids := make([]string, len(ns))
+	for i, n := range ns {
+		ids[i] = n.ID()
+	}
+	return ids, nil
+}
+
+// APINotificationPage is a page of GET /api/notifications.
+type APINotificationPage struct {
+	Items []struct {
+		ID    string `json:"id"`
+		Type  string `json:"type"`
+		Actor struct {
+			ID   string `json:"id"`
+			Name string `json:"name"`
+		} `json:"actor"`
+		CreatedAt string `json:"createdAt"`
+	} `json:"items"`
+	NextCursor *string `json:"nextCursor"`
+	Unread     int     `json:"unread"`
+}
+
+// DiffNotifications compares the notification ids a reader was served,
+// in order, and the first page's unread count with the truth (want,
+// newest first; unread the truth's count for the reader's marker).
+func DiffNotifications(got []string, unreadGot int, want []string, unread int) []string {
+	var out []string
+	if !slices.Equal(got, want) {
+		seen := map[string]bool{}
+		for _, id := range got {
+			seen[id] = true
+		}
+		missing, foreign := 0, 0
+		for _, id := range want {
+			if !seen[id] {
+				missing++
+			}
+		}
+		wantSet := map[string]bool{}
+		for _, id := range want {
+			wantSet[id] = true
+		}
+		for _, id := range got {
+			if !wantSet[id] {
+				foreign++
+			}
+		}
+		out = append(out, fmt.Sprintf("notifications: %d served, %d by the truth (%d missing, %d foreign, or out of order)", len(got), len(want), missing, foreign))
+	}
+	if unreadGot != unread {
+		out = append(out, fmt.Sprintf("notifications: unread %d served, %d by the truth", unreadGot, unread))
+	}
+	return out
 }
