@@ -135,6 +135,12 @@ type Config struct {
 	FollowerCacheRows int
 	// InactiveAfter is the policy's (see CelebrityThreshold).
 	InactiveAfter time.Duration
+	// PostHorizon is the policy's (readmodel.Policy.PostHorizon): how long
+	// the posts projection's per-post keys live after the post's creation.
+	PostHorizon time.Duration
+	// Now is the clock the posts projector judges an expiry past by (nil:
+	// time.Now); tests set it.
+	Now func() time.Time
 }
 
 // DefaultConfig returns the defaults of every setting: the feed policy's
@@ -161,6 +167,7 @@ func (c Config) Policy() readmodel.Policy {
 		InboxTrimEvery:     c.InboxTrimEvery,
 		InactiveAfter:      c.InactiveAfter,
 		InboxTTLMargin:     c.InboxTTLMargin,
+		PostHorizon:        c.PostHorizon,
 	}
 }
 
@@ -175,6 +182,7 @@ func (c Config) WithPolicy(p readmodel.Policy) Config {
 	c.InboxTrimEvery = p.InboxTrimEvery
 	c.InactiveAfter = p.InactiveAfter
 	c.InboxTTLMargin = p.InboxTTLMargin
+	c.PostHorizon = p.PostHorizon
 	return c
 }
 

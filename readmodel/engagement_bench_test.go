@@ -3,24 +3,29 @@ package readmodel
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/feedco/feed/internal/snowflake"
 	"github.com/feedco/feed/testkit/testenv"
 )
 
 // BenchmarkEngagementMemory reports the Redis memory of the engagement
 // read models, by MEMORY USAGE (SAMPLES 0: exact) over a few thousand
-// units: bytes a like (a member of liked:{u}) in sets of 300 (an intset)
-// and 2,000 (a hash table), bytes a counts:{p} key with its three counts
+// units: bytes a like (a member of a liked:{u}:<day> bucket) in buckets
+// of 300 (an intset) and 2,000 (a hash table), and in the small buckets a
+// user's likes of one day's posts make (3, 10 and 30 likes, 1,000 users
+// each: the key's own overhead is most of it), bytes a counts:{p} key with its three counts
 // and guards, and bytes a reposts:{O} member in sets of 100 (a listpack)
 // and 2,000 (a skiplist past zset-max-listpack-entries, 1,024 here).
 // Run: go test -run '^$' -bench BenchmarkEngagementMemory -benchtime=1x ./readmodel/
 func BenchmarkEngagementMemory(b *testing.B) {
 	rd := testenv.NewRedis(b)
 	ctx := context.Background()
-	e := NewEngagement(Keys{Prefix: rd.Prefix})
-	const post0 = int64(917297691300466688) // Snowflake ids of this year
+	// With the horizon, as the projector writes: every key has an expiry.
+	e := NewEngagement(Keys{Prefix: rd.Prefix}).WithHorizon(Horizon{H: 4 * 24 * time.Hour})
+	post0 := time.Now().Add(-time.Hour).Sub(snowflake.Epoch).Milliseconds() << 22 // an hour old: inside the horizon
 	usage := func(keys ...string) float64 {
 		var n int64
 		for _, k := range keys {
@@ -44,20 +49,23 @@ func BenchmarkEngagementMemory(b *testing.B) {
 				user := int64(1000*per + u)
 				fill(func(p redis.Pipeliner) {
 					for i := range per {
-						e.QueueLiked(ctx, p, user, post0+int64(i)<<22+int64(u), true)
+						e.QueueLiked(ctx, p, user, post0+int64(i)<<12+int64(u), true)
 					}
 				})
-				keys = append(keys, e.keys.Liked(user))
+				keys = append(keys, e.keys.Liked(user, DayOf(post0)))
 			}
 			return usage(keys...) / float64(users*per)
 		}
 		b.ReportMetric(likes(10, 300), "B/like(intset)")
 		b.ReportMetric(likes(2, 2000), "B/like(hashtable)")
+		b.ReportMetric(likes(1000, 3), "B/like(bucket-of-3)")
+		b.ReportMetric(likes(1000, 10), "B/like(bucket-of-10)")
+		b.ReportMetric(likes(1000, 30), "B/like(bucket-of-30)")
 
 		var counts []string
 		fill(func(p redis.Pipeliner) {
 			for i := range 3000 {
-				post := post0 + int64(i)<<22
+				post := post0 + int64(i)<<12
 				e.QueueBuildCounts(ctx, p, post, Counts{Likes: 12, Reposts: 3, Replies: 5}, 4_000_000+int64(i))
 				counts = append(counts, e.keys.Counts(post))
 			}
@@ -70,7 +78,7 @@ func BenchmarkEngagementMemory(b *testing.B) {
 				orig := post0 + int64(per*1000+o)
 				fill(func(p redis.Pipeliner) {
 					for i := range per {
-						e.QueueAddRepost(ctx, p, orig, Repost{ID: post0 + int64(i+1)<<22, Reposter: int64(100_000 + i)})
+						e.QueueAddRepost(ctx, p, orig, Repost{ID: post0 + int64(i+1)<<12, Reposter: int64(100_000 + i)})
 					}
 				})
 				keys = append(keys, e.keys.Reposts(orig))
