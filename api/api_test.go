@@ -654,7 +654,7 @@ func (f *stubFeed) HomeDegraded(ctx context.Context, user int64, cursor string, 
 	return f.read(ctx, user, "degraded:"+cursor, limit)
 }
 
-func (f *stubFeed) AuthorPosts(ctx context.Context, author int64, cursor string, limit int) (queries.Page, error) {
+func (f *stubFeed) AuthorPosts(ctx context.Context, _, author int64, cursor string, limit int) (queries.Page, error) {
 	return f.read(ctx, author, cursor, limit)
 }
 
@@ -662,7 +662,7 @@ func (f *stubFeed) HomeAfter(ctx context.Context, user int64, after string, limi
 	return f.read(ctx, user, "after:"+after, limit)
 }
 
-func (f *stubFeed) AuthorPostsAfter(ctx context.Context, author int64, after string, limit int) (queries.Page, error) {
+func (f *stubFeed) AuthorPostsAfter(ctx context.Context, _, author int64, after string, limit int) (queries.Page, error) {
 	return f.read(ctx, author, "after:"+after, limit)
 }
 

@@ -1002,13 +1002,13 @@ func (s staticFeed) Home(context.Context, int64, string, int) (queries.Page, err
 func (s staticFeed) HomeDegraded(context.Context, int64, string, int) (queries.Page, error) {
 	return s.p, nil
 }
-func (s staticFeed) AuthorPosts(context.Context, int64, string, int) (queries.Page, error) {
+func (s staticFeed) AuthorPosts(context.Context, int64, int64, string, int) (queries.Page, error) {
 	return s.p, nil
 }
 func (s staticFeed) HomeAfter(context.Context, int64, string, int) (queries.Page, error) {
 	return s.p, nil
 }
-func (s staticFeed) AuthorPostsAfter(context.Context, int64, string, int) (queries.Page, error) {
+func (s staticFeed) AuthorPostsAfter(context.Context, int64, int64, string, int) (queries.Page, error) {
 	return s.p, nil
 }
 func (s staticFeed) PostView(context.Context, int64, int64) (queries.PostView, error) {

@@ -39,7 +39,7 @@ func TestRedisDownServesDegraded(t *testing.T) {
 		feed = f
 		d.Feed = f
 		d.AfterPostCreated = func(ctx context.Context, p commands.Post) {
-			_ = f.PostCreated(ctx, queries.NewPost{ID: p.ID, AuthorID: p.AuthorID, Content: p.Content, CreatedAt: p.CreatedAt})
+			_ = f.PostCreated(ctx, api.NewPostOf(p))
 		}
 		d.Degradable = map[string]func(context.Context) error{"redis": func(ctx context.Context) error { return rdb.Ping(ctx).Err() }}
 	}})

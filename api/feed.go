@@ -31,12 +31,13 @@ type FeedReader interface {
 	// reads are already in flight: the inbox and own posts only, with a
 	// nextCursor that resumes the full merge (queries.Feed.HomeDegraded).
 	HomeDegraded(ctx context.Context, userID int64, cursor string, limit int) (queries.Page, error)
-	// AuthorPosts is authorID's own posts, newest first.
-	AuthorPosts(ctx context.Context, authorID int64, cursor string, limit int) (queries.Page, error)
+	// AuthorPosts is authorID's own posts and reposts, newest first, as
+	// viewer sees them (counts, the viewer's state, quotes).
+	AuthorPosts(ctx context.Context, viewer, authorID int64, cursor string, limit int) (queries.Page, error)
 	// HomeAfter is the refresh page of userID's home feed just above after.
 	HomeAfter(ctx context.Context, userID int64, after string, limit int) (queries.Page, error)
 	// AuthorPostsAfter is the refresh page of authorID's posts just above after.
-	AuthorPostsAfter(ctx context.Context, authorID int64, after string, limit int) (queries.Page, error)
+	AuthorPostsAfter(ctx context.Context, viewer, authorID int64, after string, limit int) (queries.Page, error)
 	// PostView is post id as viewer sees it; queries.ErrPostNotFound is 404.
 	PostView(ctx context.Context, viewer, id int64) (queries.PostView, error)
 	// Replies is a page of post id's direct replies as viewer sees them,
@@ -76,9 +77,9 @@ func (s *Server) authorPosts(w http.ResponseWriter, r *http.Request, caller int6
 			return queries.Page{Items: []queries.Post{}}, err // the blocker's posts are hidden from the blocked
 		}
 		if after {
-			return s.deps.Feed.AuthorPostsAfter(ctx, author, cursor, limit)
+			return s.deps.Feed.AuthorPostsAfter(ctx, caller, author, cursor, limit)
 		}
-		return s.deps.Feed.AuthorPosts(ctx, author, cursor, limit)
+		return s.deps.Feed.AuthorPosts(ctx, caller, author, cursor, limit)
 	})
 }
 

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -9,6 +10,8 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 
 	"github.com/feedco/feed/api"
+	"github.com/feedco/feed/events"
+	"github.com/feedco/feed/queries"
 )
 
 // Every route of the router is an operation of the OpenAPI document, and
@@ -101,4 +104,59 @@ func TestAllowAndLocation(t *testing.T) {
 	if id := r.json(t)["id"].(string); r.Status != 201 || r.Header.Get("Location") != "/api/posts/"+id {
 		t.Fatalf("create post: %d, Location %q", r.Status, r.Header.Get("Location"))
 	}
+}
+
+// Every shape a feed item takes (a post with each optional field, a
+// quote hydrated or unavailable, a quote's own quote by id, a repost
+// entry) matches the Page schema as the query side encodes it, and an
+// item missing what the schema requires does not: the schema is no
+// catch-all. The e2e's shares tests validate such pages from the whole
+// system.
+func TestOpenAPIFeedItems(t *testing.T) {
+	loader := openapi3.NewLoader()
+	doc, err := loader.LoadFromData(api.OpenAPI())
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := doc.Components.Schemas["Page"].Value
+	at := "2026-11-30T09:49:48.318Z"
+	item := func(id string) queries.Post {
+		return queries.Post{ID: id, AuthorID: "2", Author: queries.Author{ID: "2", Name: "bob"}, Content: "so true", CreatedAt: at,
+			Counts: &queries.Counts{Likes: 1}, Viewer: &queries.ViewerState{Liked: true}}
+	}
+	full := item("11")
+	full.EditedAt = at
+	full.Media = []events.Media{{URL: "https://cdn.example/a.jpg", MIMEType: "image/jpeg", Alt: "a cat", Width: 10, Height: 20}}
+	full.ReplyTo = &queries.PostRef{ID: "9", AuthorID: "1"}
+	quoted := item("8")
+	quoted.Quote = &queries.Quote{ID: "7"}
+	full.Quote = &queries.Quote{ID: "8", Post: &quoted}
+	gone := item("12")
+	gone.Quote = &queries.Quote{ID: "6", Unavailable: true}
+	original := item("5")
+	repost := queries.Post{ID: "13", AuthorID: "3", Author: queries.Author{ID: "3", Name: "cy"}, CreatedAt: at, RepostOf: &original}
+	next := "cursor"
+	valid := queries.Page{Items: []queries.Post{full, gone, repost, item("4")}, NextCursor: &next, PrevCursor: &next}
+	check := func(what string, p queries.Page, want bool) {
+		t.Helper()
+		var v any
+		if err := json.Unmarshal(p.AppendJSON(nil), &v); err != nil {
+			t.Fatal(err)
+		}
+		if err := page.VisitJSON(v); (err == nil) != want {
+			t.Errorf("%s: %s: valid %v, want %v (%v)", what, p.AppendJSON(nil), err == nil, want, err)
+		}
+	}
+	check("every shape", valid, true)
+	noCounts := item("1")
+	noCounts.Counts = nil
+	check("a post without counts", queries.Page{Items: []queries.Post{noCounts}}, false)
+	bare := repost
+	bare.RepostOf = nil
+	check("a repost entry without its original", queries.Page{Items: []queries.Post{bare}}, false)
+	nested := item("2")
+	inner := item("3")
+	inner.Quote = &queries.Quote{ID: "4", Post: &quoted}
+	nested.Quote = &queries.Quote{ID: "3", Post: &inner}
+	check("a quote's own quote hydrated", queries.Page{Items: []queries.Post{nested}}, false)
 }

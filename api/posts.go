@@ -9,6 +9,7 @@ import (
 
 	"github.com/feedco/feed/commands"
 	"github.com/feedco/feed/events"
+	"github.com/feedco/feed/queries"
 )
 
 // postJSON is the post resource; ids are strings (JSON numbers lose
@@ -179,4 +180,15 @@ func (s *Server) editPost(w http.ResponseWriter, r *http.Request, caller int64) 
 		s.deps.AfterPostEdited(r.Context(), p)
 	}
 	return nil
+}
+
+// NewPostOf is what the query side is told of a just-committed post
+// (queries.Feed.PostCreated): the post as the command committed it.
+func NewPostOf(p commands.Post) queries.NewPost {
+	np := queries.NewPost{ID: p.ID, AuthorID: p.AuthorID, Content: p.Content, CreatedAt: p.CreatedAt,
+		QuoteOf: p.QuoteOf, QuoteAuthor: p.QuoteAuthor, Media: p.Media}
+	if p.ReplyTo != nil {
+		np.ReplyTo, np.ReplyToAuthor = p.ReplyTo.ID, p.ReplyTo.AuthorID
+	}
+	return np
 }

@@ -134,7 +134,7 @@ func shedFeed(t *testing.T, cfg api.Config) (*env, *testenv.RedisServer, *querie
 		feed = f
 		d.Feed = f
 		d.AfterPostCreated = func(ctx context.Context, p commands.Post) {
-			_ = f.PostCreated(ctx, queries.NewPost{ID: p.ID, AuthorID: p.AuthorID, Content: p.Content, CreatedAt: p.CreatedAt})
+			_ = f.PostCreated(ctx, api.NewPostOf(p))
 		}
 	}})
 	return e, srv, feed

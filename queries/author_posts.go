@@ -15,7 +15,7 @@ import (
 // not built (lost with Redis) is served from PostgreSQL and rebuilt in the
 // background (cold_rebuild.go). While Redis is
 // unavailable the page comes from PostgreSQL, marked Degraded.
-func (f *Feed) AuthorPosts(ctx context.Context, authorID int64, cursor string, limit int) (Page, error) {
+func (f *Feed) AuthorPosts(ctx context.Context, viewer, authorID int64, cursor string, limit int) (Page, error) {
 	if err := checkArgs(authorID, limit); err != nil {
 		return Page{}, err
 	}
@@ -24,14 +24,16 @@ func (f *Feed) AuthorPosts(ctx context.Context, authorID int64, cursor string, l
 		return Page{}, err
 	}
 	return f.guarded(ctx, "author", limit,
-		func() (Page, error) { return f.authorPosts(ctx, authorID, cur, limit) },
-		func(ctx context.Context, n int) ([]item, error) { return f.pgAuthor(ctx, authorID, cur, minKey, n) })
+		func() (Page, error) { return f.authorPosts(ctx, viewer, authorID, cur, limit) },
+		func(ctx context.Context, n int) ([]item, error) {
+			return f.pgAuthor(ctx, viewer, authorID, cur, minKey, n)
+		})
 }
 
 // authorPosts is AuthorPosts from the author's timeline (and PostgreSQL
 // below it).
-func (f *Feed) authorPosts(ctx context.Context, authorID int64, cur key, limit int) (Page, error) {
-	items, err := f.authorItems(ctx, authorID, cur, limit+1, nil)
+func (f *Feed) authorPosts(ctx context.Context, viewer, authorID int64, cur key, limit int) (Page, error) {
+	items, err := f.authorItems(ctx, viewer, authorID, cur, limit+1, nil)
 	if err != nil {
 		return Page{}, err
 	}
@@ -41,7 +43,7 @@ func (f *Feed) authorPosts(ctx context.Context, authorID int64, cur key, limit i
 // authorItems appends to items up to need of authorID's non-deleted posts
 // strictly older than cur, newest first: fewer only when the author has no
 // more. AuthorPosts and AuthorPostsAfter (refresh.go) page with it.
-func (f *Feed) authorItems(ctx context.Context, authorID int64, cur key, need int, items []item) ([]item, error) {
+func (f *Feed) authorItems(ctx context.Context, viewer, authorID int64, cur key, need int, items []item) ([]item, error) {
 	fresh := f.useDeletionFeed(f.now())
 	used := map[string]bool{}
 	mode := stepRedis
@@ -70,7 +72,7 @@ func (f *Feed) authorItems(ctx context.Context, authorID int64, cur key, need in
 			}
 			used["redis"] = true
 			seg := mergeSegment(cur, []source{src})
-			items, err = f.hydrate(ctx, seg.keys, visibility{author: authorID, fresh: fresh}, short, items)
+			items, err = f.hydrate(ctx, seg.keys, visibility{viewer: viewer, author: authorID, fresh: fresh}, short, items)
 			if err != nil {
 				return items, err
 			}
@@ -80,7 +82,7 @@ func (f *Feed) authorItems(ctx context.Context, authorID int64, cur key, need in
 		if !used["cold"] {
 			used["pg"] = true
 		}
-		got, err := f.pgAuthor(ctx, authorID, cur, minKey, need-len(items))
+		got, err := f.pgAuthor(ctx, viewer, authorID, cur, minKey, need-len(items))
 		if err != nil {
 			return items, err
 		}

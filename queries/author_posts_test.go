@@ -17,7 +17,7 @@ func TestAuthorPostsTimelineThenPostgres(t *testing.T) {
 		}
 	}
 	read := func(limit int) []key {
-		return b.readAll(func(c string) (Page, error) { return b.feed.AuthorPosts(b.ctx, a, c, limit) }, limit)
+		return b.readAll(func(c string) (Page, error) { return b.feed.AuthorPosts(b.ctx, a, a, c, limit) }, limit)
 	}
 	// No timeline at all yet (a new author the projector has not reached):
 	// PostgreSQL answers.

@@ -61,9 +61,10 @@ SELECT ((1767225600000 + g * 1000 - $1::bigint) << 22) | g, 1 + g % 50, 'post ' 
 }
 
 // BenchmarkHome reads first pages of 20 from warm inboxes, 32 goroutines.
-// Sub-benchmarks: the full query; the raw Redis two commands a read needs
-// (GETRANGE of the newest 21 ids + MGET 20); the naive fan-out-on-read
-// pull SQL.
+// Sub-benchmarks: the full query; the raw Redis work a read needs
+// (GETRANGE of the newest 21 ids + MGET 20, then a pipeline of the 20
+// posts' HMGET counts:{p} and the reader's two SMISMEMBER); the naive
+// fan-out-on-read pull SQL.
 func BenchmarkHome(b *testing.B) {
 	f, readers, rdb, keys, pool := benchData(b)
 	ctx := context.Background()
@@ -86,6 +87,7 @@ func BenchmarkHome(b *testing.B) {
 		})
 		report(b, start)
 	})
+	eng := readmodel.NewEngagement(keys)
 	b.Run("raw-redis", func(b *testing.B) {
 		b.SetParallelism(16)
 		start := time.Now()
@@ -98,10 +100,21 @@ func BenchmarkHome(b *testing.B) {
 					return
 				}
 				ks := make([]string, 20)
+				ids := make([]int64, 20)
 				for i := range ks {
-					ks[i] = keys.Post(int64(binary.BigEndian.Uint64([]byte(m[8*(20-i) : 8*(21-i)]))))
+					ids[i] = int64(binary.BigEndian.Uint64([]byte(m[8*(20-i) : 8*(21-i)])))
+					ks[i] = keys.Post(ids[i])
 				}
 				if err := rdb.MGet(ctx, ks...).Err(); err != nil {
+					b.Error(err)
+					return
+				}
+				// The items' dynamic part: each post's counts and the
+				// reader's likes and reposts, in one pipeline.
+				pipe := rdb.Pipeline()
+				eng.QueueCounts(ctx, pipe, ids)
+				eng.QueueViewerState(ctx, pipe, u, ids)
+				if _, err := pipe.Exec(ctx); err != nil {
 					b.Error(err)
 					return
 				}

@@ -41,7 +41,7 @@ func TestHomeHealsAfterRedisLosesEverything(t *testing.T) {
 			sameFeed(t, when+": home", b.readHome(u, 4), b.truth(u))
 		}
 		for _, a := range authors {
-			got := b.readAll(func(cur string) (Page, error) { return b.feed.AuthorPosts(b.ctx, a, cur, 3) }, 3)
+			got := b.readAll(func(cur string) (Page, error) { return b.feed.AuthorPosts(b.ctx, a, a, cur, 3) }, 3)
 			sameFeed(t, when+": author posts", got, b.authorTruth(a))
 		}
 	}

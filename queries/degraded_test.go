@@ -84,7 +84,7 @@ func TestHomeDegradedWhileRedisDown(t *testing.T) {
 		t.Fatalf("first page while Redis is down: %+v, %v; want 2 degraded items and a cursor", p, err)
 	}
 	got := b.readAll(func(c string) (Page, error) {
-		p, err := b.feed.AuthorPosts(b.ctx, author, c, 2)
+		p, err := b.feed.AuthorPosts(b.ctx, author, author, c, 2)
 		if err == nil && !p.Degraded {
 			t.Errorf("author page while Redis is down not degraded")
 		}

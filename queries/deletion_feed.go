@@ -14,8 +14,8 @@ import (
 // The deletion feed (a change feed of post bodies) lets the process keep
 // post bodies for minutes instead of PostCacheTTL: a post's body changes
 // only by an edit (post.edited.v1, with the whole new content and the
-// post's version) or its deletion (post.deleted.v1), both events in the
-// event log. So each process polls the log for them (one small indexed
+// post's version) or its deletion (post.deleted.v1; for a repost's own
+// entry, post.unreposted.v1), all events in the event log. So each process polls the log for them (one small indexed
 // query per DeletionPollInterval, only while it serves reads, from Feed.Run), applies
 // them to its post cache, and knows "every deletion and edit committed
 // before T is applied"; while T is fresh (now - T < PostCacheTTL) a cached
@@ -41,6 +41,11 @@ const (
 	deletionScanLimit = 10_000
 )
 
+// deletedIDSQL is the id whose body an event ends: a deleted post's, or
+// an undone repost's own entry (its post:{r} becomes a tombstone, as a
+// deleted post's does).
+const deletedIDSQL = `CASE WHEN type = 'post.deleted.v1' THEN (payload->>'postId')::bigint ELSE (payload->>'repostId')::bigint END`
+
 // deletionStartSQL (re)starts the feed: the deletions and edits (their
 // payloads, in log order) recorded in the last $1 and the snapshot's xmin. Every transaction below xmin has finished, so
 // its events are visible here if it committed; the next poll continues
@@ -49,8 +54,8 @@ const (
 // milliseconds).
 const deletionStartSQL = `
 SELECT pg_snapshot_xmin(pg_current_snapshot())::text,
-       ARRAY(SELECT (payload->>'postId')::bigint FROM events
-             WHERE recorded_at > now() - $1::int * interval '1 second' AND type = 'post.deleted.v1'),
+       ARRAY(SELECT ` + deletedIDSQL + ` FROM events
+             WHERE recorded_at > now() - $1::int * interval '1 second' AND type IN ('post.deleted.v1', 'post.unreposted.v1')),
        ARRAY(SELECT payload::text FROM events
              WHERE recorded_at > now() - $1::int * interval '1 second' AND type = 'post.edited.v1' ORDER BY position)`
 
@@ -65,7 +70,7 @@ WITH r AS MATERIALIZED (
     SELECT type, payload FROM events WHERE tx_id >= $1::text::xid8 ORDER BY tx_id LIMIT $2)
 SELECT pg_snapshot_xmin(pg_current_snapshot())::text,
        (SELECT count(*) FROM r),
-       ARRAY(SELECT (payload->>'postId')::bigint FROM r WHERE type = 'post.deleted.v1'),
+       ARRAY(SELECT ` + deletedIDSQL + ` FROM r WHERE type IN ('post.deleted.v1', 'post.unreposted.v1')),
        ARRAY(SELECT payload::text FROM r WHERE type = 'post.edited.v1')`
 
 // deletionFeed is the poller's state.
@@ -184,7 +189,7 @@ func (f *Feed) applyChanges(deleted []int64, edits []string, now time.Time) {
 			}
 			continue
 		}
-		f.posts.markEdited(e.PostID, e.Version, e.Content, now)
+		f.posts.markEdited(e.PostID, e.Version, e.Content, e.EditedAt, now)
 	}
 }
 

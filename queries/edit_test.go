@@ -33,7 +33,7 @@ func (b *bundle) contents(user, author int64) map[int64]string {
 		var p Page
 		var err error
 		if author != 0 {
-			p, err = b.feed.AuthorPosts(b.ctx, author, cursor, 3)
+			p, err = b.feed.AuthorPosts(b.ctx, author, author, cursor, 3)
 		} else {
 			p, err = b.feed.Home(b.ctx, user, cursor, 3)
 		}
@@ -46,6 +46,9 @@ func (b *bundle) contents(user, author int64) map[int64]string {
 				b.t.Fatalf("post %d shown twice", id)
 			}
 			out[id] = it.Content
+			if edited := it.Content != "post "+it.ID; edited != (it.EditedAt != "") {
+				b.t.Fatalf("post %d shows %q with editedAt %q", id, it.Content, it.EditedAt)
+			}
 		}
 		if p.NextCursor == nil {
 			return out
@@ -146,8 +149,8 @@ func TestPostCacheKeepsNewestEdit(t *testing.T) {
 		return out[0]
 	}
 	c.store(body(1, "v1", 1))
-	c.markEdited(1, 3, "v3", now)
-	c.markEdited(1, 2, "v2", now)
+	c.markEdited(1, 3, "v3", now, now)
+	c.markEdited(1, 2, "v2", now, now)
 	if p := get(1); p.it.post.Content != "v3" || p.version != 3 {
 		t.Fatalf("after edits 3 then 2: %q at %d", p.it.post.Content, p.version)
 	}
@@ -158,7 +161,7 @@ func TestPostCacheKeepsNewestEdit(t *testing.T) {
 		t.Fatalf("a newer answer was not stored: %q", p.it.post.Content)
 	}
 	// Learnt before the body is read (evicted, or never cached).
-	c.markEdited(2, 2, "v2", now)
+	c.markEdited(2, 2, "v2", now, now)
 	if p := c.store(body(2, "v1", 1)); p.it.post.Content != "v2" || p.version != 2 {
 		t.Fatalf("an edit learnt earlier was not applied to an older answer: %q", p.it.post.Content)
 	}
@@ -166,7 +169,7 @@ func TestPostCacheKeepsNewestEdit(t *testing.T) {
 		t.Fatalf("the page's JSON does not hold the edit: %s", js)
 	}
 	c.markDeleted([]int64{2}, now)
-	c.markEdited(2, 3, "v3", now)
+	c.markEdited(2, 3, "v3", now, now)
 	if p := get(2); !p.deleted {
 		t.Fatal("an edit undid a deletion")
 	}

@@ -161,7 +161,7 @@ func TestHomeDegradedFallsBackToTheFullMerge(t *testing.T) {
 		got = append(got, itemKey(t, it))
 	}
 	sameFeed(t, "two pages", got, b.truth(u)[:4])
-	if _, err := b.feed.AuthorPosts(b.ctx, a, *p.NextCursor, 2); !isBadCursor(err) {
+	if _, err := b.feed.AuthorPosts(b.ctx, a, a, *p.NextCursor, 2); !isBadCursor(err) {
 		t.Fatalf("author posts with a resume cursor: %v, want a bad cursor", err)
 	}
 }

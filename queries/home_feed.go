@@ -261,25 +261,25 @@ func (f *Feed) homeSegment(ctx context.Context, user int64, cur key, want int, p
 	if cold := (coldParts{inbox: !rr.inbox.built, following: !rr.followBuilt, own: !rr.own.built}); cold.any() {
 		return homeRead{}, cold, nil
 	}
-	var probe []item
+	var probe []cand
 	if after, behind := ownBehind(rr.own.src, rr.newest, cur); behind {
-		if probe, err = f.pgAuthor(ctx, user, cur, after, n); err != nil {
+		if probe, err = f.pgAuthorCands(ctx, user, cur, after, n); err != nil {
 			return homeRead{}, coldParts{}, err
 		}
 	}
 	inboxSrc, ownSrc := rr.inbox.src, rr.own.src
 	srcs := make([]source, 0, 8) // and the probe's and the celebrities'
 	srcs = append(srcs, inboxSrc, ownSrc)
-	var pre map[int64]item
+	var pre map[int64]*cachedPost
 	if len(probe) > 0 {
-		pre = make(map[int64]item, len(probe))
+		pre = make(map[int64]*cachedPost, len(probe))
 		probeSrc := source{bound: minKey}
-		for _, it := range probe {
-			pre[it.key.id] = it
-			probeSrc.keys = append(probeSrc.keys, it.key)
+		for _, c := range probe {
+			pre[c.k.id] = c.cp
+			probeSrc.keys = append(probeSrc.keys, c.k)
 		}
 		if len(probe) >= n {
-			probeSrc.bound = probe[len(probe)-1].key // SQL orders exactly: complete above its last row
+			probeSrc.bound = probe[len(probe)-1].k // SQL orders exactly: complete above its last row
 		}
 		srcs = append(srcs, probeSrc)
 	}

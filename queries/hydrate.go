@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -14,14 +15,14 @@ import (
 
 // visibility says which hydrated posts a page may show.
 type visibility struct {
-	viewer      int64          // home feeds: the reader, whose own posts are always shown
-	author      int64          // author pages: only this author's posts
-	follows     followAnswers  // follow answers already read for this page (celebrities, hinted authors)
-	checkFollow bool           // hide authors not in following:{viewer}
-	pre         map[int64]item // posts already read from PostgreSQL
-	fresh       bool           // the deletion feed vouches for cached bodies (postCache.lookup)
-	authors     *[]int64       // if set, receives the authors of the hydrated posts (follow hints)
-	gen         *cacheGen      // the read-cache generation of the page's segment read (homeReply.gen): followsThrough
+	viewer      int64                 // home feeds: the reader, whose own posts are always shown
+	author      int64                 // author pages: only this author's posts
+	follows     followAnswers         // follow answers already read for this page (celebrities, hinted authors)
+	checkFollow bool                  // hide authors not in following:{viewer}
+	pre         map[int64]*cachedPost // posts already read from PostgreSQL
+	fresh       bool                  // the deletion feed vouches for cached bodies (postCache.lookup)
+	authors     *[]int64              // if set, receives the authors of the hydrated posts (follow hints)
+	gen         *cacheGen             // the read-cache generation of the page's segment read (homeReply.gen): followsThrough
 }
 
 // hydrate appends to out the segment's keys, newest first, as up to want
@@ -45,6 +46,7 @@ func (f *Feed) hydrate(ctx context.Context, keys []key, vis visibility, want int
 
 type hydrated struct {
 	item    item
+	cp      *cachedPost
 	author  int64
 	deleted bool
 	ok      bool
@@ -77,8 +79,8 @@ func (f *Feed) hydrateBatch(ctx context.Context, batch []key, vis visibility, ou
 	// Posts read from PostgreSQL by the fallback probe need no cache.
 	var get []int
 	for _, i := range ask {
-		if it, ok := vis.pre[batch[i].id]; ok {
-			res[i] = hydrated{item: it, author: vis.viewer, ok: true}
+		if cp, ok := vis.pre[batch[i].id]; ok {
+			res[i] = fromCache(cp, batch[i])
 			continue
 		}
 		get = append(get, i)
@@ -122,6 +124,7 @@ func (f *Feed) hydrateBatch(ctx context.Context, batch []key, vis visibility, ou
 	for a, ok := range more {
 		follows[a] = ok
 	}
+	cands := make([]cand, 0, len(res))
 	for _, h := range res {
 		if !h.ok || h.deleted {
 			continue
@@ -135,11 +138,16 @@ func (f *Feed) hydrateBatch(ctx context.Context, batch []key, vis visibility, ou
 		if vis.checkFollow && h.author != vis.viewer && !vis.follows.follows(h.author) && !follows[h.author] {
 			continue
 		}
-		if len(out) < limit {
-			out = append(out, h.item)
-		}
+		cands = append(cands, cand{k: h.item.key, cp: h.cp})
 	}
-	return out, nil
+	known := func(a int64) (bool, bool) {
+		if vis.follows.known(a) {
+			return vis.follows.follows(a), true
+		}
+		is, ok := follows[a]
+		return is, ok
+	}
+	return f.show(ctx, fromRedis, vis, known, cands, out, limit)
 }
 
 // hydrateRead fills res[i] for the bodies read from Redis (get, read in
@@ -153,12 +161,11 @@ func (f *Feed) hydrateRead(ctx context.Context, batch []key, res []hydrated, get
 			missing = append(missing, batch[i].id)
 			continue
 		}
-		var p readmodel.Post
-		if err := json.Unmarshal(raw, &p); err != nil || p.ID != batch[i].id {
+		cp, ok := cachedOf(raw, batch[i].id, batch[i].ms, now)
+		if !ok {
 			missing = append(missing, batch[i].id) // unreadable cache entry: ask the truth
 			continue
 		}
-		cp := &cachedPost{it: newItem(p.ID, p.AuthorID, p.Content, batch[i].ms), author: p.AuthorID, version: p.ContentVersion(), deleted: p.Deleted, checkedAt: now}
 		res[i] = fromCache(f.posts.store(cp), batch[i])
 	}
 	f.metrics.hydRedis.Add(float64(len(get) - len(missing)))
@@ -173,13 +180,42 @@ func (f *Feed) hydrateRead(ctx context.Context, batch []key, res []hydrated, get
 				continue
 			}
 			if r, ok := rows[batch[i].id]; ok {
-				cp := &cachedPost{it: r.item, author: r.author, version: r.version, deleted: r.deleted, checkedAt: now}
+				cp := &cachedPost{it: itemOf(r.facts), facts: r.facts, author: r.facts.author, version: r.version, deleted: r.deleted, checkedAt: now}
 				res[i] = fromCache(f.posts.store(cp), batch[i])
 			}
 			// A post the truth does not know is never shown.
 		}
 	}
 	return nil
+}
+
+// cachedOf is the cache entry of a body of the Redis post cache (raw) of
+// post id, shown at ms (0: at its createdAt); false when it is not
+// readable as that post's.
+func cachedOf(raw []byte, id, ms, now int64) (*cachedPost, bool) {
+	var p readmodel.Post
+	if err := json.Unmarshal(raw, &p); err != nil || p.ID != id {
+		return nil, false
+	}
+	if ms == 0 {
+		t, err := time.Parse(time.RFC3339Nano, p.CreatedAt)
+		if err != nil {
+			return nil, false
+		}
+		ms = t.UnixMilli()
+	}
+	fa := factsOf(p, ms)
+	return &cachedPost{it: itemOf(fa), facts: fa, author: p.AuthorID, version: p.ContentVersion(), deleted: p.Deleted, checkedAt: now}, true
+}
+
+// cachedFromRedis is cachedOf the j-th body of reads, false when absent
+// or unreadable.
+func cachedFromRedis(reads readmodel.BodyReads, j int, id, ms, now int64) (*cachedPost, bool) {
+	raw, ok := reads.At(j)
+	if !ok {
+		return nil, false
+	}
+	return cachedOf(raw, id, ms, now)
 }
 
 // queueBodies queues the reads of the bodies of batch[i] for i in get:
@@ -201,7 +237,7 @@ func (f *Feed) queueBodies(ctx context.Context, pipe redis.Pipeliner, batch []ke
 func fromCache(cp *cachedPost, k key) hydrated {
 	it := cp.it
 	it.key = k
-	return hydrated{item: it, author: cp.author, deleted: cp.deleted, ok: true}
+	return hydrated{item: it, cp: cp, author: cp.author, deleted: cp.deleted, ok: true}
 }
 
 // followAnswers are the answers of one SMISMEMBER following:{viewer}:

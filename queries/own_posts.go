@@ -20,6 +20,11 @@ type NewPost struct {
 	AuthorID  int64
 	Content   string
 	CreatedAt time.Time
+	// A reply's parent and its author, a quote's quoted post and its
+	// author, the media: as the command committed them (zero: none).
+	ReplyTo, ReplyToAuthor int64
+	QuoteOf, QuoteAuthor   int64
+	Media                  []events.Media
 }
 
 // writeThroughTimeout bounds the Redis writes of PostCreated and
@@ -47,7 +52,9 @@ func (f *Feed) PostCreated(ctx context.Context, p NewPost) error {
 		return ErrInvalidID
 	}
 	now := f.now()
-	cp := &cachedPost{it: newItem(p.ID, p.AuthorID, p.Content, p.CreatedAt.UnixMilli()), author: p.AuthorID, version: 1, checkedAt: now.UnixNano()}
+	fa := postFacts{id: p.ID, author: p.AuthorID, content: p.Content, ms: p.CreatedAt.UnixMilli(), media: p.Media,
+		replyTo: p.ReplyTo, replyToAuthor: p.ReplyToAuthor, quoteOf: p.QuoteOf, quoteAuthor: p.QuoteAuthor}
+	cp := &cachedPost{it: itemOf(fa), facts: fa, author: p.AuthorID, version: 1, checkedAt: now.UnixNano()}
 	f.posts.store(cp)
 	done, err := f.writeCircuit.Allow()
 	if err != nil {
@@ -95,7 +102,7 @@ func (f *Feed) PostEdited(ctx context.Context, p EditedPost) error {
 	if p.Version < 2 {
 		return nil // no edit (an unchanged content at version 1)
 	}
-	f.posts.markEdited(p.ID, p.Version, p.Content, f.now())
+	f.posts.markEdited(p.ID, p.Version, p.Content, p.EditedAt, f.now())
 	done, err := f.writeCircuit.Allow()
 	if err != nil {
 		f.metrics.WriteThroughs.WithLabelValues("skipped").Inc()

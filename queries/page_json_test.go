@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/feedco/feed/events"
 )
 
 func FuzzPageAppendJSONMatchesEncodingJSON(f *testing.F) {
@@ -38,15 +40,17 @@ func FuzzPageAppendJSONMatchesEncodingJSON(f *testing.F) {
 	})
 }
 
-// The JSON a post is encoded with once (encodePost, every item the query
-// side makes) is byte for byte encoding/json's, and the fields are the
-// ones newItem made before it kept the JSON.
+// The JSON an item is encoded with once (encodePost, every item the query
+// side makes) and the dynamic part appended per page are byte for byte
+// encoding/json's, for posts with every optional field and repost
+// entries, and the fields are the ones newItem made before it kept the
+// JSON.
 func FuzzEncodedPostMatchesEncodingJSON(f *testing.F) {
-	f.Add(int64(915184806927532032), int64(1), "hello from ana", int64(1764497861283))
-	f.Add(int64(1), int64(2), "<b>&amp;</b> \u2028 \x00 \"q\" \\ \xff\xfe é 😀", int64(0))
-	f.Add(int64(-5), int64(0), "", int64(-62135596800001))
-	f.Add(int64(7), int64(8), "x", int64(253402300800000)) // year 10000
-	f.Fuzz(func(t *testing.T, id, author int64, content string, ms int64) {
+	f.Add(int64(915184806927532032), int64(1), "hello from ana", int64(1764497861283), "ana", uint8(0))
+	f.Add(int64(1), int64(2), "<b>&amp;</b> \u2028 \x00 \"q\" \\ \xff\xfe é 😀", int64(0), "<n>\xff", uint8(255))
+	f.Add(int64(-5), int64(0), "", int64(-62135596800001), "", uint8(7))
+	f.Add(int64(7), int64(8), "x", int64(253402300800000), "é", uint8(42)) // year 10000
+	f.Fuzz(func(t *testing.T, id, author int64, content string, ms int64, name string, shape uint8) {
 		it := newItem(id, author, content, ms)
 		plain := Post{ID: strconv.FormatInt(id, 10), AuthorID: strconv.FormatInt(author, 10), Content: content, CreatedAt: formatTime(ms)}
 		if it.post.ID != plain.ID || it.post.AuthorID != plain.AuthorID || it.post.Content != plain.Content || it.post.CreatedAt != plain.CreatedAt {
@@ -55,7 +59,33 @@ func FuzzEncodedPostMatchesEncodingJSON(f *testing.F) {
 		if it.post.enc == nil {
 			t.Fatal("no encoding kept")
 		}
-		p := Page{Items: []Post{it.post, it.post}}
+		// shape's bits choose the optional fields.
+		fa := postFacts{id: id, author: author, content: content, ms: ms}
+		if shape&1 != 0 {
+			fa.editedAt = formatTime(ms + 1)
+		}
+		if shape&2 != 0 {
+			fa.media = []events.Media{{URL: "https://x/" + content, MIMEType: "image/png", Alt: name, Width: 3, Height: 4}, {URL: "https://y", MIMEType: "video/mp4"}}
+		}
+		if shape&4 != 0 {
+			fa.replyTo, fa.replyToAuthor = id+1, author+1
+		}
+		full := encodePost(fa)
+		full.Author.Name = name
+		full.Counts, full.Viewer = &Counts{Likes: int64(shape), Reposts: 2, Replies: -1}, &ViewerState{Liked: shape&8 != 0, Reposted: true}
+		switch {
+		case shape&16 != 0:
+			q := encodePost(postFacts{id: id + 2, author: author, content: name, ms: ms})
+			q.Quote = &Quote{ID: "9", Unavailable: shape&32 != 0}
+			q.Counts, q.Viewer = &Counts{}, &ViewerState{}
+			full.Quote = &Quote{ID: q.ID, Post: &q}
+		case shape&32 != 0:
+			full.Quote = &Quote{ID: "12", Unavailable: true}
+		}
+		repost := encodePost(postFacts{id: id + 3, author: author + 3, ms: ms, repost: true})
+		repost.Author.Name = name + "!"
+		repost.RepostOf = &full
+		p := Page{Items: []Post{it.post, it.post, full, repost}}
 		want, err := json.Marshal(p)
 		if err != nil {
 			t.Fatal(err)
@@ -77,6 +107,10 @@ func TestEncodedPostChanged(t *testing.T) {
 		"content prefix":  func(p *Post) { p.Content = p.Content[:3] },
 		"createdAt":       func(p *Post) { p.CreatedAt = "2001-01-01T00:00:00.000Z" },
 		"escaped content": func(p *Post) { p.Content = "a \"b\"" },
+		"author's id":     func(p *Post) { p.Author.ID = "5" },
+		"editedAt":        func(p *Post) { p.EditedAt = "2001-01-01T00:00:00.000Z" },
+		"replyTo":         func(p *Post) { p.ReplyTo = &PostRef{ID: "1", AuthorID: "2"} },
+		"media":           func(p *Post) { p.Media = []events.Media{{URL: "https://m"}} },
 	} {
 		it := newItem(123, 4, "hello & <bye>", 1764497861283)
 		if name == "escaped content" {

@@ -57,25 +57,34 @@ type postShard struct {
 // postEdit is an edit learnt from the change feed (or made by this
 // process): the post's content as of version.
 type postEdit struct {
-	version int64
-	content string
-	learnt  int64 // unix nanos
+	version  int64
+	content  string
+	editedAt string // RFC 3339 ms, "" when not known
+	learnt   int64  // unix nanos
 }
 
 // cachedPost is one post body and what is known of its deletion.
 type cachedPost struct {
-	it        item  // the rendered post (key and Post strings)
-	author    int64 // for the follow check
-	version   int64 // the post version of its content (1 as created)
-	deleted   bool  // final once true
-	checkedAt int64 // unix nanos of the last confirmation of !deleted
+	it        item      // the rendered post (key and Post strings)
+	facts     postFacts // what it was rendered from, and what the rules need
+	author    int64     // for the follow check
+	version   int64     // the post version of its content (1 as created)
+	deleted   bool      // final once true
+	checkedAt int64     // unix nanos of the last confirmation of !deleted
 }
 
 // withEdit is a copy of p showing edit e (entries are shared with
 // readers: never changed in place).
 func (p *cachedPost) withEdit(id int64, e postEdit) *cachedPost {
 	d := *p
-	d.it = newItem(id, p.author, e.content, p.it.key.ms)
+	if d.facts.id == 0 { // made from its item alone (tests)
+		d.facts = postFacts{id: id, author: p.author, ms: p.it.key.ms}
+	}
+	d.facts.content = e.content
+	if e.editedAt != "" {
+		d.facts.editedAt = e.editedAt
+	}
+	d.it = itemOf(d.facts)
 	d.version = e.version
 	return &d
 }
@@ -140,6 +149,9 @@ func (c *postCache) lookup(ids []int64, now time.Time, feedFresh bool, out []*ca
 // the post is live).
 func (c *postCache) store(p *cachedPost) *cachedPost {
 	id := p.it.key.id
+	if p.facts.id == 0 { // made from its item alone
+		p.facts = postFacts{id: id, author: p.author, content: p.it.post.Content, ms: p.it.key.ms}
+	}
 	sh := c.shard(id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -167,7 +179,7 @@ func (c *postCache) store(p *cachedPost) *cachedPost {
 // markEdited applies an edit (from the change feed, or made by this
 // process) at now: the cached body, if older, shows it, and a body read
 // later from a source that has not got it yet does too (store).
-func (c *postCache) markEdited(id, version int64, content string, now time.Time) {
+func (c *postCache) markEdited(id, version int64, content string, editedAt, now time.Time) {
 	sh := c.shard(id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -175,6 +187,9 @@ func (c *postCache) markEdited(id, version int64, content string, now time.Time)
 		return
 	}
 	e := postEdit{version: version, content: content, learnt: now.UnixNano()}
+	if !editedAt.IsZero() {
+		e.editedAt = formatTime(editedAt.UnixMilli())
+	}
 	sh.edits[id] = e
 	sh.m.Update(id, func(p *cachedPost) *cachedPost {
 		if p.deleted || p.version >= version {

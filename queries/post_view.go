@@ -8,84 +8,12 @@ import (
 	"math"
 	"strconv"
 	"time"
-
-	"github.com/feedco/feed/events"
 )
 
 // ErrPostNotFound is returned by PostView and Replies for a post that does
 // not exist, is deleted, or whose author blocks the viewer (the api
 // answers 404).
 var ErrPostNotFound = errors.New("post not found")
-
-// PostView is one post as an app shows it: its author, the post it
-// replies to, the post it quotes (hydrated one level deep), its counts and
-// the viewer's own state.
-type PostView struct {
-	ID        string         `json:"id"`
-	AuthorID  string         `json:"authorId"`
-	Author    Author         `json:"author"`
-	Content   string         `json:"content"`
-	CreatedAt string         `json:"createdAt"`          // RFC 3339, UTC, milliseconds
-	EditedAt  string         `json:"editedAt,omitempty"` // absent: never edited
-	Media     []events.Media `json:"media,omitempty"`    // absent: none
-	ReplyTo   *PostRef       `json:"replyTo,omitempty"`  // absent: not a reply
-	Quote     *Quote         `json:"quote,omitempty"`    // absent: not a quote
-	Counts    Counts         `json:"counts"`             // live replies, reposts, likes
-	Viewer    ViewerState    `json:"viewer"`             // the viewer's own likes and reposts
-}
-
-// Author is a post's author as items carry it.
-type Author struct {
-	ID   string `json:"id"`
-	Name string `json:"name"`
-}
-
-// PostRef names a post and its author (a reply's parent).
-type PostRef struct {
-	ID       string `json:"id"`
-	AuthorID string `json:"authorId"`
-}
-
-// Counts are a post's live replies, reposts and likes.
-type Counts struct {
-	Likes   int64 `json:"likes"`
-	Reposts int64 `json:"reposts"`
-	Replies int64 `json:"replies"`
-}
-
-// ViewerState says whether the viewer likes and reposted the post.
-type ViewerState struct {
-	Liked    bool `json:"liked"`
-	Reposted bool `json:"reposted"`
-}
-
-// Quote is the post a post quotes: the quoted item (Post), or, when the
-// viewer may not see it (deleted; a block between its author and the
-// viewer, either way), only its id with Unavailable. A quote inside a
-// quoted post is its id alone (or Unavailable): hydration goes one level
-// deep.
-type Quote struct {
-	ID          string
-	Unavailable bool
-	Post        *PostView
-}
-
-// MarshalJSON writes the quoted item, {"id","unavailable":true}, or {"id"}.
-func (q Quote) MarshalJSON() ([]byte, error) {
-	switch {
-	case q.Post != nil:
-		return json.Marshal(q.Post)
-	case q.Unavailable:
-		return json.Marshal(struct {
-			ID          string `json:"id"`
-			Unavailable bool   `json:"unavailable"`
-		}{q.ID, true})
-	default:
-		return json.Marshal(struct {
-			ID string `json:"id"`
-		}{q.ID})
-	}
-}
 
 // PostViewPage is a page of PostViews, the shape of a feed page: NextCursor
 // is nil when nothing follows, PrevCursor the cursor of the first item
@@ -109,8 +37,9 @@ const resolveSQL = `COALESCE((SELECT rp.post_id FROM reposts rp WHERE rp.id = $2
 
 // viewSQL selects the hydrated columns of the posts p for the viewer $1:
 // the author's name, the viewer's like and repost, and the quoted post q
-// (its columns null when there is none or the viewer may not see it) with
-// whether its own quote is visible. Everything is joined in PostgreSQL, so
+// (its columns null when there is none or the viewer may not see it: it
+// is deleted, its author is muted by the viewer or in a block with them,
+// as in feeds). Everything is joined in PostgreSQL, so
 // a page is one round trip.
 var viewSQL = `
 SELECT p.id AS id, p.author_id AS author_id, u.name AS name, p.content AS content, p.created_at AS created_at,
@@ -121,17 +50,17 @@ SELECT p.id AS id, p.author_id AS author_id, u.name AS name, p.content AS conten
        q.id AS q_id, q.author_id AS q_author_id, q.name AS q_name, q.content AS q_content, q.created_at AS q_created_at,
        q.edited_at AS q_edited_at, q.media AS q_media, q.reply_to AS q_reply_to, q.reply_to_author AS q_reply_to_author,
        q.quote_of AS q_quote_of, q.like_count AS q_like_count, q.repost_count AS q_repost_count,
-       q.reply_count AS q_reply_count, q.liked AS q_liked, q.reposted AS q_reposted, q.quote_visible AS q_quote_visible
+       q.reply_count AS q_reply_count, q.liked AS q_liked, q.reposted AS q_reposted
 FROM %s
 JOIN users u ON u.id = p.author_id
 LEFT JOIN LATERAL (
     SELECT q.id, q.author_id, qu.name, q.content, q.created_at, q.edited_at, q.media, q.reply_to, q.reply_to_author,
            q.quote_of, q.like_count, q.repost_count, q.reply_count,
            EXISTS (SELECT 1 FROM likes l WHERE l.user_id = $1 AND l.post_id = q.id) AS liked,
-           EXISTS (SELECT 1 FROM reposts r WHERE r.user_id = $1 AND r.post_id = q.id) AS reposted,
-           EXISTS (SELECT 1 FROM posts q2 WHERE q2.id = q.quote_of AND NOT q2.deleted AND ` + visibleTo("q2.author_id") + `) AS quote_visible
+           EXISTS (SELECT 1 FROM reposts r WHERE r.user_id = $1 AND r.post_id = q.id) AS reposted
     FROM posts q JOIN users qu ON qu.id = q.author_id
     WHERE q.id = p.quote_of AND NOT q.deleted AND ` + visibleTo("q.author_id") + `
+      AND NOT EXISTS (SELECT 1 FROM mutes m WHERE m.muter_id = $1 AND m.muted_id = q.author_id)
 ) q ON true`
 
 // postViewSQL is the post $2 (or a repost's original) for the viewer $1:
@@ -175,14 +104,14 @@ type viewRow struct {
 	qMedia                             []byte
 	qReplyTo, qReplyToAuthor, qQuoteOf *int64
 	qLikes, qReposts, qReplies         *int64
-	qLiked, qReposted, qQuoteVisible   *bool
+	qLiked, qReposted                  *bool
 }
 
 func (r *viewRow) dest() []any {
 	return []any{&r.id, &r.author, &r.name, &r.content, &r.createdAt, &r.editedAt, &r.media,
 		&r.replyTo, &r.replyToAuthor, &r.quoteOf, &r.likes, &r.reposts, &r.replies, &r.liked, &r.reposted,
 		&r.qID, &r.qAuthor, &r.qName, &r.qContent, &r.qCreatedAt, &r.qEditedAt, &r.qMedia,
-		&r.qReplyTo, &r.qReplyToAuthor, &r.qQuoteOf, &r.qLikes, &r.qReposts, &r.qReplies, &r.qLiked, &r.qReposted, &r.qQuoteVisible}
+		&r.qReplyTo, &r.qReplyToAuthor, &r.qQuoteOf, &r.qLikes, &r.qReposts, &r.qReplies, &r.qLiked, &r.qReposted}
 }
 
 // view builds the PostView of the row (whose id is not null).
@@ -206,7 +135,7 @@ func (r *viewRow) view() (PostView, error) {
 		return PostView{}, err
 	}
 	if r.qQuoteOf != nil {
-		q.Quote = &Quote{ID: strconv.FormatInt(*r.qQuoteOf, 10), Unavailable: !*r.qQuoteVisible}
+		q.Quote = &Quote{ID: strconv.FormatInt(*r.qQuoteOf, 10)} // one level deep: the id alone, as in feeds
 	}
 	v.Quote.Post = &q
 	return v, nil
@@ -214,20 +143,21 @@ func (r *viewRow) view() (PostView, error) {
 
 func makeView(id, author int64, name, content string, at time.Time, edited *time.Time, media []byte,
 	replyTo, replyToAuthor *int64, counts Counts, viewer ViewerState) (PostView, error) {
-	a := strconv.FormatInt(author, 10)
-	v := PostView{ID: strconv.FormatInt(id, 10), AuthorID: a, Author: Author{ID: a, Name: name}, Content: content,
-		CreatedAt: formatTime(at.UnixMilli()), Counts: counts, Viewer: viewer}
+	fa := postFacts{id: id, author: author, content: content, ms: at.UnixMilli()}
 	if edited != nil {
-		v.EditedAt = formatTime(edited.UnixMilli())
+		fa.editedAt = formatTime(edited.UnixMilli())
 	}
 	if len(media) > 0 {
-		if err := json.Unmarshal(media, &v.Media); err != nil {
+		if err := json.Unmarshal(media, &fa.media); err != nil {
 			return PostView{}, fmt.Errorf("decode media of post %d: %w", id, err)
 		}
 	}
 	if replyTo != nil && replyToAuthor != nil {
-		v.ReplyTo = &PostRef{ID: strconv.FormatInt(*replyTo, 10), AuthorID: strconv.FormatInt(*replyToAuthor, 10)}
+		fa.replyTo, fa.replyToAuthor = *replyTo, *replyToAuthor
 	}
+	v := encodePost(fa)
+	v.Author.Name = name
+	v.Counts, v.Viewer = &counts, &viewer
 	return v, nil
 }
 

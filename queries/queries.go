@@ -235,20 +235,6 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Post is one feed item as the HTTP API returns it. Ids are decimal strings
-// (JavaScript numbers lose precision past 2^53).
-type Post struct {
-	ID        string `json:"id"`
-	AuthorID  string `json:"authorId"`
-	Content   string `json:"content"`
-	CreatedAt string `json:"createdAt"` // RFC 3339, UTC, milliseconds
-
-	// enc is the post's JSON as the query side encoded it once (newItem),
-	// copied into every page that shows the post; AppendJSON uses it only
-	// while the fields above are still the ones it was made from.
-	enc *postJSON
-}
-
 // Page is one page of a feed. NextCursor is nil when nothing older exists
 // (and on a refresh page, which is read upwards: see HomeAfter).
 // PrevCursor is the cursor of the newest item, nil on an empty page: the
@@ -290,6 +276,11 @@ type Feed struct {
 	tl      readmodel.Timelines
 	follows readmodel.Follows
 	bodies  readmodel.PostCache
+	// engagement and userNames are the posts projection's counts, viewer
+	// state, reposts of originals and names; names the process's names.
+	engagement readmodel.Engagement
+	userNames  readmodel.Names
+	names      *nameCache
 
 	log   *slog.Logger
 	clock atomic.Pointer[func() time.Time] // now's source (tests set it: setClock); nil: time.Now
@@ -313,6 +304,10 @@ type Feed struct {
 	ran   atomic.Bool   // Run was called
 	ready chan struct{} // closed when Run takes work
 }
+
+// nameCacheSize bounds the users whose names a process keeps (names never
+// change: an entry is dropped only to bound memory).
+const nameCacheSize = 100_000
 
 // followHintUsers bounds the readers whose follow hints a process keeps
 // (a few hundred bytes each).
@@ -360,7 +355,8 @@ func New(cfg Config, db DB, rdb redis.UniversalClient) (*Feed, error) {
 	f := &Feed{cfg: cfg, db: db, rdb: rdb, metrics: m, log: cfg.Logger, refreshScan: refreshScan, live: live, ownLive: ownLive,
 		ready:   make(chan struct{}),
 		tl:      readmodel.NewTimelines(cfg.Keys, readmodel.DefaultTimelineMax),
-		follows: readmodel.NewFollows(cfg.Keys), bodies: readmodel.NewPostCache(cfg.Keys)}
+		follows: readmodel.NewFollows(cfg.Keys), bodies: readmodel.NewPostCache(cfg.Keys),
+		engagement: readmodel.NewEngagement(cfg.Keys), userNames: readmodel.NewNames(cfg.Keys), names: newNameCache(nameCacheSize)}
 	if live == nil {
 		f.view.Store(newInboxView(db, rdb, cfg.Keys, cfg.Keys.Version(readmodel.ProjectionFollowers), readmodel.VersionRecord{}, cfg.Policy()))
 	}

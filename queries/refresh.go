@@ -56,7 +56,7 @@ func (f *Feed) HomeAfter(ctx context.Context, userID int64, after string, limit 
 }
 
 // AuthorPostsAfter is HomeAfter for authorID's own posts (AuthorPosts).
-func (f *Feed) AuthorPostsAfter(ctx context.Context, authorID int64, after string, limit int) (Page, error) {
+func (f *Feed) AuthorPostsAfter(ctx context.Context, viewer, authorID int64, after string, limit int) (Page, error) {
 	if err := checkArgs(authorID, limit); err != nil {
 		return Page{}, err
 	}
@@ -68,11 +68,13 @@ func (f *Feed) AuthorPostsAfter(ctx context.Context, authorID int64, after strin
 	if !a.less(h) {
 		return makePage(nil, limit), nil
 	}
-	pg := func(ctx context.Context, _ int) ([]item, error) { return f.pgAuthorAfter(ctx, authorID, a, h, limit) }
+	pg := func(ctx context.Context, _ int) ([]item, error) {
+		return f.pgAuthorAfter(ctx, viewer, authorID, a, h, limit)
+	}
 	return f.guarded(ctx, "author_after", limit,
 		func() (Page, error) {
 			return f.refresh(ctx, "author_after", a, h, limit, func(cur key, need int) ([]item, error) {
-				return f.authorItems(ctx, authorID, cur, need, nil)
+				return f.authorItems(ctx, viewer, authorID, cur, need, nil)
 			}, pg)
 		}, pg)
 }
@@ -135,53 +137,94 @@ func (f *Feed) refresh(ctx context.Context, query string, a, h key, limit int, r
 	return makePage(items, limit), nil
 }
 
-// pullAfterSQL is pullSQL upwards: the oldest $6 non-deleted posts of the
-// accounts $1 follows and of $1 itself strictly newer than ($2, $3) and
-// strictly older than ($4, $5), oldest first. The same LATERAL scan of
-// posts_author_time_idx, read forwards.
+// pullAfterSQL is pullSQL upwards: the oldest $6 entries (non-deleted
+// posts, live reposts) of the accounts $1 follows and of $1 itself
+// strictly newer than ($2, $3) and strictly older than ($4, $5), oldest
+// first. The same LATERAL scans, read forwards.
 const pullAfterSQL = `
-SELECT p.id, p.author_id, p.content, p.created_at
-FROM (SELECT f.followee_id AS author_id FROM follows f WHERE f.follower_id = $1
+SELECT e.* FROM (SELECT f.followee_id AS author_id FROM follows f WHERE f.follower_id = $1
         AND NOT EXISTS (SELECT 1 FROM mutes m WHERE m.muter_id = $1 AND m.muted_id = f.followee_id)
       UNION ALL SELECT $1::bigint) a
 CROSS JOIN LATERAL (
-    SELECT id, author_id, content, created_at FROM posts
-    WHERE posts.author_id = a.author_id AND NOT deleted
-      AND (created_at, id) > ($2::timestamptz, $3::bigint)
-      AND (created_at, id) < ($4::timestamptz, $5::bigint)
-    ORDER BY created_at, id
-    LIMIT $6) p
-ORDER BY p.created_at, p.id
+    (SELECT ` + postCols + ` FROM posts p
+     WHERE p.author_id = a.author_id AND NOT p.deleted
+       AND (p.created_at, p.id) > ($2::timestamptz, $3::bigint)
+       AND (p.created_at, p.id) < ($4::timestamptz, $5::bigint)
+     ORDER BY p.created_at, p.id
+     LIMIT $6)
+    UNION ALL
+    (SELECT ` + repostCols + ` FROM reposts r JOIN posts o ON o.id = r.post_id
+     WHERE r.user_id = a.author_id
+       AND (r.created_at, r.id) > ($2::timestamptz, $3::bigint)
+       AND (r.created_at, r.id) < ($4::timestamptz, $5::bigint)
+     ORDER BY r.created_at, r.id
+     LIMIT $6)) e
+ORDER BY e.created_at, e.id
 LIMIT $6`
 
 // authorAfterSQL is authorSQL upwards, oldest first.
 const authorAfterSQL = `
-SELECT id, author_id, content, created_at FROM posts
-WHERE author_id = $1 AND NOT deleted
-  AND (created_at, id) > ($2::timestamptz, $3::bigint)
-  AND (created_at, id) < ($4::timestamptz, $5::bigint)
-ORDER BY created_at, id
+SELECT e.* FROM (
+    (SELECT ` + postCols + ` FROM posts p
+     WHERE p.author_id = $1 AND NOT p.deleted
+       AND (p.created_at, p.id) > ($2::timestamptz, $3::bigint)
+       AND (p.created_at, p.id) < ($4::timestamptz, $5::bigint)
+     ORDER BY p.created_at, p.id
+     LIMIT $6)
+    UNION ALL
+    (SELECT ` + repostCols + ` FROM reposts r JOIN posts o ON o.id = r.post_id
+     WHERE r.user_id = $1
+       AND (r.created_at, r.id) > ($2::timestamptz, $3::bigint)
+       AND (r.created_at, r.id) < ($4::timestamptz, $5::bigint)
+     ORDER BY r.created_at, r.id
+     LIMIT $6)) e
+ORDER BY e.created_at, e.id
 LIMIT $6`
 
 // pgPullAfter reads the refresh page of user's home feed from PostgreSQL:
-// the n posts closest above a and below h, newest first.
+// the n items closest above a and below h, newest first.
 func (f *Feed) pgPullAfter(ctx context.Context, user int64, a, h key, n int) ([]item, error) {
-	return f.pgAfter(ctx, "pull feed from PostgreSQL", pullAfterSQL, user, a, h, n)
+	return f.pgAfter(ctx, "pull feed from PostgreSQL", pullAfterSQL, visibility{viewer: user, checkFollow: true}, user, a, h, n)
 }
 
-// pgAuthorAfter is pgPullAfter for one author's posts.
-func (f *Feed) pgAuthorAfter(ctx context.Context, author int64, a, h key, n int) ([]item, error) {
-	return f.pgAfter(ctx, "read author posts from PostgreSQL", authorAfterSQL, author, a, h, n)
+// pgAuthorAfter is pgPullAfter for one author's items as viewer sees them.
+func (f *Feed) pgAuthorAfter(ctx context.Context, viewer, author int64, a, h key, n int) ([]item, error) {
+	return f.pgAfter(ctx, "read author posts from PostgreSQL", authorAfterSQL, visibility{viewer: viewer, author: author}, author, a, h, n)
 }
 
-func (f *Feed) pgAfter(ctx context.Context, what, sql string, id int64, a, h key, n int) ([]item, error) {
-	rows, err := f.db.Query(ctx, sql, id, time.UnixMilli(a.ms).UTC(), a.id, time.UnixMilli(h.ms).UTC(), h.id, n)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
-	}
-	items, err := scanItems(rows)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
+// pgAfter reads entries upwards from a until n are shown under the feed
+// rules or none are left below h.
+func (f *Feed) pgAfter(ctx context.Context, what, sql string, vis visibility, id int64, a, h key, n int) ([]item, error) {
+	var items []item
+	for len(items) < n {
+		m := n - len(items)
+		m += m/4 + 2
+		rows, err := f.db.Query(ctx, sql, id, time.UnixMilli(a.ms).UTC(), a.id, time.UnixMilli(h.ms).UTC(), h.id, m)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		es, err := scanEntries(rows)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		cs := cands(es, f.now().UnixNano())
+		followed := map[int64]bool{}
+		for _, c := range cs {
+			followed[c.cp.author] = true
+		}
+		known := func(x int64) (bool, bool) {
+			if followed[x] {
+				return true, true
+			}
+			return false, false
+		}
+		if items, err = f.show(ctx, fromPG, vis, known, cs, items, n); err != nil {
+			return nil, err
+		}
+		if len(cs) < m {
+			break
+		}
+		a = cs[len(cs)-1].k
 	}
 	slices.Reverse(items) // newest first, as every page
 	return items, nil

@@ -218,7 +218,7 @@ func TestAuthorPostsRefresh(t *testing.T) {
 	b.projectAll(nil, nil, 500, 6) // a timeline of the newest 6, ~floor below
 	truth := b.authorTruth(a)
 	oldest := truth[len(truth)-1]
-	got, _ := refreshed(t, func(after string) (Page, error) { return b.feed.AuthorPostsAfter(b.ctx, a, after, 3) }, encodeCursor(oldest), 3)
+	got, _ := refreshed(t, func(after string) (Page, error) { return b.feed.AuthorPostsAfter(b.ctx, a, a, after, 3) }, encodeCursor(oldest), 3)
 	want := append([]key(nil), truth[:len(truth)-1]...)
 	for i, j := 0, len(want)-1; i < j; i, j = i+1, j-1 {
 		want[i], want[j] = want[j], want[i]
@@ -238,7 +238,7 @@ func TestRefreshRejectsBadAfter(t *testing.T) {
 		if !errors.As(err, &ce) {
 			t.Errorf("after %q: %v, want a CursorError", after, err)
 		}
-		if _, err := b.feed.AuthorPostsAfter(b.ctx, u, after, 5); !errors.As(err, &ce) {
+		if _, err := b.feed.AuthorPostsAfter(b.ctx, u, u, after, 5); !errors.As(err, &ce) {
 			t.Errorf("author after %q: %v, want a CursorError", after, err)
 		}
 	}

@@ -181,7 +181,7 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiService, error) {
 	// The operators' page, GET /status on the admin listener.
 	deps.Status = statusSource(cfg, p.Pool, p.Redis)
 	deps.AfterPostCreated = func(ctx context.Context, post feedcmd.Post) {
-		err := f.PostCreated(ctx, queries.NewPost{ID: post.ID, AuthorID: post.AuthorID, Content: post.Content, CreatedAt: post.CreatedAt})
+		err := f.PostCreated(ctx, api.NewPostOf(post))
 		if err != nil && !errors.Is(err, queries.ErrCircuitOpen) { // skipped while Redis is down: the circuit logs that once
 			// The post is committed; the projectors will show it.
 			p.Log.Warn("queries: marking a new post as its author's newest failed", "post", post.ID, "err", err)
