@@ -367,6 +367,7 @@ func New(cfg Config, db DB, rdb redis.UniversalClient) (*Feed, error) {
 	f.activity.window = cfg.ActivityWriteInterval
 	f.posts = newPostCache(cfg.PostCacheSize, cfg.PostCacheTTL)
 	f.bodies = f.bodies.WithHorizon(f.horizon())
+	f.engagement = f.engagement.WithHorizon(f.horizon())
 	f.hints = newFollowHints(followHintUsers)
 	f.deletions = deletionFeed{interval: cfg.DeletionPollInterval, scanLimit: deletionScanLimit, wake: make(chan struct{}, 1)}
 	f.readCircuit = newBreaker("reads", cfg.RedisBreakerFailures, cfg.RedisBreakerOpen, readFailed, cfg.Logger, m.Circuits)
