@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"image/png"
+	"io"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -128,11 +129,101 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		f.mu.Unlock()
 		fmt.Fprintf(w, `{"items":[%s],"nextCursor":null}`, strings.Join(items, ","))
+	case r.Method == http.MethodPut && (strings.HasSuffix(r.URL.Path, "/repost") || strings.HasSuffix(r.URL.Path, "/like")):
+		w.WriteHeader(http.StatusNoContent) // reposts and likes change no feed here
 	case r.URL.Path == "/metrics":
 		fmt.Fprintln(w, `feed_projection_entries_written_total{projector="inbox"} 42`)
 		fmt.Fprintln(w, `feed_cdc_lag_seconds 0.003`)
 	default:
 		http.NotFound(w, r)
+	}
+}
+
+// sharesAPI is fakeAPI counting the reposts, likes and replies it is
+// sent, and whether each names a post it created.
+type sharesAPI struct {
+	fakeAPI
+	mu                      sync.Mutex
+	reposts, likes, replies int
+	unknown                 []string
+}
+
+func (f *sharesAPI) known(id string) bool {
+	f.fakeAPI.mu.Lock()
+	defer f.fakeAPI.mu.Unlock()
+	return slices.ContainsFunc(f.posts, func(p fakePost) bool { return p.id == id })
+}
+
+func (f *sharesAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	parts := strings.Split(r.URL.Path, "/") // "", "api", "posts", id, "repost"
+	switch {
+	case r.Method == http.MethodPut && len(parts) == 5:
+		f.mu.Lock()
+		if parts[4] == "repost" {
+			f.reposts++
+		} else {
+			f.likes++
+		}
+		f.mu.Unlock()
+		if !f.known(parts[3]) {
+			f.mu.Lock()
+			f.unknown = append(f.unknown, parts[3])
+			f.mu.Unlock()
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return
+	case r.Method == http.MethodPost && r.URL.Path == "/api/posts":
+		var body struct {
+			ReplyTo string `json:"replyTo"`
+		}
+		b, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		if json.Unmarshal(b, &body) == nil && body.ReplyTo != "" {
+			f.mu.Lock()
+			f.replies++
+			f.mu.Unlock()
+			if !f.known(body.ReplyTo) {
+				f.mu.Lock()
+				f.unknown = append(f.unknown, body.ReplyTo)
+				f.mu.Unlock()
+			}
+		}
+	}
+	f.fakeAPI.ServeHTTP(w, r)
+}
+
+// TestSharesInTheMix runs a mix of posts, reposts, replies and likes: each
+// kind is sent, and each names a post the run created.
+func TestSharesInTheMix(t *testing.T) {
+	t.Parallel()
+	api := &sharesAPI{}
+	srv := httptest.NewServer(api)
+	t.Cleanup(srv.Close)
+	pop := &Population{Authors: []int64{1, 2, 3}, Followers: map[int64]int64{}, Readers: []int64{10}, Watchers: map[int64][]int64{},
+		Churners: []int64{20}, Following: map[int64][]int64{}}
+	cfg := Config{BaseURL: srv.URL, Duration: 2 * time.Second, Rate: 60, Clients: 4, ReadRatio: -1, PostShare: 1,
+		RepostShare: 0.25, ReplyShare: 0.25, LikeShare: 0.25, BaselineDuration: -1, SampleEvery: 200 * time.Millisecond}
+	r, err := New(cfg, pop, func(int64) string { return "token" }, Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := r.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Mixed.ErrorCount != 0 {
+		t.Fatalf("errors: %v", rep.Mixed.Errors)
+	}
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	if api.reposts == 0 || api.likes == 0 || api.replies == 0 {
+		t.Fatalf("reposts %d, likes %d, replies %d: want each kind", api.reposts, api.likes, api.replies)
+	}
+	if len(api.unknown) > 0 {
+		t.Fatalf("shares of posts the run did not create: %v", api.unknown)
+	}
+	if got := rep.Mixed.Shares.Count; got != int64(api.reposts+api.likes) {
+		t.Fatalf("report counts %d shares, the server saw %d", got, api.reposts+api.likes)
 	}
 }
 
@@ -155,6 +246,7 @@ func TestPostToVisibleFromThe201(t *testing.T) {
 		Following: map[int64][]int64{},
 	}
 	cfg := Config{BaseURL: srv.URL, Duration: 2 * time.Second, Rate: 20, Clients: 8, ReadRatio: 0.5, PostShare: 1,
+		RepostShare: -1, ReplyShare: -1, LikeShare: -1,
 		VisibleRate: 1e9, PollInterval: 5 * time.Millisecond, VisibleTimeout: 5 * time.Second, BaselineDuration: -1, SampleEvery: 200 * time.Millisecond}
 	r, err := New(cfg, pop, func(int64) string { return "token" }, Deps{})
 	if err != nil {

@@ -51,6 +51,12 @@ type Config struct {
 	// evenly between follows and unfollows. Default 0.8; negative for none
 	// (follows and unfollows only).
 	PostShare float64
+	// RepostShare, ReplyShare and LikeShare are the shares of the post
+	// operations that are reposts, replies and likes of a recent post
+	// (the rest are plain posts). No measured ratio stands behind the
+	// defaults (0.1, 0.1, 0.3): they are stated, and set to 0 to compare
+	// with a text-only run. Negative means 0 (0 is the default).
+	RepostShare, ReplyShare, LikeShare float64
 	// Readers is how many users read (warmed before the run: one read each
 	// builds their inbox). Default 2,000.
 	Readers int
@@ -101,6 +107,9 @@ func (c Config) withDefaults() Config {
 	c.Clients = cmp.Or(c.Clients, 16)
 	c.ReadRatio = cmp.Or(c.ReadRatio, 20)
 	c.PostShare = cmp.Or(c.PostShare, 0.8)
+	c.RepostShare = cmp.Or(c.RepostShare, 0.1)
+	c.ReplyShare = cmp.Or(c.ReplyShare, 0.1)
+	c.LikeShare = cmp.Or(c.LikeShare, 0.3)
 	c.Readers = cmp.Or(c.Readers, 2000)
 	c.Churners = cmp.Or(c.Churners, 500)
 	c.VisibleRate = cmp.Or(c.VisibleRate, 20)
@@ -135,6 +144,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("read ratio %g: want a number (negative for no reads)", c.ReadRatio)
 	case math.IsNaN(c.PostShare) || c.PostShare > 1:
 		return fmt.Errorf("post share %g: want up to 1 (negative for no posts)", c.PostShare)
+	case max(c.RepostShare, 0)+max(c.ReplyShare, 0)+max(c.LikeShare, 0) > 1:
+		return fmt.Errorf("repost %g, reply %g and like %g shares: want a sum up to 1", c.RepostShare, c.ReplyShare, c.LikeShare)
 	case c.Readers < 1 || c.Churners < 1:
 		return fmt.Errorf("readers %d, churners %d: want at least 1 each", c.Readers, c.Churners)
 	case c.VisibleRate < 0 || c.PollInterval <= 0 || c.VisibleTimeout <= 0:

@@ -56,6 +56,7 @@ type Mixed struct {
 	Posts         Summary  `json:"posts"`
 	Follows       Summary  `json:"follows"`
 	Unfollows     Summary  `json:"unfollows"`
+	Shares        Summary  `json:"shares"` // reposts and likes
 	// WritesPerSec is posts, follows and unfollows per second together.
 	WritesPerSec float64 `json:"writesPerSecond"`
 	// PostToVisible: from the post's 201 at the client to the receipt of
@@ -167,7 +168,8 @@ func (r *Runner) summarizeMixed(rec *recorder, elapsed time.Duration, timeline [
 	m.Posts = Summarize(latencies(rec.posts), elapsed)
 	m.Follows = Summarize(latencies(rec.follows), elapsed)
 	m.Unfollows = Summarize(latencies(rec.unfollows), elapsed)
-	m.WritesPerSec = m.Posts.Rate + m.Follows.Rate + m.Unfollows.Rate
+	m.Shares = Summarize(latencies(rec.shares), elapsed)
+	m.WritesPerSec = m.Posts.Rate + m.Shares.Rate + m.Follows.Rate + m.Unfollows.Rate
 	m.PostToVisible = Summarize(m.visibleMs, elapsed)
 	var n int
 	for _, p := range timeline {
@@ -238,6 +240,7 @@ func (rep *Report) WriteTable(w io.Writer) {
 		row("  the same, at the socket", *m.ReadsAtSocket)
 	}
 	row("post (HTTP 201)", m.Posts)
+	row("repost or like (HTTP 204)", m.Shares)
 	row("follow (HTTP 204)", m.Follows)
 	row("unfollow (HTTP 204)", m.Unfollows)
 	row("post-to-visible (201 -> feed)", m.PostToVisible)

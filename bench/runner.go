@@ -125,12 +125,12 @@ func New(cfg Config, pop *Population, tokens Tokens, deps Deps) (*Runner, error)
 
 // recorder collects the samples of the mixed phase.
 type recorder struct {
-	mu                                        sync.Mutex
-	reads, posts, follows, unfollows, visible []sample
-	readsAtSocket                             []sample // reads timed to their response's arrival at the socket
-	errs                                      map[string]int64
-	lateStarts                                int64
-	probeReads                                atomic.Int64 // feed pages the probes read
+	mu                                                sync.Mutex
+	reads, posts, shares, follows, unfollows, visible []sample // shares: reposts and likes (their 204s)
+	readsAtSocket                                     []sample // reads timed to their response's arrival at the socket
+	errs                                              map[string]int64
+	lateStarts                                        int64
+	probeReads                                        atomic.Int64 // feed pages the probes read
 }
 
 func (r *recorder) add(dst *[]sample, s sample) {
@@ -397,6 +397,66 @@ const (
 	opUnfollow
 )
 
+// shareKind is what a post operation does: a plain post, or a repost,
+// reply or like of a recent post (Config.RepostShare and the others).
+type shareKind int
+
+const (
+	sharePost shareKind = iota
+	shareRepost
+	shareReply
+	shareLike
+)
+
+func (r *Runner) pickShare(rng *rand.Rand) shareKind {
+	f := rng.Float64()
+	for _, s := range []struct {
+		k     shareKind
+		share float64
+	}{{shareRepost, r.cfg.RepostShare}, {shareReply, r.cfg.ReplyShare}, {shareLike, r.cfg.LikeShare}} {
+		if f < max(s.share, 0) {
+			return s.k
+		}
+		f -= max(s.share, 0)
+	}
+	return sharePost
+}
+
+// postID is the id of a 201's post.
+func postID(body []byte) (int64, bool) {
+	var p feedItem
+	if json.Unmarshal(body, &p) != nil {
+		return 0, false
+	}
+	id, err := strconv.ParseInt(p.ID, 10, 64)
+	return id, err == nil
+}
+
+// recentPosts are the ids of the run's last posts, the targets of its
+// reposts, replies and likes.
+type recentPosts struct {
+	mu  sync.Mutex
+	ids [1024]int64
+	n   int
+}
+
+func (p *recentPosts) add(id int64) {
+	p.mu.Lock()
+	p.ids[p.n%len(p.ids)] = id
+	p.n++
+	p.mu.Unlock()
+}
+
+// pick returns one of them (0: none yet).
+func (p *recentPosts) pick(rng *rand.Rand) int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.n == 0 {
+		return 0
+	}
+	return p.ids[rng.IntN(min(p.n, len(p.ids)))]
+}
+
 func (r *Runner) pick(rng *rand.Rand) opKind {
 	if rr := r.cfg.readRatio(); rng.Float64() < rr/(rr+1) {
 		return opRead
@@ -470,6 +530,7 @@ func (r *Runner) mixed(ctx context.Context) (*Mixed, error) {
 	}()
 
 	var idx atomic.Int64
+	var recent recentPosts
 	work := func(rng *rand.Rand) {
 		op := r.pick(rng)
 		switch op {
@@ -489,14 +550,40 @@ func (r *Runner) mixed(ctx context.Context) (*Mixed, error) {
 		case opPost:
 			a := r.pop.Authors[rng.IntN(len(r.pop.Authors))]
 			n := idx.Add(1)
+			content := `{"content":"bench post ` + strconv.FormatInt(n, 10) + ` from the mixed workload"`
+			share, target := r.pickShare(rng), int64(0)
+			if share != sharePost {
+				if target = recent.pick(rng); target == 0 {
+					share = sharePost
+				}
+			}
 			t := time.Now()
-			st, body, err := r.do(ctx, http.MethodPost, "/api/posts", a, `{"content":"bench post `+strconv.FormatInt(n, 10)+` from the mixed workload"}`)
+			switch share {
+			case shareRepost, shareLike:
+				path, what := "/api/posts/"+strconv.FormatInt(target, 10)+"/repost", "repost"
+				if share == shareLike {
+					path, what = "/api/posts/"+strconv.FormatInt(target, 10)+"/like", "like"
+				}
+				st, _, err := r.do(ctx, http.MethodPut, path, a, "")
+				if err != nil || st != http.StatusNoContent {
+					rec.fail(errKind(what, st, err))
+					return
+				}
+				rec.add(&rec.shares, sample{at: t.Sub(start), ms: msOf(time.Since(t))})
+				return
+			case shareReply:
+				content += `,"replyTo":"` + strconv.FormatInt(target, 10) + `"`
+			}
+			st, body, err := r.do(ctx, http.MethodPost, "/api/posts", a, content+"}")
 			if err != nil || st != http.StatusCreated {
 				rec.fail(errKind("post", st, err))
 				return
 			}
 			t201 := time.Now()
 			rec.add(&rec.posts, sample{at: t.Sub(start), ms: msOf(t201.Sub(t))})
+			if id, ok := postID(body); ok {
+				recent.add(id)
+			}
 			if probeEvery == 0 || r.pop.Followers[a] >= r.cfg.CelebrityThreshold || len(r.pop.Watchers[a]) == 0 {
 				return
 			}

@@ -88,7 +88,7 @@ func (a userAPI) feedMatchesTruth(what string, u int64, tok string) []apiPost {
 	if err != nil {
 		a.t.Fatal(err)
 	}
-	if d := truth.Diff(got, want); len(d) > 0 {
+	if d := truth.Diff(u, got, want); len(d) > 0 {
 		a.t.Fatalf("%s: feed of %d differs from the truth: %v", what, u, d)
 	}
 	return got

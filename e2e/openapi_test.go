@@ -343,6 +343,31 @@ func TestOpenAPIResponses(t *testing.T) {
 	want(c.do(base, "GET", "/api/users/"+bob+"/posts?limit=51", nil, "Authorization", A), 400, "author posts limit 51")
 	want(c.do(base, "GET", "/api/users/"+bob+"/posts", nil), 401, "author posts without token")
 
+	// Notifications (bob's: ana's follow, quote and reply) and markers.
+	var notes struct {
+		Items      []struct{ ID string }
+		NextCursor *string
+	}
+	testenv.Eventually(t, 60*time.Second, "bob's notifications", func() bool {
+		ex = want(c.do(base, "GET", "/api/notifications", nil, "Authorization", B), 200, "notifications")
+		return json.Unmarshal(ex.body, &notes) == nil && len(notes.Items) >= 3
+	})
+	ex = want(c.do(base, "GET", "/api/notifications?limit=1", nil, "Authorization", B), 200, "notifications, limit 1")
+	if err := json.Unmarshal(ex.body, &notes); err != nil || notes.NextCursor == nil {
+		t.Fatalf("notifications: no nextCursor in %s", ex.body)
+	}
+	want(c.do(base, "GET", "/api/notifications?limit=1&cursor="+*notes.NextCursor, nil, "Authorization", B), 200, "notifications, second page")
+	want(c.do(base, "GET", "/api/notifications?cursor=nope", nil, "Authorization", B), 400, "notifications, bad cursor")
+	want(c.do(base, "GET", "/api/notifications", nil), 401, "notifications without token")
+	want(c.do(base, "GET", "/api/markers", nil, "Authorization", B), 200, "markers, none set")
+	want(c.do(base, "PUT", "/api/markers", js(map[string]string{"notifications": notes.Items[0].ID}), "Authorization", B), 204, "put marker")
+	want(c.do(base, "PUT", "/api/markers", js(map[string]string{"home": page.PrevCursor}), "Authorization", A), 204, "put home marker")
+	want(c.do(base, "GET", "/api/markers", nil, "Authorization", B), 200, "markers")
+	want(c.do(base, "PUT", "/api/markers", js(map[string]string{"notifications": "nope"}), "Authorization", B), 400, "put a bad marker")
+	want(c.do(base, "PUT", "/api/markers", js(map[string]string{"home": "x"})), 401, "put marker without token")
+	want(c.do(base, "PUT", "/api/markers", big, "Authorization", B), 413, "put marker, a huge body")
+	want(c.do(base, "GET", "/api/markers", nil), 401, "markers without token")
+
 	// Unfollow and delete.
 	want(c.do(base, "DELETE", "/api/following/"+bob, nil, "Authorization", A, "Idempotency-Key", "u-1"), 204, "unfollow")
 	want(c.do(base, "DELETE", "/api/following/"+bob, nil, "Authorization", A, "Idempotency-Key", "u-1"), 204, "unfollow replay")
@@ -438,6 +463,8 @@ func TestOpenAPIResponses(t *testing.T) {
 		"/api/posts/1/replies": "GET",
 		"/api/posts/1/repost":  "DELETE, PUT",
 		"/api/posts/1/like":    "DELETE, PUT",
+		"/api/notifications":   "GET",
+		"/api/markers":         "GET, PUT",
 		"/api/users/1/posts":   "GET",
 		"/api/users":           "POST",
 		"/openapi.json":        "GET, HEAD",
@@ -463,8 +490,12 @@ func TestOpenAPIResponses(t *testing.T) {
 		{"PUT", "/api/posts/" + post + "/repost"}, {"DELETE", "/api/posts/" + post + "/repost"},
 		{"PUT", "/api/posts/" + post + "/like"}, {"DELETE", "/api/posts/" + post + "/like"},
 		{"GET", "/api/posts/" + post}, {"GET", "/api/posts/" + post + "/replies"},
+		{"GET", "/api/notifications"}, {"GET", "/api/markers"}, {"PUT", "/api/markers"},
 	} {
 		var body []byte
+		if r.path == "/api/markers" && r.method == "PUT" {
+			body = []byte(`{}`)
+		}
 		if r.path == "/api/posts" || r.method == "PATCH" {
 			body = js(map[string]string{"content": "x"})
 		}
@@ -485,6 +516,7 @@ func TestOpenAPIResponses(t *testing.T) {
 		{"PUT", "/api/posts/" + post + "/repost"}, {"DELETE", "/api/posts/" + post + "/repost"},
 		{"PUT", "/api/posts/" + post + "/like"}, {"DELETE", "/api/posts/" + post + "/like"},
 		{"GET", "/api/posts/" + post}, {"GET", "/api/posts/" + post + "/replies"},
+		{"GET", "/api/notifications"}, {"GET", "/api/markers"}, {"PUT", "/api/markers"},
 	} {
 		var body []byte
 		if r.method != "GET" && r.method != "DELETE" && r.method != "PUT" {

@@ -212,7 +212,7 @@ func (o *oracle) feeds(limits []int) {
 				return
 			}
 			got, err := o.s.readAll(ctx, "/api/feed", o.wd.tokens[u], limit, len(want)/limit+10)
-			d := o.Diff(got, want)
+			d := o.Diff(u, got, want)
 			if err != nil {
 				d = append([]string{"error: " + err.Error()}, d...)
 			}
@@ -289,13 +289,14 @@ func (o *oracle) authorPosts(limits []int) {
 	}
 	slices.Sort(pick)
 	pick = slices.Compact(pick)
-	token := o.wd.tokens[o.wd.users[len(o.wd.users)-1]]
+	viewer := o.wd.users[len(o.wd.users)-1]
+	token := o.wd.tokens[viewer]
 	var bad []mismatch
 	for _, limit := range limits {
 		for _, a := range pick {
-			want := o.ByAuthor[a]
+			want := o.AuthorPage(viewer, a)
 			got, err := o.s.readAll(o.ctx(), "/api/users/"+itoa(a)+"/posts", token, limit, len(want)/limit+10)
-			d := o.Diff(got, want)
+			d := o.Diff(viewer, got, want)
 			if err != nil {
 				d = append([]string{"error: " + err.Error()}, d...)
 			}
@@ -461,6 +462,40 @@ func (o *oracle) coverageBefore() {
 		n    int64
 	}{{"mutes", mutes}, {"unmutes", unmutes}, {"blocks", blocks}, {"unblocks", unblocks}, {"followed accounts muted at the end", mutedFollowed},
 		{"edits", edits}, {"posts edited more than once", editedTwice}, {"edited live posts of followed authors", editedShown}} {
+		if c.n == 0 {
+			o.errorf("coverage: the run produced no %s", c.what)
+		}
+	}
+	// Shares: reposts (by celebrities too, pulled), their undo, an
+	// original reposted by two accounts, reposts of deleted originals,
+	// likes and unlikes, replies (to oneself and to others), quotes of
+	// posts deleted later.
+	var share struct{ reposts, celebReposts, unreposts, twice, ofDeleted, likes, unlikes, replies, selfReplies, quotes, quotesOfDeleted int64 }
+	err = o.s.DB.Pool.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM events WHERE type = 'post.reposted.v1'),
+		(SELECT count(*) FROM events WHERE type = 'post.reposted.v1' AND (payload->>'reposterFollowers')::bigint >= $1),
+		(SELECT count(*) FROM events WHERE type = 'post.unreposted.v1'),
+		(SELECT count(*) FROM (SELECT post_id FROM reposts GROUP BY post_id HAVING count(*) > 1) x),
+		(SELECT count(*) FROM reposts r JOIN posts p ON p.id = r.post_id WHERE p.deleted),
+		(SELECT count(*) FROM events WHERE type = 'post.liked.v1'),
+		(SELECT count(*) FROM events WHERE type = 'post.unliked.v1'),
+		(SELECT count(*) FROM posts WHERE reply_to IS NOT NULL AND reply_to_author <> author_id),
+		(SELECT count(*) FROM posts WHERE reply_to IS NOT NULL AND reply_to_author = author_id),
+		(SELECT count(*) FROM posts WHERE quote_of IS NOT NULL),
+		(SELECT count(*) FROM posts q JOIN posts p ON p.id = q.quote_of WHERE p.deleted AND NOT q.deleted)`, thr).Scan(
+		&share.reposts, &share.celebReposts, &share.unreposts, &share.twice, &share.ofDeleted, &share.likes, &share.unlikes,
+		&share.replies, &share.selfReplies, &share.quotes, &share.quotesOfDeleted)
+	if err != nil {
+		o.fatalf("count shares: %v", err)
+	}
+	o.t.Logf("coverage: %+v", share)
+	for _, c := range []struct {
+		what string
+		n    int64
+	}{{"reposts", share.reposts}, {"reposts by celebrities", share.celebReposts}, {"undone reposts", share.unreposts},
+		{"originals reposted twice", share.twice}, {"reposts of deleted originals", share.ofDeleted}, {"likes", share.likes},
+		{"unlikes", share.unlikes}, {"replies to others", share.replies}, {"self-replies", share.selfReplies},
+		{"quotes", share.quotes}, {"quotes of deleted posts", share.quotesOfDeleted}} {
 		if c.n == 0 {
 			o.errorf("coverage: the run produced no %s", c.what)
 		}

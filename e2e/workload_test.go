@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"reflect"
 	"slices"
 	"strconv"
 	"sync"
@@ -57,6 +58,12 @@ const (
 	opUnblock
 	opEdit
 	opBurst
+	opRepost
+	opUnrepost
+	opLike
+	opUnlike
+	opReply
+	opQuote
 )
 
 // mix is the weight of each kind of operation (bursts are scheduled).
@@ -68,20 +75,23 @@ var mix = []struct {
 	{opUnfollow, 9}, {opUnfollowNone, 1}, {opDelete, 7}, {opRead, 17},
 	{opMute, 4}, {opUnmute, 2}, {opBlock, 1}, {opUnblock, 1},
 	{opEdit, 5},
+	{opRepost, 7}, {opUnrepost, 2}, {opLike, 6}, {opUnlike, 2}, {opReply, 6}, {opQuote, 3},
 }
 
 // stats counts what the workload did.
 type stats struct {
 	users, posts, replays, follows, followAgain, unfollows, unfollowNone,
 	deletes, reads, bursts, burstUnfollows, burstRefollows, retries,
-	mutes, unmutes, blocks, unblocks, blockedFollows, edits, editReplays atomic.Int64
+	mutes, unmutes, blocks, unblocks, blockedFollows, edits, editReplays,
+	reposts, unreposts, likes, unlikes, replies, quotes, gone atomic.Int64
 }
 
 func (s *stats) String() string {
-	return fmt.Sprintf("%d users, %d posts (%d replayed with their Idempotency-Key), %d edits (%d replayed), %d deletes, %d follows (+%d repeated, %d refused by a block), %d unfollows (+%d of non-followed), %d mutes, %d unmutes, %d blocks, %d unblocks, %d feed reads, %d bursts (%d unfollows, %d refollows), %d retried answers",
+	return fmt.Sprintf("%d users, %d posts (%d replayed with their Idempotency-Key), %d edits (%d replayed), %d deletes, %d follows (+%d repeated, %d refused by a block), %d unfollows (+%d of non-followed), %d mutes, %d unmutes, %d blocks, %d unblocks, %d feed reads, %d bursts (%d unfollows, %d refollows), %d retried answers; %d reposts, %d undone, %d likes, %d unliked, %d replies, %d quotes (%d of posts deleted meanwhile)",
 		s.users.Load(), s.posts.Load(), s.replays.Load(), s.edits.Load(), s.editReplays.Load(), s.deletes.Load(), s.follows.Load(), s.followAgain.Load(), s.blockedFollows.Load(),
 		s.unfollows.Load(), s.unfollowNone.Load(), s.mutes.Load(), s.unmutes.Load(), s.blocks.Load(), s.unblocks.Load(),
-		s.reads.Load(), s.bursts.Load(), s.burstUnfollows.Load(), s.burstRefollows.Load(), s.retries.Load())
+		s.reads.Load(), s.bursts.Load(), s.burstUnfollows.Load(), s.burstRefollows.Load(), s.retries.Load(),
+		s.reposts.Load(), s.unreposts.Load(), s.likes.Load(), s.unlikes.Load(), s.replies.Load(), s.quotes.Load(), s.gone.Load())
 }
 
 // world is the workload's view of what it did, used only to choose the
@@ -101,6 +111,8 @@ type world struct {
 	live      map[int64][]int64        // author -> posts not deleted
 	muted     [][2]int64               // (muter, muted) pairs the workload muted
 	blocked   [][2]int64               // (blocker, blocked) pairs the workload blocked
+	reposted  [][2]int64               // (reposter, post) pairs the workload reposted
+	liked     [][2]int64               // (liker, post) pairs the workload liked
 }
 
 // run registers the users, then plays the operations from w.Workers
@@ -227,6 +239,16 @@ func runWorkload(t *testing.T, s *system, w workload) *world {
 		if firstErr == nil {
 			if err := cl.liftCelebrity(cl.burst); err != nil {
 				fail(fmt.Errorf("last lift: %w", err))
+			}
+		}
+		// Last shares, so that each case stands at the end whatever the
+		// mix and the interleaving left: an original reposted by two
+		// accounts, one of them the most followed (a celebrity after the
+		// lift: its repost pulled); an original reposted and then deleted;
+		// a quote of a post deleted after.
+		if firstErr == nil {
+			if err := cl.lastShares(cl.burst); err != nil {
+				fail(fmt.Errorf("last shares: %w", err))
 			}
 		}
 		// A last mute, of a followed account, so that one stands at the
@@ -375,8 +397,170 @@ func (c *client) do(kind opKind, i int) error {
 		return c.pairCall(http.MethodDelete, "/api/blocking/", f, e, nil, &c.st.unblocks)
 	case opBurst:
 		return c.burstDown(i, c.rng.IntN(2) == 0)
+	case opRepost, opLike:
+		// Mostly a popular author's post, by anyone: popular reposters
+		// are celebrities (their reposts pulled), the others pushed.
+		user := c.uniform()
+		if c.rng.IntN(3) == 0 {
+			user = c.popular()
+		}
+		_, post, ok := c.somePost()
+		if !ok {
+			return nil
+		}
+		list, n, path := &c.reposted, &c.st.reposts, "/repost"
+		if kind == opLike {
+			list, n, path = &c.liked, &c.st.likes, "/like"
+		}
+		return c.shareCall(http.MethodPut, path, user, post, list, n)
+	case opUnrepost, opUnlike:
+		list, n, path := &c.reposted, &c.st.unreposts, "/repost"
+		if kind == opUnlike {
+			list, n, path = &c.liked, &c.st.unlikes, "/like"
+		}
+		user, post, ok := c.takePair(list)
+		if !ok {
+			return nil
+		}
+		return c.shareCall(http.MethodDelete, path, user, post, nil, n)
+	case opReply, opQuote:
+		author := c.uniform()
+		if c.rng.IntN(2) == 0 {
+			author = c.popular()
+		}
+		parent, post, ok := c.somePost()
+		if !ok {
+			return nil
+		}
+		if kind == opReply && c.rng.IntN(5) == 0 {
+			author = parent // a reply to oneself
+		}
+		body := map[string]any{"content": fmt.Sprintf("reply %d to %d", i, post), "replyTo": itoa(post)}
+		n := &c.st.replies
+		if kind == opQuote {
+			body, n = map[string]any{"content": fmt.Sprintf("quote %d of %d", i, post), "quoteOf": itoa(post)}, &c.st.quotes
+		}
+		var p apiPost
+		err := c.s.call(c.ctx, http.MethodPost, "/api/posts", c.tokens[author], "", body, &p, http.StatusCreated, &c.st.retries)
+		if gone(err, http.StatusUnprocessableEntity, http.StatusForbidden) {
+			c.st.gone.Add(1) // deleted meanwhile, or its author blocks this one
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		id, err := strconv.ParseInt(p.ID, 10, 64)
+		if err != nil {
+			return fmt.Errorf("create post: got %+v", p)
+		}
+		n.Add(1)
+		c.mu.Lock()
+		c.live[author] = append(c.live[author], id)
+		c.mu.Unlock()
+		return nil
 	}
 	return fmt.Errorf("unknown operation kind %d", kind)
+}
+
+// lastShares plays the workload's last shares (see runWorkload), skipping
+// skip as an author.
+func (c *client) lastShares(skip int64) error {
+	c.mu.Lock()
+	var top int64
+	best := -1
+	for _, u := range c.users {
+		if n := len(c.followers[u]); u != skip && n > best {
+			top, best = u, n
+		}
+	}
+	c.mu.Unlock()
+	var others []int64
+	for _, u := range c.users {
+		if u != top && u != skip && len(others) < 4 {
+			others = append(others, u)
+		}
+	}
+	author, second, quoter, doomed := others[0], others[1], others[2], others[3]
+	post := func(a int64, body map[string]any) (int64, error) {
+		var p apiPost
+		if err := c.s.call(c.ctx, http.MethodPost, "/api/posts", c.tokens[a], "", body, &p, http.StatusCreated, &c.st.retries); err != nil {
+			return 0, err
+		}
+		return strconv.ParseInt(p.ID, 10, 64)
+	}
+	share := func(user, id int64) error {
+		return c.s.call(c.ctx, http.MethodPut, "/api/posts/"+itoa(id)+"/repost", c.tokens[user], "", nil, nil, http.StatusNoContent, &c.st.retries)
+	}
+	del := func(a, id int64) error {
+		return c.s.call(c.ctx, http.MethodDelete, "/api/posts/"+itoa(id), c.tokens[a], "", nil, nil, http.StatusNoContent, &c.st.retries)
+	}
+	twice, err := post(author, map[string]any{"content": "reposted twice at the end"})
+	if err != nil {
+		return err
+	}
+	if err := share(top, twice); err != nil {
+		return err
+	}
+	if err := share(second, twice); err != nil {
+		return err
+	}
+	gone, err := post(doomed, map[string]any{"content": "reposted, quoted, then deleted"})
+	if err != nil {
+		return err
+	}
+	if err := share(second, gone); err != nil {
+		return err
+	}
+	if _, err := post(quoter, map[string]any{"content": "a quote of a post deleted after", "quoteOf": itoa(gone)}); err != nil {
+		return err
+	}
+	c.st.reposts.Add(3)
+	c.st.quotes.Add(1)
+	return del(doomed, gone)
+}
+
+// somePost picks a live post, mostly a popular author's newest.
+func (c *client) somePost() (author, post int64, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for range 10 {
+		a := c.popular()
+		if c.rng.IntN(3) == 0 {
+			a = c.uniform()
+		}
+		if ps := c.live[a]; len(ps) > 0 {
+			return a, ps[len(ps)-1-c.rng.IntN(min(len(ps), 4))], true
+		}
+	}
+	return 0, 0, false
+}
+
+// shareCall is a PUT or DELETE of /api/posts/{post}+path (repost, like)
+// as user, which must be 204, or 404 when the post was deleted meanwhile,
+// or 403 when its author blocks user; a pair list, when given, records
+// (user, post) after a 204.
+func (c *client) shareCall(method, path string, user, post int64, list *[][2]int64, n *atomic.Int64) error {
+	err := c.s.call(c.ctx, method, "/api/posts/"+itoa(post)+path, c.tokens[user], "", nil, nil, http.StatusNoContent, &c.st.retries)
+	if gone(err, http.StatusNotFound, http.StatusForbidden) {
+		c.st.gone.Add(1)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	n.Add(1)
+	if list != nil {
+		c.mu.Lock()
+		*list = append(*list, [2]int64{user, post})
+		c.mu.Unlock()
+	}
+	return nil
+}
+
+// gone reports whether err is an answer with one of statuses.
+func gone(err error, statuses ...int) bool {
+	var se *statusError
+	return errors.As(err, &se) && slices.Contains(statuses, se.status)
 }
 
 // post creates a post and records it as live.
@@ -577,7 +761,7 @@ func (c *client) editSome(i int) error {
 	if err := c.s.call(c.ctx, http.MethodPatch, path, c.tokens[author], key, body, &again, http.StatusOK, &c.st.retries); err != nil {
 		return err
 	}
-	if again != first {
+	if !reflect.DeepEqual(again, first) {
 		return fmt.Errorf("idempotent replay of an edit returned %+v, first %+v", again, first)
 	}
 	c.st.editReplays.Add(1)

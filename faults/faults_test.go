@@ -338,14 +338,14 @@ func (o *convergence) differences() (int, []string, []int64) {
 					d = append(d, "error: "+err.Error())
 				} else {
 					got, err := o.cl.readAll(ctx, "/api/feed", u, len(want)/50+10)
-					d = truth.Diff(got, want)
+					d = truth.Diff(u, got, want)
 					if err != nil {
 						d = append(d, "error: "+err.Error())
 					}
 				}
-				mine := truth.ByAuthor[u]
+				mine := truth.AuthorPage(users[0], u)
 				got, err := o.cl.readAll(ctx, "/api/users/"+itoa(u)+"/posts", users[0], len(mine)/50+10)
-				da := truth.Diff(got, mine)
+				da := truth.Diff(users[0], got, mine)
 				if err != nil {
 					da = append(da, "error: "+err.Error())
 				}

@@ -207,6 +207,17 @@ func (w *workload) run(ctx context.Context, workers int, pause time.Duration, co
 	wg.Wait()
 }
 
+// somePost picks a live post of a skewed author (0: none yet).
+func (w *workload) somePost(rng *rand.Rand) int64 {
+	a := w.pick(rng)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ps := w.live[a]; len(ps) > 0 {
+		return ps[len(ps)-1-rng.IntN(min(len(ps), 5))]
+	}
+	return 0
+}
+
 // pick chooses a user, skewed towards the first ones, so that a few
 // become celebrities and most do not.
 func (w *workload) pick(rng *rand.Rand) int64 {
@@ -214,7 +225,8 @@ func (w *workload) pick(rng *rand.Rand) int64 {
 	return w.users[int(f*f*float64(len(w.users)))]
 }
 
-// op plays one operation: post, follow, unfollow, delete, or a read.
+// op plays one operation: post (a reply or a quote, at times), repost,
+// like or their undo, follow, unfollow, delete, or a read.
 func (w *workload) op(cl client, rng *rand.Rand) {
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
@@ -224,11 +236,26 @@ func (w *workload) op(cl client, rng *rand.Rand) {
 		var p struct {
 			ID string `json:"id"`
 		}
-		st, _ := cl.retried(ctx, http.MethodPost, "/api/posts", u, key(), map[string]string{"content": fmt.Sprintf("post of %d #%d", u, rng.IntN(1e6))}, &p)
+		body := map[string]string{"content": fmt.Sprintf("post of %d #%d", u, rng.IntN(1e6))}
+		if r < 8 { // a reply or a quote of someone's live post
+			if target := w.somePost(rng); target != 0 {
+				body[map[bool]string{true: "replyTo", false: "quoteOf"}[r < 5]] = itoa(target)
+			}
+		}
+		st, _ := cl.retried(ctx, http.MethodPost, "/api/posts", u, key(), body, &p)
 		if id, err := strconv.ParseInt(p.ID, 10, 64); st == http.StatusCreated && err == nil {
 			w.mu.Lock()
 			w.live[u] = append(w.live[u], id)
 			w.mu.Unlock()
+		}
+	case r < 42: // a repost or a like of a live post, sometimes undone
+		if target := w.somePost(rng); target != 0 {
+			path := "/api/posts/" + itoa(target) + map[bool]string{true: "/repost", false: "/like"}[r < 36]
+			method := http.MethodPut
+			if rng.IntN(4) == 0 {
+				method = http.MethodDelete
+			}
+			_, _ = cl.retried(ctx, method, path, w.pick(rng), "", nil, nil)
 		}
 	case r < 55:
 		if v := w.pick(rng); v != u {

@@ -19,9 +19,10 @@ package homefeed
 // viewer follows its author (or is its author), otherwise as the earliest
 // live repost of it by an account the viewer follows. A reply appears only
 // when the viewer wrote its parent, follows the parent's author, or the
-// reply is its author's reply to themself (Mastodon's home rule). Mutes
-// and blocks apply to reposters, reposted authors, quoted authors and
-// parents' authors alike.
+// reply is its author's reply to themself (Mastodon's home rule); the
+// viewer's own replies always appear (Mastodon never filters the reader's
+// own posts from their home). Mutes and blocks apply to reposters,
+// reposted authors, quoted authors and parents' authors alike.
 
 // Entry is what the rules need to know about one candidate entry of a
 // home feed: a post, or a repost (RepostOf set) and its original.
@@ -76,7 +77,7 @@ func Judge(viewer int64, e Entry, rel func(account int64) Relation) Verdict {
 		return Hide
 	}
 	if e.RepostOf == 0 {
-		if !ReplyShown(viewer, e.Author, e.ReplyToAuthor, rel) {
+		if e.Author != viewer && !ReplyShown(viewer, e.Author, e.ReplyToAuthor, rel) {
 			return Hide
 		}
 		return Show

@@ -23,6 +23,7 @@ func TestJudgePosts(t *testing.T) {
 		{"reply to a followee", Entry{ID: 10, Author: a, ReplyToAuthor: b}, Show},
 		{"reply to someone the viewer does not follow", Entry{ID: 10, Author: a, ReplyToAuthor: c}, Hide},
 		{"self-reply", Entry{ID: 10, Author: a, ReplyToAuthor: a}, Show},
+		{"the viewer's own reply to a stranger", Entry{ID: 10, Author: v, ReplyToAuthor: c}, Show},
 	}
 	for _, tc := range cases {
 		if got := Judge(v, tc.e, r.of); got != tc.want {

@@ -55,7 +55,9 @@ const (
 )
 
 // Names lists every projector name in start order.
-func Names() []string { return []string{NamePosts, NameFollowers, NameTimelines, NameInbox} }
+func Names() []string {
+	return []string{NamePosts, NameFollowers, NameTimelines, NameInbox, NameNotifications}
+}
 
 // ErrPermanent marks an error that no retry can fix (a message that cannot
 // be decoded); such messages go to the poison topic at once.
@@ -141,6 +143,12 @@ type Config struct {
 	// Now is the clock the posts projector judges an expiry past by (nil:
 	// time.Now); tests set it.
 	Now func() time.Time
+	// NotificationsMax bounds each user's notifications
+	// (FEED_NOTIFICATIONS_MAX; readmodel.DefaultNotificationsMax when 0).
+	NotificationsMax int
+	// Notifier, when set, is told of each notification the notifications
+	// projector added (the live streams).
+	Notifier Notifier
 }
 
 // DefaultConfig returns the defaults of every setting: the feed policy's
@@ -257,6 +265,8 @@ func New(cfg Config, pg Querier, rdb redis.UniversalClient, m *Metrics, names ..
 			p, err = NewFollowers(cfg, rdb)
 		case NamePosts:
 			p, err = NewPosts(cfg, rdb)
+		case NameNotifications:
+			p, err = NewNotifications(cfg, pg, rdb)
 		default:
 			return nil, fmt.Errorf("unknown projector %q (want one of %v)", n, Names())
 		}

@@ -385,6 +385,9 @@ func (f *Feed) askShares(ctx context.Context, src shareSource, a *shareAsk) erro
 	}
 	a.names = missing
 	var err error
+	if src == fromRedis && f.live != nil && f.live.EngagementLost() {
+		src = fromPG // Redis lost them under a running system (readmodel.LostField)
+	}
 	if src == fromRedis {
 		err = f.redisShares(ctx, a)
 	} else {

@@ -71,6 +71,7 @@ type LiveVersions struct {
 	fresh      atomic.Int64       // of the last successful refresh
 	waitFailed atomic.Bool        // the last synchronous refresh failed; cleared by a success
 	refreshing atomic.Bool        // a background refresh is asked for (wake) or running
+	lostPosts  atomic.Int64       // the posts version whose keys Redis lost (Registry.MarkLost), 0: none
 	wake       chan struct{}      // the reads' requests of a background refresh, served by Run
 	stale      singleflight.Group // the synchronous refreshes of reads that found the versions stale
 }
@@ -95,10 +96,11 @@ func NewLiveVersions(ctx context.Context, cfg LiveVersionsConfig, rdb redis.Univ
 		cfg.Logger = slog.Default()
 	}
 	l := &LiveVersions{cfg: cfg, rdb: rdb, db: db, reg: NewRegistry(cfg.Prefix), base: time.Now(), wake: make(chan struct{}, 1)}
-	cached, err := l.reg.cached(ctx, rdb)
+	cached, lost, err := l.reg.cachedAll(ctx, rdb)
 	if err != nil {
 		return nil, err
 	}
+	l.lostPosts.Store(int64(lost[ProjectionPosts]))
 	adopted, err := adoptCached(ctx, db, cached)
 	if err != nil {
 		return nil, err
@@ -180,6 +182,15 @@ func (l *LiveVersions) Current() Versions {
 	return l.cur.Load().Versions
 }
 
+// EngagementLost reports whether the active posts version's keys were
+// lost (Registry.MarkLost): its counts, viewer state and reposts of an
+// original are then read from PostgreSQL. Refreshed as Version.
+func (l *LiveVersions) EngagementLost() bool {
+	l.follow()
+	v := l.lostPosts.Load()
+	return v != 0 && int(v) == l.cur.Load().Versions.Version(ProjectionPosts)
+}
+
 // Active returns the versions in use now with their records (the policy
 // each was built with), read together: a reader that takes a version's
 // keys from it takes that version's layout too. Refreshed first when
@@ -213,10 +224,11 @@ func (a Active) Record(projection string) VersionRecord {
 func (l *LiveVersions) Refresh(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	cached, err := l.reg.cached(ctx, l.rdb)
+	cached, lost, err := l.reg.cachedAll(ctx, l.rdb)
 	if err != nil {
 		return err
 	}
+	l.lostPosts.Store(int64(lost[ProjectionPosts]))
 	if cached == l.cur.Load().Versions && time.Now().Before(l.verifyAt) {
 		l.markFresh()
 		return nil
@@ -245,6 +257,33 @@ func (l *LiveVersions) resolve(ctx context.Context, cached Versions) error {
 	wrote, err := l.reg.restore(ctx, l.rdb, cached, truth)
 	if err != nil {
 		return err
+	}
+	if wrote && cached == (Versions{}) {
+		// The registry was gone. With events in the log, Redis lost the
+		// read models under a running system (or was never given them):
+		// the posts projection's keys that cannot tell lost from never
+		// written are not trusted at this version (LostField).
+		var logged bool
+		rows, err := l.db.Query(ctx, `SELECT EXISTS (SELECT 1 FROM events)`)
+		if err != nil {
+			return fmt.Errorf("read whether the event log has events: %w", err)
+		}
+		for rows.Next() {
+			if err := rows.Scan(&logged); err != nil {
+				rows.Close()
+				return err
+			}
+		}
+		rows.Close()
+		if logged {
+			v := truth.Version(ProjectionPosts)
+			if err := l.reg.MarkLost(ctx, l.rdb, ProjectionPosts, v); err != nil {
+				return err
+			}
+			l.lostPosts.Store(int64(v))
+			l.cfg.Logger.Warn("projection versions: Redis lost the read models under a running system; counts, likes and reposts are read from PostgreSQL until `feed rebuild posts`",
+				"posts version", v)
+		}
 	}
 	if wrote && cached == (Versions{}) && truth == DefaultVersions() {
 		// A new deployment's first start, or a Redis without the hash while

@@ -122,45 +122,51 @@ func (m PostCache) QueueCreate(ctx context.Context, pipe redis.Pipeliner, p Post
 	return m.put(ctx, pipe, p, true)
 }
 
-// editScript replaces a post's body with an edited one (ARGV[2], the JSON
-// of a Post at version ARGV[1]) unless the cached body is a tombstone or
-// already holds that version or a later one: a redelivered or reordered
-// edit never brings older content back, nor a deleted post. An absent
-// body is written (the edit carries everything a body holds), so a
-// Create arriving after it (SET NX) changes nothing either. A body that
-// is not a readable JSON object is replaced. ARGV[3] is the expiry (Unix
-// ms, '0': none).
+// editScript applies an edit (ARGV[2] the content, ARGV[3] editedAt, at
+// version ARGV[1]) to the cached body: it replaces the body's content,
+// version and editedAt and keeps the rest (a reply's parent, a quote,
+// media, which an edit does not change and its event does not carry),
+// unless the body is a tombstone or already holds that version or a later
+// one, so a redelivered or reordered edit never brings older content back,
+// nor a deleted post. An absent body stays absent (the post's create and
+// edits share a partition, so the create came first: a body absent now
+// expired or was lost, and a read asks PostgreSQL, which has all of it),
+// and so does one that is not a readable JSON object (deleted, for the
+// same reason). ARGV[4] is the body's expiry (Unix ms): set again
+// with it, so a body written before the horizon gets one; '0' (no
+// horizon) keeps the body's time to live.
 var editScript = redis.NewScript(`
 local cur = redis.call('GET', KEYS[1])
-if cur then
-  local ok, p = pcall(cjson.decode, cur)
-  if ok and type(p) == 'table' then
-    if p.deleted == true then return 0 end
-    local v = tonumber(p.version) or 1
-    if v >= tonumber(ARGV[1]) then return 0 end
-  end
+if not cur then return 0 end
+local ok, p = pcall(cjson.decode, cur)
+if not ok or type(p) ~= 'table' then
+  redis.call('DEL', KEYS[1])
+  return 0
 end
-if ARGV[3] == '0' then
-  redis.call('SET', KEYS[1], ARGV[2])
+if p.deleted == true then return 0 end
+local v = tonumber(p.version) or 1
+if v >= tonumber(ARGV[1]) then return 0 end
+p.content = ARGV[2]
+p.version = tonumber(ARGV[1])
+p.editedAt = ARGV[3]
+if ARGV[4] == '0' then
+  redis.call('SET', KEYS[1], cjson.encode(p), 'KEEPTTL')
 else
-  redis.call('SET', KEYS[1], ARGV[2], 'PXAT', ARGV[3])
+  redis.call('SET', KEYS[1], cjson.encode(p), 'PXAT', ARGV[4])
 end
 return 1
 `)
 
-// Edit caches p, an edited body (p.Version above 1), unless the cached
-// body is a tombstone or holds p.Version or a later one (editScript), nor
-// when its expiry is past. It reports whether it wrote.
+// Edit applies p, an edited body (p.Version above 1: its Content and
+// EditedAt), to the cached body, unless that is absent, a tombstone or
+// holds p.Version or a later one (editScript), nor when the post is past
+// the horizon. It reports whether it wrote.
 func (m PostCache) Edit(ctx context.Context, rdb redis.Cmdable, p Post) (bool, error) {
 	at := m.hz.ExpiryOf(p.ID)
 	if m.hz.past(at) {
 		return false, nil
 	}
-	b, err := json.Marshal(p)
-	if err != nil {
-		return false, fmt.Errorf("encode post %d: %w", p.ID, err)
-	}
-	n, err := editScript.Run(ctx, rdb, []string{m.keys.Post(p.ID)}, p.ContentVersion(), b, at).Int()
+	n, err := editScript.Run(ctx, rdb, []string{m.keys.Post(p.ID)}, p.ContentVersion(), p.Content, p.EditedAt, at).Int()
 	return n == 1, err
 }
 
@@ -171,11 +177,7 @@ func (m PostCache) QueueEdit(ctx context.Context, pipe redis.Pipeliner, p Post) 
 	if m.hz.past(at) {
 		return nil
 	}
-	b, err := json.Marshal(p)
-	if err != nil {
-		return fmt.Errorf("encode post %d: %w", p.ID, err)
-	}
-	editScript.EvalSha(ctx, pipe, []string{m.keys.Post(p.ID)}, p.ContentVersion(), b, at)
+	editScript.EvalSha(ctx, pipe, []string{m.keys.Post(p.ID)}, p.ContentVersion(), p.Content, p.EditedAt, at)
 	return nil
 }
 

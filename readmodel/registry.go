@@ -28,9 +28,40 @@ func (r Registry) Cached(ctx context.Context, rdb redis.Cmdable) (Versions, erro
 }
 
 func (r Registry) cached(ctx context.Context, rdb redis.Cmdable) (Versions, error) {
+	v, _, err := r.cachedAll(ctx, rdb)
+	return v, err
+}
+
+// LostField is the registry field that records the version of projection
+// whose keys Redis lost under a running system (emptied, or restarted
+// without its data: LiveVersions found the registry gone while the event
+// log has events). Read models that cannot tell a lost key from one never
+// written (counts, the viewer's likes and reposts, an original's reposts)
+// are then not trusted at that version: the query side asks PostgreSQL
+// instead until `feed rebuild` moves the projection to a new version.
+func LostField(projection string) string { return "lost:" + projection }
+
+// MarkLost records that projection's keys at version were lost.
+func (r Registry) MarkLost(ctx context.Context, rdb redis.Cmdable, projection string, version int) error {
+	return rdb.HSet(ctx, r.keys.VersionsKey(), LostField(projection), version).Err()
+}
+
+// cachedAll is cached with the lost versions by projection (LostField).
+func (r Registry) cachedAll(ctx context.Context, rdb redis.Cmdable) (Versions, map[string]int, error) {
 	m, err := rdb.HGetAll(ctx, r.keys.VersionsKey()).Result()
 	if err != nil {
-		return Versions{}, fmt.Errorf("read projection version registry: %w", err)
+		return Versions{}, nil, fmt.Errorf("read projection version registry: %w", err)
+	}
+	var lost map[string]int
+	for _, p := range Projections() {
+		if s, ok := m[LostField(p)]; ok {
+			if n, err := strconv.Atoi(s); err == nil {
+				if lost == nil {
+					lost = map[string]int{}
+				}
+				lost[p] = n
+			}
+		}
 	}
 	var v Versions
 	for _, p := range Projections() {
@@ -45,7 +76,7 @@ func (r Registry) cached(ctx context.Context, rdb redis.Cmdable) (Versions, erro
 		}
 		v = v.With(p, n)
 	}
-	return v, nil
+	return v, lost, nil
 }
 
 // restoreScript sets each field (ARGV: field, expected, value, ...) to its

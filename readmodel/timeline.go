@@ -186,13 +186,19 @@ func (m Timelines) QueueRange(ctx context.Context, pipe redis.Pipeliner, author,
 	return queueRangeRead(ctx, pipe, m.keys.Timeline(author), fromMs, n)
 }
 
-// timelineSnapshotSQL is an author's newest non-deleted posts.
+// timelineSnapshotSQL is an author's newest entries: non-deleted posts
+// and live reposts (whose originals the read checks), as the timelines
+// projector writes them.
 const timelineSnapshotSQL = `
-SELECT id, created_at FROM posts WHERE author_id = $1 AND NOT deleted
+(SELECT id, created_at FROM posts WHERE author_id = $1 AND NOT deleted
+ ORDER BY created_at DESC, id DESC LIMIT $2)
+UNION ALL
+(SELECT id, created_at FROM reposts WHERE user_id = $1
+ ORDER BY created_at DESC, id DESC LIMIT $2)
 ORDER BY created_at DESC, id DESC LIMIT $2`
 
 // Rebuild rebuilds author's timeline from PostgreSQL, for a read that
-// found it not built: the author's newest Max posts, then ~built
+// found it not built: the author's newest Max entries, then ~built
 // (WriteRebuilt).
 func (m Timelines) Rebuild(ctx context.Context, db VersionQuerier, rdb redis.UniversalClient, author int64) error {
 	rows, err := db.Query(ctx, timelineSnapshotSQL, author, m.max)

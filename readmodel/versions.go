@@ -12,11 +12,12 @@ const (
 	ProjectionTimelines = "timelines"
 	ProjectionFollowers = "followers"
 	ProjectionPosts     = "posts"
+	// ProjectionNotifications is in notifications.go.
 )
 
 // Projections lists every projection that owns keys.
 func Projections() []string {
-	return []string{ProjectionPosts, ProjectionFollowers, ProjectionTimelines, ProjectionInbox}
+	return []string{ProjectionPosts, ProjectionFollowers, ProjectionTimelines, ProjectionInbox, ProjectionNotifications}
 }
 
 // VersionSource gives the version whose keys a projection's names are built
@@ -28,12 +29,14 @@ type VersionSource interface {
 // Versions is a fixed version per projection (0 means 1). Projectors use a
 // fixed value: their keys and consumer group never change under them.
 type Versions struct {
-	Inbox, Timelines, Followers, Posts int
+	Inbox, Timelines, Followers, Posts, Notifications int
 }
 
 // DefaultVersions is every projection at version 1, where a deployment
 // starts (migration 006).
-func DefaultVersions() Versions { return Versions{Inbox: 1, Timelines: 1, Followers: 1, Posts: 1} }
+func DefaultVersions() Versions {
+	return Versions{Inbox: 1, Timelines: 1, Followers: 1, Posts: 1, Notifications: 1}
+}
 
 // Version implements VersionSource.
 func (v Versions) Version(projection string) int { return max(v.Get(projection), 1) }
@@ -52,6 +55,8 @@ func (v Versions) Get(projection string) int {
 		n = v.Followers
 	case ProjectionPosts:
 		n = v.Posts
+	case ProjectionNotifications:
+		n = v.Notifications
 	}
 	return n
 }
@@ -67,6 +72,8 @@ func (v Versions) With(projection string, n int) Versions {
 		v.Followers = n
 	case ProjectionPosts:
 		v.Posts = n
+	case ProjectionNotifications:
+		v.Notifications = n
 	}
 	return v
 }
@@ -131,6 +138,8 @@ func (k Keys) Classify(key string) (projection string, version int, ok bool) {
 		strings.HasPrefix(rest, "liked:{"), strings.HasPrefix(rest, "reposted:{"),
 		strings.HasPrefix(rest, "reposts:{"), strings.HasPrefix(rest, "name:{"):
 		return ProjectionPosts, version, true
+	case strings.HasPrefix(rest, "notif:{"), strings.HasPrefix(rest, "notifv:{"):
+		return ProjectionNotifications, version, true
 	case strings.HasPrefix(rest, "followers:{"), strings.HasPrefix(rest, "following:{"),
 		strings.HasPrefix(rest, "following_v:{"), rest == "celebrities",
 		strings.HasPrefix(rest, "celebrities:"): // its order and leaving hashes

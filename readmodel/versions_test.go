@@ -105,7 +105,7 @@ func TestLiveVersionsRestoreLostRegistry(t *testing.T) {
 	if err := ActivateVersion(ctx, db.Pool, ProjectionInbox, 1, 2, Policy{}); err != nil {
 		t.Fatal(err)
 	}
-	want := Versions{Inbox: 2, Timelines: 1, Followers: 1, Posts: 1}
+	want := Versions{Inbox: 2, Timelines: 1, Followers: 1, Posts: 1, Notifications: 1}
 	restored := func() bool {
 		c, err := reg.Cached(ctx, r.Client)
 		return err == nil && c == want
@@ -167,7 +167,7 @@ func TestMissingVersionRowIsAnError(t *testing.T) {
 	_, err = NewLiveVersions(ctx, LiveVersionsConfig{Prefix: r.Prefix}, r.Client, db.Pool)
 	check("NewLiveVersions", err)
 	check("Refresh", lv.Refresh(ctx))
-	if got := lv.Current(); got != (Versions{Inbox: 1, Timelines: 1, Followers: 1, Posts: 1}) {
+	if got := lv.Current(); got != (Versions{Inbox: 1, Timelines: 1, Followers: 1, Posts: 1, Notifications: 1}) {
 		t.Errorf("the running reader's versions changed: %+v", got)
 	}
 	check("ActivateVersion", ActivateVersion(ctx, db.Pool, ProjectionTimelines, 1, 2, Policy{}))
@@ -218,7 +218,7 @@ func TestLiveVersionsAdoptPreUpgradeRegistry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Versions{Inbox: 3, Timelines: 1, Followers: 1, Posts: 2}
+	want := Versions{Inbox: 3, Timelines: 1, Followers: 1, Posts: 2, Notifications: 1}
 	if got := lv.Current(); got != want {
 		t.Fatalf("after the upgrade: %+v, want %+v", got, want)
 	}
@@ -243,7 +243,7 @@ func TestLiveVersionsAdoptPreUpgradeRegistry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want = Versions{Inbox: 3, Timelines: 2, Followers: 1, Posts: 2}
+	want = Versions{Inbox: 3, Timelines: 2, Followers: 1, Posts: 2, Notifications: 1}
 	if got := lv2.Current(); got != want {
 		t.Fatalf("after a switch: %+v, want %+v (the registry's 5 and 7 are not adopted)", got, want)
 	}
@@ -393,5 +393,43 @@ func TestLiveVersionsWithoutRun(t *testing.T) {
 	switchTo(t, db.Pool, r, ProjectionFollowers, 2, 3)
 	testenv.Eventually(t, 5*time.Second, "a read refreshes stale versions itself", func() bool {
 		return stale.Version(ProjectionFollowers) == 3
+	})
+}
+
+// TestLostReadModelsMarked: a registry gone while the event log has
+// events (Redis emptied under a running system) marks the active posts
+// version's keys lost, so the query side asks PostgreSQL for what those
+// keys cannot tell (EngagementLost); a registry written before any event
+// (a new deployment) marks nothing, and a rebuild's new version is
+// trusted again.
+func TestLostReadModelsMarked(t *testing.T) {
+	t.Parallel()
+	db, r := testenv.NewDB(t), testenv.NewRedis(t)
+	ctx := context.Background()
+	lv, err := NewLiveVersions(ctx, LiveVersionsConfig{Prefix: r.Prefix, Interval: 20 * time.Millisecond}, r.Client, db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runLive(t, lv)
+	if lv.EngagementLost() {
+		t.Fatal("a new deployment's registry marked its read models lost")
+	}
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO events (event_id, stream_id, stream_version, type, payload)
+		VALUES (gen_random_uuid(), 'user-1', 1, 'user.registered.v1', '{"userId":"1","name":"a"}')`); err != nil {
+		t.Fatal(err)
+	}
+	testenv.DeletePrefix(ctx, r.Client, r.Prefix)
+	testenv.Eventually(t, 5*time.Second, "the emptied Redis is noticed", lv.EngagementLost)
+	if got := r.Client.HGet(ctx, Keys{Prefix: r.Prefix}.VersionsKey(), LostField(ProjectionPosts)).Val(); got != "1" {
+		t.Fatalf("registry's %s = %q, want 1", LostField(ProjectionPosts), got)
+	}
+	if err := ActivateVersion(ctx, db.Pool, ProjectionPosts, 1, 2, Policy{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := NewRegistry(r.Prefix).Activate(ctx, r.Client, ProjectionPosts, 2); err != nil { // as a switch does
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 5*time.Second, "the rebuilt version is trusted", func() bool {
+		return lv.Current().Posts == 2 && !lv.EngagementLost()
 	})
 }

@@ -556,6 +556,9 @@ func (r *Rebuilder) build(ctx context.Context, p projections.Projector, prog *Pr
 	case *projections.Inbox:
 		unit = "active users"
 		n, err = p.BuildInboxes(ctx, r.pool, stages{prog, label})
+	case *projections.Notifications:
+		unit = "users"
+		n, err = p.BuildNotifications(ctx, r.pool, prog.Add)
 	case *projections.Followers:
 		unit = "follow events"
 		var horizon uint64

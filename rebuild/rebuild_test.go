@@ -92,8 +92,8 @@ func testRebuildAllUnderLoad(t *testing.T, cluster bool) {
 	if readErrs.Load() > 0 || empties.Load() > 0 {
 		t.Fatalf("%d reads failed and %d were empty during the rebuild", readErrs.Load(), empties.Load())
 	}
-	if len(res) != 4 {
-		t.Fatalf("want 4 results, got %+v", res)
+	if len(res) != len(projections.Names()) {
+		t.Fatalf("want %d results, got %+v", len(projections.Names()), res)
 	}
 	vs, err := readmodel.LoadVersions(context.Background(), s.DB.Pool)
 	if err != nil {
@@ -246,7 +246,7 @@ func TestLostRegistryKeepsVersion2(t *testing.T) {
 	// the versions it holds and refreshes them in the background): read
 	// until it is on version 2, so that what follows tests the loss of the
 	// registry, not a reader that has not seen the switch yet.
-	want := readmodel.Versions{Inbox: 2, Timelines: 1, Followers: 1, Posts: 1}
+	want := readmodel.Versions{Inbox: 2, Timelines: 1, Followers: 1, Posts: 1, Notifications: 1}
 	v2 := readmodel.Keys{Prefix: s.Prefix, Versions: want}
 	testenv.Eventually(t, 10*time.Second, "the query side reads version 2", func() bool {
 		if _, err := s.Feed.Home(ctx, s.users[0], "", 10); err != nil {

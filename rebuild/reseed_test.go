@@ -12,6 +12,7 @@ import (
 
 	"github.com/feedco/feed/cdc"
 	"github.com/feedco/feed/internal/kafka"
+	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/readmodel"
 	"github.com/feedco/feed/testkit/testenv"
 	"github.com/feedco/feed/verify"
@@ -101,8 +102,8 @@ func TestReseedNewTopicThenRebuildAll(t *testing.T) {
 	if firstErr != nil {
 		t.Fatalf("a write failed during the rebuild: %v", firstErr)
 	}
-	if len(results) != 4 {
-		t.Fatalf("want 4 results, got %+v", results)
+	if len(results) != len(projections.Names()) {
+		t.Fatalf("want %d results, got %+v", len(projections.Names()), results)
 	}
 	celebs := s.celebritiesPost(t, 3)
 	s.quiesce(t)

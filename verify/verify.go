@@ -10,6 +10,7 @@ package verify
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -467,39 +468,17 @@ type userResult struct {
 // the non-deleted posts of the accounts $1 follows and of $1, newest
 // first. One index range scan of posts_author_time_idx per followed
 // account, each stopped at $2 rows: followees x depth index entries.
-const headSQL = `
-SELECT p.id, p.author_id, (extract(epoch FROM p.created_at) * 1000)::bigint, p.content
-FROM (SELECT f.followee_id AS author_id FROM follows f WHERE f.follower_id = $1
-      UNION ALL SELECT $1::bigint) a
-CROSS JOIN LATERAL (
-    SELECT id, author_id, created_at, content FROM posts
-    WHERE posts.author_id = a.author_id AND NOT deleted
-    ORDER BY created_at DESC, id DESC
-    LIMIT $2) p
-ORDER BY p.created_at DESC, p.id DESC
-LIMIT $2`
-
 // user compares u's newest cfg.Depth posts as the query side serves them
 // with the truth, and u's following set with SQL.
 func (v *verifier) user(ctx context.Context, u int64) (userResult, error) {
 	var res userResult
-	t := &Truth{Posts: map[int64]TruePost{}, Following: map[int64][]int64{}}
-	rows, err := v.pool.Query(ctx, headSQL, u, v.cfg.Depth)
+	t := newTruth()
+	want, err := truthHead(ctx, v.pool, u, &v.cfg.Depth)
 	if err != nil {
-		return res, fmt.Errorf("truth of user %d: %w", u, err)
+		return res, err
 	}
-	var want []int64
-	for rows.Next() {
-		var p TruePost
-		if err := rows.Scan(&p.ID, &p.Author, &p.Ms, &p.Content); err != nil {
-			rows.Close()
-			return res, err
-		}
-		t.Posts[p.ID] = p
-		want = append(want, p.ID)
-	}
-	if err := rows.Err(); err != nil {
-		return res, fmt.Errorf("truth of user %d: %w", u, err)
+	if err := t.loadFor(ctx, v.pool, u, want); err != nil {
+		return res, err
 	}
 	following, err := v.followees(ctx, u)
 	if err != nil {
@@ -511,8 +490,8 @@ func (v *verifier) user(ctx context.Context, u int64) (userResult, error) {
 	// when the truth was cut at the depth, else the whole feed.
 	cutoff := key{ms: -1 << 62}
 	if len(want) == v.cfg.Depth {
-		last := t.Posts[want[len(want)-1]]
-		cutoff = key{ms: last.Ms, id: last.ID}
+		last := want[len(want)-1]
+		cutoff = key{ms: t.ms(last), id: last}
 	}
 	got, cold, readErr := v.read(ctx, u, cutoff)
 	res.cold = cold
@@ -526,15 +505,15 @@ func (v *verifier) user(ctx context.Context, u int64) (userResult, error) {
 		}
 		window = append(window, p)
 		if id, err := strconv.ParseInt(p.ID, 10, 64); err == nil {
-			if _, known := t.Posts[id]; !known {
+			if t.ms(id) == 0 {
 				unknown = append(unknown, id)
 			}
 		}
 	}
-	if err := v.rows(ctx, t, unknown); err != nil {
+	if err := t.loadFor(ctx, v.pool, u, unknown); err != nil {
 		return res, err
 	}
-	for _, d := range t.DiffItems(window, want) {
+	for _, d := range t.DiffItems(u, window, want) {
 		d.User = u
 		res.diffs = append(res.diffs, d)
 	}
@@ -551,6 +530,12 @@ func (v *verifier) user(ctx context.Context, u int64) (userResult, error) {
 			return res, err
 		}
 	}
+	// Notifications and their unread count (notifications.go).
+	nd, err := v.notifications(ctx, u)
+	if err != nil {
+		return res, err
+	}
+	res.diffs = append(res.diffs, nd...)
 	return res, nil
 }
 
@@ -584,9 +569,12 @@ func (v *verifier) read(ctx context.Context, u int64, cutoff key) ([]APIPost, bo
 			return out, cold, errors.New("Redis unavailable: the page came from PostgreSQL alone (degraded), the read models were not read")
 		}
 		cold = cold || p.Cold
-		for _, it := range p.Items {
-			out = append(out, APIPost{ID: it.ID, AuthorID: it.AuthorID, Content: it.Content, CreatedAt: it.CreatedAt})
+		// The items as a client sees them: through the page's JSON.
+		var page APIPage
+		if err := json.Unmarshal(p.AppendJSON(nil), &page); err != nil {
+			return out, cold, fmt.Errorf("decode the page's JSON: %w", err)
 		}
+		out = append(out, page.Items...)
 		if p.NextCursor == nil {
 			return out, cold, nil
 		}
@@ -599,27 +587,6 @@ func (v *verifier) read(ctx context.Context, u int64, cutoff key) ([]APIPost, bo
 		cursor = *p.NextCursor
 	}
 	return out, cold, nil
-}
-
-// rows adds the rows of posts the truth's head does not hold (served
-// foreign posts) to t, so the differences say whose they are.
-func (v *verifier) rows(ctx context.Context, t *Truth, ids []int64) error {
-	if len(ids) == 0 {
-		return nil
-	}
-	rows, err := v.pool.Query(ctx, `SELECT id, author_id, (extract(epoch FROM created_at) * 1000)::bigint, content, deleted FROM posts WHERE id = ANY($1)`, ids)
-	if err != nil {
-		return fmt.Errorf("read posts: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var p TruePost
-		if err := rows.Scan(&p.ID, &p.Author, &p.Ms, &p.Content, &p.Deleted); err != nil {
-			return err
-		}
-		t.Posts[p.ID] = p
-	}
-	return rows.Err()
 }
 
 func (v *verifier) followees(ctx context.Context, u int64) ([]int64, error) {

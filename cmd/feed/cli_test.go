@@ -110,7 +110,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"seed", "--users", "many"}, `feed seed: invalid argument "many" for "--users" flag: strconv.ParseInt: parsing "many": invalid syntax`},
 		{[]string{"token"}, "feed token: --user ID is required (a positive integer)"},
 		{[]string{"token", "--user", "1", "--ttl", "-1s"}, "feed token: --ttl: must be positive"},
-		{[]string{"rebuild"}, "feed rebuild: want one projection name: inbox, timelines, followers, posts or all"},
+		{[]string{"rebuild"}, "feed rebuild: want one projection name: inbox, timelines, followers, posts, notifications or all"},
 		{[]string{"rebuild", "nope"}, "feed rebuild: "},
 		{[]string{"rebuild", "--catch-up-lag", "-1", "all"}, "feed rebuild: --catch-up-lag: must not be negative"},
 		{[]string{"events", "--source", "mysql"}, `feed events: --source "mysql": want pg or kafka`},

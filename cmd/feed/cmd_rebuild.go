@@ -52,14 +52,14 @@ func newRebuildCommand(c *cli) *cobra.Command {
 			envPostgres, envRedis, envKafka, envProjections),
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) != 1 {
-				return usageError{"want one projection name: inbox, timelines, followers, posts or all"}
+				return usageError{"want one projection name: inbox, timelines, followers, posts, notifications or all"}
 			}
 			if _, err := rebuild.Names(args[0]); err != nil {
 				return usageError{err.Error()}
 			}
 			return nil
 		},
-		ValidArgs: []string{"inbox", "timelines", "followers", "posts", "all"},
+		ValidArgs: []string{"inbox", "timelines", "followers", "posts", "notifications", "all"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if o.catchUpLag < 0 {
 				return flagUsage("catch-up-lag", "must not be negative")

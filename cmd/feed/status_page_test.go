@@ -22,6 +22,7 @@ import (
 
 	"github.com/feedco/feed/commands"
 	"github.com/feedco/feed/internal/kafka"
+	"github.com/feedco/feed/projections"
 	"github.com/feedco/feed/testkit/testenv"
 )
 
@@ -109,7 +110,7 @@ func TestStatusPageInChromium(t *testing.T) {
 				return false
 			}
 		}
-		return len(vs) == 4
+		return len(vs) == len(projections.Names())
 	})
 
 	before := readJSON()

@@ -121,6 +121,9 @@ func newRootCommand(stdout, stderr io.Writer, load func() (config, error)) *cobr
 	f.BoolVar(&bc.PlainSockets, "plain-sockets", false, "the load generator's HTTP connections use Go's own socket calls, not raw ones (to compare)")
 	f.Float64Var(&bc.ReadRatio, "read-ratio", 20, "feed reads per write (0: writes only)")
 	f.Float64Var(&bc.PostShare, "post-share", 0.8, "share of writes that are posts (the rest: follows and unfollows, half each; 0: none)")
+	f.Float64Var(&bc.RepostShare, "repost-share", 0.1, "share of the post operations that repost a recent post (stated, not measured; 0: none)")
+	f.Float64Var(&bc.ReplyShare, "reply-share", 0.1, "share of the post operations that reply to a recent post (0: none)")
+	f.Float64Var(&bc.LikeShare, "like-share", 0.3, "share of the post operations that like a recent post (0: none)")
 	f.IntVar(&bc.Readers, "readers", 2000, "users who read (warmed by one read each before the run)")
 	f.IntVar(&bc.Churners, "churners", 500, "users who follow and unfollow")
 	f.Float64Var(&bc.VisibleRate, "visible-rate", 20, "posts per second that get a post-to-visible probe")
@@ -165,7 +168,8 @@ func noArgs(_ *cobra.Command, args []string) error {
 	return nil
 }
 
-// noneFlags maps an explicit 0 of --read-ratio and --post-share to the
+// noneFlags maps an explicit 0 of --read-ratio, --post-share and the
+// share flags to the
 // library's "none" (negative: its 0 means the default) and refuses
 // negative values.
 func noneFlags(c *bench.Config) error {
@@ -177,6 +181,14 @@ func noneFlags(c *bench.Config) error {
 	}
 	if c.PostShare == 0 {
 		c.PostShare = -1
+	}
+	for _, v := range []*float64{&c.RepostShare, &c.ReplyShare, &c.LikeShare} {
+		if *v < 0 {
+			return usageError{fmt.Sprintf("--repost-share %g, --reply-share %g, --like-share %g: want at least 0", c.RepostShare, c.ReplyShare, c.LikeShare)}
+		}
+		if *v == 0 {
+			*v = -1
+		}
 	}
 	return nil
 }
