@@ -237,3 +237,21 @@ func TestHorizonFirstID(t *testing.T) {
 		t.Fatal("no horizon: every id is within")
 	}
 }
+
+// The policy's horizon defaults to 4 days and is validated.
+func TestPostHorizonPolicy(t *testing.T) {
+	t.Parallel()
+	if h := DefaultPolicy().PostHorizon; h != 4*24*time.Hour {
+		t.Fatalf("default post horizon %v, want 96h", h)
+	}
+	for _, h := range []time.Duration{time.Millisecond, 400 * 24 * time.Hour} {
+		p := DefaultPolicy()
+		p.PostHorizon = h
+		if p.Validate() == nil {
+			t.Errorf("post horizon %v accepted", h)
+		}
+	}
+	if hz := DefaultPolicy().Horizon(nil); hz.H != 4*24*time.Hour || !hz.On() {
+		t.Fatalf("the policy's horizon: %+v", hz)
+	}
+}
