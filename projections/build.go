@@ -76,6 +76,12 @@ func (f Progress) add(n int) {
 // and reposters' sets, each original's reposts, the reposts' bodies and
 // the users' names. Pages are read in id order and written by
 // BuildWorkers pipelines at once (distinct keys: order does not matter).
+//
+// Only the horizon is written (readmodel.Horizon): posts, reposts and
+// likes of posts created within the policy's PostHorizon, each key with
+// its expiry, and reposts:{O} whole for an original with a repost within
+// it; names are all written. So a deployment's keys written before the
+// horizon existed, without expiry, are replaced by ones with it.
 func (p *Posts) BuildPosts(ctx context.Context, pg Querier, progress Progress) (int64, error) {
 	const q = `SELECT id, author_id, content, created_at, deleted, version, edited_at,
 	coalesce(reply_to, 0), coalesce(reply_to_author, 0), coalesce(reply_root, 0), coalesce(quote_of, 0), coalesce(quote_author, 0),
@@ -83,7 +89,8 @@ func (p *Posts) BuildPosts(ctx context.Context, pg Querier, progress Progress) (
 FROM posts WHERE id > $1 ORDER BY id LIMIT $2`
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(BuildWorkers)
-	var last, total int64
+	first := p.engage.Horizon().FirstID(p.now())
+	last, total := max(first-1, 0), int64(0)
 	type built struct {
 		body   readmodel.Post
 		counts readmodel.Counts
@@ -158,9 +165,17 @@ FROM posts WHERE id > $1 ORDER BY id LIMIT $2`
 	if err := ctx.Err(); err != nil {
 		return total, err
 	}
-	n, err := p.buildShares(ctx, pg)
+	n, err := p.buildShares(ctx, pg, first)
 	progress.add(int(n))
 	return total, err
+}
+
+// now is the projector's clock.
+func (p *Posts) now() time.Time {
+	if p.cfg.Now != nil {
+		return p.cfg.Now()
+	}
+	return time.Now()
 }
 
 // BuildCountsGuard is the position the bulk build guards the counts it
@@ -178,26 +193,32 @@ const BuildCountsGuard = 1
 
 // The rest of the posts projection, from the inline tables (and the
 // undone reposts from the log): each query is streamed and written in
-// pipelines of BuildBatch rows.
+// pipelines of BuildBatch rows. $1 is the horizon's first id: reposts
+// of an original with a repost in it (the whole set, for reposts:{O}; the
+// older reposts' own keys are past and not written), likes of posts in
+// it, undone reposts in it.
 const (
-	buildRepostsSQL = `SELECT r.id, r.user_id, r.post_id, p.author_id, r.created_at FROM reposts r JOIN posts p ON p.id = r.post_id`
-	buildLikesSQL   = `SELECT user_id, post_id FROM likes`
-	buildNamesSQL   = `SELECT id, name FROM users`
+	buildRepostsSQL = `SELECT r.id, r.user_id, r.post_id, p.author_id, r.created_at,
+       max(r.id) OVER (PARTITION BY r.post_id)
+FROM reposts r JOIN posts p ON p.id = r.post_id
+WHERE EXISTS (SELECT 1 FROM reposts n WHERE n.post_id = r.post_id AND n.id >= $1)`
+	buildLikesSQL = `SELECT user_id, post_id FROM likes WHERE post_id >= $1`
+	buildNamesSQL = `SELECT id, name FROM users WHERE $1::bigint IS NOT NULL`
 	// buildUndoneRepostsSQL is every undone repost (its last event an
 	// unrepost, no reposts row): its body is a tombstone.
 	buildUndoneRepostsSQL = `SELECT (payload->>'repostId')::bigint, (payload->>'reposterId')::bigint,
        (payload->>'postId')::bigint, (payload->>'authorId')::bigint
-FROM events e WHERE type = 'post.unreposted.v1'
+FROM events e WHERE type = 'post.unreposted.v1' AND (payload->>'repostId')::bigint >= $1
   AND NOT EXISTS (SELECT 1 FROM reposts r WHERE r.id = (e.payload->>'repostId')::bigint)`
 )
 
 // buildShares writes the reposts' bodies (tombstones for undone ones),
 // reposts:{O}, reposted:{u}, liked:{u} and name:{u}, and returns the rows
-// written.
-func (p *Posts) buildShares(ctx context.Context, pg Querier) (int64, error) {
+// written. first is the horizon's first id.
+func (p *Posts) buildShares(ctx context.Context, pg Querier, first int64) (int64, error) {
 	var total int64
 	stream := func(what, q string, row func(pgx.Rows, redis.Pipeliner) error) error {
-		rows, err := pg.Query(ctx, q)
+		rows, err := pg.Query(ctx, q, first)
 		if err != nil {
 			return fmt.Errorf("read %s: %w", what, err)
 		}
@@ -233,10 +254,11 @@ func (p *Posts) buildShares(ctx context.Context, pg Querier) (int64, error) {
 	}
 	err := stream("reposts", buildRepostsSQL, func(rows pgx.Rows, pipe redis.Pipeliner) error {
 		var e events.PostReposted
-		if err := rows.Scan(&e.RepostID, &e.ReposterID, &e.PostID, &e.AuthorID, &e.CreatedAt); err != nil {
+		var newest int64
+		if err := rows.Scan(&e.RepostID, &e.ReposterID, &e.PostID, &e.AuthorID, &e.CreatedAt, &newest); err != nil {
 			return err
 		}
-		p.engage.QueueAddRepost(ctx, pipe, e.PostID, readmodel.Repost{ID: e.RepostID, Reposter: e.ReposterID})
+		p.engage.QueueBuildRepost(ctx, pipe, e.PostID, readmodel.Repost{ID: e.RepostID, Reposter: e.ReposterID}, newest)
 		p.engage.QueueReposted(ctx, pipe, e.ReposterID, e.PostID, true)
 		return p.cache.QueueSet(ctx, pipe, RepostBody(e))
 	})

@@ -106,7 +106,7 @@ func TestBuildPostsSharesMatchesProjector(t *testing.T) {
 	if d := diff(want, postsState(t, rd.Client, built.Prefix)); d != "" {
 		t.Fatalf("the build differs from the projector:\n%s", d)
 	}
-	for _, k := range []string{live.Counts(posts[0]), live.Reposts(posts[0]), live.Liked(users[1]), live.Reposted(users[0]), live.Name(users[3])} {
+	for _, k := range []string{live.Counts(posts[0]), live.Reposts(posts[0]), live.Liked(users[1], readmodel.DayOf(posts[0])), live.Reposted(users[0], readmodel.DayOf(posts[1])), live.Name(users[3])} {
 		if _, ok := want[strings.TrimPrefix(k, live.Prefix)]; !ok {
 			t.Fatalf("the projector wrote no %s: the comparison would miss it", k)
 		}

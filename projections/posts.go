@@ -38,6 +38,14 @@ import (
 // one pipeline of single-key commands and scripts; a crash between two of
 // them leaves the event unacknowledged, and its redelivery repeats them
 // all, each idempotent.
+//
+// Every per-post key expires at the post's creation ms plus the policy's
+// PostHorizon (readmodel.Horizon: bodies with SET ... PXAT, counts:{p}
+// with PEXPIREAT, the viewers' day buckets at their day's end + H,
+// reposts:{O} extended to its newest repost's), and a write whose expiry
+// is past writes nothing: an event about a post older than the horizon,
+// redelivered or late, leaves Redis as it is, and the query side reads
+// that post from PostgreSQL.
 type Posts struct {
 	cfg    Config
 	cache  readmodel.PostCache
@@ -53,7 +61,11 @@ func NewPosts(cfg Config, rdb redis.UniversalClient) (*Posts, error) {
 		return nil, errors.New("new posts projector: nil Redis")
 	}
 	cfg = cfg.withDefaults()
-	return &Posts{cfg: cfg, cache: readmodel.NewPostCache(cfg.Keys), engage: readmodel.NewEngagement(cfg.Keys),
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("new posts projector: %w", err)
+	}
+	hz := cfg.Policy().Horizon(cfg.Now)
+	return &Posts{cfg: cfg, cache: readmodel.NewPostCache(cfg.Keys).WithHorizon(hz), engage: readmodel.NewEngagement(cfg.Keys).WithHorizon(hz),
 		names: readmodel.NewNames(cfg.Keys), rdb: rdb, live: readmodel.NewLive(cfg.Keys)}, nil
 }
 

@@ -141,6 +141,12 @@ type Config struct {
 	// with an open live stream may get before a push reads it again
 	// (live.go; default 1 s); negative reads it at every push (tests).
 	OnlineRefresh time.Duration
+	// PostHorizon is the policy's (readmodel.Policy.PostHorizon): how long
+	// the posts projection's per-post keys live after the post's creation.
+	PostHorizon time.Duration
+	// Now is the clock the posts projector judges an expiry past by (nil:
+	// time.Now); tests set it.
+	Now func() time.Time
 	// NotificationsMax bounds each user's notifications
 	// (FEED_NOTIFICATIONS_MAX; readmodel.DefaultNotificationsMax when 0).
 	NotificationsMax int
@@ -175,6 +181,7 @@ func (c Config) Policy() readmodel.Policy {
 		InboxTrimEvery:     c.InboxTrimEvery,
 		InactiveAfter:      c.InactiveAfter,
 		InboxTTLMargin:     c.InboxTTLMargin,
+		PostHorizon:        c.PostHorizon,
 	}
 }
 
@@ -189,6 +196,7 @@ func (c Config) WithPolicy(p readmodel.Policy) Config {
 	c.InboxTrimEvery = p.InboxTrimEvery
 	c.InactiveAfter = p.InactiveAfter
 	c.InboxTTLMargin = p.InboxTTLMargin
+	c.PostHorizon = p.PostHorizon
 	return c
 }
 

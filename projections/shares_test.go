@@ -106,7 +106,7 @@ func TestLikeRedeliveredCountsOnce(t *testing.T) {
 		t.Fatalf("counts %+v after two likes, each delivered twice: want 2 likes", got)
 	}
 	for _, liker := range []int64{u, v} {
-		if got := setMembers(t, rd.Client, keys.Liked(liker)); !slices.Equal(got, []string{idstr(p)}) {
+		if got := setMembers(t, rd.Client, keys.Liked(liker, readmodel.DayOf(p))); !slices.Equal(got, []string{idstr(p)}) {
 			t.Fatalf("liked:{%d} = %v, want [%d]", liker, got, p)
 		}
 	}
@@ -159,10 +159,10 @@ func TestCountsReorderedAcrossPartitions(t *testing.T) {
 		if got := countsOf(t, rd.Client, keys, p); got != want {
 			t.Fatalf("trial %d: counts %+v, want %+v", trial, got, want)
 		}
-		if got := setMembers(t, rd.Client, keys.Liked(u1)); len(got) != 0 {
+		if got := setMembers(t, rd.Client, keys.Liked(u1, readmodel.DayOf(p))); len(got) != 0 {
 			t.Fatalf("trial %d: liked:{u1} %v after the unlike", trial, got)
 		}
-		if got := setMembers(t, rd.Client, keys.Reposted(r1)); !slices.Equal(got, []string{idstr(p)}) {
+		if got := setMembers(t, rd.Client, keys.Reposted(r1, readmodel.DayOf(p))); !slices.Equal(got, []string{idstr(p)}) {
 			t.Fatalf("trial %d: reposted:{r1} %v after repost, unrepost, repost", trial, got)
 		}
 		rs, err := readmodel.NewEngagement(keys).EarlierReposts(context.Background(), rd.Client, p, 0, 10)
@@ -225,14 +225,14 @@ func TestLikeCrashBetweenTwoWrites(t *testing.T) {
 	if got := countsOf(t, rd.Client, keys, p); got.Likes != 1 {
 		t.Fatalf("counts %+v after the crash: the count was written first", got)
 	}
-	if got := setMembers(t, rd.Client, keys.Liked(u)); len(got) != 0 {
+	if got := setMembers(t, rd.Client, keys.Liked(u, readmodel.DayOf(p))); len(got) != 0 {
 		t.Fatalf("liked:{u} %v after the crash, want empty (not written)", got)
 	}
 	applyAll(t, ps, w.envs) // the redelivery
 	if got := countsOf(t, rd.Client, keys, p); got.Likes != 1 {
 		t.Fatalf("counts %+v after the redelivery, want 1 like", got)
 	}
-	if got := setMembers(t, rd.Client, keys.Liked(u)); !slices.Equal(got, []string{idstr(p)}) {
+	if got := setMembers(t, rd.Client, keys.Liked(u, readmodel.DayOf(p))); !slices.Equal(got, []string{idstr(p)}) {
 		t.Fatalf("liked:{u} %v after the redelivery, want [%d]", got, p)
 	}
 }
@@ -269,7 +269,7 @@ func TestRepostThenUnrepostRedelivered(t *testing.T) {
 	if s, err := rd.Client.ZScore(ctx, keys.Timeline(q), idstr(r)).Result(); err != redis.Nil {
 		t.Fatalf("the undone repost is in the reposter's timeline (%v %v)", s, err)
 	}
-	if rd.Client.ZCard(ctx, keys.Reposts(p)).Val() != 0 || len(setMembers(t, rd.Client, keys.Reposted(q))) != 0 {
+	if rd.Client.ZCard(ctx, keys.Reposts(p)).Val() != 0 || len(setMembers(t, rd.Client, keys.Reposted(q, readmodel.DayOf(p)))) != 0 {
 		t.Fatal("the undone repost is still in reposts:{p} or reposted:{q}")
 	}
 	if got := countsOf(t, rd.Client, keys, p); got != pgCounts(t, w, p) || got.Reposts != 0 {
@@ -461,13 +461,13 @@ func TestPoisonedLikeReplays(t *testing.T) {
 	}
 	testenv.Eventually(t, 60*time.Second, "the like poisoned and the next one applied", func() bool {
 		es, err := q.List(ctx, group, false)
-		return err == nil && len(es) == 1 && rd.Client.SIsMember(ctx, keys.Liked(v), idstr(p)).Val()
+		return err == nil && len(es) == 1 && rd.Client.SIsMember(ctx, keys.Liked(v, readmodel.DayOf(p)), idstr(p)).Val()
 	})
 	es, _ := q.List(ctx, group, false)
 	if es[0].Type != events.TypePostLiked || es[0].Key != idstr(a) {
 		t.Fatalf("poison entry %+v, want a post.liked.v1 keyed by the author", es[0])
 	}
-	if rd.Client.SIsMember(ctx, keys.Liked(u), idstr(p)).Val() {
+	if rd.Client.SIsMember(ctx, keys.Liked(u, readmodel.DayOf(p)), idstr(p)).Val() {
 		t.Fatal("the poisoned like is in liked:{u} before the replay")
 	}
 	posts.on.Store(false)
@@ -480,7 +480,7 @@ func TestPoisonedLikeReplays(t *testing.T) {
 		if got := countsOf(t, rd.Client, keys, p); got != (readmodel.Counts{Likes: 2}) {
 			t.Fatalf("counts %+v after the replay, want 2 likes", got)
 		}
-		if !rd.Client.SIsMember(ctx, keys.Liked(u), idstr(p)).Val() {
+		if !rd.Client.SIsMember(ctx, keys.Liked(u, readmodel.DayOf(p)), idstr(p)).Val() {
 			t.Fatal("the replayed like is not in liked:{u}")
 		}
 	}

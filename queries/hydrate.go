@@ -77,10 +77,17 @@ func (f *Feed) hydrateBatch(ctx context.Context, batch []key, vis visibility, ou
 		}
 	}
 	// Posts read from PostgreSQL by the fallback probe need no cache.
-	var get []int
+	// Posts older than the horizon are PostgreSQL's (old): Redis has
+	// dropped their keys.
+	var get, old []int
+	hz, now := f.horizon(), f.now()
 	for _, i := range ask {
 		if cp, ok := vis.pre[batch[i].id]; ok {
 			res[i] = fromCache(cp, batch[i])
+			continue
+		}
+		if !hz.Within(batch[i].id, now) {
+			old = append(old, i)
 			continue
 		}
 		get = append(get, i)
@@ -102,7 +109,7 @@ func (f *Feed) hydrateBatch(ctx context.Context, batch []key, vis visibility, ou
 		if err := known.into(follows); err != nil {
 			return nil, err
 		}
-		if err := f.hydrateRead(ctx, batch, res, get, bodies); err != nil {
+		if err := f.hydrateRead(ctx, batch, res, get, old, bodies); err != nil {
 			return nil, err
 		}
 	case len(authors) > 0: // every body cached: the read cache may know the follows too
@@ -112,6 +119,11 @@ func (f *Feed) hydrateBatch(ctx context.Context, batch []key, vis visibility, ou
 		}
 		for i, a := range authors {
 			follows[a] = is[i]
+		}
+	}
+	if len(get) == 0 && len(old) > 0 {
+		if err := f.hydrateRead(ctx, batch, res, nil, old, readmodel.BodyReads{}); err != nil {
+			return nil, err
 		}
 	}
 	f.metrics.hydProcess.Add(float64(len(batch) - len(ask)))
@@ -151,10 +163,14 @@ func (f *Feed) hydrateBatch(ctx context.Context, batch []key, vis visibility, ou
 }
 
 // hydrateRead fills res[i] for the bodies read from Redis (get, read in
-// bodies), and from PostgreSQL for those Redis did not have.
-func (f *Feed) hydrateRead(ctx context.Context, batch []key, res []hydrated, get []int, bodies readmodel.BodyReads) error {
+// bodies), and from PostgreSQL for those Redis did not have and those
+// older than the horizon (old), in one query.
+func (f *Feed) hydrateRead(ctx context.Context, batch []key, res []hydrated, get, old []int, bodies readmodel.BodyReads) error {
 	now := f.now().UnixNano()
 	var missing []int64
+	for _, i := range old {
+		missing = append(missing, batch[i].id)
+	}
 	for j, i := range get {
 		raw, ok := bodies.At(j)
 		if !ok {
@@ -168,7 +184,7 @@ func (f *Feed) hydrateRead(ctx context.Context, batch []key, res []hydrated, get
 		}
 		res[i] = fromCache(f.posts.store(cp), batch[i])
 	}
-	f.metrics.hydRedis.Add(float64(len(get) - len(missing)))
+	f.metrics.hydRedis.Add(float64(len(get) + len(old) - len(missing)))
 	if len(missing) > 0 {
 		f.metrics.hydPG.Add(float64(len(missing)))
 		rows, err := f.pgPostsByID(ctx, missing)

@@ -64,24 +64,8 @@ func (f *Feed) pgShares(ctx context.Context, a *shareAsk) error {
 			return fmt.Errorf("read relations of %d: %w", a.viewer, err)
 		}
 	}
-	if len(a.posts) > 0 {
-		rows, err := f.db.Query(ctx, countsSQL, a.viewer, a.posts)
-		if err != nil {
-			return fmt.Errorf("read counts: %w", err)
-		}
-		for rows.Next() {
-			var id int64
-			var c Counts
-			var s ViewerState
-			if err := rows.Scan(&id, &c.Likes, &c.Reposts, &c.Replies, &s.Liked, &s.Reposted); err != nil {
-				rows.Close()
-				return fmt.Errorf("read counts: %w", err)
-			}
-			a.counts[id], a.state[id] = c, s
-		}
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("read counts: %w", err)
-		}
+	if err := f.pgCountsInto(ctx, a, a.posts); err != nil {
+		return err
 	}
 	if len(a.names) > 0 {
 		got, err := f.pgNames(ctx, a.names)
@@ -93,23 +77,57 @@ func (f *Feed) pgShares(ctx context.Context, a *shareAsk) error {
 			f.names.put(u, n)
 		}
 	}
-	if len(a.reposts) > 0 {
-		rows, err := f.db.Query(ctx, earlierSQL, a.origs, a.reposts)
-		if err != nil {
+	return f.pgEarlierInto(ctx, a, a.origs, a.reposts)
+}
+
+// pgCountsInto reads the counts of posts and a's viewer's state of them
+// into a: one query.
+func (f *Feed) pgCountsInto(ctx context.Context, a *shareAsk, posts []int64) error {
+	if len(posts) == 0 {
+		return nil
+	}
+	rows, err := f.db.Query(ctx, countsSQL, a.viewer, posts)
+	if err != nil {
+		return fmt.Errorf("read counts: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		var c Counts
+		var s ViewerState
+		if err := rows.Scan(&id, &c.Likes, &c.Reposts, &c.Replies, &s.Liked, &s.Reposted); err != nil {
+			return fmt.Errorf("read counts: %w", err)
+		}
+		a.counts[id], a.state[id] = c, s
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read counts: %w", err)
+	}
+	return nil
+}
+
+// pgEarlierInto reads into a, for each repost reposts[i] of the original
+// origs[i], the live reposts of that original before it (exact): one
+// query.
+func (f *Feed) pgEarlierInto(ctx context.Context, a *shareAsk, origs, reposts []int64) error {
+	if len(reposts) == 0 {
+		return nil
+	}
+	rows, err := f.db.Query(ctx, earlierSQL, origs, reposts)
+	if err != nil {
+		return fmt.Errorf("read earlier reposts: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var rid int64
+		var r homefeed.Repost
+		if err := rows.Scan(&rid, &r.ID, &r.Reposter); err != nil {
 			return fmt.Errorf("read earlier reposts: %w", err)
 		}
-		for rows.Next() {
-			var rid int64
-			var r homefeed.Repost
-			if err := rows.Scan(&rid, &r.ID, &r.Reposter); err != nil {
-				rows.Close()
-				return fmt.Errorf("read earlier reposts: %w", err)
-			}
-			a.earlier[rid] = append(a.earlier[rid], r)
-		}
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("read earlier reposts: %w", err)
-		}
+		a.earlier[rid] = append(a.earlier[rid], r)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read earlier reposts: %w", err)
 	}
 	return nil
 }

@@ -74,6 +74,12 @@ type Config struct {
 	ActivityWriteInterval time.Duration
 	InactiveAfter         time.Duration
 	InboxTTLMargin        time.Duration
+	// PostHorizon is the policy's (readmodel.Policy.PostHorizon,
+	// FEED_POST_CACHE_TTL): a post older than now - PostHorizon is read
+	// from PostgreSQL with its counts and the viewer's state, never from
+	// Redis, whose keys of it have expired; an edit written through from
+	// here expires with the post's other keys.
+	PostHorizon time.Duration
 	// PostCacheSize bounds the in-process cache of post bodies, in posts
 	// (default 100,000; about 300 bytes each with 100-character content).
 	PostCacheSize int
@@ -164,6 +170,7 @@ func (c Config) Policy() readmodel.Policy {
 		ActivityWriteInterval: c.ActivityWriteInterval,
 		InactiveAfter:         c.InactiveAfter,
 		InboxTTLMargin:        c.InboxTTLMargin,
+		PostHorizon:           c.PostHorizon,
 	}
 }
 
@@ -177,6 +184,7 @@ func (c Config) WithPolicy(p readmodel.Policy) Config {
 	c.ActivityWriteInterval = p.ActivityWriteInterval
 	c.InactiveAfter = p.InactiveAfter
 	c.InboxTTLMargin = p.InboxTTLMargin
+	c.PostHorizon = p.PostHorizon
 	return c
 }
 
@@ -358,6 +366,8 @@ func New(cfg Config, db DB, rdb redis.UniversalClient) (*Feed, error) {
 	f.timelines.size = cfg.TimelineCacheSize
 	f.activity.window = cfg.ActivityWriteInterval
 	f.posts = newPostCache(cfg.PostCacheSize, cfg.PostCacheTTL)
+	f.bodies = f.bodies.WithHorizon(f.horizon())
+	f.engagement = f.engagement.WithHorizon(f.horizon())
 	f.hints = newFollowHints(followHintUsers)
 	f.deletions = deletionFeed{interval: cfg.DeletionPollInterval, scanLimit: deletionScanLimit, wake: make(chan struct{}, 1)}
 	f.readCircuit = newBreaker("reads", cfg.RedisBreakerFailures, cfg.RedisBreakerOpen, readFailed, cfg.Logger, m.Circuits)
@@ -449,6 +459,11 @@ func (f *Feed) Run(ctx context.Context) error {
 	drain.Stop()
 	wg.Wait()
 	return nil
+}
+
+// horizon is the post horizon by the Feed's clock (Config.PostHorizon).
+func (f *Feed) horizon() readmodel.Horizon {
+	return readmodel.Horizon{H: f.cfg.PostHorizon, Now: f.now}
 }
 
 // now is the time by the Feed's clock.

@@ -423,18 +423,37 @@ func (f *Feed) redisShares(ctx context.Context, a *shareAsk) error {
 	if len(a.follows) > 0 {
 		fc = followCheck{cmd: f.follows.QueueFollows(ctx, pipe, a.viewer, memberArgs(a.follows)...), authors: a.follows}
 	}
-	counts := f.engagement.QueueCounts(ctx, pipe, a.posts)
+	// The counts and the viewer's state of posts older than the horizon
+	// are PostgreSQL's (old): Redis has dropped them.
+	hz, now := f.horizon(), f.now()
+	var recent, old []int64
+	for _, p := range a.posts {
+		if hz.Within(p, now) {
+			recent = append(recent, p)
+		} else {
+			old = append(old, p)
+		}
+	}
+	counts := f.engagement.QueueCounts(ctx, pipe, recent)
 	var state readmodel.ViewerStateReads
 	if a.viewer != 0 {
-		state = f.engagement.QueueViewerState(ctx, pipe, a.viewer, a.posts)
+		state = f.engagement.QueueViewerState(ctx, pipe, a.viewer, recent)
 	}
 	names := f.userNames.QueueNames(ctx, pipe, a.names)
+	// A repost entry older than the horizon may have outlived its
+	// original's set of reposts (it expires with the newest repost):
+	// PostgreSQL's too.
+	var incOrigs, incReposts []int64
 	pages := make([]readmodel.RepostsPage, len(a.reposts))
 	for j, r := range a.reposts {
+		if !hz.Within(r, now) {
+			incOrigs, incReposts = append(incOrigs, a.origs[j]), append(incReposts, r)
+			continue
+		}
 		pages[j] = f.engagement.QueueRepostsPage(ctx, pipe, a.origs[j], r, readmodel.Repost{}, repostsPageSize)
 	}
 	if len(pipe.Cmds()) == 0 {
-		return nil
+		return f.pgOld(ctx, a, old, incOrigs, incReposts)
 	}
 	if err := readmodel.ExecReads(ctx, pipe); err != nil {
 		return fmt.Errorf("hydrate items: %w", redisErr(err))
@@ -449,7 +468,7 @@ func (f *Feed) redisShares(ctx context.Context, a *shareAsk) error {
 	if err := fc.into(a.follow); err != nil {
 		return err
 	}
-	for j, p := range a.posts {
+	for j, p := range recent {
 		c, err := counts.At(j)
 		if err != nil {
 			return fmt.Errorf("read counts: %w", err)
@@ -461,7 +480,7 @@ func (f *Feed) redisShares(ctx context.Context, a *shareAsk) error {
 		return fmt.Errorf("read the viewer state of %d: %w", a.viewer, err)
 	}
 	for j, s := range ss {
-		a.state[a.posts[j]] = ViewerState{Liked: s.Liked, Reposted: s.Reposted}
+		a.state[recent[j]] = ViewerState{Liked: s.Liked, Reposted: s.Reposted}
 	}
 	for j, u := range a.names {
 		n, ok, err := names.At(j)
@@ -473,15 +492,39 @@ func (f *Feed) redisShares(ctx context.Context, a *shareAsk) error {
 			f.names.put(u, n)
 		}
 	}
+	// A set of reposts marked incomplete (created after its original left
+	// the horizon) leaves the question to PostgreSQL.
 	for j, r := range a.reposts {
+		if !hz.Within(r, now) {
+			continue // asked of PostgreSQL
+		}
 		got, more, err := pages[j].Result()
 		if err != nil {
 			return fmt.Errorf("read the reposts of %d: %w", a.origs[j], err)
 		}
+		if pages[j].Incomplete() {
+			incOrigs, incReposts = append(incOrigs, a.origs[j]), append(incReposts, r)
+			continue
+		}
 		a.earlier[r] = toRepostsOf(got)
 		a.more[r] = more
 	}
-	return nil
+	return f.pgOld(ctx, a, old, incOrigs, incReposts)
+}
+
+// pgOld answers from PostgreSQL what Redis no longer holds: the counts
+// and the viewer's state of the posts old (older than the horizon), and
+// the earlier reposts of the reposts incReposts of the originals
+// incOrigs whose set is marked incomplete.
+func (f *Feed) pgOld(ctx context.Context, a *shareAsk, old, incOrigs, incReposts []int64) error {
+	if len(old) == 0 && len(incReposts) == 0 {
+		return nil
+	}
+	f.metrics.hydPG.Add(float64(len(old)))
+	if err := f.pgCountsInto(ctx, a, old); err != nil {
+		return err
+	}
+	return f.pgEarlierInto(ctx, a, incOrigs, incReposts)
 }
 
 func toRepostsOf(rs []readmodel.Repost) []homefeed.Repost {
@@ -552,6 +595,19 @@ func (f *Feed) bodiesOf(ctx context.Context, src shareSource, fresh bool, ids []
 	}
 	var missing []int64
 	if src == fromRedis {
+		// Posts older than the horizon are PostgreSQL's.
+		hz, now := f.horizon(), f.now()
+		recent := get[:0:0]
+		for _, id := range get {
+			if hz.Within(id, now) {
+				recent = append(recent, id)
+			} else {
+				missing = append(missing, id)
+			}
+		}
+		get = recent
+	}
+	if src == fromRedis && len(get) > 0 {
 		pipe := f.rdb.Pipeline()
 		_, single := f.rdb.(*redis.Client) // see queueBodies
 		reads := f.bodies.QueueGet(ctx, pipe, get, single)
@@ -567,7 +623,7 @@ func (f *Feed) bodiesOf(ctx context.Context, src shareSource, fresh bool, ids []
 			}
 			into[id] = f.posts.store(cp)
 		}
-	} else {
+	} else if src != fromRedis {
 		missing = get
 	}
 	if len(missing) > 0 {

@@ -426,7 +426,7 @@ func TestSharesPageOf20ViewerStateTwoCommands(t *testing.T) {
 	// items and the one that says a next page exists (a batch's entries
 	// beyond them, read in case some are hidden, are not asked about:
 	// these plain posts are all shown).
-	for _, k := range []string{b.keys.Liked(v), b.keys.Reposted(v)} {
+	for _, k := range []string{b.keys.Liked(v, readmodel.DayOf(posts[0].id)), b.keys.Reposted(v, readmodel.DayOf(posts[0].id))} {
 		if n, members := log.count(nil, "smismember", k); n != 1 || members != 21 {
 			t.Errorf("%s: %d commands asking %d members, want 1 asking 21", k, n, members)
 		}
@@ -434,8 +434,8 @@ func TestSharesPageOf20ViewerStateTwoCommands(t *testing.T) {
 	// The items' hydration is one round trip: the viewer's state and
 	// every post's counts in one pipeline; bodies and names came from
 	// process memory.
-	round := log.roundOf("smismember", b.keys.Liked(v))
-	if n, _ := log.count(round, "smismember", b.keys.Reposted(v)); n != 1 {
+	round := log.roundOf("smismember", b.keys.Liked(v, readmodel.DayOf(posts[0].id)))
+	if n, _ := log.count(round, "smismember", b.keys.Reposted(v, readmodel.DayOf(posts[0].id))); n != 1 {
 		t.Errorf("reposted:{v} not asked in the pipeline of liked:{v}: %v", round)
 	}
 	if n, _ := log.count(round, "hmget", b.keys.Prefix+"counts:"); n != 21 {

@@ -102,13 +102,18 @@ func (k Keys) Post(postID int64) string { return k.tagged(ProjectionPosts, "post
 // position of the event that set it (Engagement).
 func (k Keys) Counts(postID int64) string { return k.tagged(ProjectionPosts, "counts:", postID, "") }
 
-// Liked is the set of original post ids (decimal) user likes.
-func (k Keys) Liked(userID int64) string { return k.tagged(ProjectionPosts, "liked:", userID, "") }
+// Liked is the day bucket day (DayOf: the liked POST's creation day) of
+// the set of original post ids (decimal) user likes: liked:{u}:<day>,
+// the user's hash tag.
+func (k Keys) Liked(userID, day int64) string {
+	return k.tagged(ProjectionPosts, "liked:", userID, ":"+strconv.FormatInt(day, 10))
+}
 
-// Reposted is the set of original post ids (decimal) user has a live
-// repost of.
-func (k Keys) Reposted(userID int64) string {
-	return k.tagged(ProjectionPosts, "reposted:", userID, "")
+// Reposted is the day bucket day (the original's creation day) of the set
+// of original post ids (decimal) user has a live repost of:
+// reposted:{u}:<day>.
+func (k Keys) Reposted(userID, day int64) string {
+	return k.tagged(ProjectionPosts, "reposted:", userID, ":"+strconv.FormatInt(day, 10))
 }
 
 // Reposts is the sorted set of an original's live reposts: every score 0,

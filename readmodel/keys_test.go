@@ -22,8 +22,8 @@ func TestKeyNames(t *testing.T) {
 			{k.Following(5), ns + "following:{5}"},
 			{k.FollowingVersions(5), ns + "following_v:{5}"},
 			{k.Counts(99), ns + "counts:{99}"},
-			{k.Liked(5), ns + "liked:{5}"},
-			{k.Reposted(5), ns + "reposted:{5}"},
+			{k.Liked(5, 20430), ns + "liked:{5}:20430"},
+			{k.Reposted(5, 20430), ns + "reposted:{5}:20430"},
 			{k.Reposts(99), ns + "reposts:{99}"},
 			{k.Name(5), ns + "name:{5}"},
 		} {

@@ -73,6 +73,17 @@ type Policy struct {
 	// inbox TTL is moved at most this often, so the margin covers two of
 	// them.
 	ActivityWriteInterval time.Duration
+	// PostHorizon (FEED_POST_CACHE_TTL, default 4 days) is how long after
+	// its creation a post's keys of the posts projection live: its body,
+	// counts and the viewers' day buckets of it (Horizon); a post older
+	// than now - PostHorizon is read from PostgreSQL. It is a little
+	// beyond the inbox horizon: an inbox keeps ~463 entries, about three
+	// days at ~150 entries a day, so nearly every post a home page
+	// hydrates from an inbox is inside it. Not recorded with the
+	// versions: a reader with a shorter horizon than the writers only
+	// reads PostgreSQL more; one with a longer horizon finds absent keys,
+	// which it reads as a miss (PostgreSQL) as well.
+	PostHorizon time.Duration
 }
 
 // The defaults, applied by WithDefaults only.
@@ -84,6 +95,7 @@ const (
 	defaultInactiveAfter         = 30 * 24 * time.Hour
 	defaultInboxTTLMargin        = time.Hour
 	defaultActivityWriteInterval = 5 * time.Minute
+	defaultPostHorizon           = 4 * 24 * time.Hour
 )
 
 // DefaultPolicy returns the default policy, every derived field filled:
@@ -120,6 +132,7 @@ func (p Policy) WithDefaults() Policy {
 	p.InactiveAfter = cmp.Or(p.InactiveAfter, defaultInactiveAfter)
 	p.ActivityWriteInterval = cmp.Or(p.ActivityWriteInterval, defaultActivityWriteInterval)
 	p.InboxTTLMargin = cmp.Or(p.InboxTTLMargin, max(defaultInboxTTLMargin, 2*p.ActivityWriteInterval))
+	p.PostHorizon = cmp.Or(p.PostHorizon, defaultPostHorizon)
 	return p
 }
 
@@ -144,9 +157,15 @@ func (p Policy) Validate() error {
 		return fmt.Errorf("activity write interval %v: want (0, 24h]", p.ActivityWriteInterval)
 	case p.InboxTTLMargin <= 0 || p.InactiveAfter-p.InboxTTLMargin < time.Second:
 		return fmt.Errorf("inbox TTL margin %v: want a positive duration below inactive after %v", p.InboxTTLMargin, p.InactiveAfter)
+	case p.PostHorizon < time.Second || p.PostHorizon > 365*24*time.Hour:
+		return fmt.Errorf("post horizon %v: want 1s..365 days", p.PostHorizon)
 	}
 	return nil
 }
+
+// Horizon is the horizon of the posts projection's keys (PostHorizon),
+// judged by the clock now (nil: time.Now).
+func (p Policy) Horizon(now func() time.Time) Horizon { return Horizon{H: p.PostHorizon, Now: now} }
 
 // InboxKeep is how many real entries a trim keeps: InboxMax - slack (see
 // InboxTrimSlack).

@@ -60,29 +60,60 @@ func (p Post) ContentVersion() int64 { return max(p.Version, 1) }
 // the body only when its version is above the cached one and the post is
 // not a tombstone (Edit), and delete overwrites with a tombstone
 // (Deleted, no content), so a Create redelivered after an Edit or the
-// Delete, or an older Edit after a newer one, changes nothing. No TTL.
-type PostCache struct{ keys Keys }
+// Delete, or an older Edit after a newer one, changes nothing.
+//
+// With a Horizon (WithHorizon) every body (a post's, a repost's, a
+// tombstone) is written with SET ... PXAT the post's creation ms + H, the
+// edit script too, and a write whose expiry is past writes nothing: a
+// redelivered old create never resurrects a body, and the query side
+// reads a post older than the horizon from PostgreSQL.
+type PostCache struct {
+	keys Keys
+	hz   Horizon
+}
 
-// NewPostCache returns the post cache operations under keys.
+// processor is a client or a pipeline: what put sends its SET through.
+type processor interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+// NewPostCache returns the post cache operations under keys, without a
+// horizon.
 func NewPostCache(keys Keys) PostCache { return PostCache{keys: keys} }
 
-// put writes p's body with SET (SET NX when nx) on c: a client (the
-// write's error), or a pipeline (only the encoding's error; the write's
-// comes with Exec).
-func (m PostCache) put(ctx context.Context, c redis.Cmdable, p Post, nx bool) error {
+// WithHorizon returns m writing with horizon h.
+func (m PostCache) WithHorizon(h Horizon) PostCache { m.hz = h; return m }
+
+// put writes p's body with SET (SET NX when nx) on c, expiring at its
+// horizon: a client (the write's error), or a pipeline (only the
+// encoding's error; the write's comes with Exec). Nothing when the expiry
+// is past.
+func (m PostCache) put(ctx context.Context, c processor, p Post, nx bool) error {
+	at := m.hz.ExpiryOf(p.ID)
+	if m.hz.past(at) {
+		return nil
+	}
 	b, err := json.Marshal(p)
 	if err != nil {
 		return fmt.Errorf("encode post %d: %w", p.ID, err)
 	}
-	if nx {
-		return c.SetNX(ctx, m.keys.Post(p.ID), b, 0).Err()
+	args := []any{"set", m.keys.Post(p.ID), b}
+	if at != 0 {
+		args = append(args, "pxat", at)
 	}
-	return c.Set(ctx, m.keys.Post(p.ID), b, 0).Err()
+	if nx {
+		args = append(args, "nx")
+	}
+	// A BoolCmd, as go-redis's SetNX: SET NX finding the key answers nil,
+	// which is false here, not an error of the pipeline.
+	cmd := redis.NewBoolCmd(ctx, args...)
+	_ = c.Process(ctx, cmd)
+	return cmd.Err()
 }
 
 // Create caches p unless the post is cached already (SET NX: a tombstone
 // stays).
-func (m PostCache) Create(ctx context.Context, rdb redis.Cmdable, p Post) error {
+func (m PostCache) Create(ctx context.Context, rdb redis.UniversalClient, p Post) error {
 	return m.put(ctx, rdb, p, true)
 }
 
@@ -101,7 +132,9 @@ func (m PostCache) QueueCreate(ctx context.Context, pipe redis.Pipeliner, p Post
 // edits share a partition, so the create came first: a body absent now
 // expired or was lost, and a read asks PostgreSQL, which has all of it),
 // and so does one that is not a readable JSON object (deleted, for the
-// same reason). The body keeps its time to live.
+// same reason). ARGV[4] is the body's expiry (Unix ms): set again
+// with it, so a body written before the horizon gets one; '0' (no
+// horizon) keeps the body's time to live.
 var editScript = redis.NewScript(`
 local cur = redis.call('GET', KEYS[1])
 if not cur then return 0 end
@@ -116,28 +149,40 @@ if v >= tonumber(ARGV[1]) then return 0 end
 p.content = ARGV[2]
 p.version = tonumber(ARGV[1])
 p.editedAt = ARGV[3]
-redis.call('SET', KEYS[1], cjson.encode(p), 'KEEPTTL')
+if ARGV[4] == '0' then
+  redis.call('SET', KEYS[1], cjson.encode(p), 'KEEPTTL')
+else
+  redis.call('SET', KEYS[1], cjson.encode(p), 'PXAT', ARGV[4])
+end
 return 1
 `)
 
 // Edit applies p, an edited body (p.Version above 1: its Content and
 // EditedAt), to the cached body, unless that is absent, a tombstone or
-// holds p.Version or a later one (editScript). It reports whether it
-// wrote.
+// holds p.Version or a later one (editScript), nor when the post is past
+// the horizon. It reports whether it wrote.
 func (m PostCache) Edit(ctx context.Context, rdb redis.Cmdable, p Post) (bool, error) {
-	n, err := editScript.Run(ctx, rdb, []string{m.keys.Post(p.ID)}, p.ContentVersion(), p.Content, p.EditedAt).Int()
+	at := m.hz.ExpiryOf(p.ID)
+	if m.hz.past(at) {
+		return false, nil
+	}
+	n, err := editScript.Run(ctx, rdb, []string{m.keys.Post(p.ID)}, p.ContentVersion(), p.Content, p.EditedAt, at).Int()
 	return n == 1, err
 }
 
 // QueueEdit queues Edit on pipe (run it with Exec, which loads the script
 // when the server does not know it).
 func (m PostCache) QueueEdit(ctx context.Context, pipe redis.Pipeliner, p Post) error {
-	editScript.EvalSha(ctx, pipe, []string{m.keys.Post(p.ID)}, p.ContentVersion(), p.Content, p.EditedAt)
+	at := m.hz.ExpiryOf(p.ID)
+	if m.hz.past(at) {
+		return nil
+	}
+	editScript.EvalSha(ctx, pipe, []string{m.keys.Post(p.ID)}, p.ContentVersion(), p.Content, p.EditedAt, at)
 	return nil
 }
 
 // Set caches p whatever is cached (a tombstone on delete; the bulk build).
-func (m PostCache) Set(ctx context.Context, rdb redis.Cmdable, p Post) error {
+func (m PostCache) Set(ctx context.Context, rdb redis.UniversalClient, p Post) error {
 	return m.put(ctx, rdb, p, false)
 }
 

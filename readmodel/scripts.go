@@ -21,7 +21,7 @@ func lua(src string) string { return luaSentinels.Replace(src) }
 
 // scripts are every script queued by SHA (EVALSHA) on a pipeline: Exec
 // loads them all when the server does not know one.
-var scripts = []*redis.Script{boundedAddScript, followerCountScript, followingScript, celebrityScript, editScript, newestScript, clearNewestScript, countsScript, blockFieldScript}
+var scripts = []*redis.Script{boundedAddScript, followerCountScript, followingScript, celebrityScript, editScript, newestScript, clearNewestScript, countsScript, blockFieldScript, addRepostScript}
 
 // isNoScript reports whether Redis did not know a script's SHA.
 func isNoScript(err error) bool {

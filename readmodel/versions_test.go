@@ -29,7 +29,7 @@ func TestVersionedNamesClassify(t *testing.T) {
 				k.FollowingVersions(7): ProjectionFollowers, k.Celebrities(): ProjectionFollowers,
 				k.CelebritiesOrder(): ProjectionFollowers, k.CelebritiesLeaving(): ProjectionFollowers,
 				k.InboxBackfilled(): ProjectionInbox,
-				k.Counts(7):         ProjectionPosts, k.Liked(7): ProjectionPosts, k.Reposted(7): ProjectionPosts,
+				k.Counts(7):         ProjectionPosts, k.Liked(7, 20430): ProjectionPosts, k.Reposted(7, 20430): ProjectionPosts,
 				k.Reposts(7): ProjectionPosts, k.Name(7): ProjectionPosts,
 			}
 			for name, want := range cases {

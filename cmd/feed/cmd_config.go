@@ -145,6 +145,7 @@ var configSettings = []configSetting{
 	}, ""},
 	{"FEED_INBOX_MAX", func(c Config, _ func(string) string) string { return strconv.Itoa(c.Policy.InboxMax) }, ""},
 	{"FEED_INACTIVE_AFTER", func(c Config, _ func(string) string) string { return c.Policy.InactiveAfter.String() }, ""},
+	{"FEED_POST_CACHE_TTL", func(c Config, _ func(string) string) string { return c.Policy.PostHorizon.String() }, ""},
 	{"FEED_FOLLOWER_CACHE_ROWS", func(c Config, _ func(string) string) string { return strconv.Itoa(c.FollowerCacheRows) }, ""},
 	{"FEED_SLOT", func(c Config, _ func(string) string) string { return c.Slot }, ""},
 	{"FEED_LAG_WARN_BYTES", func(c Config, _ func(string) string) string { return strconv.FormatInt(c.LagWarnBytes, 10) }, ""},

@@ -79,6 +79,9 @@ type Config struct {
 	NodeID            int64
 	MaxContentChars   int
 	InactiveAfter     time.Duration
+	// PostHorizon is FEED_POST_CACHE_TTL (readmodel.Policy.PostHorizon,
+	// default 4 days): how long a post's keys of the posts projection live.
+	PostHorizon       time.Duration
 	CelebrityCacheTTL time.Duration
 	// RefreshSettle is FEED_REFRESH_SETTLE: how far behind the clock a
 	// refresh page (after=) stops (queries.Config.RefreshSettle); it must
@@ -292,6 +295,9 @@ func LoadConfig() (Config, error) {
 	if c.InactiveAfter, err = envDuration("FEED_INACTIVE_AFTER", 30*24*time.Hour); err != nil {
 		return c, err
 	}
+	if c.PostHorizon, err = envDuration("FEED_POST_CACHE_TTL", 4*24*time.Hour); err != nil {
+		return c, err
+	}
 	if c.CelebrityCacheTTL, err = envDuration("FEED_CELEBRITY_CACHE_TTL", 3*time.Second); err != nil {
 		return c, err
 	}
@@ -329,6 +335,7 @@ func LoadConfig() (Config, error) {
 		CelebrityBand:      c.CelebrityBand,
 		InboxMax:           c.InboxMax,
 		InactiveAfter:      c.InactiveAfter,
+		PostHorizon:        c.PostHorizon,
 	}.WithDefaults()
 	if c.Slot == "" {
 		c.Slot, err = slotFromDSN(c.DatabaseURL)

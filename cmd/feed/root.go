@@ -163,6 +163,7 @@ var envDocs = map[string]string{
 	"FEED_FOLLOWER_CACHE_ROWS":            "the inbox projector's follower cache bound, 0 off (default 16777216)",
 	"FEED_VERIFY_EVERY":                   "run `feed verify`'s check of 20 sampled users this often inside the role, with feed_verify_* metrics (default: never; at least 10s)",
 	"FEED_INACTIVE_AFTER":                 "users not reading for this long get no pushes (default 720h)",
+	"FEED_POST_CACHE_TTL":                 "a post's body, counts and likes stay in Redis this long after its creation; older posts are read from PostgreSQL (default 96h)",
 	"FEED_CELEBRITY_CACHE_TTL":            "in-process cache of celebrities and their timelines (default 3s)",
 	"FEED_REFRESH_SETTLE":                 "a refresh (after=) shows only posts at least this old; more than FEED_CELEBRITY_CACHE_TTL (default 8s)",
 	"FEED_MAX_READS_IN_FLIGHT":            "reads served at once; more are 429 at once, 0 no bound (default 256)",
@@ -220,11 +221,11 @@ var (
 		"FEED_KAFKA_TLS_SERVER_NAME", "FEED_KAFKA_TLS_INSECURE_SKIP_VERIFY", "FEED_KAFKA_SASL_MECHANISM", "FEED_KAFKA_SASL_USER", "FEED_KAFKA_SASL_PASSWORD"}
 	envAPI = []string{"HTTP_ADDR", "FEED_ADMIN_ADDR", "FEED_AUTH", "FEED_GATEWAY_SECRET", "FEED_TRUSTED_NETWORKS", "FEED_JWT_SECRET", "FEED_JWT_PREVIOUS_SECRET", "FEED_JWT_ISSUER", "FEED_JWT_AUDIENCE",
 		"FEED_ALLOW_DEV_SECRET", "FEED_NODE_ID",
-		"FEED_MAX_CONTENT_CHARS", "FEED_INBOX_MAX", "FEED_CELEBRITY_CACHE_TTL", "FEED_REFRESH_SETTLE", "FEED_INACTIVE_AFTER", "FEED_READ_CACHE_KEYS", "FEED_READ_CACHE_BARRIER", "FEED_REBUILD_CONCURRENCY",
+		"FEED_MAX_CONTENT_CHARS", "FEED_INBOX_MAX", "FEED_CELEBRITY_CACHE_TTL", "FEED_REFRESH_SETTLE", "FEED_INACTIVE_AFTER", "FEED_POST_CACHE_TTL", "FEED_READ_CACHE_KEYS", "FEED_READ_CACHE_BARRIER", "FEED_REBUILD_CONCURRENCY",
 		"FEED_MAX_READS_IN_FLIGHT", "FEED_MAX_WRITES_IN_FLIGHT", "FEED_FULL_HOME_READS",
 		"FEED_MAX_CONNS", "FEED_MAX_IDLE_CONNS", "FEED_BODY_READ_TIMEOUT", "FEED_STREAMS_PER_USER", "FEED_STREAMS_MAX", "FEED_STREAMS_GOROUTINE",
 		"FEED_QUOTA_WRITES_PER_MINUTE", "FEED_QUOTA_READS_PER_SECOND", "FEED_QUOTA_REGISTRATIONS_PER_HOUR"}
-	envProjections = []string{"FEED_ADMIN_ADDR", "FEED_CELEBRITY_THRESHOLD", "FEED_CELEBRITY_BAND", "FEED_INBOX_MAX", "FEED_INACTIVE_AFTER", "FEED_FOLLOWER_CACHE_ROWS"}
+	envProjections = []string{"FEED_ADMIN_ADDR", "FEED_CELEBRITY_THRESHOLD", "FEED_CELEBRITY_BAND", "FEED_INBOX_MAX", "FEED_INACTIVE_AFTER", "FEED_POST_CACHE_TTL", "FEED_FOLLOWER_CACHE_ROWS"}
 	envCDC         = []string{"FEED_ADMIN_ADDR", "FEED_PARTITIONS", "FEED_SLOT", "FEED_LAG_WARN_BYTES", "FEED_CDC_ON_SLOT_LOSS"}
 )
 
