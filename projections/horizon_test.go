@@ -98,7 +98,9 @@ func TestPostsProjectorAndBuildWriteOnlyTheHorizon(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, k := range all {
-			if !strings.Contains(k, "name:{") && pexpireTime(t, rd.Client, k) < 0 {
+			// Names never change; the live streams' changes log is trimmed
+			// by age (readmodel.ChangesKept), not expired.
+			if !strings.Contains(k, "name:{") && !strings.HasSuffix(k, "changes") && pexpireTime(t, rd.Client, k) < 0 {
 				t.Errorf("%s: %s has no expiry", what, k)
 			}
 		}
