@@ -298,19 +298,27 @@ func TestReadCacheSlowDataConnectionsStartAGeneration(t *testing.T) {
 	}
 	// A pong missed later on a loaded machine ends a generation like any
 	// silence: inOneGeneration measures again then.
+	// A cached answer that a loaded machine lets age past its freshness
+	// between the reads costs one trip: measured again, at most three
+	// times, the repeated read must come to none.
 	var trips int64
-	inOneGeneration(b, u, func() {
-		for range 2 {
+	for attempt := 0; attempt < 3; attempt++ {
+		inOneGeneration(b, u, func() {
+			for range 2 {
+				if _, err := b.feed.Home(b.ctx, u, "", 20); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := b.feed.cache.stats.trips.Load()
 			if _, err := b.feed.Home(b.ctx, u, "", 20); err != nil {
 				t.Fatal(err)
 			}
+			trips = b.feed.cache.stats.trips.Load() - before
+		})
+		if trips == 0 {
+			break
 		}
-		before := b.feed.cache.stats.trips.Load()
-		if _, err := b.feed.Home(b.ctx, u, "", 20); err != nil {
-			t.Fatal(err)
-		}
-		trips = b.feed.cache.stats.trips.Load() - before
-	})
+	}
 	if trips != 0 {
 		t.Fatalf("a repeated read needed %d round trips through the cache, want 0", trips)
 	}
