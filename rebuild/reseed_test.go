@@ -47,25 +47,7 @@ func TestReseedNewTopicThenRebuildAll(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	topic := s.Broker.Topic(t, 6)
-	pub, err := kafka.NewPublisher(s.Broker.Conn(), watermill.NopLogger{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := s.CDCConfig()
-	cfg.Topic = topic
-	res, err := cdc.Reseed(ctx, cfg, s.DB.Pool, cdc.ReseedFrom{Position: 1}, nil, pub)
-	_ = pub.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var logged int64
-	if err := s.DB.Pool.QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&logged); err != nil {
-		t.Fatal(err)
-	}
-	if res.Events != logged {
-		t.Fatalf("reseed published %d events; the log holds %d", res.Events, logged)
-	}
+	topic, res := s.reseedAll(t)
 	t.Logf("reseeded %d events (positions %d to %d) in %v", res.Events, res.FromPosition, res.ToPosition, res.Took.Round(time.Millisecond))
 
 	s.MoveToTopic(t, topic)
@@ -142,4 +124,32 @@ func TestReseedNewTopicThenRebuildAll(t *testing.T) {
 		t.Fatalf("verify after the rebuild from the reseeded topic: %s; %v", rep.Summary(), rep.Differences)
 	}
 	t.Logf("verify: %s", rep.Summary())
+}
+
+// reseedAll republishes the whole log (cdc.Reseed from position 1) into a
+// new topic, with CDC and the projectors stopped, and checks that every
+// event of the log was published.
+func (s *system) reseedAll(t *testing.T) (string, cdc.ReseedResult) {
+	t.Helper()
+	ctx := context.Background()
+	topic := s.Broker.Topic(t, 6)
+	pub, err := kafka.NewPublisher(s.Broker.Conn(), watermill.NopLogger{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CDCConfig()
+	cfg.Topic = topic
+	res, err := cdc.Reseed(ctx, cfg, s.DB.Pool, cdc.ReseedFrom{Position: 1}, nil, pub)
+	_ = pub.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logged int64
+	if err := s.DB.Pool.QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&logged); err != nil {
+		t.Fatal(err)
+	}
+	if res.Events != logged {
+		t.Fatalf("reseed published %d events; the log holds %d", res.Events, logged)
+	}
+	return topic, res
 }

@@ -4,10 +4,6 @@ import (
 	"context"
 	"testing"
 
-	"github.com/ThreeDotsLabs/watermill"
-
-	"github.com/feedco/feed/cdc"
-	"github.com/feedco/feed/internal/kafka"
 	"github.com/feedco/feed/verify"
 )
 
@@ -33,7 +29,7 @@ func TestV1LogReplaysAndRebuilds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var v2, total int64
+	var v2, total int64 // total: the events reseedAll publishes
 	if err := s.DB.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE type LIKE 'post.liked%' OR type LIKE 'post.unliked%'
 		OR type LIKE 'post.reposted%' OR type LIKE 'post.unreposted%' OR type = 'post.created.v2'), count(*) FROM events`).Scan(&v2, &total); err != nil {
 		t.Fatal(err)
@@ -41,21 +37,7 @@ func TestV1LogReplaysAndRebuilds(t *testing.T) {
 	if tag.RowsAffected() == 0 || v2 != 0 {
 		t.Fatalf("the log is not a v1 log: %d posts rewritten, %d events of this release's types left", tag.RowsAffected(), v2)
 	}
-	topic := s.Broker.Topic(t, 6)
-	pub, err := kafka.NewPublisher(s.Broker.Conn(), watermill.NopLogger{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := s.CDCConfig()
-	cfg.Topic = topic
-	res, err := cdc.Reseed(ctx, cfg, s.DB.Pool, cdc.ReseedFrom{Position: 1}, nil, pub)
-	_ = pub.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Events != total {
-		t.Fatalf("reseed published %d events; the log holds %d", res.Events, total)
-	}
+	topic, _ := s.reseedAll(t)
 	s.MoveToTopic(t, topic)
 	s.quiesce(t)
 	s.checkConverged(t)
