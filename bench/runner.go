@@ -584,7 +584,10 @@ func (r *Runner) mixed(ctx context.Context) (*Mixed, error) {
 			if id, ok := postID(body); ok {
 				recent.add(id)
 			}
-			if probeEvery == 0 || r.pop.Followers[a] >= r.cfg.CelebrityThreshold || len(r.pop.Watchers[a]) == 0 {
+			// A reply shows only to followers who follow its parent's
+			// author too (the home feed's reply rule): only plain posts
+			// are probed.
+			if probeEvery == 0 || share == shareReply || r.pop.Followers[a] >= r.cfg.CelebrityThreshold || len(r.pop.Watchers[a]) == 0 {
 				return
 			}
 			for {
