@@ -497,7 +497,7 @@ func TestOpenAPIResponses(t *testing.T) {
 		streams := startInstance(t, s, api.Config{})
 		go func() { // not the test's goroutine: no Fatal here
 			for deadline := time.Now().Add(time.Minute); streams.srv.OpenStreams() == 0 && time.Now().Before(deadline); {
-				time.Sleep(10 * time.Millisecond)
+				time.Sleep(10 * time.Millisecond) // polling OpenStreams, the condition waited on
 			}
 			streams.srv.CloseStreams()
 		}()

@@ -167,7 +167,7 @@ func BenchmarkPostToStream(b *testing.B) {
 						}
 					}
 				}
-				time.Sleep(5 * time.Millisecond)
+				time.Sleep(5 * time.Millisecond) // the polling client's interval: the baseline it is measured against
 			}
 			close(seen)
 		}()
