@@ -244,8 +244,9 @@ func runWorkload(t *testing.T, s *system, w workload) *world {
 		// Last shares, so that each case stands at the end whatever the
 		// mix and the interleaving left: an original reposted by two
 		// accounts, one of them the most followed (a celebrity after the
-		// lift: its repost pulled); an original reposted and then deleted;
-		// a quote of a post deleted after.
+		// lift: its repost pulled), and its author's reply to it; an
+		// original reposted and then deleted; a quote of a post deleted
+		// after.
 		if firstErr == nil {
 			if err := cl.lastShares(cl.burst); err != nil {
 				fail(fmt.Errorf("last shares: %w", err))
@@ -504,6 +505,10 @@ func (c *client) lastShares(skip int64) error {
 	if err := share(second, twice); err != nil {
 		return err
 	}
+	if _, err := post(author, map[string]any{"content": "a reply to oneself at the end", "replyTo": itoa(twice)}); err != nil {
+		return err
+	}
+	c.st.replies.Add(1)
 	gone, err := post(doomed, map[string]any{"content": "reposted, quoted, then deleted"})
 	if err != nil {
 		return err
