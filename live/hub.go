@@ -94,34 +94,25 @@ type Listener struct {
 // Listen registers a stream of user listening to channels, and marks the
 // user online.
 func (h *Hub) Listen(ctx context.Context, user int64, channels []string) (*Listener, error) {
-	l := &Listener{C: make(chan struct{}, 1), h: h, user: user}
-	h.mu.Lock()
-	h.users[user]++
-	first := h.users[user] == 1
-	h.mu.Unlock()
-	if first {
-		if err := h.live.MarkOnline(ctx, h.rdb, []int64{user}, time.Now().Add(h.cfg.OnlineTTL)); err != nil {
-			h.log.Warn("live: mark a user online", "user", user, "err", err)
-		}
-	}
-	if err := l.SetChannels(ctx, channels); err != nil {
-		l.Close()
-		return nil, err
-	}
-	return l, nil
+	return h.listen(ctx, &Listener{C: make(chan struct{}, 1), h: h, user: user}, channels)
 }
 
 // ListenFunc is Listen with fn called on each wake-up instead of a send
 // on C: fn runs on the hub's receiving goroutine and must not block.
 func (h *Hub) ListenFunc(ctx context.Context, user int64, channels []string, fn func()) (*Listener, error) {
-	l := &Listener{fn: fn, h: h, user: user}
+	return h.listen(ctx, &Listener{fn: fn, h: h, user: user}, channels)
+}
+
+// listen counts l's user among the streams (marking them online at their
+// first) and subscribes l to channels.
+func (h *Hub) listen(ctx context.Context, l *Listener, channels []string) (*Listener, error) {
 	h.mu.Lock()
-	h.users[user]++
-	first := h.users[user] == 1
+	h.users[l.user]++
+	first := h.users[l.user] == 1
 	h.mu.Unlock()
 	if first {
-		if err := h.live.MarkOnline(ctx, h.rdb, []int64{user}, time.Now().Add(h.cfg.OnlineTTL)); err != nil {
-			h.log.Warn("live: mark a user online", "user", user, "err", err)
+		if err := h.live.MarkOnline(ctx, h.rdb, []int64{l.user}, time.Now().Add(h.cfg.OnlineTTL)); err != nil {
+			h.log.Warn("live: mark a user online", "user", l.user, "err", err)
 		}
 	}
 	if err := l.SetChannels(ctx, channels); err != nil {
