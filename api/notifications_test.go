@@ -66,14 +66,8 @@ func (ne *notifEnv) project(t *testing.T) {
 	}
 	rows.Close()
 	for _, e := range envs {
-		ev, err := events.DefaultCodec.DecodeEnvelope(e)
-		if err != nil {
+		if err := projections.Apply(ctx, ps, e); err != nil {
 			t.Fatal(err)
-		}
-		for _, p := range ps {
-			if err := p.Apply(ctx, e, ev); err != nil {
-				t.Fatal(err)
-			}
 		}
 	}
 }

@@ -77,7 +77,8 @@ func (p *Notifications) Group() string {
 // Ignores implements Selective.
 func (*Notifications) Ignores(typ string) bool {
 	switch typ {
-	case events.TypePostCreated, events.TypePostDeleted, events.TypeFollowed, events.TypeUnfollowed:
+	case events.TypePostCreated, events.TypePostDeleted, events.TypeFollowed, events.TypeUnfollowed,
+		events.TypePostLiked, events.TypePostUnliked, events.TypePostReposted, events.TypePostUnreposted:
 		return false
 	}
 	return isCurrentType(typ)

@@ -102,11 +102,9 @@ func (r *notifRig) envelopes() []events.Envelope {
 
 func (r *notifRig) applyTo(p projections.Projector, envs ...events.Envelope) error {
 	for _, e := range envs {
-		ev, err := events.DefaultCodec.DecodeEnvelope(e)
-		if err != nil {
-			return err
-		}
-		if err := p.Apply(context.Background(), e, ev); err != nil {
+		// projections.Apply passes over the types the projector ignores,
+		// as its consumer group does.
+		if err := projections.Apply(context.Background(), []projections.Projector{p}, e); err != nil {
 			return err
 		}
 	}

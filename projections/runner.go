@@ -368,12 +368,18 @@ func (r *Runner) watchLag(ctx context.Context) {
 
 // Apply decodes and applies one message with every projector, in order,
 // without Kafka: for tools and tests that drive the projectors directly.
+// A projector that ignores the message's type (Selective) is passed over,
+// as the runner's handler passes it over, so that what is applied here is
+// what a consumer group applies.
 func Apply(ctx context.Context, projectors []Projector, env events.Envelope) error {
 	ev, err := events.DefaultCodec.DecodeEnvelope(env)
 	if err != nil {
 		return fmt.Errorf("decode %s: %v: %w", env.EventID, err, ErrPermanent)
 	}
 	for _, p := range projectors {
+		if sel, ok := p.(Selective); ok && sel.Ignores(env.Type) {
+			continue
+		}
 		if err := p.Apply(ctx, env, ev); err != nil {
 			return fmt.Errorf("%s: apply %s: %w", p.Name(), env.Type, err)
 		}

@@ -392,7 +392,23 @@ func TestRepostAndReplyFanOut(t *testing.T) {
 	}
 	b.PublishEvents(t, topic, w.envs...)
 	w.envs = w.envs[:0]
-	testenv.Eventually(t, 60*time.Second, "the follows applied", func() bool {
+	// Every group past the follows: a follow's backfill copies the
+	// followee's timeline as it is when the inbox projector applies it, so
+	// an inbox projector still behind would copy the star's repost below.
+	var groups []string
+	for _, p := range ps {
+		groups = append(groups, topic+"."+p.Group())
+	}
+	testenv.Eventually(t, 60*time.Second, "the follows applied by every projector", func() bool {
+		lags, err := projections.ConsumerLag(ctx, b.Conn(), topic, groups)
+		if err != nil || len(lags) != len(groups) {
+			return false
+		}
+		for _, l := range lags {
+			if l != 0 {
+				return false
+			}
+		}
 		return rd.Client.SIsMember(ctx, keys.Celebrities(), idstr(star)).Val()
 	})
 	p := w.post(a)

@@ -99,11 +99,7 @@ func TestVerifyNotifications(t *testing.T) {
 	}
 	rows.Close()
 	for _, e := range envs {
-		ev, err := events.DefaultCodec.DecodeEnvelope(e)
-		run("decode", err)
-		for _, p := range ps {
-			run("apply "+e.Type, p.Apply(ctx, e, ev))
-		}
+		run("apply "+e.Type, projections.Apply(ctx, ps, e))
 	}
 
 	model := readmodel.NewNotifications(keys, 0, 0)
