@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net/http"
+	"net/url"
 	"os"
 	"regexp"
 	"slices"
@@ -18,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/feedco/feed/events"
+	"github.com/feedco/feed/queries"
 	"github.com/feedco/feed/readmodel"
 	"github.com/feedco/feed/testkit/testenv"
 	"github.com/feedco/feed/verify"
@@ -349,8 +352,12 @@ func (o *convergence) differences() (int, []string, []int64) {
 				if err != nil {
 					da = append(da, "error: "+err.Error())
 				}
+				dn := o.notificationDiffs(ctx, u)
 				mu.Lock()
-				total += len(d) + len(da)
+				total += len(d) + len(da) + len(dn)
+				if len(dn) > 0 {
+					bad = append(bad, fmt.Sprintf("notifications of %d: %s", u, strings.Join(dn, "; ")))
+				}
 				for _, m := range missingRe.FindAllStringSubmatch(strings.Join(d, "\n"), -1) {
 					a, _ := strconv.ParseInt(m[1], 10, 64)
 					missing = append(missing, a)
@@ -377,6 +384,40 @@ func (o *convergence) differences() (int, []string, []int64) {
 	}
 	slices.Sort(bad)
 	return total, bad, missing
+}
+
+// notificationDiffs reads u's notifications through the API to the end
+// and compares them and the unread count with the truth (no marker is
+// set by the workload: every shown notification is unread, up to
+// queries.UnreadMax).
+func (o *convergence) notificationDiffs(ctx context.Context, u int64) []string {
+	want, err := verify.TruthNotifications(ctx, o.c.pool, u)
+	if err != nil {
+		return []string{"error: " + err.Error()}
+	}
+	var got []string
+	unread, cursor := -1, ""
+	for page := 0; page < len(want)/50+10; page++ {
+		var p verify.APINotificationPage
+		path := "/api/notifications?limit=50"
+		if cursor != "" {
+			path += "&cursor=" + url.QueryEscape(cursor)
+		}
+		if _, err := o.cl.do(ctx, http.MethodGet, path, u, "", nil, &p); err != nil {
+			return []string{"error: " + err.Error()}
+		}
+		if unread < 0 {
+			unread = p.Unread
+		}
+		for _, it := range p.Items {
+			got = append(got, it.ID)
+		}
+		if p.NextCursor == nil {
+			break
+		}
+		cursor = *p.NextCursor
+	}
+	return verify.DiffNotifications(got, unread, want, min(len(want), queries.UnreadMax))
 }
 
 // followerDiffs compares the followers read model with the truth: each
