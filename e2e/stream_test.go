@@ -211,22 +211,30 @@ func streamPost(t testing.TB, ev sseEvent) apiPost {
 // a followee's post made through instance 2; it disconnects, misses N
 // posts, an edit and a delete of posts it had, reconnects with
 // Last-Event-ID and gets exactly those, in order, then live ones.
+//
+// On Redis Cluster too ("cluster", hijacked): the wake-ups go through
+// sharded Pub/Sub, one subscription per node, each channel on its slot's
+// node.
 func TestStreamAcrossInstances(t *testing.T) {
 	t.Parallel()
-	for _, hijacked := range []bool{false, true} {
-		t.Run(map[bool]string{false: "goroutine", true: "hijacked"}[hijacked], func(t *testing.T) {
+	for _, c := range []struct {
+		name              string
+		hijacked, cluster bool
+	}{{"goroutine", false, false}, {"hijacked", true, false}, {"cluster", true, true}} {
+		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			testStreamAcrossInstances(t, hijacked)
+			testStreamAcrossInstances(t, c.hijacked, c.cluster)
 		})
 	}
 }
 
-func testStreamAcrossInstances(t *testing.T, hijacked bool) {
+func testStreamAcrossInstances(t *testing.T, hijacked, cluster bool) {
 	// The projectors read who is online at every push, and instance 1's
 	// streams read only when woken up (no read after their start, no
 	// follow-up read): what they receive came through Pub/Sub.
 	pol := policies{CelebrityThreshold: 3, InboxMax: 50, InboxTrimSlack: 5, TimelineMax: 50, BackfillPosts: 10,
-		FanoutBatch: 10, CacheTTL: 300 * time.Millisecond, RefreshSettle: 2 * time.Second, OnlineRefresh: -1}
+		FanoutBatch: 10, CacheTTL: 300 * time.Millisecond, RefreshSettle: 2 * time.Second, OnlineRefresh: -1,
+		RedisCluster: cluster}
 	s := startSystem(t, pol)
 	s.StartProjectors(t) // a second projector set, in the same groups
 	one := startInstance(t, s, api.Config{StreamStartRead: time.Hour, StreamFollowUp: time.Hour, StreamsHijacked: hijacked})
