@@ -63,7 +63,7 @@ type cluster struct {
 	// lease a free node id: a replacement need not wait for its killed
 	// predecessor's lease to run out).
 	anyNode map[string]bool
-	next  atomic.Uint64     // the balancer's round robin over the APIs
+	next    atomic.Uint64 // the balancer's round robin over the APIs
 }
 
 // topology is how many instances of the API and of the projectors a

@@ -31,12 +31,14 @@ import (
 // change meanwhile (a follow's backfill lands below the stream's
 // position; a second followee's undone repost brings an earlier one back
 // below it): so the streaming users are users of their own, never actors
-// of the workload, each following one account (watched) that the
-// workload never makes follow anyone's... nor anyone follow (so it stays
-// pushed, not a celebrity). The workload still likes, reposts, replies to
-// and quotes their posts and follows and unfollows them, and the watched
-// accounts post, reply, repost (also originals later deleted), like and
-// undo.
+// of the workload, each following one account (watched: of the accounts
+// the fewest follow) that the workload never has anyone follow meanwhile
+// (it stays pushed, never a celebrity whose channel the stream would
+// learn only at its next minute's look). The workload still likes,
+// reposts, replies to and quotes the streaming users' posts and follows
+// and unfollows them, and the watched accounts act a quarter of the time:
+// post, reply, quote, repost (also originals later deleted), like, undo,
+// delete.
 
 // streamers is the number of streaming users.
 const streamers = 3
