@@ -761,3 +761,136 @@ func TestNotificationsStream(t *testing.T) {
 		t.Fatalf("live notification after the resume %+v", n)
 	}
 }
+
+// TestStreamToldOfRemovals: through the whole system, a home stream that
+// sent a followee's repost is told `delete` with the repost's id when
+// the original (by an account the reader does not follow) is deleted;
+// a notifications stream that sent a like, a repost, a follow and a
+// reply is told `delete` with each one's id when it is undone (unlike,
+// undone repost, unfollow, the reply deleted), live and, for one undone
+// while the client was away, on the stream resumed with Last-Event-ID;
+// a like added and undone while it was away is neither sent nor told.
+func TestStreamToldOfRemovals(t *testing.T) {
+	t.Parallel()
+	s := startSystem(t, policies{CelebrityThreshold: 1000, InboxMax: 50, InboxTrimSlack: 5, TimelineMax: 50, BackfillPosts: 10,
+		FanoutBatch: 10, CacheTTL: 300 * time.Millisecond, RefreshSettle: 2 * time.Second, OnlineRefresh: -1})
+	one := startInstance(t, s, api.Config{StreamsHijacked: true})
+	two := startInstance(t, s, api.Config{})
+	ctx := context.Background()
+	newUser := func(name string) (int64, string) {
+		var u apiUser
+		if err := two.call(ctx, http.MethodPost, "/api/users", "", "", map[string]string{"name": name}, &u, http.StatusCreated, nil); err != nil {
+			t.Fatal(err)
+		}
+		id, _ := strconv.ParseInt(u.ID, 10, 64)
+		return id, s.signer.Sign(id, time.Hour)
+	}
+	do := func(method, path, tok string, body any, want int, out any) {
+		t.Helper()
+		if err := two.call(ctx, method, path, tok, "", body, out, want, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reader, rtok := newUser("reader")
+	friendID, ftok := newUser("friend")
+	_, stok := newUser("stranger")
+
+	// The home stream: the reader follows friend only.
+	do(http.MethodPut, fmt.Sprint("/api/following/", friendID), rtok, nil, http.StatusNoContent, nil)
+	var orig apiPost
+	do(http.MethodPost, "/api/posts", stok, map[string]string{"content": "the stranger's original"}, http.StatusCreated, &orig)
+	s.quiesce(t, 2*time.Minute)
+
+	home := openStream(t, one.baseURL, rtok, "", "", http.StatusOK)
+	do(http.MethodPut, "/api/posts/"+orig.ID+"/repost", ftok, nil, http.StatusNoContent, nil)
+	ev := home.next(t, time.Minute)
+	rp := streamPost(t, ev)
+	if ev.Type != "post" || rp.RepostOf == nil || rp.RepostOf.ID != orig.ID {
+		t.Fatalf("home event %s %q, want friend's repost of %s", ev.Type, ev.Data, orig.ID)
+	}
+	do(http.MethodDelete, "/api/posts/"+orig.ID, stok, nil, http.StatusNoContent, nil)
+	ev = home.next(t, time.Minute)
+	if ev.Type != "delete" || ev.Data != `{"id":"`+rp.ID+`"}` {
+		t.Fatalf("home event %s %q, want the delete of the repost %s", ev.Type, ev.Data, rp.ID)
+	}
+	var mark apiPost
+	do(http.MethodPost, "/api/posts", ftok, map[string]string{"content": "after"}, http.StatusCreated, &mark)
+	if ev = home.next(t, time.Minute); ev.Type != "post" || streamPost(t, ev).ID != mark.ID {
+		t.Fatalf("home event %s %q, want the post %s (nothing else before it)", ev.Type, ev.Data, mark.ID)
+	}
+
+	// The notifications stream of the reader.
+	type note struct {
+		ID, Type string
+	}
+	nextEvent := func(c *sseClient) (string, note, sseEvent) {
+		t.Helper()
+		ev := c.next(t, time.Minute)
+		var n note
+		if err := json.Unmarshal([]byte(ev.Data), &n); err != nil {
+			t.Fatalf("event %s %q: %v", ev.Type, ev.Data, err)
+		}
+		return ev.Type, n, ev
+	}
+	var mine apiPost
+	do(http.MethodPost, "/api/posts", rtok, map[string]string{"content": "the reader's post"}, http.StatusCreated, &mine)
+	s.quiesce(t, 2*time.Minute)
+	notes := openStream(t, one.baseURL, rtok, "", "/api/notifications/stream", http.StatusOK)
+	var reply apiPost
+	steps := []struct {
+		method, path, tok string
+		body              any
+		typ               string
+	}{
+		{http.MethodPut, "/api/posts/" + mine.ID + "/like", stok, nil, "like"},
+		{http.MethodPut, "/api/posts/" + mine.ID + "/repost", stok, nil, "repost"},
+		{http.MethodPut, fmt.Sprint("/api/following/", reader), stok, nil, "follow"},
+		{http.MethodPost, "/api/posts", ftok, map[string]string{"content": "a reply", "replyTo": mine.ID}, "reply"},
+	}
+	ids := map[string]string{}
+	for _, st := range steps {
+		want := http.StatusNoContent
+		var out any
+		if st.method == http.MethodPost {
+			want, out = http.StatusCreated, &reply
+		}
+		do(st.method, st.path, st.tok, st.body, want, out)
+		typ, n, _ := nextEvent(notes)
+		if typ != "notification" || n.Type != st.typ {
+			t.Fatalf("notification event %s %+v, want a %s", typ, n, st.typ)
+		}
+		ids[st.typ] = n.ID
+	}
+	undo := []struct{ path, tok, typ string }{
+		{"/api/posts/" + mine.ID + "/like", stok, "like"},
+		{"/api/posts/" + mine.ID + "/repost", stok, "repost"},
+		{fmt.Sprint("/api/following/", reader), stok, "follow"},
+	}
+	var lastID string
+	for _, u := range undo {
+		do(http.MethodDelete, u.path, u.tok, nil, http.StatusNoContent, nil)
+		typ, n, ev := nextEvent(notes)
+		if typ != "delete" || n.ID != ids[u.typ] {
+			t.Fatalf("event %s %q after the undo of the %s, want the delete of %s", typ, ev.Data, u.typ, ids[u.typ])
+		}
+		lastID = ev.ID
+	}
+	notes.close()
+
+	// Away: the reply deleted, a like given and taken back.
+	do(http.MethodDelete, "/api/posts/"+reply.ID, ftok, nil, http.StatusNoContent, nil)
+	do(http.MethodPut, "/api/posts/"+mine.ID+"/like", ftok, nil, http.StatusNoContent, nil)
+	s.quiesce(t, 2*time.Minute)
+	do(http.MethodDelete, "/api/posts/"+mine.ID+"/like", ftok, nil, http.StatusNoContent, nil)
+	s.quiesce(t, 2*time.Minute)
+	notes = openStream(t, one.baseURL, rtok, lastID, "/api/notifications/stream", http.StatusOK)
+	if typ, n, ev := nextEvent(notes); typ != "delete" || n.ID != ids["reply"] {
+		t.Fatalf("resumed event %s %q, want the delete of the reply's notification %s", typ, ev.Data, ids["reply"])
+	}
+	// Then live: the next event is the new follow's (the away like, or
+	// a delete told twice, would come before it).
+	do(http.MethodPut, fmt.Sprint("/api/following/", reader), ftok, nil, http.StatusNoContent, nil)
+	if typ, n, ev := nextEvent(notes); typ != "notification" || n.Type != "follow" {
+		t.Fatalf("live event after the resume %s %q, want the follow", typ, ev.Data)
+	}
+}

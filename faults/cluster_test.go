@@ -59,7 +59,11 @@ type cluster struct {
 	mu    sync.Mutex
 	roles map[string]*proc
 	apis  map[string]string // API instance -> its base URL
-	next  atomic.Uint64     // the balancer's round robin over the APIs
+	// anyNode names the API instances started without FEED_NODE_ID (they
+	// lease a free node id: a replacement need not wait for its killed
+	// predecessor's lease to run out).
+	anyNode map[string]bool
+	next    atomic.Uint64 // the balancer's round robin over the APIs
 }
 
 // topology is how many instances of the API and of the projectors a
@@ -328,7 +332,13 @@ func (c *cluster) tryStart(name string, retry bool) bool {
 		if node == "" {
 			node = "1"
 		}
-		env = append(slices.Clip(env), "HTTP_ADDR="+strings.TrimPrefix(c.apiURL(name), "http://"), "FEED_NODE_ID="+node, "FEED_READ_CACHE_BARRIER=1")
+		env = append(slices.Clip(env), "HTTP_ADDR="+strings.TrimPrefix(c.apiURL(name), "http://"), "FEED_READ_CACHE_BARRIER=1")
+		c.mu.Lock()
+		anyNode := c.anyNode[name]
+		c.mu.Unlock()
+		if !anyNode {
+			env = append(env, "FEED_NODE_ID="+node)
+		}
 	}
 	cmd := exec.Command(c.bin, args...)
 	cmd.Env, cmd.Stdout, cmd.Stderr = env, f, f

@@ -35,7 +35,9 @@ var (
 // when the fault has ended (the role restarted, Redis back); check, when
 // set, runs after the oracle has converged.
 type fault struct {
-	name   string
+	name string
+	// setup, when set, runs before the phase's workload starts.
+	setup  func(t *testing.T, s *suite)
 	inject func(t *testing.T, c *cluster)
 	check  func(t *testing.T, c *cluster) string
 }
@@ -69,8 +71,9 @@ func faults(full bool) []fault {
 		waitSlot(t, c)
 		time.Sleep(2 * time.Second) // the workload runs this long on the new slot
 	}, check: topicHasTheLog}
+	streams := streamingFault()
 	if !full {
-		return []fault{killProject, slot, flush}
+		return []fault{killProject, slot, streams, flush}
 	}
 	// The faults that lose Redis's data come last: differences they leave
 	// would be counted again by every later row.
@@ -78,6 +81,7 @@ func faults(full bool) []fault {
 		{name: "kill -9 cdc", inject: restart(roleCDC, false)},
 		killProject,
 		{name: "kill -9 api", inject: restart(roleAPI, false)},
+		streams,
 		{name: "kill -9 kafka", inject: restart(roleKafka, false)},
 		{name: "broker restart (SIGTERM)", inject: restart(roleKafka, true)},
 		slot,
@@ -143,6 +147,9 @@ func TestFaults(t *testing.T) {
 	for _, f := range faults(full) {
 		if !run.MatchString(f.name) {
 			continue
+		}
+		if f.setup != nil {
+			f.setup(t, s)
 		}
 		s.phase(f.name, func() { f.inject(t, s.c) })
 		if f.check != nil {
@@ -288,7 +295,7 @@ func (o *convergence) explain() string {
 		}
 	}
 	wrongSets, absentSets := 0, 0
-	for _, u := range o.w.users {
+	for _, u := range o.w.all() {
 		n, err := o.c.rdb.SCard(ctx, k.Following(u)).Result()
 		if err != nil {
 			return err.Error()
@@ -327,7 +334,7 @@ func (o *convergence) differences() (int, []string, []int64) {
 	var missing []int64
 	var bad []string
 	total := 0
-	users := o.w.users
+	users := o.w.all()
 	work := make(chan int64)
 	var wg sync.WaitGroup
 	for range 4 {
@@ -427,7 +434,7 @@ func (o *convergence) followerDiffs(ctx context.Context, truth *verify.Truth) []
 	k := readmodel.Keys{}
 	fm := readmodel.NewFollows(k)
 	var out []string
-	for _, u := range o.w.users {
+	for _, u := range o.w.all() {
 		n, _, err := fm.CountOf(ctx, o.c.rdb, u)
 		if err != nil {
 			out = append(out, fmt.Sprintf("followers of %d: %v", u, err))

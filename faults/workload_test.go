@@ -158,6 +158,65 @@ type workload struct {
 	users []int64
 	mu    sync.Mutex
 	live  map[int64][]int64 // author -> posts
+	// streamers hold live streams (streams_test.go): never actors, they
+	// are now and then the target of a like, a repost, a reply, a quote,
+	// a follow or an unfollow; watched are the accounts they follow,
+	// never followed by the workload meanwhile. Both are empty but during
+	// the streams' fault.
+	streamers []int64
+	watched   []int64
+	// others are the users beside users the oracle reads (every streamer
+	// there was).
+	others []int64
+}
+
+// setStreamers sets the streaming users and the accounts they follow
+// (nil: none), under mu.
+func (w *workload) setStreamers(streamers, watched []int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.streamers, w.watched = streamers, watched
+	for _, u := range streamers {
+		if !slices.Contains(w.others, u) {
+			w.others = append(w.others, u)
+		}
+	}
+}
+
+// all is every user the oracle reads.
+func (w *workload) all() []int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append(slices.Clone(w.users), w.others...)
+}
+
+// streamTarget returns, one time in four while there are streamers, one
+// of them (0 otherwise).
+func (w *workload) streamTarget(rng *rand.Rand) int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.streamers) == 0 || rng.IntN(4) != 0 {
+		return 0
+	}
+	return w.streamers[rng.IntN(len(w.streamers))]
+}
+
+// isWatched reports whether v is followed by a streamer now.
+func (w *workload) isWatched(v int64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Contains(w.watched, v)
+}
+
+// someWatched returns, one time in four while there are streamers, one
+// of the accounts they follow (0 otherwise).
+func (w *workload) someWatched(rng *rand.Rand) int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.watched) == 0 || rng.IntN(4) != 0 {
+		return 0
+	}
+	return w.watched[rng.IntN(len(w.watched))]
 }
 
 // register creates n users through the API.
@@ -209,7 +268,10 @@ func (w *workload) run(ctx context.Context, workers int, pause time.Duration, co
 
 // somePost picks a live post of a skewed author (0: none yet).
 func (w *workload) somePost(rng *rand.Rand) int64 {
-	a := w.pick(rng)
+	a := w.streamTarget(rng)
+	if a == 0 {
+		a = w.pick(rng)
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if ps := w.live[a]; len(ps) > 0 {
@@ -230,7 +292,10 @@ func (w *workload) pick(rng *rand.Rand) int64 {
 func (w *workload) op(cl client, rng *rand.Rand) {
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
-	u := w.users[rng.IntN(len(w.users))]
+	u := w.someWatched(rng) // the streamers' feeds: their followees act more often
+	if u == 0 {
+		u = w.users[rng.IntN(len(w.users))]
+	}
 	switch r := rng.IntN(100); {
 	case r < 30:
 		var p struct {
@@ -255,14 +320,26 @@ func (w *workload) op(cl client, rng *rand.Rand) {
 			if rng.IntN(4) == 0 {
 				method = http.MethodDelete
 			}
-			_, _ = cl.retried(ctx, method, path, w.pick(rng), "", nil, nil)
+			who := w.someWatched(rng)
+			if who == 0 {
+				who = w.pick(rng)
+			}
+			_, _ = cl.retried(ctx, method, path, who, "", nil, nil)
 		}
 	case r < 55:
-		if v := w.pick(rng); v != u {
+		v := w.streamTarget(rng)
+		if v == 0 {
+			v = w.pick(rng)
+		}
+		if v != u && !w.isWatched(v) {
 			_, _ = cl.retried(ctx, http.MethodPut, "/api/following/"+itoa(v), u, "", nil, nil)
 		}
 	case r < 65:
-		if v := w.pick(rng); v != u {
+		v := w.streamTarget(rng)
+		if v == 0 {
+			v = w.pick(rng)
+		}
+		if v != u {
 			_, _ = cl.retried(ctx, http.MethodDelete, "/api/following/"+itoa(v), u, "", nil, nil)
 		}
 	case r < 70:

@@ -1,6 +1,7 @@
 package live
 
 import (
+	"encoding/binary"
 	"slices"
 	"testing"
 
@@ -55,4 +56,49 @@ func FuzzDecodeResume(f *testing.F) {
 			t.Fatalf("%q: %+v does not round-trip", s, r)
 		}
 	})
+}
+
+// TestNotifResumeID: a notifications stream's id decodes to its state
+// (B, B0, C, the sent positions); shown is (B0, B] and the sent ones; an
+// id of the version before (no B0, no C) resumes with B0 = B and C zero;
+// what no stream issued is refused.
+func TestNotifResumeID(t *testing.T) {
+	p := func(ms int64, m string) notifPos { return notifPos{ms: ms, member: m} }
+	r := notifResume{b: p(2000, "b"), b0: p(1000, "a"), c: readmodel.ChangePos{Ms: 1_700_000_000_000, Seq: 2},
+		sent: []notifPos{p(2000, "c"), p(2100, "a")}}
+	got, err := decodeNotifResume(r.encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.b != r.b || got.b0 != r.b0 || got.c != r.c || !slices.Equal(got.sent, r.sent) {
+		t.Fatalf("decoded %+v, want %+v", got, r)
+	}
+	if !got.shown(p(1500, "x")) || got.shown(p(1000, "a")) || !got.shown(p(2100, "a")) || got.shown(p(2050, "x")) {
+		t.Fatal("shown: (B0, B] and the sent ones only")
+	}
+	// The version before: B, the count, the sent positions.
+	v2 := []byte{notifResumeV2}
+	put := func(q notifPos) {
+		v2 = binary.BigEndian.AppendUint64(v2, uint64(q.ms))
+		v2 = binary.AppendUvarint(v2, uint64(len(q.member)))
+		v2 = append(v2, q.member...)
+	}
+	put(r.b)
+	v2 = binary.AppendUvarint(v2, 1)
+	put(p(2100, "a"))
+	old, err := decodeNotifResume(idEncoding.EncodeToString(v2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if old.b != r.b || old.b0 != r.b || old.c != (readmodel.ChangePos{}) || !slices.Equal(old.sent, []notifPos{p(2100, "a")}) {
+		t.Fatalf("decoded v2 %+v", old)
+	}
+	if old.shown(p(1500, "x")) || !old.shown(p(2100, "a")) {
+		t.Fatal("a v2 id shows its sent ones only")
+	}
+	for _, bad := range []string{"", "Aw", r.encode() + "A", notifResume{b: p(1, "a"), b0: p(2, "a")}.encode()} {
+		if _, err := decodeNotifResume(bad); err == nil {
+			t.Errorf("%q decoded", bad)
+		}
+	}
 }

@@ -78,6 +78,16 @@ func (w *liveWakes) wakeUsers(ctx context.Context, users []int64) error {
 // open stream. A failure is logged by nobody and costs the stream its
 // wake-up only (its follow-up reads cover it).
 func (w *liveWakes) Notified(ctx context.Context, user int64, _ readmodel.Notification) {
+	w.wakeNotifications(ctx, user)
+}
+
+// Unnotified implements Notifier: the same wake-up, so that a stream that
+// sent the notification reads its removal.
+func (w *liveWakes) Unnotified(ctx context.Context, user int64, _ readmodel.Notification) {
+	w.wakeNotifications(ctx, user)
+}
+
+func (w *liveWakes) wakeNotifications(ctx context.Context, user int64) {
 	online, err := w.onlineSet(ctx)
 	if err != nil {
 		return

@@ -154,3 +154,65 @@ func TestLiveWakeUps(t *testing.T) {
 		}
 	}
 }
+
+// TestDeletedOriginalTellsItsReposts: the deletion of an original appends
+// to the changes stream a deletion of each of its live reposts (a feed
+// stops showing them), before its own; a repost undone before is told
+// once (its undo's change), a redelivery of the deletion appends nothing
+// twice, and a repost whose event, in another partition, is applied only
+// after the deletion is not told by it (no stream shows it: its
+// hydration finds the tombstone).
+func TestDeletedOriginalTellsItsReposts(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	author, r1, r2, r3, late := w.user(true), w.user(true), w.user(true), w.user(true), w.user(true)
+	rd := testenv.NewRedis(t)
+	keys := readmodel.Keys{Prefix: rd.Prefix}
+	l := readmodel.NewLive(keys)
+	ctx := context.Background()
+	ps := newProjectors(t, w, rd.Client, projections.Config{Keys: keys, CelebrityThreshold: 100, OnlineRefresh: -1})
+
+	p := w.post(author)
+	other := w.post(author)
+	rp1 := w.repost(r1, p, author)
+	rp2 := w.repost(r2, p, author)
+	rp3 := w.repost(r3, p, author)
+	w.repost(r1, other, author) // of another original: never told
+	applyAll(t, ps, w.envs)
+	w.envs = nil
+	w.unrepost(r2, p, author)
+	undo := w.envs
+	w.envs = nil
+	w.repost(late, p, author) // committed before the deletion, applied after it
+	lateRepost := w.envs
+	w.envs = nil
+	w.del(author, p)
+	del := w.envs
+	applyAll(t, ps, undo)
+	applyAll(t, ps, del)
+	applyAll(t, ps, del) // redelivered
+	applyAll(t, ps, lateRepost)
+	applyAll(t, ps, undo) // redelivered after the deletion
+
+	changes, err := l.ChangesAfter(ctx, rd.Client, readmodel.ChangePos{}, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type change struct{ post, author int64 }
+	var have []change
+	for _, c := range changes {
+		if !c.Deleted {
+			t.Fatalf("change %+v: an edit, none was made", c)
+		}
+		have = append(have, change{c.Post, c.Author})
+	}
+	want := []change{{rp2, r2}, {rp1, r1}, {rp3, r3}, {p, author}}
+	if len(have) != len(want) {
+		t.Fatalf("changes stream %+v, want %+v", have, want)
+	}
+	for i := range want {
+		if have[i] != want[i] {
+			t.Fatalf("changes stream %+v, want %+v", have, want)
+		}
+	}
+}

@@ -16,13 +16,18 @@ import (
 // its consumer group (feed.projection.notifications.v1 at version 1).
 const NameNotifications = readmodel.ProjectionNotifications
 
-// Notifier is told of every notification the projector added (the live
-// streams publish it); nil in Config is the live streams' own (live.go:
-// wake:n:{u} for the users with an open stream). Notified is called after the
-// write, on the projector's goroutine: it must not block, and its failure
-// is its own (the notification is written either way).
+// Notifier is told of every notification the projector added, and of
+// every undo it applied (the live streams publish them); nil in Config is
+// the live streams' own (live.go: wake:n:{u} for the users with an open
+// stream). Notified and Unnotified are called after the write, on the
+// projector's goroutine: they must not block, and their failure is their
+// own (the notification is written either way).
 type Notifier interface {
 	Notified(ctx context.Context, user int64, n readmodel.Notification)
+	// Unnotified is called after every undo, also one that changed
+	// nothing (a redelivery: the crash it follows may have come between
+	// the removal and its wake-up).
+	Unnotified(ctx context.Context, user int64, n readmodel.Notification)
 }
 
 // Notifications projects each user's notifications (`notif:{u}`,
@@ -156,8 +161,13 @@ func (p *Notifications) add(ctx context.Context, user int64, n readmodel.Notific
 }
 
 func (p *Notifications) remove(ctx context.Context, user int64, n readmodel.Notification, v int64) error {
-	_, err := p.model.Remove(ctx, p.rdb, user, n, v)
-	return err
+	if _, err := p.model.Remove(ctx, p.rdb, user, n, v); err != nil {
+		return err
+	}
+	if p.notifier != nil {
+		p.notifier.Unnotified(ctx, user, n)
+	}
+	return nil
 }
 
 // NotificationsSQL is every live notification from the source of truth,

@@ -347,6 +347,9 @@ type cutAfter struct {
 	seen   []int64
 }
 
+// Unnotified is not counted: the cut is between two additions.
+func (c *cutAfter) Unnotified(context.Context, int64, readmodel.Notification) {}
+
 func (c *cutAfter) Notified(_ context.Context, user int64, _ readmodel.Notification) {
 	c.seen = append(c.seen, user)
 	if len(c.seen) == c.n {
@@ -429,5 +432,51 @@ func TestNotificationMemory(t *testing.T) {
 	}
 	if got := must(m.All(ctx, rd.Client, 42)); len(got.Items) != len(ns) {
 		t.Fatalf("read %d of %d", len(got.Items), len(ns))
+	}
+}
+
+// TestNotificationRemovals: each undo that removes a notification appends
+// it, with the removed entry's millisecond, to the user's removals stream
+// in the same script as the removal, so a redelivery (refused by the
+// pair's guard) appends nothing twice and a crash leaves no removal
+// untold; an undo of what was never added (one's own like) appends
+// nothing; the removals of two users' pairs, from two partitions, applied
+// in either order, land each in its user's stream once.
+func TestNotificationRemovals(t *testing.T) {
+	ctx := context.Background()
+	r := newNotifRig(t, 0)
+	alice, bob, carol := r.user(), r.user(), r.user()
+	pa := r.post(alice, 0, 0)
+	must(r.cmds.Like.Handle(ctx, commands.Like{UserID: bob, PostID: pa}))
+	must(r.cmds.Like.Handle(ctx, commands.Like{UserID: alice, PostID: pa})) // one's own: no notification
+	must(r.cmds.Follow.Handle(ctx, commands.Follow{FollowerID: bob, FolloweeID: carol}))
+	r.apply(r.envelopes()...)
+	added := map[int64]readmodel.Notification{alice: r.list(alice).Items[0], carol: r.list(carol).Items[0]}
+
+	must(r.cmds.Unlike.Handle(ctx, commands.Unlike{UserID: bob, PostID: pa}))
+	must(r.cmds.Unlike.Handle(ctx, commands.Unlike{UserID: alice, PostID: pa}))
+	ofAlice := r.envelopes()
+	must(r.cmds.Unfollow.Handle(ctx, commands.Unfollow{FollowerID: bob, FolloweeID: carol}))
+	ofCarol := r.envelopes()
+	r.apply(ofCarol...)
+	r.apply(ofAlice...)
+	r.apply(ofAlice...) // redelivered
+	r.apply(ofCarol...)
+
+	for _, u := range []int64{alice, carol} {
+		rs := must(r.model.RemovalsAfter(ctx, r.rd.Client, u, readmodel.ChangePos{}, 10))
+		if len(rs) != 1 || rs[0].N != added[u] {
+			t.Fatalf("removals of %d: %+v, want the one notification it had, %+v", u, rs, added[u])
+		}
+		if got := r.list(u).Items; len(got) != 0 {
+			t.Fatalf("notifications of %d after the undos: %+v", u, got)
+		}
+		last := must(r.model.LastRemoval(ctx, r.rd.Client, u))
+		if last != rs[0].Pos {
+			t.Fatalf("last removal of %d at %v, want %v", u, last, rs[0].Pos)
+		}
+		if rest := must(r.model.RemovalsAfter(ctx, r.rd.Client, u, last, 10)); len(rest) != 0 {
+			t.Fatalf("removals of %d after the last: %+v", u, rest)
+		}
 	}
 }

@@ -72,6 +72,37 @@ func NewPosts(cfg Config, rdb redis.UniversalClient) (*Posts, error) {
 // Name implements Projector.
 func (*Posts) Name() string { return NamePosts }
 
+// MaxRepostChanges bounds the reposts of a deleted original told to the
+// live streams (the earliest ones): a feed stops showing every repost of
+// a deleted original, so a stream that sent one is told it is gone, as
+// of an undone repost.
+const MaxRepostChanges = 1000
+
+// deletionChanges appends a deleted post's change to the live streams'
+// changes log, after one for each live repost of it (at most
+// MaxRepostChanges), read from reposts:{O} once the tombstone is
+// written. A repost projected after that (its event in another
+// partition) is never shown by a stream: its hydration finds the
+// tombstone. Each change is appended once (its mark), so a redelivery,
+// or an undo of one of the reposts told already, tells nothing twice.
+func (p *Posts) deletionChanges(ctx context.Context, e events.PostDeleted) error {
+	pipe := p.rdb.Pipeline()
+	page := p.engage.QueueRepostsPage(ctx, pipe, e.PostID, 0, readmodel.Repost{}, MaxRepostChanges)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("read the reposts of deleted post %d: %w", e.PostID, err)
+	}
+	reposts, _, err := page.Result()
+	if err != nil {
+		return fmt.Errorf("read the reposts of deleted post %d: %w", e.PostID, err)
+	}
+	cs := make([]readmodel.Change, 0, len(reposts)+1)
+	for _, r := range reposts {
+		cs = append(cs, readmodel.Change{Post: r.ID, Author: r.Reposter, Deleted: true})
+	}
+	cs = append(cs, readmodel.Change{Post: e.PostID, Author: e.AuthorID, Deleted: true})
+	return p.live.AppendChanges(ctx, p.rdb, cs, time.Now())
+}
+
 // Group implements Projector.
 func (p *Posts) Group() string { return GroupFor(NamePosts, p.cfg.Keys.Version(NamePosts)) }
 
@@ -104,7 +135,7 @@ func (p *Posts) Apply(ctx context.Context, env events.Envelope, ev events.Event)
 		if err != nil {
 			return err
 		}
-		return p.live.AppendChange(ctx, p.rdb, readmodel.Change{Post: e.PostID, Author: e.AuthorID, Deleted: true}, time.Now())
+		return p.deletionChanges(ctx, e)
 	case events.PostReposted:
 		return p.exec(ctx, env, true, func(pipe redis.Pipeliner) error {
 			p.engage.QueueSetCount(ctx, pipe, e.PostID, readmodel.CountReposts, e.Reposts, env.Position)

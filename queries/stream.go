@@ -251,6 +251,19 @@ func (f *Feed) NotificationsAbove(ctx context.Context, userID, ms int64, member 
 	return entries, settledMs, more, nil
 }
 
+// NotificationRemovalsAfter returns up to n of the notifications removed
+// from userID's set (by undos) after pos, oldest first: a notifications
+// stream tells those it sent (readmodel.Notifications.RemovalsAfter).
+func (f *Feed) NotificationRemovalsAfter(ctx context.Context, userID int64, pos readmodel.ChangePos, n int64) ([]readmodel.Removal, error) {
+	return readmodel.NewNotifications(f.cfg.Keys, 0, 0).RemovalsAfter(ctx, f.rdb, userID, pos, n)
+}
+
+// LastNotificationRemoval is the position of userID's newest removal:
+// where a new notifications stream starts reading them.
+func (f *Feed) LastNotificationRemoval(ctx context.Context, userID int64) (readmodel.ChangePos, error) {
+	return readmodel.NewNotifications(f.cfg.Keys, 0, 0).LastRemoval(ctx, f.rdb, userID)
+}
+
 // barrierKey in a read's context makes its home read pass the read
 // cache's barrier (readHome) whatever Config.ReadCacheBarrier says.
 type barrierKey struct{}

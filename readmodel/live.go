@@ -187,21 +187,37 @@ func (l Live) changeMark(c Change) string {
 // the changes channel. A redelivered event finds its change's mark and
 // appends nothing, but publishes again: a crash between the two steps
 // loses no wake-up, and a stream never sees one change twice.
-func (l Live) AppendChange(ctx context.Context, rdb redis.Cmdable, c Change, now time.Time) error {
-	args := []any{ChangesKept.Milliseconds(), strconv.FormatInt(now.Add(-ChangesKept).UnixMilli(), 10), "p", c.Post, "a", c.Author}
-	if c.Deleted {
-		args = append(args, "d", 1)
-	} else {
-		args = append(args, "v", c.Version, "c", c.Content, "e", c.EditedAt.UnixMilli())
+func (l Live) AppendChange(ctx context.Context, rdb redis.UniversalClient, c Change, now time.Time) error {
+	return l.AppendChanges(ctx, rdb, []Change{c}, now)
+}
+
+// AppendChanges is AppendChange of each of cs, in order, in one pipeline,
+// then one publish.
+func (l Live) AppendChanges(ctx context.Context, rdb redis.UniversalClient, cs []Change, now time.Time) error {
+	if len(cs) == 0 {
+		return nil
 	}
-	if err := appendChangeScript.Run(ctx, rdb, []string{l.changesKey(), l.changeMark(c)}, args...).Err(); err != nil && err != redis.Nil {
-		return fmt.Errorf("append change of post %d: %w", c.Post, err)
+	err := Exec(ctx, rdb, func(pipe redis.Pipeliner) {
+		for _, c := range cs {
+			args := []any{ChangesKept.Milliseconds(), strconv.FormatInt(now.Add(-ChangesKept).UnixMilli(), 10), "p", c.Post, "a", c.Author}
+			if c.Deleted {
+				args = append(args, "d", 1)
+			} else {
+				args = append(args, "v", c.Version, "c", c.Content, "e", c.EditedAt.UnixMilli())
+			}
+			appendChangeScript.EvalSha(ctx, pipe, []string{l.changesKey(), l.changeMark(c)}, args...)
+		}
+	})
+	if err != nil && err != redis.Nil {
+		return fmt.Errorf("append change of post %d: %w", cs[0].Post, err)
 	}
 	if err := rdb.SPublish(ctx, l.ChangesChannel(), "1").Err(); err != nil {
-		return fmt.Errorf("publish change of post %d: %w", c.Post, err)
+		return fmt.Errorf("publish change of post %d: %w", cs[0].Post, err)
 	}
 	return nil
 }
+
+func init() { scripts = append(scripts, appendChangeScript) }
 
 // LastChange is the position of the newest change (zero when none).
 func (l Live) LastChange(ctx context.Context, rdb redis.Cmdable) (ChangePos, error) {

@@ -178,7 +178,10 @@ func (m Notifications) guardKey(user int64) string {
 // or older than what the set keeps). Past the bound the oldest entries
 // go; in a built set (one with the floor sentinel) the floor rises to the
 // highest score removed (every entry at it goes too); a set not built
-// stays so. Returns 1 when the set changed.
+// stays so. An undo that removes an entry appends it to the removals
+// stream (KEYS[3], notification_removals.go; ARGV[7] its lifetime in ms,
+// ARGV[8] the MINID it is trimmed to) in the same step. Returns 1 when
+// the set changed.
 var notifScript = redis.NewScript(`
 local v = tonumber(ARGV[4])
 local g = tonumber(redis.call('HGET', KEYS[2], ARGV[2]) or '0')
@@ -188,7 +191,12 @@ if ARGV[1] == 'r' or v > 1 then
   redis.call('PEXPIRE', KEYS[2], ARGV[6])
 end
 if ARGV[1] == 'r' then
-  return redis.call('ZREM', KEYS[1], ARGV[2])
+  local at = redis.call('ZSCORE', KEYS[1], ARGV[2])
+  if not at then return 0 end
+  redis.call('ZREM', KEYS[1], ARGV[2])
+  redis.call('XADD', KEYS[3], 'MINID', '~', ARGV[8], '*', 'm', ARGV[2], 's', at)
+  redis.call('PEXPIRE', KEYS[3], ARGV[7])
+  return 1
 end
 local s = tonumber(ARGV[3])
 local f = redis.call('ZSCORE', KEYS[1], '\0')
@@ -253,8 +261,9 @@ func (m Notifications) Remove(ctx context.Context, rdb redis.Scripter, user int6
 }
 
 func (m Notifications) run(ctx context.Context, rdb redis.Scripter, op string, user int64, n Notification, version int64) (bool, error) {
-	r, err := notifScript.Run(ctx, rdb, []string{m.Key(user), m.guardKey(user)},
-		op, n.Member(), n.MS, version, m.max, m.ttl.Milliseconds()).Int()
+	r, err := notifScript.Run(ctx, rdb, []string{m.Key(user), m.guardKey(user), m.removalsKey(user)},
+		op, n.Member(), n.MS, version, m.max, m.ttl.Milliseconds(),
+		RemovalsKept.Milliseconds(), time.Now().Add(-RemovalsKept).UnixMilli()).Int()
 	if err != nil {
 		return false, fmt.Errorf("notification %s of %d: %w", op, user, err)
 	}

@@ -138,7 +138,8 @@ func (k Keys) Classify(key string) (projection string, version int, ok bool) {
 		strings.HasPrefix(rest, "liked:{"), strings.HasPrefix(rest, "reposted:{"),
 		strings.HasPrefix(rest, "reposts:{"), strings.HasPrefix(rest, "name:{"):
 		return ProjectionPosts, version, true
-	case strings.HasPrefix(rest, "notif:{"), strings.HasPrefix(rest, "notifv:{"):
+	case strings.HasPrefix(rest, "notif:{"), strings.HasPrefix(rest, "notifv:{"),
+		strings.HasPrefix(rest, "notifx:{"):
 		return ProjectionNotifications, version, true
 	case strings.HasPrefix(rest, "followers:{"), strings.HasPrefix(rest, "following:{"),
 		strings.HasPrefix(rest, "following_v:{"), rest == "celebrities",
