@@ -33,7 +33,7 @@ func TestNotificationMemoryAtHorizonSizes(t *testing.T) {
 	over := keyBytesOver(rd.Prefix)
 	user := int64(412_345_678) // an id of a 300M-user deployment
 	var lines []string
-	for _, n := range []int{5, 13, 30, 120} {
+	for _, n := range []int{5, 10, 13, 30, 120} {
 		ns := make([]Notification, n)
 		step := DefaultPolicy().PostHorizon.Milliseconds() / int64(n+1) // spread over the horizon
 		for i := range ns {
