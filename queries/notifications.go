@@ -171,7 +171,7 @@ func (f *Feed) scanNotifications(ctx context.Context, user int64, from readmodel
 	model := f.notifications()
 	chunk := max(want, 20)
 	offset := 0
-	completed := false
+	completed, older := false, false
 	for {
 		pipe := f.rdb.Pipeline()
 		read := model.QueueRange(ctx, pipe, user, from.MS, offset, chunk)
@@ -188,9 +188,12 @@ func (f *Feed) scanNotifications(ctx context.Context, user int64, from readmodel
 			if err := f.completeNotifications(ctx, user); err != nil {
 				return nil, false, err
 			}
-			completed, offset, shown = true, 0, nil
+			completed, offset, shown, older = true, 0, nil, false
 			continue
 		}
+		// An entry past the horizon not trimmed yet is among the oldest:
+		// it may have come in an earlier chunk than the last.
+		older = older || rng.Older
 		offset += chunk
 		var cand []readmodel.Notification
 		stop := false
@@ -218,7 +221,7 @@ func (f *Feed) scanNotifications(ctx context.Context, user int64, from readmodel
 			return shown, false, nil
 		}
 		if !rng.More {
-			if rng.Built && rng.Older {
+			if rng.Built && older {
 				return f.notificationsBelow(ctx, user, from, rng.Floor, keep, want, shown)
 			}
 			return shown, false, nil
