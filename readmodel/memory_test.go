@@ -122,7 +122,9 @@ func TestLiveStateMemory(t *testing.T) {
 		t.Logf("changes stream, %s: %.1f bytes an entry, a mark %d bytes with its expiry: %.1f a change", name, float64(stream)/float64(n), mark, per)
 		return per
 	}
-	del := perChange("deletions", 10_000, func(i int) Change { return Change{Post: 7<<58 + int64(i)<<22, Author: 300_000_000 + int64(i), Deleted: true} })
+	del := perChange("deletions", 10_000, func(i int) Change {
+		return Change{Post: 7<<58 + int64(i)<<22, Author: 300_000_000 + int64(i), Deleted: true}
+	})
 	edit := perChange("edits of 100 characters", 10_000, func(i int) Change {
 		return Change{Post: 8<<58 + int64(i)<<22, Author: 300_000_000 + int64(i), Version: 2, Content: strings.Repeat("x", 100), EditedAt: time.Now()}
 	})
