@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/getkin/kin-openapi/openapi3"
@@ -30,10 +31,17 @@ type notifEnv struct {
 
 func setupNotifications(t *testing.T) *notifEnv {
 	t.Helper()
+	return setupNotificationsMax(t, 0)
+}
+
+// setupNotificationsMax is setupNotifications with the query side's
+// notifications bound max (0: the default).
+func setupNotificationsMax(t *testing.T, max int) *notifEnv {
+	t.Helper()
 	ne := &notifEnv{rd: testenv.NewRedis(t)}
 	ne.keys = readmodel.Keys{Prefix: ne.rd.Prefix}
 	ne.env = setup(t, options{withPool: func(pool *pgxpool.Pool, d *api.Deps) {
-		f, err := queries.New(queries.Config{Keys: ne.keys, Logger: testenv.Logger()}, pool, ne.rd.Client)
+		f, err := queries.New(queries.Config{Keys: ne.keys, NotificationsMax: max, Logger: testenv.Logger()}, pool, ne.rd.Client)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -46,8 +54,15 @@ func setupNotifications(t *testing.T) *notifEnv {
 // project applies the events appended since the last call.
 func (ne *notifEnv) project(t *testing.T) {
 	t.Helper()
+	ne.projectOnly(t, projections.NameNotifications, projections.NameFollowers)
+}
+
+// projectOnly applies the events appended since the last call with the
+// projectors named.
+func (ne *notifEnv) projectOnly(t *testing.T, names ...string) {
+	t.Helper()
 	ctx := context.Background()
-	ps, err := projections.New(projections.Config{Keys: ne.keys}, ne.pool, ne.rd.Client, nil, projections.NameNotifications, projections.NameFollowers)
+	ps, err := projections.New(projections.Config{Keys: ne.keys}, ne.pool, ne.rd.Client, nil, names...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,4 +340,112 @@ func TestNotificationsOpenAPI(t *testing.T) {
 	check("GET", "/api/notifications", 401, ne.do(t, "GET", "/api/notifications", ""))
 	check("PUT", "/api/markers", 401, ne.do(t, "PUT", "/api/markers", `{}`))
 	check("GET", "/api/markers", 401, ne.do(t, "GET", "/api/markers", ""))
+}
+
+// TestNotificationsBelowTheFloor: a set holds the newest inside the
+// horizon (4 days), at most the bound (3 here); pages and the unread
+// count continue from PostgreSQL below its floor, in the same order,
+// with mutes applied there too. Ana's twelve followers followed her 20,
+// 40, ... 240 hours ago (the rows' times moved back; no projector runs
+// for them, so the set is the query side's completion from PostgreSQL).
+func TestNotificationsBelowTheFloor(t *testing.T) {
+	ctx := context.Background()
+	ne := setupNotificationsMax(t, 3)
+	ana := ne.register(t, "ana")
+	A := ne.bearer(ana)
+	for i := range 12 {
+		f := ne.register(t, fmt.Sprintf("f%d", i))
+		ne.put(t, ne.bearer(f), fmt.Sprintf("/api/following/%d", ana))
+		if _, err := ne.pool.Exec(ctx, `UPDATE follows SET created_at = now() - $2 * interval '20 hours'
+			WHERE follower_id = $1`, f, 12-i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type follow struct {
+		id    string
+		actor int64
+	}
+	var want []follow // newest first, from the table
+	rows, err := ne.pool.Query(ctx, `SELECT follower_id, floor(extract(epoch FROM created_at) * 1000)::bigint
+		FROM follows WHERE followee_id = $1 ORDER BY created_at DESC`, ana)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var n readmodel.Notification
+		if err := rows.Scan(&n.Actor, &n.MS); err != nil {
+			t.Fatal(err)
+		}
+		n.Type = readmodel.NotifyFollow
+		want = append(want, follow{n.ID(), n.Actor})
+	}
+	rows.Close()
+	if len(want) != 12 {
+		t.Fatalf("%d follows in the table, want 12", len(want))
+	}
+	pageAll := func() ([]string, int) {
+		var ids []string
+		unread, cursor := -1, ""
+		for range 20 {
+			p := ne.page(t, A, "?limit=2"+cursor)
+			if unread < 0 {
+				unread = p.Unread
+			}
+			for _, it := range p.Items {
+				ids = append(ids, it.ID)
+			}
+			if p.NextCursor == nil {
+				return ids, unread
+			}
+			cursor = "&cursor=" + *p.NextCursor
+		}
+		t.Fatal("more than 20 pages")
+		return nil, 0
+	}
+	ids, unread := pageAll()
+	if len(ids) != 12 || unread != 12 {
+		t.Fatalf("paged %d notifications, unread %d; want 12 and 12", len(ids), unread)
+	}
+	for i, w := range want {
+		if ids[i] != w.id {
+			t.Fatalf("notification %d: %s, want %s (the table's order)", i, ids[i], w.id)
+		}
+	}
+	// What Redis holds: the newest 3 (all inside the horizon), the floor
+	// at the fourth, expiring 4 days after the newest.
+	model := readmodel.DefaultPolicy().Notifications(ne.keys, nil)
+	set := must(model.All(ctx, ne.rd.Client, ana))
+	if !set.Built || !set.Older || len(set.Items) != 3 || set.Items[0].ID() != want[0].id || set.Items[2].ID() != want[2].id {
+		t.Fatalf("the completed set: %+v", set)
+	}
+	fourth := must(readmodel.ParseNotificationID(want[3].id))
+	if set.Floor != fourth.MS {
+		t.Fatalf("floor %d, want the fourth's %d", set.Floor, fourth.MS)
+	}
+	exp := must(ne.rd.Client.PExpireTime(ctx, model.Key(ana)).Result())
+	if newest := set.Items[0].MS + model.Horizon().H.Milliseconds(); exp.Milliseconds() != newest {
+		t.Fatalf("the set expires at %d, want the newest + 4 days, %d", exp.Milliseconds(), newest)
+	}
+
+	// A marker at the eighth: seven are unread, four of them below the
+	// floor. Muting the seventh's actor hides it in PostgreSQL's part too.
+	if r := ne.do(t, "PUT", "/api/markers", fmt.Sprintf(`{"notifications":%q}`, want[7].id), "Authorization", A); r.Status != 204 {
+		t.Fatalf("PUT marker: %d %s", r.Status, r.Body)
+	}
+	if u := ne.page(t, A, "?limit=1").Unread; u != 7 {
+		t.Fatalf("unread %d with the marker at the eighth, want 7", u)
+	}
+	ne.put(t, A, fmt.Sprintf("/api/muting/%d", want[6].actor))
+	ne.projectOnly(t, projections.NameFollowers) // the follows' notifications stay the completion's
+	ids, unread = pageAll()
+	if len(ids) != 11 || unread != 6 || slices.Contains(ids, want[6].id) {
+		t.Fatalf("with the seventh's actor muted: %d notifications, unread %d; want 11 and 6, without it", len(ids), unread)
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
@@ -45,6 +46,12 @@ type Notifier interface {
 // late after newer ones of its pair (a moved partition, docs/projections.md
 // "Several instances of one group") is refused by the pair's stream
 // version, kept in the guard hash by undos and by dos above version 1.
+//
+// Only the horizon is kept (the policy's PostHorizon, readmodel
+// Notifications.WithHorizon): a do older than it, and an undo recorded
+// before it, write nothing, so a redelivered old event leaves Redis as
+// it is; each write trims what has left it, and a set expires with its
+// newest notification.
 type Notifications struct {
 	cfg      Config
 	model    readmodel.Notifications
@@ -67,7 +74,7 @@ func NewNotifications(cfg Config, pg Querier, rdb redis.UniversalClient) (*Notif
 	if notifier == nil {
 		notifier = newLiveWakes(cfg.Keys, rdb, cfg.OnlineRefresh)
 	}
-	return &Notifications{cfg: cfg, model: readmodel.NewNotifications(cfg.Keys, cfg.NotificationsMax, 0),
+	return &Notifications{cfg: cfg, model: cfg.Policy().Notifications(cfg.Keys, cfg.Now),
 		rdb: rdb, pg: pg, notifier: notifier}, nil
 }
 
@@ -98,17 +105,17 @@ func (p *Notifications) Apply(ctx context.Context, env events.Envelope, ev event
 			return p.add(ctx, e.AuthorID, readmodel.Notification{Type: readmodel.NotifyLike, Actor: e.LikerID, Post: e.PostID, MS: e.LikedAt.UnixMilli()}, v)
 		}
 	case events.PostUnliked:
-		return p.remove(ctx, e.AuthorID, readmodel.Notification{Type: readmodel.NotifyLike, Actor: e.LikerID, Post: e.PostID}, v)
+		return p.remove(ctx, e.AuthorID, readmodel.Notification{Type: readmodel.NotifyLike, Actor: e.LikerID, Post: e.PostID, MS: undoMs(e.UnlikedAt)}, v)
 	case events.PostReposted:
 		if e.ReposterID != e.AuthorID {
 			return p.add(ctx, e.AuthorID, readmodel.Notification{Type: readmodel.NotifyRepost, Actor: e.ReposterID, Post: e.PostID, MS: e.CreatedAt.UnixMilli()}, v)
 		}
 	case events.PostUnreposted:
-		return p.remove(ctx, e.AuthorID, readmodel.Notification{Type: readmodel.NotifyRepost, Actor: e.ReposterID, Post: e.PostID}, v)
+		return p.remove(ctx, e.AuthorID, readmodel.Notification{Type: readmodel.NotifyRepost, Actor: e.ReposterID, Post: e.PostID, MS: undoMs(e.UnrepostedAt)}, v)
 	case events.Followed:
 		return p.add(ctx, e.FolloweeID, readmodel.Notification{Type: readmodel.NotifyFollow, Actor: e.FollowerID, MS: env.RecordedAt.UnixMilli()}, v)
 	case events.Unfollowed:
-		return p.remove(ctx, e.FolloweeID, readmodel.Notification{Type: readmodel.NotifyFollow, Actor: e.FollowerID}, v)
+		return p.remove(ctx, e.FolloweeID, readmodel.Notification{Type: readmodel.NotifyFollow, Actor: e.FollowerID, MS: undoMs(env.RecordedAt)}, v)
 	case events.PostCreated:
 		ms := e.CreatedAt.UnixMilli()
 		if e.ReplyTo != 0 && e.ReplyToAuthor != 0 && e.ReplyToAuthor != e.AuthorID {
@@ -139,12 +146,12 @@ func (p *Notifications) deleted(ctx context.Context, e events.PostDeleted, v int
 		return fmt.Errorf("read deleted post %d: %w", e.PostID, err)
 	}
 	if replyTo != nil && *replyTo != e.AuthorID {
-		if err := p.remove(ctx, *replyTo, readmodel.Notification{Type: readmodel.NotifyReply, Actor: e.AuthorID, Post: e.PostID}, v); err != nil {
+		if err := p.remove(ctx, *replyTo, readmodel.Notification{Type: readmodel.NotifyReply, Actor: e.AuthorID, Post: e.PostID, MS: undoMs(e.DeletedAt)}, v); err != nil {
 			return err
 		}
 	}
 	if quoteOf != nil && *quoteOf != e.AuthorID {
-		return p.remove(ctx, *quoteOf, readmodel.Notification{Type: readmodel.NotifyQuote, Actor: e.AuthorID, Post: e.PostID}, v)
+		return p.remove(ctx, *quoteOf, readmodel.Notification{Type: readmodel.NotifyQuote, Actor: e.AuthorID, Post: e.PostID, MS: undoMs(e.DeletedAt)}, v)
 	}
 	return nil
 }
@@ -168,6 +175,15 @@ func (p *Notifications) remove(ctx context.Context, user int64, n readmodel.Noti
 		p.notifier.Unnotified(ctx, user, n)
 	}
 	return nil
+}
+
+// undoMs is an undo's millisecond for Remove (0 when the event has
+// none): an undo recorded past the notifications' horizon writes nothing.
+func undoMs(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
 }
 
 // NotificationsSQL is every live notification from the source of truth,
@@ -194,7 +210,9 @@ SELECT target, typ, actor, post, floor(extract(epoch FROM at) * 1000)::bigint FR
 
 // BuildNotifications writes every user's notifications from PostgreSQL
 // (`feed rebuild notifications`), as the projector leaves them: the
-// newest Max per user, the floor below them. It returns the users built.
+// newest Max per user inside the horizon, the floor below them (the
+// newest left out); a user with none inside the horizon gets no set. It
+// returns the users built.
 func (p *Notifications) BuildNotifications(ctx context.Context, pg Querier, progress Progress) (int64, error) {
 	rows, err := pg.Query(ctx, NotificationsSQL)
 	if err != nil {

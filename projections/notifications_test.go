@@ -3,9 +3,11 @@ package projections_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/feedco/feed/commands"
 	"github.com/feedco/feed/events"
@@ -29,6 +31,9 @@ type notifRig struct {
 	p     projections.Projector
 	max   int
 	last  int64 // the position of the last event loaded
+	// clock is the projector's and the model's time (zero: time.Now):
+	// the horizon's edge is judged by it.
+	clock time.Time
 }
 
 func newNotifRig(t *testing.T, max int) *notifRig {
@@ -49,9 +54,23 @@ func newNotifRig(t *testing.T, max int) *notifRig {
 	return r
 }
 
+// now is the rig's clock.
+func (r *notifRig) now() time.Time {
+	if r.clock.IsZero() {
+		return time.Now()
+	}
+	return r.clock
+}
+
+// horizonModel is the model as the projector writes it, with the
+// default post horizon by the rig's clock.
+func (r *notifRig) horizonModel(keys readmodel.Keys) readmodel.Notifications {
+	return readmodel.NewNotifications(keys, r.max, 0).WithHorizon(readmodel.DefaultPolicy().Horizon(r.now))
+}
+
 func (r *notifRig) projector(keys readmodel.Keys, n projections.Notifier) projections.Projector {
 	r.t.Helper()
-	p, err := projections.NewNotifications(projections.Config{Keys: keys, NotificationsMax: r.max, Notifier: n}, r.db.Pool, r.rd.Client)
+	p, err := projections.NewNotifications(projections.Config{Keys: keys, NotificationsMax: r.max, Notifier: n, Now: r.now}, r.db.Pool, r.rd.Client)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -478,5 +497,261 @@ func TestNotificationRemovals(t *testing.T) {
 		if rest := must(r.model.RemovalsAfter(ctx, r.rd.Client, u, last, 10)); len(rest) != 0 {
 			t.Fatalf("removals of %d after the last: %+v", u, rest)
 		}
+	}
+}
+
+// horizonSplit waits until the clock has passed the last millisecond of
+// what was written so far and returns that millisecond: every event
+// written from now on is later than it. A rig clock of that millisecond
+// plus the post horizon puts the events before it past the horizon's
+// edge and the ones after it inside.
+func horizonSplit(t *testing.T, r *notifRig) time.Time {
+	t.Helper()
+	var last time.Time
+	if err := r.db.Pool.QueryRow(context.Background(), `SELECT now()`).Scan(&last); err != nil {
+		t.Fatal(err)
+	}
+	edge := last.Truncate(time.Millisecond)
+	// A condition, not a sleep: the database's clock must be a
+	// millisecond past the edge before the next events are written.
+	for {
+		var now time.Time
+		if err := r.db.Pool.QueryRow(context.Background(), `SELECT clock_timestamp()`).Scan(&now); err != nil {
+			t.Fatal(err)
+		}
+		if now.Sub(edge) >= 2*time.Millisecond && time.Since(edge) >= 2*time.Millisecond {
+			return edge.Add(time.Millisecond)
+		}
+	}
+}
+
+// keysOf is every key under prefix with its content (members or fields
+// and values), for comparing Redis before and after.
+func keysOf(t *testing.T, r *notifRig, prefix string) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	out := map[string]string{}
+	for _, k := range must(r.rd.Client.Keys(ctx, prefix+"*").Result()) {
+		switch must(r.rd.Client.Type(ctx, k).Result()) {
+		case "zset":
+			zs := must(r.rd.Client.ZRangeWithScores(ctx, k, 0, -1).Result())
+			out[k] = fmt.Sprint(zs)
+		case "hash":
+			out[k] = fmt.Sprint(must(r.rd.Client.HGetAll(ctx, k).Result()))
+		default:
+			out[k] = "?"
+		}
+	}
+	return out
+}
+
+// TestNotificationsHorizonPastWritesNothing: with the projector's clock
+// five days on, every event of the log (dos and undos, a reply that
+// quotes) delivered again changes nothing in Redis; after the keys are
+// gone (expired), the same redelivery brings nothing back.
+func TestNotificationsHorizonPastWritesNothing(t *testing.T) {
+	ctx := context.Background()
+	r := newNotifRig(t, 0)
+	alice, bob, carol := r.user(), r.user(), r.user()
+	pa, pb := r.post(alice, 0, 0), r.post(bob, 0, 0)
+	must(r.cmds.Like.Handle(ctx, commands.Like{UserID: bob, PostID: pa}))
+	must(r.cmds.Repost.Handle(ctx, commands.Repost{UserID: carol, PostID: pa}))
+	must(r.cmds.Follow.Handle(ctx, commands.Follow{FollowerID: carol, FolloweeID: alice}))
+	r.post(carol, pa, pb)
+	must(r.cmds.Unlike.Handle(ctx, commands.Unlike{UserID: bob, PostID: pa}))
+	must(r.cmds.Like.Handle(ctx, commands.Like{UserID: carol, PostID: pb}))
+	envs := r.envelopes()
+	r.apply(envs...)
+	before := keysOf(t, r, r.rd.Prefix)
+	if len(before) == 0 {
+		t.Fatal("nothing projected")
+	}
+	if got := r.horizonModel(r.keys); len(must(got.All(ctx, r.rd.Client, alice)).Items) != 3 {
+		t.Fatalf("alice's notifications inside the horizon: %+v", must(got.All(ctx, r.rd.Client, alice)))
+	}
+
+	r.clock = time.Now().Add(5 * 24 * time.Hour)
+	r.p = r.projector(r.keys, nil)
+	for _, e := range envs {
+		r.apply(e, e)
+	}
+	if after := keysOf(t, r, r.rd.Prefix); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Fatalf("a redelivery past the horizon changed Redis:\nbefore %v\nafter  %v", before, after)
+	}
+	// Five days on the sets hold nothing a reader shows: what is left
+	// expires with the newest (the horizon), and a read goes to PostgreSQL.
+	for _, u := range []int64{alice, bob} {
+		got := must(r.horizonModel(r.keys).All(ctx, r.rd.Client, u))
+		if len(got.Items) != 0 || !got.Older {
+			t.Fatalf("user %d five days on: %+v, want nothing shown and older ones in PostgreSQL", u, got)
+		}
+	}
+	if err := r.rd.Client.Del(ctx, must(r.rd.Client.Keys(ctx, r.rd.Prefix+"*").Result())...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r.apply(envs...)
+	if after := keysOf(t, r, r.rd.Prefix); len(after) != 0 {
+		t.Fatalf("a redelivery after the keys expired wrote %v", after)
+	}
+}
+
+// TestNotificationsHorizonPartitionInterleavings: a log whose first part
+// is past the horizon's edge (the clock one horizon after it) and whose
+// second part is inside, split by Kafka key into three partitions,
+// applied in four random interleavings with every event twice, bound 5:
+// each order leaves exactly the truth above the set's floor and the edge,
+// nothing of the first part, and the rebuild writes the same.
+func TestNotificationsHorizonPartitionInterleavings(t *testing.T) {
+	ctx := context.Background()
+	r := newNotifRig(t, 5)
+	alice := r.user()
+	var others []int64
+	for range 4 {
+		others = append(others, r.user())
+	}
+	posts := []int64{r.post(alice, 0, 0), r.post(alice, 0, 0)}
+	for i, u := range others {
+		p := posts[i%2]
+		must(r.cmds.Like.Handle(ctx, commands.Like{UserID: u, PostID: p}))
+		must(r.cmds.Follow.Handle(ctx, commands.Follow{FollowerID: u, FolloweeID: alice}))
+	}
+	edge := horizonSplit(t, r)
+	var replies []int64
+	for i, u := range others {
+		p := posts[i%2]
+		must(r.cmds.Repost.Handle(ctx, commands.Repost{UserID: u, PostID: p}))
+		replies = append(replies, r.post(u, p, 0))
+	}
+	// Undos of old and new ones, a redo of an old one.
+	must(r.cmds.Unlike.Handle(ctx, commands.Unlike{UserID: others[0], PostID: posts[0]}))
+	must(r.cmds.Unrepost.Handle(ctx, commands.Unrepost{UserID: others[1], PostID: posts[1]}))
+	must(r.cmds.Unfollow.Handle(ctx, commands.Unfollow{FollowerID: others[2], FolloweeID: alice}))
+	must(r.cmds.DeletePost.Handle(ctx, commands.DeletePost{ActorID: others[3], PostID: replies[3]}))
+	must(r.cmds.Like.Handle(ctx, commands.Like{UserID: others[0], PostID: posts[0]}))
+	envs := r.envelopes()
+	r.clock = edge.Add(readmodel.DefaultPolicy().PostHorizon)
+	edgeMs := edge.UnixMilli()
+
+	parts := map[int64][]events.Envelope{}
+	for _, e := range envs {
+		parts[e.AudienceKey%3] = append(parts[e.AudienceKey%3], e)
+	}
+	check := func(what string, keys readmodel.Keys) {
+		t.Helper()
+		got := must(r.horizonModel(keys).All(ctx, r.rd.Client, alice))
+		want := r.truth(alice, got.Floor)
+		if !slices.Equal(got.Items, want) || got.Floor < edgeMs {
+			t.Fatalf("%s: projected %+v above floor %d, truth %+v (edge %d)", what, got.Items, got.Floor, want, edgeMs)
+		}
+		if len(want) == 0 || len(want) > 5 {
+			t.Fatalf("%s: %d notifications, want 1..5", what, len(want))
+		}
+		for _, z := range must(r.rd.Client.ZRangeWithScores(ctx, r.horizonModel(keys).Key(alice), 0, -1).Result()) {
+			if z.Member != "\x00" && int64(z.Score) <= edgeMs {
+				t.Fatalf("%s: a notification at %d, past the edge %d, was written", what, int64(z.Score), edgeMs)
+			}
+		}
+		if d := must(r.rd.Client.PExpireTime(ctx, r.horizonModel(keys).Key(alice)).Result()); d <= 0 {
+			t.Fatalf("%s: the set has no expiry (%v)", what, d)
+		}
+	}
+	for seed := range uint64(4) {
+		rng := rand.New(rand.NewPCG(seed, 55))
+		keys := readmodel.Keys{Prefix: r.rd.Prefix + "h" + string(rune('a'+seed)) + ":"}
+		p := r.projector(keys, nil)
+		pipe := r.rd.Client.Pipeline()
+		readmodel.NewNotifications(keys, 5, 0).WriteRebuilt(ctx, pipe, alice, nil)
+		if _, err := pipe.Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		next := map[int64]int{}
+		for {
+			var live []int64
+			for k, es := range parts {
+				if next[k] < len(es) {
+					live = append(live, k)
+				}
+			}
+			if len(live) == 0 {
+				break
+			}
+			slices.Sort(live)
+			k := live[rng.IntN(len(live))]
+			e := parts[k][next[k]]
+			next[k]++
+			if err := r.applyTo(p, e, e); err != nil {
+				t.Fatal(err)
+			}
+		}
+		check(fmt.Sprintf("order %d", seed), keys)
+	}
+
+	built := readmodel.Keys{Prefix: r.rd.Prefix + "hbuilt:"}
+	bp, ok := r.projector(built, nil).(*projections.Notifications)
+	if !ok {
+		t.Fatal("not the notifications projector")
+	}
+	if _, err := bp.BuildNotifications(ctx, r.db.Pool, nil); err != nil {
+		t.Fatal(err)
+	}
+	check("rebuilt", built)
+	// The rebuild wrote no set for the users with nothing inside the
+	// horizon: the four others were notified of nothing.
+	for _, u := range others {
+		if n := must(r.rd.Client.Exists(ctx, r.horizonModel(built).Key(u)).Result()); n != 0 {
+			t.Fatalf("the rebuild wrote a set for %d", u)
+		}
+	}
+}
+
+// TestNotificationsHorizonCrashBetweenSteps: a reply that quotes notifies
+// two users; the projector stops after the first write, and the
+// redelivery comes after the event has left the horizon: it writes
+// nothing (the second user gets no set), and the first user's entry,
+// past the edge, is shown by no read (the reader goes to PostgreSQL) and
+// goes at the set's next write.
+func TestNotificationsHorizonCrashBetweenSteps(t *testing.T) {
+	ctx := context.Background()
+	r := newNotifRig(t, 0)
+	alice, bob, carol, dan := r.user(), r.user(), r.user(), r.user()
+	pa, pb := r.post(alice, 0, 0), r.post(bob, 0, 0)
+	r.post(carol, pa, pb)
+	envs := r.envelopes()
+	created := envs[len(envs)-1]
+	r.apply(envs[:len(envs)-1]...)
+
+	cctx, cancel := context.WithCancel(ctx)
+	cut := &cutAfter{n: 1, cancel: cancel}
+	ev := must(events.DefaultCodec.DecodeEnvelope(created))
+	if err := r.projector(r.keys, cut).Apply(cctx, created, ev); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the first apply: %v, want it cut by the cancellation", err)
+	}
+	first, second := cut.seen[0], alice
+	if first == alice {
+		second = bob
+	}
+
+	r.clock = time.Now().Add(readmodel.DefaultPolicy().PostHorizon + time.Minute)
+	r.p = r.projector(r.keys, nil)
+	r.apply(created) // the redelivery, past the horizon
+	m := r.horizonModel(r.keys)
+	if n := must(r.rd.Client.Exists(ctx, m.Key(second)).Result()); n != 0 {
+		t.Fatalf("the redelivery past the horizon wrote user %d's set", second)
+	}
+	got := must(m.All(ctx, r.rd.Client, first))
+	if len(got.Items) != 0 || !got.Older {
+		t.Fatalf("user %d past the horizon: %+v, want nothing shown and older ones in PostgreSQL", first, got)
+	}
+	// The next write to the first user's set trims the old entry: a
+	// follow written after the reply, the clock one horizon after the
+	// reply (the reply past the edge, the follow inside).
+	edge := horizonSplit(t, r)
+	must(r.cmds.Follow.Handle(ctx, commands.Follow{FollowerID: dan, FolloweeID: first}))
+	r.clock = edge.Add(readmodel.DefaultPolicy().PostHorizon)
+	r.p = r.projector(r.keys, nil)
+	r.apply(r.envelopes()...)
+	m = r.horizonModel(r.keys)
+	if n := must(r.rd.Client.ZCard(ctx, m.Key(first)).Result()); n != 1 {
+		t.Fatalf("user %d's set holds %d members after a write, want the follow alone", first, n)
 	}
 }

@@ -147,8 +147,10 @@ type Config struct {
 	// Now is the clock the posts projector judges an expiry past by (nil:
 	// time.Now); tests set it.
 	Now func() time.Time
-	// NotificationsMax bounds each user's notifications
-	// (FEED_NOTIFICATIONS_MAX; readmodel.DefaultNotificationsMax when 0).
+	// NotificationsMax bounds each user's notifications: the policy's
+	// (readmodel.Policy.NotificationsMax, FEED_NOTIFICATIONS_MAX, recorded
+	// with the notifications version; readmodel.DefaultNotificationsMax
+	// when 0).
 	NotificationsMax int
 	// Notifier is told of each notification the notifications projector
 	// added; nil is the live streams' own (live.go: wake:n:{u} for the
@@ -182,6 +184,7 @@ func (c Config) Policy() readmodel.Policy {
 		InactiveAfter:      c.InactiveAfter,
 		InboxTTLMargin:     c.InboxTTLMargin,
 		PostHorizon:        c.PostHorizon,
+		NotificationsMax:   c.NotificationsMax,
 	}
 }
 
@@ -197,6 +200,7 @@ func (c Config) WithPolicy(p readmodel.Policy) Config {
 	c.InactiveAfter = p.InactiveAfter
 	c.InboxTTLMargin = p.InboxTTLMargin
 	c.PostHorizon = p.PostHorizon
+	c.NotificationsMax = p.NotificationsMax
 	return c
 }
 

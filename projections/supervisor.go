@@ -218,8 +218,9 @@ func (s *Supervisor) follow(ctx context.Context, lv *readmodel.LiveVersions, nam
 // policyAt is the policy projector name runs by at the active version
 // act: base with what that version recorded in place (the inbox version's
 // threshold, band and bound for the inbox projector, the followers
-// version's threshold and band for the followers projector; the others use no
-// recorded field).
+// version's threshold and band for the followers projector, the
+// notifications version's bound for the notifications projector; the
+// others use no recorded field).
 func policyAt(act readmodel.Active, name string, base readmodel.Policy) readmodel.Policy {
 	switch name {
 	case NameInbox:
@@ -232,6 +233,10 @@ func policyAt(act readmodel.Active, name string, base readmodel.Policy) readmode
 		if rec.BandRecorded {
 			base.CelebrityBand = rec.CelebrityBand
 		}
+	case NameNotifications:
+		if m := act.Record(readmodel.ProjectionNotifications).NotificationsMax; m > 0 {
+			base.NotificationsMax = m
+		}
 	}
 	return base
 }
@@ -239,7 +244,7 @@ func policyAt(act readmodel.Active, name string, base readmodel.Policy) readmode
 // describePolicy renders the recorded fields of p for a log line.
 func describePolicy(p readmodel.Policy) string {
 	p = p.WithDefaults()
-	return fmt.Sprintf("inbox max %d, celebrity threshold %d, band %d", p.InboxMax, p.CelebrityThreshold, p.CelebrityBand)
+	return fmt.Sprintf("inbox max %d, celebrity threshold %d, band %d, notifications max %d", p.InboxMax, p.CelebrityThreshold, p.CelebrityBand, p.NotificationsMax)
 }
 
 // watch refreshes the versions every PollInterval until the projection's

@@ -64,7 +64,10 @@ SELECT ((1767225600000 + g * 1000 - $1::bigint) << 22) | g, 1 + g % 50, 'post ' 
 // Sub-benchmarks: the full query; the raw Redis work a read needs
 // (GETRANGE of the newest 21 ids + MGET 20, then a pipeline of the 20
 // posts' HMGET counts:{p} and the reader's two SMISMEMBER); the naive
-// fan-out-on-read pull SQL.
+// fan-out-on-read pull SQL; a page far below the inbox's floor (the
+// 2,000th of the 5,000 posts a reader follows, the inbox holding the
+// newest 500), which the query side reads from PostgreSQL (pg_read.go):
+// what a page past an inbox's bound costs against a first page.
 func BenchmarkHome(b *testing.B) {
 	f, readers, rdb, keys, pool := benchData(b)
 	ctx := context.Background()
@@ -79,6 +82,21 @@ func BenchmarkHome(b *testing.B) {
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				p, err := f.Home(ctx, next(), "", 20)
+				if err != nil || len(p.Items) != 20 {
+					b.Errorf("page %d items, %v", len(p.Items), err)
+					return
+				}
+			}
+		})
+		report(b, start)
+	})
+	b.Run("below-floor", func(b *testing.B) {
+		deep := encodeCursor(below(1767225600000 + 2000*1000))
+		b.SetParallelism(16)
+		start := time.Now()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				p, err := f.Home(ctx, next(), deep, 20)
 				if err != nil || len(p.Items) != 20 {
 					b.Errorf("page %d items, %v", len(p.Items), err)
 					return

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 
@@ -161,12 +162,16 @@ func (f *Feed) unread(ctx context.Context, user int64) (int, error) {
 // scanNotifications reads user's set from just below from, newest first,
 // and returns up to want shown notifications for which keep holds; it
 // stops at the first one for which keep fails (keep is a "newer than"
-// test) or at the set's end. more reports that the set may hold more.
+// test) or at the end of the list. Below the set's floor (the bound's
+// cut, the horizon's edge) it continues from PostgreSQL
+// (notificationsBelow), unless the set is built with floor 0 and holds
+// nothing past the horizon: then it is the whole list. more reports that
+// the list may hold more.
 func (f *Feed) scanNotifications(ctx context.Context, user int64, from readmodel.Notification, keep func(readmodel.Notification) bool, want int) (shown []readmodel.Notification, more bool, err error) {
-	model := readmodel.NewNotifications(f.cfg.Keys, 0, 0)
+	model := f.notifications()
 	chunk := max(want, 20)
 	offset := 0
-	completed := false
+	completed, older := false, false
 	for {
 		pipe := f.rdb.Pipeline()
 		read := model.QueueRange(ctx, pipe, user, from.MS, offset, chunk)
@@ -183,9 +188,12 @@ func (f *Feed) scanNotifications(ctx context.Context, user int64, from readmodel
 			if err := f.completeNotifications(ctx, user); err != nil {
 				return nil, false, err
 			}
-			completed, offset, shown = true, 0, nil
+			completed, offset, shown, older = true, 0, nil, false
 			continue
 		}
+		// An entry past the horizon not trimmed yet is among the oldest:
+		// it may have come in an earlier chunk than the last.
+		older = older || rng.Older
 		offset += chunk
 		var cand []readmodel.Notification
 		stop := false
@@ -209,61 +217,149 @@ func (f *Feed) scanNotifications(ctx context.Context, user int64, from readmodel
 			}
 			shown = append(shown, n)
 		}
-		if stop || !rng.More {
+		if stop {
+			return shown, false, nil
+		}
+		if !rng.More {
+			if rng.Built && older {
+				return f.notificationsBelow(ctx, user, from, rng.Floor, keep, want, shown)
+			}
 			return shown, false, nil
 		}
 	}
 }
 
-// userNotificationsSQL is user $1's newest $2 live notifications of each
-// kind, from the tables (the definition of projections.NotificationsSQL,
-// for one user): each kind one index range, stopped at $2 rows.
-const userNotificationsSQL = `
-SELECT typ, actor, post, floor(extract(epoch FROM at) * 1000)::bigint FROM (
-    (SELECT 1 AS typ, l.user_id AS actor, l.post_id AS post, l.created_at AS at
-       FROM posts p JOIN likes l ON l.post_id = p.id WHERE p.author_id = $1 AND l.user_id <> $1
-      ORDER BY l.created_at DESC LIMIT $2)
-    UNION ALL
-    (SELECT 2, r.user_id, r.post_id, r.created_at
-       FROM posts p JOIN reposts r ON r.post_id = p.id WHERE p.author_id = $1 AND r.user_id <> $1
-      ORDER BY r.created_at DESC LIMIT $2)
-    UNION ALL
-    (SELECT 3, q.author_id, q.id, q.created_at
-       FROM posts p JOIN posts q ON q.quote_of = p.id WHERE p.author_id = $1 AND q.author_id <> $1 AND NOT q.deleted
-      ORDER BY q.created_at DESC LIMIT $2)
-    UNION ALL
-    (SELECT 4, r.author_id, r.id, r.created_at
-       FROM posts p JOIN posts r ON r.reply_to = p.id WHERE p.author_id = $1 AND r.author_id <> $1 AND NOT r.deleted
-      ORDER BY r.created_at DESC LIMIT $2)
-    UNION ALL
-    (SELECT 5, f.follower_id, 0, f.created_at FROM follows f WHERE f.followee_id = $1
-      ORDER BY f.created_at DESC LIMIT $2)
-) n`
+// notificationsBelow continues scanNotifications from PostgreSQL below
+// the set's floor (at or below the millisecond floor, below from when
+// from is set), newest first, appending to shown up to want notifications
+// for which keep holds, the ones the user does not see left out as
+// above. It reads pages of the newest rows (userNotificationsSQL, each
+// kind one index range): a page that filled its limit is taken down to
+// the millisecond before its last row's, whose rows (ties, in the list's
+// order by member) come again with the next page.
+func (f *Feed) notificationsBelow(ctx context.Context, user int64, from readmodel.Notification, floor int64, keep func(readmodel.Notification) bool, want int, shown []readmodel.Notification) ([]readmodel.Notification, bool, error) {
+	upper := floor
+	if from.MS < upper {
+		upper = from.MS
+	}
+	limit := max(2*(want-len(shown)), 20)
+	for {
+		rows, err := f.userNotifications(ctx, user, limit, upper)
+		if err != nil {
+			return nil, false, err
+		}
+		full := len(rows) == limit
+		if full {
+			last := rows[len(rows)-1].MS
+			for len(rows) > 0 && rows[len(rows)-1].MS == last {
+				rows = rows[:len(rows)-1]
+			}
+			if len(rows) == 0 { // a whole page in one millisecond: read more of it
+				limit *= 2
+				continue
+			}
+		}
+		var cand []readmodel.Notification
+		stop := false
+		for _, n := range rows {
+			if from.MS != math.MaxInt64 && !from.Newer(n) {
+				continue // at or above the cursor (same millisecond)
+			}
+			if !keep(n) {
+				stop = true
+				break
+			}
+			cand = append(cand, n)
+		}
+		visible, err := f.visibleNotifications(ctx, user, cand)
+		if err != nil {
+			return nil, false, err
+		}
+		for _, n := range visible {
+			if len(shown) == want {
+				return shown, true, nil
+			}
+			shown = append(shown, n)
+		}
+		if stop || !full {
+			return shown, false, nil
+		}
+		from = rows[len(rows)-1]
+		upper = from.MS
+	}
+}
 
-// completeNotifications builds user's notifications set from PostgreSQL
-// through its owner (readmodel.Notifications.Complete: adds only, so the
-// projector's writes meanwhile stay right).
-func (f *Feed) completeNotifications(ctx context.Context, user int64) error {
-	model := readmodel.NewNotifications(f.cfg.Keys, 0, 0)
-	rows, err := f.db.Query(ctx, userNotificationsSQL, user, model.Max()+1)
+// userNotifications is user's newest limit live notifications at or
+// below the millisecond atMost (math.MaxInt64: all), newest first.
+func (f *Feed) userNotifications(ctx context.Context, user int64, limit int, atMost int64) ([]readmodel.Notification, error) {
+	before := time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+	if atMost != math.MaxInt64 {
+		before = time.UnixMilli(atMost + 1)
+	}
+	rows, err := f.db.Query(ctx, userNotificationsSQL, user, limit, before)
 	if err != nil {
-		return fmt.Errorf("notifications of %d from PostgreSQL: %w", user, err)
+		return nil, fmt.Errorf("notifications of %d from PostgreSQL: %w", user, err)
 	}
 	defer rows.Close()
-	var truth []readmodel.Notification
+	var out []readmodel.Notification
 	for rows.Next() {
 		var (
 			n   readmodel.Notification
 			typ int32
 		)
 		if err := rows.Scan(&typ, &n.Actor, &n.Post, &n.MS); err != nil {
-			return fmt.Errorf("notifications of %d from PostgreSQL: %w", user, err)
+			return nil, fmt.Errorf("notifications of %d from PostgreSQL: %w", user, err)
 		}
 		n.Type = byte(typ)
-		truth = append(truth, n)
+		out = append(out, n)
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("notifications of %d from PostgreSQL: %w", user, err)
+		return nil, fmt.Errorf("notifications of %d from PostgreSQL: %w", user, err)
+	}
+	slices.SortFunc(out, func(a, b readmodel.Notification) int {
+		if a.Newer(b) {
+			return -1
+		}
+		return 1
+	})
+	return out, nil
+}
+
+// userNotificationsSQL is user $1's newest $2 live notifications
+// recorded before $3, from the tables (the definition of
+// projections.NotificationsSQL, for one user): each kind one index range,
+// stopped at $2 rows, then the newest $2 of them.
+const userNotificationsSQL = `
+SELECT typ, actor, post, floor(extract(epoch FROM at) * 1000)::bigint FROM (
+    (SELECT 1 AS typ, l.user_id AS actor, l.post_id AS post, l.created_at AS at
+       FROM posts p JOIN likes l ON l.post_id = p.id WHERE p.author_id = $1 AND l.user_id <> $1 AND l.created_at < $3
+      ORDER BY l.created_at DESC LIMIT $2)
+    UNION ALL
+    (SELECT 2, r.user_id, r.post_id, r.created_at
+       FROM posts p JOIN reposts r ON r.post_id = p.id WHERE p.author_id = $1 AND r.user_id <> $1 AND r.created_at < $3
+      ORDER BY r.created_at DESC LIMIT $2)
+    UNION ALL
+    (SELECT 3, q.author_id, q.id, q.created_at
+       FROM posts p JOIN posts q ON q.quote_of = p.id WHERE p.author_id = $1 AND q.author_id <> $1 AND NOT q.deleted AND q.created_at < $3
+      ORDER BY q.created_at DESC LIMIT $2)
+    UNION ALL
+    (SELECT 4, r.author_id, r.id, r.created_at
+       FROM posts p JOIN posts r ON r.reply_to = p.id WHERE p.author_id = $1 AND r.author_id <> $1 AND NOT r.deleted AND r.created_at < $3
+      ORDER BY r.created_at DESC LIMIT $2)
+    UNION ALL
+    (SELECT 5, f.follower_id, 0, f.created_at FROM follows f WHERE f.followee_id = $1 AND f.created_at < $3
+      ORDER BY f.created_at DESC LIMIT $2)
+) n ORDER BY at DESC LIMIT $2`
+
+// completeNotifications builds user's notifications set from PostgreSQL
+// through its owner (readmodel.Notifications.Complete: adds only, so the
+// projector's writes meanwhile stay right; only the horizon is written,
+// the newest older notification read sets the floor).
+func (f *Feed) completeNotifications(ctx context.Context, user int64) error {
+	model := f.notifications()
+	truth, err := f.userNotifications(ctx, user, model.Max()+1, math.MaxInt64)
+	if err != nil {
+		return err
 	}
 	_, err = model.Complete(ctx, f.rdb, user, truth)
 	return err

@@ -80,6 +80,10 @@ type Config struct {
 	// Redis, whose keys of it have expired; an edit written through from
 	// here expires with the post's other keys.
 	PostHorizon time.Duration
+	// NotificationsMax is the policy's notifications bound
+	// (readmodel.Policy.NotificationsMax): a set the query side completes
+	// from PostgreSQL holds at most this many.
+	NotificationsMax int
 	// PostCacheSize bounds the in-process cache of post bodies, in posts
 	// (default 100,000; about 300 bytes each with 100-character content).
 	PostCacheSize int
@@ -171,6 +175,7 @@ func (c Config) Policy() readmodel.Policy {
 		InactiveAfter:         c.InactiveAfter,
 		InboxTTLMargin:        c.InboxTTLMargin,
 		PostHorizon:           c.PostHorizon,
+		NotificationsMax:      c.NotificationsMax,
 	}
 }
 
@@ -185,6 +190,7 @@ func (c Config) WithPolicy(p readmodel.Policy) Config {
 	c.InactiveAfter = p.InactiveAfter
 	c.InboxTTLMargin = p.InboxTTLMargin
 	c.PostHorizon = p.PostHorizon
+	c.NotificationsMax = p.NotificationsMax
 	return c
 }
 
@@ -464,6 +470,12 @@ func (f *Feed) Run(ctx context.Context) error {
 // horizon is the post horizon by the Feed's clock (Config.PostHorizon).
 func (f *Feed) horizon() readmodel.Horizon {
 	return readmodel.Horizon{H: f.cfg.PostHorizon, Now: f.now}
+}
+
+// notifications is the notifications read model as the projector writes
+// it: the policy's bound, the post horizon by the Feed's clock.
+func (f *Feed) notifications() readmodel.Notifications {
+	return f.cfg.Policy().Notifications(f.cfg.Keys, f.now)
 }
 
 // now is the time by the Feed's clock.

@@ -2,7 +2,9 @@ package readmodel
 
 import (
 	"context"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/feedco/feed/testkit/testenv"
 )
@@ -119,4 +121,144 @@ func TestNotificationsCompleteAColdSet(t *testing.T) {
 	if ok, err := m.Complete(ctx, rd.Client, 1, nil); err != nil || ok {
 		t.Fatalf("a second Complete: %v, %v", ok, err)
 	}
+}
+
+// TestNotificationsHorizon: with a horizon of 4 days, the builds keep only
+// what is inside it (the floor is the newest left out), a write trims what
+// has left it and raises the floor over it, the set expires 4 days after
+// its newest notification and never earlier than it did, a do older than
+// the horizon and an undo recorded before it send nothing, and a read
+// leaves out what has left the horizon but no write has trimmed yet.
+func TestNotificationsHorizon(t *testing.T) {
+	ctx := context.Background()
+	rd := testenv.NewRedis(t)
+	const day = int64(24 * 60 * 60 * 1000)
+	h := 4 * 24 * time.Hour
+	t0 := time.Now().UnixMilli()
+	now := t0
+	m := NewNotifications(Keys{Prefix: rd.Prefix}, 3, 0).WithHorizon(Horizon{H: h, Now: func() time.Time { return time.UnixMilli(now) }})
+	f := func(actor, ms int64) Notification { return Notification{Type: NotifyFollow, Actor: actor, MS: ms} }
+	expiry := func() int64 {
+		t.Helper()
+		d, err := rd.Client.PExpireTime(ctx, m.Key(1)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Milliseconds()
+	}
+	actors := func(r NotificationRange) []int64 {
+		var out []int64
+		for _, n := range r.Items {
+			out = append(out, n.Actor)
+		}
+		return out
+	}
+
+	pipe := rd.Client.Pipeline()
+	m.WriteRebuilt(ctx, pipe, 1, []Notification{f(1, t0-5*day), f(2, t0-3*day), f(3, t0-2*day), f(4, t0-day)})
+	m.WriteRebuilt(ctx, pipe, 2, []Notification{f(1, t0-5*day)})
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := must(m.All(ctx, rd.Client, 1))
+	if !got.Built || !got.Older || got.Floor != t0-4*day || !slices.Equal(actors(got), []int64{4, 3, 2}) {
+		t.Fatalf("built: %+v, want [4 3 2] above the horizon's edge", got)
+	}
+	if ms := must(rd.Client.ZScore(ctx, m.Key(1), notifFloor).Result()); int64(ms) != t0-5*day {
+		t.Fatalf("built floor %d, want the one 5 days old %d", int64(ms), t0-5*day)
+	}
+	if e := expiry(); e != t0-day+4*day {
+		t.Fatalf("expires at %d, want the newest + 4 days %d", e, t0+3*day)
+	}
+	if n := must(rd.Client.Exists(ctx, m.Key(2)).Result()); n != 0 {
+		t.Fatal("a user with nothing inside the horizon got a set")
+	}
+
+	// Past the horizon: nothing is sent (a version above 1 would write a
+	// guard, a sent undo too).
+	if ok := must(m.Add(ctx, rd.Client, 1, f(9, t0-4*day-1), 2)); ok {
+		t.Fatal("a do older than the horizon was added")
+	}
+	if ok := must(m.Remove(ctx, rd.Client, 1, f(4, t0-4*day), 2)); ok {
+		t.Fatal("an undo recorded before the horizon removed something")
+	}
+	if n := must(rd.Client.Exists(ctx, m.guardKey(1)).Result()); n != 0 {
+		t.Fatal("a write past the horizon wrote the guard hash")
+	}
+
+	// A day and a half later the one 3 days old has left the horizon: a
+	// read leaves it out (and says older ones exist); the next write trims
+	// it and raises the floor to it, and moves the expiry later.
+	now = t0 + 3*day/2
+	got = must(m.All(ctx, rd.Client, 1))
+	if !slices.Equal(actors(got), []int64{4, 3}) || got.Floor != now-4*day || !got.Older {
+		t.Fatalf("read past the horizon: %+v", got)
+	}
+	if !must(m.Add(ctx, rd.Client, 1, f(5, t0+day), 1)) {
+		t.Fatal("a new notification was refused")
+	}
+	if ms := must(rd.Client.ZScore(ctx, m.Key(1), notifFloor).Result()); int64(ms) != t0-3*day {
+		t.Fatalf("floor %d after the trim, want the trimmed one's %d", int64(ms), t0-3*day)
+	}
+	if n := must(rd.Client.ZCard(ctx, m.Key(1)).Result()); n != 4 {
+		t.Fatalf("%d members, want 3 and the floor", n)
+	}
+	if e := expiry(); e != t0+5*day {
+		t.Fatalf("expires at %d, want %d", e, t0+5*day)
+	}
+	// Removing the newest leaves the expiry where it was (never earlier).
+	if !must(m.Remove(ctx, rd.Client, 1, f(5, now), 2)) {
+		t.Fatal("the unfollow removed nothing")
+	}
+	if e := expiry(); e != t0+5*day {
+		t.Fatalf("expires at %d after removing the newest, want still %d", e, t0+5*day)
+	}
+
+	// A set without an expiry (written before the horizon) gets one at its
+	// next write.
+	plain := NewNotifications(Keys{Prefix: rd.Prefix}, 3, 0)
+	if _, err := plain.Add(ctx, rd.Client, 3, f(1, t0), 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Add(ctx, rd.Client, 3, f(2, t0-day), 1); err != nil {
+		t.Fatal(err)
+	}
+	if d := must(rd.Client.PExpireTime(ctx, m.Key(3)).Result()); d.Milliseconds() != t0+4*day {
+		t.Fatalf("an old set's expiry %d, want %d", d.Milliseconds(), t0+4*day)
+	}
+
+	// The cold path: a set the projector made alone completed from the
+	// truth writes only the horizon; a truth with nothing inside it gives
+	// a built set holding only its floor, expiring one horizon from now.
+	now = t0
+	if _, err := m.Add(ctx, rd.Client, 4, f(7, t0-day), 1); err != nil {
+		t.Fatal(err)
+	}
+	if !must(m.Complete(ctx, rd.Client, 4, []Notification{f(6, t0-6*day), f(7, t0-day), f(8, t0-2*day)})) {
+		t.Fatal("Complete built nothing")
+	}
+	got = must(m.All(ctx, rd.Client, 4))
+	if !got.Built || got.Floor != t0-4*day || !got.Older || !slices.Equal(actors(got), []int64{7, 8}) {
+		t.Fatalf("completed: %+v", got)
+	}
+	if ms := must(rd.Client.ZScore(ctx, m.Key(4), notifFloor).Result()); int64(ms) != t0-6*day {
+		t.Fatalf("completed floor %d, want the newest outside the horizon %d", int64(ms), t0-6*day)
+	}
+	if !must(m.Complete(ctx, rd.Client, 5, []Notification{f(6, t0-6*day)})) {
+		t.Fatal("Complete built nothing")
+	}
+	got = must(m.All(ctx, rd.Client, 5))
+	if !got.Built || !got.Older || len(got.Items) != 0 {
+		t.Fatalf("completed with nothing recent: %+v", got)
+	}
+	if d := must(rd.Client.PExpireTime(ctx, m.Key(5)).Result()); d.Milliseconds() != t0+4*day {
+		t.Fatalf("an empty set expires at %d, want now + 4 days %d", d.Milliseconds(), t0+4*day)
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

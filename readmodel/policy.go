@@ -84,6 +84,12 @@ type Policy struct {
 	// reads PostgreSQL more; one with a longer horizon finds absent keys,
 	// which it reads as a miss (PostgreSQL) as well.
 	PostHorizon time.Duration
+	// NotificationsMax bounds each user's notifications
+	// (FEED_NOTIFICATIONS_MAX, default DefaultNotificationsMax). It is
+	// recorded with the notifications version, as InboxMax is with the
+	// inbox version (ResolvePolicy); a new bound is built blue/green
+	// (`feed rebuild notifications --notifications-max N`).
+	NotificationsMax int
 }
 
 // The defaults, applied by WithDefaults only.
@@ -133,6 +139,7 @@ func (p Policy) WithDefaults() Policy {
 	p.ActivityWriteInterval = cmp.Or(p.ActivityWriteInterval, defaultActivityWriteInterval)
 	p.InboxTTLMargin = cmp.Or(p.InboxTTLMargin, max(defaultInboxTTLMargin, 2*p.ActivityWriteInterval))
 	p.PostHorizon = cmp.Or(p.PostHorizon, defaultPostHorizon)
+	p.NotificationsMax = cmp.Or(p.NotificationsMax, DefaultNotificationsMax)
 	return p
 }
 
@@ -159,6 +166,8 @@ func (p Policy) Validate() error {
 		return fmt.Errorf("inbox TTL margin %v: want a positive duration below inactive after %v", p.InboxTTLMargin, p.InactiveAfter)
 	case p.PostHorizon < time.Second || p.PostHorizon > 365*24*time.Hour:
 		return fmt.Errorf("post horizon %v: want 1s..365 days", p.PostHorizon)
+	case p.NotificationsMax < 1 || p.NotificationsMax > MaxNotificationsMax:
+		return fmt.Errorf("notifications max %d: want 1..%d", p.NotificationsMax, MaxNotificationsMax)
 	}
 	return nil
 }
@@ -166,6 +175,14 @@ func (p Policy) Validate() error {
 // Horizon is the horizon of the posts projection's keys (PostHorizon),
 // judged by the clock now (nil: time.Now).
 func (p Policy) Horizon(now func() time.Time) Horizon { return Horizon{H: p.PostHorizon, Now: now} }
+
+// Notifications returns the notifications read model under keys with
+// p's bound and horizon (PostHorizon), judged by the clock now (nil:
+// time.Now): what the projector, the rebuild, the query side and the
+// verification all read and write with.
+func (p Policy) Notifications(keys Keys, now func() time.Time) Notifications {
+	return NewNotifications(keys, p.NotificationsMax, 0).WithHorizon(p.Horizon(now))
+}
 
 // InboxKeep is how many real entries a trim keeps: InboxMax - slack (see
 // InboxTrimSlack).

@@ -49,14 +49,18 @@ type VersionRecord struct {
 	// 007; a switch records the one this release writes): homefeed says
 	// what it means (CheckVersion).
 	InboxLayout string
-	ActivatedAt time.Time
+	// NotificationsMax is the notifications bound the version was built
+	// with (migration 056; kept on the notifications row only); 0 when
+	// none was recorded.
+	NotificationsMax int
+	ActivatedAt      time.Time
 }
 
 // LoadVersionRecords reads every projection's row from PostgreSQL, in the
 // order of Projections; a projection without a row is an ErrNoVersion that
 // names it.
 func LoadVersionRecords(ctx context.Context, db VersionQuerier) ([]VersionRecord, error) {
-	rows, err := db.Query(ctx, `SELECT projection, version, celebrity_threshold, inbox_max, celebrity_band, coalesce(inbox_layout, ''), activated_at
+	rows, err := db.Query(ctx, `SELECT projection, version, celebrity_threshold, inbox_max, celebrity_band, coalesce(inbox_layout, ''), notifications_max, activated_at
 		FROM projection_versions`)
 	if err != nil {
 		return nil, fmt.Errorf("read projection versions: %w", err)
@@ -68,8 +72,9 @@ func LoadVersionRecords(ctx context.Context, db VersionQuerier) ([]VersionRecord
 			threshold *int64
 			inboxMax  *int32
 			band      *int64
+			notifMax  *int32
 		)
-		if err := rows.Scan(&r.Projection, &r.Version, &threshold, &inboxMax, &band, &r.InboxLayout, &r.ActivatedAt); err != nil {
+		if err := rows.Scan(&r.Projection, &r.Version, &threshold, &inboxMax, &band, &r.InboxLayout, &notifMax, &r.ActivatedAt); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("read projection versions: %w", err)
 		}
@@ -81,6 +86,9 @@ func LoadVersionRecords(ctx context.Context, db VersionQuerier) ([]VersionRecord
 		}
 		if band != nil {
 			r.CelebrityBand, r.BandRecorded = *band, true
+		}
+		if notifMax != nil {
+			r.NotificationsMax = int(*notifMax)
 		}
 		byName[r.Projection] = r
 	}
@@ -132,7 +140,7 @@ func ActivateVersion(ctx context.Context, db VersionBeginner, projection string,
 // ActivateVersions switches every projection of sw in PostgreSQL in one
 // transaction, which locks their rows first (in the order of sw), and
 // records with each new version the policy it was built with (p,
-// defaulted): a reader loads either all the old versions or all the new
+// defaulted; the notifications bound with the notifications version): a reader loads either all the old versions or all the new
 // ones. The inbox_layout column gets what releases with several inbox
 // layouts recorded for the one this release writes, so that such a
 // release's roles still running during an upgrade follow the switch into
@@ -157,8 +165,9 @@ func ActivateVersions(ctx context.Context, db VersionBeginner, p Policy, sw ...S
 				return fmt.Errorf("%s is at version %d, not %d: %w", s.Projection, cur, s.From, ErrVersionMoved)
 			}
 			if _, err = tx.Exec(ctx, `UPDATE projection_versions
-			SET version = $2, celebrity_threshold = $3, inbox_max = $4, inbox_layout = 'packed', celebrity_band = $5, activated_at = now(), seeded = false
-			WHERE projection = $1`, s.Projection, s.To, p.CelebrityThreshold, p.InboxMax, p.CelebrityBand); err != nil {
+			SET version = $2, celebrity_threshold = $3, inbox_max = $4, inbox_layout = 'packed', celebrity_band = $5, activated_at = now(), seeded = false,
+			    notifications_max = CASE WHEN projection = $7 THEN $6 ELSE notifications_max END
+			WHERE projection = $1`, s.Projection, s.To, p.CelebrityThreshold, p.InboxMax, p.CelebrityBand, p.NotificationsMax, ProjectionNotifications); err != nil {
 				return err
 			}
 		}
@@ -225,8 +234,8 @@ type VersionExecQuerier interface {
 var ErrPolicyMismatch = errors.New("fan-out policy differs from the active version's")
 
 // Apply returns p with the policy r recorded in place of p's: the
-// celebrity threshold and band and the inbox bound, each where
-// recorded (a field r has not recorded keeps p's). A new bound resets
+// celebrity threshold and band, the inbox bound and the notifications
+// bound, each where recorded (a field r has not recorded keeps p's). A new bound resets
 // trim fields that held the old bound's defaults, so WithDefaults derives
 // them again.
 func (r VersionRecord) Apply(p Policy) Policy {
@@ -245,6 +254,9 @@ func (r VersionRecord) Apply(p Policy) Policy {
 		}
 		p.InboxMax = r.InboxMax
 	}
+	if r.NotificationsMax > 0 {
+		p.NotificationsMax = r.NotificationsMax
+	}
 	return p
 }
 
@@ -252,13 +264,14 @@ func (r VersionRecord) Apply(p Policy) Policy {
 // given explicitly (cmd/feed: the variable is set in the environment);
 // ResolvePolicy adopts the recorded value of every other one.
 type PolicyExplicit struct {
-	CelebrityThreshold, CelebrityBand, InboxMax bool
+	CelebrityThreshold, CelebrityBand, InboxMax, NotificationsMax bool
 }
 
 // ResolvePolicy is the one rule by which a process's fan-out policy meets
 // the one recorded with the active versions: the celebrity threshold and
-// band (of the followers and inbox versions) and the inbox bound (of the
-// inbox version). Two projectors with different thresholds would
+// band (of the followers and inbox versions), the inbox bound (of the
+// inbox version) and the notifications bound (of the notifications
+// version). Two projectors with different thresholds would
 // push and pull by different rules and drop posts between them, silently;
 // a writer and a reader with different bounds would not agree on an
 // inbox's floor.
@@ -284,17 +297,23 @@ func ResolvePolicy(ctx context.Context, db VersionExecQuerier, p Policy, explici
 		WHERE projection = ANY($1) AND celebrity_band IS NULL`, recorded, p.CelebrityBand); err != nil {
 		return p, fmt.Errorf("record the celebrity band: %w", err)
 	}
+	if _, err := db.Exec(ctx, `UPDATE projection_versions SET notifications_max = $2
+		WHERE projection = $1 AND notifications_max IS NULL`, ProjectionNotifications, p.NotificationsMax); err != nil {
+		return p, fmt.Errorf("record the notifications bound: %w", err)
+	}
 	recs, err := LoadVersionRecords(ctx, db)
 	if err != nil {
 		return p, err
 	}
-	var inbox, followers VersionRecord
+	var inbox, followers, notif VersionRecord
 	for _, r := range recs {
 		switch r.Projection {
 		case ProjectionInbox:
 			inbox = r
 		case ProjectionFollowers:
 			followers = r
+		case ProjectionNotifications:
+			notif = r
 		}
 	}
 	var errs []error
@@ -320,15 +339,23 @@ func ResolvePolicy(ctx context.Context, db VersionExecQuerier, p Policy, explici
 		fmt.Sprintf("change it blue/green (feed rebuild inbox --celebrity-band %d)", p.CelebrityBand))
 	check(explicit.InboxMax, "FEED_INBOX_MAX", "inbox bound", p.InboxMax, inbox.InboxMax,
 		fmt.Sprintf("build a version with the new one (feed rebuild inbox --inbox-max %d)", p.InboxMax))
+	if explicit.NotificationsMax && p.NotificationsMax != notif.NotificationsMax {
+		errs = append(errs, fmt.Errorf("FEED_NOTIFICATIONS_MAX=%d, but the active notifications version %d was built with notifications bound %d: unset FEED_NOTIFICATIONS_MAX to adopt it, or build a version with the new one (feed rebuild notifications --notifications-max %d): %w",
+			p.NotificationsMax, notif.Version, notif.NotificationsMax, p.NotificationsMax, ErrPolicyMismatch))
+	}
 	if len(errs) > 0 {
 		return p, errors.Join(errs...)
 	}
-	return inbox.Apply(p).WithDefaults(), nil
+	p = inbox.Apply(p)
+	if notif.NotificationsMax > 0 {
+		p.NotificationsMax = notif.NotificationsMax
+	}
+	return p.WithDefaults(), nil
 }
 
 // CheckPolicy is ResolvePolicy with every field explicit: it records p
 // where nothing is recorded and refuses any other recorded value.
 func CheckPolicy(ctx context.Context, db VersionExecQuerier, p Policy) error {
-	_, err := ResolvePolicy(ctx, db, p, PolicyExplicit{CelebrityThreshold: true, CelebrityBand: true, InboxMax: true})
+	_, err := ResolvePolicy(ctx, db, p, PolicyExplicit{CelebrityThreshold: true, CelebrityBand: true, InboxMax: true, NotificationsMax: true})
 	return err
 }

@@ -107,3 +107,53 @@ func TestResolvePolicy(t *testing.T) {
 		t.Fatalf("after the switch resolved %+v, want 100, slack 25 (a quarter of the bound)", got)
 	}
 }
+
+// TestResolvePolicyNotificationsMax: the notifications bound is recorded
+// with the notifications version by the first process, adopted where
+// unset, refused where set to another value (naming the rebuild that
+// changes it), and a switch of the notifications version records its new
+// bound, which the next process adopts.
+func TestResolvePolicyNotificationsMax(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	ctx := context.Background()
+	first, err := ResolvePolicy(ctx, db.Pool, Policy{NotificationsMax: 40}, PolicyExplicit{NotificationsMax: true})
+	if err != nil || first.NotificationsMax != 40 {
+		t.Fatalf("fresh deployment: %+v, %v; want 40", first.NotificationsMax, err)
+	}
+	got, err := ResolvePolicy(ctx, db.Pool, Policy{}, PolicyExplicit{})
+	if err != nil || got.NotificationsMax != 40 {
+		t.Fatalf("unset: %d, %v; want the recorded 40", got.NotificationsMax, err)
+	}
+	_, err = ResolvePolicy(ctx, db.Pool, Policy{NotificationsMax: 120}, PolicyExplicit{NotificationsMax: true})
+	if !errors.Is(err, ErrPolicyMismatch) {
+		t.Fatalf("another bound set explicitly: %v, want ErrPolicyMismatch", err)
+	}
+	for _, w := range []string{"FEED_NOTIFICATIONS_MAX=120", "notifications bound 40", "feed rebuild notifications --notifications-max 120"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("refusal %q does not say %q", err, w)
+		}
+	}
+	// Only the notifications row holds it: an inbox switch leaves it.
+	if err := ActivateVersion(ctx, db.Pool, ProjectionInbox, 1, 2, Policy{NotificationsMax: 7}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err = ResolvePolicy(ctx, db.Pool, Policy{}, PolicyExplicit{}); err != nil || got.NotificationsMax != 40 {
+		t.Fatalf("after an inbox switch: %d, %v; want still 40", got.NotificationsMax, err)
+	}
+	if err := ActivateVersion(ctx, db.Pool, ProjectionNotifications, 1, 2, Policy{InboxMax: 500, NotificationsMax: 60}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err = ResolvePolicy(ctx, db.Pool, Policy{}, PolicyExplicit{}); err != nil || got.NotificationsMax != 60 {
+		t.Fatalf("after the notifications switch: %d, %v; want 60", got.NotificationsMax, err)
+	}
+	recs, err := LoadVersionRecords(ctx, db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		if want := map[bool]int{true: 60, false: 0}[r.Projection == ProjectionNotifications]; r.NotificationsMax != want {
+			t.Errorf("%s records notifications max %d, want %d", r.Projection, r.NotificationsMax, want)
+		}
+	}
+}

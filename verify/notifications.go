@@ -45,10 +45,10 @@ type trueNotification struct {
 	hidden bool
 }
 
-// notifications compares u's notifications read model (above its floor:
-// what it claims to hold) with the truth, and the unread count the query
-// side serves with the one the truth and u's marker give; a set that is
-// not built is skipped.
+// notifications compares u's notifications read model (above its floor
+// and the horizon's edge: what it claims to hold) with the truth, and the
+// unread count the query side serves with the one the truth and u's
+// marker give; a set that is not built is skipped.
 func (v *verifier) notifications(ctx context.Context, u int64) ([]Difference, error) {
 	rows, err := v.pool.Query(ctx, notificationsTruthSQL, u)
 	if err != nil {
@@ -77,7 +77,7 @@ func (v *verifier) notifications(ctx context.Context, u int64) ([]Difference, er
 		return 1
 	})
 
-	got, err := readmodel.NewNotifications(v.keys, 0, 0).All(ctx, v.rdb, u)
+	got, err := v.pol.Notifications(v.keys, nil).All(ctx, v.rdb, u)
 	if err != nil {
 		return nil, fmt.Errorf("read the notifications of %d: %w", u, err)
 	}
@@ -110,8 +110,9 @@ func (v *verifier) notifications(ctx context.Context, u int64) ([]Difference, er
 		}
 	}
 
-	// The unread count: shown (not hidden) notifications above the floor
-	// and newer than the marker, at most queries.UnreadMax.
+	// The unread count: shown (not hidden) notifications newer than the
+	// marker, at most queries.UnreadMax, whether the set holds them or
+	// the query side reads them from PostgreSQL below its floor.
 	var (
 		ms  *int64
 		key []byte
@@ -121,7 +122,7 @@ func (v *verifier) notifications(ctx context.Context, u int64) ([]Difference, er
 	}
 	unread := 0
 	for _, t := range truth {
-		if t.hidden || t.n.MS <= got.Floor {
+		if t.hidden {
 			continue
 		}
 		if ms != nil && !(t.n.MS > *ms || t.n.MS == *ms && t.n.Member() > string(key)) {

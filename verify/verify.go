@@ -279,6 +279,9 @@ func versions(ctx context.Context, cfg Config, pool *pgxpool.Pool) (readmodel.Ve
 		if r.Projection == readmodel.ProjectionInbox {
 			pol = r.Apply(pol)
 		}
+		if r.Projection == readmodel.ProjectionNotifications && r.NotificationsMax > 0 {
+			pol.NotificationsMax = r.NotificationsMax
+		}
 	}
 	return vs, pol.WithDefaults(), nil
 }

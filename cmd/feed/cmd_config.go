@@ -23,7 +23,7 @@ func newConfigCommand(c *cli) *cobra.Command {
 			"and whether it was set or is the default; an unset variable shows the value its default gives.\n" +
 			"Passwords of connection strings (URL and keyword forms) and the secrets (FEED_JWT_SECRET, FEED_JWT_PREVIOUS_SECRET,\n" +
 			"FEED_GATEWAY_SECRET, FEED_KAFKA_SASL_PASSWORD) are printed as " + redacted + ". It connects to nothing: the roles adopt\n" +
-			"the active projection version's recorded policy for an unset FEED_CELEBRITY_THRESHOLD and FEED_INBOX_MAX\n" +
+			"the active projection version's recorded policy for an unset FEED_CELEBRITY_THRESHOLD, FEED_INBOX_MAX and FEED_NOTIFICATIONS_MAX\n" +
 			"(`feed status` shows it). An invalid configuration exits 2, naming the variable.",
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -144,6 +144,7 @@ var configSettings = []configSetting{
 		return strconv.FormatInt(c.Policy.CelebrityBand, 10)
 	}, ""},
 	{"FEED_INBOX_MAX", func(c Config, _ func(string) string) string { return strconv.Itoa(c.Policy.InboxMax) }, ""},
+	{"FEED_NOTIFICATIONS_MAX", func(c Config, _ func(string) string) string { return strconv.Itoa(c.Policy.NotificationsMax) }, ""},
 	{"FEED_INACTIVE_AFTER", func(c Config, _ func(string) string) string { return c.Policy.InactiveAfter.String() }, ""},
 	{"FEED_POST_CACHE_TTL", func(c Config, _ func(string) string) string { return c.Policy.PostHorizon.String() }, ""},
 	{"FEED_FOLLOWER_CACHE_ROWS", func(c Config, _ func(string) string) string { return strconv.Itoa(c.FollowerCacheRows) }, ""},

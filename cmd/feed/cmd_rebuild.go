@@ -29,6 +29,9 @@ type rebuildOptions struct {
 	// versions').
 	celebrityBand int64
 	bandSet       bool
+	// notificationsMax is the new notifications version's bound (0: the
+	// active version's).
+	notificationsMax int
 	// verifyUsers is how many active users are verified on the new
 	// version before the switch; force switches despite differences.
 	verifyUsers int
@@ -47,6 +50,7 @@ func newRebuildCommand(c *cli) *cobra.Command {
 			"--celebrity-threshold builds new followers and inbox versions at another celebrity threshold and switches both\n"+
 			"at once (rebuild inbox, followers or all); the running projectors and readers adopt it with the versions.\n"+
 			"--celebrity-band does the same for the celebrity band (an author stops being a celebrity only below threshold - band).\n"+
+			"--notifications-max builds the new notifications version with another bound per user (rebuild notifications or all).\n"+
 			"Before the switch it verifies --verify-users sampled users on the new version (as `feed verify` does) and refuses\n"+
 			"to switch on a difference; --force switches anyway.",
 			envPostgres, envRedis, envKafka, envProjections),
@@ -80,6 +84,12 @@ func newRebuildCommand(c *cli) *cobra.Command {
 			if o.celebrityBand < 0 {
 				return flagUsage("celebrity-band", "want at least 0, got %d", o.celebrityBand)
 			}
+			if o.notificationsMax != 0 && args[0] != "notifications" && args[0] != rebuild.All {
+				return usageError{"--notifications-max is the notifications projection's: rebuild notifications (or all)"}
+			}
+			if o.notificationsMax < 0 || o.notificationsMax > readmodel.MaxNotificationsMax {
+				return flagUsage("notifications-max", "want 1..%d, got %d", readmodel.MaxNotificationsMax, o.notificationsMax)
+			}
 			if o.verifyUsers < 1 {
 				return flagUsage("verify-users", "want at least 1, got %d", o.verifyUsers)
 			}
@@ -102,6 +112,8 @@ func newRebuildCommand(c *cli) *cobra.Command {
 		"build new followers and inbox versions with this celebrity threshold and switch them together (default: the active versions')")
 	cmd.Flags().Int64Var(&o.celebrityBand, "celebrity-band", 0,
 		"build new followers and inbox versions with this celebrity band and switch them together (default: the active versions')")
+	cmd.Flags().IntVar(&o.notificationsMax, "notifications-max", 0,
+		"build the new notifications version with this bound per user (default: the active version's)")
 	return cmd
 }
 
@@ -110,10 +122,11 @@ func newRebuildCommand(c *cli) *cobra.Command {
 // derived again for a new bound).
 func rebuildPolicy(cfg Config, o rebuildOptions) Config {
 	rec := readmodel.VersionRecord{InboxMax: o.inboxMax, CelebrityThreshold: o.celebrityThreshold,
-		CelebrityBand: o.celebrityBand, BandRecorded: o.bandSet}
+		CelebrityBand: o.celebrityBand, BandRecorded: o.bandSet, NotificationsMax: o.notificationsMax}
 	cfg.Policy = rec.Apply(cfg.Policy).WithDefaults()
 	cfg.InboxMax, cfg.CelebrityThreshold = cfg.Policy.InboxMax, cfg.Policy.CelebrityThreshold
 	cfg.CelebrityBand = cfg.Policy.CelebrityBand
+	cfg.NotificationsMax = cfg.Policy.NotificationsMax
 	return cfg
 }
 
@@ -130,13 +143,13 @@ func runRebuild(ctx context.Context, cfg Config, log *slog.Logger, name string, 
 	// adopt it with the versions. A new celebrity threshold makes the
 	// rebuild build and switch the followers and the inbox versions
 	// together (rebuild.Rebuilder.Run).
-	if o.inboxMax != 0 || o.celebrityThreshold != 0 || o.bandSet {
+	if o.inboxMax != 0 || o.celebrityThreshold != 0 || o.bandSet || o.notificationsMax != 0 {
 		cfg = rebuildPolicy(cfg, o)
 		if err := cfg.Policy.Validate(); err != nil {
 			return usageError{err.Error()}
 		}
-		fmt.Fprintf(stderr, "rebuild: the new versions' policy: inbox max %d, celebrity threshold %d, band %d\n",
-			cfg.Policy.InboxMax, cfg.Policy.CelebrityThreshold, cfg.Policy.CelebrityBand)
+		fmt.Fprintf(stderr, "rebuild: the new versions' policy: inbox max %d, celebrity threshold %d, band %d, notifications max %d\n",
+			cfg.Policy.InboxMax, cfg.Policy.CelebrityThreshold, cfg.Policy.CelebrityBand, cfg.Policy.NotificationsMax)
 	}
 	vc := verifyConfig(cfg, log)
 	vc.Users = o.verifyUsers

@@ -66,9 +66,13 @@ type Config struct {
 	// default 0).
 	CelebrityBand int64
 	InboxMax      int
+	// NotificationsMax is FEED_NOTIFICATIONS_MAX
+	// (readmodel.Policy.NotificationsMax, default 120).
+	NotificationsMax int
 	// PolicyExplicit says which of FEED_CELEBRITY_THRESHOLD,
-	// FEED_CELEBRITY_BAND and FEED_INBOX_MAX are set: the others adopt the
-	// active version's recorded values (resolvePolicy).
+	// FEED_CELEBRITY_BAND, FEED_INBOX_MAX and FEED_NOTIFICATIONS_MAX are
+	// set: the others adopt the active versions' recorded values
+	// (resolvePolicy).
 	PolicyExplicit readmodel.PolicyExplicit
 	// rebuildsInbox is set by `feed rebuild inbox` (and all): it starts
 	// on an inbox version an earlier release built in sorted sets, which
@@ -169,13 +173,14 @@ func resolvePolicy(ctx context.Context, cfg Config, db readmodel.VersionExecQuer
 		log.Warn("feed policy: the active inbox version is in the removed sorted-set layout; this rebuild moves it into the packed layout", "err", err)
 	}
 	if p.InboxMax != cfg.Policy.InboxMax || p.CelebrityThreshold != cfg.Policy.CelebrityThreshold ||
-		p.CelebrityBand != cfg.Policy.CelebrityBand {
+		p.CelebrityBand != cfg.Policy.CelebrityBand || p.NotificationsMax != cfg.Policy.NotificationsMax {
 		log.Info("feed policy: adopted the active version's", "inbox_max", p.InboxMax,
-			"celebrity_threshold", p.CelebrityThreshold, "celebrity_band", p.CelebrityBand)
+			"celebrity_threshold", p.CelebrityThreshold, "celebrity_band", p.CelebrityBand, "notifications_max", p.NotificationsMax)
 	}
 	cfg.Policy = p
 	cfg.CelebrityThreshold, cfg.InboxMax = p.CelebrityThreshold, p.InboxMax
 	cfg.CelebrityBand = p.CelebrityBand
+	cfg.NotificationsMax = p.NotificationsMax
 	return cfg, nil
 }
 
@@ -267,6 +272,7 @@ func LoadConfig() (Config, error) {
 		{"FEED_CELEBRITY_THRESHOLD", 10000, func(v int64) { c.CelebrityThreshold = v }},
 		{"FEED_CELEBRITY_BAND", 0, func(v int64) { c.CelebrityBand = v }},
 		{"FEED_INBOX_MAX", 500, func(v int64) { c.InboxMax = int(v) }},
+		{"FEED_NOTIFICATIONS_MAX", readmodel.DefaultNotificationsMax, func(v int64) { c.NotificationsMax = int(v) }},
 		{"FEED_FOLLOWER_CACHE_ROWS", int64(projections.DefaultConfig().FollowerCacheRows), func(v int64) { c.FollowerCacheRows = int(v) }},
 		{"FEED_NODE_ID", -1, func(v int64) { c.NodeID = v }},
 		{"FEED_MAX_CONTENT_CHARS", 2000, func(v int64) { c.MaxContentChars = int(v) }},
@@ -329,6 +335,7 @@ func LoadConfig() (Config, error) {
 		CelebrityThreshold: os.Getenv("FEED_CELEBRITY_THRESHOLD") != "",
 		CelebrityBand:      os.Getenv("FEED_CELEBRITY_BAND") != "",
 		InboxMax:           os.Getenv("FEED_INBOX_MAX") != "",
+		NotificationsMax:   os.Getenv("FEED_NOTIFICATIONS_MAX") != "",
 	}
 	c.Policy = readmodel.Policy{
 		CelebrityThreshold: c.CelebrityThreshold,
@@ -336,6 +343,7 @@ func LoadConfig() (Config, error) {
 		InboxMax:           c.InboxMax,
 		InactiveAfter:      c.InactiveAfter,
 		PostHorizon:        c.PostHorizon,
+		NotificationsMax:   c.NotificationsMax,
 	}.WithDefaults()
 	if c.Slot == "" {
 		c.Slot, err = slotFromDSN(c.DatabaseURL)
@@ -385,6 +393,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("FEED_CELEBRITY_BAND=%d: want 0..FEED_CELEBRITY_THRESHOLD-1 (%d)", c.CelebrityBand, c.CelebrityThreshold-1)
 	case c.InboxMax < 20:
 		return fmt.Errorf("FEED_INBOX_MAX=%d: want at least 20", c.InboxMax)
+	case c.NotificationsMax < 1 || c.NotificationsMax > readmodel.MaxNotificationsMax:
+		return fmt.Errorf("FEED_NOTIFICATIONS_MAX=%d: want 1..%d", c.NotificationsMax, readmodel.MaxNotificationsMax)
 	case c.NodeID < -1 || c.NodeID > 1023:
 		return fmt.Errorf("FEED_NODE_ID=%d: want 0..1023 (or unset: a free one is leased)", c.NodeID)
 	case c.MaxContentChars < 1:

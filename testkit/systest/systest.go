@@ -257,6 +257,7 @@ func Start(t testing.TB, cfg Config) *System {
 		InboxMax:           cfg.Projections.InboxMax,
 		CelebrityThreshold: cfg.Projections.CelebrityThreshold,
 		CelebrityBand:      cfg.Projections.CelebrityBand,
+		NotificationsMax:   cfg.Projections.NotificationsMax,
 		CelebrityCacheTTL:  cfg.CacheTTL,
 		RefreshSettle:      cfg.RefreshSettle,
 		TimelineCacheSize:  queries.MaxLimit + 1,
