@@ -64,13 +64,13 @@ func (f *Feed) readHome(ctx context.Context, iv *inboxView, user int64, cur key,
 			g = f.cache.currentFor(f.tl.Key(user)) // the reader's keys share one hash tag: one node
 		}
 	}
-	if g == nil {
+	if g == nil || ctx.Value(directKey{}) != nil {
 		if f.cache != nil {
 			f.cache.stats.direct.Add(1)
 		}
 		return f.readHomeDirect(ctx, iv, user, cur, n, members)
 	}
-	if f.cfg.ReadCacheBarrier || ctx.Value(barrierKey{}) != nil {
+	if f.cfg.ReadCacheBarrier {
 		if err := g.t.barrier(ctx); err != nil {
 			return homeReply{}, fmt.Errorf("read inbox of %d: %w", user, err)
 		}

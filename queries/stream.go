@@ -37,10 +37,10 @@ func (f *Feed) HomeAbove(ctx context.Context, userID int64, b events.FeedKey, ma
 	if userID <= 0 {
 		return nil, events.FeedKey{}, false, ErrInvalidID
 	}
-	// A stream reads because a projector just wrote: the read cache must
-	// have received that write's invalidations first (the barrier, as
-	// Config.ReadCacheBarrier gives every read).
-	ctx = context.WithValue(ctx, barrierKey{}, true)
+	// A stream reads because a projector just wrote: it reads Redis
+	// itself, not the read cache, which may not have received that
+	// write's invalidation yet (directKey).
+	ctx = context.WithValue(ctx, directKey{}, true)
 	a := key{ms: b.Ms, id: b.ID}
 	h := f.settled()
 	settled = events.FeedKey{Ms: h.ms, ID: h.id}
@@ -264,6 +264,10 @@ func (f *Feed) LastNotificationRemoval(ctx context.Context, userID int64) (readm
 	return readmodel.NewNotifications(f.cfg.Keys, 0, 0).LastRemoval(ctx, f.rdb, userID)
 }
 
-// barrierKey in a read's context makes its home read pass the read
-// cache's barrier (readHome) whatever Config.ReadCacheBarrier says.
-type barrierKey struct{}
+// directKey in a read's context makes its home read go to Redis, not
+// through the read cache (readHome): a live stream's read, made because a
+// projector wrote, must see that write, and what it reads changed since
+// the last read anyway. Waiting for the cache's barrier instead (a PING
+// queued behind every invalidation the node sent the process) stalled
+// streams for seconds under a full mix, as the invalidations queued.
+type directKey struct{}
