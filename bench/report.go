@@ -130,6 +130,9 @@ type SecondPoint struct {
 	ReadP99    float64 `json:"readP99Ms"`
 	Posts      int     `json:"posts"`
 	VisibleP50 float64 `json:"visibleP50Ms"`
+	// StreamP50 is the post-to-stream median of the posts written that
+	// second (Config.Streams; 0 without).
+	StreamP50 float64 `json:"streamP50Ms,omitempty"`
 }
 
 // TimePoint is one sample of the pipeline during the phase.

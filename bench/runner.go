@@ -718,6 +718,10 @@ func (r *Runner) mixed(ctx context.Context) (*Mixed, error) {
 	m.CPU = used
 	if streams != nil {
 		m.Streams = streams.summary(elapsed)
+		_, s50, _ := perSecond(streams.m.samples, len(m.PerSecond))
+		for i := range m.PerSecond {
+			m.PerSecond[i].StreamP50 = s50[i]
+		}
 	}
 	m.ServerReads = sutAfter.reads.since(sutBefore.reads).summary()
 	m.ServerSched = sutAfter.sched.since(sutBefore.sched).schedSummary()

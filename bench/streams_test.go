@@ -290,6 +290,12 @@ func TestPostToStreamFromThe201(t *testing.T) {
 	if p := s.Paired; p == nil || p.Count != m.PostToVisible.Count || p.Count == 0 {
 		t.Errorf("paired %+v, %d probes: want every probe paired", s.Paired, m.PostToVisible.Count)
 	}
+	// The per-second medians: every second that wrote a post has one.
+	for _, p := range m.PerSecond[:len(m.PerSecond)-1] {
+		if p.Posts > 0 && p.StreamP50 < msOf(delay)/2 {
+			t.Errorf("second %d: %d posts, post-to-stream p50 %.1f ms", p.Second, p.Posts, p.StreamP50)
+		}
+	}
 	var sb strings.Builder
 	rep.WriteTable(&sb)
 	for _, line := range []string{"post-to-stream (201 -> event)", "the same, celebrities' posts", "live streams: 2 asked, 2 open at the start",
