@@ -111,13 +111,17 @@ type streamMatcher struct {
 	early    map[arrival]time.Time
 	pending  int // (post, follower) pairs not arrived yet
 	lastT201 time.Time
+	// timeout is the probes' VisibleTimeout: an arrival later than it
+	// after the 201 is late, counted apart and not among the latencies,
+	// as a probe that gives up is an error, not a sample.
+	timeout time.Duration
 
-	expected, beforeT201, duplicates, other int64
-	samples, celebSamples                   []sample
+	expected, beforeT201, duplicates, other, late int64
+	samples, celebSamples                         []sample
 }
 
-func newStreamMatcher() *streamMatcher {
-	return &streamMatcher{posts: map[string]*streamPost{}, early: map[arrival]time.Time{}}
+func newStreamMatcher(timeout time.Duration) *streamMatcher {
+	return &streamMatcher{posts: map[string]*streamPost{}, early: map[arrival]time.Time{}, timeout: timeout}
 }
 
 // expect registers a post (its id, its 201's time, when in the phase it
@@ -166,6 +170,10 @@ func (m *streamMatcher) arrive(user int64, id string, t time.Time) {
 		case p.pending[user]:
 			delete(p.pending, user)
 			m.pending--
+			if t.Sub(p.t201) > m.timeout {
+				m.late++
+				return
+			}
 			m.record(p, user, msOf(t.Sub(p.t201)))
 		case hasKey(p.arrived, user):
 			m.duplicates++
@@ -246,15 +254,20 @@ type Streams struct {
 	// Paired are the probed posts whose probe polled a stream holder:
 	// the same (post, follower) timed on the stream and by polling.
 	Paired *Paired `json:"paired,omitempty"`
-	// Missing is the pairs not on the stream within VisibleTimeout of
-	// the 201; BeforeT201 the arrivals read before the load generator
+	// Late is the pairs that came on the stream later than
+	// VisibleTimeout after the 201 (not among the latencies, as a probe
+	// that gives up is not); Missing those that did not come by the end
+	// of the run's wait; BeforeT201 the arrivals read before the load generator
 	// handled the post's 201 (counted as 0 ms); Duplicates post events a
 	// stream received twice; OtherEvents the post events of entries the
 	// run did not expect there (reposts, replies).
+	Late        int64 `json:"late"`
 	Missing     int64 `json:"missing"`
 	BeforeT201  int64 `json:"beforeT201"`
 	Duplicates  int64 `json:"duplicates"`
 	OtherEvents int64 `json:"otherPostEvents"`
+	// Timeout is the lateness bound (Config.VisibleTimeout).
+	Timeout time.Duration `json:"timeoutNs"`
 	// Events counts the events received by type (post, edit, delete).
 	Events map[string]int64 `json:"events"`
 	// Errors are the failures to open or read a stream, by kind.
@@ -290,7 +303,7 @@ type liveStreams struct {
 
 func (r *Runner) newLiveStreams() *liveStreams {
 	n := min(r.cfg.Streams, len(r.pop.Readers))
-	ls := &liveStreams{r: r, m: newStreamMatcher(), holders: map[int64]bool{}, follows: map[int64][]int64{},
+	ls := &liveStreams{r: r, m: newStreamMatcher(r.cfg.VisibleTimeout), holders: map[int64]bool{}, follows: map[int64][]int64{},
 		events: map[string]int64{}, errs: map[string]int64{}}
 	for _, u := range r.pop.Readers[:n] {
 		ls.holders[u] = true
@@ -437,7 +450,7 @@ func (ls *liveStreams) summary(elapsed time.Duration) *Streams {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	s := &Streams{Streams: len(ls.holders), Opened: ls.opened, Dropped: ls.dropped.Load(), Reconnected: ls.reconnected.Load(),
-		Posts: int64(len(m.posts)), Expected: m.expected, Missing: int64(m.pending), BeforeT201: m.beforeT201,
+		Posts: int64(len(m.posts)), Expected: m.expected, Timeout: m.timeout, Late: m.late, Missing: int64(m.pending), BeforeT201: m.beforeT201,
 		Duplicates: m.duplicates, OtherEvents: m.other + int64(len(m.early)), Events: ls.events, Errors: ls.errs}
 	s.PostToStream = Summarize(latencies(m.samples), elapsed)
 	s.Celebrity = Summarize(latencies(m.celebSamples), elapsed)
@@ -469,8 +482,8 @@ func writeStreams(w io.Writer, s *Streams) {
 	for _, k := range slices.Sorted(maps.Keys(s.Events)) {
 		fmt.Fprintf(w, " %s %d", k, s.Events[k])
 	}
-	fmt.Fprintf(w, "\n  %d posts to %d followers' streams: %d missing, %d before the 201 was handled, %d duplicates, %d other post events\n",
-		s.Posts, s.Expected, s.Missing, s.BeforeT201, s.Duplicates, s.OtherEvents)
+	fmt.Fprintf(w, "\n  %d posts to %d followers' streams: %d late (over %s), %d missing, %d before the 201 was handled, %d duplicates, %d other post events\n",
+		s.Posts, s.Expected, s.Late, s.Timeout, s.Missing, s.BeforeT201, s.Duplicates, s.OtherEvents)
 	if p := s.Paired; p != nil {
 		fmt.Fprintf(w, "  the probed (post, follower) pairs, %d: stream p50 %.2f ms p99 %.2f ms, poll p50 %.2f ms p99 %.2f ms; the stream first in %d\n",
 			p.Count, p.StreamP50, p.StreamP99, p.PollP50, p.PollP99, p.StreamFirstN)

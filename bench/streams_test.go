@@ -55,7 +55,7 @@ func TestReadSSE(t *testing.T) {
 
 func TestStreamMatcher(t *testing.T) {
 	t.Parallel()
-	m := newStreamMatcher()
+	m := newStreamMatcher(time.Minute)
 	t0 := time.Now()
 	// Post 1 to users 10 and 11: 10 gets it 40 ms after the 201, twice.
 	m.expect("1", t0, time.Second, false, []int64{10, 11})
@@ -67,6 +67,9 @@ func TestStreamMatcher(t *testing.T) {
 	// A celebrity's post, 70 ms.
 	m.expect("3", t0, 3*time.Second, true, []int64{10})
 	m.arrive(10, "3", t0.Add(70*time.Millisecond))
+	// Post 4 comes to 12 after the timeout: late, not a latency.
+	m.expect("4", t0, 4*time.Second, false, []int64{12})
+	m.arrive(12, "4", t0.Add(61*time.Second))
 	// An entry the run did not expect (a repost), and a follower not expected.
 	m.arrive(10, "99", t0)
 	m.arrive(13, "1", t0.Add(time.Millisecond))
@@ -82,9 +85,9 @@ func TestStreamMatcher(t *testing.T) {
 
 	ls := &liveStreams{m: m, holders: map[int64]bool{10: true, 11: true, 12: true}, events: map[string]int64{}, errs: map[string]int64{}}
 	s := ls.summary(time.Second)
-	if s.Posts != 3 || s.Expected != 4 || s.Missing != 1 || s.BeforeT201 != 1 || s.Duplicates != 1 || s.OtherEvents != 2 {
-		t.Errorf("posts %d expected %d missing %d before %d duplicates %d other %d, want 3 4 1 1 1 2",
-			s.Posts, s.Expected, s.Missing, s.BeforeT201, s.Duplicates, s.OtherEvents)
+	if s.Posts != 4 || s.Expected != 5 || s.Late != 1 || s.Missing != 1 || s.BeforeT201 != 1 || s.Duplicates != 1 || s.OtherEvents != 2 {
+		t.Errorf("posts %d expected %d late %d missing %d before %d duplicates %d other %d, want 4 5 1 1 1 1 2",
+			s.Posts, s.Expected, s.Late, s.Missing, s.BeforeT201, s.Duplicates, s.OtherEvents)
 	}
 	if s.PostToStream.Count != 2 || s.PostToStream.P50 != 0 || s.PostToStream.Max != 40 {
 		t.Errorf("post-to-stream %+v, want 0 and 40 ms", s.PostToStream)
@@ -259,7 +262,7 @@ func TestPostToStreamFromThe201(t *testing.T) {
 		t.Fatalf("%d posts expected on streams of %d written: want every post, at least 30", s.Posts, posts)
 	}
 	want = s.PostToStream.Count + s.Celebrity.Count
-	if s.Expected != want || s.Missing != 0 || s.Duplicates != 0 || s.OtherEvents != 0 {
+	if s.Expected != want || s.Missing != 0 || s.Late != 0 || s.Duplicates != 0 || s.OtherEvents != 0 {
 		t.Errorf("expected %d, arrived %d, missing %d, duplicates %d, other %d: want every pair once",
 			s.Expected, want, s.Missing, s.Duplicates, s.OtherEvents)
 	}
