@@ -172,6 +172,7 @@ func (m *streamMatcher) arrive(user int64, id string, t time.Time) {
 			m.pending--
 			if t.Sub(p.t201) > m.timeout {
 				m.late++
+				p.arrived[user] = msOf(t.Sub(p.t201)) // paired, not a sample
 				return
 			}
 			m.record(p, user, msOf(t.Sub(p.t201)))
@@ -252,7 +253,8 @@ type Streams struct {
 	PostToStream Summary `json:"postToStream"`
 	Celebrity    Summary `json:"celebrity"`
 	// Paired are the probed posts whose probe polled a stream holder:
-	// the same (post, follower) timed on the stream and by polling.
+	// the same (post, follower) timed on the stream (late arrivals
+	// included) and by polling.
 	Paired *Paired `json:"paired,omitempty"`
 	// Late is the pairs that came on the stream later than
 	// VisibleTimeout after the 201 (not among the latencies, as a probe
