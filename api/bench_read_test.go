@@ -623,7 +623,12 @@ func rawReads(addr string, tokens []string, clients int, check func(i int, body 
 // phaseResult as one JSON line.
 const loadgenEnv = "FEED_READ_LOADGEN"
 
-func TestMain(m *testing.M) { testenv.ChildMain(m, loadgenEnv, loadgenChild) }
+func TestMain(m *testing.M) {
+	if os.Getenv(idleClientsEnv) == "1" {
+		os.Exit(idleClientsChild())
+	}
+	testenv.ChildMain(m, loadgenEnv, loadgenChild)
+}
 
 // childResult is the load generator's report to the benchmark.
 type childResult struct {

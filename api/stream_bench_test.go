@@ -2,11 +2,15 @@ package api_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http/httptest"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -87,27 +91,63 @@ func newStreamServer(tb testing.TB, n int, cfg api.Config) *streamServer {
 	return &streamServer{srv: srv, addr: strings.TrimPrefix(hs.URL, "http://"), users: users}
 }
 
-// openIdle opens user's stream on a raw connection and reads its first
-// comment: the stream is then open and idle.
-func (s *streamServer) openIdle(tb testing.TB, user int64, buf *bufio.Reader) net.Conn {
-	c, err := net.Dial("tcp", s.addr)
+// openIdle opens user's stream on a raw connection to addr and reads its
+// first comment: the stream is then open and idle.
+func openIdle(addr string, user int64, buf *bufio.Reader) (net.Conn, error) {
+	c, err := net.Dial("tcp", addr)
 	if err != nil {
-		tb.Fatal(err)
+		return nil, err
 	}
 	fmt.Fprintf(c, "GET /api/feed/stream HTTP/1.1\r\nHost: feed\r\nX-User-Id: %d\r\n\r\n", user)
 	buf.Reset(c)
 	for {
 		line, err := buf.ReadString('\n')
 		if err != nil {
-			tb.Fatalf("stream of %d: %v", user, err)
+			_ = c.Close()
+			return nil, fmt.Errorf("stream of %d: %w", user, err)
 		}
 		if strings.Contains(line, ":stream") {
-			return c
+			return c, nil
 		}
 		if strings.HasPrefix(line, "HTTP/1.1 ") && !strings.HasPrefix(line, "HTTP/1.1 200") {
-			tb.Fatalf("stream of %d: %s", user, line)
+			_ = c.Close()
+			return nil, fmt.Errorf("stream of %d: %s", user, strings.TrimSpace(line))
 		}
 	}
+}
+
+// idleClientsEnv marks the test binary run as BenchmarkIdleStreams'
+// clients (TestMain): FEED_IDLE_CLIENTS_ADDR is the server, _USERS a file
+// of user ids, one a line. The child opens a stream for each, prints
+// "open" once all are, and holds them until its stdin closes.
+const idleClientsEnv = "FEED_IDLE_CLIENTS"
+
+func idleClientsChild() int {
+	fail := func(err error) int { fmt.Fprintln(os.Stderr, "idle clients:", err); return 1 }
+	raw, err := os.ReadFile(os.Getenv(idleClientsEnv + "_USERS"))
+	if err != nil {
+		return fail(err)
+	}
+	addr := os.Getenv(idleClientsEnv + "_ADDR")
+	buf := bufio.NewReaderSize(nil, 512)
+	var conns []net.Conn
+	for _, f := range strings.Fields(string(raw)) {
+		u, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return fail(err)
+		}
+		c, err := openIdle(addr, u, buf)
+		if err != nil {
+			return fail(err)
+		}
+		conns = append(conns, c)
+	}
+	fmt.Println("open")
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	for _, c := range conns {
+		_ = c.Close()
+	}
+	return 0
 }
 
 // rss is the process's resident set in bytes (Linux), 0 elsewhere.
@@ -136,12 +176,13 @@ func memNow() (inUse, resident uint64) {
 
 // BenchmarkIdleStreams opens b.N idle live streams (one per user, each
 // with its own channels on the hub's subscription) on loopback and
-// reports what one costs: Go heap and stacks, and process RSS, after
-// against before (the clients' connections, in the same process, count
-// too: a net.Conn each, no goroutine), and goroutines. Each stream is
-// served by its request's goroutine (the plain way). Run it with
-// -benchtime=Nx, e.g. `go test -run '^$' -bench IdleStreams -benchtime
-// 2000x ./api`.
+// reports what they cost the server: Go heap and stacks, and process RSS,
+// after against before, a stream and in all (MB), and goroutines. The
+// clients run in a child process (idleClientsChild), so the figures are
+// the server's alone and each process holds one descriptor a stream
+// (a process here may hold 20,000). Each stream is served by its
+// request's goroutine (the plain way). Run it with -benchtime=Nx, e.g.
+// `go test -run '^$' -bench IdleStreams -benchtime 10000x ./api`.
 func BenchmarkIdleStreams(b *testing.B) { benchIdleStreams(b, false) }
 
 // BenchmarkIdleStreamsHijacked is BenchmarkIdleStreams with
@@ -152,13 +193,36 @@ func BenchmarkIdleStreamsHijacked(b *testing.B) { benchIdleStreams(b, true) }
 func benchIdleStreams(b *testing.B, hijacked bool) {
 	s := newStreamServer(b, b.N, api.Config{StreamsPerUser: 1, StreamsMax: b.N + 1, StreamHeartbeat: time.Hour, StreamStartRead: time.Hour,
 		StreamsHijacked: hijacked})
-	var buf = bufio.NewReaderSize(nil, 512)
+	var ids strings.Builder
+	for _, u := range s.users[:b.N] {
+		ids.WriteString(strconv.FormatInt(u, 10) + "\n")
+	}
+	usersFile := filepath.Join(b.TempDir(), "users")
+	if err := os.WriteFile(usersFile, []byte(ids.String()), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), idleClientsEnv+"=1", idleClientsEnv+"_ADDR="+s.addr, idleClientsEnv+"_USERS="+usersFile)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
 	heap0, rss0 := memNow()
 	gor0 := runtime.NumGoroutine()
 	b.ResetTimer()
-	conns := make([]net.Conn, 0, b.N)
-	for i := range b.N {
-		conns = append(conns, s.openIdle(b, s.users[i], buf))
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = stdin.Close(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || strings.TrimSpace(line) != "open" {
+		b.Fatalf("idle clients: %q, %v: %s", line, err, stderr.Bytes())
 	}
 	b.StopTimer()
 	testenv.Eventually(b, time.Minute, "every stream's first read", func() bool { return s.srv.OpenStreams() == b.N })
@@ -166,8 +230,7 @@ func benchIdleStreams(b *testing.B, hijacked bool) {
 	n := float64(b.N)
 	b.ReportMetric(float64(heap1-heap0)/n, "heap-B/stream")
 	b.ReportMetric((float64(rss1)-float64(rss0))/n, "rss-B/stream")
+	b.ReportMetric(float64(heap1-heap0)/1e6, "heap-MB")
+	b.ReportMetric((float64(rss1)-float64(rss0))/1e6, "rss-MB")
 	b.ReportMetric(float64(runtime.NumGoroutine()-gor0)/n, "goroutines/stream")
-	for _, c := range conns {
-		_ = c.Close()
-	}
 }

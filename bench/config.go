@@ -65,6 +65,11 @@ type Config struct {
 	// VisibleRate is how many posts per second get a visibility probe.
 	// Default 20.
 	VisibleRate float64
+	// Streams is how many readers (the first of Readers) hold a live
+	// stream of their home feed open through the mixed phase; every plain
+	// post by an author they follow is timed from its 201 to its event on
+	// each follower's stream (streams.go). 0: none.
+	Streams int
 	// PollInterval is how often a probe reads the follower's first page.
 	// Default 10ms.
 	PollInterval time.Duration
@@ -148,6 +153,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("repost %g, reply %g and like %g shares: want a sum up to 1", c.RepostShare, c.ReplyShare, c.LikeShare)
 	case c.Readers < 1 || c.Churners < 1:
 		return fmt.Errorf("readers %d, churners %d: want at least 1 each", c.Readers, c.Churners)
+	case c.Streams < 0 || c.Streams > c.Readers:
+		return fmt.Errorf("streams %d: want 0 to readers (%d)", c.Streams, c.Readers)
 	case c.VisibleRate < 0 || c.PollInterval <= 0 || c.VisibleTimeout <= 0:
 		return errors.New("visibility probes: want a non-negative rate and positive interval and timeout")
 	}

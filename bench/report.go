@@ -62,6 +62,9 @@ type Mixed struct {
 	// PostToVisible: from the post's 201 at the client to the receipt of
 	// the first page of a follower that shows it (see probe).
 	PostToVisible Summary `json:"postToVisible"`
+	// Streams is what the live streams measured (nil without
+	// Config.Streams): post-to-stream beside PostToVisible.
+	Streams *Streams `json:"streams,omitempty"`
 	// FanoutPerSec is the mean of the inbox projector's entries/s samples
 	// taken during the phase.
 	FanoutPerSec float64 `json:"fanoutEntriesPerSecond"`
@@ -127,6 +130,9 @@ type SecondPoint struct {
 	ReadP99    float64 `json:"readP99Ms"`
 	Posts      int     `json:"posts"`
 	VisibleP50 float64 `json:"visibleP50Ms"`
+	// StreamP50 is the post-to-stream median of the posts written that
+	// second (Config.Streams; 0 without).
+	StreamP50 float64 `json:"streamP50Ms,omitempty"`
 }
 
 // TimePoint is one sample of the pipeline during the phase.
@@ -244,6 +250,12 @@ func (rep *Report) WriteTable(w io.Writer) {
 	row("follow (HTTP 204)", m.Follows)
 	row("unfollow (HTTP 204)", m.Unfollows)
 	row("post-to-visible (201 -> feed)", m.PostToVisible)
+	if st := m.Streams; st != nil {
+		row("post-to-stream (201 -> event)", st.PostToStream)
+		if st.Celebrity.Count > 0 {
+			row("  the same, celebrities' posts", st.Celebrity)
+		}
+	}
 	for _, b := range []struct {
 		name string
 		b    *Baselines
@@ -255,6 +267,7 @@ func (rep *Report) WriteTable(w io.Writer) {
 	}
 	fmt.Fprintf(w, "\nwrites/s %.1f (posts %.1f); fan-out entries/s (inbox projector) %.0f; late open-loop starts %d; probe reads/s %.0f\n",
 		m.WritesPerSec, m.Posts.Rate, m.FanoutPerSec, m.LateStarts, m.ProbeReadsPerSec)
+	writeStreams(w, m.Streams)
 	var maxCDC, maxCDCs float64
 	var live []float64
 	maxCons := map[string]int64{}

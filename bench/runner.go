@@ -511,6 +511,13 @@ func (r *Runner) mixed(ctx context.Context) (*Mixed, error) {
 	if n := r.cfg.Procs; n > 0 {
 		defer limitProcs(n)()
 	}
+	var streams *liveStreams
+	streamsCtx, stopStreams := context.WithCancel(ctx)
+	defer stopStreams()
+	if r.cfg.Streams > 0 {
+		streams = r.newLiveStreams()
+		streams.open(streamsCtx)
+	}
 	start := time.Now()
 	end := start.Add(r.cfg.Duration)
 	var probes sync.WaitGroup
@@ -586,8 +593,21 @@ func (r *Runner) mixed(ctx context.Context) (*Mixed, error) {
 			}
 			// A reply shows only to followers who follow its parent's
 			// author too (the home feed's reply rule): only plain posts
-			// are probed.
-			if probeEvery == 0 || share == shareReply || r.pop.Followers[a] >= r.cfg.CelebrityThreshold || len(r.pop.Watchers[a]) == 0 {
+			// are probed, and expected on streams.
+			celeb := r.pop.Followers[a] >= r.cfg.CelebrityThreshold
+			var post feedItem
+			var onStream []int64
+			if streams != nil && share == sharePost {
+				onStream = streams.follows[a]
+			}
+			if len(onStream) > 0 {
+				if err := json.Unmarshal(body, &post); err != nil || post.ID == "" {
+					rec.fail("post: 201 without an id and createdAt")
+					return
+				}
+				streams.m.expect(post.ID, t201, t.Sub(start), celeb, onStream)
+			}
+			if probeEvery == 0 || share == shareReply || celeb || len(r.pop.Watchers[a]) == 0 {
 				return
 			}
 			for {
@@ -599,16 +619,23 @@ func (r *Runner) mixed(ctx context.Context) (*Mixed, error) {
 					break
 				}
 			}
-			var post feedItem
 			if err := json.Unmarshal(body, &post); err != nil || post.ID == "" || post.CreatedAt == "" {
 				rec.fail("post: 201 without an id and createdAt")
 				return
 			}
+			// With streams, a probe polls a follower who holds one when
+			// there is such a follower: the same (post, follower) is then
+			// timed both ways (Streams.Paired).
 			w := r.pop.Watchers[a][rng.IntN(len(r.pop.Watchers[a]))]
+			var onVisible func(ms float64)
+			if len(onStream) > 0 {
+				w = onStream[rng.IntN(len(onStream))]
+				onVisible = func(ms float64) { streams.m.polled(post.ID, w, ms) }
+			}
 			probes.Add(1)
 			go func() {
 				defer probes.Done()
-				r.probe(ctx, rec, start, t201, w, post)
+				r.probe(ctx, rec, start, t201, w, post, onVisible)
 			}()
 		case opFollow, opUnfollow:
 			r.churn(ctx, rec, rng, start, op)
@@ -677,6 +704,11 @@ func (r *Runner) mixed(ctx context.Context) (*Mixed, error) {
 	}
 	fmt.Fprintf(r.deps.Log, "bench: mixed phase done; waiting for %s of visibility probes at most\n", r.cfg.VisibleTimeout)
 	probes.Wait()
+	if streams != nil {
+		streams.m.wait(ctx, r.cfg.VisibleTimeout)
+		stopStreams()
+		streams.wg.Wait()
+	}
 	stopSampler()
 	<-sdone
 	if err := ctx.Err(); err != nil {
@@ -684,6 +716,13 @@ func (r *Runner) mixed(ctx context.Context) (*Mixed, error) {
 	}
 	m := r.summarizeMixed(rec, elapsed, timeline)
 	m.CPU = used
+	if streams != nil {
+		m.Streams = streams.summary(elapsed)
+		_, s50, _ := perSecond(streams.m.samples, len(m.PerSecond))
+		for i := range m.PerSecond {
+			m.PerSecond[i].StreamP50 = s50[i]
+		}
+	}
 	m.ServerReads = sutAfter.reads.since(sutBefore.reads).summary()
 	m.ServerSched = sutAfter.sched.since(sutBefore.sched).schedSummary()
 	if sutBefore.entries >= 0 && sutAfter.entries >= 0 {
@@ -765,13 +804,19 @@ func followTarget(rng *rand.Rand, authors []int64, c int64, fl []int64) int64 {
 // the top, following nextCursor while every entry is still newer than the
 // post, so a post that newer posts pushed off the first page is still
 // found.
-func (r *Runner) probe(ctx context.Context, rec *recorder, start, t201 time.Time, watcher int64, post feedItem) {
+//
+// onVisible, when not nil, is called with the latency once the post is
+// seen.
+func (r *Runner) probe(ctx context.Context, rec *recorder, start, t201 time.Time, watcher int64, post feedItem, onVisible func(ms float64)) {
 	deadline := t201.Add(r.cfg.VisibleTimeout)
 	for {
 		found, err := r.inFeed(ctx, rec, watcher, post)
 		now := time.Now()
 		if found {
 			rec.add(&rec.visible, sample{at: t201.Sub(start), ms: msOf(now.Sub(t201))})
+			if onVisible != nil {
+				onVisible(msOf(now.Sub(t201)))
+			}
 			return
 		}
 		if ctx.Err() != nil {

@@ -127,6 +127,7 @@ func newRootCommand(stdout, stderr io.Writer, load func() (config, error)) *cobr
 	f.IntVar(&bc.Readers, "readers", 2000, "users who read (warmed by one read each before the run)")
 	f.IntVar(&bc.Churners, "churners", 500, "users who follow and unfollow")
 	f.Float64Var(&bc.VisibleRate, "visible-rate", 20, "posts per second that get a post-to-visible probe")
+	f.IntVar(&bc.Streams, "streams", 0, "readers (the first of --readers) holding a live stream (GET /api/feed/stream) through the mixed phase: post-to-stream beside post-to-visible")
 	f.DurationVar(&bc.PollInterval, "poll", 10*time.Millisecond, "probe poll interval")
 	f.DurationVar(&bc.BaselineDuration, "baseline", 10*time.Second, "length of each baseline phase, before and after (negative: none)")
 	f.BoolVar(&o.activate, "activate", true, "mark every user active before the run, so fan-out pushes to all followers")
