@@ -474,12 +474,28 @@ func (c *client) lastShares(skip int64) error {
 			top, best = u, n
 		}
 	}
-	c.mu.Unlock()
-	var others []int64
+	// No two of the five accounts are in a block: a repost of a post
+	// whose author blocks the reposter is refused (403).
+	blocks := map[[2]int64]bool{}
+	for _, p := range c.blocked {
+		blocks[p], blocks[[2]int64{p[1], p[0]}] = true, true
+	}
+	others := []int64{}
 	for _, u := range c.users {
-		if u != top && u != skip && len(others) < 4 {
+		if u == top || u == skip || len(others) == 4 {
+			continue
+		}
+		free := !blocks[[2]int64{u, top}]
+		for _, o := range others {
+			free = free && !blocks[[2]int64{u, o}]
+		}
+		if free {
 			others = append(others, u)
 		}
+	}
+	c.mu.Unlock()
+	if len(others) < 4 {
+		return fmt.Errorf("last shares: %d accounts outside blocks with the most followed, want 4", len(others))
 	}
 	author, second, quoter, doomed := others[0], others[1], others[2], others[3]
 	post := func(a int64, body map[string]any) (int64, error) {
