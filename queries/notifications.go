@@ -195,27 +195,10 @@ func (f *Feed) scanNotifications(ctx context.Context, user int64, from readmodel
 		// it may have come in an earlier chunk than the last.
 		older = older || rng.Older
 		offset += chunk
-		var cand []readmodel.Notification
-		stop := false
-		for _, n := range rng.Items {
-			if from.MS != math.MaxInt64 && !from.Newer(n) {
-				continue // at or above the cursor (same millisecond)
-			}
-			if !keep(n) {
-				stop = true
-				break
-			}
-			cand = append(cand, n)
-		}
-		visible, err := f.visibleNotifications(ctx, user, cand)
-		if err != nil {
-			return nil, false, err
-		}
-		for _, n := range visible {
-			if len(shown) == want {
-				return shown, true, nil
-			}
-			shown = append(shown, n)
+		var stop, filled bool
+		shown, stop, filled, err = f.takeShown(ctx, user, from, keep, rng.Items, want, shown)
+		if err != nil || filled {
+			return shown, filled, err
 		}
 		if stop {
 			return shown, false, nil
@@ -227,6 +210,35 @@ func (f *Feed) scanNotifications(ctx context.Context, user int64, from readmodel
 			return shown, false, nil
 		}
 	}
+}
+
+// takeShown appends to shown, up to want, the notifications of ns (newest
+// first) below from for which keep holds, less those user does not see;
+// stop reports that keep failed (nothing older is wanted), filled that
+// shown reached want with more of ns left (more may follow).
+func (f *Feed) takeShown(ctx context.Context, user int64, from readmodel.Notification, keep func(readmodel.Notification) bool, ns []readmodel.Notification, want int, shown []readmodel.Notification) (out []readmodel.Notification, stop, filled bool, err error) {
+	var cand []readmodel.Notification
+	for _, n := range ns {
+		if from.MS != math.MaxInt64 && !from.Newer(n) {
+			continue // at or above the cursor (same millisecond)
+		}
+		if !keep(n) {
+			stop = true
+			break
+		}
+		cand = append(cand, n)
+	}
+	visible, err := f.visibleNotifications(ctx, user, cand)
+	if err != nil {
+		return nil, false, false, err
+	}
+	for _, n := range visible {
+		if len(shown) == want {
+			return shown, stop, true, nil
+		}
+		shown = append(shown, n)
+	}
+	return shown, stop, false, nil
 }
 
 // notificationsBelow continues scanNotifications from PostgreSQL below
@@ -259,27 +271,10 @@ func (f *Feed) notificationsBelow(ctx context.Context, user int64, from readmode
 				continue
 			}
 		}
-		var cand []readmodel.Notification
-		stop := false
-		for _, n := range rows {
-			if from.MS != math.MaxInt64 && !from.Newer(n) {
-				continue // at or above the cursor (same millisecond)
-			}
-			if !keep(n) {
-				stop = true
-				break
-			}
-			cand = append(cand, n)
-		}
-		visible, err := f.visibleNotifications(ctx, user, cand)
-		if err != nil {
-			return nil, false, err
-		}
-		for _, n := range visible {
-			if len(shown) == want {
-				return shown, true, nil
-			}
-			shown = append(shown, n)
+		var stop, filled bool
+		shown, stop, filled, err = f.takeShown(ctx, user, from, keep, rows, want, shown)
+		if err != nil || filled {
+			return shown, filled, err
 		}
 		if stop || !full {
 			return shown, false, nil
