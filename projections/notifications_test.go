@@ -130,6 +130,31 @@ func (r *notifRig) applyTo(p projections.Projector, envs ...events.Envelope) err
 	return nil
 }
 
+// interleave applies parts (the events of each partition, in order) to p
+// in one random interleaving drawn from rng, each event delivered twice.
+func (r *notifRig) interleave(p projections.Projector, parts map[int64][]events.Envelope, rng *rand.Rand) {
+	r.t.Helper()
+	next := map[int64]int{}
+	for {
+		var live []int64
+		for k, es := range parts {
+			if next[k] < len(es) {
+				live = append(live, k)
+			}
+		}
+		if len(live) == 0 {
+			return
+		}
+		slices.Sort(live)
+		k := live[rng.IntN(len(live))]
+		e := parts[k][next[k]]
+		next[k]++
+		if err := r.applyTo(p, e, e); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+}
+
 func (r *notifRig) apply(envs ...events.Envelope) {
 	r.t.Helper()
 	if err := r.applyTo(r.p, envs...); err != nil {
@@ -315,25 +340,7 @@ func TestNotificationsPartitionInterleavings(t *testing.T) {
 		if _, err := pipe.Exec(ctx); err != nil {
 			t.Fatal(err)
 		}
-		next := map[int64]int{}
-		for {
-			var live []int64
-			for k, es := range parts {
-				if next[k] < len(es) {
-					live = append(live, k)
-				}
-			}
-			if len(live) == 0 {
-				break
-			}
-			slices.Sort(live)
-			k := live[rng.IntN(len(live))]
-			e := parts[k][next[k]]
-			next[k]++
-			if err := r.applyTo(p, e, e); err != nil {
-				t.Fatal(err)
-			}
-		}
+		r.interleave(p, parts, rng)
 		got := must(readmodel.NewNotifications(keys, 5, 0).All(ctx, r.rd.Client, alice))
 		if want := r.truth(alice, got.Floor); !slices.Equal(got.Items, want) {
 			t.Fatalf("order %d: projected %+v, truth above floor %d %+v", seed, got.Items, got.Floor, want)
@@ -664,25 +671,7 @@ func TestNotificationsHorizonPartitionInterleavings(t *testing.T) {
 		if _, err := pipe.Exec(ctx); err != nil {
 			t.Fatal(err)
 		}
-		next := map[int64]int{}
-		for {
-			var live []int64
-			for k, es := range parts {
-				if next[k] < len(es) {
-					live = append(live, k)
-				}
-			}
-			if len(live) == 0 {
-				break
-			}
-			slices.Sort(live)
-			k := live[rng.IntN(len(live))]
-			e := parts[k][next[k]]
-			next[k]++
-			if err := r.applyTo(p, e, e); err != nil {
-				t.Fatal(err)
-			}
-		}
+		r.interleave(p, parts, rng)
 		check(fmt.Sprintf("order %d", seed), keys)
 	}
 
