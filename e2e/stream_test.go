@@ -414,18 +414,24 @@ var smallReadDialer = net.Dialer{Control: func(_, _ string, c syscall.RawConn) e
 	})
 }}
 
+// eachServingMode runs test as parallel subtests, one for each way a
+// stream is served: from its request's goroutine and hijacked.
+func eachServingMode(t *testing.T, test func(t *testing.T, hijacked bool)) {
+	for _, hijacked := range []bool{false, true} {
+		t.Run(map[bool]string{false: "goroutine", true: "hijacked"}[hijacked], func(t *testing.T) {
+			t.Parallel()
+			test(t, hijacked)
+		})
+	}
+}
+
 // TestStreamSlowClientCutOff: a client that does not read while its
 // stream catches up on many entries blocks the server's writes past their
 // deadline and is cut off; the last whole event it had is its resume
 // point: a reconnection with it receives exactly the rest.
 func TestStreamSlowClientCutOff(t *testing.T) {
 	t.Parallel()
-	for _, hijacked := range []bool{false, true} {
-		t.Run(map[bool]string{false: "goroutine", true: "hijacked"}[hijacked], func(t *testing.T) {
-			t.Parallel()
-			testStreamSlowClientCutOff(t, hijacked)
-		})
-	}
+	eachServingMode(t, testStreamSlowClientCutOff)
 }
 
 func testStreamSlowClientCutOff(t *testing.T, hijacked bool) {
@@ -504,12 +510,7 @@ func testStreamSlowClientCutOff(t *testing.T, hijacked bool) {
 // shutdown ends every stream with a retry hint and refuses new ones.
 func TestStreamBoundsHeartbeatShutdown(t *testing.T) {
 	t.Parallel()
-	for _, hijacked := range []bool{false, true} {
-		t.Run(map[bool]string{false: "goroutine", true: "hijacked"}[hijacked], func(t *testing.T) {
-			t.Parallel()
-			testStreamBoundsHeartbeatShutdown(t, hijacked)
-		})
-	}
+	eachServingMode(t, testStreamBoundsHeartbeatShutdown)
 }
 
 func testStreamBoundsHeartbeatShutdown(t *testing.T, hijacked bool) {
