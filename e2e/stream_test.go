@@ -12,6 +12,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -650,8 +651,18 @@ func TestStreamInChromium(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { stop(); _ = cmd.Wait() })
+	// The page's reports are requests of their own and may arrive out of
+	// order (a post before the open that preceded it): next takes the
+	// first report of its kind, keeping the others for later calls.
+	var held []url.Values
 	next := func(what string) url.Values {
 		t.Helper()
+		for i, v := range held {
+			if v.Get("e") == what {
+				held = slices.Delete(held, i, i+1)
+				return v
+			}
+		}
 		for {
 			select {
 			case v := <-logs:
@@ -659,6 +670,7 @@ func TestStreamInChromium(t *testing.T) {
 				if v.Get("e") == what {
 					return v
 				}
+				held = append(held, v)
 			case <-time.After(time.Minute):
 				t.Fatalf("the page reported no %s", what)
 			}
