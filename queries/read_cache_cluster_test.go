@@ -64,8 +64,8 @@ func clusterReaders(t *testing.T) (b *bundle, readers map[string]int64, a int64)
 			misses = b.feed.cache.stats.misses.Load()
 			firstItem(b, u)
 		})
-		if n := rt.n.Load(); n != 1 { // the items' counts and viewer state are read every page
-			t.Fatalf("reader %d on %s: a repeated read took %d round trips (%d cache misses: %s), want 1 (cached but the items' hydration)",
+		if n := rt.n.Load(); n != 0 { // the items' counts (on their posts' nodes) and viewer state are kept too
+			t.Fatalf("reader %d on %s: a repeated read took %d round trips (%d cache misses: %s), want 0",
 				u, addr, n, b.feed.cache.stats.misses.Load()-misses, rt)
 		}
 		if g := genOf(b, u); g == nil || g.t.addr != addr {
@@ -167,13 +167,15 @@ func TestReadCacheClusterSlotMapChangeFlushes(t *testing.T) {
 	testenv.Eventually(t, 10*time.Second, "flush on the slot map change", func() bool {
 		return c.stats.flushes.Load() > flushes
 	})
+	// Every reader's own keys are read again (the posts' counts, shared
+	// by the readers, are read again by the first of them).
 	for addr, u := range readers {
-		hits := c.stats.hits.Load()
+		misses := c.stats.misses.Load()
 		rt := countRoundTrips(b)
 		firstItem(b, u)
-		if rt.n.Load() == 0 || c.stats.hits.Load() != hits {
-			t.Fatalf("reader on %s: read from the cache after the slot map changed (%d round trips, %d hits)",
-				addr, rt.n.Load(), c.stats.hits.Load()-hits)
+		if got := c.stats.misses.Load() - misses; rt.n.Load() == 0 || got < 4 {
+			t.Fatalf("reader on %s: read from the cache after the slot map changed (%d round trips, %d misses, want the inbox, the timeline and both EXISTS at least)",
+				addr, rt.n.Load(), got)
 		}
 	}
 }

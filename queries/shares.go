@@ -55,12 +55,13 @@ type cand struct {
 // shareAsk is what a page asks beyond the bodies, and the answers.
 type shareAsk struct {
 	viewer   int64
-	accounts []int64 // relations (mutes, blocks) of the viewer to them
-	follows  []int64 // follow questions the page did not answer
-	posts    []int64 // counts and viewer state
-	names    []int64 // names the process does not hold
-	reposts  []int64 // repost entries whose earlier reposts are asked
-	origs    []int64 // their originals (origs[i] of reposts[i])
+	gen      *cacheGen // the read-cache generation of the page's segment read (visibility.gen): sharesThrough
+	accounts []int64   // relations (mutes, blocks) of the viewer to them
+	follows  []int64   // follow questions the page did not answer
+	posts    []int64   // counts and viewer state
+	names    []int64   // names the process does not hold
+	reposts  []int64   // repost entries whose earlier reposts are asked
+	origs    []int64   // their originals (origs[i] of reposts[i])
 
 	rel     map[int64]readmodel.Relation
 	follow  map[int64]bool
@@ -160,7 +161,7 @@ func (f *Feed) show(ctx context.Context, src shareSource, vis visibility, known 
 		return nil
 	}
 
-	a := shareAsk{viewer: viewer, dyn: make([]dynamic, 0, len(cands)+len(cands)/4)}
+	a := shareAsk{viewer: viewer, gen: vis.gen, dyn: make([]dynamic, 0, len(cands)+len(cands)/4)}
 	a.init()
 	account := func(x int64) {
 		if x != viewer {
@@ -257,7 +258,7 @@ func (f *Feed) show(ctx context.Context, src shareSource, vis visibility, known 
 		}
 	}
 	if len(unknown) > 0 {
-		is, err := f.followsVia(ctx, src, viewer, unknown)
+		is, err := f.followsVia(ctx, src, vis.gen, viewer, unknown)
 		if err != nil {
 			return nil, err
 		}
@@ -389,7 +390,13 @@ func (f *Feed) askShares(ctx context.Context, src shareSource, a *shareAsk) erro
 		src = fromPG // Redis lost them under a running system (readmodel.LostField)
 	}
 	if src == fromRedis {
-		err = f.redisShares(ctx, a)
+		handled := false
+		if g := a.gen; g != nil && g.live() {
+			handled, err = f.sharesThrough(ctx, g, a)
+		}
+		if !handled && err == nil {
+			err = f.redisShares(ctx, a)
+		}
 	} else {
 		err = f.pgShares(ctx, a)
 	}
@@ -561,10 +568,11 @@ func (f *Feed) moreEarlier(ctx context.Context, original, repost int64, have []h
 	}
 }
 
-// followsVia answers whether viewer follows each of accounts, from src.
-func (f *Feed) followsVia(ctx context.Context, src shareSource, viewer int64, accounts []int64) ([]bool, error) {
+// followsVia answers whether viewer follows each of accounts, from src
+// (Redis through the read-cache generation g when it is live).
+func (f *Feed) followsVia(ctx context.Context, src shareSource, g *cacheGen, viewer int64, accounts []int64) ([]bool, error) {
 	if src == fromRedis {
-		return f.followsDirect(ctx, viewer, accounts)
+		return f.followsThrough(ctx, g, viewer, accounts)
 	}
 	return f.pgFollows(ctx, viewer, accounts)
 }

@@ -535,3 +535,30 @@ func (r NameReads) At(j int) (string, bool, error) {
 	}
 	return s, err == nil, err
 }
+
+// CountsKey is counts:{post}, StateKeys liked:{viewer}:<day> and
+// reposted:{viewer}:<day>, RepostsKey reposts:{original}: the query
+// side's read cache names what it keeps of them by their keys.
+func (m Engagement) CountsKey(post int64) string { return m.keys.Counts(post) }
+
+// StateKeys returns viewer's two day buckets of day (see CountsKey).
+func (m Engagement) StateKeys(viewer, day int64) (liked, reposted string) {
+	return m.keys.Liked(viewer, day), m.keys.Reposted(viewer, day)
+}
+
+// RepostsKey is reposts:{original} (see CountsKey).
+func (m Engagement) RepostsKey(original int64) string { return m.keys.Reposts(original) }
+
+// StateScanCount is the COUNT of the one SSCAN step that reads a viewer's
+// day bucket whole (the query side's read cache): Redis's default
+// set-max-intset-entries, the largest set of ids kept compact.
+const StateScanCount = 512
+
+// QueueStateScan queues one SSCAN step of the day bucket key (StateKeys)
+// from cursor 0: the whole bucket when its cursor comes back 0.
+func (m Engagement) QueueStateScan(ctx context.Context, pipe redis.Pipeliner, key string) *redis.ScanCmd {
+	return pipe.SScan(ctx, key, 0, "", StateScanCount)
+}
+
+// Key is name:{user} (see Engagement.CountsKey).
+func (m Names) Key(user int64) string { return m.keys.Name(user) }

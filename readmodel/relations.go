@@ -3,6 +3,7 @@ package readmodel
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -95,3 +96,62 @@ func (r RelationReads) All() ([]Relation, error) {
 	}
 	return out, nil
 }
+
+// RelationsScanCount is the COUNT of QueueRelationsScan: a following_v:{u}
+// holds ~built, the mute and block fields and the follow pairs' versions
+// the set does not imply (refollows), a few fields for nearly everyone.
+const RelationsScanCount = 512
+
+// QueueRelationsScan queues one HSCAN step of following_v:{viewer} from
+// cursor 0. When the step returns the whole hash (RelationsOf's whole),
+// it answers the viewer's relation to every account: the query side's
+// read cache keeps it so, instead of one HMGET per page.
+func (m Follows) QueueRelationsScan(ctx context.Context, pipe redis.Pipeliner, viewer int64) *redis.ScanCmd {
+	return pipe.HScan(ctx, m.keys.FollowingVersions(viewer), 0, "", RelationsScanCount)
+}
+
+// RelationsOf returns the relations an HSCAN step of following_v:{u}
+// (QueueRelationsScan) holds: the accounts with a mute or a block either
+// way (odd version), and whole, true when the step returned the whole
+// hash (cursor 0): then an account it does not name has no relation.
+func RelationsOf(cmd *redis.ScanCmd) (rels map[int64]Relation, whole bool, err error) {
+	kv, cursor, err := cmd.Result()
+	if err != nil {
+		return nil, false, err
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		f, v := kv[i], kv[i+1]
+		if len(f) < 3 || f[1] != ':' || (f[0] != 'm' && f[0] != 'b' && f[0] != 'x') {
+			continue // ~built, a follow pair's version
+		}
+		ver, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return nil, false, fmt.Errorf("relation field %s: %w", f, err)
+		}
+		if ver%2 == 0 {
+			continue
+		}
+		a, err := strconv.ParseInt(f[2:], 10, 64)
+		if err != nil {
+			return nil, false, fmt.Errorf("relation field %s: %w", f, err)
+		}
+		if rels == nil {
+			rels = map[int64]Relation{}
+		}
+		r := rels[a]
+		switch f[0] {
+		case 'm':
+			r.Muted = true
+		case 'b':
+			r.Blocks = true
+		case 'x':
+			r.BlockedBy = true
+		}
+		rels[a] = r
+	}
+	return rels, cursor == 0, nil
+}
+
+// VersionsKey is following_v:{viewer}: the query side's read cache names
+// the relations it keeps by it.
+func (m Follows) VersionsKey(viewer int64) string { return m.keys.FollowingVersions(viewer) }
