@@ -126,11 +126,6 @@ type Config struct {
 	// start, for a wake-up sent before the projectors saw its user online
 	// (default 2 s).
 	StreamStartRead time.Duration
-	// StreamFollowUp is when a live stream reads once more after a read a
-	// wake-up caused, for what the read's caches had not seen yet (the
-	// read cache's invalidations travel on another connection than the
-	// wake-up; default 1 s).
-	StreamFollowUp time.Duration
 	// StreamsHijacked serves live streams from a few shared goroutines
 	// instead of a goroutine each: the connection is taken from net/http
 	// after the request is read (stream_hijack.go; HTTP/1 only, HTTP/2
@@ -164,7 +159,6 @@ func (c Config) withDefaults() Config {
 	c.StreamWriteTimeout = cmp.Or(c.StreamWriteTimeout, 10*time.Second)
 	c.StreamStartRead = cmp.Or(c.StreamStartRead, 2*time.Second)
 	c.StreamRetry = cmp.Or(c.StreamRetry, time.Second)
-	c.StreamFollowUp = cmp.Or(c.StreamFollowUp, time.Second)
 	return c
 }
 
@@ -208,7 +202,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("max body bytes %d: want at least 1024", c.MaxBodyBytes)
 	case c.RequestTimeout <= 0, c.ReadHeaderTimeout <= 0, c.ReadTimeout <= 0, c.WriteTimeout <= 0, c.IdleTimeout <= 0, c.ShutdownTimeout <= 0, c.BodyReadTimeout <= 0:
 		return errors.New("timeouts must be positive")
-	case c.StreamsPerUser < 1, c.StreamsMax < 1, c.StreamHeartbeat <= 0, c.StreamWriteTimeout <= 0, c.StreamStartRead <= 0, c.StreamRetry <= 0, c.StreamFollowUp <= 0:
+	case c.StreamsPerUser < 1, c.StreamsMax < 1, c.StreamHeartbeat <= 0, c.StreamWriteTimeout <= 0, c.StreamStartRead <= 0, c.StreamRetry <= 0:
 		return errors.New("stream bounds and intervals must be positive")
 	case c.WritesPerMinute < 0, c.ReadsPerSecond < 0, c.RegistrationsPerHour < 0:
 		return errors.New("quotas must not be negative")

@@ -282,7 +282,6 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, caller int6
 	// before they saw the user online.
 	again := time.NewTimer(s.cfg.StreamStartRead)
 	defer again.Stop()
-	followUp := true // again is armed
 	celebs := time.NewTicker(time.Minute)
 	defer celebs.Stop()
 	var buf []live.Event
@@ -339,12 +338,7 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, caller int6
 			if !wrote(read()) {
 				return nil
 			}
-			if !followUp {
-				again.Reset(s.cfg.StreamFollowUp)
-				followUp = true
-			}
 		case <-again.C:
-			followUp = false
 			if !wrote(read()) {
 				return nil
 			}

@@ -39,7 +39,7 @@ type hstream struct {
 
 	queued   atomic.Bool  // in the jobs channel
 	wantRead atomic.Bool  // a wake-up or a timer asked for a read
-	readAt   atomic.Int64 // unix nanos of a timed read (start, follow-up); 0: none
+	readAt   atomic.Int64 // unix nanos of the timed read after the start (StreamStartRead); 0: none
 	lastOut  atomic.Int64 // unix nanos of the last write
 	ended    atomic.Bool
 
@@ -241,9 +241,6 @@ func (h *hstream) serve() {
 			}
 		}
 		cancel()
-		if h.readAt.Load() == 0 {
-			h.readAt.Store(time.Now().Add(s.cfg.StreamFollowUp).UnixNano())
-		}
 	}
 	if time.Now().UnixNano()-h.lastOut.Load() >= int64(s.cfg.StreamHeartbeat) {
 		h.out = append(h.out[:0], ":\n\n"...)

@@ -231,14 +231,14 @@ func TestStreamAcrossInstances(t *testing.T) {
 
 func testStreamAcrossInstances(t *testing.T, hijacked, cluster bool) {
 	// The projectors read who is online at every push, and instance 1's
-	// streams read only when woken up (no read after their start, no
-	// follow-up read): what they receive came through Pub/Sub.
+	// streams read only when woken up (no read after their start): what
+	// they receive came through Pub/Sub.
 	pol := policies{CelebrityThreshold: 3, InboxMax: 50, InboxTrimSlack: 5, TimelineMax: 50, BackfillPosts: 10,
 		FanoutBatch: 10, CacheTTL: 300 * time.Millisecond, RefreshSettle: 2 * time.Second, OnlineRefresh: -1,
 		RedisCluster: cluster}
 	s := startSystem(t, pol)
 	s.StartProjectors(t) // a second projector set, in the same groups
-	one := startInstance(t, s, api.Config{StreamStartRead: time.Hour, StreamFollowUp: time.Hour, StreamsHijacked: hijacked})
+	one := startInstance(t, s, api.Config{StreamStartRead: time.Hour, StreamsHijacked: hijacked})
 	two := startInstance(t, s, api.Config{})
 	ctx := context.Background()
 	newUser := func(name string) (int64, string) {
@@ -710,7 +710,7 @@ func TestNotificationsStream(t *testing.T) {
 	t.Parallel()
 	s := startSystem(t, policies{CelebrityThreshold: 1000, InboxMax: 50, InboxTrimSlack: 5, TimelineMax: 50, BackfillPosts: 10,
 		FanoutBatch: 10, CacheTTL: 300 * time.Millisecond, RefreshSettle: 2 * time.Second, OnlineRefresh: -1})
-	one := startInstance(t, s, api.Config{StreamStartRead: time.Hour, StreamFollowUp: time.Hour, StreamsHijacked: true})
+	one := startInstance(t, s, api.Config{StreamStartRead: time.Hour, StreamsHijacked: true})
 	two := startInstance(t, s, api.Config{})
 	ctx := context.Background()
 	newUser := func(name string) (int64, string) {

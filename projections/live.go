@@ -76,7 +76,7 @@ func (w *liveWakes) wakeUsers(ctx context.Context, users []int64) error {
 
 // Notified implements Notifier: it publishes wake:n:{u} when user has an
 // open stream. A failure is logged by nobody and costs the stream its
-// wake-up only (its follow-up reads cover it).
+// wake-up only: what it would have read comes with its next wake-up.
 func (w *liveWakes) Notified(ctx context.Context, user int64, _ readmodel.Notification) {
 	w.wakeNotifications(ctx, user)
 }
