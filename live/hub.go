@@ -56,6 +56,14 @@ type Hub struct {
 	pending []*redis.PubSub          // shards Run has not started a receiver for
 	added   chan struct{}            // a shard was added to pending
 
+	// changesSeen counts the changes channel's messages and subscription
+	// replies: a stream whose last read of the changes stream began at
+	// the same count has nothing new to read there (ChangesSeen), while
+	// changesUp says the channel is subscribed (its reply received since
+	// the hub last subscribed or unsubscribed it).
+	changesSeen atomic.Uint64
+	changesUp   atomic.Bool
+
 	ran   atomic.Bool
 	ready chan struct{}
 }
@@ -79,6 +87,20 @@ func (h *Hub) Live() readmodel.Live { return h.live }
 
 // Redis is the hub's client (the changes stream is read through it).
 func (h *Hub) Redis() redis.UniversalClient { return h.rdb }
+
+// ChangesSeen counts the wake-ups of the changes channel this hub has
+// received (its messages, and its subscription replies, after which a
+// message may have been lost), and reports whether the channel is
+// subscribed now (up). The posts projector publishes on the channel after
+// every append to the changes stream, so while the channel is up, a read
+// of the stream that began at count n holds every change appended before
+// the n-th wake-up: while the count is still n, another read finds
+// nothing new (Stream.Step skips it). A change whose publish failed waits
+// for the next change's wake-up, as an entry waits for the next wake-up.
+func (h *Hub) ChangesSeen() (n uint64, up bool) {
+	up = h.changesUp.Load()
+	return h.changesSeen.Load(), up
+}
 
 // Listener is one stream's registration: C receives a value (coalesced)
 // whenever one of its channels is published, or resubscribed after a
@@ -162,6 +184,11 @@ func (l *Listener) SetChannels(ctx context.Context, channels []string) error {
 		l.chans = append(l.chans, c)
 	}
 	h.mu.Unlock()
+	for _, c := range append(unsubscribe, subscribe...) {
+		if c == h.live.ChangesChannel() {
+			h.changesUp.Store(false) // until its subscription reply (ChangesSeen)
+		}
+	}
 	var errs []error
 	for _, c := range unsubscribe {
 		if ps, err := h.shard(ctx, c, false); err == nil && ps != nil {
@@ -305,6 +332,9 @@ func (h *Hub) receive(ctx context.Context, ps *redis.PubSub) {
 		backoff = 50 * time.Millisecond
 		switch m := msg.(type) {
 		case *redis.Message:
+			if m.Channel == h.live.ChangesChannel() {
+				h.changesSeen.Add(1) // before the wake-up (ChangesSeen)
+			}
 			if h.cfg.OnAuthorWake != nil {
 				if a, ok := h.live.WokenAuthor(m.Channel); ok {
 					h.cfg.OnAuthorWake(a)
@@ -312,8 +342,15 @@ func (h *Hub) receive(ctx context.Context, ps *redis.PubSub) {
 			}
 			h.wake(m.Channel)
 		case *redis.Subscription:
-			if m.Kind == "ssubscribe" {
+			switch {
+			case m.Kind == "ssubscribe":
+				if m.Channel == h.live.ChangesChannel() {
+					h.changesSeen.Add(1)
+					h.changesUp.Store(true)
+				}
 				h.wake(m.Channel)
+			case m.Kind == "sunsubscribe" && m.Channel == h.live.ChangesChannel():
+				h.changesUp.Store(false) // the server's order of the two replies is the truth
 			}
 		}
 	}

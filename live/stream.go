@@ -58,6 +58,11 @@ type Stream struct {
 	// Overflowed counts the times Sent passed MaxSent (B moved up to the
 	// newest sent entry).
 	Overflowed int
+	// changesAt is the hub's ChangesSeen when the last complete read of
+	// the changes stream began, read whether that read may be trusted
+	// (the channel was up).
+	changesAt uint64
+	read      bool
 }
 
 // Open returns user's stream: resumed from lastID (a Last-Event-ID) when
@@ -148,7 +153,17 @@ func (s *Stream) Step(ctx context.Context, out []Event) ([]Event, bool, error) {
 		// settled horizon are taken as projected.
 		s.r.raise(settled)
 	}
+	// The changes: only when the hub received a wake-up of the changes
+	// channel since the last complete read of them began, or cannot tell
+	// (the channel not subscribed: Hub.ChangesSeen).
+	seen, up := s.hub.ChangesSeen()
+	if up && s.read && seen == s.changesAt {
+		return out, more, nil
+	}
 	out, cmore, err := s.changes(ctx, out)
+	if err == nil && !cmore {
+		s.changesAt, s.read = seen, up
+	}
 	return out, more || cmore, err
 }
 

@@ -68,7 +68,9 @@ func (f *Feed) readHome(ctx context.Context, iv *inboxView, user int64, cur key,
 		if f.cache != nil {
 			f.cache.stats.direct.Add(1)
 		}
-		return f.readHomeDirect(ctx, iv, user, cur, n, members)
+		r, err := f.readHomeDirect(ctx, iv, user, cur, n, members)
+		r.gen = g // a live stream's: its hydration still goes through the cache (directKey)
+		return r, err
 	}
 	if f.cfg.ReadCacheBarrier {
 		if err := g.t.barrier(ctx); err != nil {

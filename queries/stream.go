@@ -37,9 +37,9 @@ func (f *Feed) HomeAbove(ctx context.Context, userID int64, b events.FeedKey, ma
 	if userID <= 0 {
 		return nil, events.FeedKey{}, false, ErrInvalidID
 	}
-	// A stream reads because a projector just wrote: it reads Redis
-	// itself, not the read cache, which may not have received that
-	// write's invalidation yet (directKey).
+	// A stream reads because a projector just wrote: it reads the
+	// entries from Redis itself, not from the read cache, which may not
+	// have received that write's invalidation yet (directKey).
 	ctx = context.WithValue(ctx, directKey{}, true)
 	a := key{ms: b.Ms, id: b.ID}
 	h := f.settled()
@@ -264,10 +264,15 @@ func (f *Feed) LastNotificationRemoval(ctx context.Context, userID int64) (readm
 	return readmodel.NewNotifications(f.cfg.Keys, 0, 0).LastRemoval(ctx, f.rdb, userID)
 }
 
-// directKey in a read's context makes its home read go to Redis, not
-// through the read cache (readHome): a live stream's read, made because a
-// projector wrote, must see that write, and what it reads changed since
-// the last read anyway. Waiting for the cache's barrier instead (a PING
-// queued behind every invalidation the node sent the process) stalled
-// streams for seconds under a full mix, as the invalidations queued.
+// directKey in a read's context makes its home read's entries (step 1:
+// the inbox, the own timeline and their markers) come from Redis, not
+// from the read cache (readHome): a live stream's read, made because a
+// projector wrote an entry, must see that write, and the entries changed
+// since the last read anyway. Waiting for the cache's barrier instead (a
+// PING queued behind every invalidation the node sent the process)
+// stalled streams for seconds under a full mix, as the invalidations
+// queued. The entries' hydration still asks the cache (followsThrough,
+// sharesThrough): follows, relations, counts and the viewer's state are
+// not what the wake-up was for, and a projector's change to them is in
+// the cache as soon as its invalidation arrives, as for any page.
 type directKey struct{}
