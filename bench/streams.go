@@ -332,6 +332,12 @@ func (ls *liveStreams) fail(kind string) {
 	ls.mu.Unlock()
 }
 
+// streamSettle is how long the mixed phase waits after the streams
+// opened: past the read each makes 2 s after its open (the API's
+// default StreamStartRead), which for 1,000 streams opened at once is a
+// burst of 1,000 reads.
+const streamSettle = 3 * time.Second
+
 // open starts every stream and returns once each answered or failed.
 func (ls *liveStreams) open(ctx context.Context) {
 	users := slices.Sorted(maps.Keys(ls.holders))
