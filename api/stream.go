@@ -42,6 +42,7 @@ type streamMetrics struct {
 	cutoffs  *prometheus.CounterVec
 	refused  prometheus.Counter
 	overflow prometheus.Counter
+	burst    prometheus.Counter
 }
 
 func newStreamMetrics(reg prometheus.Registerer) (*streamMetrics, error) {
@@ -55,8 +56,10 @@ func newStreamMetrics(reg prometheus.Registerer) (*streamMetrics, error) {
 			Help: "Live streams refused with 503 because the process was at FEED_STREAMS_MAX."}),
 		overflow: prometheus.NewCounter(prometheus.CounterOpts{Name: "feed_stream_sent_overflow_total",
 			Help: "Times a stream's set of sent entries above its position passed its bound and the position moved up to the newest sent entry (an entry projected late below it may then be skipped)."}),
+		burst: prometheus.NewCounter(prometheus.CounterOpts{Name: "feed_stream_burst_workers_total",
+			Help: "Workers started for hijacked streams while more waited than there were workers (each ends when none waits)."}),
 	}
-	for _, c := range []prometheus.Collector{m.open, m.events, m.cutoffs, m.refused, m.overflow} {
+	for _, c := range []prometheus.Collector{m.open, m.events, m.cutoffs, m.refused, m.overflow, m.burst} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

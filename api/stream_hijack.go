@@ -26,8 +26,18 @@ import (
 // way (docs/streams.md, Memory). A client that goes away is noticed at
 // the next write (a heartbeat at the latest).
 
-// streamWorkers is the number of goroutines serving hijacked streams.
-const streamWorkers = 4
+// streamWorkers is the number of goroutines serving hijacked streams
+// always; while more streams wait for one than there are of them, up to
+// streamBurstWorkers more start, each ending when it finds none waiting.
+// A wake-up's step spends most of its time waiting for Redis, and after a
+// stall (a celebrity's post waking hundreds of streams, a pause of the
+// whole process) a fixed few drained the backlog seconds after the polling
+// reads had recovered: under load a stream then gets about the share of
+// the process a request's goroutine gets.
+const (
+	streamWorkers      = 4
+	streamBurstWorkers = 60
+)
 
 // hstream is one hijacked stream.
 type hstream struct {
@@ -52,6 +62,7 @@ type hstream struct {
 type hijackPool struct {
 	once    sync.Once
 	jobs    chan *hstream
+	burst   atomic.Int32 // workers started for a backlog (streamBurstWorkers)
 	mu      sync.Mutex
 	streams map[*hstream]struct{}
 	stop    chan struct{}
@@ -83,7 +94,8 @@ func (p *hijackPool) start(s *Server) {
 	})
 }
 
-// enqueue gives h to a worker unless it is queued already.
+// enqueue gives h to a worker unless it is queued already, and starts a
+// burst worker when more streams wait than there are workers.
 func (p *hijackPool) enqueue(h *hstream) {
 	if h.queued.CompareAndSwap(false, true) {
 		select {
@@ -92,6 +104,31 @@ func (p *hijackPool) enqueue(h *hstream) {
 			// Every worker busy and the queue full: the next tick
 			// enqueues it again.
 			h.queued.Store(false)
+		}
+	}
+	if len(p.jobs) > streamWorkers+int(p.burst.Load()) {
+		if p.burst.Add(1) <= streamBurstWorkers {
+			h.s.smetrics.burst.Inc()
+			go p.drain()
+		} else {
+			p.burst.Add(-1)
+		}
+	}
+}
+
+// drain is a burst worker: it serves the streams waiting and ends when
+// it finds none.
+func (p *hijackPool) drain() {
+	defer p.burst.Add(-1)
+	for {
+		select {
+		case h := <-p.jobs:
+			h.queued.Store(false)
+			h.serve()
+		case <-p.stop:
+			return
+		default:
+			return
 		}
 	}
 }
