@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/feedco/feed/api"
 	"github.com/feedco/feed/live"
 	"github.com/feedco/feed/queries"
 	"github.com/feedco/feed/testkit/testenv"
@@ -205,4 +206,52 @@ func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 		}
 		return next(ctx, cmds)
 	}
+}
+
+// Many hijacked streams woken by one post at once (its author's 40
+// followers): each receives the post once, whether the 4 workers or the
+// burst workers served it (feed_stream_burst_workers_total says how many
+// started), and the next post too, once the burst workers have ended.
+func TestStreamBurstOfWakeUps(t *testing.T) {
+	t.Parallel()
+	s := startSystem(t, policies{CelebrityThreshold: 1000, InboxMax: 50, InboxTrimSlack: 5, TimelineMax: 50, BackfillPosts: 10,
+		FanoutBatch: 10, CacheTTL: 300 * time.Millisecond, RefreshSettle: 2 * time.Second})
+	in := startInstance(t, s, api.Config{StreamsHijacked: true})
+	ctx := context.Background()
+	author, atok := newStreamUser(t, in, "author")
+	var clients []*sseClient
+	for i := range 40 {
+		_, tok := newStreamUser(t, in, fmt.Sprint("reader", i))
+		if err := in.call(ctx, http.MethodPut, fmt.Sprint("/api/following/", author), tok, "", nil, nil, http.StatusNoContent, nil); err != nil {
+			t.Fatal(err)
+		}
+		clients = append(clients, openStream(t, in.baseURL, tok, "", "", http.StatusOK))
+	}
+	for round := range 2 {
+		var p apiPost
+		if err := in.call(ctx, http.MethodPost, "/api/posts", atok, "", map[string]string{"content": fmt.Sprint("burst ", round)}, &p, http.StatusCreated, nil); err != nil {
+			t.Fatal(err)
+		}
+		for i, c := range clients {
+			if got := streamPost(t, c.next(t, time.Minute)); got.ID != p.ID {
+				t.Fatalf("round %d: reader %d's stream sent %s, want %s", round, i, got.ID, p.ID)
+			}
+		}
+	}
+	// 40 wake-ups queued within microseconds while a step takes
+	// milliseconds: the backlog starts burst workers.
+	if n := counter(t, in.srv.Registry(), "feed_stream_burst_workers_total", ""); n < 1 {
+		t.Fatalf("%v burst workers started for 40 streams woken at once", n)
+	}
+}
+
+// newStreamUser registers name on in and returns its id and a token.
+func newStreamUser(t *testing.T, in *streamInstance, name string) (int64, string) {
+	t.Helper()
+	var u apiUser
+	if err := in.call(context.Background(), http.MethodPost, "/api/users", "", "", map[string]string{"name": name}, &u, http.StatusCreated, nil); err != nil {
+		t.Fatal(err)
+	}
+	id, _ := strconv.ParseInt(u.ID, 10, 64)
+	return id, in.signer.Sign(id, time.Hour)
 }
