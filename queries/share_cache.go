@@ -333,19 +333,7 @@ func (tr *shareTrip) queueCountsAndNames(ctx context.Context, f *Feed, a *shareA
 	}
 	if len(tr.names) > 0 {
 		reads := f.userNames.QueueNames(ctx, tr.pipe, tr.names)
-		tr.done = append(tr.done, func(int64) error {
-			for j, u := range tr.names {
-				n, ok, err := reads.At(j)
-				if err != nil {
-					return fmt.Errorf("read the name of %d: %w", u, err)
-				}
-				if ok {
-					a.name[u] = n
-					f.names.put(u, n)
-				}
-			}
-			return nil
-		})
+		tr.done = append(tr.done, func(int64) error { return f.namesInto(a, reads, tr.names) })
 	}
 }
 

@@ -489,15 +489,8 @@ func (f *Feed) redisShares(ctx context.Context, a *shareAsk) error {
 	for j, s := range ss {
 		a.state[recent[j]] = ViewerState{Liked: s.Liked, Reposted: s.Reposted}
 	}
-	for j, u := range a.names {
-		n, ok, err := names.At(j)
-		if err != nil {
-			return fmt.Errorf("read the name of %d: %w", u, err)
-		}
-		if ok {
-			a.name[u] = n
-			f.names.put(u, n)
-		}
+	if err := f.namesInto(a, names, a.names); err != nil {
+		return err
 	}
 	// A set of reposts marked incomplete (created after its original left
 	// the horizon) leaves the question to PostgreSQL.
@@ -517,6 +510,23 @@ func (f *Feed) redisShares(ctx context.Context, a *shareAsk) error {
 		a.more[r] = more
 	}
 	return f.pgOld(ctx, a, old, incOrigs, incReposts)
+}
+
+// namesInto takes into a (and the process's name cache) the names
+// reads holds of users, in order; a user without one is left to
+// PostgreSQL (askShares).
+func (f *Feed) namesInto(a *shareAsk, reads readmodel.NameReads, users []int64) error {
+	for j, u := range users {
+		n, ok, err := reads.At(j)
+		if err != nil {
+			return fmt.Errorf("read the name of %d: %w", u, err)
+		}
+		if ok {
+			a.name[u] = n
+			f.names.put(u, n)
+		}
+	}
+	return nil
 }
 
 // pgOld answers from PostgreSQL what Redis no longer holds: the counts
