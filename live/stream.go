@@ -59,8 +59,8 @@ type Stream struct {
 	// newest sent entry).
 	Overflowed int
 	// changesAt is the hub's ChangesSeen when the last complete read of
-	// the changes stream began, read whether that read may be trusted
-	// (the channel was up).
+	// the changes stream began; read says that count may be trusted (the
+	// channel was up then).
 	changesAt uint64
 	read      bool
 }

@@ -22,7 +22,8 @@ import (
 // entries' (a body it does not hold is read from Redis, or PostgreSQL,
 // in one more round trip at most per level: originals and quoted posts,
 // then the posts the originals quote); everything else is one round trip
-// (shareAsk): the viewer's relations to the accounts the entries name
+// at most (shareAsk), through the read cache when the page's segment read
+// went through it (share_cache.go: what the cache holds costs nothing): the viewer's relations to the accounts the entries name
 // (one HMGET of following_v:{viewer}), follows not known from the page
 // (one SMISMEMBER), counts (one HMGET of counts:{p} per post), the
 // viewer's likes and reposts (two SMISMEMBER for the whole page, never a
