@@ -53,16 +53,8 @@ func TestStreamReadsChangesOnlyWhenWoken(t *testing.T) {
 	}
 	testenv.Start(t, hub.Service())
 
-	newUser := func(name string) (int64, string) {
-		var u apiUser
-		if err := s.call(ctx, http.MethodPost, "/api/users", "", "", map[string]string{"name": name}, &u, http.StatusCreated, nil); err != nil {
-			t.Fatal(err)
-		}
-		id, _ := strconv.ParseInt(u.ID, 10, 64)
-		return id, s.signer.Sign(id, time.Hour)
-	}
-	reader, rtok := newUser("reader")
-	author, atok := newUser("author")
+	reader, rtok := newUserOn(t, s, "reader")
+	author, atok := newUserOn(t, s, "author")
 	if err := s.call(ctx, http.MethodPut, fmt.Sprint("/api/following/", author), rtok, "", nil, nil, http.StatusNoContent, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -218,10 +210,10 @@ func TestStreamBurstOfWakeUps(t *testing.T) {
 		FanoutBatch: 10, CacheTTL: 300 * time.Millisecond, RefreshSettle: 2 * time.Second})
 	in := startInstance(t, s, api.Config{StreamsHijacked: true})
 	ctx := context.Background()
-	author, atok := newStreamUser(t, in, "author")
+	author, atok := newUserOn(t, in.system, "author")
 	var clients []*sseClient
 	for i := range 40 {
-		_, tok := newStreamUser(t, in, fmt.Sprint("reader", i))
+		_, tok := newUserOn(t, in.system, fmt.Sprint("reader", i))
 		if err := in.call(ctx, http.MethodPut, fmt.Sprint("/api/following/", author), tok, "", nil, nil, http.StatusNoContent, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -245,13 +237,13 @@ func TestStreamBurstOfWakeUps(t *testing.T) {
 	}
 }
 
-// newStreamUser registers name on in and returns its id and a token.
-func newStreamUser(t *testing.T, in *streamInstance, name string) (int64, string) {
+// newUserOn registers name on s and returns its id and a token.
+func newUserOn(t *testing.T, s *system, name string) (int64, string) {
 	t.Helper()
 	var u apiUser
-	if err := in.call(context.Background(), http.MethodPost, "/api/users", "", "", map[string]string{"name": name}, &u, http.StatusCreated, nil); err != nil {
+	if err := s.call(context.Background(), http.MethodPost, "/api/users", "", "", map[string]string{"name": name}, &u, http.StatusCreated, nil); err != nil {
 		t.Fatal(err)
 	}
 	id, _ := strconv.ParseInt(u.ID, 10, 64)
-	return id, in.signer.Sign(id, time.Hour)
+	return id, s.signer.Sign(id, time.Hour)
 }

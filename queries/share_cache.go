@@ -128,14 +128,7 @@ func (f *Feed) sharesThrough(ctx context.Context, g *cacheGen, a *shareAsk) (boo
 	// Counts and the viewer's state; those of posts older than the
 	// horizon are PostgreSQL's (pgOld).
 	hz, nowT := f.horizon(), f.now()
-	var recent, old []int64
-	for _, p := range a.posts {
-		if hz.Within(p, nowT) {
-			recent = append(recent, p)
-		} else {
-			old = append(old, p)
-		}
-	}
+	recent, old := byHorizon(hz, nowT, a.posts)
 	for _, p := range recent {
 		k := f.engagement.CountsKey(p)
 		if v, ok := c.lookupTally(k, countsSig, now, &t); ok {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -434,14 +435,7 @@ func (f *Feed) redisShares(ctx context.Context, a *shareAsk) error {
 	// The counts and the viewer's state of posts older than the horizon
 	// are PostgreSQL's (old): Redis has dropped them.
 	hz, now := f.horizon(), f.now()
-	var recent, old []int64
-	for _, p := range a.posts {
-		if hz.Within(p, now) {
-			recent = append(recent, p)
-		} else {
-			old = append(old, p)
-		}
-	}
+	recent, old := byHorizon(hz, now, a.posts)
 	counts := f.engagement.QueueCounts(ctx, pipe, recent)
 	var state readmodel.ViewerStateReads
 	if a.viewer != 0 {
@@ -511,6 +505,20 @@ func (f *Feed) redisShares(ctx context.Context, a *shareAsk) error {
 		a.more[r] = more
 	}
 	return f.pgOld(ctx, a, old, incOrigs, incReposts)
+}
+
+// byHorizon splits posts into those inside the horizon hz at now
+// (recent) and those older (old), whose counts and viewer state Redis
+// has dropped.
+func byHorizon(hz readmodel.Horizon, now time.Time, posts []int64) (recent, old []int64) {
+	for _, p := range posts {
+		if hz.Within(p, now) {
+			recent = append(recent, p)
+		} else {
+			old = append(old, p)
+		}
+	}
+	return recent, old
 }
 
 // namesInto takes into a (and the process's name cache) the names
