@@ -15,6 +15,7 @@ import (
 
 	"github.com/feedco/feed/live"
 	"github.com/feedco/feed/readmodel"
+	"github.com/feedco/feed/testkit/testenv"
 	"github.com/feedco/feed/verify"
 )
 
@@ -184,15 +185,11 @@ func openStreams(t *testing.T, s *suite) *streamSet {
 func (set *streamSet) check(t *testing.T) string {
 	t.Helper()
 	defer set.close()
-	deadline := time.Now().Add(set.s.timeout)
 	var diffs []string
-	for {
+	testenv.Poll(set.s.timeout, 200*time.Millisecond, func() bool { // the truth's queries, per user
 		diffs = set.differences()
-		if len(diffs) == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond) // polling the clients' state against the truth
-	}
+		return len(diffs) == 0
+	})
 	if len(diffs) > 0 {
 		t.Errorf("streams after the API's kill -9: %d differences:\n%s", len(diffs), strings.Join(diffs[:min(10, len(diffs))], "\n"))
 	}

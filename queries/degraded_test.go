@@ -147,7 +147,9 @@ func TestPostCreatedCircuitOpensWhileRedisDown(t *testing.T) {
 	// fails and opens the circuit again, and a later one closes it.
 	deadline := time.Now().Add(20 * time.Second)
 	for ms := base + 20; ; ms++ {
-		time.Sleep(250 * time.Millisecond) // a poll: calls inside RedisBreakerOpen are skipped, the first past it is the probe
+		// Calls inside RedisBreakerOpen are skipped: the first once the
+		// circuit is half-open is the probe.
+		testenv.Eventually(t, 20*time.Second, "the write circuit half-open", func() bool { return b.feed.Circuits().Writes != "open" })
 		k = b.post(reader, ms)
 		err := b.feed.PostCreated(b.ctx, NewPost{ID: k.id, AuthorID: reader, Content: fmt.Sprint("post ", k.id), CreatedAt: time.UnixMilli(k.ms)})
 		if err == nil {

@@ -211,14 +211,24 @@ func escapeGlob(s string) string {
 // Eventually polls cond every 20 ms until it returns true or timeout passes.
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
+	if !Poll(timeout, 20*time.Millisecond, cond) {
+		t.Fatalf("timed out after %v waiting for %s", timeout, fmt.Sprint(what))
+	}
+}
+
+// Poll calls cond every interval until it holds or timeout passes, and
+// reports whether it held: Eventually for a caller that says itself what
+// was left (the differences it was waiting to see go), or whose condition
+// is too costly to ask every 20 ms.
+func Poll(timeout, interval time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
 		if cond() {
-			return
+			return true
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(interval)
 	}
-	t.Fatalf("timed out after %v waiting for %s", timeout, fmt.Sprint(what))
+	return cond()
 }
 
 // Go runs fn in a goroutine until the returned stop is called or the test
