@@ -38,14 +38,7 @@ func BenchmarkStreamEvent(b *testing.B) {
 	s := startSystem(b, policies{CelebrityThreshold: 1000, InboxMax: 100, InboxTrimSlack: 10, TimelineMax: 100, BackfillPosts: 10,
 		FanoutBatch: 10, CacheTTL: 300 * time.Millisecond, RefreshSettle: 500 * time.Millisecond})
 	ctx := context.Background()
-	newUser := func(name string) (int64, string) {
-		var u apiUser
-		if err := s.call(ctx, http.MethodPost, "/api/users", "", "", map[string]string{"name": name}, &u, http.StatusCreated, nil); err != nil {
-			b.Fatal(err)
-		}
-		id, _ := strconv.ParseInt(u.ID, 10, 64)
-		return id, s.signer.Sign(id, time.Hour)
-	}
+	newUser := func(name string) (int64, string) { return newUserOn(b, s, name) }
 	reader, rtok := newUser("reader")
 	author, atok := newUser("author")
 	if err := s.call(ctx, http.MethodPut, fmt.Sprint("/api/following/", author), rtok, "", nil, nil, http.StatusNoContent, nil); err != nil {

@@ -238,7 +238,7 @@ func TestStreamBurstOfWakeUps(t *testing.T) {
 }
 
 // newUserOn registers name on s and returns its id and a token.
-func newUserOn(t *testing.T, s *system, name string) (int64, string) {
+func newUserOn(t testing.TB, s *system, name string) (int64, string) {
 	t.Helper()
 	var u apiUser
 	if err := s.call(context.Background(), http.MethodPost, "/api/users", "", "", map[string]string{"name": name}, &u, http.StatusCreated, nil); err != nil {

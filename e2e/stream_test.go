@@ -241,14 +241,7 @@ func testStreamAcrossInstances(t *testing.T, hijacked, cluster bool) {
 	one := startInstance(t, s, api.Config{StreamStartRead: time.Hour, StreamsHijacked: hijacked})
 	two := startInstance(t, s, api.Config{})
 	ctx := context.Background()
-	newUser := func(name string) (int64, string) {
-		var u apiUser
-		if err := two.call(ctx, http.MethodPost, "/api/users", "", "", map[string]string{"name": name}, &u, http.StatusCreated, nil); err != nil {
-			t.Fatal(err)
-		}
-		id, _ := strconv.ParseInt(u.ID, 10, 64)
-		return id, s.signer.Sign(id, time.Hour)
-	}
+	newUser := func(name string) (int64, string) { return newUserOn(t, two.system, name) }
 	post := func(tok, content string) apiPost {
 		var p apiPost
 		if err := two.call(ctx, http.MethodPost, "/api/posts", tok, "", map[string]string{"content": content}, &p, http.StatusCreated, nil); err != nil {
@@ -349,14 +342,7 @@ func testStreamAcrossInstances(t *testing.T, hijacked, cluster bool) {
 func streamUsers(t testing.TB, in *streamInstance) (reader int64, rtok string, author int64, atok string) {
 	t.Helper()
 	ctx := context.Background()
-	newUser := func(name string) (int64, string) {
-		var u apiUser
-		if err := in.call(ctx, http.MethodPost, "/api/users", "", "", map[string]string{"name": name}, &u, http.StatusCreated, nil); err != nil {
-			t.Fatal(err)
-		}
-		id, _ := strconv.ParseInt(u.ID, 10, 64)
-		return id, in.signer.Sign(id, time.Hour)
-	}
+	newUser := func(name string) (int64, string) { return newUserOn(t, in.system, name) }
 	reader, rtok = newUser("reader")
 	author, atok = newUser("author")
 	if err := in.call(ctx, http.MethodPut, fmt.Sprint("/api/following/", author), rtok, "", nil, nil, http.StatusNoContent, nil); err != nil {
@@ -713,14 +699,7 @@ func TestNotificationsStream(t *testing.T) {
 	one := startInstance(t, s, api.Config{StreamStartRead: time.Hour, StreamsHijacked: true})
 	two := startInstance(t, s, api.Config{})
 	ctx := context.Background()
-	newUser := func(name string) (int64, string) {
-		var u apiUser
-		if err := two.call(ctx, http.MethodPost, "/api/users", "", "", map[string]string{"name": name}, &u, http.StatusCreated, nil); err != nil {
-			t.Fatal(err)
-		}
-		id, _ := strconv.ParseInt(u.ID, 10, 64)
-		return id, s.signer.Sign(id, time.Hour)
-	}
+	newUser := func(name string) (int64, string) { return newUserOn(t, two.system, name) }
 	do := func(method, path, tok string, body any, want int) {
 		t.Helper()
 		if err := two.call(ctx, method, path, tok, "", body, nil, want, nil); err != nil {
@@ -790,14 +769,7 @@ func TestStreamToldOfRemovals(t *testing.T) {
 	one := startInstance(t, s, api.Config{StreamsHijacked: true})
 	two := startInstance(t, s, api.Config{})
 	ctx := context.Background()
-	newUser := func(name string) (int64, string) {
-		var u apiUser
-		if err := two.call(ctx, http.MethodPost, "/api/users", "", "", map[string]string{"name": name}, &u, http.StatusCreated, nil); err != nil {
-			t.Fatal(err)
-		}
-		id, _ := strconv.ParseInt(u.ID, 10, 64)
-		return id, s.signer.Sign(id, time.Hour)
-	}
+	newUser := func(name string) (int64, string) { return newUserOn(t, two.system, name) }
 	do := func(method, path, tok string, body any, want int, out any) {
 		t.Helper()
 		if err := two.call(ctx, method, path, tok, "", body, out, want, nil); err != nil {
