@@ -34,10 +34,14 @@ func benchData(b *testing.B) (*Feed, []int64, redis.UniversalClient, readmodel.K
 	}
 	exec(`INSERT INTO users (name) SELECT 'u' || g FROM generate_series(1, 250) g`)
 	// Post ids are Snowflakes of their millisecond, as the write side's
-	// (an inbox orders by id).
+	// (an inbox orders by id). The posts are of the last 5,000 seconds,
+	// inside the post horizon as a live feed's are: their counts and the
+	// viewer's state are Redis's (through the read cache), not
+	// PostgreSQL's.
+	start := time.Now().Add(-5001 * time.Second).Truncate(time.Second)
 	exec(`INSERT INTO posts (id, author_id, content, created_at)
-SELECT ((1767225600000 + g * 1000 - $1::bigint) << 22) | g, 1 + g % 50, 'post ' || g, timestamptz '2026-01-01' + g * interval '1 s' FROM generate_series(1, 5000) g`,
-		snowflake.Epoch.UnixMilli())
+SELECT (($2::bigint + g * 1000 - $1::bigint) << 22) | g, 1 + g % 50, 'post ' || g, to_timestamp($2::bigint / 1000.0) + g * interval '1 s' FROM generate_series(1, 5000) g`,
+		snowflake.Epoch.UnixMilli(), start.UnixMilli())
 	exec(`INSERT INTO follows (follower_id, followee_id) SELECT r, a FROM generate_series(51, 250) r, generate_series(1, 50) a`)
 	f, err := New(Config{Keys: keys}, db.Pool, r.Client)
 	if err != nil {
