@@ -57,7 +57,7 @@ func (f *Feed) pgShares(ctx context.Context, a *shareAsk) error {
 				rows.Close()
 				return fmt.Errorf("read relations of %d: %w", a.viewer, err)
 			}
-			a.rel[x] = r
+			a.rel.set(x, r)
 			a.follow[x] = follows
 		}
 		if err := rows.Err(); err != nil {
@@ -73,7 +73,7 @@ func (f *Feed) pgShares(ctx context.Context, a *shareAsk) error {
 			return err
 		}
 		for u, n := range got {
-			a.name[u] = n
+			a.name.set(u, n)
 			f.names.put(u, n)
 		}
 	}
@@ -98,7 +98,8 @@ func (f *Feed) pgCountsInto(ctx context.Context, a *shareAsk, posts []int64) err
 		if err := rows.Scan(&id, &c.Likes, &c.Reposts, &c.Replies, &s.Liked, &s.Reposted); err != nil {
 			return fmt.Errorf("read counts: %w", err)
 		}
-		a.counts[id], a.state[id] = c, s
+		a.counts.set(id, c)
+		a.state.set(id, s)
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("read counts: %w", err)

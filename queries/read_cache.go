@@ -279,8 +279,39 @@ type rcShard struct {
 // rcEntry is what is cached for one Redis key: replies by signature (the
 // command and its arguments).
 type rcEntry struct {
-	vals    map[string]rcVal
+	vals    []sigVal           // by signature; a key holds a few (one for most), searched in order
 	members map[int64]rcMember // set membership answers (SMISMEMBER), by member (an id)
+}
+
+type sigVal struct {
+	sig string
+	rcVal
+}
+
+// get returns the reply cached under sig.
+func (e *rcEntry) get(sig string) (rcVal, bool) {
+	for i := range e.vals {
+		if e.vals[i].sig == sig {
+			return e.vals[i].rcVal, true
+		}
+	}
+	return rcVal{}, false
+}
+
+// put caches v under sig, replacing what sig held; past maxSigs the
+// key's replies start over.
+func (e *rcEntry) put(sig string, v rcVal) {
+	for i := range e.vals {
+		if e.vals[i].sig == sig {
+			e.vals[i].rcVal = v
+			return
+		}
+	}
+	if len(e.vals) >= maxSigs {
+		clear(e.vals)
+		e.vals = e.vals[:0]
+	}
+	e.vals = append(e.vals, sigVal{sig, v})
 }
 
 type rcMember struct {
@@ -907,13 +938,13 @@ func (c *readCache) lookupTally(k, sig string, now int64, t *tally) (any, bool) 
 	sh.mu.RLock()
 	e := sh.cur[k]
 	if e != nil {
-		v, ok = e.vals[sig]
+		v, ok = e.get(sig)
 	}
 	sh.mu.RUnlock()
 	if e == nil {
 		sh.mu.Lock()
 		if e = sh.promoteLocked(k); e != nil {
-			v, ok = e.vals[sig]
+			v, ok = e.get(sig)
 		}
 		sh.mu.Unlock()
 	}
@@ -970,13 +1001,7 @@ func (c *readCache) store(t ticket, k, sig string, v any, now int64) {
 	if e == nil {
 		e = c.entryLocked(sh, k)
 	}
-	if e.vals == nil {
-		e.vals = make(map[string]rcVal, 1)
-	}
-	if len(e.vals) >= maxSigs {
-		clear(e.vals)
-	}
-	e.vals[sig] = rcVal{v: v, at: now}
+	e.put(sig, rcVal{v: v, at: now})
 	c.stats.stored.Add(1)
 }
 
@@ -1056,7 +1081,7 @@ func (c *readCache) lookupMembers(k string, members []int64, needed int, is []bo
 		}
 	}
 	if e != nil {
-		if v, ok := e.vals[wholeSig]; ok && now-v.at <= c.maxAge {
+		if v, ok := e.get(wholeSig); ok && now-v.at <= c.maxAge {
 			switch w := v.v.(type) {
 			case memberSet:
 				sh.mu.RUnlock()

@@ -77,7 +77,7 @@ func (f *Feed) sharesThrough(ctx context.Context, g *cacheGen, a *shareAsk) (boo
 		v, hit := c.lookupTally(kV, relSig, now, &t)
 		if w, ok := v.(relsWhole); ok {
 			for _, x := range a.accounts {
-				a.rel[x] = w[x]
+				a.rel.set(x, w[x])
 			}
 		} else {
 			tr := trip(g)
@@ -94,7 +94,7 @@ func (f *Feed) sharesThrough(ctx context.Context, g *cacheGen, a *shareAsk) (boo
 					return fmt.Errorf("read relations of %d: %w", a.viewer, err)
 				}
 				for j, r := range rs {
-					a.rel[a.accounts[j]] = r
+					a.rel.set(a.accounts[j], r)
 				}
 				if scan != nil {
 					m, whole, err := readmodel.RelationsOf(scan)
@@ -132,7 +132,7 @@ func (f *Feed) sharesThrough(ctx context.Context, g *cacheGen, a *shareAsk) (boo
 	for _, p := range recent {
 		k := f.engagement.CountsKey(p)
 		if v, ok := c.lookupTally(k, countsSig, now, &t); ok {
-			a.counts[p] = v.(Counts)
+			a.counts.set(p, v.(Counts))
 			continue
 		}
 		tr := tripOf(k)
@@ -255,7 +255,7 @@ func (f *Feed) sharesThrough(ctx context.Context, g *cacheGen, a *shareAsk) (boo
 	}
 	for _, ds := range days {
 		for i, p := range ds.posts {
-			a.state[p] = ViewerState{Liked: ds.liked[i], Reposted: ds.reposted[i]}
+			a.state.set(p, ViewerState{Liked: ds.liked[i], Reposted: ds.reposted[i]})
 		}
 	}
 	return true, f.pgOld(ctx, a, old, incOrigs, incReposts)
@@ -318,7 +318,7 @@ func (tr *shareTrip) queueCountsAndNames(ctx context.Context, f *Feed, a *shareA
 					return fmt.Errorf("read counts: %w", err)
 				}
 				cnt := Counts{Likes: rc.Likes, Reposts: rc.Reposts, Replies: rc.Replies}
-				a.counts[p] = cnt
+				a.counts.set(p, cnt)
 				f.cache.store(tr.countTickets[j], tr.countKeys[j], countsSig, cnt, now)
 			}
 			return nil

@@ -65,25 +65,65 @@ type shareAsk struct {
 	reposts  []int64   // repost entries whose earlier reposts are asked
 	origs    []int64   // their originals (origs[i] of reposts[i])
 
-	rel     map[int64]readmodel.Relation
+	rel     pageVals[readmodel.Relation]
 	follow  map[int64]bool
-	counts  map[int64]Counts
-	state   map[int64]ViewerState
-	name    map[int64]string
+	counts  pageVals[Counts]
+	state   pageVals[ViewerState]
+	name    pageVals[string]
 	earlier map[int64][]homefeed.Repost // per repost id, the live reposts of its original before it
 	more    map[int64]bool              // per repost id: the first page was full, more may follow
 
 	dyn []dynamic // the items' counts and states (plain)
 }
 
+// init makes the answers' maps once the questions are known, each sized
+// for its questions: a page's answers are then allocated once, not grown
+// while they are filled.
 func (a *shareAsk) init() {
-	a.rel = map[int64]readmodel.Relation{}
-	a.follow = map[int64]bool{}
-	a.counts = map[int64]Counts{}
-	a.state = map[int64]ViewerState{}
-	a.name = map[int64]string{}
-	a.earlier = map[int64][]homefeed.Repost{}
-	a.more = map[int64]bool{}
+	a.rel = makePageVals[readmodel.Relation](len(a.accounts))
+	a.follow = make(map[int64]bool, len(a.follows))
+	a.counts = makePageVals[Counts](len(a.posts))
+	a.state = makePageVals[ViewerState](len(a.posts))
+	a.name = makePageVals[string](len(a.names))
+	a.earlier = make(map[int64][]homefeed.Repost, len(a.reposts))
+	a.more = make(map[int64]bool, len(a.reposts))
+}
+
+// pageVals holds a page's answers by id: the few dozen ids a page names,
+// searched in order. For so few, a search costs less than a map's
+// lookup, and the page allocates one array instead of a map's groups.
+type pageVals[V any] struct {
+	ids  []int64
+	vals []V
+}
+
+func makePageVals[V any](n int) pageVals[V] {
+	return pageVals[V]{ids: make([]int64, 0, n), vals: make([]V, 0, n)}
+}
+
+// get returns id's value, the zero value when it has none.
+func (m *pageVals[V]) get(id int64) V {
+	v, _ := m.lookup(id)
+	return v
+}
+
+// lookup returns id's value and whether it has one.
+func (m *pageVals[V]) lookup(id int64) (V, bool) {
+	if i := slices.Index(m.ids, id); i >= 0 {
+		return m.vals[i], true
+	}
+	var zero V
+	return zero, false
+}
+
+// set makes v id's value.
+func (m *pageVals[V]) set(id int64, v V) {
+	if i := slices.Index(m.ids, id); i >= 0 {
+		m.vals[i] = v
+		return
+	}
+	m.ids = append(m.ids, id)
+	m.vals = append(m.vals, v)
 }
 
 // addUnique appends v to s unless it is 0 or in s already (a page names a
@@ -164,7 +204,6 @@ func (f *Feed) show(ctx context.Context, src shareSource, vis visibility, known 
 	}
 
 	a := shareAsk{viewer: viewer, gen: vis.gen, dyn: make([]dynamic, 0, len(cands)+len(cands)/4)}
-	a.init()
 	account := func(x int64) {
 		if x != viewer {
 			a.accounts = addUnique(a.accounts, x)
@@ -208,6 +247,7 @@ func (f *Feed) show(ctx context.Context, src shareSource, vis visibility, known 
 	if viewer == 0 {
 		a.accounts, a.follows, a.reposts, a.origs = nil, nil, nil, nil
 	}
+	a.init()
 	if err := f.askShares(ctx, src, &a); err != nil {
 		return nil, err
 	}
@@ -218,7 +258,7 @@ func (f *Feed) show(ctx context.Context, src shareSource, vis visibility, known 
 		return a.follow[x]
 	}
 	rel := func(x int64) homefeed.Relation {
-		r := a.rel[x]
+		r := a.rel.get(x)
 		return homefeed.Relation{Follows: follows(x), Muted: r.Muted, Blocked: r.Blocked()}
 	}
 
@@ -285,7 +325,7 @@ func (f *Feed) show(ctx context.Context, src shareSource, vis visibility, known 
 			it.post = a.item(c.cp, live, rel)
 		} else {
 			it.post = c.cp.it.post
-			it.post.Author.Name = a.name[c.cp.author]
+			it.post.Author.Name = a.name.get(c.cp.author)
 			orig := a.item(live(c.cp.facts.repostOf), live, rel)
 			it.post.RepostOf = &orig
 		}
@@ -358,11 +398,11 @@ func (a *shareAsk) item(cp *cachedPost, live func(int64) *cachedPost, rel func(i
 // plain is cp's item without its quote.
 func (a *shareAsk) plain(cp *cachedPost) Post {
 	p := cp.it.post
-	p.Author.Name = a.name[cp.author]
+	p.Author.Name = a.name.get(cp.author)
 	if len(a.dyn) == cap(a.dyn) {
 		a.dyn = make([]dynamic, 0, max(2*cap(a.dyn), 8))
 	}
-	a.dyn = append(a.dyn, dynamic{a.counts[cp.facts.id], a.state[cp.facts.id]})
+	a.dyn = append(a.dyn, dynamic{a.counts.get(cp.facts.id), a.state.get(cp.facts.id)})
 	d := &a.dyn[len(a.dyn)-1]
 	p.Counts, p.Viewer = &d.counts, &d.state
 	return p
@@ -381,7 +421,7 @@ func (f *Feed) askShares(ctx context.Context, src shareSource, a *shareAsk) erro
 	missing := a.names[:0:0]
 	for _, u := range a.names {
 		if n, ok := f.names.get(u); ok {
-			a.name[u] = n
+			a.name.set(u, n)
 		} else {
 			missing = append(missing, u)
 		}
@@ -407,7 +447,7 @@ func (f *Feed) askShares(ctx context.Context, src shareSource, a *shareAsk) erro
 	}
 	var lacking []int64
 	for _, u := range a.names {
-		if _, ok := a.name[u]; !ok {
+		if _, ok := a.name.lookup(u); !ok {
 			lacking = append(lacking, u)
 		}
 	}
@@ -417,7 +457,7 @@ func (f *Feed) askShares(ctx context.Context, src shareSource, a *shareAsk) erro
 			return err
 		}
 		for u, n := range got {
-			a.name[u] = n
+			a.name.set(u, n)
 			f.names.put(u, n)
 		}
 	}
@@ -465,7 +505,7 @@ func (f *Feed) redisShares(ctx context.Context, a *shareAsk) error {
 		return fmt.Errorf("read relations of %d: %w", a.viewer, err)
 	}
 	for j, r := range rs {
-		a.rel[a.accounts[j]] = r
+		a.rel.set(a.accounts[j], r)
 	}
 	if err := fc.into(a.follow); err != nil {
 		return err
@@ -475,14 +515,14 @@ func (f *Feed) redisShares(ctx context.Context, a *shareAsk) error {
 		if err != nil {
 			return fmt.Errorf("read counts: %w", err)
 		}
-		a.counts[p] = Counts{Likes: c.Likes, Reposts: c.Reposts, Replies: c.Replies}
+		a.counts.set(p, Counts{Likes: c.Likes, Reposts: c.Reposts, Replies: c.Replies})
 	}
 	ss, err := state.All()
 	if err != nil {
 		return fmt.Errorf("read the viewer state of %d: %w", a.viewer, err)
 	}
 	for j, s := range ss {
-		a.state[recent[j]] = ViewerState{Liked: s.Liked, Reposted: s.Reposted}
+		a.state.set(recent[j], ViewerState{Liked: s.Liked, Reposted: s.Reposted})
 	}
 	if err := f.namesInto(a, names, a.names); err != nil {
 		return err
@@ -531,7 +571,7 @@ func (f *Feed) namesInto(a *shareAsk, reads readmodel.NameReads, users []int64) 
 			return fmt.Errorf("read the name of %d: %w", u, err)
 		}
 		if ok {
-			a.name[u] = n
+			a.name.set(u, n)
 			f.names.put(u, n)
 		}
 	}
