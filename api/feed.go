@@ -142,6 +142,7 @@ func (s *Server) page(w http.ResponseWriter, r *http.Request, read func(ctx cont
 	}
 	buf := pageBuffers.Get().(*[]byte)
 	b := p.AppendJSON((*buf)[:0])
+	p.Release() // encoded: its items are not used again
 	writeRaw(w, http.StatusOK, b)
 	if cap(b) <= 64<<10 { // do not keep a rare huge page's buffer
 		*buf = b

@@ -259,6 +259,7 @@ func BenchmarkHomeReadCache(b *testing.B) {
 							b.Errorf("page %d items, %v", len(p.Items), err)
 							return
 						}
+						p.Release() // as the API, once it encoded the page
 						if i++; writes && i%10 == 0 {
 							u := next()
 							id := (time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()-snowflake.Epoch.UnixMilli())<<22 | (1<<21 + posted.Add(1))

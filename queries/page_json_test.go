@@ -214,3 +214,35 @@ func TestHomePageJSONMatchesEncodingJSON(t *testing.T) {
 	b.feed.posts.markDeleted([]int64{ks[2].id}, time.Now()) // as the deletion feed would
 	check("after a deletion", len(contents)-1)
 }
+
+// A page made by makePage gives its items' array back on Release, cleared
+// (no post kept alive through the pool); a page made elsewhere is left
+// as it is.
+func TestPageRelease(t *testing.T) {
+	var items []item
+	for i := range 3 {
+		items = append(items, item{key: key{ms: int64(1000 - i), id: int64(10 - i)}, post: Post{ID: strconv.Itoa(10 - i), Content: "p"}})
+	}
+	p := makePage(items, 2)
+	if len(p.Items) != 2 || p.Items[0].ID != "10" || p.Items[1].ID != "9" || p.NextCursor == nil || p.PrevCursor == nil {
+		t.Fatalf("page %+v", p)
+	}
+	arr := p.Items[:cap(p.Items)]
+	p.Release()
+	if p.Items != nil {
+		t.Fatalf("released page still has items %+v", p.Items)
+	}
+	for i := range arr {
+		if arr[i].ID != "" || arr[i].Content != "" {
+			t.Fatalf("released array holds post %d: %+v", i, arr[i])
+		}
+	}
+	p.Release() // a second release gives nothing back twice
+
+	own := []Post{{ID: "1"}}
+	q := Page{Items: own}
+	q.Release()
+	if own[0].ID != "1" || len(q.Items) != 1 {
+		t.Fatalf("a page made elsewhere was changed by Release: %+v", q)
+	}
+}
