@@ -204,6 +204,12 @@ func (f *Feed) show(ctx context.Context, src shareSource, vis visibility, known 
 	}
 
 	a := shareAsk{viewer: viewer, gen: vis.gen, dyn: make([]dynamic, 0, len(cands)+len(cands)/4)}
+	// The questions' lists in one array: each candidate names at most two
+	// posts and two authors (an original or itself, and a quote) and
+	// three accounts (a reposted author, a parent's, a quoted one).
+	n := len(cands)
+	ids := make([]int64, 0, 7*n)
+	a.posts, a.names, a.accounts = ids[0:0:2*n], ids[2*n:2*n:4*n], ids[4*n:4*n:7*n]
 	account := func(x int64) {
 		if x != viewer {
 			a.accounts = addUnique(a.accounts, x)
@@ -551,7 +557,12 @@ func (f *Feed) redisShares(ctx context.Context, a *shareAsk) error {
 // (recent) and those older (old), whose counts and viewer state Redis
 // has dropped.
 func byHorizon(hz readmodel.Horizon, now time.Time, posts []int64) (recent, old []int64) {
-	for _, p := range posts {
+	i := slices.IndexFunc(posts, func(p int64) bool { return !hz.Within(p, now) })
+	if i < 0 {
+		return posts, nil // a live feed's page: every post recent, nothing to allocate
+	}
+	recent = append(make([]int64, 0, len(posts)), posts[:i]...)
+	for _, p := range posts[i:] {
 		if hz.Within(p, now) {
 			recent = append(recent, p)
 		} else {
