@@ -76,9 +76,9 @@ type shareAsk struct {
 	dyn []dynamic // the items' counts and states (plain)
 }
 
-// init makes the answers' maps once the questions are known, each sized
-// for its questions: a page's answers are then allocated once, not grown
-// while they are filled.
+// init makes the answers' stores once the questions are known, each
+// sized for its questions: a page's answers are then allocated once, not
+// grown while they are filled.
 func (a *shareAsk) init() {
 	a.rel = makePageVals[readmodel.Relation](len(a.accounts))
 	a.follow = make(map[int64]bool, len(a.follows))
@@ -89,9 +89,10 @@ func (a *shareAsk) init() {
 	a.more = make(map[int64]bool, len(a.reposts))
 }
 
-// pageVals holds a page's answers by id: the few dozen ids a page names,
-// searched in order. For so few, a search costs less than a map's
-// lookup, and the page allocates one array instead of a map's groups.
+// pageVals holds a page's answers by id: the ids a batch names (a few
+// dozen for a page of 20, under two hundred at MaxLimit), searched in order.
+// For so few, a search costs less than a map's lookup, and the page
+// allocates one array instead of a map's groups.
 type pageVals[V any] struct {
 	ids  []int64
 	vals []V
