@@ -561,7 +561,7 @@ func makePage(items []item, limit int) Page {
 	n := min(len(items), limit)
 	pb := postBufs.Get().(*[]Post)
 	if *pb == nil || cap(*pb) < n { // never nil: an empty page's items are [], not null
-		*pb = make([]Post, 0, max(n, 20))
+		*pb = make([]Post, 0, n)
 	}
 	p := Page{Items: (*pb)[:0], buf: pb}
 	for i := 0; i < n; i++ {

@@ -205,12 +205,15 @@ func (f *Feed) show(ctx context.Context, src shareSource, vis visibility, known 
 	}
 
 	a := shareAsk{viewer: viewer, gen: vis.gen, dyn: make([]dynamic, 0, len(cands)+len(cands)/4)}
-	// The questions' lists in one array: each candidate names at most two
-	// posts and two authors (an original or itself, and a quote) and
-	// three accounts (a reposted author, a parent's, a quoted one).
+	// The questions' lists in one array, sized for a page of posts that
+	// mostly neither quote nor reply: a post and its author a candidate,
+	// a quarter more posts and accounts (quotes, parents, reposted
+	// authors). A list that outgrows its part moves to an array of its
+	// own (append).
 	n := len(cands)
-	ids := make([]int64, 0, 7*n)
-	a.posts, a.names, a.accounts = ids[0:0:2*n], ids[2*n:2*n:4*n], ids[4*n:4*n:7*n]
+	np, nn, na := n+n/4+1, n+1, n/4+2
+	ids := make([]int64, 0, np+nn+na)
+	a.posts, a.names, a.accounts = ids[0:0:np], ids[np:np:np+nn], ids[np+nn:np+nn:np+nn+na]
 	account := func(x int64) {
 		if x != viewer {
 			a.accounts = addUnique(a.accounts, x)
