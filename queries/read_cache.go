@@ -273,7 +273,20 @@ type rcShard struct {
 	epoch    uint64       // bumped by every invalidation or flush touching the shard
 	half     int
 	cur, old map[string]*rcEntry
-	_        [24]byte
+	// counts and countsOld hold posts' counts (counts:{p}, lookupCounts)
+	// by the hash of their key, bounded as cur and old are: the commonest
+	// question of a page answered by one probe of an integer map.
+	counts, countsOld map[uint64]countsVal
+	_                 [8]byte
+}
+
+// countsVal is a post's counts as cached: p names the post, so that
+// another key of the same hash (two keys in 2^64) is a miss, not another
+// post's counts.
+type countsVal struct {
+	c  Counts
+	p  int64
+	at int64 // unix nanos stored
 }
 
 // rcEntry is what is cached for one Redis key: replies by signature (the
@@ -957,6 +970,49 @@ func (c *readCache) lookupTally(k, sig string, now int64, t *tally) (any, bool) 
 	return nil, false
 }
 
+// lookupCounts returns post p's counts cached under the key kb
+// (counts:{p}, readmodel.Engagement.AppendCountsKey), counting the hit or
+// miss in t. The key's hash picks the shard, as shard(k) does, and names
+// the entry: a key of another version of the posts projection misses.
+func (c *readCache) lookupCounts(kb []byte, p, now int64, t *tally) (Counts, bool) {
+	kh := maphash.Bytes(c.seed, kb)
+	sh := &c.shards[kh%readCacheShards]
+	sh.mu.RLock()
+	v, ok := sh.counts[kh]
+	if !ok {
+		v, ok = sh.countsOld[kh]
+	}
+	sh.mu.RUnlock()
+	if ok && v.p == p && now-v.at <= c.maxAge {
+		t.hits++
+		return v.c, true
+	}
+	t.misses++
+	return Counts{}, false
+}
+
+// storeCounts caches p's counts read under k, unless the generation
+// ended or an invalidation reached k's shard since t was taken (store).
+func (c *readCache) storeCounts(t ticket, k string, p int64, cnt Counts, now int64) {
+	kh := maphash.String(c.seed, k)
+	sh := &c.shards[kh%readCacheShards]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.epoch != t.epoch || !t.gen.live() {
+		c.stats.dropped.Add(1)
+		return
+	}
+	if _, ok := sh.counts[kh]; !ok && len(sh.counts) >= sh.half {
+		sh.countsOld, sh.counts = sh.counts, nil
+	}
+	if sh.counts == nil {
+		sh.counts = make(map[uint64]countsVal, sh.half)
+	}
+	sh.counts[kh] = countsVal{c: cnt, p: p, at: now}
+	delete(sh.countsOld, kh)
+	c.stats.stored.Add(1)
+}
+
 // ticket is what a read must still match when it stores its reply.
 type ticket struct {
 	gen   *cacheGen
@@ -1159,11 +1215,14 @@ func (c *readCache) invalidate(k string) {
 	if c == nil {
 		return
 	}
-	sh := c.shard(k)
+	kh := maphash.String(c.seed, k)
+	sh := &c.shards[kh%readCacheShards] // shard(k)
 	sh.mu.Lock()
 	sh.epoch++
 	delete(sh.cur, k)
 	delete(sh.old, k)
+	delete(sh.counts, kh) // when k is a counts:{p}
+	delete(sh.countsOld, kh)
 	sh.mu.Unlock()
 	c.stats.invalidated.Add(1)
 }
@@ -1176,6 +1235,7 @@ func (c *readCache) flush() {
 		sh.epoch++
 		clear(sh.cur)
 		sh.old = nil
+		sh.counts, sh.countsOld = nil, nil
 		sh.mu.Unlock()
 	}
 	c.stats.flushes.Add(1)

@@ -724,8 +724,14 @@ func TestReadCacheSharesInvalidated(t *testing.T) {
 		t.Fatal(err)
 	}
 	kC, kL := b.keys.Counts(top), b.keys.Liked(u, readmodel.DayOf(top))
-	if c, ok := cachedVal(b, kC, countsSig).(Counts); !ok || c != (Counts{}) {
-		t.Fatalf("counts of %d not kept after a read: %#v", top, cachedVal(b, kC, countsSig))
+	var tl tally
+	if c, ok := b.feed.cache.lookupCounts([]byte(kC), top, time.Now().UnixNano(), &tl); !ok || c != (Counts{}) {
+		t.Fatalf("counts of %d not kept after a read: %#v, %v", top, c, ok)
+	}
+	// Kept under their key: the same post under another key (another
+	// version of the posts projection) is not answered.
+	if c, ok := b.feed.cache.lookupCounts([]byte("v9:"+kC), top, time.Now().UnixNano(), &tl); ok {
+		t.Fatalf("counts of %d answered under another key: %#v", top, c)
 	}
 	if _, ok := cachedVal(b, kL, wholeSig).(memberSet); !ok {
 		t.Fatalf("%s not kept whole after a read: %#v", kL, cachedVal(b, kL, wholeSig))

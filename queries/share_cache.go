@@ -129,12 +129,14 @@ func (f *Feed) sharesThrough(ctx context.Context, g *cacheGen, a *shareAsk) (boo
 	// horizon are PostgreSQL's (pgOld).
 	hz, nowT := f.horizon(), f.now()
 	recent, old := byHorizon(hz, nowT, a.posts)
+	var kb [96]byte
 	for _, p := range recent {
-		k := f.engagement.CountsKey(p)
-		if v, ok := c.lookupTally(k, countsSig, now, &t); ok {
-			a.counts.set(p, v.(Counts))
+		b := f.engagement.AppendCountsKey(kb[:0], p)
+		if cnt, ok := c.lookupCounts(b, p, now, &t); ok {
+			a.counts.set(p, cnt)
 			continue
 		}
+		k := string(b)
 		tr := tripOf(k)
 		if tr == nil {
 			return false, nil
@@ -263,8 +265,7 @@ func (f *Feed) sharesThrough(ctx context.Context, g *cacheGen, a *shareAsk) (boo
 
 // Signatures of what sharesThrough keeps (see readCache.store).
 const (
-	relSig    = "r" // following_v:{u}: relsWhole or relsLarge
-	countsSig = "c" // counts:{p}: Counts
+	relSig = "r" // following_v:{u}: relsWhole or relsLarge
 )
 
 // repostsSig is the signature of reposts:{O}'s first page below repost r.
@@ -319,7 +320,7 @@ func (tr *shareTrip) queueCountsAndNames(ctx context.Context, f *Feed, a *shareA
 				}
 				cnt := Counts{Likes: rc.Likes, Reposts: rc.Reposts, Replies: rc.Replies}
 				a.counts.set(p, cnt)
-				f.cache.store(tr.countTickets[j], tr.countKeys[j], countsSig, cnt, now)
+				f.cache.storeCounts(tr.countTickets[j], tr.countKeys[j], p, cnt, now)
 			}
 			return nil
 		})

@@ -541,6 +541,11 @@ func (r NameReads) At(j int) (string, bool, error) {
 // side's read cache names what it keeps of them by their keys.
 func (m Engagement) CountsKey(post int64) string { return m.keys.Counts(post) }
 
+// AppendCountsKey appends CountsKey(post) to b.
+func (m Engagement) AppendCountsKey(b []byte, post int64) []byte {
+	return m.keys.AppendTagged(b, ProjectionPosts, "counts:", post, "")
+}
+
 // StateKeys returns viewer's two day buckets of day (see CountsKey).
 func (m Engagement) StateKeys(viewer, day int64) (liked, reposted string) {
 	return m.keys.Liked(viewer, day), m.keys.Reposted(viewer, day)

@@ -22,6 +22,7 @@ func TestKeyNames(t *testing.T) {
 			{k.Following(5), ns + "following:{5}"},
 			{k.FollowingVersions(5), ns + "following_v:{5}"},
 			{k.Counts(99), ns + "counts:{99}"},
+			{string(Engagement{keys: k}.AppendCountsKey([]byte("x"), 99)), "x" + ns + "counts:{99}"},
 			{k.Liked(5, 20430), ns + "liked:{5}:20430"},
 			{k.Reposted(5, 20430), ns + "reposted:{5}:20430"},
 			{k.Reposts(99), ns + "reposts:{99}"},
