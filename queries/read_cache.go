@@ -998,7 +998,7 @@ func (c *readCache) storeCounts(t ticket, k string, p int64, cnt Counts, now int
 	sh := &c.shards[kh%readCacheShards]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if sh.epoch != t.epoch || !t.gen.live() {
+	if !t.holds(sh) {
 		c.stats.dropped.Add(1)
 		return
 	}
@@ -1018,6 +1018,11 @@ type ticket struct {
 	gen   *cacheGen
 	epoch uint64
 }
+
+// holds reports whether a reply read under t may still be stored in sh
+// (locked): its generation is live and no invalidation or flush reached
+// the shard since t was taken.
+func (t ticket) holds(sh *rcShard) bool { return sh.epoch == t.epoch && t.gen.live() }
 
 // begin takes the ticket of a read of k through g: before its commands
 // are sent.
@@ -1049,7 +1054,7 @@ func (c *readCache) store(t ticket, k, sig string, v any, now int64) {
 	sh := c.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if sh.epoch != t.epoch || !t.gen.live() {
+	if !t.holds(sh) {
 		c.stats.dropped.Add(1)
 		return
 	}
@@ -1176,7 +1181,7 @@ func (c *readCache) storeMembers(t ticket, k string, members []int64, ask []int,
 	sh := c.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if sh.epoch != t.epoch || !t.gen.live() {
+	if !t.holds(sh) {
 		c.stats.dropped.Add(int64(len(ask)))
 		return
 	}
