@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -184,10 +185,8 @@ func (l *Listener) SetChannels(ctx context.Context, channels []string) error {
 		l.chans = append(l.chans, c)
 	}
 	h.mu.Unlock()
-	for _, c := range append(unsubscribe, subscribe...) {
-		if c == h.live.ChangesChannel() {
-			h.changesUp.Store(false) // until its subscription reply (ChangesSeen)
-		}
+	if ch := h.live.ChangesChannel(); slices.Contains(subscribe, ch) || slices.Contains(unsubscribe, ch) {
+		h.changesUp.Store(false) // until its subscription reply (ChangesSeen)
 	}
 	var errs []error
 	for _, c := range unsubscribe {
