@@ -218,6 +218,8 @@ type liveStream interface {
 	Step(ctx context.Context, out []live.Event) ([]live.Event, bool, error)
 	Channels(ctx context.Context) ([]string, error)
 	Overflows() int
+	// ID is the event id of the stream's position now.
+	ID() string
 }
 
 // serveStream serves one stream of caller's: the bounds, the hub's
@@ -275,7 +277,7 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, caller int6
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	if err := sw.comment("stream"); err != nil {
+	if err := sw.opening(st.ID()); err != nil {
 		return nil
 	}
 
@@ -391,6 +393,23 @@ func (sw *sseWriter) event(ev live.Event) error {
 	sw.b = append(sw.b, ev.Data...) // JSON without newlines
 	sw.b = append(sw.b, "\n\n"...)
 	return sw.flush()
+}
+
+// opening writes the stream's first bytes: a comment and the stream's
+// position as an id without data. EventSource takes the id as its last
+// event id without dispatching an event, so a connection that ends
+// before its first event resumes from where it opened, not from the top
+// of the moment it reconnects (which would skip what came between).
+func (sw *sseWriter) opening(id string) error {
+	sw.b = appendOpening(sw.b, id)
+	return sw.flush()
+}
+
+// appendOpening appends a stream's first bytes (sseWriter.opening).
+func appendOpening(b []byte, id string) []byte {
+	b = append(b, ":stream\nid: "...)
+	b = append(b, id...)
+	return append(b, "\n\n"...)
 }
 
 // comment writes an SSE comment (a heartbeat when empty).

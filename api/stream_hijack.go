@@ -199,7 +199,8 @@ func (s *Server) serveHijacked(w http.ResponseWriter, r *http.Request, st liveSt
 	s.smetrics.open.Inc()
 	h.out = append(h.out, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\nX-Accel-Buffering: no\r\nX-Request-Id: "...)
 	h.out = append(h.out, requestID(r.Context())...)
-	h.out = append(h.out, "\r\nConnection: close\r\n\r\n:stream\n\n"...)
+	h.out = append(h.out, "\r\nConnection: close\r\n\r\n"...)
+	h.out = appendOpening(h.out, st.ID())
 	if err := h.write(); err != nil {
 		h.end()
 		h.mu.Unlock()

@@ -40,10 +40,13 @@ type sseEvent struct {
 // "field: value" lines (one space after the colon dropped), comments
 // (lines starting with a colon) ignored, data lines joined with newlines,
 // CRLF or LF line ends; an event without data is not dispatched (as
-// EventSource does), but its retry field counts.
+// EventSource does), but its retry and id fields count: fn gets them
+// without a type (an id without data is the position a connection opens
+// with, EventSource's last event id from then on).
 func readSSE(rd *bufio.Reader, fn func(ev sseEvent, at time.Time)) error {
 	var ev sseEvent
 	var data []string
+	idSet := false // the block being read has an id field
 	for {
 		line, err := rd.ReadString('\n')
 		if err != nil {
@@ -57,10 +60,10 @@ func readSSE(rd *bufio.Reader, fn func(ev sseEvent, at time.Time)) error {
 			if data != nil {
 				ev.Data = strings.Join(data, "\n")
 				fn(ev, time.Now())
-			} else if ev.Retry > 0 {
-				fn(sseEvent{Retry: ev.Retry}, time.Now())
+			} else if ev.Retry > 0 || idSet {
+				fn(sseEvent{ID: ev.ID, Retry: ev.Retry}, time.Now())
 			}
-			ev, data = sseEvent{ID: ev.ID}, nil // the last event id persists
+			ev, data, idSet = sseEvent{ID: ev.ID}, nil, false // the last event id persists
 			continue
 		}
 		if line[0] == ':' {
@@ -70,7 +73,7 @@ func readSSE(rd *bufio.Reader, fn func(ev sseEvent, at time.Time)) error {
 		value = strings.TrimPrefix(value, " ")
 		switch field {
 		case "id":
-			ev.ID = value
+			ev.ID, idSet = value, true
 		case "event":
 			ev.Type = value
 		case "data":
@@ -377,10 +380,12 @@ func (ls *liveStreams) run(ctx context.Context, user int64, started *sync.WaitGr
 				if ev.Retry > 0 {
 					retry = ev.Retry
 				}
+				if ev.ID != "" {
+					lastID = ev.ID // also the position a connection opens with (an id without data)
+				}
 				if ev.Type == "" {
 					return
 				}
-				lastID = ev.ID
 				ls.mu.Lock()
 				ls.events[ev.Type]++
 				ls.mu.Unlock()

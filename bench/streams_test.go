@@ -20,7 +20,7 @@ import (
 
 func TestReadSSE(t *testing.T) {
 	t.Parallel()
-	wire := ":stream\n\n" +
+	wire := ":stream\nid: a0\n\n" +
 		"id: a1\nevent: post\ndata: {\"id\":\"1\"}\n\n" +
 		": heartbeat\n\n" +
 		"id: a2\r\nevent: edit\r\ndata: line one\r\ndata:line two\r\n\r\n" +
@@ -33,10 +33,11 @@ func TestReadSSE(t *testing.T) {
 		t.Errorf("err %v, want io.ErrUnexpectedEOF for the event cut off", err)
 	}
 	want := []sseEvent{
+		{ID: "a0"}, // the position the stream opens with
 		{ID: "a1", Type: "post", Data: `{"id":"1"}`},
 		{ID: "a2", Type: "edit", Data: "line one\nline two"},
 		{ID: "a2", Type: "post", Data: `{"id":"3"}`},
-		{Retry: time.Second},
+		{ID: "a2", Retry: time.Second},
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("events\n%+v\nwant\n%+v", got, want)

@@ -337,6 +337,104 @@ func testStreamAcrossInstances(t *testing.T, hijacked, cluster bool) {
 	}
 }
 
+// TestStreamResumesFromItsOpening: a connection opens with its position
+// as an id without data (EventSource's last event id from then on), so a
+// client whose connection ends before its first event resumes from where
+// it opened: it receives what came meanwhile, not the top of the moment
+// it reconnects. Both stream kinds, both serving modes.
+func TestStreamResumesFromItsOpening(t *testing.T) {
+	t.Parallel()
+	eachServingMode(t, testStreamResumesFromItsOpening)
+}
+
+func testStreamResumesFromItsOpening(t *testing.T, hijacked bool) {
+	s := startSystem(t, policies{CelebrityThreshold: 1000, InboxMax: 50, InboxTrimSlack: 5, TimelineMax: 50, BackfillPosts: 10,
+		FanoutBatch: 10, CacheTTL: 300 * time.Millisecond, RefreshSettle: 2 * time.Second})
+	in := startInstance(t, s, api.Config{StreamsHijacked: hijacked})
+	reader, rtok, _, atok := streamUsers(t, in)
+	ctx := context.Background()
+	post := func(content string) apiPost {
+		var p apiPost
+		if err := in.call(ctx, http.MethodPost, "/api/posts", atok, "", map[string]string{"content": content}, &p, http.StatusCreated, nil); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	post("before the stream")
+	s.quiesce(t, 2*time.Minute)
+	opening := func(c *sseClient) string {
+		t.Helper()
+		select {
+		case ev := <-c.events:
+			if ev.ID == "" || ev.Type != "" || ev.Data != "" {
+				t.Fatalf("the stream opened with %+v, want an id without an event", ev)
+			}
+			return ev.ID
+		case <-time.After(time.Minute):
+			t.Fatal("the stream sent nothing")
+		}
+		return ""
+	}
+
+	// The home stream: opened, closed before any event.
+	c := openStream(t, in.baseURL, rtok, "", "", http.StatusOK)
+	id := opening(c)
+	if r, err := live.DecodeResume(id); err != nil || r.B != r.B0 || len(r.Sent) != 0 {
+		t.Fatalf("the opening id %q: %+v, %v, want a position with nothing sent", id, r, err)
+	}
+	c.close()
+	var missed []apiPost
+	for i := range 3 {
+		missed = append(missed, post(fmt.Sprint("while away ", i)))
+	}
+	s.quiesce(t, 2*time.Minute)
+	c = openStream(t, in.baseURL, rtok, id, "", http.StatusOK)
+	if again := opening(c); again != id {
+		t.Fatalf("a resumed stream opened with %q, want its Last-Event-ID %q", again, id)
+	}
+	for _, want := range missed {
+		ev := c.next(t, time.Minute)
+		if got := streamPost(t, ev); ev.Type != "post" || got.ID != want.ID {
+			t.Fatalf("resumed event %s %q, want post %s (%s)", ev.Type, ev.Data, want.ID, want.Content)
+		}
+	}
+	live1 := post("live")
+	if ev := c.next(t, time.Minute); ev.Type != "post" || streamPost(t, ev).ID != live1.ID {
+		t.Fatalf("live event %s %q, want post %s", ev.Type, ev.Data, live1.ID)
+	}
+	c.close()
+
+	// The notifications stream: opened, closed before any event.
+	n := openStream(t, in.baseURL, rtok, "", "/api/notifications/stream", http.StatusOK)
+	nid := opening(n)
+	if err := live.CheckNotifID(nid); err != nil {
+		t.Fatalf("the notifications stream opened with %q: %v", nid, err)
+	}
+	n.close()
+	var fans []string
+	for i := range 2 {
+		_, tok := newUserOn(t, in.system, fmt.Sprint("fan ", i))
+		if err := in.call(ctx, http.MethodPut, fmt.Sprint("/api/following/", reader), tok, "", nil, nil, http.StatusNoContent, nil); err != nil {
+			t.Fatal(err)
+		}
+		fans = append(fans, fmt.Sprint("fan ", i))
+	}
+	s.quiesce(t, 2*time.Minute)
+	n = openStream(t, in.baseURL, rtok, nid, "/api/notifications/stream", http.StatusOK)
+	for _, want := range fans {
+		ev := n.next(t, time.Minute)
+		var got struct {
+			Type  string `json:"type"`
+			Actor struct {
+				Name string `json:"name"`
+			} `json:"actor"`
+		}
+		if ev.Type != "notification" || json.Unmarshal([]byte(ev.Data), &got) != nil || got.Type != "follow" || got.Actor.Name != want {
+			t.Fatalf("resumed event %s %q, want the follow of %s", ev.Type, ev.Data, want)
+		}
+	}
+}
+
 // streamUsers makes a reader following an author, through in, and
 // returns their ids and tokens.
 func streamUsers(t testing.TB, in *streamInstance) (reader int64, rtok string, author int64, atok string) {
@@ -588,7 +686,8 @@ es.onerror = () => report({e: 'error', state: es.readyState});
 // EventSource sends no header of its own but Last-Event-ID), sees a post
 // arrive, and, when the server ends the stream (the reader opened one
 // stream more than FEED_STREAMS_PER_USER), reconnects by itself with
-// Last-Event-ID and receives the post made meanwhile.
+// Last-Event-ID and receives the post made meanwhile: once before any
+// event (the id the stream opened with), once after one.
 func TestStreamInChromium(t *testing.T) {
 	chromium, err := exec.LookPath("chromium")
 	if err != nil {
@@ -607,7 +706,8 @@ func TestStreamInChromium(t *testing.T) {
 	}
 
 	logs := make(chan url.Values, 100)
-	var lastIDs []string // the Last-Event-ID of each stream request
+	var lastIDs []string   // the Last-Event-ID of each stream request
+	var gate chan struct{} // when set, the next stream request waits until it is closed
 	var mu sync.Mutex
 	target, _ := url.Parse(in.baseURL)
 	proxy := httputil.NewSingleHostReverseProxy(target)
@@ -623,7 +723,12 @@ func TestStreamInChromium(t *testing.T) {
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		lastIDs = append(lastIDs, r.Header.Get("Last-Event-ID"))
+		g := gate
+		gate = nil
 		mu.Unlock()
+		if g != nil {
+			<-g
+		}
 		r.Header.Set("Authorization", "Bearer "+rtok) // the gateway's part
 		proxy.ServeHTTP(w, r)
 	})
@@ -663,6 +768,26 @@ func TestStreamInChromium(t *testing.T) {
 		}
 	}
 	next("open")
+
+	// Before any event, the server ends the page's stream (the reader
+	// opens another one); the page's reconnection waits at the gateway
+	// until a post made meanwhile is projected: it resumes from where the
+	// stream opened, so the post comes.
+	g := make(chan struct{})
+	mu.Lock()
+	gate = g
+	mu.Unlock()
+	openStream(t, in.baseURL, rtok, "", "", http.StatusOK)
+	post("zero, while away")
+	s.quiesce(t, 2*time.Minute)
+	close(g)
+	if v := next("open"); v.Get("n") != "2" {
+		t.Fatalf("the page reopened: %v", v)
+	}
+	if v := next("post"); v.Get("content") != "zero, while away" {
+		t.Fatalf("after a reconnection before any event the page got %v", v)
+	}
+
 	post("first, live")
 	first := next("post")
 	if first.Get("content") != "first, live" || first.Get("id") == "" {
@@ -672,7 +797,7 @@ func TestStreamInChromium(t *testing.T) {
 	// The server ends the page's stream: the reader opens another one.
 	other := openStream(t, in.baseURL, rtok, "", "", http.StatusOK)
 	post("second, while reconnecting")
-	if v := next("open"); v.Get("n") != "2" {
+	if v := next("open"); v.Get("n") != "3" {
 		t.Fatalf("the page reopened: %v", v)
 	}
 	second := next("post")
@@ -681,8 +806,11 @@ func TestStreamInChromium(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(lastIDs) < 2 || lastIDs[0] != "" || lastIDs[len(lastIDs)-1] != first.Get("id") {
-		t.Fatalf("the page's stream requests carried Last-Event-ID %q, want none then %q", lastIDs, first.Get("id"))
+	if len(lastIDs) < 3 || lastIDs[0] != "" || lastIDs[len(lastIDs)-1] != first.Get("id") {
+		t.Fatalf("the page's stream requests carried Last-Event-ID %q, want none, the opening's, then %q", lastIDs, first.Get("id"))
+	}
+	if r, err := live.DecodeResume(lastIDs[1]); err != nil || r.B != r.B0 || len(r.Sent) != 0 {
+		t.Fatalf("the page's first reconnection carried %q (%+v, %v), want the position its stream opened with", lastIDs[1], r, err)
 	}
 	_ = other
 }

@@ -287,7 +287,7 @@ type sseStream struct {
 	mu      sync.Mutex
 	conns   int
 	lastID  string
-	firstID string              // the first event's id
+	firstID string              // the first id received (the first connection's position)
 	order   []string            // the items received, by id, in order
 	seen    map[string]int      // how often each item was received
 	deleted map[string]bool     // the ids of the delete events
@@ -349,7 +349,7 @@ func (st *sseStream) connect(ctx context.Context, hc *http.Client, opened func()
 	for sc.Scan() {
 		line := sc.Text()
 		if line == "" {
-			if typ != "" {
+			if typ != "" || id != "" {
 				st.event(id, typ, data)
 			}
 			id, typ, data = "", "", ""
@@ -369,7 +369,9 @@ func (st *sseStream) connect(ctx context.Context, hc *http.Client, opened func()
 	return sc.Err()
 }
 
-// event applies one whole event to the state.
+// event applies one whole event to the state; an id without an event
+// (what a connection opens with) only sets the id to resume from, as
+// EventSource's last event id.
 func (st *sseStream) event(id, typ, data string) {
 	var item struct {
 		ID string `json:"id"`
@@ -386,6 +388,9 @@ func (st *sseStream) event(id, typ, data string) {
 		if st.firstID == "" {
 			st.firstID = id
 		}
+	}
+	if typ == "" {
+		return // the position a connection opens with: an id without data
 	}
 	if err != nil || item.ID == "" {
 		st.errs = append(st.errs, fmt.Sprintf("event %s %q: not an item", typ, data))
@@ -462,7 +467,8 @@ func (st *sseStream) diff(want []string) []string {
 }
 
 // startDiff says whether the home stream started where the feed's newest
-// entry was when it opened (its first event's id carries its B0).
+// entry was when it opened (the id its first connection opened with
+// carries its B0).
 func (st *sseStream) startDiff(top int64) string {
 	st.mu.Lock()
 	first := st.firstID

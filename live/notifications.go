@@ -300,3 +300,6 @@ func (s *NotifStream) removals(ctx context.Context, out []Event) ([]Event, bool,
 // Overflows is how many times the stream's sent entries passed their
 // bound.
 func (s *NotifStream) Overflows() int { return s.Overflowed }
+
+// ID is the event id of the stream's position now.
+func (s *NotifStream) ID() string { return s.r.encode() }
