@@ -115,7 +115,18 @@ func (hc homeCursor) page(items []item, limit int) Page {
 // ends; cold says a read model of userID's was not built (the rest came
 // from PostgreSQL). Home and HomeAfter (refresh.go) page with it.
 func (f *Feed) homeItems(ctx context.Context, userID int64, cur key, need int, items []item) ([]item, bool, error) {
+	return f.homeItemsAbove(ctx, userID, cur, need, items, key{})
+}
+
+// homeItemsAbove is homeItems ending at floor: the entries at or below it
+// are neither hydrated nor returned (fewer items then). A live stream
+// reads with its position as the floor (HomeAbove): a wake-up reads a few
+// entries from the top and hydrates only those above where the stream
+// is, most often one. A read with a floor leaves the reader's follow hint
+// as it was: the hint is a first page's authors, not a few.
+func (f *Feed) homeItemsAbove(ctx context.Context, userID int64, cur key, need int, items []item, floor key) ([]item, bool, error) {
 	now := f.now()
+	floored := floor != key{}
 	fresh := f.useDeletionFeed(now)
 	first := cur.ms >= maxCursorMs
 	var hint []int64 // the authors a first page hydrates: the next read's hint
@@ -135,7 +146,7 @@ func (f *Feed) homeItems(ctx context.Context, userID int64, cur key, need int, i
 			}
 			used[0] = true
 			hr.vis.fresh = fresh
-			if first && hr.vis.follows.set == nil {
+			if first && hr.vis.follows.set == nil && !floored {
 				// The authors this page shows are the next read's hint,
 				// unless the read cache holds the reader's following set
 				// whole: that answers any author, and is read whole again
@@ -145,11 +156,22 @@ func (f *Feed) homeItems(ctx context.Context, userID int64, cur key, need int, i
 				}
 				hr.vis.authors = &hint
 			}
-			items, err = f.hydrate(ctx, hr.seg.keys, hr.vis, need-len(items), items)
+			keys := hr.seg.keys // newest first
+			end := len(keys)
+			if floored {
+				end = slices.IndexFunc(keys, func(k key) bool { return !floor.less(k) })
+				if end < 0 {
+					end = len(keys)
+				}
+			}
+			items, err = f.hydrate(ctx, keys[:end], hr.vis, need-len(items), items)
 			if err != nil {
 				return items, used[2], err
 			}
 			cur, mode = lower(cur, hr.seg.bound), hr.seg.next
+			if end < len(keys) {
+				mode = stepEnd // the floor is reached
+			}
 			continue
 		}
 		if !used[2] {
@@ -167,7 +189,7 @@ func (f *Feed) homeItems(ctx context.Context, userID int64, cur key, need int, i
 			f.metrics.homeSources[i].Inc()
 		}
 	}
-	if first && used[0] {
+	if first && used[0] && !floored {
 		f.hints.set(userID, hint)
 	}
 	return items, used[2], nil

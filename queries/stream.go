@@ -47,10 +47,11 @@ func (f *Feed) HomeAbove(ctx context.Context, userID int64, b events.FeedKey, ma
 	var above []item // newest first
 	cur := startKey
 	// A wake-up finds one or two entries above b: the first batch is
-	// small (hydration is most of a read's cost), the next ones double.
+	// small, the next ones double, and only the entries above b are
+	// hydrated (hydration is most of a read's cost).
 	batch := 4
 	for len(above) <= f.refreshScan {
-		got, _, err := f.homeItems(ctx, userID, cur, batch, nil)
+		got, _, err := f.homeItemsAbove(ctx, userID, cur, batch, nil, a)
 		if err != nil {
 			return nil, settled, false, err
 		}

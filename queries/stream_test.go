@@ -1,0 +1,69 @@
+package queries
+
+import (
+	"testing"
+	"time"
+
+	"github.com/feedco/feed/events"
+)
+
+// HomeAbove returns the entries above a stream's position, oldest first,
+// and hydrates only those: the keys at or below the position are not
+// hydrated (the hydration counters count each key hydrated) and hidden
+// ones above it are skipped.
+func TestHomeAboveHydratesOnlyAbove(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	u, a, stranger := b.user(), b.user(), b.user()
+	b.follow(u, a)
+	old := time.Now().Add(-time.Minute).UnixMilli()
+	var posts []key // oldest first
+	for i := range 12 {
+		posts = append(posts, b.post(a, old+int64(i)))
+	}
+	deleted := b.post(a, old+20) // above the position: hidden
+	foreign := b.post(stranger, old+21)
+	top := b.post(a, old+22)
+	b.projectAll(nil, []int64{u}, 500, 500)
+	b.deletePost(deleted)
+	b.pushInbox(u, foreign) // in the inbox, not followed: hidden
+	b.cachePost(foreign)
+
+	first, err := b.feed.Home(b.ctx, u, "", 5)
+	if err != nil || len(first.Items) != 5 {
+		t.Fatalf("first page: %v, %d items", err, len(first.Items))
+	}
+
+	hydrated := func() float64 {
+		m := b.feed.metrics
+		return counter(m.hydProcess) + counter(m.hydRedis) + counter(m.hydPG)
+	}
+	pos := posts[len(posts)-2]
+	before := hydrated()
+	got, _, more, err := b.feed.HomeAbove(b.ctx, u, events.FeedKey{Ms: pos.ms, ID: pos.id}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []key
+	for _, e := range got {
+		keys = append(keys, key{ms: e.Key.Ms, id: e.Key.ID})
+	}
+	want := []key{posts[len(posts)-1], top}
+	if more || len(keys) != len(want) || keys[0] != want[0] || keys[1] != want[1] {
+		t.Fatalf("above the position: %v (more %v), want %v", keys, more, want)
+	}
+	// Above the position: the newest post, the deleted one, the foreign
+	// one and the top; a read without the floor hydrated a whole batch.
+	if n := hydrated() - before; n != 4 {
+		t.Errorf("%v keys hydrated, want the 4 above the position", n)
+	}
+
+	// More above than asked: the closest to the position, and more.
+	got, _, more, err = b.feed.HomeAbove(b.ctx, u, events.FeedKey{Ms: posts[8].ms, ID: posts[8].id}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !more || len(got) != 2 || got[0].Key.ID != posts[9].id || got[1].Key.ID != posts[10].id {
+		t.Fatalf("above posts[8], 2 at most: %+v (more %v), want posts 9 and 10 and more", got, more)
+	}
+}
