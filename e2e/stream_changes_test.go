@@ -58,13 +58,7 @@ func TestStreamReadsChangesOnlyWhenWoken(t *testing.T) {
 	if err := s.call(ctx, http.MethodPut, fmt.Sprint("/api/following/", author), rtok, "", nil, nil, http.StatusNoContent, nil); err != nil {
 		t.Fatal(err)
 	}
-	post := func(content string) apiPost {
-		var p apiPost
-		if err := s.call(ctx, http.MethodPost, "/api/posts", atok, "", map[string]string{"content": content}, &p, http.StatusCreated, nil); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	post := func(content string) apiPost { return postAs(t, s, atok, content) }
 	edit := func(p apiPost, content string) {
 		if err := s.call(ctx, http.MethodPatch, "/api/posts/"+p.ID, atok, "", map[string]string{"content": content}, nil, http.StatusOK, nil); err != nil {
 			t.Fatal(err)

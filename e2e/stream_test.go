@@ -242,13 +242,7 @@ func testStreamAcrossInstances(t *testing.T, hijacked, cluster bool) {
 	two := startInstance(t, s, api.Config{})
 	ctx := context.Background()
 	newUser := func(name string) (int64, string) { return newUserOn(t, two.system, name) }
-	post := func(tok, content string) apiPost {
-		var p apiPost
-		if err := two.call(ctx, http.MethodPost, "/api/posts", tok, "", map[string]string{"content": content}, &p, http.StatusCreated, nil); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	post := func(tok, content string) apiPost { return postAs(t, two.system, tok, content) }
 	reader, rtok := newUser("reader")
 	author, atok := newUser("author")
 	_, stok := newUser("stranger")
@@ -353,13 +347,7 @@ func testStreamResumesFromItsOpening(t *testing.T, hijacked bool) {
 	in := startInstance(t, s, api.Config{StreamsHijacked: hijacked})
 	reader, rtok, _, atok := streamUsers(t, in)
 	ctx := context.Background()
-	post := func(content string) apiPost {
-		var p apiPost
-		if err := in.call(ctx, http.MethodPost, "/api/posts", atok, "", map[string]string{"content": content}, &p, http.StatusCreated, nil); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	post := func(content string) apiPost { return postAs(t, in.system, atok, content) }
 	post("before the stream")
 	s.quiesce(t, 2*time.Minute)
 	opening := func(c *sseClient) string {
@@ -433,6 +421,16 @@ func testStreamResumesFromItsOpening(t *testing.T, hijacked bool) {
 			t.Fatalf("resumed event %s %q, want the follow of %s", ev.Type, ev.Data, want)
 		}
 	}
+}
+
+// postAs posts content as tok's user through s and returns the post.
+func postAs(t testing.TB, s *system, tok, content string) apiPost {
+	t.Helper()
+	var p apiPost
+	if err := s.call(context.Background(), http.MethodPost, "/api/posts", tok, "", map[string]string{"content": content}, &p, http.StatusCreated, nil); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // streamUsers makes a reader following an author, through in, and
@@ -524,15 +522,8 @@ func testStreamSlowClientCutOff(t *testing.T, hijacked bool) {
 		FanoutBatch: 10, CacheTTL: 300 * time.Millisecond, RefreshSettle: 2 * time.Second})
 	in := startInstanceOn(t, s, api.Config{StreamWriteTimeout: 300 * time.Millisecond, StreamsHijacked: hijacked},
 		smallBuffers(t))
-	ctx := context.Background()
 	_, rtok, _, atok := streamUsers(t, in)
-	post := func(content string) apiPost {
-		var p apiPost
-		if err := in.call(ctx, http.MethodPost, "/api/posts", atok, "", map[string]string{"content": content}, &p, http.StatusCreated, nil); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	post := func(content string) apiPost { return postAs(t, in.system, atok, content) }
 	anchor := post("anchor")
 	var posts []apiPost
 	for i := range 120 {
@@ -699,11 +690,7 @@ func TestStreamInChromium(t *testing.T) {
 	in := startInstance(t, s, api.Config{StreamsPerUser: 1, StreamRetry: 200 * time.Millisecond, StreamsHijacked: true})
 	_, rtok, _, atok := streamUsers(t, in)
 	ctx := context.Background()
-	post := func(content string) {
-		if err := in.call(ctx, http.MethodPost, "/api/posts", atok, "", map[string]string{"content": content}, nil, http.StatusCreated, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+	post := func(content string) { postAs(t, in.system, atok, content) }
 
 	logs := make(chan url.Values, 100)
 	var lastIDs []string   // the Last-Event-ID of each stream request
@@ -778,6 +765,7 @@ func TestStreamInChromium(t *testing.T) {
 	gate = g
 	mu.Unlock()
 	openStream(t, in.baseURL, rtok, "", "", http.StatusOK)
+	next("error") // the page's stream ended
 	post("zero, while away")
 	s.quiesce(t, 2*time.Minute)
 	close(g)
@@ -810,7 +798,7 @@ func TestStreamInChromium(t *testing.T) {
 		t.Fatalf("the page's stream requests carried Last-Event-ID %q, want none, the opening's, then %q", lastIDs, first.Get("id"))
 	}
 	if r, err := live.DecodeResume(lastIDs[1]); err != nil || r.B != r.B0 || len(r.Sent) != 0 {
-		t.Fatalf("the page's first reconnection carried %q (%+v, %v), want the position its stream opened with", lastIDs[1], r, err)
+		t.Fatalf("the page's first reconnection carried %q (%+v, %v), want the position its stream opened with; all: %q", lastIDs[1], r, err, lastIDs)
 	}
 	_ = other
 }
