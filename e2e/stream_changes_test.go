@@ -27,8 +27,7 @@ import (
 // next step read them, so an edit made around the loss still arrives.
 func TestStreamReadsChangesOnlyWhenWoken(t *testing.T) {
 	t.Parallel()
-	s := startSystem(t, policies{CelebrityThreshold: 1000, InboxMax: 50, InboxTrimSlack: 5, TimelineMax: 50, BackfillPosts: 10,
-		FanoutBatch: 10, CacheTTL: 300 * time.Millisecond, RefreshSettle: 2 * time.Second, OnlineRefresh: -1})
+	s := startSystem(t, streamPolicies().onlineAtEveryPush())
 	single, ok := s.Redis.(*redis.Client)
 	if !ok {
 		t.Skip("the hook counts one client's commands: a single Redis")
@@ -200,8 +199,7 @@ func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // started), and the next post too, once the burst workers have ended.
 func TestStreamBurstOfWakeUps(t *testing.T) {
 	t.Parallel()
-	s := startSystem(t, policies{CelebrityThreshold: 1000, InboxMax: 50, InboxTrimSlack: 5, TimelineMax: 50, BackfillPosts: 10,
-		FanoutBatch: 10, CacheTTL: 300 * time.Millisecond, RefreshSettle: 2 * time.Second})
+	s := startSystem(t, streamPolicies())
 	in := startInstance(t, s, api.Config{StreamsHijacked: true})
 	ctx := context.Background()
 	author, atok := newUserOn(t, in.system, "author")

@@ -342,8 +342,7 @@ func TestStreamResumesFromItsOpening(t *testing.T) {
 }
 
 func testStreamResumesFromItsOpening(t *testing.T, hijacked bool) {
-	s := startSystem(t, policies{CelebrityThreshold: 1000, InboxMax: 50, InboxTrimSlack: 5, TimelineMax: 50, BackfillPosts: 10,
-		FanoutBatch: 10, CacheTTL: 300 * time.Millisecond, RefreshSettle: 2 * time.Second})
+	s := startSystem(t, streamPolicies())
 	in := startInstance(t, s, api.Config{StreamsHijacked: hijacked})
 	reader, rtok, _, atok := streamUsers(t, in)
 	ctx := context.Background()
@@ -421,6 +420,21 @@ func testStreamResumesFromItsOpening(t *testing.T, hijacked bool) {
 			t.Fatalf("resumed event %s %q, want the follow of %s", ev.Type, ev.Data, want)
 		}
 	}
+}
+
+// streamPolicies is the stream tests' policy: a celebrity threshold none
+// of their users reaches, inboxes and timelines of 50, a 2 s settling
+// window.
+func streamPolicies() policies {
+	return policies{CelebrityThreshold: 1000, InboxMax: 50, InboxTrimSlack: 5, TimelineMax: 50, BackfillPosts: 10,
+		FanoutBatch: 10, CacheTTL: 300 * time.Millisecond, RefreshSettle: 2 * time.Second}
+}
+
+// onlineAtEveryPush is p with the projectors reading who is online at
+// every push (OnlineRefresh -1), not from a list refreshed now and then.
+func (p policies) onlineAtEveryPush() policies {
+	p.OnlineRefresh = -1
+	return p
 }
 
 // postAs posts content as tok's user through s and returns the post.
@@ -590,8 +604,7 @@ func TestStreamBoundsHeartbeatShutdown(t *testing.T) {
 }
 
 func testStreamBoundsHeartbeatShutdown(t *testing.T, hijacked bool) {
-	s := startSystem(t, policies{CelebrityThreshold: 1000, InboxMax: 50, InboxTrimSlack: 5, TimelineMax: 50, BackfillPosts: 10,
-		FanoutBatch: 10, CacheTTL: 300 * time.Millisecond, RefreshSettle: 2 * time.Second})
+	s := startSystem(t, streamPolicies())
 	in := startInstance(t, s, api.Config{StreamsPerUser: 2, StreamsMax: 3, StreamHeartbeat: 50 * time.Millisecond, StreamsHijacked: hijacked})
 	_, rtok, _, atok := streamUsers(t, in)
 	ended := func(c *sseClient, why string) {
@@ -685,8 +698,7 @@ func TestStreamInChromium(t *testing.T) {
 		t.Skip("chromium is not installed: `bash scripts/prepare.sh` installs Debian's chromium as root (apt-get install chromium)")
 	}
 	t.Parallel()
-	s := startSystem(t, policies{CelebrityThreshold: 1000, InboxMax: 50, InboxTrimSlack: 5, TimelineMax: 50, BackfillPosts: 10,
-		FanoutBatch: 10, CacheTTL: 300 * time.Millisecond, RefreshSettle: 2 * time.Second})
+	s := startSystem(t, streamPolicies())
 	in := startInstance(t, s, api.Config{StreamsPerUser: 1, StreamRetry: 200 * time.Millisecond, StreamsHijacked: true})
 	_, rtok, _, atok := streamUsers(t, in)
 	ctx := context.Background()
@@ -810,8 +822,7 @@ func TestStreamInChromium(t *testing.T) {
 // in order, then a live one.
 func TestNotificationsStream(t *testing.T) {
 	t.Parallel()
-	s := startSystem(t, policies{CelebrityThreshold: 1000, InboxMax: 50, InboxTrimSlack: 5, TimelineMax: 50, BackfillPosts: 10,
-		FanoutBatch: 10, CacheTTL: 300 * time.Millisecond, RefreshSettle: 2 * time.Second, OnlineRefresh: -1})
+	s := startSystem(t, streamPolicies().onlineAtEveryPush())
 	one := startInstance(t, s, api.Config{StreamStartRead: time.Hour, StreamsHijacked: true})
 	two := startInstance(t, s, api.Config{})
 	ctx := context.Background()
@@ -880,8 +891,7 @@ func TestNotificationsStream(t *testing.T) {
 // a like added and undone while it was away is neither sent nor told.
 func TestStreamToldOfRemovals(t *testing.T) {
 	t.Parallel()
-	s := startSystem(t, policies{CelebrityThreshold: 1000, InboxMax: 50, InboxTrimSlack: 5, TimelineMax: 50, BackfillPosts: 10,
-		FanoutBatch: 10, CacheTTL: 300 * time.Millisecond, RefreshSettle: 2 * time.Second, OnlineRefresh: -1})
+	s := startSystem(t, streamPolicies().onlineAtEveryPush())
 	one := startInstance(t, s, api.Config{StreamsHijacked: true})
 	two := startInstance(t, s, api.Config{})
 	ctx := context.Background()
