@@ -173,11 +173,16 @@ func (f *Feed) readHomeDirect(ctx context.Context, iv *inboxView, user int64, cu
 		}
 		isMember = f.follows.QueueFollows(ctx, pipe, user, args...)
 	}
-	if err := readmodel.ExecReads(ctx, pipe); err != nil {
+	var err error
+	if ap := f.streamReads; ap != nil && ctx.Value(directKey{}) != nil {
+		err = readmodel.ExecReadsVia(ctx, ap, pipe)
+	} else {
+		err = readmodel.ExecReads(ctx, pipe)
+	}
+	if err != nil {
 		return homeReply{}, fmt.Errorf("read inbox of %d: %w", user, redisErr(err))
 	}
 	var r homeReply
-	var err error
 	if r.inbox, err = packedResultOf(inbox); err != nil {
 		return homeReply{}, fmt.Errorf("read inbox of %d: %w", user, err)
 	}

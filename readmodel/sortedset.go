@@ -249,3 +249,23 @@ func ExecReads(ctx context.Context, pipe redis.Pipeliner) error {
 	}
 	return nil
 }
+
+// ExecReadsVia runs the reads queued on pipe as ExecReads does, through
+// ap, an asynchronous autopipeliner (go-redis's AsyncAutoPipeline): they
+// go out, in their order, in one pipeline with the commands other
+// goroutines submitted meanwhile, instead of a round trip of their own.
+// pipe only queues them: it is not executed.
+func ExecReadsVia(ctx context.Context, ap *redis.AutoPipeliner, pipe redis.Pipeliner) error {
+	var fb [8]redis.AutoFuture
+	futs := fb[:0]
+	for _, c := range pipe.Cmds() {
+		futs = append(futs, ap.Submit(ctx, c))
+	}
+	var first error
+	for _, f := range futs {
+		if err := f.Wait(); err != nil && !errors.Is(err, redis.Nil) && first == nil {
+			first = err
+		}
+	}
+	return first
+}

@@ -173,6 +173,7 @@ func newAPI(ctx context.Context, cfg Config, p apiParts) (apiService, error) {
 		RefreshSettle:      cfg.RefreshSettle,
 		ReadCacheKeys:      readCacheKeys(cfg.ReadCacheKeys),
 		ReadCacheBarrier:   cfg.ReadCacheBarrier,
+		StreamPlainReads:   cfg.StreamsPlainReads,
 		RebuildConcurrency: cfg.RebuildConcurrency,
 		Registerer:         p.Registry,
 		Logger:             p.Log,

@@ -133,6 +133,7 @@ var configSettings = []configSetting{
 	{"FEED_BODY_READ_TIMEOUT", func(c Config, _ func(string) string) string { return c.BodyReadTimeout.String() }, ""},
 	{"FEED_READ_CACHE_BARRIER", func(c Config, _ func(string) string) string { return strconv.FormatBool(c.ReadCacheBarrier) }, ""},
 	{"FEED_STREAMS_GOROUTINE", func(c Config, _ func(string) string) string { return strconv.FormatBool(c.StreamsGoroutine) }, ""},
+	{"FEED_STREAMS_PLAIN_READS", func(c Config, _ func(string) string) string { return strconv.FormatBool(c.StreamsPlainReads) }, ""},
 	{"FEED_READ_CACHE_KEYS", func(c Config, _ func(string) string) string { return strconv.Itoa(c.ReadCacheKeys) }, ""},
 	{"FEED_REBUILD_CONCURRENCY", func(c Config, _ func(string) string) string { return strconv.Itoa(c.RebuildConcurrency) }, ""},
 	{"FEED_CELEBRITY_CACHE_TTL", func(c Config, _ func(string) string) string { return c.CelebrityCacheTTL.String() }, ""},

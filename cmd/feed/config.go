@@ -114,6 +114,10 @@ type Config struct {
 	// from its request's goroutine instead of hijacking its connection to
 	// the shared workers (api.Config.StreamsHijacked, the default).
 	StreamsGoroutine bool
+	// StreamsPlainReads (FEED_STREAMS_PLAIN_READS=1) is
+	// queries.Config.StreamPlainReads: each live stream's home read in a
+	// pipeline of its own instead of through the shared autopipeliner.
+	StreamsPlainReads bool
 	// QuotaWritesPerMinute, QuotaReadsPerSecond (per user) and
 	// QuotaRegistrationsPerHour (per client address) are the API's quotas
 	// (FEED_QUOTA_*, api.Config); 0 turns one off.
@@ -245,9 +249,10 @@ func LoadConfig() (Config, error) {
 		LogFormat:         envOr("FEED_LOG_FORMAT", "text"),
 		OnSlotLoss:        os.Getenv("FEED_CDC_ON_SLOT_LOSS"),
 
-		AllowDevSecret:   os.Getenv("FEED_ALLOW_DEV_SECRET") == "1",
-		ReadCacheBarrier: os.Getenv("FEED_READ_CACHE_BARRIER") == "1",
-		StreamsGoroutine: os.Getenv("FEED_STREAMS_GOROUTINE") == "1",
+		AllowDevSecret:    os.Getenv("FEED_ALLOW_DEV_SECRET") == "1",
+		ReadCacheBarrier:  os.Getenv("FEED_READ_CACHE_BARRIER") == "1",
+		StreamsGoroutine:  os.Getenv("FEED_STREAMS_GOROUTINE") == "1",
+		StreamsPlainReads: os.Getenv("FEED_STREAMS_PLAIN_READS") == "1",
 	}
 	if b := strings.TrimSpace(os.Getenv("KAFKA_BROKERS")); b != "" {
 		for _, s := range strings.Split(b, ",") {

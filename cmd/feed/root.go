@@ -178,6 +178,7 @@ var envDocs = map[string]string{
 	"FEED_STREAMS_PER_USER":               "live streams (GET /api/feed/stream) one user holds open in a process; one more ends the oldest (default 4)",
 	"FEED_STREAMS_MAX":                    "live streams a process holds open; more are 503 with Retry-After (default 10000)",
 	"FEED_STREAMS_GOROUTINE":              "1: serve each live stream from its request's goroutine (about 42 KB an idle stream) instead of the shared workers over hijacked connections (about 5 KB; HTTP/1)",
+	"FEED_STREAMS_PLAIN_READS":            "1: send each live stream's home read in a Redis pipeline of its own instead of through the shared autopipeliner (go-redis's AsyncAutoPipeline, where the streams a post wakes together share pipelines)",
 	"FEED_BODY_READ_TIMEOUT":              "a write's body must arrive within this, else 408 and the connection closed (default 5s)",
 	"FEED_MAX_CONTENT_CHARS":              "post length limit in characters (default 2000)",
 	"FEED_NODE_ID":                        "Snowflake node id 0..1023, leased in PostgreSQL; refused while another live process holds it (default: lease a free one)",
@@ -224,7 +225,7 @@ var (
 		"FEED_ALLOW_DEV_SECRET", "FEED_NODE_ID",
 		"FEED_MAX_CONTENT_CHARS", "FEED_INBOX_MAX", "FEED_NOTIFICATIONS_MAX", "FEED_CELEBRITY_CACHE_TTL", "FEED_REFRESH_SETTLE", "FEED_INACTIVE_AFTER", "FEED_POST_CACHE_TTL", "FEED_READ_CACHE_KEYS", "FEED_READ_CACHE_BARRIER", "FEED_REBUILD_CONCURRENCY",
 		"FEED_MAX_READS_IN_FLIGHT", "FEED_MAX_WRITES_IN_FLIGHT", "FEED_FULL_HOME_READS",
-		"FEED_MAX_CONNS", "FEED_MAX_IDLE_CONNS", "FEED_BODY_READ_TIMEOUT", "FEED_STREAMS_PER_USER", "FEED_STREAMS_MAX", "FEED_STREAMS_GOROUTINE",
+		"FEED_MAX_CONNS", "FEED_MAX_IDLE_CONNS", "FEED_BODY_READ_TIMEOUT", "FEED_STREAMS_PER_USER", "FEED_STREAMS_MAX", "FEED_STREAMS_GOROUTINE", "FEED_STREAMS_PLAIN_READS",
 		"FEED_QUOTA_WRITES_PER_MINUTE", "FEED_QUOTA_READS_PER_SECOND", "FEED_QUOTA_REGISTRATIONS_PER_HOUR"}
 	envProjections = []string{"FEED_ADMIN_ADDR", "FEED_CELEBRITY_THRESHOLD", "FEED_CELEBRITY_BAND", "FEED_INBOX_MAX", "FEED_NOTIFICATIONS_MAX", "FEED_INACTIVE_AFTER", "FEED_POST_CACHE_TTL", "FEED_FOLLOWER_CACHE_ROWS"}
 	envCDC         = []string{"FEED_ADMIN_ADDR", "FEED_PARTITIONS", "FEED_SLOT", "FEED_LAG_WARN_BYTES", "FEED_CDC_ON_SLOT_LOSS"}
