@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -73,11 +74,16 @@ type openStream struct {
 	done   chan struct{}
 	reason string // why done was closed
 	once   sync.Once
+	// ended is set before done is closed: the hijacked streams' ticker,
+	// which looks at every stream ten times a second, loads it instead of
+	// receiving from done.
+	ended atomic.Bool
 }
 
 func (o *openStream) end(reason string) {
 	o.once.Do(func() {
 		o.reason = reason
+		o.ended.Store(true)
 		close(o.done)
 	})
 }

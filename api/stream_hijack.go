@@ -153,13 +153,8 @@ func (p *hijackPool) tick(s *Server) {
 				h.wantRead.Store(true)
 				due = true
 			}
-			if now-h.lastOut.Load() >= int64(s.cfg.StreamHeartbeat) {
+			if now-h.lastOut.Load() >= int64(s.cfg.StreamHeartbeat) || h.o.ended.Load() {
 				due = true
-			}
-			select {
-			case <-h.o.done:
-				due = true
-			default:
 			}
 			if due || h.wantRead.Load() {
 				p.enqueue(h)
