@@ -26,6 +26,8 @@ import (
 //   - stream: a stream positioned just below the newest post (its B)
 //     wakes up and reads (live.Stream.Step: the home read from the top
 //     down to B, then the changes after C), delivering that one post;
+//   - stream-plain: the same with the step's home read in a pipeline of
+//     its own (queries.Config.StreamPlainReads);
 //   - poll: the refresh page above the same position
 //     (queries.Feed.HomeAfter, what a polling client asks), one post.
 //
@@ -80,20 +82,34 @@ func BenchmarkStreamEvent(b *testing.B) {
 	})
 	after := *page.NextCursor
 
-	b.Run("stream", func(b *testing.B) {
-		b.ReportAllocs()
-		defer cpuPerOp(b)()
-		for b.Loop() {
-			st, err := live.Open(ctx, hub, feed, reader, from, "")
-			if err != nil {
-				b.Fatal(err)
+	// The same with each step's home read in a pipeline of its own
+	// (queries.Config.StreamPlainReads): one stream alone shares no
+	// pipeline, so "stream" shows what the autopipeliner adds.
+	plain, err := queries.New(queries.Config{Keys: s.Keys, InboxMax: 100, CelebrityThreshold: 1000, Registerer: prometheus.NewRegistry(),
+		RefreshSettle: 500 * time.Millisecond, CelebrityCacheTTL: 300 * time.Millisecond, Logger: s.Log, StreamPlainReads: true}, s.DB.Pool, s.Redis)
+	if err != nil {
+		b.Fatal(err)
+	}
+	testenv.Start(b, plain.Service())
+	for _, c := range []struct {
+		name string
+		feed *queries.Feed
+	}{{"stream", feed}, {"stream-plain", plain}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			defer cpuPerOp(b)()
+			for b.Loop() {
+				st, err := live.Open(ctx, hub, c.feed, reader, from, "")
+				if err != nil {
+					b.Fatal(err)
+				}
+				evs, _, err := st.Step(ctx, nil)
+				if err != nil || len(evs) != 1 {
+					b.Fatalf("%d events, %v", len(evs), err)
+				}
 			}
-			evs, _, err := st.Step(ctx, nil)
-			if err != nil || len(evs) != 1 {
-				b.Fatalf("%d events, %v", len(evs), err)
-			}
-		}
-	})
+		})
+	}
 	b.Run("poll", func(b *testing.B) {
 		b.ReportAllocs()
 		defer cpuPerOp(b)()

@@ -175,8 +175,22 @@ func (f *Feed) readHomeDirect(ctx context.Context, iv *inboxView, user int64, cu
 	}
 	var err error
 	if ap := f.streamReads; ap != nil && ctx.Value(directKey{}) != nil {
-		err = readmodel.ExecReadsVia(ctx, ap, pipe)
+		// A live stream's read: alone, in a pipeline of its own (the
+		// autopipeliner's hand-offs would cost a lone read more than they
+		// save); while other streams' reads are under way, through the
+		// autopipeliner, in pipelines shared with them.
+		if f.streamReadsOut.Add(1) > 1 {
+			f.metrics.streamShared.Inc()
+			err = readmodel.ExecReadsVia(ctx, ap, pipe)
+		} else {
+			f.metrics.streamOwn.Inc()
+			err = readmodel.ExecReads(ctx, pipe)
+		}
+		f.streamReadsOut.Add(-1)
 	} else {
+		if ctx.Value(directKey{}) != nil {
+			f.metrics.streamOwn.Inc()
+		}
 		err = readmodel.ExecReads(ctx, pipe)
 	}
 	if err != nil {

@@ -43,11 +43,16 @@ type Metrics struct {
 	// number of authors pulled because their downward celebrity crossing
 	// is not yet backfilled into every inbox (readmodel.Celebrities).
 	CrossingsPending prometheus.Gauge
+	// StreamReads counts the live streams' home reads by pipeline: "own"
+	// (alone, or Config.StreamPlainReads) or "shared" (through the
+	// autopipeliner, while other streams' reads were under way).
+	StreamReads *prometheus.CounterVec
 
 	// The per-page counters, resolved once (WithLabelValues hashes its
 	// labels on every call).
 	hydProcess, hydRedis, hydPG prometheus.Counter
 	homeSources                 [3]prometheus.Counter // redis, pg, cold
+	streamOwn, streamShared     prometheus.Counter
 	celebHit, celebMiss         prometheus.Counter
 	timelineHit, timelineMiss   prometheus.Counter
 }
@@ -82,7 +87,13 @@ func newMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "feed_query_celebrity_crossings_pending",
 			Help: "Authors pulled as celebrities because their downward crossing is not yet backfilled into the inboxes, at the last read of the celebrity set.",
 		}),
+		StreamReads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "feed_query_stream_reads_total",
+			Help: "Live streams' home reads, by pipeline: own (alone) or shared (through the autopipeliner with other streams' reads).",
+		}, []string{"pipeline"}),
 	}
+	m.streamOwn = m.StreamReads.WithLabelValues("own")
+	m.streamShared = m.StreamReads.WithLabelValues("shared")
 	m.hydProcess = m.Hydrations.WithLabelValues("process")
 	m.hydRedis = m.Hydrations.WithLabelValues("redis")
 	m.hydPG = m.Hydrations.WithLabelValues("pg")
@@ -96,7 +107,7 @@ func newMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.CacheLookups, m.Sources, m.Hydrations, m.Rebuilds, m.WriteThroughs, m.Circuits, m.CrossingsPending} {
+	for _, c := range []prometheus.Collector{m.CacheLookups, m.Sources, m.Hydrations, m.Rebuilds, m.WriteThroughs, m.Circuits, m.CrossingsPending, m.StreamReads} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register query metrics (one Feed per registry): %w", err)
 		}

@@ -337,9 +337,11 @@ type Feed struct {
 	deletions deletionFeed // post deletions from the event log (deletion_feed.go)
 	hints     *followHints // per reader, the authors to ask about in the first pipeline
 	cache     *readCache   // per-reader Redis reads (read_cache.go); nil when off
-	// streamReads carries the live streams' direct home reads (nil with
-	// Config.StreamPlainReads: each its own pipeline).
-	streamReads *redis.AutoPipeliner
+	// streamReads carries the live streams' direct home reads made while
+	// others are under way (streamReadsOut counts them); nil with
+	// Config.StreamPlainReads: each its own pipeline.
+	streamReads    *redis.AutoPipeliner
+	streamReadsOut atomic.Int32
 
 	readCircuit, writeCircuit *breaker            // Redis circuits (degraded.go)
 	fallback                  *semaphore.Weighted // concurrent PostgreSQL fallbacks of reads

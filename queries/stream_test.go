@@ -1,6 +1,9 @@
 package queries
 
 import (
+	"fmt"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -65,5 +68,78 @@ func TestHomeAboveHydratesOnlyAbove(t *testing.T) {
 	}
 	if !more || len(got) != 2 || got[0].Key.ID != posts[9].id || got[1].Key.ID != posts[10].id {
 		t.Fatalf("above posts[8], 2 at most: %+v (more %v), want posts 9 and 10 and more", got, more)
+	}
+}
+
+// Streams' reads made at once share the autopipeliner's pipelines and
+// answer as each alone does (the streams a post wakes together); a read
+// alone goes in a pipeline of its own; with StreamPlainReads every read
+// does.
+func TestHomeAboveShared(t *testing.T) {
+	t.Parallel()
+	for _, plain := range []bool{false, true} {
+		t.Run(fmt.Sprintf("plain=%v", plain), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, Config{StreamPlainReads: plain})
+			a := b.user()
+			old := time.Now().Add(-time.Minute).UnixMilli()
+			var posts []key // oldest first
+			for i := range 6 {
+				posts = append(posts, b.post(a, old+int64(i)))
+			}
+			readers := make([]int64, 24)
+			for i := range readers {
+				readers[i] = b.user()
+				b.follow(readers[i], a)
+			}
+			b.projectAll(nil, readers, 500, 500)
+			pos := events.FeedKey{Ms: posts[2].ms, ID: posts[2].id}
+			check := func(u int64) error {
+				got, _, more, err := b.feed.HomeAbove(b.ctx, u, pos, 10)
+				if err != nil {
+					return err
+				}
+				if more || len(got) != 3 {
+					return fmt.Errorf("reader %d: %d entries above the position (more %v), want 3", u, len(got), more)
+				}
+				for i, e := range got {
+					if w := posts[3+i]; e.Key.ID != w.id || e.Post.ID != strconv.FormatInt(w.id, 10) {
+						return fmt.Errorf("reader %d: entry %d is %d (post %s), want %d", u, i, e.Key.ID, e.Post.ID, w.id)
+					}
+				}
+				return nil
+			}
+			m := b.feed.metrics
+			own0 := counter(m.streamOwn)
+			if err := check(readers[0]); err != nil {
+				t.Fatal(err)
+			}
+			if n := counter(m.streamOwn) - own0; n != 1 {
+				t.Fatalf("a read alone: %v in a pipeline of its own, want 1", n)
+			}
+			for range 5 {
+				var wg sync.WaitGroup
+				errs := make(chan error, len(readers))
+				for _, u := range readers {
+					wg.Go(func() {
+						if err := check(u); err != nil {
+							errs <- err
+						}
+					})
+				}
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					t.Error(err)
+				}
+			}
+			shared := counter(m.streamShared)
+			if plain && shared != 0 {
+				t.Errorf("StreamPlainReads: %v reads through the autopipeliner, want 0", shared)
+			}
+			if !plain && shared == 0 {
+				t.Errorf("%d reads at once, five times: none through the autopipeliner", len(readers))
+			}
+		})
 	}
 }
