@@ -135,11 +135,11 @@ type Config struct {
 	ReadCacheBarrier bool
 	// StreamPlainReads sends each live stream's home read (HomeAbove's
 	// inbox, own timeline and markers, read from Redis itself) in a
-	// pipeline of its own. By default they go through go-redis's
-	// asynchronous autopipeliner, where the reads of the streams a post
-	// woke together share pipelines: under the full mix a delivered event
-	// costs a third of the CPU and Redis fewer system calls
-	// (docs/benchmarks.md, "CPU per delivered stream event").
+	// pipeline of its own. By default a read made while other streams'
+	// reads are under way goes through go-redis's asynchronous
+	// autopipeliner, in pipelines shared with them: under the full mix a
+	// delivered event then costs 0.4x the CPU (docs/benchmarks.md, "CPU
+	// per delivered stream event").
 	StreamPlainReads bool
 	// RedisBreakerFailures is how many consecutive Redis connection
 	// failures open a circuit (reads and the post commands' writes each
