@@ -178,7 +178,7 @@ var envDocs = map[string]string{
 	"FEED_STREAMS_PER_USER":               "live streams (GET /api/feed/stream) one user holds open in a process; one more ends the oldest (default 4)",
 	"FEED_STREAMS_MAX":                    "live streams a process holds open; more are 503 with Retry-After (default 10000)",
 	"FEED_STREAMS_GOROUTINE":              "1: serve each live stream from its request's goroutine (about 42 KB an idle stream) instead of the shared workers over hijacked connections (about 5 KB; HTTP/1)",
-	"FEED_STREAMS_PLAIN_READS":            "1: send each live stream's home read in a Redis pipeline of its own instead of through the shared autopipeliner (go-redis's AsyncAutoPipeline, where the streams a post wakes together share pipelines)",
+	"FEED_STREAMS_PLAIN_READS":            "1: send every live stream's home read in a Redis pipeline of its own; by default the reads made while others are under way share pipelines through go-redis's AsyncAutoPipeline",
 	"FEED_BODY_READ_TIMEOUT":              "a write's body must arrive within this, else 408 and the connection closed (default 5s)",
 	"FEED_MAX_CONTENT_CHARS":              "post length limit in characters (default 2000)",
 	"FEED_NODE_ID":                        "Snowflake node id 0..1023, leased in PostgreSQL; refused while another live process holds it (default: lease a free one)",
