@@ -174,23 +174,24 @@ func (f *Feed) readHomeDirect(ctx context.Context, iv *inboxView, user int64, cu
 		isMember = f.follows.QueueFollows(ctx, pipe, user, args...)
 	}
 	var err error
-	if ap := f.streamReads; ap != nil && ctx.Value(directKey{}) != nil {
+	switch stream := ctx.Value(directKey{}) != nil; {
+	case stream && f.streamReads != nil:
 		// A live stream's read: alone, in a pipeline of its own (the
 		// autopipeliner's hand-offs would cost a lone read more than they
 		// save); while other streams' reads are under way, through the
 		// autopipeliner, in pipelines shared with them.
 		if f.streamReadsOut.Add(1) > 1 {
 			f.metrics.streamShared.Inc()
-			err = readmodel.ExecReadsVia(ctx, ap, pipe)
+			err = readmodel.ExecReadsVia(ctx, f.streamReads, pipe)
 		} else {
 			f.metrics.streamOwn.Inc()
 			err = readmodel.ExecReads(ctx, pipe)
 		}
 		f.streamReadsOut.Add(-1)
-	} else {
-		if ctx.Value(directKey{}) != nil {
-			f.metrics.streamOwn.Inc()
-		}
+	case stream:
+		f.metrics.streamOwn.Inc()
+		err = readmodel.ExecReads(ctx, pipe)
+	default:
 		err = readmodel.ExecReads(ctx, pipe)
 	}
 	if err != nil {
