@@ -14,8 +14,10 @@ import (
 // Source is the query side as a stream reads it; *queries.Feed is one.
 type Source interface {
 	// HomeAbove is every entry the home read shows above b, oldest first,
-	// up to max (more: there were more), and the settled horizon.
-	HomeAbove(ctx context.Context, user int64, b events.FeedKey, max int) ([]queries.Entry, events.FeedKey, bool, error)
+	// up to max (more: there were more), and the settled horizon; the
+	// entries of have (keys above b, ascending) are left out and not
+	// hydrated.
+	HomeAbove(ctx context.Context, user int64, b events.FeedKey, have []events.FeedKey, max int) ([]queries.Entry, events.FeedKey, bool, error)
 	// StreamOpened marks user active now: the fan-out pushes to the
 	// user's inbox (and so wakes the stream) from then on.
 	StreamOpened(ctx context.Context, user int64) error
@@ -129,7 +131,7 @@ func (s *Stream) Channels(ctx context.Context) ([]string, error) {
 // entries the client has; more says the stream is further behind than
 // one step sends (call Step again).
 func (s *Stream) Step(ctx context.Context, out []Event) ([]Event, bool, error) {
-	entries, settled, more, err := s.src.HomeAbove(ctx, s.user, s.r.B, stepEntries)
+	entries, settled, more, err := s.src.HomeAbove(ctx, s.user, s.r.B, s.r.Sent, stepEntries)
 	if err != nil {
 		return out, false, fmt.Errorf("read the stream's entries: %w", err)
 	}

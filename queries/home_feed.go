@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/feedco/feed/events"
 	"github.com/feedco/feed/internal/snowflake"
 	"github.com/feedco/feed/readmodel"
 )
@@ -115,7 +116,7 @@ func (hc homeCursor) page(items []item, limit int) Page {
 // ends; cold says a read model of userID's was not built (the rest came
 // from PostgreSQL). Home and HomeAfter (refresh.go) page with it.
 func (f *Feed) homeItems(ctx context.Context, userID int64, cur key, need int, items []item) ([]item, bool, error) {
-	return f.homeItemsAbove(ctx, userID, cur, need, items, key{})
+	return f.homeItemsAbove(ctx, userID, cur, need, items, key{}, nil)
 }
 
 // homeItemsAbove is homeItems ending at floor: the entries at or below it
@@ -123,8 +124,10 @@ func (f *Feed) homeItems(ctx context.Context, userID int64, cur key, need int, i
 // reads with its position as the floor (HomeAbove): a wake-up reads a few
 // entries from the top and hydrates only those above where the stream
 // is, most often one. A read with a floor leaves the reader's follow hint
-// as it was: the hint is a first page's authors, not a few.
-func (f *Feed) homeItemsAbove(ctx context.Context, userID int64, cur key, need int, items []item, floor key) ([]item, bool, error) {
+// as it was: the hint is a first page's authors, not a few. The keys in
+// have (ascending) are skipped like those below the floor, and each
+// Redis read takes len(have) more keys to make up for them.
+func (f *Feed) homeItemsAbove(ctx context.Context, userID int64, cur key, need int, items []item, floor key, have []events.FeedKey) ([]item, bool, error) {
 	now := f.now()
 	floored := floor != key{}
 	fresh := f.useDeletionFeed(now)
@@ -134,7 +137,7 @@ func (f *Feed) homeItemsAbove(ctx context.Context, userID int64, cur key, need i
 	mode := stepRedis
 	for round := 0; len(items) < need && mode != stepEnd; round++ {
 		if mode == stepRedis && round < maxRedisRounds {
-			hr, cold, err := f.homeSegment(ctx, userID, cur, need-len(items), true)
+			hr, cold, err := f.homeSegment(ctx, userID, cur, need-len(items)+len(have), true)
 			if err != nil {
 				return items, used[2], err
 			}
@@ -164,7 +167,7 @@ func (f *Feed) homeItemsAbove(ctx context.Context, userID int64, cur key, need i
 					end = len(keys)
 				}
 			}
-			items, err = f.hydrate(ctx, keys[:end], hr.vis, need-len(items), items)
+			items, err = f.hydrate(ctx, without(keys[:end], have), hr.vis, need-len(items), items)
 			if err != nil {
 				return items, used[2], err
 			}
@@ -193,6 +196,34 @@ func (f *Feed) homeItemsAbove(ctx context.Context, userID int64, cur key, need i
 		f.hints.set(userID, hint)
 	}
 	return items, used[2], nil
+}
+
+// without is keys less those in have (ascending): keys itself when none
+// is, else a copy.
+func without(keys []key, have []events.FeedKey) []key {
+	in := func(k key) bool {
+		_, ok := slices.BinarySearchFunc(have, events.FeedKey{Ms: k.ms, ID: k.id}, func(h, t events.FeedKey) int {
+			switch {
+			case h == t:
+				return 0
+			case t.Newer(h):
+				return -1
+			}
+			return 1
+		})
+		return ok
+	}
+	i := slices.IndexFunc(keys, in)
+	if i < 0 {
+		return keys
+	}
+	out := append(make([]key, 0, len(keys)-1), keys[:i]...)
+	for _, k := range keys[i+1:] {
+		if !in(k) {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // itemBufs recycles the items of a page (about 1.8 KB for 21 items, the

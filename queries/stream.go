@@ -33,7 +33,14 @@ const StreamScan = refreshScan
 // refresh it reads from the top: entries not settled yet are included.
 // settled is the refresh's settled horizon (RefreshSettle behind the
 // clock): entries below it are taken as projected.
-func (f *Feed) HomeAbove(ctx context.Context, userID int64, b events.FeedKey, max int) (entries []Entry, settled events.FeedKey, more bool, err error) {
+//
+// have are keys above b the caller already has (a stream's sent
+// entries, oldest first): they are neither hydrated nor returned, and the
+// reads take that many more keys, so that a stream whose position lags
+// the settling window (every entry of those seconds is above it) reads
+// them in its first read and hydrates only what is new. The PostgreSQL
+// read of a stream far behind may still return some of them.
+func (f *Feed) HomeAbove(ctx context.Context, userID int64, b events.FeedKey, have []events.FeedKey, max int) (entries []Entry, settled events.FeedKey, more bool, err error) {
 	if userID <= 0 {
 		return nil, events.FeedKey{}, false, ErrInvalidID
 	}
@@ -51,7 +58,7 @@ func (f *Feed) HomeAbove(ctx context.Context, userID int64, b events.FeedKey, ma
 	// hydrated (hydration is most of a read's cost).
 	batch := 4
 	for len(above) <= f.refreshScan {
-		got, _, err := f.homeItemsAbove(ctx, userID, cur, batch, nil, a)
+		got, _, err := f.homeItemsAbove(ctx, userID, cur, batch, nil, a, have)
 		if err != nil {
 			return nil, settled, false, err
 		}

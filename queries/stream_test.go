@@ -2,6 +2,7 @@ package queries
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -43,7 +44,7 @@ func TestHomeAboveHydratesOnlyAbove(t *testing.T) {
 	}
 	pos := posts[len(posts)-2]
 	before := hydrated()
-	got, _, more, err := b.feed.HomeAbove(b.ctx, u, events.FeedKey{Ms: pos.ms, ID: pos.id}, 10)
+	got, _, more, err := b.feed.HomeAbove(b.ctx, u, events.FeedKey{Ms: pos.ms, ID: pos.id}, nil, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,13 +63,47 @@ func TestHomeAboveHydratesOnlyAbove(t *testing.T) {
 	}
 
 	// More above than asked: the closest to the position, and more.
-	got, _, more, err = b.feed.HomeAbove(b.ctx, u, events.FeedKey{Ms: posts[8].ms, ID: posts[8].id}, 2)
+	got, _, more, err = b.feed.HomeAbove(b.ctx, u, events.FeedKey{Ms: posts[8].ms, ID: posts[8].id}, nil, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !more || len(got) != 2 || got[0].Key.ID != posts[9].id || got[1].Key.ID != posts[10].id {
 		t.Fatalf("above posts[8], 2 at most: %+v (more %v), want posts 9 and 10 and more", got, more)
 	}
+
+	// A stream whose position lags: it has posts 6, 7, 9 and 10 above
+	// posts[5] (sent since), and is woken for the top. Its read leaves out
+	// and does not hydrate what it has, and one Redis read covers it.
+	have := []events.FeedKey{}
+	for _, p := range []key{posts[6], posts[7], posts[9], posts[10]} {
+		have = append(have, events.FeedKey{Ms: p.ms, ID: p.id})
+	}
+	before, reads := hydrated(), streamReads(b.feed)
+	got, _, more, err = b.feed.HomeAbove(b.ctx, u, events.FeedKey{Ms: posts[5].ms, ID: posts[5].id}, have, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys = keys[:0]
+	for _, e := range got {
+		keys = append(keys, key{ms: e.Key.Ms, id: e.Key.ID})
+	}
+	want = []key{posts[8], posts[11], top}
+	if more || !slices.Equal(keys, want) {
+		t.Fatalf("above posts[5], with 4 of them had: %v (more %v), want %v", keys, more, want)
+	}
+	// Above posts[5] and not had: posts 8 and 11, the deleted and the
+	// foreign post, the top.
+	if n := hydrated() - before; n != 5 {
+		t.Errorf("%v keys hydrated, want the 5 above the position not had", n)
+	}
+	if n := streamReads(b.feed) - reads; n != 1 {
+		t.Errorf("%v Redis reads, want 1", n)
+	}
+}
+
+// streamReads counts a Feed's stream home reads, either pipeline.
+func streamReads(f *Feed) float64 {
+	return counter(f.metrics.streamOwn) + counter(f.metrics.streamShared)
 }
 
 // Streams' reads made at once share the autopipeliner's pipelines and
@@ -95,7 +130,7 @@ func TestHomeAboveShared(t *testing.T) {
 			b.projectAll(nil, readers, 500, 500)
 			pos := events.FeedKey{Ms: posts[2].ms, ID: posts[2].id}
 			check := func(u int64) error {
-				got, _, more, err := b.feed.HomeAbove(b.ctx, u, pos, 10)
+				got, _, more, err := b.feed.HomeAbove(b.ctx, u, pos, nil, 10)
 				if err != nil {
 					return err
 				}
