@@ -26,7 +26,9 @@ import (
 //     100-continue` and never sends it, is 408 with the connection
 //     closed, having held no slot;
 //  4. only then the slot of its class: 429 `overloaded` at once when the
-//     class is at its bound.
+//     class is at its bound;
+//  5. a read then waits for its turn to run (Config.ReadsRunning, shed.go's
+//     "Turns"): 503 when the request's time runs out first.
 //
 // A slot is thus held only by an identified caller whose request is
 // complete in memory, for the time of the work itself.
@@ -89,6 +91,12 @@ func (e *endpoint) serve(w http.ResponseWriter, r *http.Request) error {
 			return &overloadedError{e.className}
 		}
 		defer e.class.release()
+		if e.class == &s.reads {
+			if err := s.readTurns.take(r.Context()); err != nil {
+				return err
+			}
+			defer s.readTurns.give()
+		}
 	}
 	return e.h(w, r, caller)
 }

@@ -141,7 +141,8 @@ func problemFor(err error) (p Problem, internal bool) {
 	case errors.Is(err, commands.ErrIdempotencyKeyReused):
 		p = probKeyReused
 		p.Detail = "this Idempotency-Key was used for a different request"
-	case errors.Is(err, errFeedUnavailable), errors.Is(err, errStatusUnavailable), errors.Is(err, errStreamsUnavailable), errors.Is(err, errTooManyStreams):
+	case errors.Is(err, errFeedUnavailable), errors.Is(err, errStatusUnavailable), errors.Is(err, errStreamsUnavailable), errors.Is(err, errTooManyStreams),
+		errors.Is(err, errNoTurn):
 		p = probUnavailable
 		p.Detail = err.Error()
 	case errors.Is(err, context.Canceled):

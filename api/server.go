@@ -105,6 +105,12 @@ type Config struct {
 	// once; a write beyond it is 429 at once, having done nothing.
 	// Default 32; negative: no bound.
 	MaxWritesInFlight int
+	// ReadsRunning bounds the admitted reads that run at once; the others
+	// wait for a turn in arrival order, within the request's timeout
+	// (shed.go, "Turns"). Default 32; negative: no bound. The home reads
+	// doing the full merge at once are then at most this many, so
+	// FullHomeReads degrades only a narrower bound.
+	ReadsRunning int
 	// FullHomeReads bounds the home feed reads that do the full merge
 	// (inbox, celebrity pull, PostgreSQL below the floor) at once; a home
 	// read beyond it is degraded (FeedReader.HomeDegraded). Default 128;
@@ -153,6 +159,7 @@ func (c Config) withDefaults() Config {
 	c.MaxReadsInFlight = cmp.Or(c.MaxReadsInFlight, DefaultMaxReadsInFlight)
 	c.MaxWritesInFlight = cmp.Or(c.MaxWritesInFlight, DefaultMaxWritesInFlight)
 	c.FullHomeReads = cmp.Or(c.FullHomeReads, DefaultFullHomeReads)
+	c.ReadsRunning = cmp.Or(c.ReadsRunning, DefaultReadsRunning)
 	c.StreamsPerUser = cmp.Or(c.StreamsPerUser, DefaultStreamsPerUser)
 	c.StreamsMax = cmp.Or(c.StreamsMax, DefaultStreamsMax)
 	c.StreamHeartbeat = cmp.Or(c.StreamHeartbeat, 15*time.Second)
@@ -171,11 +178,15 @@ func (c Config) withDefaults() Config {
 // 5,000 reads/s, and degrading those gives up posts without saving work,
 // since the celebrity pull it skips is answered from memory. A write
 // holds one of the pool's 64 PostgreSQL connections for a few
-// milliseconds.
+// milliseconds. 32 reads running at once (16 a core) keep the cores busy
+// through a read's waits on Redis, while a wake-up of the rest of the
+// process (a projector, CDC, a live stream) waits behind at most those 32
+// instead of every read admitted (shed.go, "Turns").
 const (
 	DefaultMaxReadsInFlight  = 256
 	DefaultMaxWritesInFlight = 32
 	DefaultFullHomeReads     = 128
+	DefaultReadsRunning      = 32
 )
 
 // The defaults of the connection bounds: a process may open about 20,000
@@ -318,6 +329,7 @@ type Server struct {
 	metrics *metrics
 
 	reads, writes limiter             // requests in flight by class (shed.go)
+	readTurns     turns               // the admitted reads running at once (shed.go)
 	conns         connTracker         // open and idle connections (conns.go)
 	quotas        quotas              // per-caller quotas (quota.go)
 	fullHome      *semaphore.Weighted // full home reads at once; nil: never degraded
@@ -355,6 +367,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		return nil, fmt.Errorf("api: %w", err)
 	}
 	s.reads.max, s.writes.max = int64(max(cfg.MaxReadsInFlight, 0)), int64(max(cfg.MaxWritesInFlight, 0))
+	if cfg.ReadsRunning > 0 {
+		s.readTurns.sem = semaphore.NewWeighted(int64(cfg.ReadsRunning))
+	}
 	if cfg.FullHomeReads > 0 {
 		s.fullHome = semaphore.NewWeighted(int64(cfg.FullHomeReads))
 	}
@@ -369,7 +384,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if s.smetrics, err = newStreamMetrics(s.reg); err != nil {
 		return nil, fmt.Errorf("api: register stream metrics: %w", err)
 	}
-	if err := newShedMetrics(s.reg, &s.reads, &s.writes); err != nil {
+	if err := newShedMetrics(s.reg, &s.reads, &s.writes, &s.readTurns); err != nil {
 		return nil, fmt.Errorf("api: register shedding metrics: %w", err)
 	}
 	s.handler = s.routes()

@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -117,14 +118,15 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels ...
 
 // shedFeed is the API with the query side over a redis-server of the
 // test's own (which the test freezes), the read cache off (every read
-// goes to Redis), and no timeout that would end a read waiting on it.
+// goes to Redis), and, unless cfg says one, no timeout that would end a
+// read waiting on it.
 func shedFeed(t *testing.T, cfg api.Config) (*env, *testenv.RedisServer, *queries.Feed) {
 	t.Helper()
 	srv := testenv.StartRedisServer(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ReadTimeout: -1, WriteTimeout: -1, PoolSize: 64})
 	t.Cleanup(func() { _ = rdb.Close() })
 	var feed *queries.Feed
-	cfg.RequestTimeout = 2 * time.Minute
+	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, 2*time.Minute)
 	e := setup(t, options{cfg: cfg, withPool: func(pool *pgxpool.Pool, d *api.Deps) {
 		f, err := queries.New(queries.Config{Keys: readmodel.Keys{Prefix: "t:"}, ReadCacheKeys: -1, Logger: testenv.Logger()}, pool, rdb)
 		if err != nil {
@@ -233,6 +235,78 @@ func TestShedReadsWhileRedisHangs(t *testing.T) {
 	if reads, _ := e.srv.InFlight(); reads != 0 {
 		t.Fatalf("%d reads in flight after all answered", reads)
 	}
+}
+
+// Of the reads admitted, ReadsRunning run at once and the others wait for
+// a turn (counted in flight and in feed_http_reads_waiting), then run in
+// their turn: with Redis hung, 2 reads run (wait on it) and 3 wait; when
+// Redis goes on, all 5 answer 200. A read whose request times out while
+// it waits is 503 problem+json with Retry-After, saying so.
+func TestReadsWaitForATurn(t *testing.T) {
+	t.Parallel()
+	const running, reads = 2, 5
+	e, srv, _ := shedFeed(t, api.Config{MaxReadsInFlight: 8, ReadsRunning: running, FullHomeReads: -1})
+	ana, bo := e.register(t, "ana"), e.register(t, "bo")
+	if r := e.do(t, "PUT", "/api/following/"+strconv.FormatInt(ana, 10), "", "Authorization", e.bearer(bo)); r.Status != 204 {
+		t.Fatalf("follow: %d %s", r.Status, r.Body)
+	}
+	e.post(t, ana, "a post")
+	tok := e.bearer(bo)
+	if r := e.do(t, "GET", "/api/feed", "", "Authorization", tok); r.Status != 200 {
+		t.Fatalf("warm-up read: %d %s", r.Status, r.Body)
+	}
+
+	srv.Freeze()
+	t.Cleanup(srv.Thaw) // a failure below must not leave the reads hung
+	all := e.launch(reads, fixed("GET"), fixed("/api/feed"), fixed(""), func(int) []string { return []string{"Authorization", tok} })
+	testenv.Eventually(t, 30*time.Second, "the reads admitted, the ones over the bound waiting", func() bool {
+		in, _ := e.srv.InFlight()
+		return in == reads && metricValue(t, e.srv.Registry(), "feed_http_reads_waiting") == reads-running
+	})
+	srv.Thaw()
+	for range reads {
+		res := <-all
+		if res.err != nil {
+			t.Fatal(res.err)
+		}
+		if res.r.Status != 200 {
+			t.Fatalf("a read that waited for its turn: %d %s", res.r.Status, res.r.Body)
+		}
+	}
+	if in, _ := e.srv.InFlight(); in != 0 || metricValue(t, e.srv.Registry(), "feed_http_reads_waiting") != 0 {
+		t.Fatalf("after the answers: %d in flight, %v waiting", in, metricValue(t, e.srv.Registry(), "feed_http_reads_waiting"))
+	}
+
+	t.Run("timed out", func(t *testing.T) {
+		e, srv, _ := shedFeed(t, api.Config{ReadsRunning: 1, RequestTimeout: 2 * time.Second})
+		ana := e.register(t, "ana")
+		tok := e.bearer(ana)
+		if r := e.do(t, "GET", "/api/feed", "", "Authorization", tok); r.Status != 200 {
+			t.Fatalf("warm-up read: %d %s", r.Status, r.Body)
+		}
+		srv.Freeze()
+		t.Cleanup(srv.Thaw)
+		// One runs and waits on the hung Redis (its read has no deadline
+		// of its own), the other waits for the turn until its request
+		// times out: that one answers first.
+		both := e.launch(2, fixed("GET"), fixed("/api/feed"), fixed(""), func(int) []string { return []string{"Authorization", tok} })
+		testenv.Eventually(t, 30*time.Second, "one read running, one waiting", func() bool {
+			in, _ := e.srv.InFlight()
+			return in == 2 && metricValue(t, e.srv.Registry(), "feed_http_reads_waiting") == 1
+		})
+		res := <-both
+		srv.Thaw()
+		if res.err != nil {
+			t.Fatal(res.err)
+		}
+		wantProblem(t, res.r, http.StatusServiceUnavailable, "unavailable")
+		if !strings.Contains(string(res.r.Body), "did not get its turn") {
+			t.Fatalf("a read timed out waiting for its turn: %s", res.r.Body)
+		}
+		if res := <-both; res.err != nil {
+			t.Fatal(res.err)
+		}
+	})
 }
 
 // With the author's row locked in PostgreSQL, MaxWritesInFlight posts wait

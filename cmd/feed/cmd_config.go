@@ -121,6 +121,7 @@ var configSettings = []configSetting{
 	{"FEED_MAX_READS_IN_FLIGHT", func(c Config, _ func(string) string) string { return strconv.Itoa(c.MaxReadsInFlight) }, ""},
 	{"FEED_MAX_WRITES_IN_FLIGHT", func(c Config, _ func(string) string) string { return strconv.Itoa(c.MaxWritesInFlight) }, ""},
 	{"FEED_FULL_HOME_READS", func(c Config, _ func(string) string) string { return strconv.Itoa(c.FullHomeReads) }, ""},
+	{"FEED_READS_RUNNING", func(c Config, _ func(string) string) string { return strconv.Itoa(c.ReadsRunning) }, ""},
 	{"FEED_QUOTA_WRITES_PER_MINUTE", func(c Config, _ func(string) string) string { return strconv.Itoa(c.QuotaWritesPerMinute) }, ""},
 	{"FEED_QUOTA_READS_PER_SECOND", func(c Config, _ func(string) string) string { return strconv.Itoa(c.QuotaReadsPerSecond) }, ""},
 	{"FEED_QUOTA_REGISTRATIONS_PER_HOUR", func(c Config, _ func(string) string) string {

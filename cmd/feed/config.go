@@ -92,12 +92,14 @@ type Config struct {
 	// exceed the celebrity cache's TTL.
 	RefreshSettle time.Duration
 	// MaxReadsInFlight (FEED_MAX_READS_IN_FLIGHT), MaxWritesInFlight
-	// (FEED_MAX_WRITES_IN_FLIGHT) and FullHomeReads (FEED_FULL_HOME_READS,
-	// the degrade point) are the API's load-shedding bounds
-	// (api.Config); 0 turns one off.
+	// (FEED_MAX_WRITES_IN_FLIGHT), FullHomeReads (FEED_FULL_HOME_READS,
+	// the degrade point) and ReadsRunning (FEED_READS_RUNNING, the reads
+	// running at once, the others waiting for a turn) are the API's
+	// load-shedding bounds (api.Config); 0 turns one off.
 	MaxReadsInFlight  int
 	MaxWritesInFlight int
 	FullHomeReads     int
+	ReadsRunning      int
 	// MaxConns (FEED_MAX_CONNS) and MaxIdleConns (FEED_MAX_IDLE_CONNS)
 	// bound the API's open and kept-alive connections, BodyReadTimeout
 	// (FEED_BODY_READ_TIMEOUT) the reading of a write's body (api.Config);
@@ -287,6 +289,7 @@ func LoadConfig() (Config, error) {
 		{"FEED_MAX_READS_IN_FLIGHT", api.DefaultMaxReadsInFlight, func(v int64) { c.MaxReadsInFlight = int(v) }},
 		{"FEED_MAX_WRITES_IN_FLIGHT", api.DefaultMaxWritesInFlight, func(v int64) { c.MaxWritesInFlight = int(v) }},
 		{"FEED_FULL_HOME_READS", api.DefaultFullHomeReads, func(v int64) { c.FullHomeReads = int(v) }},
+		{"FEED_READS_RUNNING", api.DefaultReadsRunning, func(v int64) { c.ReadsRunning = int(v) }},
 		{"FEED_MAX_CONNS", api.DefaultMaxConns, func(v int64) { c.MaxConns = int(v) }},
 		{"FEED_QUOTA_WRITES_PER_MINUTE", 60, func(v int64) { c.QuotaWritesPerMinute = int(v) }},
 		{"FEED_QUOTA_READS_PER_SECOND", 20, func(v int64) { c.QuotaReadsPerSecond = int(v) }},
@@ -416,6 +419,8 @@ func (c Config) Validate() error {
 	case c.FullHomeReads < 0 || (c.MaxReadsInFlight > 0 && c.FullHomeReads > c.MaxReadsInFlight):
 		return fmt.Errorf("FEED_FULL_HOME_READS=%d: want 0 (never degrade) to FEED_MAX_READS_IN_FLIGHT (%d): "+
 			"home reads degrade before reads are shed", c.FullHomeReads, c.MaxReadsInFlight)
+	case c.ReadsRunning < 0 || c.ReadsRunning > 1_000_000:
+		return fmt.Errorf("FEED_READS_RUNNING=%d: want 0 (no bound) to 1000000", c.ReadsRunning)
 	case c.MaxConns < 0 || c.MaxConns > 1_000_000:
 		return fmt.Errorf("FEED_MAX_CONNS=%d: want 0 (no bound) to 1000000", c.MaxConns)
 	case c.MaxIdleConns < 0 || (c.MaxConns > 0 && c.MaxIdleConns > c.MaxConns):

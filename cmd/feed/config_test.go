@@ -203,20 +203,23 @@ func TestSheddingEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.MaxReadsInFlight != 256 || c.MaxWritesInFlight != 32 || c.FullHomeReads != 128 {
-		t.Fatalf("defaults: reads %d writes %d full home reads %d", c.MaxReadsInFlight, c.MaxWritesInFlight, c.FullHomeReads)
+	if c.MaxReadsInFlight != 256 || c.MaxWritesInFlight != 32 || c.FullHomeReads != 128 || c.ReadsRunning != 32 {
+		t.Fatalf("defaults: reads %d writes %d full home reads %d running %d", c.MaxReadsInFlight, c.MaxWritesInFlight, c.FullHomeReads, c.ReadsRunning)
 	}
 	t.Setenv("FEED_MAX_READS_IN_FLIGHT", "0")
 	t.Setenv("FEED_MAX_WRITES_IN_FLIGHT", "5")
 	t.Setenv("FEED_FULL_HOME_READS", "0")
+	t.Setenv("FEED_READS_RUNNING", "0")
 	if c, err = LoadConfig(); err != nil {
 		t.Fatal(err)
 	}
-	if offIsNegative(c.MaxReadsInFlight) != -1 || offIsNegative(c.MaxWritesInFlight) != 5 || offIsNegative(c.FullHomeReads) != -1 {
-		t.Fatalf("0 and 5: reads %d writes %d full %d", c.MaxReadsInFlight, c.MaxWritesInFlight, c.FullHomeReads)
+	if offIsNegative(c.MaxReadsInFlight) != -1 || offIsNegative(c.MaxWritesInFlight) != 5 || offIsNegative(c.FullHomeReads) != -1 ||
+		offIsNegative(c.ReadsRunning) != -1 {
+		t.Fatalf("0 and 5: reads %d writes %d full %d running %d", c.MaxReadsInFlight, c.MaxWritesInFlight, c.FullHomeReads, c.ReadsRunning)
 	}
 	for _, bad := range [][2]string{
 		{"FEED_MAX_READS_IN_FLIGHT", "-1"}, {"FEED_MAX_WRITES_IN_FLIGHT", "many"}, {"FEED_FULL_HOME_READS", "-3"},
+		{"FEED_READS_RUNNING", "-2"},
 	} {
 		t.Run(bad[0], func(t *testing.T) {
 			t.Setenv(bad[0], bad[1])

@@ -170,6 +170,7 @@ var envDocs = map[string]string{
 	"FEED_MAX_READS_IN_FLIGHT":            "reads served at once; more are 429 at once, 0 no bound (default 256)",
 	"FEED_MAX_WRITES_IN_FLIGHT":           "writes served at once; more are 429 at once, 0 no bound (default 32)",
 	"FEED_FULL_HOME_READS":                "home reads doing the full merge at once; more are degraded (inbox and own posts), 0 never (default 128)",
+	"FEED_READS_RUNNING":                  "admitted reads running at once; the others wait their turn within the request timeout, 0 no bound (default 32)",
 	"FEED_QUOTA_WRITES_PER_MINUTE":        "writes per minute per user, shared by every API process through Redis; more are 429, 0 no quota (default 60)",
 	"FEED_QUOTA_READS_PER_SECOND":         "reads per second per user, likewise (default 20)",
 	"FEED_QUOTA_REGISTRATIONS_PER_HOUR":   "registrations per hour per client address, likewise (default 20)",
@@ -224,7 +225,7 @@ var (
 	envAPI = []string{"HTTP_ADDR", "FEED_ADMIN_ADDR", "FEED_AUTH", "FEED_GATEWAY_SECRET", "FEED_TRUSTED_NETWORKS", "FEED_JWT_SECRET", "FEED_JWT_PREVIOUS_SECRET", "FEED_JWT_ISSUER", "FEED_JWT_AUDIENCE",
 		"FEED_ALLOW_DEV_SECRET", "FEED_NODE_ID",
 		"FEED_MAX_CONTENT_CHARS", "FEED_INBOX_MAX", "FEED_NOTIFICATIONS_MAX", "FEED_CELEBRITY_CACHE_TTL", "FEED_REFRESH_SETTLE", "FEED_INACTIVE_AFTER", "FEED_POST_CACHE_TTL", "FEED_READ_CACHE_KEYS", "FEED_READ_CACHE_BARRIER", "FEED_REBUILD_CONCURRENCY",
-		"FEED_MAX_READS_IN_FLIGHT", "FEED_MAX_WRITES_IN_FLIGHT", "FEED_FULL_HOME_READS",
+		"FEED_MAX_READS_IN_FLIGHT", "FEED_MAX_WRITES_IN_FLIGHT", "FEED_FULL_HOME_READS", "FEED_READS_RUNNING",
 		"FEED_MAX_CONNS", "FEED_MAX_IDLE_CONNS", "FEED_BODY_READ_TIMEOUT", "FEED_STREAMS_PER_USER", "FEED_STREAMS_MAX", "FEED_STREAMS_GOROUTINE", "FEED_STREAMS_PLAIN_READS",
 		"FEED_QUOTA_WRITES_PER_MINUTE", "FEED_QUOTA_READS_PER_SECOND", "FEED_QUOTA_REGISTRATIONS_PER_HOUR"}
 	envProjections = []string{"FEED_ADMIN_ADDR", "FEED_CELEBRITY_THRESHOLD", "FEED_CELEBRITY_BAND", "FEED_INBOX_MAX", "FEED_NOTIFICATIONS_MAX", "FEED_INACTIVE_AFTER", "FEED_POST_CACHE_TTL", "FEED_FOLLOWER_CACHE_ROWS"}
