@@ -202,15 +202,8 @@ func (f *Feed) homeItemsAbove(ctx context.Context, userID int64, cur key, need i
 // is, else a copy.
 func without(keys []key, have []events.FeedKey) []key {
 	in := func(k key) bool {
-		_, ok := slices.BinarySearchFunc(have, events.FeedKey{Ms: k.ms, ID: k.id}, func(h, t events.FeedKey) int {
-			switch {
-			case h == t:
-				return 0
-			case t.Newer(h):
-				return -1
-			}
-			return 1
-		})
+		// have is oldest first: the reverse of the feed's order.
+		_, ok := slices.BinarySearchFunc(have, events.FeedKey{Ms: k.ms, ID: k.id}, func(h, t events.FeedKey) int { return events.NewestFirst(t, h) })
 		return ok
 	}
 	i := slices.IndexFunc(keys, in)
