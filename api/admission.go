@@ -91,12 +91,10 @@ func (e *endpoint) serve(w http.ResponseWriter, r *http.Request) error {
 			return &overloadedError{e.className}
 		}
 		defer e.class.release()
-		if e.class == &s.reads {
-			if err := s.readTurns.take(r.Context()); err != nil {
-				return err
-			}
-			defer s.readTurns.give()
+		if err := e.class.turns.take(r.Context()); err != nil {
+			return err
 		}
+		defer e.class.turns.give()
 	}
 	return e.h(w, r, caller)
 }

@@ -328,8 +328,7 @@ type Server struct {
 	reg     *prometheus.Registry
 	metrics *metrics
 
-	reads, writes limiter             // requests in flight by class (shed.go)
-	readTurns     turns               // the admitted reads running at once (shed.go)
+	reads, writes limiter             // requests in flight by class, reads running (shed.go)
 	conns         connTracker         // open and idle connections (conns.go)
 	quotas        quotas              // per-caller quotas (quota.go)
 	fullHome      *semaphore.Weighted // full home reads at once; nil: never degraded
@@ -368,7 +367,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	s.reads.max, s.writes.max = int64(max(cfg.MaxReadsInFlight, 0)), int64(max(cfg.MaxWritesInFlight, 0))
 	if cfg.ReadsRunning > 0 {
-		s.readTurns.sem = semaphore.NewWeighted(int64(cfg.ReadsRunning))
+		s.reads.turns.sem = semaphore.NewWeighted(int64(cfg.ReadsRunning))
 	}
 	if cfg.FullHomeReads > 0 {
 		s.fullHome = semaphore.NewWeighted(int64(cfg.FullHomeReads))
@@ -384,7 +383,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if s.smetrics, err = newStreamMetrics(s.reg); err != nil {
 		return nil, fmt.Errorf("api: register stream metrics: %w", err)
 	}
-	if err := newShedMetrics(s.reg, &s.reads, &s.writes, &s.readTurns); err != nil {
+	if err := newShedMetrics(s.reg, &s.reads, &s.writes); err != nil {
 		return nil, fmt.Errorf("api: register shedding metrics: %w", err)
 	}
 	s.handler = s.routes()

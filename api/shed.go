@@ -24,11 +24,13 @@ import (
 // its turn (Turns, below). Health, readiness and metrics are never shed.
 
 // limiter counts the requests of one class in flight and refuses those
-// over max (max 0: no bound).
+// over max (max 0: no bound); of those admitted, turns bounds the ones
+// running (the reads' class alone has a bound there).
 type limiter struct {
 	max      int64
 	inFlight atomic.Int64
 	shed     prometheus.Counter
+	turns    turns
 }
 
 // acquire admits a request, or reports false when max are in flight; an
@@ -119,7 +121,7 @@ func (s *Server) classify(next http.Handler, l *limiter, class string, body bool
 
 // shedMetrics registers the gauges of the requests in flight and the
 // counters of the shed ones, per class ("read", "write").
-func newShedMetrics(reg prometheus.Registerer, reads, writes *limiter, readTurns *turns) error {
+func newShedMetrics(reg prometheus.Registerer, reads, writes *limiter) error {
 	shed := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "feed_http_shed_total",
 		Help: "Requests answered 429 at once because their class (read, write) was at its bound of requests in flight.",
@@ -140,7 +142,7 @@ func newShedMetrics(reg prometheus.Registerer, reads, writes *limiter, readTurns
 	cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "feed_http_reads_waiting",
 		Help: "Reads admitted and waiting for a turn to run (FEED_READS_RUNNING run at once); counted in feed_http_in_flight.",
-	}, func() float64 { return float64(readTurns.waiting.Load()) }))
+	}, func() float64 { return float64(reads.turns.waiting.Load()) }))
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return err
